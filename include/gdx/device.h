@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_DEVICE_H
+#define GDX_DEVICE_H
+
+/*
+ * The device runtime: one API over two devices.
+ *
+ *   cuda      the CUDA driver API, loaded at run time from libcuda.so.1
+ *   emulated  host memory and host threads with CUDA's ordering rules; chosen
+ *             only when asked for ("emulated" or GDX_DEVICE=emulated), never
+ *             as a silent stand-in for a missing GPU
+ *
+ * Device pointers are plain void * in a unified address space, as under CUDA's
+ * UVA: copies take any mix of host, pinned and device pointers and work out the
+ * direction themselves.  Emulated device memory is not readable by the CPU
+ * through the pointer handed out (it is mapped PROT_NONE there), so code that
+ * dereferences a device pointer faults in CI exactly where it would be wrong on
+ * a GPU.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gdx/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gdx_device;
+struct gdx_stream;
+struct gdx_event;
+
+/*
+ * spec: "auto", "cuda", "cuda:N", "emulated", "emulated:N"; NULL means
+ * $GDX_DEVICE, else "auto".  "auto" picks cuda:0 where a GPU is present and
+ * fails with GDX_ENODEVICE otherwise (the log line names GDX_DEVICE=emulated).
+ * Opening the same device twice returns the same object with a reference
+ * taken; gdx_device_close drops it.
+ */
+GDX_API int gdx_device_open(const char *spec, struct gdx_device **out);
+GDX_API void gdx_device_close(struct gdx_device *dev);
+/* Devices of a kind ("cuda", "emulated") on this machine, or a negative code. */
+GDX_API int gdx_device_count(const char *kind);
+
+GDX_API const char *gdx_device_kind(const struct gdx_device *dev);  /* "cuda" */
+GDX_API int gdx_device_ordinal(const struct gdx_device *dev);
+GDX_API const char *gdx_device_name(const struct gdx_device *dev);  /* "cuda:0" */
+
+struct gdx_device_props {
+	char model[96];		/* "NVIDIA H200", "emulated" */
+	char pci_bdf[16];	/* "0000:17:00.0"; empty for the emulated device */
+	int numa_node;		/* -1 if unknown */
+	uint64_t total_mem;
+	int driver_version;	/* e.g. 13000 for CUDA 13.0; 0 for emulated */
+	int cc_major, cc_minor;
+	int dmabuf_supported;	/* dma-buf export of device memory works */
+	int gdr_supported;	/* driver reports GPUDirect RDMA support */
+	int async_alloc_supported; /* stream-ordered allocation */
+};
+GDX_API int gdx_device_props(const struct gdx_device *dev, struct gdx_device_props *p);
+
+/* ---- memory ----------------------------------------------------------- */
+
+GDX_API int gdx_device_malloc(struct gdx_device *dev, size_t size, void **dptr);
+GDX_API int gdx_device_free(struct gdx_device *dev, void *dptr);
+/* Stream-ordered allocation (cuMemAllocAsync). */
+GDX_API int gdx_device_malloc_async(struct gdx_device *dev, size_t size, void **dptr,
+				    struct gdx_stream *s);
+GDX_API int gdx_device_free_async(struct gdx_device *dev, void *dptr, struct gdx_stream *s);
+
+/* Page-locked host memory the device can DMA from/to. */
+GDX_API int gdx_pinned_alloc(struct gdx_device *dev, size_t size, void **p);
+GDX_API int gdx_pinned_free(struct gdx_device *dev, void *p);
+/* Page-locks existing host memory (cuMemHostRegister). */
+#define GDX_HOST_REGISTER_READONLY 0x1u
+GDX_API int gdx_host_register(struct gdx_device *dev, void *p, size_t size, unsigned flags);
+GDX_API int gdx_host_unregister(struct gdx_device *dev, void *p);
+
+enum gdx_mem_kind {
+	GDX_MEM_UNKNOWN = 0,
+	GDX_MEM_HOST,		/* pageable host memory */
+	GDX_MEM_PINNED,		/* page-locked host memory known to the device */
+	GDX_MEM_DEVICE,		/* device memory */
+	GDX_MEM_MANAGED,	/* managed (unified) memory */
+};
+GDX_API const char *gdx_mem_kind_name(enum gdx_mem_kind kind);
+
+struct gdx_ptr_attrs {
+	enum gdx_mem_kind kind;
+	int device_ordinal;	/* device the memory belongs to; -1 for host */
+	void *base;		/* start of the allocation holding the pointer */
+	size_t size;		/* its size; 0 where unknown (plain host memory) */
+	uint64_t buffer_id;	/* unique per allocation, never reused; 0 for host */
+	int is_vmm;		/* cuMemMap-mapped range */
+};
+/* Describes p; plain host memory yields kind HOST and returns 0. */
+GDX_API int gdx_pointer_query(struct gdx_device *dev, const void *p, struct gdx_ptr_attrs *a);
+
+/*
+ * Exports [dptr, dptr+size) of device memory as a dma-buf for a NIC or NVMe
+ * driver (cuMemGetHandleForAddressRange).  dptr and size must be page aligned
+ * to the device's granularity; *offset is dptr's offset inside the buffer.
+ * The caller closes *fd.
+ */
+GDX_API int gdx_device_export_dmabuf(struct gdx_device *dev, void *dptr, size_t size,
+				     int *fd, uint64_t *offset);
+
+/* ---- copies ------------------------------------------------------------ */
+
+/* Synchronous; direction inferred from the pointers (host/pinned/device). */
+GDX_API int gdx_memcpy(struct gdx_device *dev, void *dst, const void *src, size_t n);
+GDX_API int gdx_memcpy_async(struct gdx_device *dev, void *dst, const void *src, size_t n,
+			     struct gdx_stream *s);
+/* Fills device (or pinned) memory with the byte v. */
+GDX_API int gdx_memset(struct gdx_device *dev, void *dst, int v, size_t n);
+GDX_API int gdx_memset_async(struct gdx_device *dev, void *dst, int v, size_t n,
+			     struct gdx_stream *s);
+
+/* ---- streams and events ------------------------------------------------ */
+
+GDX_API int gdx_stream_create(struct gdx_device *dev, struct gdx_stream **s);
+/* Wraps a CUstream the application owns; destroy releases only the wrapper. */
+GDX_API int gdx_stream_wrap(struct gdx_device *dev, void *native, struct gdx_stream **s);
+/* Waits for the stream's work, then frees it. */
+GDX_API int gdx_stream_destroy(struct gdx_stream *s);
+GDX_API int gdx_stream_synchronize(struct gdx_stream *s);
+/* 0 when all work enqueued so far is done, -EBUSY while some is pending. */
+GDX_API int gdx_stream_query(struct gdx_stream *s);
+GDX_API void *gdx_stream_native(struct gdx_stream *s);
+GDX_API struct gdx_device *gdx_stream_device(struct gdx_stream *s);
+
+/*
+ * Runs fn(arg) on a host thread once all earlier work on s is done; later work
+ * on s waits for it to return.  Like cuLaunchHostFunc, fn must not call into
+ * the device runtime (no copies, no synchronisation).
+ */
+typedef void (*gdx_host_fn)(void *arg);
+GDX_API int gdx_stream_launch_host_func(struct gdx_stream *s, gdx_host_fn fn, void *arg);
+/* Later work on s waits until e's recorded work is done. */
+GDX_API int gdx_stream_wait_event(struct gdx_stream *s, struct gdx_event *e);
+
+#define GDX_EVENT_TIMING 0x1u
+GDX_API int gdx_event_create(struct gdx_device *dev, unsigned flags, struct gdx_event **e);
+GDX_API int gdx_event_destroy(struct gdx_event *e);
+/* Captures the work enqueued on s so far; re-recording moves the event. */
+GDX_API int gdx_event_record(struct gdx_event *e, struct gdx_stream *s);
+GDX_API int gdx_event_synchronize(struct gdx_event *e);
+/* 0 when the captured work is done (or the event was never recorded), -EBUSY if not. */
+GDX_API int gdx_event_query(struct gdx_event *e);
+/* Milliseconds between two completed events created with GDX_EVENT_TIMING. */
+GDX_API int gdx_event_elapsed_ms(struct gdx_event *start, struct gdx_event *end, float *ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_PLUGIN_DEVICE_H
+#define GDX_PLUGIN_DEVICE_H
+
+/*
+ * The device ops table.  A device backend fills one of these; the public
+ * gdx_device_* / gdx_stream_* / gdx_event_* calls check their arguments and
+ * dispatch here.  Backends return 0 or a negative gdx code and never log the
+ * same failure twice: the caller logs.
+ *
+ * Streams and events are allocated by the front end with room for the
+ * backend's private state (stream_priv_size / event_priv_size bytes).
+ */
+
+#include <gdx/device.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gdx_device_ops {
+	const char *kind;			/* "cuda", "emulated" */
+	size_t stream_priv_size;
+	size_t event_priv_size;
+
+	/* Number of devices, or a negative code when the backend cannot run here. */
+	int (*count)(void);
+	/* Creates per-device state in *priv (context, worker pools, ...). */
+	int (*open)(int ordinal, void **priv);
+	void (*close)(void *priv);
+	int (*props)(void *priv, struct gdx_device_props *p);
+
+	int (*malloc)(void *priv, size_t size, void **dptr);
+	int (*free)(void *priv, void *dptr);
+	int (*malloc_async)(void *priv, size_t size, void **dptr, void *stream);
+	int (*free_async)(void *priv, void *dptr, void *stream);
+	int (*pinned_alloc)(void *priv, size_t size, void **p);
+	int (*pinned_free)(void *priv, void *p);
+	int (*host_register)(void *priv, void *p, size_t size, unsigned flags);
+	int (*host_unregister)(void *priv, void *p);
+	int (*pointer_query)(void *priv, const void *p, struct gdx_ptr_attrs *a);
+	int (*export_dmabuf)(void *priv, void *dptr, size_t size, int *fd, uint64_t *offset);
+
+	/* stream == NULL: synchronous. */
+	int (*memcpy)(void *priv, void *dst, const void *src, size_t n, void *stream);
+	int (*memset)(void *priv, void *dst, int v, size_t n, void *stream);
+
+	/* stream: points at stream_priv_size bytes. native != NULL: wrap it. */
+	int (*stream_create)(void *priv, void *stream, void *native);
+	int (*stream_destroy)(void *priv, void *stream);
+	int (*stream_synchronize)(void *priv, void *stream);
+	int (*stream_query)(void *priv, void *stream);
+	void *(*stream_native)(void *priv, void *stream);
+	int (*launch_host_func)(void *priv, void *stream, gdx_host_fn fn, void *arg);
+	int (*stream_wait_event)(void *priv, void *stream, void *event);
+
+	int (*event_create)(void *priv, void *event, unsigned flags);
+	int (*event_destroy)(void *priv, void *event);
+	int (*event_record)(void *priv, void *event, void *stream);
+	int (*event_synchronize)(void *priv, void *event);
+	int (*event_query)(void *priv, void *event);
+	int (*event_elapsed_ms)(void *priv, void *start, void *end, float *ms);
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif

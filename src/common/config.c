@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The one table of knobs.  Each has a dotted name; its environment variable is
+ * GDX_ plus the name upper-cased with dots as underscores, and its JSON key
+ * path is the name split at the dots.  docs/config.md is checked against this
+ * table by tests/unit/test_config.c.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <json-c/json.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+
+enum knob_type { K_INT, K_SIZE, K_BOOL, K_STRING, K_ENUM };
+
+struct knob {
+	const char *name;
+	enum knob_type type;
+	const char *def;
+	const char *doc;
+	const char *choices;	/* K_ENUM: "a|b|c" */
+	int64_t min, max;	/* K_INT / K_SIZE bounds (inclusive) */
+	/* run-time state */
+	char *set_val;		/* gdx_config_set */
+	char *file_val;		/* JSON file */
+	char env[64];
+	int warned;
+};
+
+#define KNOB(n, t, d, doc_, ...) { .name = n, .type = t, .def = d, .doc = doc_, __VA_ARGS__ }
+
+static struct knob knobs[] = {
+	KNOB("device", K_STRING, "auto",
+	     "device to use: auto (a GPU if present), cuda[:N], emulated[:N]"),
+	KNOB("require_direct", K_BOOL, "0",
+	     "fail a transfer instead of falling back from the direct path"),
+	KNOB("sysfs_root", K_STRING, "/sys",
+	     "root of the sysfs tree gdx check and the topology walk read"),
+	KNOB("emulated.devices", K_INT, "1",
+	     "number of emulated devices", .min = 1, .max = 16),
+	KNOB("emulated.mem_limit", K_SIZE, "16G",
+	     "emulated device memory per device", .min = 1 << 20, .max = INT64_MAX),
+};
+
+static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct knob *find(const char *name)
+{
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(knobs); i++)
+		if (!strcmp(knobs[i].name, name))
+			return &knobs[i];
+	return NULL;
+}
+
+static const char *env_name(struct knob *k)
+{
+	if (!k->env[0]) {
+		size_t j = snprintf(k->env, sizeof(k->env), "GDX_");
+
+		for (const char *c = k->name; *c && j + 1 < sizeof(k->env); c++)
+			k->env[j++] = *c == '.' ? '_' : (char)toupper((unsigned char)*c);
+		k->env[j] = 0;
+	}
+	return k->env;
+}
+
+int gdx_parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+	int shift = 0;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno)
+		return -EINVAL;
+	switch (*end) {
+	case 0: break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: return -EINVAL;
+	}
+	if ((*end == 'i' || *end == 'I') && shift)
+		end++;
+	if ((*end == 'b' || *end == 'B') && shift)
+		end++;
+	if (*end)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+int gdx_parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off" };
+
+	if (!s)
+		return -EINVAL;
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int validate(const struct knob *k, const char *v)
+{
+	uint64_t u;
+	bool b;
+
+	switch (k->type) {
+	case K_INT: {
+		char *end;
+		long long x;
+
+		errno = 0;
+		x = strtoll(v, &end, 0);
+		if (errno || end == v || *end)
+			return -EINVAL;
+		if ((k->min || k->max) && (x < k->min || x > k->max))
+			return -ERANGE;
+		return 0;
+	}
+	case K_SIZE:
+		if (gdx_parse_size(v, &u))
+			return -EINVAL;
+		if ((k->min || k->max) && (u < (uint64_t)k->min || u > (uint64_t)k->max))
+			return -ERANGE;
+		return 0;
+	case K_BOOL:
+		return gdx_parse_bool(v, &b);
+	case K_ENUM: {
+		size_t n = strlen(v);
+
+		for (const char *c = k->choices; c && *c;) {
+			const char *bar = strchr(c, '|');
+			size_t len = bar ? (size_t)(bar - c) : strlen(c);
+
+			if (len == n && !strncmp(c, v, n))
+				return 0;
+			c = bar ? bar + 1 : NULL;
+		}
+		return -EINVAL;
+	}
+	case K_STRING:
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* Caller holds cfg_lock. */
+static const char *resolve(struct knob *k)
+{
+	const char *v;
+
+	if (k->set_val)
+		return k->set_val;
+	v = getenv(env_name(k));
+	if (v) {
+		if (!validate(k, v))
+			return v;
+		if (!k->warned++)
+			GDX_WARN("config", "ignoring %s='%s' (bad value); using %s", k->env, v,
+				 k->file_val ? k->file_val : k->def);
+	}
+	if (k->file_val)
+		return k->file_val;
+	return k->def;
+}
+
+static struct knob *must_find(const char *name)
+{
+	struct knob *k = find(name);
+
+	if (!k) {
+		GDX_ERR("config", "unknown knob '%s'", name);
+		abort();
+	}
+	return k;
+}
+
+int64_t gdx_cfg_int(const char *name)
+{
+	struct knob *k = must_find(name);
+	int64_t v;
+
+	pthread_mutex_lock(&cfg_lock);
+	v = strtoll(resolve(k), NULL, 0);
+	pthread_mutex_unlock(&cfg_lock);
+	return v;
+}
+
+uint64_t gdx_cfg_size(const char *name)
+{
+	struct knob *k = must_find(name);
+	uint64_t v = 0;
+
+	pthread_mutex_lock(&cfg_lock);
+	if (gdx_parse_size(resolve(k), &v))
+		gdx_parse_size(k->def, &v);
+	pthread_mutex_unlock(&cfg_lock);
+	return v;
+}
+
+bool gdx_cfg_bool(const char *name)
+{
+	struct knob *k = must_find(name);
+	bool v = false;
+
+	pthread_mutex_lock(&cfg_lock);
+	if (gdx_parse_bool(resolve(k), &v))
+		gdx_parse_bool(k->def, &v);
+	pthread_mutex_unlock(&cfg_lock);
+	return v;
+}
+
+const char *gdx_cfg_str(const char *name)
+{
+	struct knob *k = must_find(name);
+	const char *v;
+
+	pthread_mutex_lock(&cfg_lock);
+	v = resolve(k);
+	pthread_mutex_unlock(&cfg_lock);
+	return v;
+}
+
+GDX_API int gdx_config_set(const char *name, const char *value)
+{
+	struct knob *k;
+	char *copy = NULL;
+	int ret;
+
+	if (!name)
+		return -EINVAL;
+	k = find(name);
+	if (!k)
+		return -ENOENT;
+	if (value) {
+		ret = validate(k, value);
+		if (ret)
+			return ret;
+		copy = strdup(value);
+		if (!copy)
+			return -ENOMEM;
+	}
+	pthread_mutex_lock(&cfg_lock);
+	free(k->set_val);
+	k->set_val = copy;	/* NULL: back to env / file / default */
+	pthread_mutex_unlock(&cfg_lock);
+	return 0;
+}
+
+GDX_API int gdx_config_get(const char *name, char *buf, size_t len)
+{
+	struct knob *k;
+	int n;
+
+	if (!name || !buf)
+		return -EINVAL;
+	k = find(name);
+	if (!k)
+		return -ENOENT;
+	pthread_mutex_lock(&cfg_lock);
+	n = snprintf(buf, len, "%s", resolve(k));
+	pthread_mutex_unlock(&cfg_lock);
+	return n >= (int)len ? -ENOSPC : n;
+}
+
+GDX_API int gdx_config_knob(unsigned i, struct gdx_config_knob_info *info)
+{
+	static const char *const tnames[] = { "int", "size", "bool", "string", "enum" };
+
+	if (i < GDX_ARRAY_SIZE(knobs) && info) {
+		struct knob *k = &knobs[i];
+
+		info->name = k->name;
+		info->env = env_name(k);
+		info->type = tnames[k->type];
+		info->def = k->def;
+		info->doc = k->doc;
+	}
+	return (int)GDX_ARRAY_SIZE(knobs);
+}
+
+/* Walks a JSON object; "a": {"b": 1} names the knob "a.b". */
+static int load_obj(json_object *obj, const char *prefix, const char *path)
+{
+	json_object_object_foreach(obj, key, val) {
+		char name[128];
+		struct knob *k;
+		const char *text;
+		int ret;
+
+		snprintf(name, sizeof(name), "%s%s%s", prefix, *prefix ? "." : "", key);
+		if (json_object_is_type(val, json_type_object)) {
+			ret = load_obj(val, name, path);
+			if (ret)
+				return ret;
+			continue;
+		}
+		k = find(name);
+		if (!k) {
+			GDX_ERR("config", "%s: unknown key '%s'", path, name);
+			return GDX_ECONFIG;
+		}
+		if (json_object_is_type(val, json_type_boolean))
+			text = json_object_get_boolean(val) ? "1" : "0";
+		else
+			text = json_object_get_string(val);
+		if (!text || validate(k, text)) {
+			GDX_ERR("config", "%s: bad value for '%s'", path, name);
+			return GDX_ECONFIG;
+		}
+		free(k->file_val);
+		k->file_val = strdup(text);
+		if (!k->file_val)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+GDX_API int gdx_config_load_file(const char *path)
+{
+	json_object *root;
+	int ret;
+
+	if (!path)
+		return -EINVAL;
+	root = json_object_from_file(path);
+	if (!root) {
+		GDX_ERR("config", "%s: %s", path, json_util_get_last_err());
+		return GDX_ECONFIG;
+	}
+	if (!json_object_is_type(root, json_type_object)) {
+		GDX_ERR("config", "%s: top level must be an object", path);
+		json_object_put(root);
+		return GDX_ECONFIG;
+	}
+	pthread_mutex_lock(&cfg_lock);
+	ret = load_obj(root, "", path);
+	pthread_mutex_unlock(&cfg_lock);
+	json_object_put(root);
+	return ret;
+}
+
+__attribute__((constructor)) static void config_init(void)
+{
+	const char *path = getenv("GDX_CONFIG");
+
+	if (path && gdx_config_load_file(path))
+		fprintf(stderr, "gdx: could not load GDX_CONFIG=%s\n", path);
+}

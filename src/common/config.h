@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_COMMON_CONFIG_H
+#define GDX_COMMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/*
+ * Knob values, resolved on each call (set > env > JSON file > default) so a
+ * test can change one between calls.  Unknown names are a programming error:
+ * they abort in debug builds.  Values are validated when set; a bad value in
+ * the environment or file is logged once and the default is used.
+ */
+int64_t gdx_cfg_int(const char *name);
+uint64_t gdx_cfg_size(const char *name);	/* accepts 4k, 1M, 2G suffixes */
+bool gdx_cfg_bool(const char *name);
+/* Pointer into a per-knob cache: valid until the knob changes. */
+const char *gdx_cfg_str(const char *name);
+
+/* Parses "4096", "64k", "1M", "2G" (binary units); -EINVAL on garbage/overflow. */
+int gdx_parse_size(const char *s, uint64_t *out);
+int gdx_parse_bool(const char *s, bool *out);
+
+#endif

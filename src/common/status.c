@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+#include <string.h>
+
+#include <gdx/gdx.h>
+
+#include "gdx_build_config.h"
+
+static const char *const lib_msgs[] = {
+	[-(GDX_ENODEVICE - GDX_E_BASE)] = "no device of the requested kind (set GDX_DEVICE=emulated for the emulated device)",
+	[-(GDX_ENOTDIRECT - GDX_E_BASE)] = "direct path unavailable and fallback forbidden (strict mode)",
+	[-(GDX_ENOLIB - GDX_E_BASE)] = "required vendor library not found",
+	[-(GDX_EDRIVER - GDX_E_BASE)] = "device driver call failed",
+	[-(GDX_EPROTO - GDX_E_BASE)] = "peer violated the wire protocol",
+	[-(GDX_ENVME - GDX_E_BASE)] = "NVMe command failed",
+	[-(GDX_ECONFIG - GDX_E_BASE)] = "invalid configuration",
+	[-(GDX_EBADPTR - GDX_E_BASE)] = "pointer is not memory of the required kind",
+	[-(GDX_EREMOTE - GDX_E_BASE)] = "remote access refused (bad key or out of bounds)",
+	[-(GDX_EDISCONNECTED - GDX_E_BASE)] = "connection lost",
+};
+
+GDX_API const char *gdx_strerror(int err)
+{
+	if (err == 0)
+		return "success";
+	if (err < GDX_E_BASE && err > GDX_E_LAST) {
+		const char *m = lib_msgs[-(err - GDX_E_BASE)];
+
+		return m ? m : "unknown gdx error";
+	}
+	if (err <= GDX_E_BASE)
+		return "unknown gdx error";
+	/* strerror's table is static text for every errno glibc knows. */
+	return strerror(err < 0 ? -err : err);
+}
+
+GDX_API const char *gdx_version(void)
+{
+	return GDX_VERSION;
+}

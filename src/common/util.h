@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_COMMON_UTIL_H
+#define GDX_COMMON_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define GDX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define GDX_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GDX_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define GDX_ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define GDX_ALIGN_DOWN(x, a) ((x) & ~((__typeof__(x))(a) - 1))
+#define GDX_IS_ALIGNED(x, a) (((x) & ((__typeof__(x))(a) - 1)) == 0)
+#define GDX_CONTAINER_OF(p, type, member) \
+	((type *)(void *)((char *)(p) - offsetof(type, member)))
+#define GDX_UNUSED __attribute__((unused))
+#define GDX_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GDX_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+static inline uint64_t gdx_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#endif

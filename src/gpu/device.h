@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_GPU_DEVICE_H
+#define GDX_GPU_DEVICE_H
+
+#include <stdatomic.h>
+
+#include <gdx/device.h>
+#include <gdx/plugin/device.h>
+
+struct gdx_device {
+	const struct gdx_device_ops *ops;
+	void *priv;
+	int ordinal;
+	_Atomic int refs;
+	char name[32];
+};
+
+struct gdx_stream {
+	struct gdx_device *dev;
+	_Alignas(16) unsigned char priv[];
+};
+
+struct gdx_event {
+	struct gdx_device *dev;
+	unsigned flags;
+	_Alignas(16) unsigned char priv[];
+};
+
+/* Built-in backends in priority order ("auto" takes the first with a device). */
+extern const struct gdx_device_ops gdx_cuda_ops;
+extern const struct gdx_device_ops gdx_emulated_ops;
+
+/*
+ * The device that owns p, if any device already opened in this process does:
+ * lets layers that receive a bare pointer find the right device.  Returns a
+ * borrowed reference or NULL.
+ */
+struct gdx_device *gdx_device_of_ptr(const void *p, struct gdx_ptr_attrs *a);
+
+#endif

@@ -1,0 +1,806 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The emulated device: device memory is host memory the CPU cannot reach
+ * through the device pointer, and each stream is a worker thread that runs its
+ * queue in order.  Events, host functions and stream waits follow CUDA's
+ * ordering rules, so code that is correct here is correct on a GPU, and code
+ * that forgets a synchronisation or touches device memory from the CPU fails
+ * here as it would there.
+ *
+ * Each device allocation is a memfd mapped twice: the address handed out is a
+ * PROT_NONE view (any CPU access faults), the second view is read-write and
+ * only the copy engine (this file) uses it.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gpu/device.h"
+
+enum range_kind { R_DEVICE, R_PINNED_ALLOC, R_PINNED_REG };
+
+struct range {
+	uintptr_t base;
+	size_t size;		/* as asked for */
+	size_t map_size;	/* page-rounded */
+	unsigned char *shadow;	/* R_DEVICE: the read-write view */
+	enum range_kind kind;
+	uint64_t buffer_id;
+};
+
+struct emu_dev {
+	int ordinal;
+	pthread_mutex_t lock;	/* ranges, mem_used */
+	struct range *ranges;	/* sorted by base */
+	size_t nranges, cap;
+	size_t mem_used, mem_limit;
+	/* Event completion is broadcast on one condition per device. */
+	pthread_mutex_t ev_lock;
+	pthread_cond_t ev_cond;
+};
+
+static _Atomic uint64_t next_buffer_id = 1;
+
+enum op_type { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE };
+
+struct emu_event {
+	struct emu_dev *d;
+	int refs;		/* the handle, plus each queued record or wait */
+	uint64_t recorded;	/* generation of the last record */
+	uint64_t done;		/* generation that has completed */
+	uint64_t t_ns;		/* when `done` was reached */
+};
+
+struct op {
+	enum op_type type;
+	struct op *next;
+	union {
+		struct { void *dst; const void *src; size_t n; } copy;
+		struct { void *dst; int v; size_t n; } set;
+		struct { gdx_host_fn fn; void *arg; } host;
+		struct { struct emu_event *ev; uint64_t gen; } ev;
+		struct { void *p; } free;
+	};
+};
+
+struct emu_stream_impl {
+	struct emu_dev *d;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;	/* work queued, or work done */
+	struct op *head, *tail;
+	uint64_t enqueued, completed;
+	bool stop;
+};
+
+/* The front end's per-stream block: owned streams point at their own impl. */
+struct emu_stream {
+	struct emu_stream_impl *impl;
+	bool owned;
+};
+
+/* ---- address ranges ------------------------------------------------------ */
+
+/* Caller holds d->lock.  Index of the range containing p, or -1. */
+static long range_find(struct emu_dev *d, uintptr_t p)
+{
+	long lo = 0, hi = (long)d->nranges - 1;
+
+	while (lo <= hi) {
+		long mid = lo + (hi - lo) / 2;
+		struct range *r = &d->ranges[mid];
+
+		if (p < r->base)
+			hi = mid - 1;
+		else if (p >= r->base + r->map_size)
+			lo = mid + 1;
+		else
+			return mid;
+	}
+	return -1;
+}
+
+static int range_add(struct emu_dev *d, const struct range *r)
+{
+	size_t i;
+
+	if (d->nranges == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 64;
+		struct range *v = realloc(d->ranges, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		d->ranges = v;
+		d->cap = cap;
+	}
+	for (i = d->nranges; i > 0 && d->ranges[i - 1].base > r->base; i--)
+		d->ranges[i] = d->ranges[i - 1];
+	d->ranges[i] = *r;
+	d->nranges++;
+	return 0;
+}
+
+static void range_del(struct emu_dev *d, size_t i)
+{
+	memmove(&d->ranges[i], &d->ranges[i + 1], (d->nranges - i - 1) * sizeof(d->ranges[0]));
+	d->nranges--;
+}
+
+/*
+ * Resolves [p, p+n) to memory this thread may touch: the shadow view for
+ * device memory, p itself for host memory.  A range that starts in device
+ * memory must end inside the same allocation.
+ */
+static int resolve(struct emu_dev *d, const void *p, size_t n, void **out)
+{
+	uintptr_t a = (uintptr_t)p;
+	long i;
+	int ret = 0;
+
+	pthread_mutex_lock(&d->lock);
+	i = range_find(d, a);
+	if (i >= 0 && d->ranges[i].kind == R_DEVICE) {
+		struct range *r = &d->ranges[i];
+
+		if (a + n > r->base + r->size || a + n < a)
+			ret = GDX_EBADPTR;
+		else
+			*out = r->shadow + (a - r->base);
+	} else {
+		/* Host memory must not run into a device allocation either. */
+		long j = n ? range_find(d, a + n - 1) : -1;
+
+		if (j >= 0 && d->ranges[j].kind == R_DEVICE)
+			ret = GDX_EBADPTR;
+		else
+			*out = (void *)p;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return ret;
+}
+
+/* ---- device ---------------------------------------------------------------- */
+
+static int emu_count(void)
+{
+	return (int)gdx_cfg_int("emulated.devices");
+}
+
+static int emu_open(int ordinal, void **priv)
+{
+	struct emu_dev *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	d->ordinal = ordinal;
+	d->mem_limit = gdx_cfg_size("emulated.mem_limit");
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_mutex_init(&d->ev_lock, NULL);
+	pthread_cond_init(&d->ev_cond, NULL);
+	*priv = d;
+	return 0;
+}
+
+static void emu_close(void *priv)
+{
+	struct emu_dev *d = priv;
+
+	for (size_t i = 0; i < d->nranges; i++) {
+		struct range *r = &d->ranges[i];
+
+		if (r->kind == R_DEVICE) {
+			munmap((void *)r->base, r->map_size);
+			munmap(r->shadow, r->map_size);
+		} else if (r->kind == R_PINNED_ALLOC) {
+			munmap((void *)r->base, r->map_size);
+		}
+	}
+	free(d->ranges);
+	pthread_mutex_destroy(&d->lock);
+	pthread_mutex_destroy(&d->ev_lock);
+	pthread_cond_destroy(&d->ev_cond);
+	free(d);
+}
+
+static int emu_props(void *priv, struct gdx_device_props *p)
+{
+	struct emu_dev *d = priv;
+
+	snprintf(p->model, sizeof(p->model), "emulated");
+	p->numa_node = -1;
+	p->total_mem = d->mem_limit;
+	p->async_alloc_supported = 1;
+	return 0;
+}
+
+static int emu_malloc(void *priv, size_t size, void **dptr)
+{
+	struct emu_dev *d = priv;
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	struct range r = { .size = size, .map_size = GDX_ALIGN_UP(size, pg), .kind = R_DEVICE };
+	void *user = MAP_FAILED, *shadow = MAP_FAILED;
+	int fd, ret;
+
+	if (r.map_size < size)
+		return -ENOMEM;
+	pthread_mutex_lock(&d->lock);
+	if (d->mem_used + r.map_size > d->mem_limit) {
+		pthread_mutex_unlock(&d->lock);
+		return -ENOMEM;
+	}
+	d->mem_used += r.map_size;
+	pthread_mutex_unlock(&d->lock);
+
+	ret = -errno;
+	fd = memfd_create("gdx-emulated", MFD_CLOEXEC);
+	if (fd < 0)
+		goto fail;
+	if (ftruncate(fd, (off_t)r.map_size))
+		goto fail;
+	/* Reserve the user view first so the two mappings never alias by accident. */
+	user = mmap(NULL, r.map_size, PROT_NONE, MAP_SHARED, fd, 0);
+	if (user == MAP_FAILED)
+		goto fail;
+	shadow = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+	if (shadow == MAP_FAILED)
+		goto fail;
+	close(fd);
+	fd = -1;
+	r.base = (uintptr_t)user;
+	r.shadow = shadow;
+	r.buffer_id = atomic_fetch_add(&next_buffer_id, 1);
+	pthread_mutex_lock(&d->lock);
+	ret = range_add(d, &r);
+	pthread_mutex_unlock(&d->lock);
+	if (ret)
+		goto fail_unmapped;
+	*dptr = user;
+	return 0;
+
+fail:
+	ret = errno ? -errno : -ENOMEM;
+fail_unmapped:
+	if (user != MAP_FAILED)
+		munmap(user, r.map_size);
+	if (shadow != MAP_FAILED)
+		munmap(shadow, r.map_size);
+	if (fd >= 0)
+		close(fd);
+	pthread_mutex_lock(&d->lock);
+	d->mem_used -= r.map_size;
+	pthread_mutex_unlock(&d->lock);
+	return ret;
+}
+
+static int emu_free(void *priv, void *dptr)
+{
+	struct emu_dev *d = priv;
+	struct range r;
+	long i;
+
+	pthread_mutex_lock(&d->lock);
+	i = range_find(d, (uintptr_t)dptr);
+	if (i < 0 || d->ranges[i].kind != R_DEVICE || d->ranges[i].base != (uintptr_t)dptr) {
+		pthread_mutex_unlock(&d->lock);
+		return GDX_EBADPTR;
+	}
+	r = d->ranges[i];
+	range_del(d, (size_t)i);
+	d->mem_used -= r.map_size;
+	pthread_mutex_unlock(&d->lock);
+	munmap((void *)r.base, r.map_size);
+	munmap(r.shadow, r.map_size);
+	return 0;
+}
+
+static int emu_pinned_alloc(void *priv, size_t size, void **p)
+{
+	struct emu_dev *d = priv;
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	struct range r = { .size = size, .map_size = GDX_ALIGN_UP(size, pg), .kind = R_PINNED_ALLOC };
+	void *m;
+	int ret;
+
+	m = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return -ENOMEM;
+	r.base = (uintptr_t)m;
+	r.buffer_id = atomic_fetch_add(&next_buffer_id, 1);
+	pthread_mutex_lock(&d->lock);
+	ret = range_add(d, &r);
+	pthread_mutex_unlock(&d->lock);
+	if (ret) {
+		munmap(m, r.map_size);
+		return ret;
+	}
+	*p = m;
+	return 0;
+}
+
+static int del_host_range(struct emu_dev *d, void *p, enum range_kind kind, struct range *out)
+{
+	long i;
+
+	pthread_mutex_lock(&d->lock);
+	i = range_find(d, (uintptr_t)p);
+	if (i < 0 || d->ranges[i].kind != kind || d->ranges[i].base != (uintptr_t)p) {
+		pthread_mutex_unlock(&d->lock);
+		return GDX_EBADPTR;
+	}
+	*out = d->ranges[i];
+	range_del(d, (size_t)i);
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+static int emu_pinned_free(void *priv, void *p)
+{
+	struct range r;
+	int ret = del_host_range(priv, p, R_PINNED_ALLOC, &r);
+
+	if (!ret)
+		munmap((void *)r.base, r.map_size);
+	return ret;
+}
+
+static int emu_host_register(void *priv, void *p, size_t size, unsigned flags)
+{
+	struct emu_dev *d = priv;
+	struct range r = { .base = (uintptr_t)p, .size = size, .map_size = size,
+			   .kind = R_PINNED_REG };
+	int ret = 0;
+
+	(void)flags;
+	r.buffer_id = atomic_fetch_add(&next_buffer_id, 1);
+	pthread_mutex_lock(&d->lock);
+	/* Like cuMemHostRegister: overlapping an existing registration is an error. */
+	for (size_t i = 0; i < d->nranges; i++) {
+		struct range *o = &d->ranges[i];
+
+		if (o->base < r.base + size && r.base < o->base + o->map_size) {
+			ret = o->kind == R_DEVICE ? GDX_EBADPTR : -EEXIST;
+			break;
+		}
+	}
+	if (!ret)
+		ret = range_add(d, &r);
+	pthread_mutex_unlock(&d->lock);
+	return ret;
+}
+
+static int emu_host_unregister(void *priv, void *p)
+{
+	struct range r;
+
+	return del_host_range(priv, p, R_PINNED_REG, &r);
+}
+
+static int emu_pointer_query(void *priv, const void *p, struct gdx_ptr_attrs *a)
+{
+	struct emu_dev *d = priv;
+	long i;
+
+	pthread_mutex_lock(&d->lock);
+	i = range_find(d, (uintptr_t)p);
+	if (i >= 0 && (uintptr_t)p < d->ranges[i].base + d->ranges[i].size) {
+		struct range *r = &d->ranges[i];
+
+		a->kind = r->kind == R_DEVICE ? GDX_MEM_DEVICE : GDX_MEM_PINNED;
+		a->device_ordinal = r->kind == R_DEVICE ? d->ordinal : -1;
+		a->base = (void *)r->base;
+		a->size = r->size;
+		a->buffer_id = r->buffer_id;
+	} else {
+		a->kind = GDX_MEM_HOST;
+		a->device_ordinal = -1;
+		a->base = NULL;
+		a->size = 0;
+		a->buffer_id = 0;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+/* ---- streams --------------------------------------------------------------- */
+
+/* Caller holds d->ev_lock. */
+static void event_unref(struct emu_event *ev)
+{
+	if (--ev->refs == 0)
+		free(ev);
+}
+
+static void event_complete(struct emu_dev *d, struct emu_event *ev, uint64_t gen)
+{
+	pthread_mutex_lock(&d->ev_lock);
+	if (gen > ev->done) {
+		ev->done = gen;
+		ev->t_ns = gdx_now_ns();
+	}
+	event_unref(ev);
+	pthread_cond_broadcast(&d->ev_cond);
+	pthread_mutex_unlock(&d->ev_lock);
+}
+
+static void run_op(struct emu_stream_impl *st, struct op *op)
+{
+	struct emu_dev *d = st->d;
+
+	switch (op->type) {
+	case OP_COPY:
+		memmove(op->copy.dst, op->copy.src, op->copy.n);
+		break;
+	case OP_SET:
+		memset(op->set.dst, op->set.v, op->set.n);
+		break;
+	case OP_HOSTFN:
+		op->host.fn(op->host.arg);
+		break;
+	case OP_RECORD:
+		event_complete(d, op->ev.ev, op->ev.gen);
+		break;
+	case OP_WAIT:
+		pthread_mutex_lock(&d->ev_lock);
+		while (op->ev.ev->done < op->ev.gen)
+			pthread_cond_wait(&d->ev_cond, &d->ev_lock);
+		event_unref(op->ev.ev);
+		pthread_mutex_unlock(&d->ev_lock);
+		break;
+	case OP_FREE:
+		emu_free(d, op->free.p);
+		break;
+	}
+}
+
+static void *stream_worker(void *arg)
+{
+	struct emu_stream_impl *st = arg;
+
+	pthread_mutex_lock(&st->lock);
+	for (;;) {
+		struct op *op;
+
+		while (!st->head && !st->stop)
+			pthread_cond_wait(&st->cond, &st->lock);
+		if (!st->head)
+			break;
+		op = st->head;
+		pthread_mutex_unlock(&st->lock);
+		run_op(st, op);
+		pthread_mutex_lock(&st->lock);
+		st->head = op->next;
+		if (!st->head)
+			st->tail = NULL;
+		st->completed++;
+		free(op);
+		pthread_cond_broadcast(&st->cond);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+static int enqueue(struct emu_stream *s, const struct op *tmpl)
+{
+	struct emu_stream_impl *st = s->impl;
+	struct op *op = malloc(sizeof(*op));
+
+	if (!op)
+		return -ENOMEM;
+	*op = *tmpl;
+	op->next = NULL;
+	pthread_mutex_lock(&st->lock);
+	if (st->tail)
+		st->tail->next = op;
+	else
+		st->head = op;
+	st->tail = op;
+	st->enqueued++;
+	pthread_cond_broadcast(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+static int emu_stream_create(void *priv, void *stream, void *native)
+{
+	struct emu_stream *s = stream;
+	struct emu_stream_impl *st;
+	int ret;
+
+	if (native) {
+		s->impl = native;
+		s->owned = false;
+		return ((struct emu_stream_impl *)native)->d == priv ? 0 : -EINVAL;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	st->d = priv;
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->cond, NULL);
+	ret = -pthread_create(&st->thread, NULL, stream_worker, st);
+	if (ret) {
+		pthread_mutex_destroy(&st->lock);
+		pthread_cond_destroy(&st->cond);
+		free(st);
+		return ret;
+	}
+	s->impl = st;
+	s->owned = true;
+	return 0;
+}
+
+static int emu_stream_synchronize(void *priv, void *stream)
+{
+	struct emu_stream_impl *st = ((struct emu_stream *)stream)->impl;
+	uint64_t target;
+
+	(void)priv;
+	pthread_mutex_lock(&st->lock);
+	target = st->enqueued;
+	while (st->completed < target)
+		pthread_cond_wait(&st->cond, &st->lock);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+static int emu_stream_destroy(void *priv, void *stream)
+{
+	struct emu_stream *s = stream;
+	struct emu_stream_impl *st = s->impl;
+
+	if (!s->owned)
+		return 0;
+	/* Like cuStreamDestroy, pending work still runs to completion. */
+	emu_stream_synchronize(priv, stream);
+	pthread_mutex_lock(&st->lock);
+	st->stop = true;
+	pthread_cond_broadcast(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+	pthread_join(st->thread, NULL);
+	pthread_mutex_destroy(&st->lock);
+	pthread_cond_destroy(&st->cond);
+	free(st);
+	return 0;
+}
+
+static int emu_stream_query(void *priv, void *stream)
+{
+	struct emu_stream_impl *st = ((struct emu_stream *)stream)->impl;
+	int ret;
+
+	(void)priv;
+	pthread_mutex_lock(&st->lock);
+	ret = st->completed == st->enqueued ? 0 : -EBUSY;
+	pthread_mutex_unlock(&st->lock);
+	return ret;
+}
+
+static void *emu_stream_native(void *priv, void *stream)
+{
+	(void)priv;
+	return ((struct emu_stream *)stream)->impl;
+}
+
+static int emu_memcpy(void *priv, void *dst, const void *src, size_t n, void *stream)
+{
+	struct emu_dev *d = priv;
+	void *rd, *rs;
+	int ret;
+
+	ret = resolve(d, dst, n, &rd);
+	if (!ret)
+		ret = resolve(d, src, n, &rs);
+	if (ret)
+		return ret;
+	if (!stream) {
+		memmove(rd, rs, n);
+		return 0;
+	}
+	return enqueue(stream, &(struct op){ .type = OP_COPY, .copy = { rd, rs, n } });
+}
+
+static int emu_memset(void *priv, void *dst, int v, size_t n, void *stream)
+{
+	struct emu_dev *d = priv;
+	void *rd;
+	int ret = resolve(d, dst, n, &rd);
+
+	if (ret)
+		return ret;
+	if (!stream) {
+		memset(rd, v, n);
+		return 0;
+	}
+	return enqueue(stream, &(struct op){ .type = OP_SET, .set = { rd, v, n } });
+}
+
+static int emu_malloc_async(void *priv, size_t size, void **dptr, void *stream)
+{
+	/* Memory exists at once; only its use is ordered, which the stream does. */
+	(void)stream;
+	return emu_malloc(priv, size, dptr);
+}
+
+static int emu_free_async(void *priv, void *dptr, void *stream)
+{
+	struct emu_dev *d = priv;
+	long i;
+
+	pthread_mutex_lock(&d->lock);
+	i = range_find(d, (uintptr_t)dptr);
+	i = (i >= 0 && d->ranges[i].kind == R_DEVICE && d->ranges[i].base == (uintptr_t)dptr) ? i : -1;
+	pthread_mutex_unlock(&d->lock);
+	if (i < 0)
+		return GDX_EBADPTR;
+	return enqueue(stream, &(struct op){ .type = OP_FREE, .free = { dptr } });
+}
+
+static int emu_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void *arg)
+{
+	(void)priv;
+	return enqueue(stream, &(struct op){ .type = OP_HOSTFN, .host = { fn, arg } });
+}
+
+/* ---- events ---------------------------------------------------------------- */
+
+struct emu_event_h {
+	struct emu_event *ev;
+};
+
+static int emu_event_create(void *priv, void *event, unsigned flags)
+{
+	struct emu_event_h *h = event;
+
+	(void)flags;
+	h->ev = calloc(1, sizeof(*h->ev));
+	if (!h->ev)
+		return -ENOMEM;
+	h->ev->d = priv;
+	h->ev->refs = 1;
+	return 0;
+}
+
+static int emu_event_destroy(void *priv, void *event)
+{
+	struct emu_event_h *h = event;
+	struct emu_dev *d = priv;
+
+	/*
+	 * Records and waits still queued hold their own references, so the event
+	 * outlives its handle until they have run, as cuEventDestroy allows.
+	 */
+	pthread_mutex_lock(&d->ev_lock);
+	event_unref(h->ev);
+	pthread_mutex_unlock(&d->ev_lock);
+	return 0;
+}
+
+static int emu_event_record(void *priv, void *event, void *stream)
+{
+	struct emu_event *ev = ((struct emu_event_h *)event)->ev;
+	struct emu_dev *d = priv;
+	uint64_t gen;
+
+	int ret;
+
+	pthread_mutex_lock(&d->ev_lock);
+	gen = ++ev->recorded;
+	ev->refs++;
+	pthread_mutex_unlock(&d->ev_lock);
+	ret = enqueue(stream, &(struct op){ .type = OP_RECORD, .ev = { ev, gen } });
+	if (ret) {
+		/* Never ran: complete the generation so waiters do not hang. */
+		event_complete(d, ev, gen);
+	}
+	return ret;
+}
+
+static int emu_stream_wait_event(void *priv, void *stream, void *event)
+{
+	struct emu_event *ev = ((struct emu_event_h *)event)->ev;
+	struct emu_dev *d = priv;
+	uint64_t gen;
+
+	/* Waits for the record that was latest when this call was made. */
+	int ret;
+
+	pthread_mutex_lock(&d->ev_lock);
+	gen = ev->recorded;
+	if (gen)
+		ev->refs++;
+	pthread_mutex_unlock(&d->ev_lock);
+	if (!gen)
+		return 0;
+	ret = enqueue(stream, &(struct op){ .type = OP_WAIT, .ev = { ev, gen } });
+	if (ret) {
+		pthread_mutex_lock(&d->ev_lock);
+		event_unref(ev);
+		pthread_mutex_unlock(&d->ev_lock);
+	}
+	return ret;
+}
+
+static int emu_event_synchronize(void *priv, void *event)
+{
+	struct emu_event *ev = ((struct emu_event_h *)event)->ev;
+	struct emu_dev *d = priv;
+
+	pthread_mutex_lock(&d->ev_lock);
+	while (ev->done < ev->recorded)
+		pthread_cond_wait(&d->ev_cond, &d->ev_lock);
+	pthread_mutex_unlock(&d->ev_lock);
+	return 0;
+}
+
+static int emu_event_query(void *priv, void *event)
+{
+	struct emu_event *ev = ((struct emu_event_h *)event)->ev;
+	struct emu_dev *d = priv;
+	int ret;
+
+	pthread_mutex_lock(&d->ev_lock);
+	ret = ev->done >= ev->recorded ? 0 : -EBUSY;
+	pthread_mutex_unlock(&d->ev_lock);
+	return ret;
+}
+
+static int emu_event_elapsed_ms(void *priv, void *start, void *end, float *ms)
+{
+	struct emu_event *a = ((struct emu_event_h *)start)->ev;
+	struct emu_event *b = ((struct emu_event_h *)end)->ev;
+	struct emu_dev *d = priv;
+	int ret = 0;
+
+	pthread_mutex_lock(&d->ev_lock);
+	if (!a->recorded || !b->recorded)
+		ret = -EINVAL;		/* CUDA: invalid resource handle */
+	else if (a->done < a->recorded || b->done < b->recorded)
+		ret = -EBUSY;		/* CUDA: not ready */
+	else
+		*ms = (float)((double)((int64_t)(b->t_ns - a->t_ns)) / 1e6);
+	pthread_mutex_unlock(&d->ev_lock);
+	return ret;
+}
+
+const struct gdx_device_ops gdx_emulated_ops = {
+	.kind = "emulated",
+	.stream_priv_size = sizeof(struct emu_stream),
+	.event_priv_size = sizeof(struct emu_event_h),
+	.count = emu_count,
+	.open = emu_open,
+	.close = emu_close,
+	.props = emu_props,
+	.malloc = emu_malloc,
+	.free = emu_free,
+	.malloc_async = emu_malloc_async,
+	.free_async = emu_free_async,
+	.pinned_alloc = emu_pinned_alloc,
+	.pinned_free = emu_pinned_free,
+	.host_register = emu_host_register,
+	.host_unregister = emu_host_unregister,
+	.pointer_query = emu_pointer_query,
+	.export_dmabuf = NULL,
+	.memcpy = emu_memcpy,
+	.memset = emu_memset,
+	.stream_create = emu_stream_create,
+	.stream_destroy = emu_stream_destroy,
+	.stream_synchronize = emu_stream_synchronize,
+	.stream_query = emu_stream_query,
+	.stream_native = emu_stream_native,
+	.launch_host_func = emu_launch_host_func,
+	.stream_wait_event = emu_stream_wait_event,
+	.event_create = emu_event_create,
+	.event_destroy = emu_event_destroy,
+	.event_record = emu_event_record,
+	.event_synchronize = emu_event_synchronize,
+	.event_query = emu_event_query,
+	.event_elapsed_ms = emu_event_elapsed_ms,
+};

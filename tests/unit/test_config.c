@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include <gdx/gdx.h>
+
+#include "common/config.h"
+
+static void sizes_parse(void **state)
+{
+	uint64_t v;
+
+	(void)state;
+	assert_int_equal(gdx_parse_size("4096", &v), 0);
+	assert_int_equal(v, 4096);
+	assert_int_equal(gdx_parse_size("64k", &v), 0);
+	assert_int_equal(v, 65536);
+	assert_int_equal(gdx_parse_size("1MiB", &v), 0);
+	assert_int_equal(v, 1 << 20);
+	assert_int_equal(gdx_parse_size("2G", &v), 0);
+	assert_int_equal(v, 2ull << 30);
+	assert_int_equal(gdx_parse_size("0x10", &v), 0);
+	assert_int_equal(v, 16);
+	assert_int_equal(gdx_parse_size("", &v), -EINVAL);
+	assert_int_equal(gdx_parse_size("-1", &v), -EINVAL);
+	assert_int_equal(gdx_parse_size("12q", &v), -EINVAL);
+	assert_int_equal(gdx_parse_size("1kk", &v), -EINVAL);
+	assert_int_equal(gdx_parse_size("99999999999999999999", &v), -EINVAL);
+	assert_int_equal(gdx_parse_size("16777216T", &v), -ERANGE);
+}
+
+static void set_env_file_default_precedence(void **state)
+{
+	char path[] = "/tmp/gdx-config-XXXXXX";
+	char buf[64];
+	int fd;
+	FILE *f;
+
+	(void)state;
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 1);
+
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	fputs("{\"emulated\": {\"devices\": 3, \"mem_limit\": \"1G\"}, \"require_direct\": true}", f);
+	fclose(f);
+	assert_int_equal(gdx_config_load_file(path), 0);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 3);
+	assert_int_equal(gdx_cfg_size("emulated.mem_limit"), 1ull << 30);
+	assert_true(gdx_cfg_bool("require_direct"));
+
+	setenv("GDX_EMULATED_DEVICES", "5", 1);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 5);
+	/* A bad environment value is ignored (and logged), not fatal. */
+	setenv("GDX_EMULATED_DEVICES", "lots", 1);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 3);
+	setenv("GDX_EMULATED_DEVICES", "5", 1);
+
+	assert_int_equal(gdx_config_set("emulated.devices", "2"), 0);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 2);
+	assert_int_equal(gdx_config_get("emulated.devices", buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "2");
+	assert_int_equal(gdx_config_set("emulated.devices", "0"), -ERANGE);
+	assert_int_equal(gdx_config_set("emulated.devices", "x"), -EINVAL);
+	assert_int_equal(gdx_config_set("no.such.knob", "1"), -ENOENT);
+	assert_int_equal(gdx_config_set("emulated.devices", NULL), 0);
+	unsetenv("GDX_EMULATED_DEVICES");
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 3);
+	unlink(path);
+}
+
+static int load_text(const char *text)
+{
+	char path[] = "/tmp/gdx-config-XXXXXX";
+	int fd = mkstemp(path), ret;
+	FILE *f = fdopen(fd, "w");
+
+	fputs(text, f);
+	fclose(f);
+	ret = gdx_config_load_file(path);
+	unlink(path);
+	return ret;
+}
+
+static void bad_files_are_refused(void **state)
+{
+	(void)state;
+	gdx_log_set_level(GDX_LOG_ERROR);
+	assert_int_equal(load_text("{\"nope\": 1}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"emulated\": {\"devices\": \"many\"}}"), GDX_ECONFIG);
+	assert_int_equal(load_text("[1, 2]"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"device\": "), GDX_ECONFIG);
+	assert_int_equal(gdx_config_load_file("/nonexistent/gdx.json"), GDX_ECONFIG);
+}
+
+/* docs/config.md must list every knob of the table, by name and variable. */
+static void docs_list_every_knob(void **state)
+{
+	const char *src = getenv("GDX_SRCDIR");
+	struct gdx_config_knob_info k;
+	char path[4096], *text;
+	long len;
+	FILE *f;
+	int n;
+
+	(void)state;
+	if (!src)
+		skip();
+	snprintf(path, sizeof(path), "%s/docs/config.md", src);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	rewind(f);
+	text = calloc(1, (size_t)len + 1);
+	assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	n = gdx_config_knob(0, NULL);
+	for (int i = 0; i < n; i++) {
+		char needle[160];
+
+		gdx_config_knob((unsigned)i, &k);
+		snprintf(needle, sizeof(needle), "| `%s` | `%s` |", k.name, k.env);
+		if (!strstr(text, needle))
+			fail_msg("docs/config.md lacks the row for %s (run gdx config --markdown)", k.name);
+	}
+	free(text);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(sizes_parse),
+		cmocka_unit_test(set_env_file_default_precedence),
+		cmocka_unit_test(bad_files_are_refused),
+		cmocka_unit_test(docs_list_every_knob),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device suite: written once against the public API and run on every
+ * device.  CI runs it on the emulated device; tests/gpu/run.sh runs the same
+ * binary with GDX_DEVICE=cuda on a GPU machine.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include <gdx/gdx.h>
+
+static struct gdx_device *dev;
+
+static int setup(void **state)
+{
+	(void)state;
+	return gdx_device_open(NULL, &dev);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	gdx_device_close(dev);
+	return 0;
+}
+
+static void spec_parsing(void **state)
+{
+	struct gdx_device *d;
+
+	(void)state;
+	gdx_log_set_level(GDX_LOG_ERROR);
+	assert_int_equal(gdx_device_open("emulated:x", &d), -EINVAL);
+	assert_int_equal(gdx_device_open("emulated:-1", &d), -EINVAL);
+	assert_int_equal(gdx_device_open("nosuch", &d), -EINVAL);
+	assert_int_equal(gdx_device_open("emulated:99", &d), GDX_ENODEVICE);
+	/* The same device opened twice is one object. */
+	assert_int_equal(gdx_device_open(gdx_device_name(dev), &d), 0);
+	assert_ptr_equal(d, dev);
+	gdx_device_close(d);
+	assert_int_equal(gdx_device_count("nosuch"), -EINVAL);
+	assert_true(gdx_device_count(gdx_device_kind(dev)) >= 1);
+}
+
+static void round_trip_all_kinds(void **state)
+{
+	const size_t n = (4 << 20) + 123;
+	unsigned char *h = malloc(n), *back = malloc(n), *pin;
+	void *d1, *d2;
+
+	(void)state;
+	t_fill(h, n, 1);
+	assert_int_equal(gdx_device_malloc(dev, n, &d1), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d2), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, n, (void **)&pin), 0);
+
+	assert_int_equal(gdx_memcpy(dev, d1, h, n), 0);		/* H2D pageable */
+	assert_int_equal(gdx_memcpy(dev, d2, d1, n), 0);		/* D2D */
+	assert_int_equal(gdx_memcpy(dev, pin, d2, n), 0);		/* D2H pinned */
+	assert_memory_equal(pin, h, n);
+	memset(back, 0, n);
+	assert_int_equal(gdx_memcpy(dev, back, (char *)d2 + 7, n - 7), 0); /* unaligned */
+	assert_memory_equal(back, h + 7, n - 7);
+
+	assert_int_equal(gdx_memset(dev, (char *)d1 + 100, 0xab, 1000), 0);
+	assert_int_equal(gdx_memcpy(dev, back, d1, 2000), 0);
+	for (int i = 100; i < 1100; i++)
+		assert_int_equal(back[i], 0xab);
+	assert_int_equal(back[99], h[99]);
+	assert_int_equal(back[1100], h[1100]);
+
+	assert_int_equal(gdx_pinned_free(dev, pin), 0);
+	assert_int_equal(gdx_device_free(dev, d2), 0);
+	assert_int_equal(gdx_device_free(dev, d1), 0);
+	free(h);
+	free(back);
+}
+
+static void pointer_queries(void **state)
+{
+	struct gdx_ptr_attrs a, b;
+	char *host = malloc(4096);
+	void *d, *pin;
+
+	(void)state;
+	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
+	assert_int_equal(gdx_pointer_query(dev, (char *)d + 4097, &a), 0);
+	assert_int_equal(a.kind, GDX_MEM_DEVICE);
+	assert_int_equal(a.device_ordinal, gdx_device_ordinal(dev));
+	assert_ptr_equal(a.base, d);
+	assert_true(a.size >= (1 << 20));
+	assert_true(a.buffer_id != 0);
+
+	assert_int_equal(gdx_pointer_query(dev, host, &b), 0);
+	assert_int_equal(b.kind, GDX_MEM_HOST);
+	assert_int_equal(b.buffer_id, 0);
+
+	assert_int_equal(gdx_pinned_alloc(dev, 8192, &pin), 0);
+	assert_int_equal(gdx_pointer_query(dev, (char *)pin + 10, &b), 0);
+	assert_int_equal(b.kind, GDX_MEM_PINNED);
+	assert_ptr_equal(b.base, pin);
+	assert_int_equal(gdx_pinned_free(dev, pin), 0);
+
+	assert_int_equal(gdx_host_register(dev, host, 4096, 0), 0);
+	assert_int_equal(gdx_pointer_query(dev, host + 5, &b), 0);
+	assert_int_equal(b.kind, GDX_MEM_PINNED);
+	assert_int_equal(gdx_host_unregister(dev, host), 0);
+	assert_int_equal(gdx_pointer_query(dev, host, &b), 0);
+	assert_int_equal(b.kind, GDX_MEM_HOST);
+
+	/* A new allocation never reuses a buffer id. */
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
+	assert_int_equal(gdx_pointer_query(dev, d, &b), 0);
+	assert_true(b.buffer_id != a.buffer_id);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	free(host);
+}
+
+static void bad_pointers_are_refused(void **state)
+{
+	char host[64];
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_malloc(dev, 4096, &d), 0);
+	/* Past the end of the allocation. */
+	assert_int_not_equal(gdx_memcpy(dev, host, (char *)d + 4090, 64), 0);
+	assert_int_not_equal(gdx_memset(dev, (char *)d + 4000, 0, 200), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	/* Freed, and never allocated. */
+	assert_int_not_equal(gdx_device_free(dev, d), 0);
+	assert_int_not_equal(gdx_device_free(dev, host), 0);
+	assert_int_not_equal(gdx_pinned_free(dev, host), 0);
+	assert_int_not_equal(gdx_host_unregister(dev, host), 0);
+	assert_int_equal(gdx_device_malloc(dev, 0, &d), -EINVAL);
+	assert_int_equal(gdx_memcpy(dev, NULL, host, 1), -EINVAL);
+}
+
+/* On the emulated device the CPU must not reach device memory directly. */
+static void cpu_access_to_device_memory_faults(void **state)
+{
+	volatile unsigned char *d;
+	int status;
+	pid_t pid;
+
+	(void)state;
+	if (strcmp(gdx_device_kind(dev), "emulated"))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, 4096, (void **)&d), 0);
+	pid = fork();
+	if (pid == 0) {
+		signal(SIGSEGV, SIG_DFL);
+		(void)d[0];
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status));
+	assert_int_equal(WTERMSIG(status), SIGSEGV);
+	assert_int_equal(gdx_device_free(dev, (void *)d), 0);
+}
+
+struct order_log {
+	_Atomic int seq;
+	int at[8];
+};
+
+static void note_a(void *arg) { struct order_log *l = arg; l->at[0] = atomic_fetch_add(&l->seq, 1); }
+static void note_b(void *arg) { struct order_log *l = arg; l->at[1] = atomic_fetch_add(&l->seq, 1); }
+static void note_c(void *arg) { struct order_log *l = arg; l->at[2] = atomic_fetch_add(&l->seq, 1); }
+
+static void slow_fn(void *arg)
+{
+	usleep(50000);
+	*(_Atomic int *)arg = 1;
+}
+
+static void stream_order_and_host_funcs(void **state)
+{
+	const size_t n = 1 << 20;
+	unsigned char *src, *dst;
+	struct gdx_stream *s;
+	struct order_log log = { 0 };
+	_Atomic int slow_done = 0;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_pinned_alloc(dev, n, (void **)&src), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, n, (void **)&dst), 0);
+	t_fill(src, n, 7);
+	memset(dst, 0, n);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+
+	assert_int_equal(gdx_stream_launch_host_func(s, slow_fn, &slow_done), 0);
+	assert_int_equal(gdx_stream_query(s), -EBUSY);
+	assert_int_equal(gdx_memcpy_async(dev, d, src, n, s), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s, note_a, &log), 0);
+	assert_int_equal(gdx_memcpy_async(dev, dst, d, n, s), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s, note_b, &log), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(slow_done, 1);
+	assert_int_equal(gdx_stream_query(s), 0);
+	assert_int_equal(log.at[0], 0);
+	assert_int_equal(log.at[1], 1);
+	assert_memory_equal(dst, src, n);
+
+	assert_int_equal(gdx_stream_destroy(s), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_int_equal(gdx_pinned_free(dev, src), 0);
+	assert_int_equal(gdx_pinned_free(dev, dst), 0);
+}
+
+static void events_order_streams(void **state)
+{
+	struct gdx_stream *s1, *s2;
+	struct gdx_event *e, *t0, *t1;
+	struct order_log log = { 0 };
+	_Atomic int slow_done = 0;
+	float ms = -1;
+
+	(void)state;
+	assert_int_equal(gdx_stream_create(dev, &s1), 0);
+	assert_int_equal(gdx_stream_create(dev, &s2), 0);
+	assert_int_equal(gdx_event_create(dev, 0, &e), 0);
+	assert_int_equal(gdx_event_create(dev, GDX_EVENT_TIMING, &t0), 0);
+	assert_int_equal(gdx_event_create(dev, GDX_EVENT_TIMING, &t1), 0);
+	/* A never-recorded event counts as complete. */
+	assert_int_equal(gdx_event_query(e), 0);
+
+	assert_int_equal(gdx_event_record(t0, s1), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s1, slow_fn, &slow_done), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s1, note_a, &log), 0);
+	assert_int_equal(gdx_event_record(e, s1), 0);
+	assert_int_equal(gdx_event_record(t1, s1), 0);
+	assert_int_equal(gdx_event_query(e), -EBUSY);
+	assert_int_equal(gdx_event_elapsed_ms(t0, t1, &ms), -EBUSY);
+	/* s2 waits for s1's work up to e, so note_b runs after note_a. */
+	assert_int_equal(gdx_stream_wait_event(s2, e), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s2, note_b, &log), 0);
+	assert_int_equal(gdx_stream_synchronize(s2), 0);
+	assert_int_equal(log.at[0], 0);
+	assert_int_equal(log.at[1], 1);
+	assert_int_equal(gdx_event_synchronize(e), 0);
+	assert_int_equal(gdx_event_query(e), 0);
+	assert_int_equal(gdx_event_synchronize(t1), 0);
+	assert_int_equal(gdx_event_elapsed_ms(t0, t1, &ms), 0);
+	assert_true(ms >= 40.0f && ms < 5000.0f);
+	/* Untimed events cannot be timed. */
+	assert_int_equal(gdx_event_elapsed_ms(t0, e, &ms), -EINVAL);
+
+	/* Re-recording moves the event; a wait enqueued now sees the new spot. */
+	slow_done = 0;
+	assert_int_equal(gdx_stream_launch_host_func(s1, slow_fn, &slow_done), 0);
+	assert_int_equal(gdx_event_record(e, s1), 0);
+	assert_int_equal(gdx_stream_wait_event(s2, e), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s2, note_c, &log), 0);
+	/* Destroying an event with work still queued on it is allowed. */
+	assert_int_equal(gdx_event_destroy(e), 0);
+	assert_int_equal(gdx_stream_synchronize(s2), 0);
+	assert_int_equal(slow_done, 1);
+	assert_int_equal(log.at[2], 2);
+
+	assert_int_equal(gdx_event_destroy(t0), 0);
+	assert_int_equal(gdx_event_destroy(t1), 0);
+	assert_int_equal(gdx_stream_destroy(s1), 0);
+	assert_int_equal(gdx_stream_destroy(s2), 0);
+}
+
+static void stream_ordered_alloc(void **state)
+{
+	struct gdx_device_props p;
+	struct gdx_ptr_attrs a;
+	struct gdx_stream *s;
+	unsigned char host[4096], back[4096];
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_props(dev, &p), 0);
+	if (!p.async_alloc_supported)
+		skip();
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	assert_int_equal(gdx_device_malloc_async(dev, 1 << 20, &d, s), 0);
+	t_fill(host, sizeof(host), 3);
+	assert_int_equal(gdx_memcpy_async(dev, d, host, sizeof(host), s), 0);
+	assert_int_equal(gdx_memcpy_async(dev, back, d, sizeof(back), s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_memory_equal(back, host, sizeof(host));
+	assert_int_equal(gdx_pointer_query(dev, (char *)d + 100, &a), 0);
+	assert_int_equal(a.kind, GDX_MEM_DEVICE);
+	assert_ptr_equal(a.base, d);
+	assert_int_equal(gdx_device_free_async(dev, d, s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(gdx_stream_destroy(s), 0);
+}
+
+static void wrapped_stream(void **state)
+{
+	struct gdx_stream *s, *w;
+	struct order_log log = { 0 };
+
+	(void)state;
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	assert_non_null(gdx_stream_native(s));
+	assert_int_equal(gdx_stream_wrap(dev, gdx_stream_native(s), &w), 0);
+	assert_ptr_equal(gdx_stream_native(w), gdx_stream_native(s));
+	assert_int_equal(gdx_stream_launch_host_func(w, note_a, &log), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s, note_b, &log), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(log.at[0], 0);
+	assert_int_equal(log.at[1], 1);
+	/* Destroying the wrapper leaves the stream usable. */
+	assert_int_equal(gdx_stream_destroy(w), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s, note_c, &log), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(log.at[2], 2);
+	assert_int_equal(gdx_stream_destroy(s), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(spec_parsing),
+		cmocka_unit_test(round_trip_all_kinds),
+		cmocka_unit_test(pointer_queries),
+		cmocka_unit_test(bad_pointers_are_refused),
+		cmocka_unit_test(cpu_access_to_device_memory_faults),
+		cmocka_unit_test(stream_order_and_host_funcs),
+		cmocka_unit_test(events_order_streams),
+		cmocka_unit_test(stream_ordered_alloc),
+		cmocka_unit_test(wrapped_stream),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

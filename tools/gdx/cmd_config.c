@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+#include <stdio.h>
+#include <string.h>
+
+#include <gdx/gdx.h>
+
+#include "cmd.h"
+
+/* `gdx config [--markdown]`: the knob table, as text or as docs/config.md's table. */
+int cmd_config(int argc, char **argv)
+{
+	struct gdx_config_knob_info k;
+	int markdown = argc > 1 && !strcmp(argv[1], "--markdown");
+	int n = gdx_config_knob(0, NULL);
+
+	if (argc > 1 && !markdown) {
+		fprintf(stderr, "usage: gdx config [--markdown]\n");
+		return 2;
+	}
+	if (markdown)
+		printf("| knob | environment | type | default | meaning |\n|---|---|---|---|---|\n");
+	for (int i = 0; i < n; i++) {
+		char cur[256];
+
+		gdx_config_knob((unsigned)i, &k);
+		if (markdown) {
+			printf("| `%s` | `%s` | %s | `%s` | %s |\n", k.name, k.env, k.type, k.def, k.doc);
+			continue;
+		}
+		if (gdx_config_get(k.name, cur, sizeof(cur)) < 0)
+			snprintf(cur, sizeof(cur), "?");
+		printf("%-24s %-28s %-7s %-10s %s\n", k.name, k.env, k.type, cur, k.doc);
+	}
+	return 0;
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+#include <stdio.h>
+#include <string.h>
+
+#include <gdx/gdx.h>
+
+#include "cmd.h"
+
+static const struct gdx_cmd cmds[] = {
+	{ "config", "list every knob with its environment variable and current value", cmd_config },
+	{ "version", "print the library version", cmd_version },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: gdx <command> [options]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
+	fprintf(f, "\n'gdx <command> --help' describes one command.\n");
+}
+
+int cmd_version(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	printf("gdx %s\n", gdx_version());
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cmds[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "gdx: unknown command '%s'\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
