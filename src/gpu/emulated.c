@@ -239,7 +239,6 @@ static int emu_malloc(void *priv, size_t size, void **dptr)
 	d->mem_used += r.map_size;
 	pthread_mutex_unlock(&d->lock);
 
-	ret = -errno;
 	fd = memfd_create("gdx-emulated", MFD_CLOEXEC);
 	if (fd < 0)
 		goto fail;
