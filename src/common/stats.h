@@ -27,10 +27,18 @@ static inline uint64_t gdx_counter_get(const struct gdx_counter *c)
 }
 
 struct gdx_stats;
+/*
+ * Registers n counters under scope (copied).  Scopes are unique ("nvmf.ctrl.3"):
+ * -EEXIST for one in use; counter names must be non-empty and distinct within
+ * the set (-EINVAL).  The counters stay the caller's and must outlive the set.
+ */
 int gdx_stats_create(const char *scope, struct gdx_counter *counters, unsigned n,
 		     struct gdx_stats **out);
 void gdx_stats_destroy(struct gdx_stats *st);
-/* Writes {"scope": {"name": value, ...}, ...} for every live counter set. */
+/*
+ * Writes {"scope": {"name": value, ...}, ...} for every live counter set, in
+ * registration order; -EIO if writing fails.
+ */
 int gdx_stats_dump_json(FILE *f);
 
 #endif
