@@ -45,6 +45,8 @@ static struct knob knobs[] = {
 	     "fail a transfer instead of falling back from the direct path"),
 	KNOB("sysfs_root", K_STRING, "/sys",
 	     "root of the sysfs tree gdx check and the topology walk read"),
+	KNOB("cuda.lib", K_STRING, "libcuda.so.1",
+	     "the CUDA driver library, loaded at run time"),
 	KNOB("emulated.devices", K_INT, "1",
 	     "number of emulated devices", .min = 1, .max = 16),
 	KNOB("emulated.mem_limit", K_SIZE, "16G",

@@ -1,53 +1,724 @@
 /* SPDX-License-Identifier: MIT */
-/* The cuda device: the CUDA driver API through libcuda.so.1, loaded at run time. */
-#include <dlfcn.h>
+/*
+ * The cuda device: the CUDA driver API through libcuda.so.1, loaded at run time
+ * (src/shim/cuda_api.c).  One primary context per device, retained at open;
+ * every call makes it current on the calling thread and puts back whatever
+ * context the thread had before, so gdx never changes an application's device
+ * behind its back.  A thread that had no context keeps ours (nothing to
+ * disturb, and the next call is cheaper).
+ *
+ * Synchronous copies and fills go through the calling thread's per-thread
+ * default stream and wait for it: unlike the legacy NULL stream that cuMemcpy
+ * uses, it neither waits for nor blocks other streams, and unlike cuMemcpy a
+ * device-to-device copy is complete when the call returns.
+ */
+#include <ctype.h>
 #include <errno.h>
-#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "gpu/device.h"
+#include "shim/cuda_api.h"
 
-typedef int (*cu_init_fn)(unsigned);
-typedef int (*cu_count_fn)(int *);
+struct cu_dev {
+	const struct gdx_cu *cu;
+	int ordinal;
+	CUdevice dev;
+	CUcontext ctx;
+	bool pools;		/* cuMemAllocAsync usable */
+	bool dmabuf;		/* cuMemGetHandleForAddressRange gives dma-bufs */
+};
 
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static int load_status;
-static int device_count;
+struct cu_stream {
+	CUstream s;
+	bool owned;
+};
 
-static void load(void)
+struct cu_event {
+	CUevent e;
+};
+
+#define DPTR(p) ((CUdeviceptr)(uintptr_t)(p))
+#define CU(d, call, what) gdx_cu_status((d)->cu->call, what)
+
+/* ---- context ----------------------------------------------------------- */
+
+static int enter(struct cu_dev *d, CUcontext *prev)
 {
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	cu_init_fn init;
-	cu_count_fn count;
+	CUcontext cur = NULL;
+	CUresult r;
 
-	if (!h) {
-		GDX_DBG("cuda", "libcuda.so.1: %s", dlerror());
-		load_status = GDX_ENOLIB;
-		return;
-	}
-	init = (cu_init_fn)dlsym(h, "cuInit");
-	count = (cu_count_fn)dlsym(h, "cuDeviceGetCount");
-	if (!init || !count || init(0) || count(&device_count)) {
-		load_status = GDX_EDRIVER;
-		return;
-	}
+	*prev = NULL;
+	if (!d->cu->cuCtxGetCurrent(&cur) && cur == d->ctx)
+		return 0;
+	r = d->cu->cuCtxSetCurrent(d->ctx);
+	if (r)
+		return gdx_cu_status(r, "cuCtxSetCurrent");
+	*prev = cur;
+	return 0;
 }
+
+static void leave(struct cu_dev *d, CUcontext prev)
+{
+	if (prev)
+		d->cu->cuCtxSetCurrent(prev);
+}
+
+/* ---- device ------------------------------------------------------------ */
 
 static int cuda_count(void)
 {
-	pthread_once(&load_once, load);
-	return load_status ? load_status : device_count;
+	return gdx_cu_load(NULL);
+}
+
+const char *gdx_cuda_load_error(void)
+{
+	return gdx_cu_load_error();
+}
+
+static int attr(struct cu_dev *d, CUdevice_attribute a)
+{
+	int v = 0;
+
+	if (d->cu->cuDeviceGetAttribute(&v, a, d->dev))
+		return 0;
+	return v;
 }
 
 static int cuda_open(int ordinal, void **priv)
 {
-	(void)ordinal;
+	const struct gdx_cu *cu;
+	struct cu_dev *d;
+	int ret = gdx_cu_load(&cu);
+
+	if (ret <= 0)
+		return ret ? ret : GDX_ENODEVICE;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->cu = cu;
+	d->ordinal = ordinal;
+	ret = CU(d, cuDeviceGet(&d->dev, ordinal), "cuDeviceGet");
+	if (ret)
+		goto fail;
+	/* Copies infer their direction from the pointers: that needs UVA. */
+	if (!attr(d, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)) {
+		GDX_ERR("cuda", "device %d has no unified addressing", ordinal);
+		ret = -EOPNOTSUPP;
+		goto fail;
+	}
+	ret = CU(d, cuDevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain");
+	if (ret)
+		goto fail;
+	d->pools = cu->cuMemAllocAsync && cu->cuMemFreeAsync &&
+		   attr(d, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
+	d->dmabuf = cu->cuMemGetHandleForAddressRange &&
+		    attr(d, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED);
+	*priv = d;
+	return 0;
+fail:
+	free(d);
+	return ret;
+}
+
+static void cuda_close(void *priv)
+{
+	struct cu_dev *d = priv;
+	CUcontext cur = NULL;
+
+	/* Never leave a released context current on this thread. */
+	if (!d->cu->cuCtxGetCurrent(&cur) && cur == d->ctx)
+		d->cu->cuCtxSetCurrent(NULL);
+	d->cu->cuDevicePrimaryCtxRelease(d->dev);
+	free(d);
+}
+
+static int read_numa_node(const char *bdf)
+{
+	char path[96], buf[16];
+	FILE *f;
+	int node = -1;
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", bdf);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	if (fgets(buf, sizeof(buf), f))
+		node = atoi(buf);
+	fclose(f);
+	return node < 0 ? -1 : node;
+}
+
+static int cuda_props(void *priv, struct gdx_device_props *p)
+{
+	struct cu_dev *d = priv;
+	unsigned dom, bus, slot, fn;
+	char bdf[32];
+	size_t total = 0;
+	int ret;
+
+	ret = CU(d, cuDeviceGetName(p->model, (int)sizeof(p->model), d->dev), "cuDeviceGetName");
+	if (ret)
+		return ret;
+	/* The driver prints upper-case hex and a wide domain; sysfs wants 0000:bb:dd.f. */
+	if (!d->cu->cuDeviceGetPCIBusId(bdf, (int)sizeof(bdf), d->dev) &&
+	    sscanf(bdf, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) == 4) {
+		snprintf(p->pci_bdf, sizeof(p->pci_bdf), "%04x:%02x:%02x.%x",
+			 dom & 0xffff, bus & 0xff, slot & 0x1f, fn & 0x7);
+		p->numa_node = read_numa_node(p->pci_bdf);
+	}
+	if (!d->cu->cuDeviceTotalMem(&total, d->dev))
+		p->total_mem = total;
+	p->driver_version = d->cu->driver_version;
+	p->cc_major = attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+	p->cc_minor = attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+	p->dmabuf_supported = d->dmabuf;
+	p->gdr_supported = attr(d, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED);
+	p->async_alloc_supported = d->pools;
+	return 0;
+}
+
+/* ---- pointer queries --------------------------------------------------- */
+
+/*
+ * One cuPointerGetAttributes call answers everything but the mapped extent of
+ * a cuMemMap range.  Booleans and ordinals are written as 32-bit values;
+ * zero-initialised 64-bit slots read correctly whatever width the driver uses.
+ */
+enum { A_TYPE, A_ORDINAL, A_ID, A_MANAGED, A_START, A_SIZE, A_MAPPED, A_IPC, A_POOL, A_N };
+
+static int query(struct cu_dev *d, const void *p, struct gdx_ptr_attrs *a)
+{
+	static const CUpointer_attribute which[A_N] = {
+		[A_TYPE] = CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+		[A_ORDINAL] = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+		[A_ID] = CU_POINTER_ATTRIBUTE_BUFFER_ID,
+		[A_MANAGED] = CU_POINTER_ATTRIBUTE_IS_MANAGED,
+		[A_START] = CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+		[A_SIZE] = CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+		[A_MAPPED] = CU_POINTER_ATTRIBUTE_MAPPED,
+		[A_IPC] = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+		[A_POOL] = CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+	};
+	CUpointer_attribute attrs[A_N];
+	uint64_t v[A_N] = { 0 };
+	void *data[A_N];
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	uint32_t type;
+	int ret;
+
+	memcpy(attrs, which, sizeof(attrs));
+	for (int i = 0; i < A_N; i++)
+		data[i] = &v[i];
+	ret = CU(d, cuPointerGetAttributes(A_N, attrs, data, DPTR(p)), "cuPointerGetAttributes");
+	if (ret)
+		return ret;
+	type = (uint32_t)v[A_TYPE];
+	a->buffer_id = v[A_ID];
+	a->base = (void *)(uintptr_t)v[A_START];
+	a->size = (size_t)v[A_SIZE];
+	if ((uint32_t)v[A_MANAGED]) {
+		a->kind = GDX_MEM_MANAGED;
+		a->device_ordinal = (int32_t)v[A_ORDINAL];
+	} else if (type == CU_MEMORYTYPE_DEVICE) {
+		a->kind = GDX_MEM_DEVICE;
+		a->device_ordinal = (int32_t)v[A_ORDINAL];
+		/*
+		 * RANGE_START/RANGE_SIZE name the reserved address range, which
+		 * for cuMemMap is wider than the memory mapped into it; the
+		 * mapped extent is what a NIC may register.  Allocations that are
+		 * neither cuMemAlloc (legacy IPC capable) nor from a memory pool
+		 * were mapped with cuMemMap.
+		 */
+		a->is_vmm = !(uint32_t)v[A_IPC] && !v[A_POOL];
+		if (a->is_vmm && !(uint32_t)v[A_MAPPED])
+			return GDX_EBADPTR;	/* reserved but nothing mapped there */
+		if (!d->cu->cuMemGetAddressRange(&base, &size, DPTR(p)) && size) {
+			a->base = (void *)(uintptr_t)base;
+			a->size = size;
+		}
+	} else if (type == CU_MEMORYTYPE_HOST) {
+		a->kind = GDX_MEM_PINNED;
+		a->device_ordinal = -1;
+		if (!a->size && !d->cu->cuMemGetAddressRange(&base, &size, DPTR(p))) {
+			a->base = (void *)(uintptr_t)base;
+			a->size = size;
+		}
+	} else {
+		a->kind = GDX_MEM_HOST;
+		a->device_ordinal = -1;
+		a->base = NULL;
+		a->size = 0;
+		a->buffer_id = 0;
+	}
+	return 0;
+}
+
+static int cuda_pointer_query(void *priv, const void *p, struct gdx_ptr_attrs *a)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = query(d, p, a);
+	leave(d, prev);
+	return ret;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+static int cuda_malloc(void *priv, size_t size, void **dptr)
+{
+	struct cu_dev *d = priv;
+	CUdeviceptr p = 0;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuMemAlloc(&p, size), "cuMemAlloc");
+	leave(d, prev);
+	if (!ret)
+		*dptr = (void *)(uintptr_t)p;
+	return ret;
+}
+
+/* Frees only what the matching allocator handed out, as the emulated device does. */
+static int check_alloc(struct cu_dev *d, void *p, enum gdx_mem_kind kind)
+{
+	struct gdx_ptr_attrs a = { 0 };
+	int ret = query(d, p, &a);
+
+	if (ret)
+		return ret;
+	if (a.kind != kind || a.base != p)
+		return GDX_EBADPTR;
+	return 0;
+}
+
+static int cuda_free(void *priv, void *dptr)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = check_alloc(d, dptr, GDX_MEM_DEVICE);
+	if (!ret)
+		ret = CU(d, cuMemFree(DPTR(dptr)), "cuMemFree");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_malloc_async(void *priv, size_t size, void **dptr, void *stream)
+{
+	struct cu_dev *d = priv;
+	CUdeviceptr p = 0;
+	CUcontext prev;
+	int ret;
+
+	if (!d->pools)
+		return -EOPNOTSUPP;
+	ret = enter(d, &prev);
+	if (ret)
+		return ret;
+	ret = CU(d, cuMemAllocAsync(&p, size, ((struct cu_stream *)stream)->s), "cuMemAllocAsync");
+	leave(d, prev);
+	if (!ret)
+		*dptr = (void *)(uintptr_t)p;
+	return ret;
+}
+
+static int cuda_free_async(void *priv, void *dptr, void *stream)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret;
+
+	if (!d->pools)
+		return -EOPNOTSUPP;
+	ret = enter(d, &prev);
+	if (ret)
+		return ret;
+	ret = check_alloc(d, dptr, GDX_MEM_DEVICE);
+	if (!ret)
+		ret = CU(d, cuMemFreeAsync(DPTR(dptr), ((struct cu_stream *)stream)->s),
+			 "cuMemFreeAsync");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_pinned_alloc(void *priv, size_t size, void **p)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	/* Portable: usable from every context, like the emulated device's. */
+	ret = CU(d, cuMemHostAlloc(p, size, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_pinned_free(void *priv, void *p)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = check_alloc(d, p, GDX_MEM_PINNED);
+	if (!ret)
+		ret = CU(d, cuMemFreeHost(p), "cuMemFreeHost");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_host_register(void *priv, void *p, size_t size, unsigned flags)
+{
+	struct cu_dev *d = priv;
+	unsigned cf = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	if (flags & GDX_HOST_REGISTER_READONLY)
+		cf |= CU_MEMHOSTREGISTER_READ_ONLY;
+	ret = CU(d, cuMemHostRegister(p, size, cf), "cuMemHostRegister");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_host_unregister(void *priv, void *p)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuMemHostUnregister(p), "cuMemHostUnregister");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_export_dmabuf(void *priv, void *dptr, size_t size, int *fd, uint64_t *offset)
+{
+	struct cu_dev *d = priv;
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), start, end;
+	struct gdx_ptr_attrs a = { 0 };
+	CUcontext prev;
+	int ret, h = -1;
+
+	if (!d->dmabuf)
+		return -EOPNOTSUPP;
+	ret = enter(d, &prev);
+	if (ret)
+		return ret;
+	ret = query(d, dptr, &a);
+	if (ret)
+		goto out;
+	if (a.kind != GDX_MEM_DEVICE) {
+		ret = GDX_EBADPTR;
+		goto out;
+	}
+	/*
+	 * The driver wants page-aligned bounds.  Widen the range to pages when
+	 * that stays inside the allocation and tell the caller where dptr sits.
+	 */
+	start = GDX_ALIGN_DOWN((uintptr_t)dptr, pg);
+	end = GDX_ALIGN_UP((uintptr_t)dptr + size, pg);
+	if (end < (uintptr_t)dptr || start < (uintptr_t)a.base ||
+	    end > (uintptr_t)a.base + a.size) {
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = CU(d, cuMemGetHandleForAddressRange(&h, start, end - start,
+						  CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0),
+		 "cuMemGetHandleForAddressRange");
+	if (!ret) {
+		*fd = h;
+		*offset = (uintptr_t)dptr - start;
+	}
+out:
+	leave(d, prev);
+	return ret;
+}
+
+/* ---- copies ------------------------------------------------------------ */
+
+static int cuda_memcpy(void *priv, void *dst, const void *src, size_t n, void *stream)
+{
+	struct cu_dev *d = priv;
+	CUstream s = stream ? ((struct cu_stream *)stream)->s : CU_STREAM_PER_THREAD;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuMemcpyAsync(DPTR(dst), DPTR(src), n, s), "cuMemcpyAsync");
+	if (!ret && !stream)
+		ret = CU(d, cuStreamSynchronize(s), "cuStreamSynchronize");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_memset(void *priv, void *dst, int v, size_t n, void *stream)
+{
+	struct cu_dev *d = priv;
+	CUstream s = stream ? ((struct cu_stream *)stream)->s : CU_STREAM_PER_THREAD;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuMemsetD8Async(DPTR(dst), (unsigned char)v, n, s), "cuMemsetD8Async");
+	if (!ret && !stream)
+		ret = CU(d, cuStreamSynchronize(s), "cuStreamSynchronize");
+	leave(d, prev);
+	return ret;
+}
+
+/* ---- streams ----------------------------------------------------------- */
+
+static int cuda_stream_create(void *priv, void *stream, void *native)
+{
+	struct cu_dev *d = priv;
+	struct cu_stream *st = stream;
+	CUcontext prev, owner = NULL;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	if (native) {
+		/* The app's stream must live in this device's primary context. */
+		st->s = native;
+		st->owned = false;
+		ret = CU(d, cuStreamGetCtx(st->s, &owner), "cuStreamGetCtx");
+		if (!ret && owner != d->ctx) {
+			GDX_DBG("cuda", "stream %p belongs to another context than cuda:%d's "
+				"primary one", native, d->ordinal);
+			ret = -EINVAL;
+		}
+	} else {
+		/* Non-blocking: never serialised against the legacy NULL stream. */
+		st->owned = true;
+		ret = CU(d, cuStreamCreate(&st->s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+	}
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_stream_destroy(void *priv, void *stream)
+{
+	struct cu_dev *d = priv;
+	struct cu_stream *st = stream;
+	CUcontext prev;
+	int ret, ret2;
+
+	if (!st->owned)
+		return 0;
+	ret = enter(d, &prev);
+	if (ret)
+		return ret;
+	ret = CU(d, cuStreamSynchronize(st->s), "cuStreamSynchronize");
+	ret2 = CU(d, cuStreamDestroy(st->s), "cuStreamDestroy");
+	leave(d, prev);
+	return ret ? ret : ret2;
+}
+
+static int cuda_stream_synchronize(void *priv, void *stream)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuStreamSynchronize(((struct cu_stream *)stream)->s), "cuStreamSynchronize");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_stream_query(void *priv, void *stream)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuStreamQuery(((struct cu_stream *)stream)->s), "cuStreamQuery");
+	leave(d, prev);
+	return ret;
+}
+
+static void *cuda_stream_native(void *priv, void *stream)
+{
 	(void)priv;
-	return -ENOSYS;
+	return ((struct cu_stream *)stream)->s;
+}
+
+static int cuda_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void *arg)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuLaunchHostFunc(((struct cu_stream *)stream)->s, fn, arg),
+		 "cuLaunchHostFunc");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_stream_wait_event(void *priv, void *stream, void *event)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuStreamWaitEvent(((struct cu_stream *)stream)->s,
+				      ((struct cu_event *)event)->e, 0), "cuStreamWaitEvent");
+	leave(d, prev);
+	return ret;
+}
+
+/* ---- events ------------------------------------------------------------ */
+
+static int cuda_event_create(void *priv, void *event, unsigned flags)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	/* Timing costs a timestamp write per record: only where asked for. */
+	ret = CU(d, cuEventCreate(&((struct cu_event *)event)->e,
+				  (flags & GDX_EVENT_TIMING) ? CU_EVENT_DEFAULT :
+				  CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_event_destroy(void *priv, void *event)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuEventDestroy(((struct cu_event *)event)->e), "cuEventDestroy");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_event_record(void *priv, void *event, void *stream)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuEventRecord(((struct cu_event *)event)->e, ((struct cu_stream *)stream)->s),
+		 "cuEventRecord");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_event_synchronize(void *priv, void *event)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuEventSynchronize(((struct cu_event *)event)->e), "cuEventSynchronize");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_event_query(void *priv, void *event)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuEventQuery(((struct cu_event *)event)->e), "cuEventQuery");
+	leave(d, prev);
+	return ret;
+}
+
+static int cuda_event_elapsed_ms(void *priv, void *start, void *end, float *ms)
+{
+	struct cu_dev *d = priv;
+	CUcontext prev;
+	CUresult r;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	r = d->cu->cuEventElapsedTime(ms, ((struct cu_event *)start)->e,
+				      ((struct cu_event *)end)->e);
+	/* An event never recorded is a bad argument, as on the emulated device. */
+	ret = r == CUDA_ERROR_INVALID_HANDLE ? -EINVAL : gdx_cu_status(r, "cuEventElapsedTime");
+	leave(d, prev);
+	return ret;
 }
 
 const struct gdx_device_ops gdx_cuda_ops = {
 	.kind = "cuda",
+	.stream_priv_size = sizeof(struct cu_stream),
+	.event_priv_size = sizeof(struct cu_event),
 	.count = cuda_count,
 	.open = cuda_open,
+	.close = cuda_close,
+	.props = cuda_props,
+	.malloc = cuda_malloc,
+	.free = cuda_free,
+	.malloc_async = cuda_malloc_async,
+	.free_async = cuda_free_async,
+	.pinned_alloc = cuda_pinned_alloc,
+	.pinned_free = cuda_pinned_free,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
+	.pointer_query = cuda_pointer_query,
+	.export_dmabuf = cuda_export_dmabuf,
+	.memcpy = cuda_memcpy,
+	.memset = cuda_memset,
+	.stream_create = cuda_stream_create,
+	.stream_destroy = cuda_stream_destroy,
+	.stream_synchronize = cuda_stream_synchronize,
+	.stream_query = cuda_stream_query,
+	.stream_native = cuda_stream_native,
+	.launch_host_func = cuda_launch_host_func,
+	.stream_wait_event = cuda_stream_wait_event,
+	.event_create = cuda_event_create,
+	.event_destroy = cuda_event_destroy,
+	.event_record = cuda_event_record,
+	.event_synchronize = cuda_event_synchronize,
+	.event_query = cuda_event_query,
+	.event_elapsed_ms = cuda_event_elapsed_ms,
 };

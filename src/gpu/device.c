@@ -94,10 +94,16 @@ static int open_one(const struct gdx_device_ops *ops, int ordinal, struct gdx_de
 	if (free_slot < 0)
 		goto out;
 	ret = ops->count();
-	if (ret < 0)
-		goto out;
-	if (ordinal >= ret) {
-		ret = GDX_ENODEVICE;
+	if (ret < 0 || ordinal >= ret) {
+		if (ops == &gdx_cuda_ops)
+			GDX_ERR("device", "cannot open cuda:%d: %s; set GDX_DEVICE=emulated to run "
+				"on the emulated device", ordinal,
+				ret > 0 ? "no such device" : gdx_cuda_load_error());
+		else
+			GDX_ERR("device", "cannot open %s:%d: %s", ops->kind, ordinal,
+				ret < 0 ? gdx_strerror(ret) : "no such device");
+		if (ret >= 0)
+			ret = GDX_ENODEVICE;
 		goto out;
 	}
 	ret = -ENOMEM;
@@ -144,8 +150,7 @@ GDX_API int gdx_device_open(const char *spec, struct gdx_device **out)
 	if (ret > 0)
 		return open_one(&gdx_cuda_ops, ordinal < 0 ? 0 : ordinal, out);
 	GDX_ERR("device", "no GPU found (cuda: %s); set GDX_DEVICE=emulated or open "
-		"\"emulated\" to run on the emulated device",
-		ret < 0 ? gdx_strerror(ret) : "0 devices");
+		"\"emulated\" to run on the emulated device", gdx_cuda_load_error());
 	return GDX_ENODEVICE;
 }
 

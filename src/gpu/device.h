@@ -37,4 +37,7 @@ extern const struct gdx_device_ops gdx_emulated_ops;
  */
 struct gdx_device *gdx_device_of_ptr(const void *p, struct gdx_ptr_attrs *a);
 
+/* Why the cuda device cannot run here ("libcuda.so.1: cannot open ..."), for messages. */
+const char *gdx_cuda_load_error(void);
+
 #endif

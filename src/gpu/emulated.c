@@ -610,8 +610,16 @@ static int emu_memset(void *priv, void *dst, int v, size_t n, void *stream)
 {
 	struct emu_dev *d = priv;
 	void *rd;
-	int ret = resolve(d, dst, n, &rd);
+	long i;
+	int ret;
 
+	/* Like cuMemsetD8: device or pinned memory only, never pageable memory. */
+	pthread_mutex_lock(&d->lock);
+	i = range_find(d, (uintptr_t)dst);
+	pthread_mutex_unlock(&d->lock);
+	if (i < 0)
+		return -EINVAL;
+	ret = resolve(d, dst, n, &rd);
 	if (ret)
 		return ret;
 	if (!stream) {

@@ -141,6 +141,8 @@ static void bad_pointers_are_refused(void **state)
 	assert_int_not_equal(gdx_host_unregister(dev, host), 0);
 	assert_int_equal(gdx_device_malloc(dev, 0, &d), -EINVAL);
 	assert_int_equal(gdx_memcpy(dev, NULL, host, 1), -EINVAL);
+	/* A fill is for device or pinned memory; cuMemsetD8 refuses pageable memory. */
+	assert_int_equal(gdx_memset(dev, host, 0, sizeof(host)), -EINVAL);
 }
 
 /* On the emulated device the CPU must not reach device memory directly. */
@@ -164,6 +166,47 @@ static void cpu_access_to_device_memory_faults(void **state)
 	assert_true(WIFSIGNALED(status));
 	assert_int_equal(WTERMSIG(status), SIGSEGV);
 	assert_int_equal(gdx_device_free(dev, (void *)d), 0);
+}
+
+/*
+ * dma-buf export, where the device has it: the buffer covers the page-aligned
+ * range around the bytes asked for, and *offset says where they start.
+ */
+static void dmabuf_export(void **state)
+{
+	struct gdx_device_props p;
+	const size_t n = 4 << 20;
+	uint64_t off = 99;
+	char host[64];
+	int fd = -1;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_props(dev, &p), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	if (!p.dmabuf_supported) {
+		assert_int_equal(gdx_device_export_dmabuf(dev, d, n, &fd, &off), -EOPNOTSUPP);
+		assert_int_equal(gdx_device_free(dev, d), 0);
+		skip();
+	}
+	assert_int_equal(gdx_device_export_dmabuf(dev, d, n, &fd, &off), 0);
+	assert_true(fd >= 0);
+	assert_int_equal(off, 0);
+	/* A dma-buf's size is where lseek puts its end. */
+	assert_int_equal(lseek(fd, 0, SEEK_END), (off_t)n);
+	close(fd);
+
+	assert_int_equal(gdx_device_export_dmabuf(dev, (char *)d + 4096 + 100, 5000, &fd, &off), 0);
+	assert_int_equal(off, 100);
+	assert_int_equal(lseek(fd, 0, SEEK_END), 8192);
+	close(fd);
+
+	/* Out of the allocation, and not device memory at all. */
+	assert_int_equal(gdx_device_export_dmabuf(dev, (char *)d + n - 4096, 8192, &fd, &off),
+			 -EINVAL);
+	assert_int_equal(gdx_device_export_dmabuf(dev, host, sizeof(host), &fd, &off),
+			 GDX_EBADPTR);
+	assert_int_equal(gdx_device_free(dev, d), 0);
 }
 
 struct order_log {
@@ -331,6 +374,7 @@ int main(void)
 		cmocka_unit_test(pointer_queries),
 		cmocka_unit_test(bad_pointers_are_refused),
 		cmocka_unit_test(cpu_access_to_device_memory_faults),
+		cmocka_unit_test(dmabuf_export),
 		cmocka_unit_test(stream_order_and_host_funcs),
 		cmocka_unit_test(events_order_streams),
 		cmocka_unit_test(stream_ordered_alloc),
