@@ -3,6 +3,10 @@
  * Registration cache: a sorted array of non-overlapping ranges, searched by
  * binary search.  Inserts are O(n) memmoves, which is fine: registrations are
  * rare and lookups are per I/O.
+ *
+ * Release callbacks never run under a cache lock: a backend's release may well
+ * call back into gdx (gdx_host_unregister, which notifies every cache), so
+ * dropped entries are collected under the locks and released after.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +20,8 @@
 struct entry {
 	struct gdx_reg reg;
 	int refs;	/* the cache's own reference counts as one */
+	struct gdx_regcache *rc;
+	struct entry *next_dead;
 };
 
 struct gdx_regcache {
@@ -23,6 +29,8 @@ struct gdx_regcache {
 	gdx_reg_release_fn release;
 	void *arg;
 	pthread_mutex_t lock;
+	pthread_cond_t idle;	/* busy dropped to 0 */
+	unsigned busy;		/* entries gdx_mem_notify_release is releasing */
 	struct entry **v;	/* sorted by start */
 	size_t n, cap;
 	struct gdx_regcache *next;	/* all caches, for gdx_mem_notify_release */
@@ -42,6 +50,7 @@ int gdx_regcache_create(struct gdx_device *dev, gdx_reg_release_fn release, void
 	rc->release = release;
 	rc->arg = arg;
 	pthread_mutex_init(&rc->lock, NULL);
+	pthread_cond_init(&rc->idle, NULL);
 	pthread_mutex_lock(&caches_lock);
 	rc->next = caches;
 	caches = rc;
@@ -50,12 +59,25 @@ int gdx_regcache_create(struct gdx_device *dev, gdx_reg_release_fn release, void
 	return 0;
 }
 
-static void unref(struct gdx_regcache *rc, struct entry *e)
+/* Caller holds rc->lock; an entry whose last reference goes is queued on *dead. */
+static void unref(struct entry *e, struct entry **dead)
 {
 	if (--e->refs == 0) {
+		e->next_dead = *dead;
+		*dead = e;
+	}
+}
+
+/* Caller holds no lock. */
+static void release_dead(struct gdx_regcache *rc, struct entry *dead)
+{
+	while (dead) {
+		struct entry *next = dead->next_dead;
+
 		if (rc->release)
-			rc->release(&e->reg, rc->arg);
-		free(e);
+			rc->release(&dead->reg, rc->arg);
+		free(dead);
+		dead = next;
 	}
 }
 
@@ -77,18 +99,19 @@ static long floor_idx(struct gdx_regcache *rc, uintptr_t addr)
 	return ans;
 }
 
-static void remove_at(struct gdx_regcache *rc, size_t i)
+static void remove_at(struct gdx_regcache *rc, size_t i, struct entry **dead)
 {
 	struct entry *e = rc->v[i];
 
 	memmove(&rc->v[i], &rc->v[i + 1], (rc->n - i - 1) * sizeof(rc->v[0]));
 	rc->n--;
-	unref(rc, e);
+	unref(e, dead);
 }
 
 void gdx_regcache_destroy(struct gdx_regcache *rc)
 {
 	struct gdx_regcache **pp;
+	struct entry *dead = NULL;
 
 	if (!rc)
 		return;
@@ -102,9 +125,14 @@ void gdx_regcache_destroy(struct gdx_regcache *rc)
 	pthread_mutex_unlock(&caches_lock);
 	pthread_mutex_lock(&rc->lock);
 	while (rc->n)
-		remove_at(rc, rc->n - 1);
+		remove_at(rc, rc->n - 1, &dead);
+	/* A concurrent gdx_mem_notify_release may still be releasing our entries. */
+	while (rc->busy)
+		pthread_cond_wait(&rc->idle, &rc->lock);
 	pthread_mutex_unlock(&rc->lock);
+	release_dead(rc, dead);
 	pthread_mutex_destroy(&rc->lock);
+	pthread_cond_destroy(&rc->idle);
 	free(rc->v);
 	free(rc);
 }
@@ -130,6 +158,12 @@ int gdx_regcache_insert(struct gdx_regcache *rc, const void *p, size_t len, void
 	if (!rc || !p || !len || start + len < start)
 		return -EINVAL;
 	describe(rc, p, &a);
+	/*
+	 * Staleness is judged by the allocation holding p; a range running past
+	 * its end would also cover memory whose lifetime nobody tracks.
+	 */
+	if (a.size && start + len > (uintptr_t)a.base + a.size)
+		return GDX_EBADPTR;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
@@ -137,6 +171,7 @@ int gdx_regcache_insert(struct gdx_regcache *rc, const void *p, size_t len, void
 				   .device_ordinal = a.device_ordinal,
 				   .buffer_id = a.buffer_id, .payload = payload };
 	e->refs = out ? 2 : 1;
+	e->rc = rc;
 
 	pthread_mutex_lock(&rc->lock);
 	i = floor_idx(rc, start);
@@ -171,11 +206,11 @@ out:
 int gdx_regcache_lookup(struct gdx_regcache *rc, const void *p, size_t len, struct gdx_reg **out)
 {
 	uintptr_t start = (uintptr_t)p;
-	struct entry *e;
+	struct entry *e, *dead = NULL;
 	uint64_t id;
 	long i;
 
-	if (!rc || !p || !out)
+	if (!rc || !p || !len || start + len < start || !out)
 		return -EINVAL;
 	pthread_mutex_lock(&rc->lock);
 	i = floor_idx(rc, start);
@@ -200,9 +235,10 @@ int gdx_regcache_lookup(struct gdx_regcache *rc, const void *p, size_t len, stru
 			pthread_mutex_lock(&rc->lock);
 			i = floor_idx(rc, start);
 			if (i >= 0 && rc->v[i] == e)
-				remove_at(rc, (size_t)i);
-			unref(rc, e);
+				remove_at(rc, (size_t)i, &dead);
+			unref(e, &dead);
 			pthread_mutex_unlock(&rc->lock);
+			release_dead(rc, dead);
 			return -ENOENT;
 		}
 	}
@@ -212,15 +248,19 @@ int gdx_regcache_lookup(struct gdx_regcache *rc, const void *p, size_t len, stru
 
 void gdx_regcache_put(struct gdx_regcache *rc, struct gdx_reg *r)
 {
+	struct entry *dead = NULL;
+
 	if (!rc || !r)
 		return;
 	pthread_mutex_lock(&rc->lock);
-	unref(rc, GDX_CONTAINER_OF(r, struct entry, reg));
+	unref(GDX_CONTAINER_OF(r, struct entry, reg), &dead);
 	pthread_mutex_unlock(&rc->lock);
+	release_dead(rc, dead);
 }
 
 int gdx_regcache_remove(struct gdx_regcache *rc, const void *p)
 {
+	struct entry *dead = NULL;
 	long i;
 	int ret = -ENOENT;
 
@@ -229,10 +269,11 @@ int gdx_regcache_remove(struct gdx_regcache *rc, const void *p)
 	pthread_mutex_lock(&rc->lock);
 	i = floor_idx(rc, (uintptr_t)p);
 	if (i >= 0 && rc->v[i]->reg.start == (uintptr_t)p) {
-		remove_at(rc, (size_t)i);
+		remove_at(rc, (size_t)i, &dead);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&rc->lock);
+	release_dead(rc, dead);
 	return ret;
 }
 
@@ -240,6 +281,8 @@ size_t gdx_regcache_count(struct gdx_regcache *rc)
 {
 	size_t n;
 
+	if (!rc)
+		return 0;
 	pthread_mutex_lock(&rc->lock);
 	n = rc->n;
 	pthread_mutex_unlock(&rc->lock);
@@ -249,19 +292,43 @@ size_t gdx_regcache_count(struct gdx_regcache *rc)
 void gdx_mem_notify_release(const void *p, size_t len)
 {
 	uintptr_t start = (uintptr_t)p, end = start + len;
+	struct entry *dead = NULL;
 
+	if (!len)
+		return;
+	if (end < start)
+		end = UINTPTR_MAX;
 	pthread_mutex_lock(&caches_lock);
 	for (struct gdx_regcache *rc = caches; rc; rc = rc->next) {
-		pthread_mutex_lock(&rc->lock);
-		for (size_t i = 0; i < rc->n;) {
-			struct gdx_reg *r = &rc->v[i]->reg;
+		long i;
 
-			if (r->start < end && r->start + r->len > start)
-				remove_at(rc, i);
-			else
-				i++;
+		pthread_mutex_lock(&rc->lock);
+		/* Entries do not overlap, so the ones hit are contiguous from here. */
+		i = floor_idx(rc, start);
+		if (i < 0 || rc->v[i]->reg.start + rc->v[i]->reg.len <= start)
+			i++;
+		while ((size_t)i < rc->n && rc->v[i]->reg.start < end) {
+			struct entry *e = rc->v[i];
+
+			remove_at(rc, (size_t)i, &dead);
+			/* Keeps rc alive (destroy waits) until we have released e. */
+			if (dead == e)
+				rc->busy++;
 		}
 		pthread_mutex_unlock(&rc->lock);
 	}
 	pthread_mutex_unlock(&caches_lock);
+
+	while (dead) {
+		struct entry *next = dead->next_dead;
+		struct gdx_regcache *rc = dead->rc;
+
+		dead->next_dead = NULL;
+		release_dead(rc, dead);
+		pthread_mutex_lock(&rc->lock);
+		if (--rc->busy == 0)
+			pthread_cond_broadcast(&rc->idle);
+		pthread_mutex_unlock(&rc->lock);
+		dead = next;
+	}
 }

@@ -14,7 +14,8 @@
  * that finds the allocation behind the range gone or replaced (freed and
  * re-allocated at the same address) drops the entry instead of returning it.
  * gdx's own free paths (gdx_device_free, gdx_pinned_free, gdx_host_unregister)
- * invalidate every cache at once through gdx_mem_notify_release.
+ * invalidate every cache at once through gdx_mem_notify_release.  Plain host
+ * memory has no allocation id: an entry for it lives until removed or notified.
  */
 struct gdx_regcache;
 
@@ -27,17 +28,25 @@ struct gdx_reg {
 	void *payload;		/* the backend's registration */
 };
 
-/* Called once per entry when it is dropped and no lookup holds it any more. */
+/*
+ * Called once per entry when it is dropped and no lookup holds it any more.
+ * It runs with no cache lock held, so it may call back into gdx (even
+ * gdx_host_unregister, which notifies every cache).
+ */
 typedef void (*gdx_reg_release_fn)(struct gdx_reg *r, void *arg);
 
 int gdx_regcache_create(struct gdx_device *dev, gdx_reg_release_fn release, void *arg,
 			struct gdx_regcache **out);
-/* Releases every entry. */
+/* Releases every entry; every reference from lookup/insert must have been put. */
 void gdx_regcache_destroy(struct gdx_regcache *rc);
-/* -EEXIST if the range overlaps an entry; on success *out holds a reference. */
+/*
+ * -EEXIST if the range overlaps an entry; GDX_EBADPTR if it runs past the end
+ * of the device or pinned allocation holding p.  On success *out (if not NULL)
+ * holds a reference.
+ */
 int gdx_regcache_insert(struct gdx_regcache *rc, const void *p, size_t len, void *payload,
 			struct gdx_reg **out);
-/* Finds the entry covering [p, p+len); -ENOENT if none (or it was stale). */
+/* Finds the entry covering [p, p+len); -ENOENT if none (or it was stale), -EINVAL for len 0. */
 int gdx_regcache_lookup(struct gdx_regcache *rc, const void *p, size_t len,
 			struct gdx_reg **out);
 void gdx_regcache_put(struct gdx_regcache *rc, struct gdx_reg *r);
