@@ -49,9 +49,13 @@ GDX_API int gdx_log_level_parse(const char *s);
  * (GDX_FILE_CHUNK_SIZE) and a key in the JSON file ({"file": {"chunk_size": ..}}).
  * Precedence: value set through gdx_config_set > environment > JSON file >
  * built-in default.  The JSON file is $GDX_CONFIG, or one loaded explicitly.
+ *
+ * Loading a file replaces all values from an earlier file; a file with an
+ * unknown key or a bad value is refused whole (GDX_ECONFIG) and changes nothing.
+ * Leaves are strings, or integers for int/size knobs, or booleans for bool knobs.
  */
 GDX_API int gdx_config_load_file(const char *path);
-/* Sets a knob from its text form; validates it like the environment would. */
+/* Sets a knob from its text form; validates it like the environment would; NULL unsets. */
 GDX_API int gdx_config_set(const char *name, const char *value);
 /* Writes the current value's text form into buf; returns its length or -errno. */
 GDX_API int gdx_config_get(const char *name, char *buf, size_t len);

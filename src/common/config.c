@@ -183,9 +183,11 @@ static const char *resolve(struct knob *k)
 	if (v) {
 		if (!validate(k, v))
 			return v;
-		if (!k->warned++)
+		if (!k->warned) {
+			k->warned = 1;
 			GDX_WARN("config", "ignoring %s='%s' (bad value); using %s", k->env, v,
 				 k->file_val ? k->file_val : k->def);
+		}
 	}
 	if (k->file_val)
 		return k->file_val;
@@ -307,18 +309,46 @@ GDX_API int gdx_config_knob(unsigned i, struct gdx_config_knob_info *info)
 	return (int)GDX_ARRAY_SIZE(knobs);
 }
 
-/* Walks a JSON object; "a": {"b": 1} names the knob "a.b". */
-static int load_obj(json_object *obj, const char *prefix, const char *path)
+/* JSON types a knob accepts: text always; numbers and booleans where they mean something. */
+static const char *leaf_text(const struct knob *k, json_object *val)
+{
+	const char *s;
+
+	switch (json_object_get_type(val)) {
+	case json_type_string:
+		/* An embedded NUL would silently cut the value short. */
+		s = json_object_get_string(val);
+		return strlen(s) == (size_t)json_object_get_string_len(val) ? s : NULL;
+	case json_type_int:
+		return k->type == K_INT || k->type == K_SIZE || k->type == K_BOOL ?
+			json_object_get_string(val) : NULL;
+	case json_type_boolean:
+		return k->type == K_BOOL ? (json_object_get_boolean(val) ? "1" : "0") : NULL;
+	default:
+		return NULL;	/* null, double, array */
+	}
+}
+
+/*
+ * Walks a JSON object; "a": {"b": 1} names the knob "a.b".  Values go into
+ * staged[] (indexed like knobs[]) so a bad file changes nothing.
+ */
+static int load_obj(json_object *obj, const char *prefix, const char *path, char **staged)
 {
 	json_object_object_foreach(obj, key, val) {
 		char name[128];
 		struct knob *k;
 		const char *text;
-		int ret;
+		size_t i;
+		int n, ret;
 
-		snprintf(name, sizeof(name), "%s%s%s", prefix, *prefix ? "." : "", key);
+		n = snprintf(name, sizeof(name), "%s%s%s", prefix, *prefix ? "." : "", key);
+		if (n < 0 || (size_t)n >= sizeof(name)) {
+			GDX_ERR("config", "%s: unknown key '%.40s...'", path, name);
+			return GDX_ECONFIG;
+		}
 		if (json_object_is_type(val, json_type_object)) {
-			ret = load_obj(val, name, path);
+			ret = load_obj(val, name, path, staged);
 			if (ret)
 				return ret;
 			continue;
@@ -328,44 +358,115 @@ static int load_obj(json_object *obj, const char *prefix, const char *path)
 			GDX_ERR("config", "%s: unknown key '%s'", path, name);
 			return GDX_ECONFIG;
 		}
-		if (json_object_is_type(val, json_type_boolean))
-			text = json_object_get_boolean(val) ? "1" : "0";
-		else
-			text = json_object_get_string(val);
+		text = leaf_text(k, val);
 		if (!text || validate(k, text)) {
 			GDX_ERR("config", "%s: bad value for '%s'", path, name);
 			return GDX_ECONFIG;
 		}
-		free(k->file_val);
-		k->file_val = strdup(text);
-		if (!k->file_val)
+		i = (size_t)(k - knobs);
+		free(staged[i]);	/* a key given twice: the last one wins */
+		staged[i] = strdup(text);
+		if (!staged[i])
 			return -ENOMEM;
 	}
 	return 0;
 }
 
+/* Reads and parses path; logs why not (open error, or the JSON error and its line). */
+static json_object *parse_file(const char *path)
+{
+	enum { MAX_CONFIG = 1 << 20 };
+	json_tokener *tok = NULL;
+	json_object *root = NULL;
+	enum json_tokener_error jerr;
+	char *text = NULL;
+	size_t len = 0, at;
+	FILE *f;
+	int line = 1;
+
+	f = fopen(path, "re");
+	if (!f) {
+		GDX_ERR("config", "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	text = malloc(MAX_CONFIG + 1);
+	if (text)
+		len = fread(text, 1, MAX_CONFIG + 1, f);
+	if (!text || ferror(f) || len > MAX_CONFIG) {
+		GDX_ERR("config", "%s: %s", path, !text ? "out of memory" :
+			len > MAX_CONFIG ? "larger than 1 MiB" : "read error");
+		goto out;
+	}
+	tok = json_tokener_new();
+	if (!tok)
+		goto out;
+	root = json_tokener_parse_ex(tok, text, (int)len);
+	jerr = json_tokener_get_error(tok);
+	at = json_tokener_get_parse_end(tok);
+	/* Only whitespace may follow the value. */
+	while (root && at < len && strchr(" \t\r\n", text[at]))
+		at++;
+	if (!root || jerr != json_tokener_success || at < len) {
+		for (size_t i = 0; i < at && i < len; i++)
+			line += text[i] == '\n';
+		GDX_ERR("config", "%s:%d: %s", path, line,
+			jerr == json_tokener_continue ? "unexpected end of file" :
+			jerr != json_tokener_success ? json_tokener_error_desc(jerr) :
+			"text after the JSON value");
+		json_object_put(root);
+		root = NULL;
+	}
+out:
+	if (tok)
+		json_tokener_free(tok);
+	free(text);
+	fclose(f);
+	return root;
+}
+
 GDX_API int gdx_config_load_file(const char *path)
 {
+	char *staged[GDX_ARRAY_SIZE(knobs)] = { 0 };
 	json_object *root;
 	int ret;
 
 	if (!path)
 		return -EINVAL;
-	root = json_object_from_file(path);
-	if (!root) {
-		GDX_ERR("config", "%s: %s", path, json_util_get_last_err());
+	root = parse_file(path);
+	if (!root)
 		return GDX_ECONFIG;
-	}
 	if (!json_object_is_type(root, json_type_object)) {
 		GDX_ERR("config", "%s: top level must be an object", path);
 		json_object_put(root);
 		return GDX_ECONFIG;
 	}
-	pthread_mutex_lock(&cfg_lock);
-	ret = load_obj(root, "", path);
-	pthread_mutex_unlock(&cfg_lock);
+	ret = load_obj(root, "", path, staged);
 	json_object_put(root);
+	/* The file layer is replaced whole, so knobs the new file omits fall back. */
+	pthread_mutex_lock(&cfg_lock);
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(knobs); i++) {
+		if (ret) {
+			free(staged[i]);
+			continue;
+		}
+		free(knobs[i].file_val);
+		knobs[i].file_val = staged[i];
+	}
+	pthread_mutex_unlock(&cfg_lock);
 	return ret;
+}
+
+void gdx_config_reset(void)
+{
+	pthread_mutex_lock(&cfg_lock);
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(knobs); i++) {
+		free(knobs[i].set_val);
+		free(knobs[i].file_val);
+		knobs[i].set_val = NULL;
+		knobs[i].file_val = NULL;
+		knobs[i].warned = 0;
+	}
+	pthread_mutex_unlock(&cfg_lock);
 }
 
 __attribute__((constructor)) static void config_init(void)

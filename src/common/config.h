@@ -17,6 +17,12 @@ bool gdx_cfg_bool(const char *name);
 /* Pointer into a per-knob cache: valid until the knob changes. */
 const char *gdx_cfg_str(const char *name);
 
+/*
+ * Drops every value set through gdx_config_set and every value from a JSON
+ * file, leaving environment and defaults: for tests and fuzzers.
+ */
+void gdx_config_reset(void);
+
 /* Parses "4096", "64k", "1M", "2G" (binary units); -EINVAL on garbage/overflow. */
 int gdx_parse_size(const char *s, uint64_t *out);
 int gdx_parse_bool(const char *s, bool *out);

@@ -94,7 +94,79 @@ static void bad_files_are_refused(void **state)
 	assert_int_equal(load_text("{\"emulated\": {\"devices\": \"many\"}}"), GDX_ECONFIG);
 	assert_int_equal(load_text("[1, 2]"), GDX_ECONFIG);
 	assert_int_equal(load_text("{\"device\": "), GDX_ECONFIG);
+	assert_int_equal(load_text("{} {}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"device\": \"auto\"} x"), GDX_ECONFIG);
+	assert_int_equal(load_text(""), GDX_ECONFIG);
+	assert_int_equal(load_text("\n\n{\"device\" 1}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"sysfs_root\": \"a\\u0000b\"}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{}\n\t "), 0);
 	assert_int_equal(gdx_config_load_file("/nonexistent/gdx.json"), GDX_ECONFIG);
+}
+
+static int cfg_text(const char *name, char *buf, size_t len)
+{
+	return gdx_config_get(name, buf, len);
+}
+
+/* A refused file changes nothing; an accepted one replaces the previous file's values. */
+static void file_loads_are_atomic(void **state)
+{
+	char buf[64];
+
+	(void)state;
+	gdx_log_set_level(GDX_LOG_ERROR);
+	gdx_config_reset();
+	assert_int_equal(load_text("{\"emulated\": {\"devices\": 4}, \"sysfs_root\": \"/fixture\"}"), 0);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 4);
+	/* The good key before the bad one must not be applied. */
+	assert_int_equal(load_text("{\"emulated\": {\"devices\": 2, \"mem_limit\": \"lots\"}}"),
+			 GDX_ECONFIG);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 4);
+	assert_string_equal(gdx_cfg_str("sysfs_root"), "/fixture");
+	/* A new file replaces the old one whole: sysfs_root falls back to its default. */
+	assert_int_equal(load_text("{\"emulated\": {\"devices\": 2, \"devices\": 6}}"), 0);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 6);	/* the last duplicate wins */
+	assert_int_equal(cfg_text("sysfs_root", buf, sizeof(buf)), 4);
+	assert_string_equal(buf, "/sys");
+	/* reset drops set and file values alike. */
+	assert_int_equal(gdx_config_set("sysfs_root", "/elsewhere"), 0);
+	gdx_config_reset();
+	assert_string_equal(gdx_cfg_str("sysfs_root"), "/sys");
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 1);
+	assert_int_equal(load_text("{}"), 0);
+	assert_int_equal(gdx_config_get("sysfs_root", buf, 2), -ENOSPC);
+}
+
+/* Leaves of the wrong JSON type are refused rather than stringified. */
+static void json_types_are_checked(void **state)
+{
+	char longkey[300];
+
+	(void)state;
+	gdx_log_set_level(GDX_LOG_ERROR);
+	gdx_config_reset();
+	assert_int_equal(load_text("{\"device\": 5}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"device\": [\"cuda\"]}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"device\": null}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"device\": true}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"emulated\": {\"devices\": true}}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"emulated\": {\"devices\": 2.5}}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"emulated\": {\"devices\": 17}}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"emulated\": {\"mem_limit\": -5}}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"emulated\": 3}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"emulated\": {\"devices\": {\"x\": 1}}}"), GDX_ECONFIG);
+	assert_int_equal(load_text("{\"\": 1}"), GDX_ECONFIG);
+	snprintf(longkey, sizeof(longkey), "{\"device%0250d\": \"x\"}", 0);
+	assert_int_equal(load_text(longkey), GDX_ECONFIG);
+	/* The accepted spellings. */
+	assert_int_equal(load_text("{\"require_direct\": \"yes\", \"emulated\": "
+				   "{\"mem_limit\": 1073741824, \"devices\": \"2\"}}"), 0);
+	assert_true(gdx_cfg_bool("require_direct"));
+	assert_int_equal(gdx_cfg_size("emulated.mem_limit"), 1ull << 30);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 2);
+	assert_int_equal(load_text("{\"require_direct\": 0}"), 0);
+	assert_false(gdx_cfg_bool("require_direct"));
+	gdx_config_reset();
 }
 
 /* docs/config.md must list every knob of the table, by name and variable. */
@@ -137,6 +209,8 @@ int main(void)
 		cmocka_unit_test(sizes_parse),
 		cmocka_unit_test(set_env_file_default_precedence),
 		cmocka_unit_test(bad_files_are_refused),
+		cmocka_unit_test(file_loads_are_atomic),
+		cmocka_unit_test(json_types_are_checked),
 		cmocka_unit_test(docs_list_every_knob),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,6 +6,8 @@
 
 #include <gdx/gdx.h>
 
+#include "common/log.h"
+
 static void strerror_names_every_code(void **state)
 {
 	(void)state;
@@ -67,12 +69,50 @@ static void log_callback_filters_by_level(void **state)
 	gdx_log_set_callback(NULL, NULL);
 }
 
+/* A callback that logs through gdx (or swaps the callback) must not deadlock. */
+static int reentered;
+
+static void reentering(enum gdx_log_level lvl, const char *subsys, const char *msg, void *arg)
+{
+	(void)lvl;
+	(void)subsys;
+	(void)msg;
+	(void)arg;
+	reentered++;
+	gdx_log_msg(GDX_LOG_ERROR, "test", "logged from inside the callback");
+	gdx_log_set_callback(NULL, NULL);
+}
+
+static void log_callback_may_reenter(void **state)
+{
+	struct captured c = { 0 };
+
+	(void)state;
+	gdx_log_set_level(GDX_LOG_ERROR);
+	gdx_log_set_callback(reentering, NULL);
+	GDX_ERR("test", "outer");
+	assert_int_equal(reentered, 1);
+	/* The swap from inside was refused: the callback is still installed. */
+	GDX_ERR("test", "again");
+	assert_int_equal(reentered, 2);
+	/* Out-of-range levels are clamped, not used as an index. */
+	gdx_log_set_callback(capture, &c);
+	gdx_log_msg((enum gdx_log_level)7, NULL, "odd level %d", 7);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(c.last, GDX_LOG_ERROR);
+	assert_string_equal(c.msg, "odd level 7");
+	gdx_log_set_level((enum gdx_log_level)9);
+	assert_int_equal(gdx_log_get_level(), GDX_LOG_ERROR);
+	gdx_log_set_callback(NULL, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(strerror_names_every_code),
 		cmocka_unit_test(log_levels_parse),
 		cmocka_unit_test(log_callback_filters_by_level),
+		cmocka_unit_test(log_callback_may_reenter),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
