@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_PIPELINE_H
+#define GDX_PIPELINE_H
+
+/*
+ * The pipeline engine (the GPUDirect Async pattern): N stages over a ring of
+ * S slots, so that batch b+1 loads while batch b computes and batch b-1 is
+ * sent, and a step costs about max(stage) instead of the sum.
+ *
+ * A device stage enqueues its work on its own stream; the engine chains a
+ * batch's stages across streams with events (gdx_stream_wait_event), so the
+ * CPU enqueues a whole batch at once and never waits between stages.  A host
+ * stage runs a callback on its own thread once the batch's earlier stages are
+ * done.  A slot returns to the first stage when the last stage has finished
+ * with it: the first stage of batch b waits (on the device, or on the first
+ * stage's thread) for the last stage of batch b - S.
+ *
+ * The producer calls gdx_pipeline_submit() once per batch; it blocks while
+ * S + ahead batches are in flight (back-pressure), and is where per-batch
+ * timings are collected and asynchronous stage outcomes checked.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gdx/status.h>
+#include <gdx/device.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gdx_pipeline;
+
+#define GDX_PIPELINE_MAX_STAGES 16
+#define GDX_PIPELINE_MAX_SLOTS 64
+
+/* What a stage callback is told about the batch it works on. */
+struct gdx_pipeline_job {
+	struct gdx_pipeline *pipe;
+	uint64_t batch;		/* 0, 1, 2, ... in submission order */
+	unsigned slot;		/* batch % nslots */
+	unsigned stage;		/* index of the stage being called */
+	void *buf;		/* the slot's device buffer (opts.slot_bytes), else NULL */
+	size_t buf_size;
+	void *slot_user;	/* gdx_pipeline_set_slot_user() */
+	void *batch_arg;	/* the producer's argument to gdx_pipeline_submit() */
+	/*
+	 * Scratch word of this stage for this batch, for results that device
+	 * work writes when it executes (bytes read, a status); the stage's check
+	 * callback reads it once that work is done.
+	 */
+	int64_t *result;
+};
+
+enum gdx_stage_kind {
+	GDX_STAGE_DEVICE = 1,	/* enqueue() on the stage's stream */
+	GDX_STAGE_HOST = 2,	/* run() on the stage's thread */
+};
+
+/*
+ * Enqueues the stage's work for job on s and returns without waiting for it.
+ * Ordering against the batch's other stages is the engine's business.
+ */
+typedef int (*gdx_stage_enqueue_fn)(const struct gdx_pipeline_job *job, struct gdx_stream *s,
+				    void *arg);
+/* Does the stage's work synchronously on the stage's own thread. */
+typedef int (*gdx_stage_run_fn)(const struct gdx_pipeline_job *job, void *arg);
+/*
+ * Judges a device stage's outcome once its work for job has executed (e.g. a
+ * short read): 0, or a negative code after gdx_pipeline_job_fail() or alone.
+ */
+typedef int (*gdx_stage_check_fn)(const struct gdx_pipeline_job *job, void *arg);
+
+struct gdx_stage_desc {
+	size_t struct_size;		/* sizeof(struct gdx_stage_desc) */
+	const char *name;		/* copied; up to 31 characters are kept */
+	enum gdx_stage_kind kind;
+	gdx_stage_enqueue_fn enqueue;	/* GDX_STAGE_DEVICE */
+	gdx_stage_run_fn run;		/* GDX_STAGE_HOST */
+	gdx_stage_check_fn check;	/* optional, device stages */
+	void (*fini)(void *arg);	/* optional: called once by gdx_pipeline_destroy */
+	void *arg;
+	/* Device stages: run here instead of on a stream the pipeline creates. */
+	struct gdx_stream *stream;
+};
+GDX_API void gdx_stage_desc_init(struct gdx_stage_desc *d, size_t struct_size);
+
+struct gdx_pipeline_opts {
+	size_t struct_size;	/* sizeof(struct gdx_pipeline_opts) */
+	unsigned nslots;	/* S, 1..GDX_PIPELINE_MAX_SLOTS; default 3 */
+	/*
+	 * Batches the producer may submit beyond the S that fit in the slots;
+	 * their work is queued on the streams behind event waits.  Default S.
+	 */
+	unsigned ahead;
+	size_t slot_bytes;	/* device buffer per slot; 0: none */
+	int timing;		/* per-stage timing with timed events; default 1 */
+	/* Batches left out of the timing figures (start-up); default -1: nstages. */
+	int warmup;
+};
+GDX_API void gdx_pipeline_opts_init(struct gdx_pipeline_opts *o, size_t struct_size);
+
+GDX_API int gdx_pipeline_create(struct gdx_device *dev, const struct gdx_pipeline_opts *o,
+				struct gdx_pipeline **out);
+/* Stops, drains, and frees everything the pipeline created. */
+GDX_API void gdx_pipeline_destroy(struct gdx_pipeline *p);
+
+/* Appends a stage; returns its index.  Only before the first submit. */
+GDX_API int gdx_pipeline_add_stage(struct gdx_pipeline *p, const struct gdx_stage_desc *d);
+
+GDX_API unsigned gdx_pipeline_nslots(const struct gdx_pipeline *p);
+GDX_API unsigned gdx_pipeline_nstages(const struct gdx_pipeline *p);
+GDX_API struct gdx_device *gdx_pipeline_device(const struct gdx_pipeline *p);
+/* The stream of device stage `stage` (created on the first submit); NULL otherwise. */
+GDX_API struct gdx_stream *gdx_pipeline_stage_stream(struct gdx_pipeline *p, unsigned stage);
+GDX_API int gdx_pipeline_slot_buf(const struct gdx_pipeline *p, unsigned slot, void **buf,
+				  size_t *size);
+GDX_API int gdx_pipeline_set_slot_user(struct gdx_pipeline *p, unsigned slot, void *user);
+
+#define GDX_PIPELINE_NOWAIT 0x1u
+/*
+ * Admits the next batch: enqueues its device stages and hands it to its host
+ * stages.  Blocks while S + ahead batches are in flight, or returns -EAGAIN
+ * with GDX_PIPELINE_NOWAIT.  Returns -ECANCELED after gdx_pipeline_stop(),
+ * and the pipeline's error once a stage has failed.  One producer at a time.
+ */
+GDX_API int gdx_pipeline_submit(struct gdx_pipeline *p, void *batch_arg, unsigned flags);
+/* Waits until every admitted batch has left the last stage; 0 or the error. */
+GDX_API int gdx_pipeline_drain(struct gdx_pipeline *p);
+/*
+ * Refuses further batches; batches already admitted run to the end.  Safe
+ * from any thread, including a stage callback.
+ */
+GDX_API void gdx_pipeline_stop(struct gdx_pipeline *p);
+/* Submits n batches (batch_arg NULL), then drains; 0 or the error. */
+GDX_API int gdx_pipeline_run(struct gdx_pipeline *p, uint64_t n);
+
+/*
+ * Fails the pipeline from a stage callback (or a host function it enqueued):
+ * records the stage, slot, batch and cause, and returns err so a callback can
+ * `return gdx_pipeline_job_fail(job, -EIO, "short read: %zd of %zu", ...)`.
+ * Only the first failure is kept.  err must be negative.
+ */
+GDX_API int gdx_pipeline_job_fail(const struct gdx_pipeline_job *job, int err, const char *fmt,
+				  ...) __attribute__((format(printf, 3, 4)));
+
+struct gdx_pipeline_error {
+	int err;		/* 0: no failure */
+	int stage;		/* -1: not a stage's (e.g. the engine itself) */
+	char stage_name[32];
+	int slot;
+	uint64_t batch;
+	char cause[192];
+};
+/* Fills e and returns e->err. */
+GDX_API int gdx_pipeline_error(struct gdx_pipeline *p, struct gdx_pipeline_error *e);
+/* "stage 1 (compute), slot 2, batch 17: <cause>: <gdx_strerror>"; "" without failure. */
+GDX_API const char *gdx_pipeline_strerror(struct gdx_pipeline *p, char *buf, size_t len);
+
+/*
+ * Times are in nanoseconds; a device stage's time is measured by events
+ * recorded around its work on its stream, a host stage's by the host clock
+ * around its callback.  The mean, min and max leave out the warm-up batches.
+ */
+struct gdx_pipeline_stage_stats {
+	size_t struct_size;
+	char name[32];
+	enum gdx_stage_kind kind;
+	uint64_t batches;	/* batches that finished this stage */
+	uint64_t skipped;	/* batches not run here because the pipeline failed */
+	uint64_t errors;
+	uint64_t timed;		/* batches in the time figures */
+	uint64_t total_ns, min_ns, max_ns, mean_ns;
+	uint64_t wait_ns;	/* host stages: time spent waiting for earlier stages */
+};
+GDX_API int gdx_pipeline_stage_stats(struct gdx_pipeline *p, unsigned stage,
+				     struct gdx_pipeline_stage_stats *st);
+
+struct gdx_pipeline_stats {
+	size_t struct_size;
+	uint64_t submitted, completed;
+	unsigned inflight_max;	/* most batches in flight at once */
+	uint64_t producer_wait_ns;	/* time gdx_pipeline_submit spent blocked */
+	/*
+	 * Steady-state step: mean time between consecutive batches leaving the
+	 * last stage, after the warm-up; 0 until two such batches are done.
+	 */
+	uint64_t step_ns;
+	uint64_t serial_ns;	/* sum of the stages' mean times */
+	uint64_t max_stage_ns;	/* the largest stage mean */
+	double overlap;		/* step / max_stage; 1.0 is perfect overlap */
+	double speedup;		/* serial / step */
+};
+GDX_API int gdx_pipeline_stats(struct gdx_pipeline *p, struct gdx_pipeline_stats *st);
+
+/* ---- built-in load stage ------------------------------------------------ */
+
+/*
+ * A source the load stage reads batches from.  read_async enqueues a read of
+ * len bytes at off into dst (device memory) on s and returns; when the read
+ * executes it stores the bytes read, or a negative code, in *done.  The file
+ * source (gdx_file_read_async) is one; an NVMe-oF namespace is another.
+ */
+struct gdx_pipeline_source {
+	const char *name;	/* "file", "nvmf", ... */
+	int (*read_async)(void *ctx, void *dst, size_t len, uint64_t off, int64_t *done,
+			  struct gdx_stream *s);
+	void (*release)(void *ctx);	/* optional: on gdx_pipeline_destroy */
+	void *ctx;
+};
+
+struct gdx_pipeline_load_opts {
+	size_t struct_size;	/* sizeof(struct gdx_pipeline_load_opts) */
+	const char *name;	/* stage name; default "load" */
+	uint64_t offset;	/* where batch 0 starts in the source */
+	size_t batch_bytes;	/* bytes per batch; default (and at most) opts.slot_bytes */
+	uint64_t stride;	/* distance between batches; default batch_bytes */
+	/*
+	 * Batch b reads at offset + (b * stride) % wrap; 0: no wrap, and a
+	 * batch that runs past the end of the source fails with -ENODATA.
+	 */
+	uint64_t wrap;
+};
+GDX_API void gdx_pipeline_load_opts_init(struct gdx_pipeline_load_opts *o, size_t struct_size);
+/*
+ * Adds a device stage that reads each batch into its slot's buffer from src.
+ * The pipeline needs opts.slot_bytes; a short or failed read fails the
+ * pipeline at that stage with the offset and byte counts as the cause.
+ * src->release is called on destroy, also when this call fails.
+ */
+GDX_API int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_source *src,
+				  const struct gdx_pipeline_load_opts *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

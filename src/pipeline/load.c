@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The built-in load stage: reads batch b of a source into its slot's buffer
+ * on the stage's stream.  The source only has to enqueue a read and report
+ * the bytes read when it executes; the stage turns a failed or short read
+ * into a pipeline failure naming the offset and the counts.  Files plug in
+ * through gdx_file_read_async; an NVMe-oF namespace is another source.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gdx/pipeline.h>
+
+#include "common/util.h"
+
+/* Stored before the read is enqueued, so a source that never reports is caught. */
+#define LOAD_PENDING INT64_MIN
+
+struct load {
+	struct gdx_pipeline_source src;
+	uint64_t offset, stride, wrap;
+	size_t bytes;
+};
+
+static uint64_t load_offset(const struct load *l, uint64_t batch)
+{
+	uint64_t rel = batch * l->stride;
+
+	return l->offset + (l->wrap ? rel % l->wrap : rel);
+}
+
+static int load_enqueue(const struct gdx_pipeline_job *job, struct gdx_stream *s, void *arg)
+{
+	struct load *l = arg;
+
+	*job->result = LOAD_PENDING;
+	return l->src.read_async(l->src.ctx, job->buf, l->bytes, load_offset(l, job->batch),
+				 job->result, s);
+}
+
+static int load_check(const struct gdx_pipeline_job *job, void *arg)
+{
+	struct load *l = arg;
+	int64_t got = *job->result;
+	uint64_t off = load_offset(l, job->batch);
+
+	if (got == LOAD_PENDING)
+		return gdx_pipeline_job_fail(job, -EPROTO,
+					     "%s source never reported the read at offset %" PRIu64,
+					     l->src.name, off);
+	if (got < 0)
+		return gdx_pipeline_job_fail(job, (int)got,
+					     "%s read of %zu bytes at offset %" PRIu64 " failed",
+					     l->src.name, l->bytes, off);
+	if ((uint64_t)got != l->bytes)
+		return gdx_pipeline_job_fail(job, -ENODATA,
+					     "short read from %s: %" PRId64 " of %zu bytes at offset %"
+					     PRIu64, l->src.name, got, l->bytes, off);
+	return 0;
+}
+
+static void load_fini(void *arg)
+{
+	struct load *l = arg;
+
+	if (l->src.release)
+		l->src.release(l->src.ctx);
+	free(l);
+}
+
+void gdx_pipeline_load_opts_init(struct gdx_pipeline_load_opts *o, size_t struct_size)
+{
+	memset(o, 0, struct_size);
+	o->struct_size = GDX_MIN(struct_size, sizeof(*o));
+}
+
+int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_source *src,
+			  const struct gdx_pipeline_load_opts *o)
+{
+	struct gdx_pipeline_load_opts opts;
+	struct gdx_stage_desc d;
+	struct load *l;
+	size_t slot_bytes = 0;
+	int ret = -EINVAL;
+
+	if (!src)
+		return -EINVAL;
+	if (!src->read_async)
+		goto release;
+	gdx_pipeline_load_opts_init(&opts, sizeof(opts));
+	if (o && o->struct_size >= offsetof(struct gdx_pipeline_load_opts, wrap))
+		memcpy(&opts, o, GDX_MIN(o->struct_size, sizeof(opts)));
+	else if (o)
+		goto release;
+	if (!p || gdx_pipeline_slot_buf(p, 0, NULL, &slot_bytes) || !slot_bytes)
+		goto release;
+	if (!opts.batch_bytes)
+		opts.batch_bytes = slot_bytes;
+	if (opts.batch_bytes > slot_bytes)
+		goto release;
+	if (!opts.stride)
+		opts.stride = opts.batch_bytes;
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		ret = -ENOMEM;
+		goto release;
+	}
+	l->src = *src;
+	if (!l->src.name)
+		l->src.name = "source";
+	l->offset = opts.offset;
+	l->stride = opts.stride;
+	l->wrap = opts.wrap;
+	l->bytes = opts.batch_bytes;
+
+	gdx_stage_desc_init(&d, sizeof(d));
+	d.name = opts.name ? opts.name : "load";
+	d.kind = GDX_STAGE_DEVICE;
+	d.enqueue = load_enqueue;
+	d.check = load_check;
+	d.fini = load_fini;
+	d.arg = l;
+	ret = gdx_pipeline_add_stage(p, &d);
+	if (ret < 0) {
+		free(l);
+		goto release;
+	}
+	return ret;
+release:
+	if (src->release)
+		src->release(src->ctx);
+	return ret;
+}

@@ -1,0 +1,902 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pipeline engine.  Three kinds of thread touch a batch ("job"):
+ *
+ *   the producer  admits it (gdx_pipeline_submit), enqueues its leading run
+ *                 of device stages, and later harvests it: waits for it to
+ *                 leave the last stage, runs the device stages' checks and
+ *                 collects their timings;
+ *   host stage k  takes it from its queue once stage k-1 is done, runs the
+ *                 callback, then enqueues the following run of device stages;
+ *   the device    runs the enqueued work, ordered by stream waits on events.
+ *
+ * A job is handled by one CPU thread at a time and handed on through a
+ * queue or the `released` flag, so its fields need no lock of their own.
+ * Each stream receives its batches from exactly one thread (the producer or
+ * the host stage before it), which keeps every stream in batch order.
+ *
+ * Jobs live in a ring of R = S + ahead entries.  An entry's events are
+ * re-recorded only when the entry is reused, which the producer does only
+ * after harvesting the batch that last used it; so a wait on an entry's
+ * event always refers to the batch it was enqueued for.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gdx/pipeline.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+#define NSTAGE GDX_PIPELINE_MAX_STAGES
+
+struct job {
+	struct gdx_pipeline_job pub;
+	int64_t result[NSTAGE];
+	struct gdx_event *start[NSTAGE];	/* timing only */
+	struct gdx_event *end[NSTAGE];		/* device stages: work done */
+	uint64_t t0[NSTAGE], t1[NSTAGE];	/* host stages: host clock */
+	bool recorded[NSTAGE];	/* end[k] recorded for this batch */
+	bool ran[NSTAGE];	/* stage k's work was run or enqueued */
+	unsigned err_mask;	/* stages whose failure was counted */
+	unsigned checked;	/* device checks done for stages < checked */
+	struct gdx_event *wait_ev;	/* what the next host stage waits for */
+	bool released;		/* p->lock: past the last stage (see advance) */
+};
+
+struct gdx_pipeline;
+
+struct stage {
+	struct gdx_pipeline *p;
+	unsigned idx;
+	char name[32];
+	struct gdx_stage_desc d;
+	struct gdx_stream *stream;
+	bool own_stream;
+	/* host stages */
+	pthread_t thread;
+	bool thread_up;
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	struct job **q;
+	unsigned qhead, qcount;
+	bool quit;
+	/* p->lock */
+	uint64_t batches, skipped, errors, timed, total_ns, min_ns, max_ns, wait_ns;
+};
+
+struct gdx_pipeline {
+	struct gdx_device *dev;
+	unsigned nslots, nring, nstages;
+	uint64_t warmup;
+	int warmup_opt;
+	bool timing;
+	size_t slot_bytes;
+	void *slot_buf[GDX_PIPELINE_MAX_SLOTS];
+	void *slot_user[GDX_PIPELINE_MAX_SLOTS];
+	struct stage stages[NSTAGE];
+	struct job *jobs;
+	bool started;
+
+	/* producer side */
+	pthread_mutex_t submit_lock;
+	uint64_t submitted, harvested;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;	/* a job released, stop, failure */
+	atomic_bool failed;
+	/* Batches from this one on are skipped: the earliest batch that failed. */
+	_Atomic uint64_t skip_from;
+	bool stopping;
+	struct gdx_pipeline_error error;
+	struct gdx_event *ref;	/* device clock origin */
+	uint64_t ref_host_ns;	/* host clock origin */
+	bool have_first;
+	double t_first, t_last;	/* ns since the origins */
+	uint64_t steady_n;
+	unsigned inflight_max;
+	uint64_t producer_wait_ns;
+};
+
+static bool is_dev(const struct gdx_pipeline *p, unsigned k)
+{
+	return p->stages[k].d.kind == GDX_STAGE_DEVICE;
+}
+
+/* After a failure, batches before the failed one still finish; the rest are skipped. */
+static bool skipped(struct gdx_pipeline *p, const struct job *j)
+{
+	return atomic_load(&p->failed) && j->pub.batch >= atomic_load(&p->skip_from);
+}
+
+void gdx_stage_desc_init(struct gdx_stage_desc *d, size_t struct_size)
+{
+	memset(d, 0, struct_size);
+	if (struct_size >= sizeof(*d))
+		d->struct_size = sizeof(*d);
+	else
+		d->struct_size = struct_size;
+}
+
+void gdx_pipeline_opts_init(struct gdx_pipeline_opts *o, size_t struct_size)
+{
+	struct gdx_pipeline_opts def = {
+		.struct_size = sizeof(def),
+		.nslots = 3,
+		.ahead = (unsigned)-1,
+		.timing = 1,
+		.warmup = -1,
+	};
+
+	memcpy(o, &def, GDX_MIN(struct_size, sizeof(def)));
+	o->struct_size = GDX_MIN(struct_size, sizeof(def));
+}
+
+/* ---- failures -------------------------------------------------------------- */
+
+static void fail_locked(struct gdx_pipeline *p, int stage, unsigned slot, uint64_t batch,
+			int err, const char *cause)
+{
+	struct gdx_pipeline_error *e = &p->error;
+
+	if (batch < atomic_load(&p->skip_from))
+		atomic_store(&p->skip_from, batch);
+	if (e->err)
+		return;
+	e->err = err < 0 ? err : -EIO;
+	e->stage = stage;
+	e->slot = (int)slot;
+	e->batch = batch;
+	snprintf(e->stage_name, sizeof(e->stage_name), "%s",
+		 stage >= 0 ? p->stages[stage].name : "engine");
+	snprintf(e->cause, sizeof(e->cause), "%s", cause && *cause ? cause : gdx_strerror(err));
+	atomic_store(&p->failed, true);
+	pthread_cond_broadcast(&p->cond);
+	GDX_ERR("pipeline", "stage %d (%s), slot %u, batch %llu: %s: %s", stage, e->stage_name,
+		slot, (unsigned long long)batch, e->cause, gdx_strerror(e->err));
+}
+
+/* Counts stage k's failure once per batch and keeps the first cause overall. */
+static void fail_job(struct gdx_pipeline *p, struct job *j, unsigned k, int err,
+		     const char *cause)
+{
+	pthread_mutex_lock(&p->lock);
+	if (!(j->err_mask & (1u << k))) {
+		j->err_mask |= 1u << k;
+		p->stages[k].errors++;
+	}
+	fail_locked(p, (int)k, j->pub.slot, j->pub.batch, err, cause);
+	pthread_mutex_unlock(&p->lock);
+}
+
+int gdx_pipeline_job_fail(const struct gdx_pipeline_job *job, int err, const char *fmt, ...)
+{
+	struct job *j = GDX_CONTAINER_OF(job, struct job, pub);
+	char cause[sizeof(((struct gdx_pipeline_error *)0)->cause)] = "";
+	va_list ap;
+
+	if (err >= 0)
+		err = -EIO;
+	if (fmt) {
+		va_start(ap, fmt);
+		vsnprintf(cause, sizeof(cause), fmt, ap);
+		va_end(ap);
+	}
+	fail_job(job->pipe, j, job->stage, err, cause);
+	return err;
+}
+
+int gdx_pipeline_error(struct gdx_pipeline *p, struct gdx_pipeline_error *e)
+{
+	pthread_mutex_lock(&p->lock);
+	*e = p->error;
+	pthread_mutex_unlock(&p->lock);
+	return e->err;
+}
+
+const char *gdx_pipeline_strerror(struct gdx_pipeline *p, char *buf, size_t len)
+{
+	struct gdx_pipeline_error e;
+
+	if (!len)
+		return buf;
+	buf[0] = '\0';
+	if (gdx_pipeline_error(p, &e))
+		snprintf(buf, len, "stage %d (%s), slot %d, batch %llu: %s: %s", e.stage,
+			 e.stage_name, e.slot, (unsigned long long)e.batch, e.cause,
+			 gdx_strerror(e.err));
+	return buf;
+}
+
+/* ---- moving a job through the stages ---------------------------------------- */
+
+static void queue_push(struct stage *st, struct job *j)
+{
+	pthread_mutex_lock(&st->qlock);
+	st->q[(st->qhead + st->qcount) % st->p->nring] = j;
+	st->qcount++;
+	pthread_cond_signal(&st->qcond);
+	pthread_mutex_unlock(&st->qlock);
+}
+
+static void set_stage(struct job *j, unsigned k)
+{
+	j->pub.stage = k;
+	j->pub.result = &j->result[k];
+}
+
+/*
+ * Starts stage k and the device stages after it, up to the next host stage,
+ * which gets the job through its queue.  wait0 is what stage 0 must wait for
+ * (the last stage of the slot's previous batch), NULL for k > 0.
+ */
+static void advance(struct gdx_pipeline *p, struct job *j, unsigned k, struct gdx_event *wait0)
+{
+	for (; k < p->nstages; k++) {
+		struct stage *st = &p->stages[k];
+		struct gdx_event *w = wait0;
+		int ret;
+
+		if (k > 0)
+			w = is_dev(p, k - 1) && j->recorded[k - 1] ? j->end[k - 1] : NULL;
+		set_stage(j, k);
+		if (!is_dev(p, k)) {
+			j->wait_ev = w;
+			queue_push(st, j);
+			return;
+		}
+		if (skipped(p, j))
+			continue;
+		ret = w ? gdx_stream_wait_event(st->stream, w) : 0;
+		if (!ret && p->timing)
+			ret = gdx_event_record(j->start[k], st->stream);
+		if (ret) {
+			fail_job(p, j, k, ret, "cannot enqueue on the stage's stream");
+			continue;
+		}
+		j->ran[k] = true;
+		ret = st->d.enqueue(&j->pub, st->stream, st->d.arg);
+		if (ret) {
+			fail_job(p, j, k, ret, NULL);
+			continue;
+		}
+		ret = gdx_event_record(j->end[k], st->stream);
+		if (ret) {
+			fail_job(p, j, k, ret, "cannot record the stage's event");
+			continue;
+		}
+		j->recorded[k] = true;
+	}
+	/*
+	 * A device last stage has been enqueued, which is all the next batch in
+	 * this slot needs: it waits on end[] on the device.  A host last stage
+	 * has finished.
+	 */
+	pthread_mutex_lock(&p->lock);
+	j->released = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Runs the check callbacks of the device stages before `upto` whose work ran. */
+static void run_checks(struct gdx_pipeline *p, struct job *j, unsigned upto)
+{
+	for (unsigned k = j->checked; k < upto; k++) {
+		struct stage *st = &p->stages[k];
+		int ret;
+
+		/* A batch after a failed one is discarded, its outcome unjudged. */
+		if (!is_dev(p, k) || !j->recorded[k] || !st->d.check || skipped(p, j))
+			continue;
+		set_stage(j, k);
+		ret = st->d.check(&j->pub, st->d.arg);
+		if (ret < 0)
+			fail_job(p, j, k, ret, NULL);
+	}
+	if (upto > j->checked)
+		j->checked = upto;
+}
+
+static void *host_stage_main(void *arg)
+{
+	struct stage *st = arg;
+	struct gdx_pipeline *p = st->p;
+	unsigned k = st->idx;
+
+	for (;;) {
+		struct job *j;
+		uint64_t t;
+		int ret;
+
+		pthread_mutex_lock(&st->qlock);
+		while (!st->qcount && !st->quit)
+			pthread_cond_wait(&st->qcond, &st->qlock);
+		if (!st->qcount) {
+			pthread_mutex_unlock(&st->qlock);
+			break;
+		}
+		j = st->q[st->qhead];
+		st->qhead = (st->qhead + 1) % p->nring;
+		st->qcount--;
+		pthread_mutex_unlock(&st->qlock);
+
+		t = gdx_now_ns();
+		if (j->wait_ev) {
+			ret = gdx_event_synchronize(j->wait_ev);
+			if (ret)
+				fail_job(p, j, k, ret, "waiting for the previous stage failed");
+		}
+		run_checks(p, j, k);
+		j->t0[k] = gdx_now_ns();
+		pthread_mutex_lock(&p->lock);
+		st->wait_ns += j->t0[k] - t;
+		pthread_mutex_unlock(&p->lock);
+		if (!skipped(p, j)) {
+			set_stage(j, k);
+			j->ran[k] = true;
+			ret = st->d.run(&j->pub, st->d.arg);
+			j->t1[k] = gdx_now_ns();
+			if (ret < 0)
+				fail_job(p, j, k, ret, NULL);
+		}
+		advance(p, j, k + 1, NULL);
+	}
+	return NULL;
+}
+
+/* ---- set-up ------------------------------------------------------------------ */
+
+int gdx_pipeline_create(struct gdx_device *dev, const struct gdx_pipeline_opts *o,
+			struct gdx_pipeline **out)
+{
+	struct gdx_pipeline_opts opts;
+	struct gdx_pipeline *p;
+	int ret = 0;
+
+	if (!dev || !out)
+		return -EINVAL;
+	gdx_pipeline_opts_init(&opts, sizeof(opts));
+	if (o) {
+		if (o->struct_size < offsetof(struct gdx_pipeline_opts, nslots) + sizeof(o->nslots))
+			return -EINVAL;
+		memcpy(&opts, o, GDX_MIN(o->struct_size, sizeof(opts)));
+	}
+	if (opts.nslots < 1 || opts.nslots > GDX_PIPELINE_MAX_SLOTS || opts.warmup < -1)
+		return -EINVAL;
+	if (opts.ahead == (unsigned)-1)
+		opts.ahead = opts.nslots;
+	if (opts.ahead > 4 * GDX_PIPELINE_MAX_SLOTS)
+		return -EINVAL;
+
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->dev = dev;
+	p->nslots = opts.nslots;
+	p->nring = opts.nslots + opts.ahead;
+	p->timing = opts.timing != 0;
+	p->warmup_opt = opts.warmup;
+	p->slot_bytes = opts.slot_bytes;
+	pthread_mutex_init(&p->submit_lock, NULL);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->error.stage = -1;
+	p->error.slot = -1;
+	atomic_store(&p->skip_from, UINT64_MAX);
+	for (unsigned i = 0; i < p->nslots && p->slot_bytes; i++) {
+		ret = gdx_device_malloc(dev, p->slot_bytes, &p->slot_buf[i]);
+		if (ret) {
+			GDX_ERR("pipeline", "slot %u: cannot allocate %zu bytes of device memory: %s",
+				i, p->slot_bytes, gdx_strerror(ret));
+			gdx_pipeline_destroy(p);
+			return ret;
+		}
+	}
+	*out = p;
+	return 0;
+}
+
+int gdx_pipeline_add_stage(struct gdx_pipeline *p, const struct gdx_stage_desc *d)
+{
+	struct stage *st;
+
+	if (!p || !d || d->struct_size < offsetof(struct gdx_stage_desc, stream))
+		return -EINVAL;
+	if (p->started || p->nstages == NSTAGE)
+		return p->started ? -EBUSY : -ENOSPC;
+	if ((d->kind == GDX_STAGE_DEVICE && !d->enqueue) || (d->kind == GDX_STAGE_HOST && !d->run) ||
+	    (d->kind != GDX_STAGE_DEVICE && d->kind != GDX_STAGE_HOST))
+		return -EINVAL;
+	st = &p->stages[p->nstages];
+	memset(st, 0, sizeof(*st));
+	memcpy(&st->d, d, GDX_MIN(d->struct_size, sizeof(st->d)));
+	st->p = p;
+	st->idx = p->nstages;
+	snprintf(st->name, sizeof(st->name), "%s", d->name ? d->name : "stage");
+	st->min_ns = UINT64_MAX;
+	return (int)p->nstages++;
+}
+
+static int start(struct gdx_pipeline *p)
+{
+	unsigned flags = p->timing ? GDX_EVENT_TIMING : 0;
+	int ret, first_dev = -1;
+
+	if (!p->nstages)
+		return -EINVAL;
+	p->warmup = p->warmup_opt < 0 ? p->nstages : (uint64_t)p->warmup_opt;
+	p->jobs = calloc(p->nring, sizeof(*p->jobs));
+	if (!p->jobs)
+		return -ENOMEM;
+	for (unsigned k = 0; k < p->nstages; k++) {
+		struct stage *st = &p->stages[k];
+
+		if (is_dev(p, k)) {
+			if (first_dev < 0)
+				first_dev = (int)k;
+			if (st->d.stream) {
+				st->stream = st->d.stream;
+			} else {
+				ret = gdx_stream_create(p->dev, &st->stream);
+				if (ret)
+					return ret;
+				st->own_stream = true;
+			}
+		}
+		for (unsigned e = 0; e < p->nring && is_dev(p, k); e++) {
+			struct job *j = &p->jobs[e];
+
+			ret = gdx_event_create(p->dev, flags, &j->end[k]);
+			if (!ret && p->timing)
+				ret = gdx_event_create(p->dev, flags, &j->start[k]);
+			if (ret)
+				return ret;
+		}
+	}
+	for (unsigned k = 0; k < p->nstages; k++) {
+		struct stage *st = &p->stages[k];
+
+		if (is_dev(p, k))
+			continue;
+		st->q = calloc(p->nring, sizeof(*st->q));
+		if (!st->q)
+			return -ENOMEM;
+		pthread_mutex_init(&st->qlock, NULL);
+		pthread_cond_init(&st->qcond, NULL);
+		ret = -pthread_create(&st->thread, NULL, host_stage_main, st);
+		if (ret)
+			return ret;
+		st->thread_up = true;
+	}
+	if (first_dev >= 0 && p->timing) {
+		ret = gdx_event_create(p->dev, flags, &p->ref);
+		if (!ret)
+			ret = gdx_event_record(p->ref, p->stages[first_dev].stream);
+		if (ret)
+			return ret;
+	}
+	p->ref_host_ns = gdx_now_ns();
+	p->started = true;
+	return 0;
+}
+
+/* ---- producer ------------------------------------------------------------------ */
+
+static double ms_to_ns(float ms)
+{
+	return (double)ms * 1e6;
+}
+
+/* Stage times of a harvested job, and its completion time for the step figure. */
+static void collect(struct gdx_pipeline *p, struct job *j)
+{
+	uint64_t ns[NSTAGE] = { 0 };
+	bool timed[NSTAGE] = { false };
+	unsigned last = p->nstages - 1;
+	bool complete = true;
+	double t_done = -1;
+	float ms;
+
+	for (unsigned k = 0; k < p->nstages; k++) {
+		complete = complete && j->ran[k] && !(j->err_mask & (1u << k));
+		if (!j->ran[k])
+			continue;
+		if (!is_dev(p, k)) {
+			if (j->t1[k] >= j->t0[k]) {
+				ns[k] = j->t1[k] - j->t0[k];
+				timed[k] = true;
+			}
+			continue;
+		}
+		if (!p->timing || !j->recorded[k])
+			continue;
+		/* Normally done already; after a failure later stages may be skipped. */
+		if (gdx_event_synchronize(j->end[k]) == 0 &&
+		    gdx_event_elapsed_ms(j->start[k], j->end[k], &ms) == 0 && ms >= 0) {
+			ns[k] = (uint64_t)ms_to_ns(ms);
+			timed[k] = true;
+		}
+	}
+	if (complete && is_dev(p, last) && p->ref && j->recorded[last] &&
+	    gdx_event_elapsed_ms(p->ref, j->end[last], &ms) == 0)
+		t_done = ms_to_ns(ms);
+	else if (complete && !is_dev(p, last))
+		t_done = (double)(j->t1[last] - p->ref_host_ns);
+
+	pthread_mutex_lock(&p->lock);
+	for (unsigned k = 0; k < p->nstages; k++) {
+		struct stage *st = &p->stages[k];
+
+		if (!j->ran[k]) {
+			st->skipped++;
+			continue;
+		}
+		st->batches++;
+		if (!timed[k] || j->pub.batch < p->warmup)
+			continue;
+		st->timed++;
+		st->total_ns += ns[k];
+		st->min_ns = GDX_MIN(st->min_ns, ns[k]);
+		st->max_ns = GDX_MAX(st->max_ns, ns[k]);
+	}
+	if (t_done >= 0 && j->pub.batch >= p->warmup) {
+		if (!p->have_first) {
+			p->have_first = true;
+			p->t_first = t_done;
+		} else {
+			p->t_last = t_done;
+			p->steady_n++;
+		}
+	}
+	p->harvested++;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/*
+ * Waits until job j has left the last stage.  A device last stage: released
+ * means enqueued, so wait for its event too.
+ */
+static int wait_done(struct gdx_pipeline *p, struct job *j, bool nowait)
+{
+	unsigned last = p->nstages - 1;
+	int ret;
+
+	pthread_mutex_lock(&p->lock);
+	while (!j->released) {
+		if (nowait) {
+			pthread_mutex_unlock(&p->lock);
+			return -EAGAIN;
+		}
+		pthread_cond_wait(&p->cond, &p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (!is_dev(p, last) || !j->recorded[last])
+		return 0;
+	if (nowait) {
+		ret = gdx_event_query(j->end[last]);
+		return ret == -EBUSY ? -EAGAIN : ret;
+	}
+	ret = gdx_event_synchronize(j->end[last]);
+	if (ret)
+		fail_job(p, j, last, ret, "waiting for the last stage failed");
+	return 0;
+}
+
+static int harvest_one(struct gdx_pipeline *p, bool nowait)
+{
+	struct job *j = &p->jobs[p->harvested % p->nring];
+	int ret = wait_done(p, j, nowait);
+
+	if (ret)
+		return ret;
+	run_checks(p, j, p->nstages);
+	collect(p, j);
+	return 0;
+}
+
+static int pipeline_status(struct gdx_pipeline *p)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->error.err)
+		ret = p->error.err;
+	else if (p->stopping)
+		ret = -ECANCELED;
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
+{
+	bool nowait = flags & GDX_PIPELINE_NOWAIT;
+	struct gdx_event *wait0 = NULL;
+	uint64_t b = p->submitted, t = 0;
+	struct job *j;
+	int ret;
+
+	ret = pipeline_status(p);
+	if (ret)
+		return ret;
+	if (!p->started) {
+		ret = start(p);
+		if (ret) {
+			pthread_mutex_lock(&p->lock);
+			fail_locked(p, -1, 0, 0, ret, "cannot set up streams, events and threads");
+			pthread_mutex_unlock(&p->lock);
+			return ret;
+		}
+	}
+	/* Back-pressure: the ring entry must be free, i.e. batch b - R harvested. */
+	while (p->harvested + p->nring <= b) {
+		if (!t && !nowait)
+			t = gdx_now_ns();
+		ret = harvest_one(p, nowait);
+		if (ret)
+			return ret;
+	}
+	/* The slot's previous batch must be past its last stage (see advance). */
+	if (b >= p->nslots) {
+		struct job *prev = &p->jobs[(b - p->nslots) % p->nring];
+
+		if (!t && !nowait)
+			t = gdx_now_ns();
+		pthread_mutex_lock(&p->lock);
+		while (!prev->released && !nowait)
+			pthread_cond_wait(&p->cond, &p->lock);
+		ret = prev->released ? 0 : -EAGAIN;
+		pthread_mutex_unlock(&p->lock);
+		if (ret)
+			return ret;
+		if (is_dev(p, p->nstages - 1) && prev->recorded[p->nstages - 1])
+			wait0 = prev->end[p->nstages - 1];
+	}
+	ret = pipeline_status(p);
+	if (ret)
+		return ret;
+
+	/* Collect what is already done, so the figures and in-flight count stay current. */
+	while (p->harvested < b && harvest_one(p, true) == 0)
+		;
+
+	j = &p->jobs[b % p->nring];
+	memset(j->result, 0, sizeof(j->result));
+	memset(j->recorded, 0, sizeof(j->recorded));
+	memset(j->ran, 0, sizeof(j->ran));
+	j->err_mask = 0;
+	j->checked = 0;
+	j->wait_ev = NULL;
+	j->released = false;
+	j->pub = (struct gdx_pipeline_job){
+		.pipe = p,
+		.batch = b,
+		.slot = (unsigned)(b % p->nslots),
+		.buf = p->slot_buf[b % p->nslots],
+		.buf_size = p->slot_bytes,
+		.slot_user = p->slot_user[b % p->nslots],
+		.batch_arg = arg,
+	};
+	pthread_mutex_lock(&p->lock);
+	p->submitted++;
+	if (t)
+		p->producer_wait_ns += gdx_now_ns() - t;
+	p->inflight_max = GDX_MAX(p->inflight_max, (unsigned)(p->submitted - p->harvested));
+	pthread_mutex_unlock(&p->lock);
+	advance(p, j, 0, wait0);
+	return 0;
+}
+
+int gdx_pipeline_submit(struct gdx_pipeline *p, void *batch_arg, unsigned flags)
+{
+	int ret;
+
+	if (!p || (flags & ~GDX_PIPELINE_NOWAIT))
+		return -EINVAL;
+	pthread_mutex_lock(&p->submit_lock);
+	ret = submit_locked(p, batch_arg, flags);
+	pthread_mutex_unlock(&p->submit_lock);
+	return ret;
+}
+
+int gdx_pipeline_drain(struct gdx_pipeline *p)
+{
+	int ret = 0;
+
+	if (!p)
+		return -EINVAL;
+	pthread_mutex_lock(&p->submit_lock);
+	while (p->harvested < p->submitted)
+		harvest_one(p, false);
+	/*
+	 * After a failure, stages may have been skipped while earlier device
+	 * work of the same batch still runs: wait for all of it.
+	 */
+	for (unsigned k = 0; k < p->nstages && p->started; k++) {
+		if (p->stages[k].stream) {
+			int r = gdx_stream_synchronize(p->stages[k].stream);
+
+			ret = ret ? ret : r;
+		}
+	}
+	pthread_mutex_unlock(&p->submit_lock);
+	pthread_mutex_lock(&p->lock);
+	if (p->error.err)
+		ret = p->error.err;
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+void gdx_pipeline_stop(struct gdx_pipeline *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stopping = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+int gdx_pipeline_run(struct gdx_pipeline *p, uint64_t n)
+{
+	int ret = 0, r;
+
+	for (uint64_t i = 0; i < n && !ret; i++)
+		ret = gdx_pipeline_submit(p, NULL, 0);
+	r = gdx_pipeline_drain(p);
+	if (ret == -ECANCELED)
+		ret = 0;	/* stopped on purpose */
+	return ret ? ret : r;
+}
+
+void gdx_pipeline_destroy(struct gdx_pipeline *p)
+{
+	if (!p)
+		return;
+	gdx_pipeline_stop(p);
+	gdx_pipeline_drain(p);
+	for (unsigned k = 0; k < p->nstages; k++) {
+		struct stage *st = &p->stages[k];
+
+		if (st->thread_up) {
+			pthread_mutex_lock(&st->qlock);
+			st->quit = true;
+			pthread_cond_signal(&st->qcond);
+			pthread_mutex_unlock(&st->qlock);
+			pthread_join(st->thread, NULL);
+		}
+		if (st->q) {
+			pthread_mutex_destroy(&st->qlock);
+			pthread_cond_destroy(&st->qcond);
+			free(st->q);
+		}
+		for (unsigned e = 0; p->jobs && e < p->nring; e++) {
+			if (p->jobs[e].start[k])
+				gdx_event_destroy(p->jobs[e].start[k]);
+			if (p->jobs[e].end[k])
+				gdx_event_destroy(p->jobs[e].end[k]);
+		}
+		if (st->own_stream)
+			gdx_stream_destroy(st->stream);
+		if (st->d.fini)
+			st->d.fini(st->d.arg);
+	}
+	if (p->ref)
+		gdx_event_destroy(p->ref);
+	for (unsigned i = 0; i < p->nslots; i++) {
+		if (p->slot_buf[i])
+			gdx_device_free(p->dev, p->slot_buf[i]);
+	}
+	free(p->jobs);
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->submit_lock);
+	free(p);
+}
+
+/* ---- accessors and figures ----------------------------------------------------- */
+
+unsigned gdx_pipeline_nslots(const struct gdx_pipeline *p)
+{
+	return p->nslots;
+}
+
+unsigned gdx_pipeline_nstages(const struct gdx_pipeline *p)
+{
+	return p->nstages;
+}
+
+struct gdx_device *gdx_pipeline_device(const struct gdx_pipeline *p)
+{
+	return p->dev;
+}
+
+struct gdx_stream *gdx_pipeline_stage_stream(struct gdx_pipeline *p, unsigned stage)
+{
+	if (!p || stage >= p->nstages)
+		return NULL;
+	return p->stages[stage].stream;
+}
+
+int gdx_pipeline_slot_buf(const struct gdx_pipeline *p, unsigned slot, void **buf, size_t *size)
+{
+	if (!p || slot >= p->nslots)
+		return -EINVAL;
+	if (buf)
+		*buf = p->slot_buf[slot];
+	if (size)
+		*size = p->slot_bytes;
+	return 0;
+}
+
+int gdx_pipeline_set_slot_user(struct gdx_pipeline *p, unsigned slot, void *user)
+{
+	if (!p || slot >= p->nslots)
+		return -EINVAL;
+	if (p->started)
+		return -EBUSY;
+	p->slot_user[slot] = user;
+	return 0;
+}
+
+int gdx_pipeline_stage_stats(struct gdx_pipeline *p, unsigned stage,
+			     struct gdx_pipeline_stage_stats *out)
+{
+	struct gdx_pipeline_stage_stats s = { .struct_size = sizeof(s) };
+	struct stage *st;
+
+	if (!p || !out || stage >= p->nstages || out->struct_size < offsetof(struct gdx_pipeline_stage_stats, mean_ns))
+		return -EINVAL;
+	st = &p->stages[stage];
+	pthread_mutex_lock(&p->lock);
+	snprintf(s.name, sizeof(s.name), "%s", st->name);
+	s.kind = st->d.kind;
+	s.batches = st->batches;
+	s.skipped = st->skipped;
+	s.errors = st->errors;
+	s.timed = st->timed;
+	s.total_ns = st->total_ns;
+	s.min_ns = st->timed ? st->min_ns : 0;
+	s.max_ns = st->max_ns;
+	s.mean_ns = st->timed ? st->total_ns / st->timed : 0;
+	s.wait_ns = st->wait_ns;
+	pthread_mutex_unlock(&p->lock);
+	s.struct_size = GDX_MIN(out->struct_size, sizeof(s));
+	memcpy(out, &s, s.struct_size);
+	return 0;
+}
+
+int gdx_pipeline_stats(struct gdx_pipeline *p, struct gdx_pipeline_stats *out)
+{
+	struct gdx_pipeline_stats s = { .struct_size = sizeof(s) };
+
+	if (!p || !out || out->struct_size < offsetof(struct gdx_pipeline_stats, step_ns))
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	s.submitted = p->submitted;
+	s.completed = p->harvested;
+	s.inflight_max = p->inflight_max;
+	s.producer_wait_ns = p->producer_wait_ns;
+	if (p->steady_n)
+		s.step_ns = (uint64_t)((p->t_last - p->t_first) / (double)p->steady_n);
+	for (unsigned k = 0; k < p->nstages; k++) {
+		const struct stage *st = &p->stages[k];
+		uint64_t mean = st->timed ? st->total_ns / st->timed : 0;
+
+		s.serial_ns += mean;
+		s.max_stage_ns = GDX_MAX(s.max_stage_ns, mean);
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (s.max_stage_ns && s.step_ns)
+		s.overlap = (double)s.step_ns / (double)s.max_stage_ns;
+	if (s.step_ns)
+		s.speedup = (double)s.serial_ns / (double)s.step_ns;
+	s.struct_size = GDX_MIN(out->struct_size, sizeof(s));
+	memcpy(out, &s, s.struct_size);
+	return 0;
+}

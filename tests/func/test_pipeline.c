@@ -1,0 +1,792 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pipeline engine on the emulated device.  Stages record host-clock
+ * timestamps from inside their work (host functions on the stage's stream,
+ * or the host stage's callback), so ordering and overlap are read off what
+ * actually ran, never off wall-clock thresholds.  The data moved through the
+ * slots is checked against per-batch checksums, which catches a slot reused
+ * before its last stage is done.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "test.h"
+
+#include <gdx/gdx.h>
+#include <gdx/pipeline.h>
+
+#include "common/util.h"
+
+#define NB_MAX 48
+#define SZ (16 << 10)
+
+enum role { R_NONE, R_LOAD, R_XFORM, R_VERIFY };
+
+struct tstage {
+	char kind;		/* 'D' device, 'H' host */
+	enum role role;
+	unsigned sleep_us;	/* inside the stage's work */
+	int fail_batch;		/* >= 0: the callback fails at this batch */
+	bool gate;		/* work blocks until the test opens the gate */
+	bool stop_at;		/* calls gdx_pipeline_stop at stop_batch */
+};
+
+struct tctx;
+
+struct rec {
+	struct tctx *t;
+	unsigned k;
+	uint64_t b;
+};
+
+struct tctx {
+	struct gdx_device *dev;
+	struct gdx_pipeline *p;
+	unsigned nst;
+	struct tstage st[8];
+	unsigned char *src;	/* NB_MAX batches of input */
+	unsigned char *out;	/* NB_MAX batches of verified output */
+	uint64_t want[NB_MAX];	/* checksum of each batch's expected output */
+	uint64_t got[NB_MAX];
+	void *pin[GDX_PIPELINE_MAX_SLOTS];	/* device XFORM staging, per slot */
+	unsigned char *tmp[8];	/* host XFORM staging, per stage */
+	_Atomic uint64_t ts0[8][NB_MAX], ts1[8][NB_MAX];
+	_Atomic unsigned ran[8];
+	struct rec rec[8][NB_MAX];
+	uint64_t stop_batch;
+	pthread_mutex_t gm;
+	pthread_cond_t gc;
+	bool gate_open;
+};
+
+static struct gdx_device *dev;
+static char last_log[512];
+static unsigned nlog;
+
+/* Failures are logged once, with stage, slot and batch; keep the line for the checks. */
+static void log_cb(enum gdx_log_level level, const char *subsys, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level == GDX_LOG_ERROR && !strcmp(subsys, "pipeline")) {
+		snprintf(last_log, sizeof(last_log), "%s", msg);
+		nlog++;
+	}
+}
+
+static uint64_t fnv(const unsigned char *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 1099511628211ull;
+	return h;
+}
+
+static unsigned char key(uint64_t b)
+{
+	return (unsigned char)(b * 37 + 1);
+}
+
+static void xform(unsigned char *p, uint64_t b)
+{
+	for (size_t i = 0; i < SZ; i++)
+		p[i] ^= key(b);
+}
+
+static void sleep_us(unsigned us)
+{
+	struct timespec ts = { .tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000 };
+
+	while (us && nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static void gate_wait(struct tctx *t)
+{
+	pthread_mutex_lock(&t->gm);
+	while (!t->gate_open)
+		pthread_cond_wait(&t->gc, &t->gm);
+	pthread_mutex_unlock(&t->gm);
+}
+
+static void gate_open(struct tctx *t)
+{
+	pthread_mutex_lock(&t->gm);
+	t->gate_open = true;
+	pthread_cond_broadcast(&t->gc);
+	pthread_mutex_unlock(&t->gm);
+}
+
+/* ---- host functions of device stages ---------------------------------------- */
+
+static void hf_begin(void *arg)
+{
+	struct rec *r = arg;
+	struct tstage *s = &r->t->st[r->k];
+
+	r->t->ts0[r->k][r->b] = gdx_now_ns();
+	if (s->gate)
+		gate_wait(r->t);
+	sleep_us(s->sleep_us);
+}
+
+static void hf_end(void *arg)
+{
+	struct rec *r = arg;
+
+	r->t->ts1[r->k][r->b] = gdx_now_ns();
+	r->t->ran[r->k]++;
+}
+
+static void hf_xform(void *arg)
+{
+	struct rec *r = arg;
+
+	xform(r->t->pin[r->b % gdx_pipeline_nslots(r->t->p)], r->b);
+}
+
+static void hf_verify(void *arg)
+{
+	struct rec *r = arg;
+
+	r->t->got[r->b] = fnv(r->t->out + r->b * SZ, SZ);
+}
+
+static int dev_stage(const struct gdx_pipeline_job *job, struct gdx_stream *s, void *arg)
+{
+	struct tctx *t = arg;
+	unsigned k = job->stage;
+	struct rec *r = &t->rec[k][job->batch];
+	void *pin = t->pin[job->slot];
+	int ret;
+
+	*r = (struct rec){ t, k, job->batch };
+	if (t->st[k].fail_batch == (int)job->batch)
+		return gdx_pipeline_job_fail(job, -EIO, "injected enqueue failure");
+	ret = gdx_stream_launch_host_func(s, hf_begin, r);
+	switch (t->st[k].role) {
+	case R_LOAD:
+		ret = ret ? ret : gdx_memcpy_async(dev, job->buf, t->src + job->batch * SZ, SZ, s);
+		break;
+	case R_XFORM:
+		ret = ret ? ret : gdx_memcpy_async(dev, pin, job->buf, SZ, s);
+		ret = ret ? ret : gdx_stream_launch_host_func(s, hf_xform, r);
+		ret = ret ? ret : gdx_memcpy_async(dev, job->buf, pin, SZ, s);
+		break;
+	case R_VERIFY:
+		ret = ret ? ret : gdx_memcpy_async(dev, t->out + job->batch * SZ, job->buf, SZ, s);
+		ret = ret ? ret : gdx_stream_launch_host_func(s, hf_verify, r);
+		break;
+	case R_NONE:
+		break;
+	}
+	if (t->st[k].stop_at && job->batch == t->stop_batch)
+		gdx_pipeline_stop(job->pipe);
+	return ret ? ret : gdx_stream_launch_host_func(s, hf_end, r);
+}
+
+static int host_stage(const struct gdx_pipeline_job *job, void *arg)
+{
+	struct tctx *t = arg;
+	unsigned k = job->stage;
+	uint64_t b = job->batch;
+	int ret = 0;
+
+	t->ts0[k][b] = gdx_now_ns();
+	if (t->st[k].gate)
+		gate_wait(t);
+	sleep_us(t->st[k].sleep_us);
+	if (t->st[k].fail_batch == (int)b)
+		return gdx_pipeline_job_fail(job, -EPIPE, "injected failure in %s stage", "host");
+	switch (t->st[k].role) {
+	case R_LOAD:
+		ret = gdx_memcpy(dev, job->buf, t->src + b * SZ, SZ);
+		break;
+	case R_XFORM:
+		ret = gdx_memcpy(dev, t->tmp[k], job->buf, SZ);
+		xform(t->tmp[k], b);
+		ret = ret ? ret : gdx_memcpy(dev, job->buf, t->tmp[k], SZ);
+		break;
+	case R_VERIFY:
+		ret = gdx_memcpy(dev, t->out + b * SZ, job->buf, SZ);
+		t->got[b] = fnv(t->out + b * SZ, SZ);
+		break;
+	case R_NONE:
+		break;
+	}
+	if (t->st[k].stop_at && b == t->stop_batch)
+		gdx_pipeline_stop(job->pipe);
+	t->ts1[k][b] = gdx_now_ns();
+	t->ran[k]++;
+	return ret;
+}
+
+/* ---- set-up ---------------------------------------------------------------------- */
+
+static struct tctx *make_ctx(const struct tstage *st, unsigned nst)
+{
+	struct tctx *t = calloc(1, sizeof(*t));
+	bool has_xform = false;
+
+	assert_non_null(t);
+	t->dev = dev;
+	t->nst = nst;
+	memcpy(t->st, st, nst * sizeof(*st));
+	pthread_mutex_init(&t->gm, NULL);
+	pthread_cond_init(&t->gc, NULL);
+	t->src = malloc((size_t)NB_MAX * SZ);
+	t->out = calloc(NB_MAX, SZ);
+	assert_non_null(t->src);
+	assert_non_null(t->out);
+	t_fill(t->src, (size_t)NB_MAX * SZ, 42);
+	for (unsigned k = 0; k < nst; k++) {
+		has_xform |= st[k].role == R_XFORM;
+		t->tmp[k] = malloc(SZ);
+	}
+	for (uint64_t b = 0; b < NB_MAX; b++) {
+		unsigned char *e = malloc(SZ);
+
+		memcpy(e, t->src + b * SZ, SZ);
+		if (has_xform)
+			xform(e, b);
+		t->want[b] = fnv(e, SZ);
+		free(e);
+	}
+	return t;
+}
+
+static void add_test_stage(struct tctx *t, unsigned k)
+{
+	struct gdx_stage_desc d;
+	char name[16];
+
+	snprintf(name, sizeof(name), "s%u%c", k, t->st[k].kind);
+	gdx_stage_desc_init(&d, sizeof(d));
+	d.name = name;
+	d.kind = t->st[k].kind == 'D' ? GDX_STAGE_DEVICE : GDX_STAGE_HOST;
+	d.enqueue = dev_stage;
+	d.run = host_stage;
+	d.arg = t;
+	assert_int_equal(gdx_pipeline_add_stage(t->p, &d), (int)k);
+}
+
+static void make_pipe(struct tctx *t, unsigned nslots, unsigned ahead)
+{
+	struct gdx_pipeline_opts o;
+
+	gdx_pipeline_opts_init(&o, sizeof(o));
+	o.nslots = nslots;
+	o.ahead = ahead;
+	o.slot_bytes = SZ;
+	assert_int_equal(gdx_pipeline_create(dev, &o, &t->p), 0);
+	for (unsigned i = 0; i < nslots; i++)
+		assert_int_equal(gdx_pinned_alloc(dev, SZ, &t->pin[i]), 0);
+}
+
+static struct tctx *make(const struct tstage *st, unsigned nst, unsigned nslots, unsigned ahead)
+{
+	struct tctx *t = make_ctx(st, nst);
+
+	make_pipe(t, nslots, ahead);
+	for (unsigned k = 0; k < nst; k++)
+		add_test_stage(t, k);
+	return t;
+}
+
+static void destroy(struct tctx *t)
+{
+	unsigned n = gdx_pipeline_nslots(t->p);
+
+	gdx_pipeline_destroy(t->p);
+	for (unsigned i = 0; i < n; i++)
+		gdx_pinned_free(dev, t->pin[i]);
+	for (unsigned k = 0; k < t->nst; k++)
+		free(t->tmp[k]);
+	free(t->src);
+	free(t->out);
+	free(t);
+}
+
+static void check_data(struct tctx *t, uint64_t n)
+{
+	for (uint64_t b = 0; b < n; b++) {
+		if (t->got[b] != t->want[b])
+			fail_msg("batch %llu: checksum %016llx, want %016llx",
+				 (unsigned long long)b, (unsigned long long)t->got[b],
+				 (unsigned long long)t->want[b]);
+	}
+}
+
+/* Each batch's stages ran in order, and each stage ran the batches in order. */
+static void check_order(struct tctx *t, uint64_t n)
+{
+	for (uint64_t b = 0; b < n; b++) {
+		for (unsigned k = 0; k < t->nst; k++) {
+			assert_true(t->ts0[k][b] && t->ts1[k][b] >= t->ts0[k][b]);
+			if (k + 1 < t->nst)
+				assert_true(t->ts1[k][b] <= t->ts0[k + 1][b]);
+			if (b + 1 < n)
+				assert_true(t->ts1[k][b] <= t->ts0[k][b + 1]);
+		}
+	}
+}
+
+/* Stage 0 of batch b started only after the last stage of b - S had finished. */
+static void check_slot_reuse(struct tctx *t, uint64_t n)
+{
+	unsigned s = gdx_pipeline_nslots(t->p), last = t->nst - 1;
+
+	for (uint64_t b = s; b < n; b++)
+		assert_true(t->ts0[0][b] >= t->ts1[last][b - s]);
+}
+
+/* Times stage k of batch i+1 overlapped stage k+1 of batch i. */
+static unsigned overlaps(struct tctx *t, unsigned k, uint64_t n)
+{
+	unsigned c = 0;
+
+	for (uint64_t i = 0; i + 1 < n; i++) {
+		if (t->ts0[k][i + 1] < t->ts1[k + 1][i] && t->ts0[k + 1][i] < t->ts1[k][i + 1])
+			c++;
+	}
+	return c;
+}
+
+static void check_counters(struct tctx *t, uint64_t n)
+{
+	struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+
+	assert_int_equal(gdx_pipeline_stats(t->p, &ps), 0);
+	assert_int_equal(ps.submitted, n);
+	assert_int_equal(ps.completed, n);
+	for (unsigned k = 0; k < t->nst; k++) {
+		struct gdx_pipeline_stage_stats ss = { .struct_size = sizeof(ss) };
+
+		assert_int_equal(gdx_pipeline_stage_stats(t->p, k, &ss), 0);
+		assert_int_equal(ss.batches, n);
+		assert_int_equal(ss.errors, 0);
+		assert_int_equal(ss.skipped, 0);
+		assert_int_equal(ss.timed, n - t->nst);	/* warm-up: one batch per stage */
+		assert_int_equal(t->ran[k], n);
+		/* A stage that sleeps lasts at least that long on any clock. */
+		assert_true(ss.min_ns >= (uint64_t)t->st[k].sleep_us * 1000);
+		assert_true(ss.min_ns <= ss.mean_ns && ss.mean_ns <= ss.max_ns);
+	}
+	assert_true(ps.step_ns > 0);
+	assert_true(ps.inflight_max >= 1);
+}
+
+/* ---- tests ------------------------------------------------------------------------- */
+
+static void run_shape(const char *shape, unsigned sleep, uint64_t n)
+{
+	struct tstage st[3];
+	struct tctx *t;
+
+	for (unsigned k = 0; k < 3; k++)
+		st[k] = (struct tstage){ shape[k], (enum role)(R_LOAD + k), sleep, -1, false, false };
+	t = make(st, 3, 3, 3);
+	assert_int_equal(gdx_pipeline_run(t->p, n), 0);
+	check_data(t, n);
+	check_order(t, n);
+	check_slot_reuse(t, n);
+	check_counters(t, n);
+	/* Overlap happened: stage k of batch i+1 ran while stage k+1 of batch i ran. */
+	for (unsigned k = 0; k + 1 < 3; k++) {
+		unsigned c = overlaps(t, k, n);
+
+		print_message("%s: stage %u/%u overlapped in %u of %llu pairs\n", shape, k, k + 1,
+			      c, (unsigned long long)(n - 1));
+		assert_true(c >= 1);
+	}
+	destroy(t);
+}
+
+static void order_overlap_device(void **state)
+{
+	(void)state;
+	run_shape("DDD", 2000, 12);
+}
+
+static void order_overlap_mixed(void **state)
+{
+	(void)state;
+	run_shape("HDH", 2000, 12);
+	run_shape("DHD", 2000, 12);
+}
+
+/*
+ * A fast first stage and a slow last stage over few slots: any slot handed
+ * back before its last stage finished would be overwritten while still read.
+ */
+static void slot_reuse(void **state)
+{
+	static const char *const shapes[] = { "DDD", "DDH", "HDD", "HHH" };
+
+	(void)state;
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(shapes); i++) {
+		struct tstage st[3] = {
+			{ shapes[i][0], R_LOAD, 0, -1, false, false },
+			{ shapes[i][1], R_XFORM, 0, -1, false, false },
+			{ shapes[i][2], R_VERIFY, 700, -1, false, false },
+		};
+		struct tctx *t = make(st, 3, 2, 6);
+		const uint64_t n = 24;
+
+		assert_int_equal(gdx_pipeline_run(t->p, n), 0);
+		check_data(t, n);
+		check_order(t, n);
+		check_slot_reuse(t, n);
+		destroy(t);
+	}
+}
+
+/*
+ * The last stage blocks until the test opens a gate: the producer can admit
+ * S + ahead batches and no more, and NOWAIT says so.
+ */
+static void back_pressure(void **state)
+{
+	static const char *const shapes[] = { "DD", "DH", "HH" };
+
+	(void)state;
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(shapes); i++) {
+		struct tstage st[2] = {
+			{ shapes[i][0], R_LOAD, 0, -1, false, false },
+			{ shapes[i][1], R_VERIFY, 0, -1, true, false },
+		};
+		const unsigned S = 2, ahead = 3;
+		/* A host last stage gives its slot back only when done: S in flight. */
+		const unsigned R = shapes[i][1] == 'D' ? S + ahead : S;
+		struct tctx *t = make(st, 2, S, ahead);
+		struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+		unsigned admitted = 0;
+
+		for (unsigned b = 0; b < R; b++) {
+			assert_int_equal(gdx_pipeline_submit(t->p, NULL, GDX_PIPELINE_NOWAIT), 0);
+			admitted++;
+		}
+		assert_int_equal(gdx_pipeline_submit(t->p, NULL, GDX_PIPELINE_NOWAIT), -EAGAIN);
+		assert_int_equal(gdx_pipeline_stats(t->p, &ps), 0);
+		assert_int_equal(ps.inflight_max, R);
+		assert_int_equal(ps.completed, 0);
+		/* Nothing beyond the first S batches got into a slot's first stage. */
+		assert_int_equal(t->ts1[1][0], 0);
+		for (unsigned b = S; b < R; b++)
+			assert_int_equal(t->ts0[0][b], 0);
+		gate_open(t);
+		for (unsigned b = admitted; b < 20; b++)
+			assert_int_equal(gdx_pipeline_submit(t->p, NULL, 0), 0);
+		assert_int_equal(gdx_pipeline_drain(t->p), 0);
+		assert_int_equal(gdx_pipeline_stats(t->p, &ps), 0);
+		assert_int_equal(ps.completed, 20);
+		assert_int_equal(ps.inflight_max, R);
+		check_data(t, 20);
+		check_order(t, 20);
+		check_slot_reuse(t, 20);
+		destroy(t);
+	}
+}
+
+static void expect_failure(struct tctx *t, int err, int stage, uint64_t batch, const char *cause)
+{
+	struct gdx_pipeline_error e;
+	struct gdx_pipeline_stage_stats ss = { .struct_size = sizeof(ss) };
+	char buf[256];
+	int ret = 0;
+
+	nlog = 0;
+	for (unsigned b = 0; b < 40 && !ret; b++)
+		ret = gdx_pipeline_submit(t->p, NULL, 0);
+	assert_int_equal(ret, err);
+	assert_int_equal(gdx_pipeline_drain(t->p), err);
+	assert_int_equal(gdx_pipeline_error(t->p, &e), err);
+	assert_int_equal(e.stage, stage);
+	assert_int_equal(e.batch, batch);
+	assert_int_equal(e.slot, (int)(batch % gdx_pipeline_nslots(t->p)));
+	assert_non_null(strstr(e.cause, cause));
+	gdx_pipeline_strerror(t->p, buf, sizeof(buf));
+	assert_non_null(strstr(buf, cause));
+	assert_non_null(strstr(buf, e.stage_name));
+	assert_int_equal(nlog, 1);
+	assert_string_equal(last_log, buf);
+	assert_int_equal(gdx_pipeline_stage_stats(t->p, (unsigned)stage, &ss), 0);
+	assert_int_equal(ss.errors, 1);
+	/* Submitting after a failure reports it again. */
+	assert_int_equal(gdx_pipeline_submit(t->p, NULL, 0), err);
+	/* Batches before the failed one went all the way through, intact. */
+	check_data(t, batch);
+}
+
+static void errors(void **state)
+{
+	static const char *const shapes[] = { "DDD", "DHD", "HHH" };
+
+	(void)state;
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(shapes); i++) {
+		for (int k = 0; k < 3; k++) {
+			struct tstage st[3] = {
+				{ shapes[i][0], R_LOAD, 0, -1, false, false },
+				{ shapes[i][1], R_XFORM, 0, -1, false, false },
+				{ shapes[i][2], R_VERIFY, 200, -1, false, false },
+			};
+			struct tctx *t;
+			int err;
+
+			st[k].fail_batch = 7;
+			err = st[k].kind == 'D' ? -EIO : -EPIPE;
+			t = make(st, 3, 3, 3);
+			expect_failure(t, err, k, 7, "injected");
+			destroy(t);
+		}
+	}
+}
+
+/* A source for the load stage: memory, a short read at its end, -EIO at one offset. */
+struct msrc {
+	const unsigned char *base;
+	size_t len;
+	uint64_t eio_off;
+	bool released;
+};
+
+struct mread {
+	int64_t *done;
+	int64_t v;
+};
+
+static void hf_done(void *arg)
+{
+	struct mread *m = arg;
+
+	*m->done = m->v;
+	free(m);
+}
+
+static int msrc_read(void *ctx, void *dst, size_t len, uint64_t off, int64_t *done,
+		     struct gdx_stream *s)
+{
+	struct msrc *m = ctx;
+	struct mread *r = malloc(sizeof(*r));
+	size_t n = off >= m->len ? 0 : GDX_MIN(len, m->len - off);
+	int ret = 0;
+
+	if (!r)
+		return -ENOMEM;
+	r->done = done;
+	r->v = off == m->eio_off ? -EIO : (int64_t)n;
+	if (n && r->v >= 0)
+		ret = gdx_memcpy_async(dev, dst, m->base + off, n, s);
+	ret = ret ? ret : gdx_stream_launch_host_func(s, hf_done, r);
+	if (ret)
+		free(r);
+	return ret;
+}
+
+static void msrc_release(void *ctx)
+{
+	((struct msrc *)ctx)->released = true;
+}
+
+/* A built-in load stage reading from m, then a host stage checksumming each batch. */
+static struct tctx *make_load(struct msrc *m, const struct gdx_pipeline_load_opts *lo)
+{
+	struct tstage st[2] = {
+		{ 'D', R_LOAD, 0, -1, false, false },	/* replaced by the built-in stage */
+		{ 'H', R_VERIFY, 0, -1, false, false },
+	};
+	struct gdx_pipeline_source src = { "mem", msrc_read, msrc_release, m };
+	struct tctx *t = make_ctx(st, 2);
+
+	m->base = t->src;
+	make_pipe(t, 3, 3);
+	assert_int_equal(gdx_pipeline_add_load(t->p, &src, lo), 0);
+	add_test_stage(t, 1);
+	return t;
+}
+
+static void load_stage(void **state)
+{
+	struct msrc m = { .len = (size_t)10 * SZ + 100, .eio_off = UINT64_MAX };
+	struct gdx_pipeline_load_opts lo;
+	struct tctx *t;
+
+	(void)state;
+	/* Wrapping over 10 batches: batch b holds input batch b % 10. */
+	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
+	lo.wrap = (uint64_t)10 * SZ;
+	t = make_load(&m, &lo);
+	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
+	for (uint64_t b = 0; b < 25; b++)
+		assert_int_equal(t->got[b], t->want[b % 10]);
+	destroy(t);
+	assert_true(m.released);
+
+	/* No wrap: batch 10 is short (100 bytes). */
+	m.released = false;
+	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
+	lo.name = "fileload";
+	t = make_load(&m, &lo);
+	expect_failure(t, -ENODATA, 0, 10, "short read from mem: 100 of 16384 bytes at offset");
+	destroy(t);
+
+	/* A read that fails when it executes. */
+	m.eio_off = (uint64_t)4 * SZ;
+	t = make_load(&m, NULL);
+	expect_failure(t, -EIO, 0, 4, "mem read of 16384 bytes at offset 65536 failed");
+	destroy(t);
+}
+
+/* A stage stops the pipeline: every admitted batch still goes all the way through. */
+static void stop_drains(void **state)
+{
+	static const char *const shapes[] = { "DDD", "HDH" };
+
+	(void)state;
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(shapes); i++) {
+		struct tstage st[3] = {
+			{ shapes[i][0], R_LOAD, 0, -1, false, false },
+			{ shapes[i][1], R_XFORM, 0, -1, false, true },
+			{ shapes[i][2], R_VERIFY, 300, -1, false, false },
+		};
+		struct tctx *t = make(st, 3, 3, 2);
+		struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+		uint64_t n = 0;
+		int ret = 0;
+
+		t->stop_batch = 5;
+		while (!ret && n < NB_MAX) {
+			ret = gdx_pipeline_submit(t->p, NULL, 0);
+			n += ret == 0;
+		}
+		assert_int_equal(ret, -ECANCELED);
+		assert_true(n > 5 && n < NB_MAX);
+		assert_int_equal(gdx_pipeline_drain(t->p), 0);
+		assert_int_equal(gdx_pipeline_stats(t->p, &ps), 0);
+		assert_int_equal(ps.submitted, n);
+		assert_int_equal(ps.completed, n);
+		for (unsigned k = 0; k < 3; k++)
+			assert_int_equal(t->ran[k], n);
+		check_data(t, n);
+		check_order(t, n);
+		destroy(t);
+	}
+}
+
+static int noop_enqueue(const struct gdx_pipeline_job *job, struct gdx_stream *s, void *arg)
+{
+	(void)job;
+	(void)s;
+	(void)arg;
+	return 0;
+}
+
+static int noop_read(void *ctx, void *dst, size_t len, uint64_t off, int64_t *done,
+		     struct gdx_stream *s)
+{
+	(void)ctx;
+	(void)dst;
+	(void)len;
+	(void)off;
+	(void)done;
+	(void)s;
+	return 0;
+}
+
+static void bad_input(void **state)
+{
+	struct gdx_pipeline_opts o;
+	struct gdx_pipeline *p;
+	struct gdx_stage_desc d;
+	struct gdx_pipeline_load_opts lo;
+	struct msrc m = { 0 };
+	struct gdx_pipeline_source src = { "mem", noop_read, msrc_release, &m };
+	struct gdx_pipeline_error e;
+
+	(void)state;
+	gdx_pipeline_opts_init(&o, sizeof(o));
+	o.nslots = 0;
+	assert_int_equal(gdx_pipeline_create(dev, &o, &p), -EINVAL);
+	o.nslots = GDX_PIPELINE_MAX_SLOTS + 1;
+	assert_int_equal(gdx_pipeline_create(dev, &o, &p), -EINVAL);
+	assert_int_equal(gdx_pipeline_create(NULL, NULL, &p), -EINVAL);
+
+	assert_int_equal(gdx_pipeline_create(dev, NULL, &p), 0);
+	/* No stages yet. */
+	assert_int_equal(gdx_pipeline_run(p, 1), -EINVAL);
+	gdx_pipeline_destroy(p);
+
+	assert_int_equal(gdx_pipeline_create(dev, NULL, &p), 0);
+	gdx_stage_desc_init(&d, sizeof(d));
+	d.kind = GDX_STAGE_DEVICE;
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), -EINVAL);	/* no enqueue */
+	d.kind = GDX_STAGE_HOST;
+	d.enqueue = noop_enqueue;
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), -EINVAL);	/* no run */
+	d.kind = 7;
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), -EINVAL);
+	/* The load stage needs slot buffers; a failed add still releases the source. */
+	assert_int_equal(gdx_pipeline_add_load(p, &src, NULL), -EINVAL);
+	assert_true(m.released);
+	d.kind = GDX_STAGE_DEVICE;
+	for (int i = 0; i < GDX_PIPELINE_MAX_STAGES; i++)
+		assert_int_equal(gdx_pipeline_add_stage(p, &d), i);
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), -ENOSPC);
+	assert_int_equal(gdx_pipeline_submit(p, NULL, 0x80), -EINVAL);
+	assert_int_equal(gdx_pipeline_run(p, 3), 0);
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), -EBUSY);
+	assert_int_equal(gdx_pipeline_set_slot_user(p, 0, &m), -EBUSY);
+	assert_int_equal(gdx_pipeline_slot_buf(p, 99, NULL, NULL), -EINVAL);
+	assert_int_equal(gdx_pipeline_error(p, &e), 0);
+	gdx_pipeline_destroy(p);
+
+	gdx_pipeline_opts_init(&o, sizeof(o));
+	o.slot_bytes = 4096;
+	assert_int_equal(gdx_pipeline_create(dev, &o, &p), 0);
+	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
+	lo.batch_bytes = 8192;	/* larger than a slot */
+	m.released = false;
+	assert_int_equal(gdx_pipeline_add_load(p, &src, &lo), -EINVAL);
+	assert_true(m.released);
+	/* A source that never reports its read is caught by the load stage. */
+	m.released = false;
+	assert_int_equal(gdx_pipeline_add_load(p, &src, NULL), 0);
+	assert_int_equal(gdx_pipeline_run(p, 2), -EPROTO);
+	gdx_pipeline_destroy(p);
+	assert_true(m.released);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	return gdx_device_open(NULL, &dev);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	gdx_device_close(dev);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(order_overlap_device),
+		cmocka_unit_test(order_overlap_mixed),
+		cmocka_unit_test(slot_reuse),
+		cmocka_unit_test(back_pressure),
+		cmocka_unit_test(errors),
+		cmocka_unit_test(load_stage),
+		cmocka_unit_test(stop_drains),
+		cmocka_unit_test(bad_input),
+	};
+
+	gdx_log_set_level(GDX_LOG_ERROR);
+	gdx_log_set_callback(log_cb, NULL);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
