@@ -11,6 +11,7 @@
 #include <gdx/status.h>
 #include <gdx/device.h>
 #include <gdx/mem.h>
+#include <gdx/file.h>
 
 #ifdef __cplusplus
 extern "C" {

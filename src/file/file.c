@@ -1,0 +1,957 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The gdx_file_* front end: drivers, handles, backend choice, argument checks,
+ * memory kinds, strict mode and the path record.  Backends (cufile, uring,
+ * posix) only move bytes; batch and stream-ordered I/O are built here on top
+ * of them and the driver's worker threads.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "file/file_int.h"
+#include "gpu/device.h"
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+#ifndef RAMFS_MAGIC
+#define RAMFS_MAGIC 0x858458f6
+#endif
+
+/* Registry in priority order: the direct path first, the plain syscalls last. */
+static const struct gdx_file_backend_ops *const registry[GDX_FILE_BE_COUNT] = {
+	[GDX_FILE_BE_CUFILE] = &gdx_file_cufile_ops,
+	[GDX_FILE_BE_URING] = &gdx_file_uring_ops,
+	[GDX_FILE_BE_POSIX] = &gdx_file_posix_ops,
+};
+
+GDX_API const char *gdx_file_path_name(enum gdx_file_path p)
+{
+	static const char *const names[GDX_FILE_PATH_COUNT] = {
+		"none", "direct", "pagecache", "bounce", "host", "posix",
+	};
+
+	return (unsigned)p < GDX_FILE_PATH_COUNT ? names[p] : "?";
+}
+
+void gdx_file_info_finish(struct gdx_file_io_info *info)
+{
+	uint64_t best = 0;
+
+	info->path = GDX_FILE_PATH_NONE;
+	for (int p = 1; p < GDX_FILE_PATH_COUNT; p++) {
+		if (info->bytes[p] > best) {
+			best = info->bytes[p];
+			info->path = (enum gdx_file_path)p;
+		}
+	}
+}
+
+void gdx_file_why(struct gdx_file_io_info *info, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(info->why, sizeof(info->why), fmt, ap);
+	va_end(ap);
+}
+
+bool gdx_file_fd_is_memfs(int fd)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf))
+		return false;
+	return (unsigned long)sf.f_type == TMPFS_MAGIC || (unsigned long)sf.f_type == RAMFS_MAGIC;
+}
+
+static int backend_index(const char *name)
+{
+	if (!name || !strcmp(name, "auto"))
+		return -1;
+	for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
+		if (!strcmp(registry[i]->name, name))
+			return i;
+	return -EINVAL;
+}
+
+/* ---- driver ------------------------------------------------------------ */
+
+GDX_API void gdx_file_driver_opts_init(struct gdx_file_driver_opts *o, size_t struct_size)
+{
+	if (!o || struct_size < sizeof(size_t))
+		return;
+	memset(o, 0, struct_size);
+	o->struct_size = struct_size;
+}
+
+static void reg_release(struct gdx_reg *r, void *arg)
+{
+	struct gdx_file_driver *drv = arg;
+	struct gdx_file_be *be = r->payload ? &drv->be[GDX_FILE_BE_CUFILE] : NULL;
+
+	/* Only the cufile backend keeps a registration of its own. */
+	if (be && be->priv && be->ops->buf_deregister)
+		be->ops->buf_deregister(be->priv, r->payload);
+}
+
+GDX_API int gdx_file_driver_open(struct gdx_device *dev, const struct gdx_file_driver_opts *o,
+				 struct gdx_file_driver **out)
+{
+	struct gdx_file_driver *drv;
+	const char *want = NULL;
+	int ret, ok = 0;
+
+	if (!out || (o && o->struct_size < sizeof(size_t)))
+		return -EINVAL;
+	*out = NULL;
+	if (o && o->struct_size >= offsetof(struct gdx_file_driver_opts, backend) + sizeof(char *))
+		want = o->backend;
+	drv = calloc(1, sizeof(*drv));
+	if (!drv)
+		return -ENOMEM;
+	drv->only = backend_index(want);
+	if (drv->only == -EINVAL) {
+		GDX_ERR("file", "unknown storage backend '%s' (want cufile, uring or posix)", want);
+		free(drv);
+		return -EINVAL;
+	}
+	if (dev) {
+		atomic_fetch_add(&dev->refs, 1);
+		drv->dev = dev;
+	} else {
+		ret = gdx_device_open(NULL, &drv->dev);
+		if (ret) {
+			free(drv);
+			return ret;
+		}
+	}
+	drv->wq_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+	atomic_init(&drv->next_id, 1);
+	ret = gdx_regcache_create(drv->dev, reg_release, drv, &drv->regs);
+	if (ret)
+		goto fail;
+	for (int i = 0; i < GDX_FILE_BE_COUNT; i++) {
+		struct gdx_file_be *be = &drv->be[i];
+
+		be->ops = registry[i];
+		if (drv->only >= 0 && drv->only != i) {
+			snprintf(be->why, sizeof(be->why), "not asked for");
+			continue;
+		}
+		ret = be->ops->init(drv, &be->priv, be->why, sizeof(be->why));
+		if (ret) {
+			be->priv = NULL;
+			if (!be->why[0])
+				snprintf(be->why, sizeof(be->why), "%s", gdx_strerror(ret));
+			GDX_INFO("file", "backend %s unavailable: %s", be->ops->name, be->why);
+			continue;
+		}
+		ok++;
+	}
+	if (!ok) {
+		ret = drv->only >= 0 ? GDX_ENOLIB : -ENODEV;
+		GDX_ERR("file", "no storage backend could start%s%s", drv->only >= 0 ? ": " : "",
+			drv->only >= 0 ? drv->be[drv->only].why : "");
+		goto fail;
+	}
+	*out = drv;
+	return 0;
+fail:
+	for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
+		if (drv->be[i].priv)
+			drv->be[i].ops->fini(drv->be[i].priv);
+	gdx_regcache_destroy(drv->regs);
+	gdx_device_close(drv->dev);
+	free(drv);
+	return ret;
+}
+
+GDX_API void gdx_file_driver_close(struct gdx_file_driver *drv)
+{
+	if (!drv)
+		return;
+	if (atomic_load(&drv->handles))
+		GDX_WARN("file", "driver closed with %u handles open", atomic_load(&drv->handles));
+	gdx_file_wq_destroy(drv->wq);
+	/* Registrations go before the backends that made them. */
+	gdx_regcache_destroy(drv->regs);
+	for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
+		if (drv->be[i].priv)
+			drv->be[i].ops->fini(drv->be[i].priv);
+	gdx_device_close(drv->dev);
+	free(drv);
+}
+
+GDX_API struct gdx_device *gdx_file_driver_device(struct gdx_file_driver *drv)
+{
+	return drv ? drv->dev : NULL;
+}
+
+GDX_API int gdx_file_driver_describe(struct gdx_file_driver *drv, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	if (!drv || !buf || !len)
+		return -EINVAL;
+	buf[0] = 0;
+	for (int i = 0; i < GDX_FILE_BE_COUNT; i++) {
+		struct gdx_file_be *be = &drv->be[i];
+		int w = snprintf(buf + n, len - n, "%s%s: %s", i ? "; " : "", be->ops->name,
+				 be->priv ? "ready" : be->why);
+
+		if (w < 0 || (size_t)w >= len - n)
+			return -ENOSPC;
+		n += (size_t)w;
+	}
+	return (int)n;
+}
+
+static void wq_start(struct gdx_file_driver *drv);
+static __thread struct gdx_file_driver *wq_starting;
+
+static void wq_start_once(void)
+{
+	struct gdx_file_driver *drv = wq_starting;
+
+	drv->wq_err = gdx_file_wq_create((unsigned)gdx_cfg_int("file.workers"), "gdx-file",
+					 &drv->wq);
+}
+
+static void wq_start(struct gdx_file_driver *drv)
+{
+	wq_starting = drv;
+	pthread_once(&drv->wq_once, wq_start_once);
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+GDX_API int gdx_file_buf_register(struct gdx_file_driver *drv, void *buf, size_t len)
+{
+	struct gdx_file_be *cf;
+	struct gdx_ptr_attrs a;
+	struct gdx_reg *r;
+	void *payload = NULL;
+	int ret;
+
+	if (!drv || !buf || !len)
+		return -EINVAL;
+	ret = gdx_pointer_query(drv->dev, buf, &a);
+	if (ret)
+		return ret;
+	if (a.kind == GDX_MEM_DEVICE && (uintptr_t)buf + len > (uintptr_t)a.base + a.size)
+		return GDX_EBADPTR;
+	cf = &drv->be[GDX_FILE_BE_CUFILE];
+	if (cf->priv && cf->ops->buf_register) {
+		ret = cf->ops->buf_register(cf->priv, buf, len, &a, &payload);
+		if (ret)
+			GDX_DBG("file", "cufile buffer registration refused: %s", gdx_strerror(ret));
+		payload = ret ? NULL : payload;
+	}
+	ret = gdx_regcache_insert(drv->regs, buf, len, payload, &r);
+	if (ret) {
+		if (payload)
+			cf->ops->buf_deregister(cf->priv, payload);
+		return ret;
+	}
+	gdx_regcache_put(drv->regs, r);
+	return 0;
+}
+
+GDX_API int gdx_file_buf_deregister(struct gdx_file_driver *drv, void *buf)
+{
+	if (!drv || !buf)
+		return -EINVAL;
+	return gdx_regcache_remove(drv->regs, buf);
+}
+
+/* ---- handles ----------------------------------------------------------- */
+
+GDX_API void gdx_file_opts_init(struct gdx_file_opts *o, size_t struct_size)
+{
+	if (!o || struct_size < sizeof(size_t))
+		return;
+	memset(o, 0, struct_size);
+	o->struct_size = struct_size;
+	if (struct_size >= offsetof(struct gdx_file_opts, mode) + sizeof(mode_t))
+		o->mode = 0644;
+}
+
+GDX_API int gdx_file_fd(const struct gdx_file *f)
+{
+	return f ? f->fd : -EBADF;
+}
+
+GDX_API unsigned gdx_file_flags(const struct gdx_file *f)
+{
+	return f ? f->flags : 0;
+}
+
+GDX_API void *gdx_file_backend_priv(const struct gdx_file *f)
+{
+	return f ? f->fpriv : NULL;
+}
+
+/* Copies the fields of a caller's opts that its struct_size covers. */
+static int opts_get(const struct gdx_file_opts *o, struct gdx_file_opts *out)
+{
+	gdx_file_opts_init(out, sizeof(*out));
+	if (!o)
+		return 0;
+	if (o->struct_size < sizeof(size_t))
+		return -EINVAL;
+	memcpy(out, o, GDX_MIN(o->struct_size, sizeof(*out)));
+	out->struct_size = sizeof(*out);
+	return 0;
+}
+
+static int handle_new(struct gdx_file_driver *drv, int fd, bool own, const struct gdx_file_opts *o,
+		      struct gdx_file **out)
+{
+	struct gdx_file *f;
+	size_t n = 0;
+	int fl, first, last, want, ret = -ENODEV;
+
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0)
+		return -errno;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->drv = drv;
+	f->fd = fd;
+	f->own_fd = own;
+	f->accmode = fl & O_ACCMODE;
+	f->flags = o->flags;
+	if (!gdx_cfg_bool("file.odirect"))
+		f->flags |= GDX_FILE_NO_ODIRECT;
+	if (!gdx_cfg_bool("file.pagecache"))
+		f->flags |= GDX_FILE_NO_PAGECACHE;
+	if (gdx_cfg_bool("require_direct"))
+		f->flags |= GDX_FILE_REQUIRE_DIRECT;
+	f->id = atomic_fetch_add(&drv->next_id, 1);
+	pthread_mutex_init(&f->info_lock, NULL);
+
+	want = backend_index(o->backend ? o->backend : gdx_cfg_str("file.backend"));
+	if (want == -EINVAL) {
+		GDX_ERR("file", "unknown storage backend '%s'", o->backend);
+		ret = -EINVAL;
+		goto fail;
+	}
+	first = want >= 0 ? want : 0;
+	last = want >= 0 ? want : GDX_FILE_BE_COUNT - 1;
+	for (int i = first; i <= last; i++) {
+		struct gdx_file_be *be = &drv->be[i];
+		char why[160] = "";
+
+		if (!be->priv) {
+			snprintf(why, sizeof(why), "%s", be->why);
+		} else {
+			ret = be->ops->open(be->priv, f, &f->fpriv, why, sizeof(why));
+			if (!ret) {
+				f->be = be;
+				break;
+			}
+			if (!why[0])
+				snprintf(why, sizeof(why), "%s", gdx_strerror(ret));
+		}
+		n += (size_t)snprintf(f->chosen_why + n, n < sizeof(f->chosen_why) ?
+				      sizeof(f->chosen_why) - n : 0, "%s%s: %s",
+				      n ? "; " : "", be->ops->name, why);
+		n = GDX_MIN(n, sizeof(f->chosen_why));
+	}
+	if (!f->be) {
+		GDX_ERR("file", "no storage backend accepted the file (%s)", f->chosen_why);
+		if (ret >= 0)
+			ret = -ENODEV;
+		goto fail;
+	}
+	if (!n)
+		snprintf(f->chosen_why, sizeof(f->chosen_why), "%s: first choice", f->be->ops->name);
+	if (f->be == &drv->be[GDX_FILE_BE_CUFILE]) {
+		/* cuFile takes device memory only; host memory needs a second backend. */
+		for (int i = GDX_FILE_BE_CUFILE + 1; i < GDX_FILE_BE_COUNT && !f->fb; i++) {
+			struct gdx_file_be *be = &drv->be[i];
+			char why[160];
+
+			if (be->priv && !be->ops->open(be->priv, f, &f->fb_priv, why, sizeof(why)))
+				f->fb = be;
+		}
+		if (!f->fb) {
+			GDX_ERR("file", "no backend for host-memory I/O beside cufile");
+			f->be->ops->close(f->be->priv, f, f->fpriv);
+			ret = -ENODEV;
+			goto fail;
+		}
+	}
+	GDX_DBG("file", "handle %llu on %s (%s)", (unsigned long long)f->id, f->be->ops->name,
+		f->chosen_why);
+	atomic_fetch_add(&drv->handles, 1);
+	*out = f;
+	return 0;
+fail:
+	pthread_mutex_destroy(&f->info_lock);
+	free(f);
+	return ret;
+}
+
+GDX_API int gdx_file_open(struct gdx_file_driver *drv, const char *path,
+			  const struct gdx_file_opts *o, struct gdx_file **out)
+{
+	struct gdx_file_opts opts;
+	int fd, ret;
+
+	if (!drv || !path || !out)
+		return -EINVAL;
+	*out = NULL;
+	ret = opts_get(o, &opts);
+	if (ret)
+		return ret;
+	fd = open(path, opts.oflags | O_CLOEXEC, opts.mode);
+	if (fd < 0) {
+		ret = -errno;
+		GDX_DBG("file", "open %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	ret = handle_new(drv, fd, true, &opts, out);
+	if (ret)
+		close(fd);
+	return ret;
+}
+
+GDX_API int gdx_file_open_fd(struct gdx_file_driver *drv, int fd, const struct gdx_file_opts *o,
+			     struct gdx_file **out)
+{
+	struct gdx_file_opts opts;
+	int ret;
+
+	if (!drv || fd < 0 || !out)
+		return !drv || !out ? -EINVAL : -EBADF;
+	*out = NULL;
+	ret = opts_get(o, &opts);
+	if (ret)
+		return ret;
+	return handle_new(drv, fd, false, &opts, out);
+}
+
+GDX_API int gdx_file_close(struct gdx_file *f)
+{
+	int ret = 0;
+
+	if (!f)
+		return 0;
+	f->be->ops->close(f->be->priv, f, f->fpriv);
+	if (f->fb)
+		f->fb->ops->close(f->fb->priv, f, f->fb_priv);
+	if (f->own_fd && close(f->fd))
+		ret = -errno;
+	atomic_fetch_sub(&f->drv->handles, 1);
+	pthread_mutex_destroy(&f->info_lock);
+	free(f);
+	return ret;
+}
+
+GDX_API const char *gdx_file_backend_name(const struct gdx_file *f)
+{
+	return f ? f->be->ops->name : "none";
+}
+
+GDX_API int64_t gdx_file_size(struct gdx_file *f)
+{
+	struct stat st;
+
+	if (!f)
+		return -EINVAL;
+	if (fstat(f->fd, &st))
+		return -errno;
+	return st.st_size;
+}
+
+GDX_API int gdx_file_info(struct gdx_file *f, struct gdx_file_io_info *info)
+{
+	if (!f || !info)
+		return -EINVAL;
+	pthread_mutex_lock(&f->info_lock);
+	*info = f->last;
+	memcpy(info->bytes, f->bytes, sizeof(info->bytes));
+	if (!f->any_io)
+		snprintf(info->why, sizeof(info->why), "%s", f->chosen_why);
+	pthread_mutex_unlock(&f->info_lock);
+	return 0;
+}
+
+GDX_API int gdx_file_sync(struct gdx_file *f)
+{
+	if (!f)
+		return -EINVAL;
+	return fdatasync(f->fd) ? -errno : 0;
+}
+
+/* ---- synchronous I/O ---------------------------------------------------- */
+
+/* Fills io from the caller's arguments; checks what can be checked up front. */
+static int io_prep(struct gdx_file *f, enum gdx_file_op op, const void *buf, size_t size,
+		   off_t off, struct gdx_file_io *io)
+{
+	struct gdx_reg *r;
+	int ret;
+
+	memset(io, 0, sizeof(*io));
+	io->file = f;
+	io->op = op;
+	io->buf = (void *)buf;
+	io->size = size;
+	io->off = off;
+	io->strict = f->flags & GDX_FILE_REQUIRE_DIRECT;
+	if (off < 0 || (size && !buf))
+		return -EINVAL;
+	if (size > (size_t)SSIZE_MAX || (uint64_t)off + size > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	if (op == GDX_FILE_READ && f->accmode == O_WRONLY)
+		return -EBADF;
+	if (op == GDX_FILE_WRITE && f->accmode == O_RDONLY)
+		return -EBADF;
+	if (!size)
+		return 0;
+	if (!gdx_regcache_lookup(f->drv->regs, buf, size, &r)) {
+		io->attrs.kind = r->kind;
+		io->attrs.device_ordinal = r->device_ordinal;
+		io->attrs.buffer_id = r->buffer_id;
+		io->attrs.base = (void *)r->start;
+		io->attrs.size = r->len;
+		gdx_regcache_put(f->drv->regs, r);
+		return 0;
+	}
+	ret = gdx_pointer_query(f->drv->dev, buf, &io->attrs);
+	if (ret)
+		return ret;
+	if (io->attrs.kind == GDX_MEM_DEVICE) {
+		if (io->attrs.device_ordinal != gdx_device_ordinal(f->drv->dev))
+			return GDX_EBADPTR;
+		if ((uintptr_t)buf + size > (uintptr_t)io->attrs.base + io->attrs.size)
+			return GDX_EBADPTR;
+	}
+	return 0;
+}
+
+static void io_record(struct gdx_file *f, struct gdx_file_io *io)
+{
+	gdx_file_info_finish(&io->info);
+	if (io->attrs.kind == GDX_MEM_DEVICE && io->info.path != GDX_FILE_PATH_DIRECT &&
+	    f->be != &f->drv->be[GDX_FILE_BE_CUFILE]) {
+		size_t n = strlen(io->info.why);
+
+		/* Why not direct: the backends passed over for this handle. */
+		snprintf(io->info.why + n, sizeof(io->info.why) - n, " [not direct: %s]",
+			 f->chosen_why);
+	}
+	pthread_mutex_lock(&f->info_lock);
+	f->last = io->info;
+	for (int p = 0; p < GDX_FILE_PATH_COUNT; p++)
+		f->bytes[p] += io->info.bytes[p];
+	f->any_io = true;
+	pthread_mutex_unlock(&f->info_lock);
+}
+
+/* Runs io on the handle's backend (host memory beside cufile: its fallback). */
+static ssize_t io_exec(struct gdx_file *f, struct gdx_file_io *io)
+{
+	if (f->fb && io->attrs.kind != GDX_MEM_DEVICE)
+		return f->fb->ops->io(f->fb->priv, f, f->fb_priv, io);
+	return f->be->ops->io(f->be->priv, f, f->fpriv, io);
+}
+
+static ssize_t io_run(struct gdx_file *f, struct gdx_file_io *io)
+{
+	ssize_t ret = io_exec(f, io);
+
+	if (ret == GDX_ENOTDIRECT)
+		GDX_ERR("file", "strict mode: %s", io->info.why);
+	io_record(f, io);
+	return ret;
+}
+
+static ssize_t rw(struct gdx_file *f, enum gdx_file_op op, const void *buf, size_t size,
+		  off_t off, struct gdx_file_io_info *info)
+{
+	struct gdx_file_io io;
+	ssize_t ret;
+
+	if (!f)
+		return -EINVAL;
+	ret = io_prep(f, op, buf, size, off, &io);
+	if (!ret && size)
+		ret = io_run(f, &io);
+	if (info) {
+		gdx_file_info_finish(&io.info);
+		*info = io.info;
+	}
+	return ret;
+}
+
+GDX_API ssize_t gdx_file_read(struct gdx_file *f, void *buf, size_t size, off_t off)
+{
+	return rw(f, GDX_FILE_READ, buf, size, off, NULL);
+}
+
+GDX_API ssize_t gdx_file_write(struct gdx_file *f, const void *buf, size_t size, off_t off)
+{
+	return rw(f, GDX_FILE_WRITE, buf, size, off, NULL);
+}
+
+GDX_API ssize_t gdx_file_read_ex(struct gdx_file *f, void *buf, size_t size, off_t off,
+				 struct gdx_file_io_info *info)
+{
+	return rw(f, GDX_FILE_READ, buf, size, off, info);
+}
+
+GDX_API ssize_t gdx_file_write_ex(struct gdx_file *f, const void *buf, size_t size, off_t off,
+				  struct gdx_file_io_info *info)
+{
+	return rw(f, GDX_FILE_WRITE, buf, size, off, info);
+}
+
+/* ---- batch ------------------------------------------------------------- */
+
+struct gdx_file_batch {
+	struct gdx_file_driver *drv;
+	unsigned max;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned outstanding;		/* submitted, not yet reaped */
+	struct gdx_file_batch_event *cq;	/* completed, ring of max entries */
+	unsigned cq_head, cq_count;
+};
+
+/* A group of I/Os on one backend, run by one worker job. */
+struct batch_job {
+	struct gdx_file_batch *b;
+	struct gdx_file_be *be;
+	unsigned n;
+	struct gdx_file_io *ios;
+	struct gdx_file_io **ptrs;
+};
+
+static void batch_complete(struct gdx_file_io *io, void *arg)
+{
+	struct gdx_file_batch *b = arg;
+	struct gdx_file_batch_event *ev;
+
+	if (io->file)
+		io_record(io->file, io);
+	else
+		gdx_file_info_finish(&io->info);
+	pthread_mutex_lock(&b->lock);
+	ev = &b->cq[(b->cq_head + b->cq_count) % b->max];
+	b->cq_count++;
+	ev->cookie = io->cookie;
+	ev->result = io->result;
+	ev->info = io->info;
+	pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->lock);
+}
+
+static void batch_job_run(void *arg)
+{
+	struct batch_job *j = arg;
+
+	if (j->be->ops->io_many) {
+		j->be->ops->io_many(j->be->priv, j->ptrs, j->n, batch_complete, j->b);
+	} else {
+		for (unsigned i = 0; i < j->n; i++) {
+			struct gdx_file_io *io = j->ptrs[i];
+
+			io->result = io_exec(io->file, io);
+			batch_complete(io, j->b);
+		}
+	}
+	free(j->ios);
+	free(j->ptrs);
+	free(j);
+}
+
+GDX_API int gdx_file_batch_create(struct gdx_file_driver *drv, unsigned max_ios,
+				  struct gdx_file_batch **out)
+{
+	struct gdx_file_batch *b;
+
+	if (!drv || !out || !max_ios || max_ios > 65536)
+		return -EINVAL;
+	wq_start(drv);
+	if (drv->wq_err)
+		return drv->wq_err;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->cq = calloc(max_ios, sizeof(*b->cq));
+	if (!b->cq) {
+		free(b);
+		return -ENOMEM;
+	}
+	b->drv = drv;
+	b->max = max_ios;
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->cond, NULL);
+	*out = b;
+	return 0;
+}
+
+GDX_API void gdx_file_batch_destroy(struct gdx_file_batch *b)
+{
+	if (!b)
+		return;
+	pthread_mutex_lock(&b->lock);
+	while (b->cq_count < b->outstanding)
+		pthread_cond_wait(&b->cond, &b->lock);
+	pthread_mutex_unlock(&b->lock);
+	pthread_mutex_destroy(&b->lock);
+	pthread_cond_destroy(&b->cond);
+	free(b->cq);
+	free(b);
+}
+
+static int batch_submit_group(struct gdx_file_batch *b, struct gdx_file_be *be,
+			      const struct gdx_file_batch_io *ios, unsigned n, const bool *mine)
+{
+	struct batch_job *j = calloc(1, sizeof(*j));
+	unsigned k = 0;
+
+	if (!j)
+		return -ENOMEM;
+	j->b = b;
+	j->be = be;
+	j->ios = calloc(n, sizeof(*j->ios));
+	j->ptrs = calloc(n, sizeof(*j->ptrs));
+	if (!j->ios || !j->ptrs)
+		goto nomem;
+	for (unsigned i = 0; i < n; i++) {
+		struct gdx_file_io *io = &j->ios[k];
+		int ret;
+
+		if (!mine[i])
+			continue;
+		ret = io_prep(ios[i].file, ios[i].op, ios[i].buf, ios[i].size, ios[i].off, io);
+		io->cookie = ios[i].cookie;
+		if (ret || !ios[i].size) {
+			/* Fails (or finishes) at once, but still through the queue. */
+			io->result = ret;
+			batch_complete(io, b);
+			continue;
+		}
+		j->ptrs[k++] = io;
+	}
+	j->n = k;
+	if (!k || gdx_file_wq_submit(b->drv->wq, batch_job_run, j)) {
+		for (unsigned i = 0; i < k; i++) {
+			j->ptrs[i]->result = -ENOMEM;
+			batch_complete(j->ptrs[i], b);
+		}
+		free(j->ios);
+		free(j->ptrs);
+		free(j);
+	}
+	return 0;
+nomem:
+	free(j->ios);
+	free(j->ptrs);
+	free(j);
+	return -ENOMEM;
+}
+
+GDX_API int gdx_file_batch_submit(struct gdx_file_batch *b, const struct gdx_file_batch_io *ios,
+				  unsigned n)
+{
+	bool *mine;
+	int ret = 0;
+
+	if (!b || (!ios && n))
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		if (!ios[i].file || ios[i].file->drv != b->drv ||
+		    (ios[i].op != GDX_FILE_READ && ios[i].op != GDX_FILE_WRITE))
+			return -EINVAL;
+	pthread_mutex_lock(&b->lock);
+	if (b->outstanding + n > b->max) {
+		pthread_mutex_unlock(&b->lock);
+		return -EAGAIN;
+	}
+	b->outstanding += n;
+	pthread_mutex_unlock(&b->lock);
+	mine = calloc(n ? n : 1, sizeof(*mine));
+	if (!mine) {
+		ret = -ENOMEM;
+		goto undo;
+	}
+	/* One job per backend, so a backend with io_many sees them all at once. */
+	for (int be = 0; be < GDX_FILE_BE_COUNT && !ret; be++) {
+		unsigned cnt = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			mine[i] = ios[i].file->be == &b->drv->be[be];
+			cnt += mine[i];
+		}
+		if (cnt)
+			ret = batch_submit_group(b, &b->drv->be[be], ios, n, mine);
+	}
+	free(mine);
+	if (!ret)
+		return 0;
+undo:
+	/* Only possible before any group was queued: the first allocation failed. */
+	pthread_mutex_lock(&b->lock);
+	b->outstanding -= n;
+	pthread_mutex_unlock(&b->lock);
+	return ret;
+}
+
+GDX_API int gdx_file_batch_wait(struct gdx_file_batch *b, unsigned min_nr,
+				struct gdx_file_batch_event *ev, unsigned max, int timeout_ms)
+{
+	struct timespec deadline;
+	bool timed_out = false;
+	unsigned got = 0;
+
+	if (!b || (!ev && max) || min_nr > max)
+		return -EINVAL;
+	if (timeout_ms > 0) {
+		clock_gettime(CLOCK_REALTIME, &deadline);
+		deadline.tv_sec += timeout_ms / 1000;
+		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+	}
+	pthread_mutex_lock(&b->lock);
+	if (min_nr > b->outstanding) {
+		pthread_mutex_unlock(&b->lock);
+		return -EINVAL;
+	}
+	for (;;) {
+		while (got < max && b->cq_count) {
+			ev[got++] = b->cq[b->cq_head];
+			b->cq_head = (b->cq_head + 1) % b->max;
+			b->cq_count--;
+			b->outstanding--;
+		}
+		if (got >= min_nr || timeout_ms == 0 || timed_out)
+			break;
+		if (timeout_ms < 0)
+			pthread_cond_wait(&b->cond, &b->lock);
+		else if (pthread_cond_timedwait(&b->cond, &b->lock, &deadline) == ETIMEDOUT)
+			timed_out = true;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return (int)got;
+}
+
+/* ---- stream-ordered I/O ------------------------------------------------ */
+
+struct async_op {
+	struct gdx_file *f;
+	enum gdx_file_op op;
+	void *buf;
+	const size_t *size;
+	const off_t *off;
+	ssize_t *done;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool finished;
+	ssize_t result;
+	size_t n;
+	off_t at;
+};
+
+static void async_job(void *arg)
+{
+	struct async_op *a = arg;
+
+	a->result = rw(a->f, a->op, a->buf, a->n, a->at, NULL);
+	pthread_mutex_lock(&a->lock);
+	a->finished = true;
+	pthread_cond_signal(&a->cond);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/*
+ * Runs in stream order on the device's host-function thread, which must not
+ * call the device runtime: the I/O (and its copies, on streams of its own) runs
+ * on a worker while this function holds the stream.
+ */
+static void async_host_fn(void *arg)
+{
+	struct async_op *a = arg;
+	int ret;
+
+	a->n = *a->size;
+	a->at = *a->off;
+	ret = gdx_file_wq_submit(a->f->drv->wq, async_job, a);
+	if (ret) {
+		a->result = ret;
+	} else {
+		pthread_mutex_lock(&a->lock);
+		while (!a->finished)
+			pthread_cond_wait(&a->cond, &a->lock);
+		pthread_mutex_unlock(&a->lock);
+	}
+	*a->done = a->result;
+	pthread_mutex_destroy(&a->lock);
+	pthread_cond_destroy(&a->cond);
+	free(a);
+}
+
+static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, const size_t *size,
+		    const off_t *off, ssize_t *done, struct gdx_stream *s)
+{
+	struct async_op *a;
+	int ret;
+
+	if (!f || !size || !off || !done || !s)
+		return -EINVAL;
+	if (gdx_stream_device(s) != f->drv->dev)
+		return -EINVAL;
+	wq_start(f->drv);
+	if (f->drv->wq_err)
+		return f->drv->wq_err;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->f = f;
+	a->op = op;
+	a->buf = (void *)buf;
+	a->size = size;
+	a->off = off;
+	a->done = done;
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->cond, NULL);
+	ret = gdx_stream_launch_host_func(s, async_host_fn, a);
+	if (ret) {
+		pthread_mutex_destroy(&a->lock);
+		pthread_cond_destroy(&a->cond);
+		free(a);
+	}
+	return ret;
+}
+
+GDX_API int gdx_file_read_async(struct gdx_file *f, void *buf, const size_t *size,
+				const off_t *off, ssize_t *done, struct gdx_stream *s)
+{
+	return rw_async(f, GDX_FILE_READ, buf, size, off, done, s);
+}
+
+GDX_API int gdx_file_write_async(struct gdx_file *f, const void *buf, const size_t *size,
+				 const off_t *off, ssize_t *done, struct gdx_stream *s)
+{
+	return rw_async(f, GDX_FILE_WRITE, buf, size, off, done, s);
+}

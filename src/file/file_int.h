@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_FILE_INT_H
+#define GDX_FILE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include <gdx/file.h>
+#include <gdx/plugin/file.h>
+
+#include "mem/regcache.h"
+
+/* Alignment O_DIRECT is given everywhere: covers 512- and 4096-byte devices. */
+#define GDX_FILE_DIO_ALIGN 4096u
+
+/* A small FIFO of jobs on worker threads (batch, stream-ordered I/O, posix). */
+struct gdx_file_wq;
+typedef void (*gdx_file_job_fn)(void *arg);
+int gdx_file_wq_create(unsigned nthreads, const char *name, struct gdx_file_wq **out);
+void gdx_file_wq_destroy(struct gdx_file_wq *wq);
+int gdx_file_wq_submit(struct gdx_file_wq *wq, gdx_file_job_fn fn, void *arg);
+
+enum { GDX_FILE_BE_CUFILE, GDX_FILE_BE_URING, GDX_FILE_BE_POSIX, GDX_FILE_BE_COUNT };
+
+struct gdx_file_be {
+	const struct gdx_file_backend_ops *ops;
+	void *priv;		/* NULL: not initialised (see why) */
+	char why[160];
+};
+
+struct gdx_file_driver {
+	struct gdx_device *dev;
+	struct gdx_file_be be[GDX_FILE_BE_COUNT];
+	int only;		/* index of the one backend asked for, or -1 */
+	struct gdx_regcache *regs;
+	struct gdx_file_wq *wq;
+	pthread_once_t wq_once;
+	int wq_err;
+	_Atomic unsigned handles;
+	_Atomic uint64_t next_id;
+};
+
+struct gdx_file {
+	struct gdx_file_driver *drv;
+	struct gdx_file_be *be;
+	void *fpriv;
+	/* Behind a direct-only backend (cufile): the one host memory goes through. */
+	struct gdx_file_be *fb;
+	void *fb_priv;
+	int fd;
+	bool own_fd;
+	int accmode;		/* O_RDONLY, O_WRONLY or O_RDWR */
+	unsigned flags;
+	uint64_t id;		/* unique per handle, never reused */
+	char chosen_why[256];	/* why this backend (and why not the ones before it) */
+	pthread_mutex_t info_lock;
+	struct gdx_file_io_info last;
+	uint64_t bytes[GDX_FILE_PATH_COUNT];
+	bool any_io;
+};
+
+extern const struct gdx_file_backend_ops gdx_file_cufile_ops;
+extern const struct gdx_file_backend_ops gdx_file_uring_ops;
+extern const struct gdx_file_backend_ops gdx_file_posix_ops;
+
+/* Sets info->path to the path with the most bytes. */
+void gdx_file_info_finish(struct gdx_file_io_info *info);
+/* printf into info->why (overwrites). */
+void gdx_file_why(struct gdx_file_io_info *info, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* True for tmpfs/ramfs: everything is page cache, O_DIRECT buys nothing. */
+bool gdx_file_fd_is_memfs(int fd);
+
+#endif

@@ -1,0 +1,1027 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The uring backend: the fallback that has to run at hardware speed.
+ *
+ * An I/O context owns an io_uring, a ring of page-aligned pinned bounce
+ * buffers on the GPU's NUMA node (registered with io_uring as fixed buffers),
+ * a few device streams and one event per buffer.  One engine loop runs any
+ * number of requests over it: each request is cut into chunks at
+ * chunk-size boundaries, k chunks are in flight at once, and
+ *
+ *   device read   hot chunk:  the page-cache range is mapped and registered
+ *                             with the device, which copies straight out of it;
+ *                             unregistered as soon as the copy's event fires
+ *                 cold chunk: storage -> bounce (O_DIRECT where allowed), then
+ *                             an async H2D copy; the buffer comes back when the
+ *                             copy's event fires, while the next reads proceed
+ *   device write  async D2H copy into a bounce buffer, then the storage write
+ *   host memory   the kernel reads or writes the caller's memory itself
+ *                 (O_DIRECT where buffer, offset and size are aligned)
+ *
+ * O_DIRECT needs aligned offsets: reads round the chunk out to the alignment
+ * and copy only the caller's bytes; writes send the unaligned head and tail
+ * through the page cache and only the aligned middle through O_DIRECT.
+ * Contexts are pooled per driver; each thread doing I/O holds one, so many
+ * threads can share one handle.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <numa.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "file/file_int.h"
+
+#define UR_FILES 64
+#define PG 4096u
+
+struct ur_ctx;
+
+enum ur_pool { POOL_SEQ, POOL_BATCH, POOL_COUNT };
+
+struct ur_drv {
+	struct gdx_file_driver *drv;
+	struct gdx_device *dev;
+	int numa;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct ur_ctx *idle[POOL_COUNT];
+	struct ur_ctx *all;
+	unsigned nctx[POOL_COUNT];
+};
+
+struct ur_file {
+	uint64_t id;
+	int fd;
+	int fd_direct;		/* -1: no O_DIRECT for this file */
+	_Atomic bool direct_ok;
+	bool memfs;
+	char dio_why[96];
+};
+
+enum slot_state { S_FREE, S_KIO, S_COPY };
+
+struct ur_req;
+
+struct ur_slot {
+	unsigned idx;
+	unsigned char *buf;
+	struct gdx_event *ev;
+	struct gdx_stream *st;
+	enum slot_state state;
+	struct ur_req *req;
+	off_t ks;		/* file offset of the kernel I/O */
+	size_t klen, kdone;
+	bool kdirect;
+	bool kfixed;		/* kbuf lies in the registered bounce ring */
+	unsigned char *kbuf;
+	off_t us;		/* the caller's part of the chunk, in file offsets */
+	size_t ulen;
+	unsigned char *pc;	/* page-cache range to unregister after the copy */
+	size_t pc_len;
+	struct ur_slot *next;	/* free list or copy FIFO */
+};
+
+struct ur_ctx {
+	struct ur_drv *ud;
+	enum ur_pool pool;
+	struct io_uring ring;
+	unsigned nslots;
+	size_t chunk;
+	unsigned char *bounce;
+	size_t bounce_len;
+	bool fixed_bufs, fixed_files;
+	struct ur_slot *slots;
+	struct ur_slot *free_slots;
+	struct gdx_stream **streams;
+	unsigned nstreams;
+	pthread_mutex_t ftab_lock;
+	struct { uint64_t id; bool direct; unsigned refs; } ftab[UR_FILES];
+	struct ur_ctx *next_idle, *next_all;
+};
+
+struct ur_req {
+	struct gdx_file_io *io;
+	struct ur_file *uf;
+	bool dev;		/* the caller's memory is device memory */
+	bool host_direct;	/* host memory, offset and size allow O_DIRECT */
+	off_t off, end, cur, eof;
+	int err;
+	unsigned inflight;
+	bool finished;
+	int fslot[2];		/* fixed-file index for [buffered, direct], or -1 */
+	/* page-cache state */
+	unsigned char *map;
+	size_t map_len;
+	off_t map_off;
+	off_t fsize;
+	unsigned char *vec;
+	unsigned pc_inflight, pc_depth;
+	size_t pc_chunk;
+	bool pc_on;
+	char pc_why[80];
+	unsigned kdirect_chunks, kbuffered_chunks;
+};
+
+/* ---- contexts ---------------------------------------------------------- */
+
+static void ctx_destroy(struct ur_ctx *c)
+{
+	struct gdx_device *dev = c->ud->dev;
+
+	if (c->slots) {
+		for (unsigned i = 0; i < c->nslots; i++)
+			gdx_event_destroy(c->slots[i].ev);
+		free(c->slots);
+	}
+	if (c->streams) {
+		for (unsigned i = 0; i < c->nstreams; i++)
+			gdx_stream_destroy(c->streams[i]);
+		free(c->streams);
+	}
+	if (c->ring.ring_fd > 0)
+		io_uring_queue_exit(&c->ring);
+	if (c->bounce) {
+		gdx_host_unregister(dev, c->bounce);
+		munmap(c->bounce, c->bounce_len);
+	}
+	pthread_mutex_destroy(&c->ftab_lock);
+	free(c);
+}
+
+static int ctx_create(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
+{
+	struct ur_ctx *c = calloc(1, sizeof(*c));
+	struct iovec *iov = NULL;
+	unsigned entries = 1;
+	int ret;
+
+	if (!c)
+		return -ENOMEM;
+	c->ud = ud;
+	c->pool = pool;
+	c->ring.ring_fd = -1;
+	pthread_mutex_init(&c->ftab_lock, NULL);
+	if (pool == POOL_BATCH) {
+		c->nslots = (unsigned)gdx_cfg_int("file.batch_depth");
+		c->chunk = GDX_ALIGN_UP(gdx_cfg_size("file.batch_chunk"), (size_t)PG);
+	} else {
+		c->nslots = (unsigned)gdx_cfg_int("file.depth");
+		c->chunk = GDX_ALIGN_UP(gdx_cfg_size("file.chunk_size"), (size_t)PG);
+	}
+	c->nstreams = (unsigned)gdx_cfg_int("file.streams");
+	while (entries < c->nslots)
+		entries <<= 1;
+	ret = io_uring_queue_init(entries, &c->ring, 0);
+	if (ret) {
+		c->ring.ring_fd = -1;
+		goto fail;
+	}
+	ret = -ENOMEM;
+	c->bounce_len = (size_t)c->nslots * c->chunk;
+	c->bounce = mmap(NULL, c->bounce_len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (c->bounce == MAP_FAILED) {
+		c->bounce = NULL;
+		goto fail;
+	}
+	/* Placed before first touch, so every page lands on the GPU's node. */
+	if (ud->numa >= 0 && numa_available() >= 0)
+		numa_tonode_memory(c->bounce, c->bounce_len, ud->numa);
+	ret = gdx_host_register(ud->dev, c->bounce, c->bounce_len, 0);
+	if (ret) {
+		munmap(c->bounce, c->bounce_len);
+		c->bounce = NULL;
+		goto fail;
+	}
+	ret = -ENOMEM;
+	c->slots = calloc(c->nslots, sizeof(*c->slots));
+	c->streams = calloc(c->nstreams, sizeof(*c->streams));
+	iov = calloc(c->nslots, sizeof(*iov));
+	if (!c->slots || !c->streams || !iov)
+		goto fail;
+	for (unsigned i = 0; i < c->nstreams; i++) {
+		ret = gdx_stream_create(ud->dev, &c->streams[i]);
+		if (ret)
+			goto fail;
+	}
+	for (unsigned i = c->nslots; i-- > 0;) {
+		struct ur_slot *s = &c->slots[i];
+
+		s->idx = i;
+		s->buf = c->bounce + (size_t)i * c->chunk;
+		s->st = c->streams[i % c->nstreams];
+		ret = gdx_event_create(ud->dev, 0, &s->ev);
+		if (ret)
+			goto fail;
+		s->next = c->free_slots;
+		c->free_slots = s;
+		iov[i].iov_base = s->buf;
+		iov[i].iov_len = c->chunk;
+	}
+	/* Fixed buffers and files save a page walk and an fget per I/O; optional. */
+	ret = io_uring_register_buffers(&c->ring, iov, c->nslots);
+	c->fixed_bufs = !ret;
+	if (ret)
+		GDX_DBG("file", "io_uring fixed buffers refused: %s", strerror(-ret));
+	ret = io_uring_register_files_sparse(&c->ring, UR_FILES);
+	c->fixed_files = !ret;
+	if (ret)
+		GDX_DBG("file", "io_uring fixed files refused: %s", strerror(-ret));
+	free(iov);
+	*out = c;
+	return 0;
+fail:
+	free(iov);
+	GDX_ERR("file", "cannot set up an I/O context (%u x %zu bytes): %s", c->nslots, c->chunk,
+		gdx_strerror(ret));
+	ctx_destroy(c);
+	return ret;
+}
+
+static int ctx_get(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
+{
+	unsigned max = (unsigned)gdx_cfg_int("file.contexts");
+	struct ur_ctx *c;
+	int ret;
+
+	pthread_mutex_lock(&ud->lock);
+	for (;;) {
+		c = ud->idle[pool];
+		if (c) {
+			ud->idle[pool] = c->next_idle;
+			pthread_mutex_unlock(&ud->lock);
+			*out = c;
+			return 0;
+		}
+		if (ud->nctx[pool] < max)
+			break;
+		pthread_cond_wait(&ud->cond, &ud->lock);
+	}
+	ud->nctx[pool]++;
+	pthread_mutex_unlock(&ud->lock);
+	ret = ctx_create(ud, pool, &c);
+	pthread_mutex_lock(&ud->lock);
+	if (ret) {
+		ud->nctx[pool]--;
+		pthread_cond_signal(&ud->cond);
+	} else {
+		c->next_all = ud->all;
+		ud->all = c;
+		*out = c;
+	}
+	pthread_mutex_unlock(&ud->lock);
+	return ret;
+}
+
+static void ctx_put(struct ur_ctx *c)
+{
+	struct ur_drv *ud = c->ud;
+
+	pthread_mutex_lock(&ud->lock);
+	c->next_idle = ud->idle[c->pool];
+	ud->idle[c->pool] = c;
+	pthread_cond_signal(&ud->cond);
+	pthread_mutex_unlock(&ud->lock);
+}
+
+/* Fixed-file index for one of the file's descriptors, or -1 to use it plainly. */
+static int ftab_get(struct ur_ctx *c, struct ur_file *uf, bool direct)
+{
+	int fd = direct ? uf->fd_direct : uf->fd, victim = -1, ret;
+
+	if (!c->fixed_files || fd < 0)
+		return -1;
+	pthread_mutex_lock(&c->ftab_lock);
+	for (int i = 0; i < UR_FILES; i++) {
+		if (c->ftab[i].id == uf->id && c->ftab[i].direct == direct) {
+			c->ftab[i].refs++;
+			pthread_mutex_unlock(&c->ftab_lock);
+			return i;
+		}
+		if (!c->ftab[i].refs && (victim < 0 || !c->ftab[i].id))
+			victim = i;
+	}
+	if (victim >= 0) {
+		ret = io_uring_register_files_update(&c->ring, (unsigned)victim, &fd, 1);
+		if (ret == 1) {
+			c->ftab[victim].id = uf->id;
+			c->ftab[victim].direct = direct;
+			c->ftab[victim].refs = 1;
+		} else {
+			victim = -1;
+		}
+	}
+	pthread_mutex_unlock(&c->ftab_lock);
+	return victim;
+}
+
+static void ftab_put(struct ur_ctx *c, int i)
+{
+	if (i < 0)
+		return;
+	pthread_mutex_lock(&c->ftab_lock);
+	c->ftab[i].refs--;
+	pthread_mutex_unlock(&c->ftab_lock);
+}
+
+/* A closing file must not stay open through a ring's table. */
+static void ftab_forget(struct ur_drv *ud, uint64_t id)
+{
+	int none = -1;
+
+	pthread_mutex_lock(&ud->lock);
+	for (struct ur_ctx *c = ud->all; c; c = c->next_all) {
+		pthread_mutex_lock(&c->ftab_lock);
+		for (unsigned i = 0; i < UR_FILES; i++) {
+			if (c->ftab[i].id != id)
+				continue;
+			io_uring_register_files_update(&c->ring, i, &none, 1);
+			c->ftab[i].id = 0;
+		}
+		pthread_mutex_unlock(&c->ftab_lock);
+	}
+	pthread_mutex_unlock(&ud->lock);
+}
+
+/* ---- backend ops -------------------------------------------------------- */
+
+static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t whylen)
+{
+	struct gdx_device_props p;
+	struct io_uring probe;
+	struct ur_drv *ud;
+	int ret;
+
+	/* A ring that cannot be set up here means io_uring is off (seccomp, sysctl). */
+	ret = io_uring_queue_init(2, &probe, 0);
+	if (ret) {
+		snprintf(why, whylen, "io_uring refused: %s", strerror(-ret));
+		return ret;
+	}
+	io_uring_queue_exit(&probe);
+	ud = calloc(1, sizeof(*ud));
+	if (!ud)
+		return -ENOMEM;
+	ud->drv = drv;
+	ud->dev = gdx_file_driver_device(drv);
+	ud->numa = gdx_device_props(ud->dev, &p) ? -1 : p.numa_node;
+	pthread_mutex_init(&ud->lock, NULL);
+	pthread_cond_init(&ud->cond, NULL);
+	*priv = ud;
+	return 0;
+}
+
+static void ur_fini(void *priv)
+{
+	struct ur_drv *ud = priv;
+
+	while (ud->all) {
+		struct ur_ctx *c = ud->all;
+
+		ud->all = c->next_all;
+		ctx_destroy(c);
+	}
+	pthread_mutex_destroy(&ud->lock);
+	pthread_cond_destroy(&ud->cond);
+	free(ud);
+}
+
+static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size_t whylen)
+{
+	unsigned flags = gdx_file_flags(f);
+	struct ur_file *uf;
+	char path[64];
+	int fl, acc;
+
+	(void)priv;
+	(void)why;
+	(void)whylen;
+	uf = calloc(1, sizeof(*uf));
+	if (!uf)
+		return -ENOMEM;
+	uf->fd = gdx_file_fd(f);
+	uf->fd_direct = -1;
+	uf->memfs = gdx_file_fd_is_memfs(uf->fd);
+	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)uf->fd << 48);
+	fl = fcntl(uf->fd, F_GETFL);
+	acc = fl & O_ACCMODE;
+	if (flags & GDX_FILE_NO_ODIRECT) {
+		snprintf(uf->dio_why, sizeof(uf->dio_why), "O_DIRECT turned off");
+	} else if (uf->memfs) {
+		/* tmpfs may accept O_DIRECT, but it only adds a copy there. */
+		snprintf(uf->dio_why, sizeof(uf->dio_why), "memory filesystem, no O_DIRECT");
+	} else if (fl & O_DIRECT) {
+		uf->fd_direct = dup(uf->fd);
+	} else {
+		/* A second open of the same file (not a dup) can carry O_DIRECT alone. */
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", uf->fd);
+		uf->fd_direct = open(path, acc | O_DIRECT | O_CLOEXEC);
+		if (uf->fd_direct < 0)
+			snprintf(uf->dio_why, sizeof(uf->dio_why), "O_DIRECT refused at open: %s",
+				 strerror(errno));
+	}
+	atomic_init(&uf->direct_ok, uf->fd_direct >= 0);
+	*fpriv = uf;
+	return 0;
+}
+
+static void ur_close(void *priv, struct gdx_file *f, void *fpriv)
+{
+	struct ur_file *uf = fpriv;
+
+	(void)f;
+	ftab_forget(priv, uf->id);
+	if (uf->fd_direct >= 0)
+		close(uf->fd_direct);
+	free(uf);
+}
+
+/* ---- the engine ---------------------------------------------------------- */
+
+struct engine {
+	struct ur_ctx *c;
+	struct ur_req *reqs;
+	unsigned nreq, active, kio, rr;
+	struct ur_slot *fifo_head, *fifo_tail;	/* copies in flight, oldest first */
+	gdx_file_io_done_fn done;
+	void *arg;
+};
+
+static struct ur_slot *slot_take(struct ur_ctx *c)
+{
+	struct ur_slot *s = c->free_slots;
+
+	if (s) {
+		c->free_slots = s->next;
+		s->next = NULL;
+	}
+	return s;
+}
+
+static void slot_release(struct engine *e, struct ur_slot *s)
+{
+	s->req->inflight--;
+	s->state = S_FREE;
+	s->req = NULL;
+	s->next = e->c->free_slots;
+	e->c->free_slots = s;
+}
+
+static void req_fail(struct ur_req *r, int err)
+{
+	if (!r->err)
+		r->err = err;
+}
+
+static void kio_submit(struct engine *e, struct ur_slot *s)
+{
+	struct ur_req *r = s->req;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->c->ring);
+	int fi = r->fslot[s->kdirect], fd = s->kdirect ? r->uf->fd_direct : r->uf->fd;
+	unsigned char *p = s->kbuf + s->kdone;
+	unsigned len = (unsigned)(s->klen - s->kdone);
+	off_t at = s->ks + (off_t)s->kdone;
+
+	if (!sqe) {
+		io_uring_submit(&e->c->ring);
+		sqe = io_uring_get_sqe(&e->c->ring);
+	}
+	if (fi >= 0)
+		fd = fi;
+	if (r->io->op == GDX_FILE_READ) {
+		if (s->kfixed && e->c->fixed_bufs)
+			io_uring_prep_read_fixed(sqe, fd, p, len, (uint64_t)at, (int)s->idx);
+		else
+			io_uring_prep_read(sqe, fd, p, len, (uint64_t)at);
+	} else {
+		if (s->kfixed && e->c->fixed_bufs)
+			io_uring_prep_write_fixed(sqe, fd, p, len, (uint64_t)at, (int)s->idx);
+		else
+			io_uring_prep_write(sqe, fd, p, len, (uint64_t)at);
+	}
+	if (fi >= 0)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	io_uring_sqe_set_data(sqe, s);
+	s->state = S_KIO;
+	e->kio++;
+}
+
+static void fifo_push(struct engine *e, struct ur_slot *s)
+{
+	s->state = S_COPY;
+	s->next = NULL;
+	if (e->fifo_tail)
+		e->fifo_tail->next = s;
+	else
+		e->fifo_head = s;
+	e->fifo_tail = s;
+}
+
+/* Enqueues the slot's device copy and its event; on failure the request fails. */
+static int copy_start(struct engine *e, struct ur_slot *s, void *dst, const void *src, size_t n)
+{
+	struct gdx_device *dev = e->c->ud->dev;
+	int ret = gdx_memcpy_async(dev, dst, src, n, s->st);
+
+	if (!ret)
+		ret = gdx_event_record(s->ev, s->st);
+	if (ret) {
+		/* An enqueued copy may still run: wait for the stream before reuse. */
+		gdx_stream_synchronize(s->st);
+		req_fail(s->req, ret);
+		return ret;
+	}
+	fifo_push(e, s);
+	return 0;
+}
+
+static bool pc_resident(struct ur_req *r, off_t ps, size_t len)
+{
+	size_t np = GDX_ALIGN_UP(len, (size_t)PG) / PG;
+
+	if (mincore(r->map + (ps - r->map_off), np * PG, r->vec))
+		return false;
+	for (size_t i = 0; i < np; i++)
+		if (!(r->vec[i] & 1))
+			return false;
+	return true;
+}
+
+/*
+ * Tries the next chunk of a device read out of the page cache.  Returns 1 if
+ * it was issued, 0 to go by bounce instead, -EAGAIN to wait for a page-cache
+ * copy to retire first.
+ */
+static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
+{
+	struct gdx_device *dev = e->c->ud->dev;
+	off_t ps = GDX_ALIGN_DOWN(r->cur, (off_t)PG);
+	off_t pe = GDX_MIN(GDX_MIN(ps + (off_t)r->pc_chunk, r->end), r->fsize);
+	size_t rlen = GDX_ALIGN_UP((size_t)(pe - ps), (size_t)PG);
+	unsigned char *p = r->map + (ps - r->map_off);
+	int ret;
+
+	if (!r->pc_on || r->cur >= r->fsize)
+		return 0;
+	if (!pc_resident(r, ps, (size_t)(pe - ps))) {
+		snprintf(r->pc_why, sizeof(r->pc_why), "some data not in the page cache");
+		return 0;
+	}
+	if (r->pc_inflight >= r->pc_depth)
+		return -EAGAIN;
+	ret = gdx_host_register(dev, p, rlen, GDX_HOST_REGISTER_READONLY);
+	if (ret) {
+		snprintf(r->pc_why, sizeof(r->pc_why), "registering the mapping failed: %s",
+			 gdx_strerror(ret));
+		r->pc_on = false;
+		return 0;
+	}
+	s->req = r;
+	r->inflight++;
+	s->pc = p;
+	s->pc_len = rlen;
+	s->us = r->cur;
+	s->ulen = (size_t)(pe - r->cur);
+	r->pc_inflight++;
+	r->cur = pe;
+	if (copy_start(e, s, (char *)r->io->buf + (s->us - r->off), r->map + (s->us - r->map_off),
+		       s->ulen)) {
+		gdx_host_unregister(dev, p);
+		s->pc = NULL;
+		r->pc_inflight--;
+		slot_release(e, s);
+		return 1;
+	}
+	r->io->info.bytes[GDX_FILE_PATH_PAGECACHE] += s->ulen;
+	return 1;
+}
+
+/* Lays out the next chunk of r into slot s and starts it. */
+static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
+{
+	size_t chunk = e->c->chunk;
+	bool direct = atomic_load(&r->uf->direct_ok);
+	off_t c = r->cur, ks, ke;
+	int ret;
+
+	if (r->dev && r->io->op == GDX_FILE_READ) {
+		ret = pc_issue(e, r, s);
+		if (ret)
+			return ret;
+	}
+	s->pc = NULL;
+	s->kdone = 0;
+	if (r->io->op == GDX_FILE_READ) {
+		if (r->dev && direct) {
+			ks = GDX_ALIGN_DOWN(c, (off_t)GDX_FILE_DIO_ALIGN);
+			ke = GDX_MIN(ks + (off_t)chunk,
+				     GDX_ALIGN_UP(r->end, (off_t)GDX_FILE_DIO_ALIGN));
+		} else if (!r->dev && direct && r->host_direct) {
+			ks = c;
+			ke = GDX_MIN(c + (off_t)chunk, r->end);
+		} else {
+			direct = false;
+			ks = c;
+			ke = GDX_MIN(GDX_ALIGN_DOWN(c, (off_t)PG) + (off_t)chunk, r->end);
+		}
+		s->us = c;
+		s->ulen = (size_t)(GDX_MIN(ke, r->end) - c);
+	} else {
+		bool mem_ok = r->dev || r->host_direct;
+
+		ks = c;
+		if (direct && mem_ok && !GDX_IS_ALIGNED(c, (off_t)GDX_FILE_DIO_ALIGN)) {
+			/* Unaligned head: through the page cache up to the boundary. */
+			direct = false;
+			ke = GDX_MIN(GDX_ALIGN_UP(c, (off_t)GDX_FILE_DIO_ALIGN), r->end);
+		} else if (direct && mem_ok && r->end - c >= (off_t)GDX_FILE_DIO_ALIGN) {
+			ke = c + GDX_MIN((off_t)chunk,
+					 GDX_ALIGN_DOWN(r->end - c, (off_t)GDX_FILE_DIO_ALIGN));
+		} else {
+			direct = false;
+			ke = GDX_MIN(GDX_ALIGN_DOWN(c, (off_t)PG) + (off_t)chunk, r->end);
+		}
+		s->us = c;
+		s->ulen = (size_t)(ke - c);
+	}
+	s->ks = ks;
+	s->klen = (size_t)(ke - ks);
+	s->kdirect = direct;
+	s->req = r;
+	r->inflight++;
+	r->cur = s->us + (off_t)s->ulen;
+	if (direct)
+		r->kdirect_chunks++;
+	else
+		r->kbuffered_chunks++;
+	if (r->dev) {
+		s->kbuf = s->buf;
+		s->kfixed = true;
+	} else {
+		s->kbuf = (unsigned char *)r->io->buf + (ks - r->off);
+		s->kfixed = false;
+	}
+	if (r->dev && r->io->op == GDX_FILE_WRITE) {
+		if (copy_start(e, s, s->buf, (char *)r->io->buf + (ks - r->off), s->klen))
+			slot_release(e, s);
+		return 1;
+	}
+	kio_submit(e, s);
+	return 1;
+}
+
+/* The storage part of a slot finished (all of it, or at end of file). */
+static void kio_finished(struct engine *e, struct ur_slot *s)
+{
+	struct ur_req *r = s->req;
+	enum gdx_file_path hp = GDX_FILE_PATH_HOST;
+
+	if (r->io->op == GDX_FILE_WRITE) {
+		r->io->info.bytes[r->dev ? GDX_FILE_PATH_BOUNCE : hp] += s->klen;
+		slot_release(e, s);
+		return;
+	}
+	/* Bytes of the caller's range that the kernel delivered. */
+	off_t got_end = s->ks + (off_t)s->kdone;
+	off_t u_end = GDX_MIN(s->us + (off_t)s->ulen, got_end);
+	size_t n = u_end > s->us ? (size_t)(u_end - s->us) : 0;
+
+	if (s->kdone < s->klen)
+		r->eof = GDX_MIN(r->eof, got_end);
+	if (r->dev && n && !r->err) {
+		if (!copy_start(e, s, (char *)r->io->buf + (s->us - r->off),
+				s->buf + (s->us - s->ks), n)) {
+			r->io->info.bytes[GDX_FILE_PATH_BOUNCE] += n;
+			return;
+		}
+	} else if (!r->dev) {
+		r->io->info.bytes[hp] += n;
+	}
+	slot_release(e, s);
+}
+
+static void cqe_handle(struct engine *e, struct ur_slot *s, int res)
+{
+	struct ur_req *r = s->req;
+
+	e->kio--;
+	if (res == -EINTR || res == -EAGAIN) {
+		kio_submit(e, s);
+		return;
+	}
+	if (res == -EINVAL && s->kdirect) {
+		/* The filesystem refused O_DIRECT here: the rest of this file goes buffered. */
+		if (atomic_exchange(&r->uf->direct_ok, false))
+			snprintf(r->uf->dio_why, sizeof(r->uf->dio_why),
+				 "O_DIRECT refused at first I/O: EINVAL");
+		s->kdirect = false;
+		kio_submit(e, s);
+		return;
+	}
+	if (res < 0) {
+		req_fail(r, res);
+		slot_release(e, s);
+		return;
+	}
+	s->kdone += (size_t)res;
+	if (res == 0 && r->io->op == GDX_FILE_WRITE) {
+		req_fail(r, -EIO);
+		slot_release(e, s);
+		return;
+	}
+	if (res > 0 && s->kdone < s->klen && !r->err) {
+		bool aligned = GDX_IS_ALIGNED(s->kdone, (size_t)GDX_FILE_DIO_ALIGN);
+
+		if (r->io->op == GDX_FILE_WRITE) {
+			s->kdirect = s->kdirect && aligned;
+			kio_submit(e, s);
+			return;
+		}
+		/* A short O_DIRECT read that stops off the alignment is end of file. */
+		if (!s->kdirect || aligned) {
+			kio_submit(e, s);
+			return;
+		}
+	}
+	kio_finished(e, s);
+}
+
+/* A copy retired: free the page-cache pin, or send a bounce buffer to storage. */
+static void copy_retired(struct engine *e, struct ur_slot *s)
+{
+	struct ur_req *r = s->req;
+
+	if (s->pc) {
+		gdx_host_unregister(e->c->ud->dev, s->pc);
+		s->pc = NULL;
+		r->pc_inflight--;
+		slot_release(e, s);
+	} else if (r->io->op == GDX_FILE_WRITE && !r->err) {
+		kio_submit(e, s);
+	} else {
+		slot_release(e, s);
+	}
+}
+
+static bool req_more(const struct ur_req *r)
+{
+	return !r->err && r->cur < r->end && r->cur < r->eof;
+}
+
+static void req_setup(struct ur_ctx *c, struct ur_req *r, struct gdx_file_io *io)
+{
+	unsigned flags = gdx_file_flags(io->file);
+	struct stat st;
+
+	memset(r, 0, sizeof(*r));
+	r->io = io;
+	r->uf = gdx_file_backend_priv(io->file);
+	r->dev = io->attrs.kind == GDX_MEM_DEVICE;
+	r->off = r->cur = io->off;
+	r->end = io->off + (off_t)io->size;
+	r->eof = INT64_MAX;
+	r->host_direct = !r->dev && GDX_IS_ALIGNED((uintptr_t)io->buf, GDX_FILE_DIO_ALIGN) &&
+			 GDX_IS_ALIGNED(io->off, (off_t)GDX_FILE_DIO_ALIGN) &&
+			 GDX_IS_ALIGNED(io->size, (size_t)GDX_FILE_DIO_ALIGN);
+	r->fslot[0] = ftab_get(c, r->uf, false);
+	r->fslot[1] = atomic_load(&r->uf->direct_ok) ? ftab_get(c, r->uf, true) : -1;
+	r->pc_why[0] = 0;
+	if (!r->dev || io->op != GDX_FILE_READ)
+		return;
+	if (flags & GDX_FILE_NO_PAGECACHE) {
+		snprintf(r->pc_why, sizeof(r->pc_why), "page-cache path turned off");
+		return;
+	}
+	if (io->size < gdx_cfg_size("file.pagecache_min")) {
+		snprintf(r->pc_why, sizeof(r->pc_why), "read below file.pagecache_min");
+		return;
+	}
+	if (fstat(r->uf->fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= io->off)
+		return;
+	r->fsize = st.st_size;
+	r->pc_chunk = GDX_ALIGN_UP(gdx_cfg_size("file.pagecache_chunk"), (size_t)PG);
+	r->pc_depth = (unsigned)gdx_cfg_int("file.pagecache_depth");
+	r->map_off = GDX_ALIGN_DOWN(io->off, (off_t)PG);
+	r->map_len = GDX_ALIGN_UP((size_t)(GDX_MIN(r->end, r->fsize) - r->map_off), (size_t)PG);
+	r->vec = malloc(r->pc_chunk / PG + 1);
+	r->map = mmap(NULL, r->map_len, PROT_READ, MAP_SHARED, r->uf->fd, r->map_off);
+	if (r->map == MAP_FAILED || !r->vec) {
+		snprintf(r->pc_why, sizeof(r->pc_why), "cannot map the file: %s",
+			 r->vec ? strerror(errno) : "no memory");
+		if (r->map != MAP_FAILED)
+			munmap(r->map, r->map_len);
+		r->map = NULL;
+		free(r->vec);
+		r->vec = NULL;
+		return;
+	}
+	r->pc_on = true;
+	(void)c;
+}
+
+static void req_finish(struct engine *e, struct ur_req *r)
+{
+	struct gdx_file_io *io = r->io;
+	struct gdx_file_io_info *in = &io->info;
+	const char *how = r->kdirect_chunks ? (r->kbuffered_chunks ? "O_DIRECT and buffered" :
+					       "O_DIRECT") : "buffered";
+	off_t last = GDX_MIN(r->end, r->eof);
+
+	ftab_put(e->c, r->fslot[0]);
+	ftab_put(e->c, r->fslot[1]);
+	if (r->map)
+		munmap(r->map, r->map_len);
+	free(r->vec);
+	r->map = NULL;
+	r->vec = NULL;
+	if (r->err)
+		io->result = r->err;
+	else if (io->op == GDX_FILE_READ)
+		io->result = last > r->off ? (ssize_t)(last - r->off) : 0;
+	else
+		io->result = (ssize_t)io->size;
+	if (!r->dev)
+		gdx_file_why(in, "%s I/O straight to/from %s memory", how,
+			     gdx_mem_kind_name(io->attrs.kind));
+	else if (in->bytes[GDX_FILE_PATH_PAGECACHE] && !in->bytes[GDX_FILE_PATH_BOUNCE])
+		gdx_file_why(in, "data in page cache: device copied from the registered mapping");
+	else
+		gdx_file_why(in, "%s %s through pinned bounce buffers%s%s%s%s",
+			     how, io->op == GDX_FILE_READ ? "reads" : "writes",
+			     r->pc_why[0] ? "; page cache: " : "", r->pc_why,
+			     r->kdirect_chunks ? "" : "; ", r->kdirect_chunks ? "" : r->uf->dio_why);
+	r->finished = true;
+	e->active--;
+	if (e->done)
+		e->done(io, e->arg);
+}
+
+static void engine_run(struct engine *e)
+{
+	struct io_uring_cqe *cqe;
+
+	while (e->active) {
+		bool progress = false;
+
+		while (e->fifo_head && !gdx_event_query(e->fifo_head->ev)) {
+			struct ur_slot *s = e->fifo_head;
+
+			e->fifo_head = s->next;
+			if (!e->fifo_head)
+				e->fifo_tail = NULL;
+			copy_retired(e, s);
+			progress = true;
+		}
+		for (unsigned tries = 0; e->c->free_slots && tries < e->nreq;) {
+			struct ur_req *r = &e->reqs[e->rr];
+			struct ur_slot *s;
+			int ret;
+
+			if (r->finished || !req_more(r)) {
+				e->rr = (e->rr + 1) % e->nreq;
+				tries++;
+				continue;
+			}
+			s = slot_take(e->c);
+			ret = chunk_issue(e, r, s);
+			if (ret == -EAGAIN) {
+				/* Page-cache window full: the slot goes back, another request may use it. */
+				s->next = e->c->free_slots;
+				e->c->free_slots = s;
+				e->rr = (e->rr + 1) % e->nreq;
+				tries++;
+				continue;
+			}
+			progress = true;
+			tries = 0;
+		}
+		for (unsigned i = 0; i < e->nreq; i++) {
+			struct ur_req *r = &e->reqs[i];
+
+			if (!r->finished && !r->inflight && !req_more(r))
+				req_finish(e, r);
+		}
+		if (!e->active)
+			break;
+		if (e->kio) {
+			unsigned head, seen = 0;
+
+			io_uring_submit(&e->c->ring);
+			if (!progress) {
+				if (e->fifo_head) {
+					struct __kernel_timespec ts = { .tv_nsec = 50000 };
+
+					io_uring_wait_cqe_timeout(&e->c->ring, &cqe, &ts);
+				} else {
+					io_uring_wait_cqe(&e->c->ring, &cqe);
+				}
+			}
+			io_uring_for_each_cqe(&e->c->ring, head, cqe) {
+				cqe_handle(e, io_uring_cqe_get_data(cqe), cqe->res);
+				seen++;
+			}
+			io_uring_cq_advance(&e->c->ring, seen);
+		} else if (e->fifo_head && !progress) {
+			gdx_event_synchronize(e->fifo_head->ev);
+		}
+	}
+}
+
+static void run_reqs(struct ur_ctx *c, struct gdx_file_io **ios, unsigned n,
+		     gdx_file_io_done_fn done, void *arg)
+{
+	struct ur_req *reqs = calloc(n, sizeof(*reqs));
+	struct engine e = { .c = c, .reqs = reqs, .nreq = n, .active = n, .done = done,
+			    .arg = arg };
+
+	if (!reqs) {
+		for (unsigned i = 0; i < n; i++) {
+			ios[i]->result = -ENOMEM;
+			if (done)
+				done(ios[i], arg);
+		}
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		req_setup(c, &reqs[i], ios[i]);
+	engine_run(&e);
+	free(reqs);
+}
+
+static ssize_t strict_refuse(struct gdx_file_io *io)
+{
+	gdx_file_why(&io->info, "uring backend stages device memory through host memory; "
+		     "the direct path is not available for this file");
+	return GDX_ENOTDIRECT;
+}
+
+static ssize_t ur_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io)
+{
+	struct ur_ctx *c;
+	int ret;
+
+	(void)f;
+	(void)fpriv;
+	if (io->strict && io->attrs.kind == GDX_MEM_DEVICE)
+		return strict_refuse(io);
+	ret = ctx_get(priv, POOL_SEQ, &c);
+	if (ret)
+		return ret;
+	run_reqs(c, &io, 1, NULL, NULL);
+	ctx_put(c);
+	return io->result;
+}
+
+static void ur_io_many(void *priv, struct gdx_file_io **ios, unsigned n, gdx_file_io_done_fn done,
+		       void *arg)
+{
+	struct gdx_file_io **run = calloc(n, sizeof(*run));
+	unsigned k = 0;
+	struct ur_ctx *c;
+	int ret;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (ios[i]->strict && ios[i]->attrs.kind == GDX_MEM_DEVICE) {
+			ios[i]->result = strict_refuse(ios[i]);
+			done(ios[i], arg);
+		} else if (run) {
+			run[k++] = ios[i];
+		} else {
+			ios[i]->result = -ENOMEM;
+			done(ios[i], arg);
+		}
+	}
+	if (!k)
+		goto out;
+	ret = ctx_get(priv, POOL_BATCH, &c);
+	if (ret) {
+		for (unsigned i = 0; i < k; i++) {
+			run[i]->result = ret;
+			done(run[i], arg);
+		}
+		goto out;
+	}
+	run_reqs(c, run, k, done, arg);
+	ctx_put(c);
+out:
+	free(run);
+}
+
+const struct gdx_file_backend_ops gdx_file_uring_ops = {
+	.name = "uring",
+	.init = ur_init,
+	.fini = ur_fini,
+	.open = ur_open,
+	.close = ur_close,
+	.io = ur_io,
+	.io_many = ur_io_many,
+};

@@ -1,0 +1,718 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gdx_file_* on the emulated device: every backend, every memory kind, on a
+ * disk filesystem (O_DIRECT) and on tmpfs (no O_DIRECT), with unaligned
+ * offsets and sizes, end of file, sparse files past 4 GiB, many threads,
+ * batch and stream-ordered I/O, strict mode and the error paths.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include <gdx/gdx.h>
+#include <gdx/plugin/file.h>
+
+#define FSIZE ((8u << 20) + 12345u)
+
+static struct gdx_device *dev;
+static struct gdx_file_driver *drv;
+static unsigned char *ref;		/* the file's contents */
+static char disk_path[512], shm_path[512];
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, p, n, 0), (ssize_t)n);
+	close(fd);
+}
+
+static int setup(void **state)
+{
+	const char *b = getenv("GDX_BUILDDIR");
+
+	(void)state;
+	assert_int_equal(gdx_device_open("emulated", &dev), 0);
+	assert_int_equal(gdx_file_driver_open(dev, NULL, &drv), 0);
+	ref = malloc(FSIZE);
+	t_fill(ref, FSIZE, 42);
+	snprintf(disk_path, sizeof(disk_path), "%s/test_file.%d.dat", b ? b : "/tmp", getpid());
+	snprintf(shm_path, sizeof(shm_path), "/dev/shm/gdx_test_file.%d.dat", getpid());
+	write_file(disk_path, ref, FSIZE);
+	write_file(shm_path, ref, FSIZE);
+	/* Small page-cache ranges so the tests cross several of them. */
+	gdx_config_set("file.pagecache_chunk", "1M");
+	gdx_config_set("file.pagecache_min", "64k");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	unlink(disk_path);
+	unlink(shm_path);
+	free(ref);
+	gdx_file_driver_close(drv);
+	gdx_device_close(dev);
+	return 0;
+}
+
+static struct gdx_file *open_path(const char *path, int oflags, unsigned flags, const char *be)
+{
+	struct gdx_file_opts o;
+	struct gdx_file *f;
+
+	gdx_file_opts_init(&o, sizeof(o));
+	o.oflags = oflags;
+	o.flags = flags;
+	o.backend = be;
+	assert_int_equal(gdx_file_open(drv, path, &o, &f), 0);
+	return f;
+}
+
+/* Reads [off, off+n) into device memory and checks it against ref. */
+static void check_dev_read(struct gdx_file *f, void *d, unsigned char *host, size_t off, size_t n,
+			   struct gdx_file_io_info *info)
+{
+	size_t want = off >= FSIZE ? 0 : (off + n > FSIZE ? FSIZE - off : n);
+	ssize_t got = gdx_file_read_ex(f, d, n, (off_t)off, info);
+
+	assert_int_equal(got, (ssize_t)want);
+	memset(host, 0xee, n);
+	assert_int_equal(gdx_memcpy(dev, host, d, n), 0);
+	assert_memory_equal(host, ref + off, want);
+}
+
+static void random_reads(const char *path, const char *be, unsigned flags)
+{
+	struct gdx_file *f = open_path(path, O_RDONLY, flags, be);
+	unsigned char *host = malloc(FSIZE + 8192);
+	uint64_t seed = 7;
+	void *d;
+
+	assert_int_equal(gdx_device_malloc(dev, FSIZE + 8192, &d), 0);
+	/* Whole file, then past the end, then a read that starts at end of file. */
+	check_dev_read(f, d, host, 0, FSIZE, NULL);
+	check_dev_read(f, d, host, FSIZE - 5000, 8192, NULL);
+	check_dev_read(f, d, host, FSIZE, 100, NULL);
+	for (int i = 0; i < 60; i++) {
+		size_t off = t_rand(&seed) % (FSIZE + 100);
+		size_t n = 1 + t_rand(&seed) % (i % 3 ? 70000 : 3u << 20);
+
+		check_dev_read(f, d, host, off, n, NULL);
+	}
+	/* Host memory: straight reads, unaligned and aligned. */
+	for (int i = 0; i < 20; i++) {
+		size_t off = i & 1 ? (t_rand(&seed) % FSIZE) : (t_rand(&seed) % 1000) * 4096;
+		size_t n = i & 1 ? 1 + t_rand(&seed) % 300000 : 4096 * (1 + t_rand(&seed) % 300);
+		size_t want = off + n > FSIZE ? FSIZE - off : n;
+		unsigned char *h = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
+
+		assert_int_equal(gdx_file_read(f, h, n, (off_t)off), (ssize_t)want);
+		assert_memory_equal(h, ref + off, want);
+		free(h);
+	}
+	gdx_device_free(dev, d);
+	free(host);
+	assert_int_equal(gdx_file_close(f), 0);
+}
+
+static void reads_uring_disk(void **state)
+{
+	(void)state;
+	random_reads(disk_path, "uring", 0);
+	random_reads(disk_path, "uring", GDX_FILE_NO_PAGECACHE);
+	random_reads(disk_path, "uring", GDX_FILE_NO_ODIRECT | GDX_FILE_NO_PAGECACHE);
+}
+
+static void reads_uring_tmpfs(void **state)
+{
+	(void)state;
+	random_reads(shm_path, "uring", 0);
+	random_reads(shm_path, "uring", GDX_FILE_NO_PAGECACHE);
+}
+
+static void reads_posix(void **state)
+{
+	(void)state;
+	random_reads(disk_path, "posix", 0);
+	random_reads(shm_path, "posix", 0);
+}
+
+/* The path record says what happened, per I/O and per handle. */
+static void path_reporting(void **state)
+{
+	struct gdx_file_io_info info, hinfo;
+	unsigned char *host = malloc(FSIZE);
+	struct gdx_file *f;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_malloc(dev, FSIZE, &d), 0);
+
+	/* tmpfs: all of it is page cache, so the device copies out of it. */
+	f = open_path(shm_path, O_RDONLY, 0, NULL);
+	assert_string_equal(gdx_file_backend_name(f), "uring");
+	assert_int_equal(gdx_file_info(f, &hinfo), 0);
+	assert_non_null(strstr(hinfo.why, "cufile"));	/* why cufile was passed over */
+	check_dev_read(f, d, host, 0, FSIZE, &info);
+	assert_int_equal(info.path, GDX_FILE_PATH_PAGECACHE);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_PAGECACHE], FSIZE);
+	assert_non_null(strstr(info.why, "not direct"));
+	/* Below file.pagecache_min a read goes by bounce. */
+	check_dev_read(f, d, host, 100, 1000, &info);
+	assert_int_equal(info.path, GDX_FILE_PATH_BOUNCE);
+	assert_non_null(strstr(info.why, "pagecache_min"));
+	check_dev_read(f, d, host, 100, 1000, NULL);
+	assert_int_equal(gdx_file_read_ex(f, host, 5000, 3, &info), 5000);
+	assert_int_equal(info.path, GDX_FILE_PATH_HOST);
+	assert_int_equal(gdx_file_info(f, &hinfo), 0);
+	assert_int_equal(hinfo.path, GDX_FILE_PATH_HOST);
+	assert_int_equal(hinfo.bytes[GDX_FILE_PATH_PAGECACHE], FSIZE);
+	assert_int_equal(hinfo.bytes[GDX_FILE_PATH_BOUNCE], 2000);
+	assert_int_equal(hinfo.bytes[GDX_FILE_PATH_HOST], 5000);
+	gdx_file_close(f);
+
+	/* Disk without the page-cache path: O_DIRECT into the bounce ring. */
+	f = open_path(disk_path, O_RDONLY, GDX_FILE_NO_PAGECACHE, "uring");
+	check_dev_read(f, d, host, 777, FSIZE - 777, &info);
+	assert_int_equal(info.path, GDX_FILE_PATH_BOUNCE);
+	assert_non_null(strstr(info.why, "O_DIRECT"));
+	gdx_file_close(f);
+
+	f = open_path(disk_path, O_RDONLY, 0, "posix");
+	check_dev_read(f, d, host, 1, 100000, &info);
+	assert_int_equal(info.path, GDX_FILE_PATH_POSIX);
+	gdx_file_close(f);
+
+	gdx_device_free(dev, d);
+	free(host);
+}
+
+static void strict_mode(void **state)
+{
+	struct gdx_file_io_info info;
+	unsigned char host[4096];
+	struct gdx_file *f;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
+	f = open_path(disk_path, O_RDONLY, GDX_FILE_REQUIRE_DIRECT, NULL);
+	assert_int_equal(gdx_file_read_ex(f, d, 1 << 20, 0, &info), GDX_ENOTDIRECT);
+	assert_non_null(strstr(info.why, "direct"));
+	/* Host memory has no direct path to miss. */
+	assert_int_equal(gdx_file_read(f, host, sizeof(host), 0), (ssize_t)sizeof(host));
+	gdx_file_close(f);
+
+	f = open_path(disk_path, O_RDONLY, GDX_FILE_REQUIRE_DIRECT, "posix");
+	assert_int_equal(gdx_file_read(f, d, 4096, 0), GDX_ENOTDIRECT);
+	gdx_file_close(f);
+
+	/* The knob does the same for every handle opened while it is set. */
+	assert_int_equal(gdx_config_set("require_direct", "1"), 0);
+	f = open_path(shm_path, O_RDONLY, 0, NULL);
+	assert_int_equal(gdx_file_read(f, d, 4096, 0), GDX_ENOTDIRECT);
+	gdx_file_close(f);
+	assert_int_equal(gdx_config_set("require_direct", "0"), 0);
+	gdx_device_free(dev, d);
+}
+
+/* Device -> file at unaligned places, fdatasync, then back through pread. */
+static void write_roundtrip(const char *dir, const char *be, unsigned flags)
+{
+	char path[600];
+	size_t n = (3u << 20) + 777;
+	unsigned char *src = malloc(n), *back = malloc(n + 10000);
+	uint64_t seed = 99;
+	struct gdx_file *f;
+	void *d;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/gdx_test_w.%d", dir, getpid());
+	t_fill(src, n, 5);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	assert_int_equal(gdx_memcpy(dev, d, src, n), 0);
+	f = open_path(path, O_RDWR | O_CREAT | O_TRUNC, flags, be);
+	for (int i = 0; i < 12; i++) {
+		size_t off = i ? t_rand(&seed) % 5000000 : 0;
+		size_t len = 1 + t_rand(&seed) % (i & 1 ? n : 70000);
+		size_t at = t_rand(&seed) % (n - len + 1);
+		struct gdx_file_io_info info;
+
+		/* Alternate device and host sources. */
+		assert_int_equal(gdx_file_write_ex(f, i & 2 ? (void *)(src + at) :
+						   (void *)((char *)d + at), len, (off_t)off,
+						   &info), (ssize_t)len);
+		assert_int_equal(gdx_file_sync(f), 0);
+		fd = open(path, O_RDONLY);
+		assert_int_equal(pread(fd, back, len, (off_t)off), (ssize_t)len);
+		close(fd);
+		assert_memory_equal(back, src + at, len);
+		/* And back into device memory through gdx. */
+		memset(back, 0, len);
+		assert_int_equal(gdx_file_read(f, d, len, (off_t)off), (ssize_t)len);
+		assert_int_equal(gdx_memcpy(dev, back, d, len), 0);
+		assert_memory_equal(back, src + at, len);
+		assert_int_equal(gdx_memcpy(dev, d, src, n), 0);
+	}
+	gdx_file_close(f);
+	unlink(path);
+	gdx_device_free(dev, d);
+	free(src);
+	free(back);
+}
+
+static void writes(void **state)
+{
+	const char *b = getenv("GDX_BUILDDIR");
+
+	(void)state;
+	write_roundtrip(b ? b : "/tmp", "uring", 0);
+	write_roundtrip(b ? b : "/tmp", "uring", GDX_FILE_NO_ODIRECT);
+	write_roundtrip("/dev/shm", "uring", 0);
+	write_roundtrip(b ? b : "/tmp", "posix", 0);
+}
+
+/* A sparse file past 4 GiB: offsets above 32 bits, holes read as zeros. */
+static void sparse_4g(void **state)
+{
+	const char *b = getenv("GDX_BUILDDIR");
+	off_t at = (4ll << 30) + 12345;
+	unsigned char pat[20000], back[40000], zero[20000] = { 0 };
+	char path[600];
+	struct gdx_file *f;
+	void *d;
+	int fd;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/gdx_test_sparse.%d", b ? b : "/tmp", getpid());
+	fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0644);
+	assert_true(fd >= 0);
+	if (ftruncate(fd, (5ll << 30))) {
+		close(fd);
+		unlink(path);
+		skip();
+	}
+	t_fill(pat, sizeof(pat), 3);
+	assert_int_equal(pwrite(fd, pat, sizeof(pat), at), (ssize_t)sizeof(pat));
+	close(fd);
+	assert_int_equal(gdx_device_malloc(dev, sizeof(back), &d), 0);
+	f = open_path(path, O_RDONLY, 0, NULL);
+	assert_int_equal(gdx_file_size(f), 5ll << 30);
+	/* Starts in the hole, ends in the data. */
+	assert_int_equal(gdx_file_read(f, d, sizeof(back), at - 20000), (ssize_t)sizeof(back));
+	assert_int_equal(gdx_memcpy(dev, back, d, sizeof(back)), 0);
+	assert_memory_equal(back, zero, 20000);
+	assert_memory_equal(back + 20000, pat, sizeof(pat));
+	/* The last bytes of the file, read past its end. */
+	assert_int_equal(gdx_file_read(f, d, 8192, (5ll << 30) - 100), 100);
+	gdx_file_close(f);
+	unlink(path);
+	gdx_device_free(dev, d);
+}
+
+static void read_only(void **state)
+{
+	struct gdx_file_opts o;
+	unsigned char h[4096];
+	struct gdx_file *f;
+	int fd;
+
+	(void)state;
+	chmod(shm_path, 0444);
+	f = open_path(shm_path, O_RDONLY, 0, NULL);
+	assert_int_equal(gdx_file_read(f, h, sizeof(h), 10), (ssize_t)sizeof(h));
+	assert_int_equal(gdx_file_write(f, h, sizeof(h), 10), -EBADF);
+	gdx_file_close(f);
+	fd = open(shm_path, O_RDONLY);
+	gdx_file_opts_init(&o, sizeof(o));
+	assert_int_equal(gdx_file_open_fd(drv, fd, &o, &f), 0);
+	assert_int_equal(gdx_file_read(f, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	assert_memory_equal(h, ref, sizeof(h));
+	assert_int_equal(gdx_file_write(f, h, 1, 0), -EBADF);
+	gdx_file_close(f);
+	/* The caller's descriptor stays open. */
+	assert_int_equal(fcntl(fd, F_GETFD) >= 0, 1);
+	close(fd);
+	chmod(shm_path, 0644);
+}
+
+struct thr_arg {
+	struct gdx_file *f;
+	int id;
+	int bad;
+};
+
+static void *thr_reads(void *p)
+{
+	struct thr_arg *a = p;
+	uint64_t seed = 1000 + (uint64_t)a->id;
+	size_t cap = 2u << 20;
+	unsigned char *h = malloc(cap);
+	void *d;
+
+	if (gdx_device_malloc(dev, cap, &d)) {
+		a->bad = 1;
+		free(h);
+		return NULL;
+	}
+	for (int i = 0; i < 25; i++) {
+		size_t off = t_rand(&seed) % FSIZE;
+		size_t n = 1 + t_rand(&seed) % cap;
+		size_t want = off + n > FSIZE ? FSIZE - off : n;
+
+		if (gdx_file_read(a->f, d, n, (off_t)off) != (ssize_t)want ||
+		    gdx_memcpy(dev, h, d, want) || memcmp(h, ref + off, want))
+			a->bad = 1;
+	}
+	gdx_device_free(dev, d);
+	free(h);
+	return NULL;
+}
+
+static void many_threads(void **state)
+{
+	pthread_t t[8];
+	struct thr_arg a[8];
+	const char *paths[2] = { disk_path, shm_path };
+
+	(void)state;
+	for (int p = 0; p < 2; p++) {
+		struct gdx_file *f = open_path(paths[p], O_RDONLY, 0, NULL);
+
+		for (int i = 0; i < 8; i++) {
+			a[i] = (struct thr_arg){ .f = f, .id = i };
+			pthread_create(&t[i], NULL, thr_reads, &a[i]);
+		}
+		for (int i = 0; i < 8; i++) {
+			pthread_join(t[i], NULL);
+			assert_int_equal(a[i].bad, 0);
+		}
+		gdx_file_close(f);
+	}
+}
+
+static void batch(void **state)
+{
+	enum { N = 40 };
+	struct gdx_file_batch_io ios[N];
+	struct gdx_file_batch_event ev[N];
+	struct gdx_file_batch *b;
+	struct gdx_file *f = open_path(disk_path, O_RDONLY, 0, NULL);
+	struct gdx_file *fp = open_path(shm_path, O_RDONLY, 0, "posix");
+	unsigned char *h = malloc(N * 8192);
+	uint64_t seed = 5;
+	size_t offs[N];
+	int seen[N] = { 0 }, got = 0;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_malloc(dev, N * 8192, &d), 0);
+	assert_int_equal(gdx_file_batch_create(drv, N, &b), 0);
+	/* Nothing outstanding: a poll returns nothing, a wait for one is refused. */
+	assert_int_equal(gdx_file_batch_wait(b, 0, ev, N, 0), 0);
+	assert_int_equal(gdx_file_batch_wait(b, 1, ev, N, -1), -EINVAL);
+	for (int i = 0; i < N; i++) {
+		offs[i] = i == N - 1 ? FSIZE - 100 : t_rand(&seed) % (FSIZE - 8192);
+		ios[i] = (struct gdx_file_batch_io){
+			.file = i % 3 ? f : fp, .op = GDX_FILE_READ,
+			.buf = (char *)d + i * 8192, .size = 4096 + (size_t)i,
+			.off = (off_t)offs[i], .cookie = (void *)(uintptr_t)(i + 1),
+		};
+	}
+	ios[5].off = -1;	/* one bad I/O fails alone */
+	assert_int_equal(gdx_file_batch_submit(b, ios, N), 0);
+	assert_int_equal(gdx_file_batch_submit(b, ios, 1), -EAGAIN);
+	while (got < N) {
+		int n = gdx_file_batch_wait(b, 1, ev, N, 5000);
+
+		assert_true(n > 0);
+		for (int k = 0; k < n; k++) {
+			int i = (int)(uintptr_t)ev[k].cookie - 1;
+			size_t want = i == N - 1 ? 100 : 4096 + (size_t)i;
+
+			assert_true(i >= 0 && i < N && !seen[i]);
+			seen[i] = 1;
+			if (i == 5) {
+				assert_int_equal(ev[k].result, -EINVAL);
+				continue;
+			}
+			assert_int_equal(ev[k].result, (ssize_t)want);
+			assert_int_equal(gdx_memcpy(dev, h, (char *)d + i * 8192, want), 0);
+			assert_memory_equal(h, ref + offs[i], want);
+			assert_int_equal(ev[k].info.path, i % 3 ? GDX_FILE_PATH_BOUNCE :
+					 GDX_FILE_PATH_POSIX);
+		}
+		got += n;
+	}
+	gdx_file_batch_destroy(b);
+	gdx_file_close(f);
+	gdx_file_close(fp);
+	gdx_device_free(dev, d);
+	free(h);
+}
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gate_open;
+
+static void gate(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&gate_lock);
+	while (!gate_open)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+/* Size and offset are read when the I/O runs in stream order, not when queued. */
+static void stream_ordered(void **state)
+{
+	struct gdx_file *f = open_path(disk_path, O_RDWR, 0, NULL);
+	unsigned char *h = malloc(1 << 20);
+	struct gdx_stream *s;
+	size_t size = 1;
+	off_t off = 0;
+	ssize_t done = 12345, wdone = 0;
+	size_t wsize;
+	off_t woff;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	gate_open = 0;
+	assert_int_equal(gdx_stream_launch_host_func(s, gate, NULL), 0);
+	assert_int_equal(gdx_file_read_async(f, d, &size, &off, &done, s), 0);
+	/* Stream order: the copy below sees what the read brought in. */
+	assert_int_equal(gdx_memcpy_async(dev, h, d, 300000, s), 0);
+	size = 300000;
+	off = 54321;
+	assert_int_equal(done, 12345);	/* not run yet */
+	pthread_mutex_lock(&gate_lock);
+	gate_open = 1;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(done, 300000);
+	assert_memory_equal(h, ref + 54321, 300000);
+
+	/* A write in stream order, then a read of it in stream order. */
+	wsize = 4097;
+	woff = FSIZE - 10;	/* extends the file */
+	assert_int_equal(gdx_file_write_async(f, d, &wsize, &woff, &wdone, s), 0);
+	size = 5000;
+	off = FSIZE - 10;
+	assert_int_equal(gdx_file_read_async(f, (char *)d + 500000, &size, &off, &done, s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(wdone, 4097);
+	assert_int_equal(done, 4097);
+	assert_int_equal(gdx_memcpy(dev, h + 500000, (char *)d + 500000, 4097), 0);
+	assert_memory_equal(h + 500000, ref + 54321, 4097);
+	assert_int_equal(ftruncate(gdx_file_fd(f), FSIZE), 0);
+	/* Errors come back through *done. */
+	off = -5;
+	assert_int_equal(gdx_file_read_async(f, d, &size, &off, &done, s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(done, -EINVAL);
+	gdx_stream_destroy(s);
+	gdx_file_close(f);
+	gdx_device_free(dev, d);
+	free(h);
+}
+
+static void errors(void **state)
+{
+	struct gdx_file_opts o;
+	struct gdx_file *f;
+	unsigned char h[8192];
+	void *d;
+	int fd;
+
+	(void)state;
+	gdx_file_opts_init(&o, sizeof(o));
+	assert_int_equal(gdx_file_open_fd(drv, -1, &o, &f), -EBADF);
+	fd = open(shm_path, O_RDONLY);
+	close(fd);
+	assert_int_equal(gdx_file_open_fd(drv, fd, &o, &f), -EBADF);
+	assert_int_equal(gdx_file_open(drv, "/nonexistent/x", NULL, &f), -ENOENT);
+	o.backend = "nope";
+	assert_int_equal(gdx_file_open(drv, shm_path, &o, &f), -EINVAL);
+
+	f = open_path(disk_path, O_RDWR, 0, NULL);
+	assert_int_equal(gdx_file_read(f, NULL, 10, 0), -EINVAL);
+	assert_int_equal(gdx_file_read(f, h, 10, -1), -EINVAL);
+	assert_int_equal(gdx_file_read(f, h, 0, 0), 0);
+	/* A host pointer to nothing: the kernel's EFAULT, file untouched. */
+	assert_int_equal(gdx_file_read(f, (void *)16, 4096, 0), -EFAULT);
+	assert_int_equal(gdx_file_write(f, (void *)16, 4096, 0), -EFAULT);
+	/* Device memory overrun. */
+	assert_int_equal(gdx_device_malloc(dev, 4096, &d), 0);
+	assert_int_equal(gdx_file_read(f, d, 8192, 0), GDX_EBADPTR);
+	assert_int_equal(gdx_file_write(f, (char *)d + 100, 4096, 0), GDX_EBADPTR);
+	/* A freed buffer is not memory any more. */
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_true(gdx_file_read(f, d, 4096, 0) < 0);
+	assert_int_equal(pread(gdx_file_fd(f), h, sizeof(h), 0), (ssize_t)sizeof(h));
+	assert_memory_equal(h, ref, sizeof(h));
+	gdx_file_close(f);
+}
+
+/* A full filesystem: ENOSPC comes back, and what was written stays intact. */
+static void enospc(void **state)
+{
+	char dir[] = "/tmp/gdx_enospc.XXXXXX", path[64];
+	unsigned char *src = malloc(4u << 20), *back = malloc(4u << 20);
+	struct gdx_file *f;
+	void *d;
+	ssize_t r;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=1M")) {
+		rmdir(dir);
+		free(src);
+		free(back);
+		skip();
+	}
+	snprintf(path, sizeof(path), "%s/f", dir);
+	t_fill(src, 4u << 20, 8);
+	assert_int_equal(gdx_device_malloc(dev, 4u << 20, &d), 0);
+	assert_int_equal(gdx_memcpy(dev, d, src, 4u << 20), 0);
+	f = open_path(path, O_RDWR | O_CREAT, 0, NULL);
+	assert_int_equal(gdx_file_write(f, d, 300000, 0), 300000);
+	r = gdx_file_write(f, d, 4u << 20, 500000);
+	assert_int_equal(r, -ENOSPC);
+	assert_int_equal(gdx_file_read(f, back, 300000, 0), 300000);
+	assert_memory_equal(back, src, 300000);
+	gdx_file_close(f);
+	f = open_path(path, O_RDWR, 0, "posix");
+	assert_int_equal(gdx_file_write(f, src, 4u << 20, 600000), -ENOSPC);
+	gdx_file_close(f);
+	gdx_device_free(dev, d);
+	umount(dir);
+	rmdir(dir);
+	free(src);
+	free(back);
+}
+
+static void buf_register(void **state)
+{
+	unsigned char *h = malloc(1 << 20);
+	struct gdx_file *f = open_path(shm_path, O_RDONLY, 0, NULL);
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
+	assert_int_equal(gdx_file_buf_register(drv, d, 1 << 20), 0);
+	assert_int_equal(gdx_file_buf_register(drv, d, 1 << 20), -EEXIST);
+	assert_int_equal(gdx_file_buf_register(drv, d, 2 << 20), GDX_EBADPTR);
+	assert_int_equal(gdx_file_read(f, (char *)d + 7, 500000, 3), 500000);
+	assert_int_equal(gdx_memcpy(dev, h, (char *)d + 7, 500000), 0);
+	assert_memory_equal(h, ref + 3, 500000);
+	assert_int_equal(gdx_file_buf_deregister(drv, d), 0);
+	assert_int_equal(gdx_file_buf_deregister(drv, d), -ENOENT);
+	/* Freeing drops a registration; the address then reads as a bad one. */
+	assert_int_equal(gdx_file_buf_register(drv, d, 1 << 20), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_int_equal(gdx_file_buf_deregister(drv, d), -ENOENT);
+	assert_true(gdx_file_read(f, d, 4096, 0) < 0);
+	gdx_file_close(f);
+	free(h);
+}
+
+static void driver_choice(void **state)
+{
+	struct gdx_file_driver_opts o;
+	struct gdx_file_driver *d2;
+	char desc[512];
+
+	(void)state;
+	assert_true(gdx_file_driver_describe(drv, desc, sizeof(desc)) > 0);
+	assert_non_null(strstr(desc, "cufile: device emulated:0 is not a CUDA device"));
+	assert_non_null(strstr(desc, "uring: ready"));
+	gdx_file_driver_opts_init(&o, sizeof(o));
+	o.backend = "cufile";
+	assert_int_equal(gdx_file_driver_open(dev, &o, &d2), GDX_ENOLIB);
+	o.backend = "bogus";
+	assert_int_equal(gdx_file_driver_open(dev, &o, &d2), -EINVAL);
+	o.backend = "posix";
+	assert_int_equal(gdx_file_driver_open(dev, &o, &d2), 0);
+	assert_int_equal(gdx_config_set("file.backend", "uring"), 0);
+	{
+		struct gdx_file_opts fo;
+		struct gdx_file *f;
+
+		gdx_file_opts_init(&fo, sizeof(fo));
+		/* Only posix started in this driver: asking for uring fails clearly. */
+		assert_int_equal(gdx_file_open(d2, shm_path, &fo, &f), -ENODEV);
+		fo.backend = "posix";
+		assert_int_equal(gdx_file_open(d2, shm_path, &fo, &f), 0);
+		assert_string_equal(gdx_file_backend_name(f), "posix");
+		gdx_file_close(f);
+	}
+	assert_int_equal(gdx_config_set("file.backend", "auto"), 0);
+	gdx_file_driver_close(d2);
+}
+
+static void no_leaks(void **state)
+{
+	int before;
+	struct gdx_file *f;
+	unsigned char h[100];
+
+	(void)state;
+	before = count_fds();
+	for (int i = 0; i < 20; i++) {
+		f = open_path(disk_path, O_RDONLY, 0, NULL);
+		assert_int_equal(gdx_file_read(f, h, sizeof(h), 5), (ssize_t)sizeof(h));
+		gdx_file_close(f);
+	}
+	assert_int_equal(count_fds(), before);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(driver_choice),
+		cmocka_unit_test(reads_uring_disk),
+		cmocka_unit_test(reads_uring_tmpfs),
+		cmocka_unit_test(reads_posix),
+		cmocka_unit_test(path_reporting),
+		cmocka_unit_test(strict_mode),
+		cmocka_unit_test(writes),
+		cmocka_unit_test(sparse_4g),
+		cmocka_unit_test(read_only),
+		cmocka_unit_test(many_threads),
+		cmocka_unit_test(batch),
+		cmocka_unit_test(stream_ordered),
+		cmocka_unit_test(errors),
+		cmocka_unit_test(enospc),
+		cmocka_unit_test(buf_register),
+		cmocka_unit_test(no_leaks),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
