@@ -3,7 +3,8 @@
 # ASan+UBSan), runs every test on both builds, and ends with one line
 #   N passed, N failed, N skipped
 # Options: GDX_TEST_BUILDS="release asan" (default both), GDX_TEST_ARGS (extra
-# arguments for meson test, e.g. a suite name).
+# arguments for meson test, e.g. a suite name), GDX_TEST_FUZZ_SECONDS (per
+# libFuzzer target, default 20; 0 skips the fuzz run, which counts as one test).
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
@@ -48,5 +49,12 @@ PY
     fail=$((fail + 1)); rc=1
   fi
 done
+fuzz_secs=${GDX_TEST_FUZZ_SECONDS:-20}
+if [ "$fuzz_secs" = 0 ]; then
+  skip=$((skip + 1))
+else
+  echo "=== fuzz targets (clang, libFuzzer), ${fuzz_secs}s each"
+  if bash tests/fuzz/run.sh "$fuzz_secs"; then pass=$((pass + 1)); else fail=$((fail + 1)); rc=1; fi
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 exit $rc
