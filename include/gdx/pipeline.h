@@ -45,12 +45,8 @@ struct gdx_pipeline_job {
 	size_t buf_size;
 	void *slot_user;	/* gdx_pipeline_set_slot_user() */
 	void *batch_arg;	/* the producer's argument to gdx_pipeline_submit() */
-	/*
-	 * Scratch word of this stage for this batch, for results that device
-	 * work writes when it executes (bytes read, a status); the stage's check
-	 * callback reads it once that work is done.
-	 */
-	int64_t *result;
+	/* desc.scratch_size bytes of this stage for this batch, kept until harvest. */
+	void *scratch;
 };
 
 enum gdx_stage_kind {
@@ -83,6 +79,8 @@ struct gdx_stage_desc {
 	void *arg;
 	/* Device stages: run here instead of on a stream the pipeline creates. */
 	struct gdx_stream *stream;
+	/* Per-batch scratch (job->scratch), for arguments device work reads late. */
+	size_t scratch_size;
 };
 GDX_API void gdx_stage_desc_init(struct gdx_stage_desc *d, size_t struct_size);
 
@@ -197,15 +195,38 @@ GDX_API int gdx_pipeline_stats(struct gdx_pipeline *p, struct gdx_pipeline_stats
 /* ---- built-in load stage ------------------------------------------------ */
 
 /*
- * A source the load stage reads batches from.  read_async enqueues a read of
- * len bytes at off into dst (device memory) on s and returns; when the read
- * executes it stores the bytes read, or a negative code, in *done.  The file
- * source (gdx_file_read_async) is one; an NVMe-oF namespace is another.
+ * One read of the load stage.  It stays in place until the stage's outcome
+ * has been judged, so a source may hand the addresses of its fields to work
+ * that reads them when it executes (gdx_file_read_async reads size and
+ * offset then, and writes the bytes done then).
+ */
+struct gdx_pipeline_read {
+	void *dst;		/* the slot's device buffer */
+	size_t len;
+	uint64_t off;
+	/*
+	 * Bytes read or a negative code.  The source writes it when the read
+	 * executes, or in complete().
+	 */
+	int64_t done;
+	void *priv;		/* source.priv_size bytes for the source, per read */
+};
+
+/*
+ * A source the load stage reads batches from: a file (gdx_file_read_async),
+ * an NVMe-oF namespace, or anything that can read into device memory in
+ * stream order.
  */
 struct gdx_pipeline_source {
 	const char *name;	/* "file", "nvmf", ... */
-	int (*read_async)(void *ctx, void *dst, size_t len, uint64_t off, int64_t *done,
-			  struct gdx_stream *s);
+	size_t priv_size;
+	/* Enqueues the read described by rd on s and returns. */
+	int (*read_async)(void *ctx, struct gdx_pipeline_read *rd, struct gdx_stream *s);
+	/*
+	 * Optional: runs on a CPU thread once the read has executed, before the
+	 * stage judges rd->done (e.g. to copy a result of another type there).
+	 */
+	void (*complete)(void *ctx, struct gdx_pipeline_read *rd);
 	void (*release)(void *ctx);	/* optional: on gdx_pipeline_destroy */
 	void *ctx;
 };

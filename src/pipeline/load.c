@@ -22,6 +22,7 @@ struct load {
 	struct gdx_pipeline_source src;
 	uint64_t offset, stride, wrap;
 	size_t bytes;
+	size_t priv_off;	/* of the source's bytes in the job's scratch */
 };
 
 static uint64_t load_offset(const struct load *l, uint64_t batch)
@@ -31,33 +32,44 @@ static uint64_t load_offset(const struct load *l, uint64_t batch)
 	return l->offset + (l->wrap ? rel % l->wrap : rel);
 }
 
+/* The job's scratch: the read, then the source's own bytes. */
+static struct gdx_pipeline_read *job_read(const struct gdx_pipeline_job *job)
+{
+	return job->scratch;
+}
+
 static int load_enqueue(const struct gdx_pipeline_job *job, struct gdx_stream *s, void *arg)
 {
 	struct load *l = arg;
+	struct gdx_pipeline_read *rd = job_read(job);
 
-	*job->result = LOAD_PENDING;
-	return l->src.read_async(l->src.ctx, job->buf, l->bytes, load_offset(l, job->batch),
-				 job->result, s);
+	rd->dst = job->buf;
+	rd->len = l->bytes;
+	rd->off = load_offset(l, job->batch);
+	rd->done = LOAD_PENDING;
+	rd->priv = l->src.priv_size ? (char *)job->scratch + l->priv_off : NULL;
+	return l->src.read_async(l->src.ctx, rd, s);
 }
 
 static int load_check(const struct gdx_pipeline_job *job, void *arg)
 {
 	struct load *l = arg;
-	int64_t got = *job->result;
-	uint64_t off = load_offset(l, job->batch);
+	struct gdx_pipeline_read *rd = job_read(job);
 
-	if (got == LOAD_PENDING)
+	if (l->src.complete)
+		l->src.complete(l->src.ctx, rd);
+	if (rd->done == LOAD_PENDING)
 		return gdx_pipeline_job_fail(job, -EPROTO,
 					     "%s source never reported the read at offset %" PRIu64,
-					     l->src.name, off);
-	if (got < 0)
-		return gdx_pipeline_job_fail(job, (int)got,
+					     l->src.name, rd->off);
+	if (rd->done < 0)
+		return gdx_pipeline_job_fail(job, (int)rd->done,
 					     "%s read of %zu bytes at offset %" PRIu64 " failed",
-					     l->src.name, l->bytes, off);
-	if ((uint64_t)got != l->bytes)
+					     l->src.name, rd->len, rd->off);
+	if ((uint64_t)rd->done != rd->len)
 		return gdx_pipeline_job_fail(job, -ENODATA,
 					     "short read from %s: %" PRId64 " of %zu bytes at offset %"
-					     PRIu64, l->src.name, got, l->bytes, off);
+					     PRIu64, l->src.name, rd->done, rd->len, rd->off);
 	return 0;
 }
 
@@ -87,7 +99,7 @@ int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_sour
 
 	if (!src)
 		return -EINVAL;
-	if (!src->read_async)
+	if (!src->read_async || src->priv_size > (1u << 20))
 		goto release;
 	gdx_pipeline_load_opts_init(&opts, sizeof(opts));
 	if (o && o->struct_size >= offsetof(struct gdx_pipeline_load_opts, wrap))
@@ -114,6 +126,7 @@ int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_sour
 	l->stride = opts.stride;
 	l->wrap = opts.wrap;
 	l->bytes = opts.batch_bytes;
+	l->priv_off = GDX_ALIGN_UP(sizeof(struct gdx_pipeline_read), (size_t)16);
 
 	gdx_stage_desc_init(&d, sizeof(d));
 	d.name = opts.name ? opts.name : "load";
@@ -122,6 +135,7 @@ int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_sour
 	d.check = load_check;
 	d.fini = load_fini;
 	d.arg = l;
+	d.scratch_size = l->priv_off + src->priv_size;
 	ret = gdx_pipeline_add_stage(p, &d);
 	if (ret < 0) {
 		free(l);

@@ -38,7 +38,6 @@
 
 struct job {
 	struct gdx_pipeline_job pub;
-	int64_t result[NSTAGE];
 	struct gdx_event *start[NSTAGE];	/* timing only */
 	struct gdx_event *end[NSTAGE];		/* device stages: work done */
 	uint64_t t0[NSTAGE], t1[NSTAGE];	/* host stages: host clock */
@@ -47,6 +46,7 @@ struct job {
 	unsigned err_mask;	/* stages whose failure was counted */
 	unsigned checked;	/* device checks done for stages < checked */
 	struct gdx_event *wait_ev;	/* what the next host stage waits for */
+	void *scratch[NSTAGE];
 	bool released;		/* p->lock: past the last stage (see advance) */
 };
 
@@ -228,7 +228,7 @@ static void queue_push(struct stage *st, struct job *j)
 static void set_stage(struct job *j, unsigned k)
 {
 	j->pub.stage = k;
-	j->pub.result = &j->result[k];
+	j->pub.scratch = j->scratch[k];
 }
 
 /*
@@ -449,6 +449,11 @@ static int start(struct gdx_pipeline *p)
 				st->own_stream = true;
 			}
 		}
+		for (unsigned e = 0; e < p->nring && st->d.scratch_size; e++) {
+			p->jobs[e].scratch[k] = calloc(1, st->d.scratch_size);
+			if (!p->jobs[e].scratch[k])
+				return -ENOMEM;
+		}
 		for (unsigned e = 0; e < p->nring && is_dev(p, k); e++) {
 			struct job *j = &p->jobs[e];
 
@@ -666,7 +671,6 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 		;
 
 	j = &p->jobs[b % p->nring];
-	memset(j->result, 0, sizeof(j->result));
 	memset(j->recorded, 0, sizeof(j->recorded));
 	memset(j->ran, 0, sizeof(j->ran));
 	j->err_mask = 0;
@@ -780,6 +784,7 @@ void gdx_pipeline_destroy(struct gdx_pipeline *p)
 				gdx_event_destroy(p->jobs[e].start[k]);
 			if (p->jobs[e].end[k])
 				gdx_event_destroy(p->jobs[e].end[k]);
+			free(p->jobs[e].scratch[k]);
 		}
 		if (st->own_stream)
 			gdx_stream_destroy(st->stream);

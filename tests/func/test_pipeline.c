@@ -554,37 +554,25 @@ struct msrc {
 	bool released;
 };
 
-struct mread {
-	int64_t *done;
-	int64_t v;
-};
-
 static void hf_done(void *arg)
 {
-	struct mread *m = arg;
+	struct gdx_pipeline_read *rd = arg;
+	int64_t *v = rd->priv;
 
-	*m->done = m->v;
-	free(m);
+	rd->done = *v;
 }
 
-static int msrc_read(void *ctx, void *dst, size_t len, uint64_t off, int64_t *done,
-		     struct gdx_stream *s)
+static int msrc_read(void *ctx, struct gdx_pipeline_read *rd, struct gdx_stream *s)
 {
 	struct msrc *m = ctx;
-	struct mread *r = malloc(sizeof(*r));
-	size_t n = off >= m->len ? 0 : GDX_MIN(len, m->len - off);
+	size_t n = rd->off >= m->len ? 0 : GDX_MIN(rd->len, m->len - rd->off);
+	int64_t *v = rd->priv;
 	int ret = 0;
 
-	if (!r)
-		return -ENOMEM;
-	r->done = done;
-	r->v = off == m->eio_off ? -EIO : (int64_t)n;
-	if (n && r->v >= 0)
-		ret = gdx_memcpy_async(dev, dst, m->base + off, n, s);
-	ret = ret ? ret : gdx_stream_launch_host_func(s, hf_done, r);
-	if (ret)
-		free(r);
-	return ret;
+	*v = rd->off == m->eio_off ? -EIO : (int64_t)n;
+	if (n && *v >= 0)
+		ret = gdx_memcpy_async(dev, rd->dst, m->base + rd->off, n, s);
+	return ret ? ret : gdx_stream_launch_host_func(s, hf_done, rd);
 }
 
 static void msrc_release(void *ctx)
@@ -599,7 +587,7 @@ static struct tctx *make_load(struct msrc *m, const struct gdx_pipeline_load_opt
 		{ 'D', R_LOAD, 0, -1, false, false },	/* replaced by the built-in stage */
 		{ 'H', R_VERIFY, 0, -1, false, false },
 	};
-	struct gdx_pipeline_source src = { "mem", msrc_read, msrc_release, m };
+	struct gdx_pipeline_source src = { "mem", sizeof(int64_t), msrc_read, NULL, msrc_release, m };
 	struct tctx *t = make_ctx(st, 2);
 
 	m->base = t->src;
@@ -685,14 +673,10 @@ static int noop_enqueue(const struct gdx_pipeline_job *job, struct gdx_stream *s
 	return 0;
 }
 
-static int noop_read(void *ctx, void *dst, size_t len, uint64_t off, int64_t *done,
-		     struct gdx_stream *s)
+static int noop_read(void *ctx, struct gdx_pipeline_read *rd, struct gdx_stream *s)
 {
 	(void)ctx;
-	(void)dst;
-	(void)len;
-	(void)off;
-	(void)done;
+	(void)rd;
 	(void)s;
 	return 0;
 }
@@ -704,7 +688,7 @@ static void bad_input(void **state)
 	struct gdx_stage_desc d;
 	struct gdx_pipeline_load_opts lo;
 	struct msrc m = { 0 };
-	struct gdx_pipeline_source src = { "mem", noop_read, msrc_release, &m };
+	struct gdx_pipeline_source src = { "mem", 0, noop_read, NULL, msrc_release, &m };
 	struct gdx_pipeline_error e;
 
 	(void)state;
