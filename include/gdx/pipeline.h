@@ -31,6 +31,7 @@ extern "C" {
 #endif
 
 struct gdx_pipeline;
+struct gdx_file;	/* <gdx/file.h> */
 
 #define GDX_PIPELINE_MAX_STAGES 16
 #define GDX_PIPELINE_MAX_SLOTS 64
@@ -252,6 +253,16 @@ GDX_API void gdx_pipeline_load_opts_init(struct gdx_pipeline_load_opts *o, size_
  */
 GDX_API int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_source *src,
 				  const struct gdx_pipeline_load_opts *o);
+
+/*
+ * The file source: reads through gdx_file_read_async, so batches take the
+ * storage path's best route (direct, page cache, bounce) and record it on
+ * the handle.  The handle must outlive the pipeline.
+ */
+GDX_API int gdx_pipeline_source_file(struct gdx_file *f, struct gdx_pipeline_source *src);
+/* gdx_pipeline_add_load() with the file source. */
+GDX_API int gdx_pipeline_add_file_load(struct gdx_pipeline *p, struct gdx_file *f,
+				       const struct gdx_pipeline_load_opts *o);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,11 @@
 
 #include "test.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <gdx/gdx.h>
+#include <gdx/file.h>
 #include <gdx/pipeline.h>
 
 #include "common/util.h"
@@ -629,6 +633,68 @@ static void load_stage(void **state)
 	destroy(t);
 }
 
+/* The file source: batches come off a file through gdx_file_read_async. */
+static struct tctx *make_file_load(struct gdx_file *f, const struct gdx_pipeline_load_opts *lo)
+{
+	struct tstage st[2] = {
+		{ 'D', R_LOAD, 0, -1, false, false },	/* replaced by the built-in stage */
+		{ 'H', R_VERIFY, 0, -1, false, false },
+	};
+	struct tctx *t = make_ctx(st, 2);
+
+	make_pipe(t, 3, 2);
+	assert_int_equal(gdx_pipeline_add_file_load(t->p, f, lo), 0);
+	add_test_stage(t, 1);
+	return t;
+}
+
+static void file_load(void **state)
+{
+	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	const size_t len = (size_t)10 * SZ + 100;
+	struct gdx_file_driver *drv;
+	struct gdx_file_io_info info;
+	struct gdx_pipeline_load_opts lo;
+	struct gdx_file *f;
+	struct tctx *t;
+	unsigned char *data;
+	char path[512];
+	int fd;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/gdx_pipeline_XXXXXX", dir);
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	unlink(path);
+	/* The same bytes as every context's input (t_fill is a stream). */
+	data = malloc(len);
+	t_fill(data, len, 42);
+	assert_int_equal(pwrite(fd, data, len, 0), (ssize_t)len);
+	free(data);
+	assert_int_equal(gdx_file_driver_open(dev, NULL, &drv), 0);
+	assert_int_equal(gdx_file_open_fd(drv, fd, NULL, &f), 0);
+
+	/* Ten whole batches, then again from the start: 25 batches in all. */
+	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
+	lo.wrap = (uint64_t)10 * SZ;
+	t = make_file_load(f, &lo);
+	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
+	for (uint64_t b = 0; b < 25; b++)
+		assert_int_equal(t->got[b], t->want[b % 10]);
+	destroy(t);
+	assert_int_equal(gdx_file_info(f, &info), 0);
+	print_message("file load took path %s: %s\n", gdx_file_path_name(info.path), info.why);
+
+	/* Without wrap, batch 10 ends 16284 bytes past the end of the file. */
+	t = make_file_load(f, NULL);
+	expect_failure(t, -ENODATA, 0, 10, "short read from file: 100 of 16384 bytes at offset 163840");
+	destroy(t);
+
+	assert_int_equal(gdx_file_close(f), 0);
+	gdx_file_driver_close(drv);
+	close(fd);
+}
+
 /* A stage stops the pipeline: every admitted batch still goes all the way through. */
 static void stop_drains(void **state)
 {
@@ -766,6 +832,7 @@ int main(void)
 		cmocka_unit_test(back_pressure),
 		cmocka_unit_test(errors),
 		cmocka_unit_test(load_stage),
+		cmocka_unit_test(file_load),
 		cmocka_unit_test(stop_drains),
 		cmocka_unit_test(bad_input),
 	};
