@@ -93,6 +93,8 @@ struct gdx_ptr_attrs {
 	size_t size;		/* its size; 0 where unknown (plain host memory) */
 	uint64_t buffer_id;	/* unique per allocation, never reused; 0 for host */
 	int is_vmm;		/* cuMemMap-mapped range */
+	int gdr_capable;	/* device memory a NIC may reach by GPUDirect RDMA
+				   (not pool memory; 0 on the emulated device) */
 };
 /* Describes p; plain host memory yields kind HOST and returns 0. */
 GDX_API int gdx_pointer_query(struct gdx_device *dev, const void *p, struct gdx_ptr_attrs *a);

@@ -189,8 +189,11 @@ static int cuda_props(void *priv, struct gdx_device_props *p)
  * One cuPointerGetAttributes call answers everything but the mapped extent of
  * a cuMemMap range.  Booleans and ordinals are written as 32-bit values;
  * zero-initialised 64-bit slots read correctly whatever width the driver uses.
+ * An address reserved with cuMemAddressReserve but not mapped is no CUDA
+ * pointer to the driver (every attribute reads as for host memory), so it is
+ * reported as host memory, which no device operation accepts either.
  */
-enum { A_TYPE, A_ORDINAL, A_ID, A_MANAGED, A_START, A_SIZE, A_MAPPED, A_IPC, A_POOL, A_N };
+enum { A_TYPE, A_ORDINAL, A_ID, A_MANAGED, A_START, A_SIZE, A_IPC, A_POOL, A_GDR, A_N };
 
 static int query(struct cu_dev *d, const void *p, struct gdx_ptr_attrs *a)
 {
@@ -201,9 +204,9 @@ static int query(struct cu_dev *d, const void *p, struct gdx_ptr_attrs *a)
 		[A_MANAGED] = CU_POINTER_ATTRIBUTE_IS_MANAGED,
 		[A_START] = CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
 		[A_SIZE] = CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-		[A_MAPPED] = CU_POINTER_ATTRIBUTE_MAPPED,
 		[A_IPC] = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
 		[A_POOL] = CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+		[A_GDR] = CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
 	};
 	CUpointer_attribute attrs[A_N];
 	uint64_t v[A_N] = { 0 };
@@ -237,8 +240,8 @@ static int query(struct cu_dev *d, const void *p, struct gdx_ptr_attrs *a)
 		 * were mapped with cuMemMap.
 		 */
 		a->is_vmm = !(uint32_t)v[A_IPC] && !v[A_POOL];
-		if (a->is_vmm && !(uint32_t)v[A_MAPPED])
-			return GDX_EBADPTR;	/* reserved but nothing mapped there */
+		/* Pool memory, and cuMemCreate memory without the flag, are not. */
+		a->gdr_capable = (uint32_t)v[A_GDR] != 0;
 		if (!d->cu->cuMemGetAddressRange(&base, &size, DPTR(p)) && size) {
 			a->base = (void *)(uintptr_t)base;
 			a->size = size;

@@ -25,9 +25,15 @@ struct entry {
 	const char *abi;	/* the exported symbol, for drivers without it */
 	size_t off;
 	int optional;
+	int version;		/* the ABI wanted, where it is not the 12.0 one */
 };
 
-#define E(f, abi_, opt) { #f, abi_, offsetof(struct gdx_cu, f), opt }
+/*
+ * cuGetProcAddress returns the newest flavour not newer than the version
+ * asked for, which is not always the classic one: at 12.0, cuCtxCreate is
+ * cuCtxCreate_v3 (with affinity parameters), so it is asked for at 3.2.
+ */
+#define E(f, abi_, opt, ...) { #f, abi_, offsetof(struct gdx_cu, f), opt, __VA_ARGS__ }
 static const struct entry entries[] = {
 	E(cuGetErrorName, "cuGetErrorName", 0),
 	E(cuDeviceGetCount, "cuDeviceGetCount", 0),
@@ -40,6 +46,8 @@ static const struct entry entries[] = {
 	E(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 0),
 	E(cuCtxGetCurrent, "cuCtxGetCurrent", 0),
 	E(cuCtxSetCurrent, "cuCtxSetCurrent", 0),
+	E(cuCtxCreate, "cuCtxCreate_v2", 1, 3020),
+	E(cuCtxDestroy, "cuCtxDestroy_v2", 1),
 	E(cuMemAlloc, "cuMemAlloc_v2", 0),
 	E(cuMemFree, "cuMemFree_v2", 0),
 	E(cuMemAllocAsync, "cuMemAllocAsync", 1),
@@ -86,7 +94,7 @@ static char load_err[256];
 
 static void *lookup(void *h, get_proc_v2_fn gp2, get_proc_v1_fn gp1, const struct entry *e)
 {
-	int ver = GDX_MIN(api.driver_version, GDX_CUDA_API_VERSION);
+	int ver = GDX_MIN(api.driver_version, e->version ? e->version : GDX_CUDA_API_VERSION);
 	void *fn = NULL;
 	int st = 0;
 

@@ -158,6 +158,9 @@ struct gdx_cu {
 	CUresult (*cuDevicePrimaryCtxRelease)(CUdevice dev);
 	CUresult (*cuCtxGetCurrent)(CUcontext *ctx);
 	CUresult (*cuCtxSetCurrent)(CUcontext ctx);
+	/* Optional, for tests of context handling (cuCtxCreate_v2). */
+	CUresult (*cuCtxCreate)(CUcontext *ctx, unsigned flags, CUdevice dev);
+	CUresult (*cuCtxDestroy)(CUcontext ctx);
 
 	CUresult (*cuMemAlloc)(CUdeviceptr *p, size_t size);
 	CUresult (*cuMemFree)(CUdeviceptr p);

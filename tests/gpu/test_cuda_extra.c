@@ -77,6 +77,15 @@ static void dump(const char *what, const void *p)
 	       (unsigned long long)a.buffer_id, a.is_vmm);
 }
 
+static int raw_gdr(const void *p)
+{
+	uint64_t v = 0;
+
+	assert_int_equal(cu->cuPointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
+						   (CUdeviceptr)(uintptr_t)p), 0);
+	return v != 0;
+}
+
 static void check_round_trip(void *d, size_t n)
 {
 	unsigned char *h = malloc(n), *back = calloc(1, n);
@@ -92,7 +101,7 @@ static void check_round_trip(void *d, size_t n)
 static void plain_kinds(void **state)
 {
 	struct gdx_ptr_attrs a;
-	char *host = malloc(1 << 16);
+	char *host = malloc(1 << 16), small[64];
 	void *d, *pin, *managed;
 	CUdeviceptr m;
 
@@ -113,6 +122,7 @@ static void plain_kinds(void **state)
 	assert_ptr_equal(a.base, d);
 	assert_int_equal(a.size, 3 << 20);
 	assert_int_equal(a.is_vmm, 0);
+	assert_int_equal(a.gdr_capable, raw_gdr(d));
 
 	assert_int_equal(gdx_pointer_query(dev, host + 100, &a), 0);
 	assert_int_equal(a.kind, GDX_MEM_PINNED);
@@ -123,6 +133,13 @@ static void plain_kinds(void **state)
 	assert_int_equal(gdx_pointer_query(dev, (char *)managed + 100, &a), 0);
 	assert_int_equal(a.kind, GDX_MEM_MANAGED);
 	assert_ptr_equal(a.base, managed);
+
+	/*
+	 * The driver bounds copies and fills by the size asked for, not by the
+	 * larger mapping behind it (0x400000 here).
+	 */
+	assert_int_equal(gdx_memcpy(dev, small, (char *)d + (3 << 20) - 10, sizeof(small)), -EINVAL);
+	assert_int_equal(gdx_memset(dev, (char *)d + (3 << 20) - 10, 0, sizeof(small)), -EINVAL);
 
 	/* The read-only registration: the device may read it (H2D) ... */
 	check_round_trip(d, 1 << 16);
@@ -206,13 +223,17 @@ static void vmm_ranges(void **state)
 	assert_ptr_equal(b.base, m2);
 	assert_int_equal(b.size, 2 * g);
 	assert_true(a.buffer_id != b.buffer_id || a.buffer_id == 0);
-	assert_int_not_equal(gdx_pointer_query(dev, (void *)(uintptr_t)(va + 100), &b), 0);
+	/* The driver tells a reserved but unmapped address from no CUDA memory not at all. */
+	assert_int_equal(gdx_pointer_query(dev, (void *)(uintptr_t)(va + 100), &b), 0);
+	assert_int_equal(b.kind, GDX_MEM_HOST);
+	/* Without the flag at cuMemCreate, VMM memory is not for GPUDirect RDMA. */
+	assert_int_equal(a.gdr_capable, raw_gdr(m1));
 
 	/* Mapped memory is ordinary device memory for copies. */
 	check_round_trip(m1, 2 * g);
 	check_round_trip(m2 + 4096, g);
-	/* gdx_device_free is for gdx_device_malloc memory only. */
-	assert_int_equal(gdx_device_free(dev, m1), GDX_EBADPTR);
+	/* gdx_device_free is for gdx_device_malloc memory only: the driver refuses. */
+	assert_int_equal(gdx_device_free(dev, m1), -EINVAL);
 
 	assert_int_equal(cu->cuMemUnmap((CUdeviceptr)(uintptr_t)m1, 2 * g), 0);
 	assert_int_equal(cu->cuMemUnmap((CUdeviceptr)(uintptr_t)m2, 2 * g), 0);
@@ -245,6 +266,7 @@ static void stream_ordered_ranges(void **state)
 	assert_ptr_equal(a.base, d1);
 	assert_true(a.size >= 300000 && a.size < (4 << 20));
 	assert_int_equal(a.is_vmm, 0);
+	assert_int_equal(a.gdr_capable, raw_gdr(d1));
 	assert_int_equal(gdx_pointer_query(dev, (char *)d2 + 299999, &b), 0);
 	assert_ptr_equal(b.base, d2);
 	assert_true(a.buffer_id != b.buffer_id);
@@ -262,6 +284,7 @@ static void vmm_dmabuf(void **state)
 	CUmemAccessDesc acc = { 0 };
 	CUmemGenericAllocationHandle h;
 	struct gdx_device_props p;
+	struct gdx_ptr_attrs a;
 	uint64_t off = 99;
 	CUdeviceptr va;
 	size_t g = 0;
@@ -282,6 +305,9 @@ static void vmm_dmabuf(void **state)
 	assert_int_equal(cu->cuMemSetAccess(va, 2 * g, &acc, 1), 0);
 	dump("vmm full", (void *)(uintptr_t)(va + 100));
 
+	assert_int_equal(gdx_pointer_query(dev, (void *)(uintptr_t)(va + 100), &a), 0);
+	assert_int_equal(a.is_vmm, 1);
+	assert_int_equal(a.gdr_capable, prop.allocFlags.gpuDirectRDMACapable);
 	assert_int_equal(gdx_device_export_dmabuf(dev, (void *)(uintptr_t)(va + g), g, &fd, &off),
 			 0);
 	assert_int_equal(off, 0);
@@ -291,6 +317,49 @@ static void vmm_dmabuf(void **state)
 	assert_int_equal(cu->cuMemUnmap(va, 2 * g), 0);
 	assert_int_equal(cu->cuMemRelease(h), 0);
 	assert_int_equal(cu->cuMemAddressFree(va, 2 * g), 0);
+}
+
+/*
+ * gdx puts back the context an application had current, refuses streams of
+ * other contexts, and leaves its primary context current on a thread that had
+ * none.
+ */
+static void foreign_context(void **state)
+{
+	CUcontext mine = NULL, cur = NULL, primary = NULL;
+	struct gdx_stream *w;
+	unsigned char h[256], back[256];
+	CUstream foreign;
+	CUdevice cd;
+	void *d;
+
+	(void)state;
+	if (!cu->cuCtxCreate || !cu->cuCtxDestroy)
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, sizeof(h), &d), 0);
+	assert_int_equal(cu->cuCtxGetCurrent(&primary), 0);
+	assert_non_null(primary);
+	assert_int_equal(cu->cuDeviceGet(&cd, gdx_device_ordinal(dev)), 0);
+	assert_int_equal(cu->cuCtxCreate(&mine, 0, cd), 0);
+	assert_int_equal(cu->cuCtxSetCurrent(mine), 0);
+	assert_int_equal(cu->cuStreamCreate(&foreign, CU_STREAM_NON_BLOCKING), 0);
+
+	t_fill(h, sizeof(h), 5);
+	assert_int_equal(gdx_memcpy(dev, d, h, sizeof(h)), 0);
+	assert_int_equal(gdx_memcpy(dev, back, d, sizeof(back)), 0);
+	assert_memory_equal(back, h, sizeof(h));
+	assert_int_equal(cu->cuCtxGetCurrent(&cur), 0);
+	assert_ptr_equal(cur, mine);
+	assert_int_equal(gdx_stream_wrap(dev, foreign, &w), -EINVAL);
+	assert_int_equal(cu->cuCtxGetCurrent(&cur), 0);
+	assert_ptr_equal(cur, mine);
+
+	assert_int_equal(cu->cuStreamDestroy(foreign), 0);
+	assert_int_equal(cu->cuCtxDestroy(mine), 0);
+	assert_int_equal(cu->cuCtxSetCurrent(NULL), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_int_equal(cu->cuCtxGetCurrent(&cur), 0);
+	assert_ptr_equal(cur, primary);
 }
 
 static void props(void **state)
@@ -330,6 +399,7 @@ int main(void)
 		cmocka_unit_test(vmm_ranges),
 		cmocka_unit_test(stream_ordered_ranges),
 		cmocka_unit_test(vmm_dmabuf),
+		cmocka_unit_test(foreign_context),
 	};
 	int ret = gdx_device_count("cuda");
 

@@ -12,7 +12,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-EXPORT int fake_cuda_min_version, fake_cuda_max_version, fake_cuda_lookups;
+EXPORT int fake_cuda_max_version, fake_cuda_memalloc_version, fake_cuda_lookups;
 EXPORT int cuInit(unsigned flags);
 EXPORT int cuDriverGetVersion(int *v);
 EXPORT int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st);
@@ -49,8 +49,9 @@ int cuDriverGetVersion(int *v)
 int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st)
 {
 	(void)flags;
-	if (!fake_cuda_lookups++ || ver < fake_cuda_min_version)
-		fake_cuda_min_version = ver;
+	fake_cuda_lookups++;
+	if (!strcmp(sym, "cuMemAlloc"))
+		fake_cuda_memalloc_version = ver;
 	if (ver > fake_cuda_max_version)
 		fake_cuda_max_version = ver;
 	*pfn = !strcmp(sym, "cuDeviceGetCount") ? (void *)device_count : (void *)unsupported;
