@@ -10,3 +10,4 @@ bash scripts/setup-deps.sh
 ninja -C build >/dev/null
 export PATH="$top/build/tools/gdx:$PATH"
 gdx version
+gdx check

@@ -12,6 +12,7 @@ struct gdx_cmd {
 	int (*run)(int argc, char **argv);	/* argv[0] is the subcommand */
 };
 
+int cmd_check(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 

@@ -7,6 +7,8 @@
 #include "cmd.h"
 
 static const struct gdx_cmd cmds[] = {
+	{ "check", "readiness report: topology, drivers, limits and the path each source takes",
+	  cmd_check },
 	{ "config", "list every knob with its environment variable and current value", cmd_config },
 	{ "version", "print the library version", cmd_version },
 };

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# gdx check on each fixture machine against its expected report (text and
+# JSON), the exit codes of --require and bad usage, the GDX_* root knobs, and
+# one live run on this machine.  GDX_REGEN=1 rewrites the expected reports.
+set -u
+gdx=$(realpath "${1:?usage: test_check.sh path/to/gdx}") || exit 1
+cd "${GDX_SRCDIR:?}" || exit 1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# rc expected, then the arguments; the output lands in $out, stderr in $err
+expect_rc() {
+  local want=$1 got
+  shift
+  out=$("$gdx" check "$@" 2>/tmp/gdx-check-err.$$)
+  got=$?
+  err=$(cat /tmp/gdx-check-err.$$)
+  rm -f /tmp/gdx-check-err.$$
+  [ "$got" = "$want" ] || fail "gdx check $* exited $got, want $want ($err)"
+}
+
+for m in dgx8 vm1gpu nogpu; do
+  for fmt in txt json; do
+    exp=tests/data/expected/$m.$fmt
+    args=(--root "tests/data/sysfs/$m" --no-live)
+    [ "$fmt" = json ] && args+=(--json)
+    expect_rc 0 "${args[@]}"
+    if [ -n "${GDX_REGEN:-}" ]; then
+      printf '%s\n' "$out" >"$exp"
+      continue
+    fi
+    diff -u "$exp" <(printf '%s\n' "$out") >/tmp/gdx-check-diff.$$ ||
+      { head -40 /tmp/gdx-check-diff.$$; fail "$m $fmt report differs from $exp"; }
+    rm -f /tmp/gdx-check-diff.$$
+  done
+  if command -v python3 >/dev/null; then
+    "$gdx" check --root "tests/data/sysfs/$m" --no-live --json | python3 -c 'import json,sys; json.load(sys.stdin)' ||
+      fail "$m: --json is not JSON"
+  fi
+done
+
+# --require sets the exit code, and says why on stderr
+expect_rc 0 --root tests/data/sysfs/dgx8 --require gpu,rdma --require nvmf-rdma
+expect_rc 1 --root tests/data/sysfs/dgx8 --require rdma-direct
+grep -q "rdma-direct is not ready" <<<"$err" || fail "no reason for rdma-direct: $err"
+expect_rc 1 --root tests/data/sysfs/nogpu --require gpu
+expect_rc 0 --root tests/data/sysfs/nogpu --require rdma,kernel-nvmet-rdma
+expect_rc 1 --root tests/data/sysfs/vm1gpu --require rdma
+expect_rc 0 --root tests/data/sysfs/vm1gpu --require gpu,nvmf-tcp,kernel-nvme-tcp
+expect_rc 1 --root tests/data/sysfs/vm1gpu --require odirect
+grep -q "not checked" <<<"$err" || fail "odirect without live checks: $err"
+
+# bad usage
+expect_rc 2 --require warp-drive
+expect_rc 2 --bogus
+expect_rc 2 --root tests/data/sysfs/dgx8 stray
+expect_rc 0 --help
+
+# an empty tree is a machine with nothing on it, not an error
+expect_rc 0 --root /nonexistent/gdx --no-live
+grep -q "no GPU, NIC, NVMe or disk found" <<<"$out" || fail "empty tree: $out"
+
+# the knobs name the roots as well as the options do
+out=$(GDX_SYSFS_ROOT=tests/data/sysfs/vm1gpu/sys GDX_PROCFS_ROOT=tests/data/sysfs/vm1gpu/proc \
+  GDX_MODULES_ROOT=tests/data/sysfs/vm1gpu/lib/modules "$gdx" check --no-live)
+grep -q "GPU0 .*0000:00:05.0" <<<"$out" || fail "GDX_SYSFS_ROOT not used"
+grep -q "570.124.06" <<<"$out" || fail "GDX_PROCFS_ROOT not used"
+grep -q "available: nvme-tcp" <<<"$out" || fail "GDX_MODULES_ROOT not used"
+
+# live checks on this machine: they run, and sit in their own section
+dir=$(mktemp -d)
+expect_rc 0 --live --path "$dir"
+grep -q "^Live checks (this process" <<<"$out" || fail "no live section"
+grep -q "O_DIRECT .*$dir" <<<"$out" || fail "no O_DIRECT probe of $dir"
+grep -q "memlock limit" <<<"$out" || fail "no memlock line"
+[ -z "$(ls -A "$dir")" ] || fail "the O_DIRECT probe left a file behind"
+expect_rc 1 --live --path "$dir/missing" --require odirect
+rmdir "$dir"
+
+[ "$fails" = 0 ] && echo "all gdx check cases passed"
+exit $((fails > 0))
