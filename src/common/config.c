@@ -91,6 +91,8 @@ static struct knob knobs[] = {
 	     "threads of the posix backend's pread/pwrite pool", .min = 1, .max = 256),
 	KNOB("file.cufile_lib", K_STRING, "libcufile.so.0",
 	     "the cuFile library the cufile backend loads"),
+	KNOB("xport.tcp_zerocopy", K_BOOL, "1",
+	     "tcp transport: send large host payloads with MSG_ZEROCOPY where the kernel has it"),
 };
 
 static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;

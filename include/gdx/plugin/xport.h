@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_PLUGIN_XPORT_H
+#define GDX_PLUGIN_XPORT_H
+
+/*
+ * The transport ops table.  The front end (gdx_xport_*) parses addresses,
+ * checks arguments, owns completion queues and the registration cache, works
+ * out each buffer's memory kind and path, and applies require_direct; a
+ * backend moves bytes.  Backends complete requests with gdx_xport_complete()
+ * from any thread, exactly once per request (unsignaled successes included:
+ * the front end drops those).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gdx/xport.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A local buffer as the front end resolved it. */
+struct gdx_xport_buf {
+	void *p;
+	size_t len;
+	enum gdx_mem_kind kind;
+	struct gdx_device *dev;		/* owning device for pinned/device memory, else NULL */
+	void *reg;			/* the backend's registration covering it (mr_reg) */
+	enum gdx_xport_path path;	/* the path the backend said it gives this memory */
+};
+
+/* One posted request or receive; the backend owns it until it completes it. */
+struct gdx_xport_req {
+	uint64_t wr_id;
+	enum gdx_xport_op op;
+	unsigned flags;			/* GDX_XPORT_UNSIGNALED, GDX_XPORT_FENCE */
+	struct gdx_xport_buf buf;
+	uint64_t raddr, key;
+	uint32_t imm;
+	struct gdx_xport_ep *ep;
+	void *fe;			/* front end: the cache entry to release */
+	void *be[4];			/* scratch for the backend */
+};
+
+/* What a backend learns about memory it registers, and tells back. */
+struct gdx_xport_region {
+	void *p;
+	size_t len;
+	enum gdx_mem_kind kind;
+	struct gdx_device *dev;
+	unsigned access;		/* GDX_XPORT_ACCESS_*; 0: local use only */
+	/* filled by the backend */
+	uint64_t key;
+	uint64_t addr;			/* the address the peer names p by */
+	enum gdx_xport_path path;
+	const char *why;		/* static text */
+	void *priv;
+};
+
+struct gdx_xport_ops {
+	const char *scheme;		/* "tcp" */
+
+	/* hostport is the address after "scheme://"; bound gets the real address. */
+	int (*listen)(struct gdx_xport_listener *l, const char *hostport, void **priv,
+		      char *bound, size_t bound_len);
+	int (*listener_fd)(void *lpriv);
+	/* Fills ep's backend state; -ETIMEDOUT after timeout_ms. */
+	int (*accept)(void *lpriv, struct gdx_xport_ep *ep, int timeout_ms, void **priv);
+	void (*listener_close)(void *lpriv);
+	int (*connect)(struct gdx_xport_ep *ep, const char *hostport, void **priv);
+	/* Fails every outstanding request with GDX_EDISCONNECTED; idempotent. */
+	void (*disconnect)(void *priv);
+	/* After disconnect; every request has been completed. */
+	void (*destroy)(void *priv);
+
+	int (*mr_reg)(void *priv, struct gdx_xport_region *r);
+	void (*mr_dereg)(void *priv, struct gdx_xport_region *r);
+	int (*post)(void *priv, struct gdx_xport_req *req);
+
+	/* Optional, for backends whose completions must be reaped by polling. */
+	int (*progress)(void *priv);
+	int (*arm)(void *priv);		/* 1: completions ready, 0: armed */
+	int (*event_fd)(void *priv);	/* readable once armed and something completed */
+};
+
+/* Queues req's completion on its endpoint's CQ; frees nothing the backend owns. */
+void gdx_xport_complete(struct gdx_xport_req *req, int status, uint64_t len);
+/* The same, for receives carrying immediate data. */
+void gdx_xport_complete_imm(struct gdx_xport_req *req, int status, uint64_t len,
+			    enum gdx_xport_op op, uint32_t imm);
+/* Marks ep disconnected (posts then fail with GDX_EDISCONNECTED). */
+void gdx_xport_ep_set_disconnected(struct gdx_xport_ep *ep);
+const struct gdx_xport_opts *gdx_xport_ep_opts(const struct gdx_xport_ep *ep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

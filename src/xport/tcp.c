@@ -1,0 +1,1093 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tcp://host:port — RDMA semantics over one TCP connection per endpoint.
+ *
+ * Every request is a frame (48-byte header, then payload).  The requester
+ * queues frames to a transmit thread in post order; the peer's receive thread
+ * executes them in that order, serving one-sided reads and writes against its
+ * key table (key, access and bounds checked before a byte is touched; a bad
+ * one is answered with GDX_EREMOTE and any payload is read and dropped), and
+ * answers each with a response the requester matches against its queue of
+ * outstanding requests.  Responses therefore arrive, and requests complete,
+ * in post order.
+ *
+ * Data lands straight in the target: payloads are received into the posted
+ * receive or registered region itself (only the start of a frame that shared a
+ * socket read with its header is copied), and large host payloads go out with
+ * MSG_ZEROCOPY where the kernel has it.  Device memory goes through two pinned
+ * bounce buffers per direction, with the device copy of one chunk overlapping
+ * the socket transfer of the next.
+ *
+ * The two threads never wait on each other: the receive thread hands read
+ * data and responses to the transmit queue, so both peers can stream at once.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/errqueue.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "xport/xport.h"
+
+#define SUBSYS "xport.tcp"
+
+#ifndef SO_ZEROCOPY
+#define SO_ZEROCOPY 60
+#endif
+#ifndef MSG_ZEROCOPY
+#define MSG_ZEROCOPY 0x4000000
+#endif
+
+enum {
+	F_HELLO = 1,
+	F_SEND,
+	F_WRITE,
+	F_READ,
+	F_RESP,
+	F_READ_RESP,
+};
+
+#define FL_IMM 0x1
+#define TCP_MAGIC 0x54584447u	/* "GDXT" */
+#define TCP_VERSION 1
+#define MAX_PAYLOAD (1ull << 40)
+#define ZC_MIN (64u << 10)
+#define RBUF_SIZE (64u << 10)
+#define STAGE_SIZE (1u << 20)
+
+struct hdr {
+	uint8_t type;
+	uint8_t flags;
+	uint16_t rsvd;
+	int32_t status;
+	uint32_t imm;
+	uint32_t rsvd2;
+	uint64_t id;
+	uint64_t raddr;
+	uint64_t key;
+	uint64_t len;
+};
+_Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire");
+
+/* Two pinned buffers and a stream for moving device memory through the socket. */
+struct stager {
+	struct gdx_device *dev;
+	struct gdx_stream *s;
+	void *b[2];
+};
+
+struct txi {			/* one frame to transmit */
+	struct hdr h;
+	struct gdx_xport_req *req;	/* request frames: the payload source */
+	const void *data;		/* read responses: the region */
+	struct gdx_device *dev;		/* data's device, if device memory */
+	struct gdx_xport_rkey *k;
+	struct txi *next;
+};
+
+struct qent {
+	struct gdx_xport_req *req;
+	void *data;
+	uint64_t len;
+	int is_imm;
+	uint32_t imm;
+	struct qent *next;
+};
+
+struct tcp_ep {
+	struct gdx_xport_ep *fe;
+	int fd;
+	int zerocopy;
+	pthread_t rx, tx;
+	int threads;
+	pthread_mutex_t lock;
+	pthread_cond_t tx_cond, rx_cond, flushed_cond;
+	struct txi *txq_head, *txq_tail;
+	struct qent *outst_head, *outst_tail;	/* requests awaiting a response */
+	struct qent *recv_head, *recv_tail;
+	struct qent *unexp_head, *unexp_tail;
+	uint64_t unexpected_bytes, max_unexpected;
+	uint64_t next_id;
+	long reads_in_flight;	/* sent and not answered: what FENCE waits for */
+	int dead, flushed;
+	unsigned char *rbuf;
+	size_t rpos, rlen;
+	struct stager rxs, txs;
+};
+
+struct tcp_listener {
+	int fd;
+	uint64_t max_unexpected;
+};
+
+#define Q_PUSH(e, headp, tailp)                      \
+	do {                                         \
+		(e)->next = NULL;                    \
+		if (*(tailp))                        \
+			(*(tailp))->next = (e);      \
+		else                                 \
+			*(headp) = (e);              \
+		*(tailp) = (e);                      \
+	} while (0)
+
+static struct qent *q_pop(struct qent **head, struct qent **tail)
+{
+	struct qent *e = *head;
+
+	if (e) {
+		*head = e->next;
+		if (!*head)
+			*tail = NULL;
+	}
+	return e;
+}
+
+/* ---- staging ---------------------------------------------------------- */
+
+static void stager_fini(struct stager *st)
+{
+	if (!st->dev)
+		return;
+	gdx_stream_destroy(st->s);
+	for (int i = 0; i < 2; i++)
+		if (st->b[i])
+			gdx_pinned_free(st->dev, st->b[i]);
+	memset(st, 0, sizeof(*st));
+}
+
+static int stager_ready(struct stager *st, struct gdx_device *dev)
+{
+	int ret;
+
+	if (st->dev == dev)
+		return 0;
+	stager_fini(st);
+	ret = gdx_stream_create(dev, &st->s);
+	if (ret)
+		return ret;
+	st->dev = dev;
+	for (int i = 0; i < 2; i++) {
+		ret = gdx_pinned_alloc(dev, STAGE_SIZE, &st->b[i]);
+		if (ret) {
+			stager_fini(st);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* ---- socket I/O ----------------------------------------------------------- */
+
+static int send_all(struct tcp_ep *t, struct iovec *iov, int cnt, int zc)
+{
+	size_t total = 0;
+
+	for (int i = 0; i < cnt; i++)
+		total += iov[i].iov_len;
+	while (total) {
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
+		ssize_t n = sendmsg(t->fd, &m, MSG_NOSIGNAL | (zc ? MSG_ZEROCOPY : 0));
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == ENOBUFS && zc) {
+				/* Out of option memory for notifications: send this one copied. */
+				zc = 0;
+				continue;
+			}
+			return -errno;
+		}
+		total -= (size_t)n;
+		while (n > 0) {
+			if ((size_t)n >= iov->iov_len) {
+				n -= (ssize_t)iov->iov_len;
+				iov++;
+				cnt--;
+			} else {
+				iov->iov_base = (char *)iov->iov_base + n;
+				iov->iov_len -= (size_t)n;
+				n = 0;
+			}
+		}
+	}
+	return 0;
+}
+
+/*
+ * Reaps MSG_ZEROCOPY notifications so they do not pile up in the socket's
+ * error queue.  Completion does not wait for them: a request completes when
+ * the peer has answered, which it does only after receiving every byte, so
+ * the buffer is no longer needed by the time the user may reuse it.  Where
+ * the kernel reports it copied anyway (loopback), zero-copy is switched off.
+ */
+static void zc_reap(struct tcp_ep *t)
+{
+	for (;;) {
+		char ctl[128];
+		struct msghdr m = { .msg_control = ctl, .msg_controllen = sizeof(ctl) };
+		struct cmsghdr *c;
+
+		if (recvmsg(t->fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+			return;
+		for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+			struct sock_extended_err ee;
+
+			if (c->cmsg_len < CMSG_LEN(sizeof(ee)))
+				continue;
+			memcpy(&ee, CMSG_DATA(c), sizeof(ee));
+			if (ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY &&
+			    (ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) && t->zerocopy) {
+				GDX_DBG(SUBSYS, "kernel copied a MSG_ZEROCOPY send; sending copied");
+				t->zerocopy = 0;
+			}
+		}
+	}
+}
+
+static ssize_t rx_fill(struct tcp_ep *t)
+{
+	ssize_t n;
+
+	if (t->rpos == t->rlen)
+		t->rpos = t->rlen = 0;
+	if (t->rpos && t->rlen == RBUF_SIZE) {
+		memmove(t->rbuf, t->rbuf + t->rpos, t->rlen - t->rpos);
+		t->rlen -= t->rpos;
+		t->rpos = 0;
+	}
+	do
+		n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, 0);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0)
+		return -errno;
+	t->rlen += (size_t)n;
+	return n;
+}
+
+/* Reads exactly n bytes into dst: buffered bytes first, the rest straight from the socket. */
+static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
+{
+	size_t have = GDX_MIN(n, t->rlen - t->rpos);
+
+	if (have) {
+		if (dst)
+			memcpy(dst, t->rbuf + t->rpos, have);
+		t->rpos += have;
+		n -= have;
+		if (dst)
+			dst = (char *)dst + have;
+	}
+	while (n) {
+		ssize_t r;
+
+		if (!dst || n < 4096) {
+			/* Small tails and discards go through the buffer. */
+			r = rx_fill(t);
+			if (r < 0)
+				return (int)r;
+			have = GDX_MIN(n, t->rlen - t->rpos);
+			if (dst) {
+				memcpy(dst, t->rbuf + t->rpos, have);
+				dst = (char *)dst + have;
+			}
+			t->rpos += have;
+			n -= have;
+			continue;
+		}
+		r = recv(t->fd, dst, n, MSG_WAITALL);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0)
+			return -ECONNRESET;
+		if (r < 0)
+			return -errno;
+		dst = (char *)dst + r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* Receives n bytes into dst of any memory kind. */
+static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx_mem_kind kind,
+		   size_t n)
+{
+	size_t done = 0;
+	int i = 0, ret;
+
+	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev)
+		return rx_exact(t, dst, n);
+	ret = stager_ready(&t->rxs, dev);
+	if (ret) {
+		/* The bytes still have to leave the socket for the stream to stay in step. */
+		rx_exact(t, NULL, n);
+		return ret;
+	}
+	while (done < n) {
+		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done);
+
+		ret = rx_exact(t, t->rxs.b[i], c);
+		if (ret)
+			break;
+		/* The copy out of the other buffer must be done before it is refilled. */
+		ret = gdx_stream_synchronize(t->rxs.s);
+		if (!ret)
+			ret = gdx_memcpy_async(dev, (char *)dst + done, t->rxs.b[i], c, t->rxs.s);
+		if (ret) {
+			rx_exact(t, NULL, n - done - c);
+			break;
+		}
+		done += c;
+		i ^= 1;
+	}
+	if (!ret)
+		ret = gdx_stream_synchronize(t->rxs.s);
+	else
+		gdx_stream_synchronize(t->rxs.s);
+	return ret;
+}
+
+/* Sends header h and n bytes from src of any memory kind. */
+static int tx_frame(struct tcp_ep *t, struct hdr *h, const void *src, struct gdx_device *dev,
+		    enum gdx_mem_kind kind, size_t n)
+{
+	struct iovec iov[2] = { { h, sizeof(*h) }, { (void *)src, n } };
+	size_t done = 0;
+	int i = 0, ret;
+
+	if (!n)
+		return send_all(t, iov, 1, 0);
+	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev) {
+		int zc = t->zerocopy && n >= ZC_MIN;
+
+		ret = send_all(t, iov, 2, zc);
+		if (zc)
+			zc_reap(t);
+		return ret;
+	}
+	ret = send_all(t, iov, 1, 0);
+	if (ret)
+		return ret;
+	ret = stager_ready(&t->txs, dev);
+	if (!ret)
+		ret = gdx_memcpy_async(dev, t->txs.b[0], src, GDX_MIN((size_t)STAGE_SIZE, n),
+				       t->txs.s);
+	if (!ret)
+		ret = gdx_stream_synchronize(t->txs.s);
+	while (!ret && done < n) {
+		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done);
+		size_t next = done + c;
+		struct iovec v = { t->txs.b[i], c };
+
+		if (next < n)
+			ret = gdx_memcpy_async(dev, t->txs.b[i ^ 1], (const char *)src + next,
+					       GDX_MIN((size_t)STAGE_SIZE, n - next), t->txs.s);
+		if (!ret)
+			ret = send_all(t, &v, 1, 0);
+		if (!ret)
+			ret = gdx_stream_synchronize(t->txs.s);
+		done = next;
+		i ^= 1;
+	}
+	/*
+	 * The header promised n bytes: a failed device copy cannot be reported in
+	 * band, so the connection is dropped (the caller marks it dead).
+	 */
+	return ret;
+}
+
+/* ---- connection teardown ------------------------------------------------ */
+
+static void kill_conn(struct tcp_ep *t, int why)
+{
+	if (!t->dead) {
+		t->dead = 1;
+		gdx_xport_ep_set_disconnected(t->fe);
+		if (why)
+			GDX_WARN(SUBSYS, "connection lost: %s", gdx_strerror(why));
+		shutdown(t->fd, SHUT_RDWR);
+		pthread_cond_broadcast(&t->tx_cond);
+		pthread_cond_broadcast(&t->rx_cond);
+	}
+}
+
+/* Completes everything outstanding with GDX_EDISCONNECTED.  Both threads have stopped. */
+static void flush_all(struct tcp_ep *t)
+{
+	struct txi *x;
+	struct qent *q;
+
+	pthread_mutex_lock(&t->lock);
+	while ((x = t->txq_head)) {
+		t->txq_head = x->next;
+		if (x->k)
+			gdx_xport_rkey_put(x->k);
+		free(x);
+	}
+	t->txq_tail = NULL;
+	while ((q = q_pop(&t->outst_head, &t->outst_tail))) {
+		gdx_xport_complete(q->req, GDX_EDISCONNECTED, 0);
+		free(q);
+	}
+	while ((q = q_pop(&t->recv_head, &t->recv_tail))) {
+		gdx_xport_complete(q->req, GDX_EDISCONNECTED, 0);
+		free(q);
+	}
+	while ((q = q_pop(&t->unexp_head, &t->unexp_tail))) {
+		free(q->data);
+		free(q);
+	}
+	t->unexpected_bytes = 0;
+	t->flushed = 1;
+	pthread_cond_broadcast(&t->flushed_cond);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* ---- transmit thread ---------------------------------------------------- */
+
+static void *tx_main(void *arg)
+{
+	struct tcp_ep *t = arg;
+
+	for (;;) {
+		struct txi *x;
+		int ret;
+
+		pthread_mutex_lock(&t->lock);
+		while (!t->dead && (!t->txq_head ||
+				    ((t->txq_head->req && (t->txq_head->req->flags & GDX_XPORT_FENCE)) &&
+				     t->reads_in_flight)))
+			pthread_cond_wait(&t->tx_cond, &t->lock);
+		if (t->dead) {
+			pthread_mutex_unlock(&t->lock);
+			return NULL;
+		}
+		x = t->txq_head;
+		t->txq_head = x->next;
+		if (!t->txq_head)
+			t->txq_tail = NULL;
+		if (x->h.type == F_READ)
+			t->reads_in_flight++;
+		pthread_mutex_unlock(&t->lock);
+
+		/* After the last byte goes out the peer may answer and x->req be freed. */
+		if (x->h.type == F_READ) {
+			ret = tx_frame(t, &x->h, NULL, NULL, GDX_MEM_HOST, 0);
+		} else if (x->req) {
+			struct gdx_xport_buf b = x->req->buf;
+
+			ret = tx_frame(t, &x->h, b.p, b.dev, b.kind, b.len);
+		} else {
+			ret = tx_frame(t, &x->h, x->data, x->dev,
+				       x->dev ? GDX_MEM_DEVICE : GDX_MEM_HOST, x->h.len);
+		}
+		if (x->k)
+			gdx_xport_rkey_put(x->k);
+		free(x);
+		if (ret) {
+			pthread_mutex_lock(&t->lock);
+			kill_conn(t, ret);
+			pthread_mutex_unlock(&t->lock);
+			return NULL;
+		}
+	}
+}
+
+/* Queues a frame.  Caller holds the lock. */
+static void tx_queue(struct tcp_ep *t, struct txi *x)
+{
+	Q_PUSH(x, &t->txq_head, &t->txq_tail);
+	pthread_cond_signal(&t->tx_cond);
+}
+
+static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
+{
+	struct txi *x = calloc(1, sizeof(*x));
+
+	if (!x)
+		return -ENOMEM;
+	x->h = (struct hdr){ .type = type, .id = id, .status = status };
+	pthread_mutex_lock(&t->lock);
+	tx_queue(t, x);
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+/* ---- receive thread ------------------------------------------------------- */
+
+/* Hands a message to the oldest receive.  Lock held; may drop it to receive the payload. */
+static int rx_send(struct tcp_ep *t, const struct hdr *h)
+{
+	struct qent *r;
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	while (!t->dead && !t->recv_head && t->unexp_head &&
+	       t->unexpected_bytes + h->len > t->max_unexpected)
+		pthread_cond_wait(&t->rx_cond, &t->lock);	/* receiver not ready */
+	if (t->dead) {
+		pthread_mutex_unlock(&t->lock);
+		return -ECONNRESET;
+	}
+	r = t->unexp_head ? NULL : q_pop(&t->recv_head, &t->recv_tail);
+	pthread_mutex_unlock(&t->lock);
+
+	if (!r) {
+		struct qent *u = calloc(1, sizeof(*u));
+
+		if (!u || (h->len && !(u->data = malloc(h->len)))) {
+			free(u);
+			ret = rx_exact(t, NULL, h->len);
+			return ret ? ret : tx_resp(t, F_RESP, h->id, -ENOMEM);
+		}
+		u->len = h->len;
+		ret = rx_exact(t, u->data, h->len);
+		if (ret) {
+			free(u->data);
+			free(u);
+			return ret;
+		}
+		pthread_mutex_lock(&t->lock);
+		Q_PUSH(u, &t->unexp_head, &t->unexp_tail);
+		t->unexpected_bytes += h->len;
+		pthread_mutex_unlock(&t->lock);
+		return tx_resp(t, F_RESP, h->id, 0);
+	}
+	if (h->len > r->req->buf.len) {
+		ret = rx_exact(t, NULL, h->len);
+		gdx_xport_complete(r->req, -EMSGSIZE, 0);
+		free(r);
+		return ret ? ret : tx_resp(t, F_RESP, h->id, GDX_EREMOTE);
+	}
+	ret = rx_into(t, r->req->buf.p, r->req->buf.dev, r->req->buf.kind, h->len);
+	if (ret == -ECONNRESET || ret == -EPIPE) {
+		/* Back on the queue so the flush reports it. */
+		pthread_mutex_lock(&t->lock);
+		r->next = t->recv_head;
+		t->recv_head = r;
+		if (!t->recv_tail)
+			t->recv_tail = r;
+		pthread_mutex_unlock(&t->lock);
+		return ret;
+	}
+	gdx_xport_complete(r->req, ret, ret ? 0 : h->len);
+	free(r);
+	return tx_resp(t, F_RESP, h->id, ret ? GDX_EREMOTE : 0);
+}
+
+static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
+{
+	struct qent *r;
+
+	pthread_mutex_lock(&t->lock);
+	r = t->unexp_head ? NULL : q_pop(&t->recv_head, &t->recv_tail);
+	if (!r) {
+		struct qent *u = calloc(1, sizeof(*u));
+
+		if (u) {
+			u->is_imm = 1;
+			u->imm = imm;
+			u->len = len;
+			Q_PUSH(u, &t->unexp_head, &t->unexp_tail);
+		} else {
+			GDX_ERR(SUBSYS, "out of memory: immediate 0x%x dropped", imm);
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (r) {
+		gdx_xport_complete_imm(r->req, 0, len, GDX_XPORT_OP_RECV_WRITE_IMM, imm);
+		free(r);
+	}
+}
+
+static int rx_write(struct tcp_ep *t, const struct hdr *h)
+{
+	struct gdx_xport_region reg;
+	struct gdx_xport_rkey *k;
+	void *p;
+	int st, ret;
+
+	st = gdx_xport_rkey_get(h->key, h->raddr, h->len, GDX_XPORT_ACCESS_REMOTE_WRITE, &k, &p,
+				&reg);
+	if (st) {
+		GDX_DBG(SUBSYS, "write to key 0x%llx addr 0x%llx len %llu refused",
+			(unsigned long long)h->key, (unsigned long long)h->raddr,
+			(unsigned long long)h->len);
+		ret = rx_exact(t, NULL, h->len);
+		return ret ? ret : tx_resp(t, F_RESP, h->id, st);
+	}
+	ret = rx_into(t, p, reg.dev, reg.kind, h->len);
+	gdx_xport_rkey_put(k);
+	if (ret == -ECONNRESET || ret == -EPIPE)
+		return ret;
+	if (!ret && (h->flags & FL_IMM))
+		rx_imm(t, h->len, h->imm);
+	return tx_resp(t, F_RESP, h->id, ret ? GDX_EREMOTE : 0);
+}
+
+static int rx_read(struct tcp_ep *t, const struct hdr *h)
+{
+	struct gdx_xport_region reg;
+	struct txi *x = calloc(1, sizeof(*x));
+	int st;
+
+	if (!x)
+		return -ENOMEM;
+	x->h = (struct hdr){ .type = F_READ_RESP, .id = h->id, .len = h->len };
+	st = gdx_xport_rkey_get(h->key, h->raddr, h->len, GDX_XPORT_ACCESS_REMOTE_READ, &x->k,
+				(void **)&x->data, &reg);
+	if (st) {
+		x->h.status = st;
+		x->h.len = 0;
+	} else if (reg.kind != GDX_MEM_HOST && reg.kind != GDX_MEM_PINNED) {
+		x->dev = reg.dev;
+	}
+	pthread_mutex_lock(&t->lock);
+	tx_queue(t, x);
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+/* The response at the head of the outstanding queue must be for id. */
+static int rx_resp(struct tcp_ep *t, const struct hdr *h)
+{
+	struct qent *q;
+	int ret = 0, st = h->status;
+
+	pthread_mutex_lock(&t->lock);
+	q = t->outst_head;
+	if (!q || (uint64_t)(uintptr_t)q->data != h->id ||
+	    (h->type == F_READ_RESP) != (q->req->op == GDX_XPORT_OP_READ) ||
+	    (h->type == F_READ_RESP && !st && h->len != q->req->buf.len) ||
+	    (st && (st > 0 || st < GDX_E_LAST))) {
+		pthread_mutex_unlock(&t->lock);
+		GDX_ERR(SUBSYS, "response to an unknown request (id %llu)",
+			(unsigned long long)h->id);
+		return GDX_EPROTO;
+	}
+	q_pop(&t->outst_head, &t->outst_tail);
+	pthread_mutex_unlock(&t->lock);
+	if (h->type == F_READ_RESP) {
+		if (!st) {
+			ret = rx_into(t, q->req->buf.p, q->req->buf.dev, q->req->buf.kind, h->len);
+			if (ret == -ECONNRESET || ret == -EPIPE) {
+				pthread_mutex_lock(&t->lock);
+				q->next = t->outst_head;
+				t->outst_head = q;
+				if (!t->outst_tail)
+					t->outst_tail = q;
+				pthread_mutex_unlock(&t->lock);
+				return ret;
+			}
+			st = ret;
+		}
+		pthread_mutex_lock(&t->lock);
+		t->reads_in_flight--;
+		pthread_cond_broadcast(&t->tx_cond);
+		pthread_mutex_unlock(&t->lock);
+	}
+	gdx_xport_complete(q->req, st, st ? 0 : q->req->buf.len);
+	free(q);
+	return 0;
+}
+
+static void *rx_main(void *arg)
+{
+	struct tcp_ep *t = arg;
+	int ret = 0;
+
+	while (!ret) {
+		struct hdr h;
+
+		ret = rx_exact(t, &h, sizeof(h));
+		if (ret)
+			break;
+		if (h.len > MAX_PAYLOAD) {
+			ret = GDX_EPROTO;
+			break;
+		}
+		switch (h.type) {
+		case F_SEND: ret = rx_send(t, &h); break;
+		case F_WRITE: ret = rx_write(t, &h); break;
+		case F_READ: ret = rx_read(t, &h); break;
+		case F_RESP:
+		case F_READ_RESP: ret = rx_resp(t, &h); break;
+		default:
+			GDX_ERR(SUBSYS, "frame of unknown type %u", h.type);
+			ret = GDX_EPROTO;
+		}
+	}
+	pthread_mutex_lock(&t->lock);
+	kill_conn(t, ret == -ECONNRESET || ret == -EPIPE ? 0 : ret);
+	pthread_mutex_unlock(&t->lock);
+	pthread_join(t->tx, NULL);
+	flush_all(t);
+	return NULL;
+}
+
+/* ---- set-up ------------------------------------------------------------------ */
+
+static int handshake(int fd, int timeout_ms)
+{
+	struct hdr h = { .type = F_HELLO, .imm = TCP_MAGIC, .id = TCP_VERSION }, p;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	size_t got = 0;
+
+	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
+		return -errno ? -errno : -EIO;
+	while (got < sizeof(p)) {
+		ssize_t n;
+		int r = poll(&pfd, 1, timeout_ms);
+
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		n = recv(fd, (char *)&p + got, sizeof(p) - got, MSG_DONTWAIT);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		if (n > 0)
+			got += (size_t)n;
+	}
+	if (p.type != F_HELLO || p.imm != TCP_MAGIC)
+		return GDX_EPROTO;
+	if (p.id != TCP_VERSION)
+		return GDX_EPROTO;
+	return 0;
+}
+
+static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
+{
+	struct tcp_ep *t = calloc(1, sizeof(*t));
+	int one = 1, ret;
+
+	if (!t)
+		return -ENOMEM;
+	t->rbuf = malloc(RBUF_SIZE);
+	if (!t->rbuf) {
+		free(t);
+		return -ENOMEM;
+	}
+	t->fe = fe;
+	t->fd = fd;
+	t->max_unexpected = fe->opts.max_unexpected;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (gdx_cfg_bool("xport.tcp_zerocopy") &&
+	    !setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
+		t->zerocopy = 1;
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_cond_init(&t->tx_cond, NULL);
+	pthread_cond_init(&t->rx_cond, NULL);
+	pthread_cond_init(&t->flushed_cond, NULL);
+	ret = -pthread_create(&t->tx, NULL, tx_main, t);
+	if (!ret) {
+		ret = -pthread_create(&t->rx, NULL, rx_main, t);
+		if (ret) {
+			pthread_mutex_lock(&t->lock);
+			kill_conn(t, 0);
+			pthread_mutex_unlock(&t->lock);
+			pthread_join(t->tx, NULL);
+		}
+	}
+	if (ret) {
+		pthread_mutex_destroy(&t->lock);
+		free(t->rbuf);
+		free(t);
+		return ret;
+	}
+	t->threads = 1;
+	*priv = t;
+	return 0;
+}
+
+static int resolve(const char *hostport, int passive, struct addrinfo **res)
+{
+	char host[256], port[8];
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = passive ? AI_PASSIVE : 0 };
+	int r = gdx_xport_split_hostport(hostport, host, sizeof(host), port, sizeof(port));
+
+	if (r)
+		return r;
+	r = getaddrinfo(!strcmp(host, "*") ? NULL : host, port, &hints, res);
+	if (r) {
+		GDX_ERR(SUBSYS, "%s: %s", hostport, gai_strerror(r));
+		return -EHOSTUNREACH;
+	}
+	return 0;
+}
+
+static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void **priv,
+		      char *bound, size_t bound_len)
+{
+	struct addrinfo *ai, *a;
+	struct tcp_listener *tl;
+	int fd = -1, one = 1, ret = -EADDRNOTAVAIL;
+
+	ret = resolve(hostport, 1, &ai);
+	if (ret)
+		return ret;
+	for (a = ai; a; a = a->ai_next) {
+		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (!bind(fd, a->ai_addr, a->ai_addrlen) && !listen(fd, 64))
+			break;
+		ret = -errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		return ret;
+	tl = calloc(1, sizeof(*tl));
+	if (!tl) {
+		close(fd);
+		return -ENOMEM;
+	}
+	tl->fd = fd;
+	tl->max_unexpected = l->opts.max_unexpected;
+	{
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		char h[64], p[8];
+
+		getsockname(fd, (struct sockaddr *)&ss, &sl);
+		getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+		snprintf(bound, bound_len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+	}
+	*priv = tl;
+	return 0;
+}
+
+static int tcp_listener_fd(void *lpriv)
+{
+	return ((struct tcp_listener *)lpriv)->fd;
+}
+
+static int tcp_accept(void *lpriv, struct gdx_xport_ep *ep, int timeout_ms, void **priv)
+{
+	struct tcp_listener *tl = lpriv;
+	struct pollfd pfd = { .fd = tl->fd, .events = POLLIN };
+	int fd, r, ret;
+
+	r = poll(&pfd, 1, timeout_ms);
+	if (r == 0)
+		return -ETIMEDOUT;
+	if (r < 0)
+		return -errno;
+	fd = accept4(tl->fd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = handshake(fd, ep->opts.timeout_ms);
+	if (!ret)
+		ret = ep_start(ep, fd, priv);
+	if (ret)
+		close(fd);
+	return ret;
+}
+
+static void tcp_listener_close(void *lpriv)
+{
+	struct tcp_listener *tl = lpriv;
+
+	close(tl->fd);
+	free(tl);
+}
+
+static int tcp_connect(struct gdx_xport_ep *ep, const char *hostport, void **priv)
+{
+	struct addrinfo *ai, *a;
+	int fd = -1, ret;
+
+	ret = resolve(hostport, 0, &ai);
+	if (ret)
+		return ret;
+	ret = -ECONNREFUSED;
+	for (a = ai; a; a = a->ai_next) {
+		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+		if (fd < 0)
+			continue;
+		if (!connect(fd, a->ai_addr, a->ai_addrlen))
+			break;
+		ret = -errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		return ret;
+	ret = handshake(fd, ep->opts.timeout_ms);
+	if (!ret)
+		ret = ep_start(ep, fd, priv);
+	if (ret)
+		close(fd);
+	return ret;
+}
+
+static void tcp_disconnect(void *priv)
+{
+	struct tcp_ep *t = priv;
+
+	pthread_mutex_lock(&t->lock);
+	kill_conn(t, 0);
+	while (!t->flushed)
+		pthread_cond_wait(&t->flushed_cond, &t->lock);
+	pthread_mutex_unlock(&t->lock);
+}
+
+static void tcp_destroy(void *priv)
+{
+	struct tcp_ep *t = priv;
+
+	pthread_join(t->rx, NULL);
+	close(t->fd);
+	stager_fini(&t->rxs);
+	stager_fini(&t->txs);
+	pthread_mutex_destroy(&t->lock);
+	pthread_cond_destroy(&t->tx_cond);
+	pthread_cond_destroy(&t->rx_cond);
+	pthread_cond_destroy(&t->flushed_cond);
+	free(t->rbuf);
+	free(t);
+}
+
+static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
+{
+	(void)priv;
+	r->addr = (uint64_t)(uintptr_t)r->p;
+	if (r->kind == GDX_MEM_HOST || r->kind == GDX_MEM_PINNED) {
+		r->path = GDX_XPORT_PATH_DIRECT;
+		r->why = "socket I/O straight into host memory";
+	} else {
+		r->path = GDX_XPORT_PATH_BOUNCE;
+		r->why = "device memory staged through pinned buffers (TCP has no device DMA)";
+	}
+	if (!r->access)
+		return 0;
+	return gdx_xport_rkey_add(r, &r->key);
+}
+
+static void tcp_mr_dereg(void *priv, struct gdx_xport_region *r)
+{
+	(void)priv;
+	if (r->access)
+		gdx_xport_rkey_del(r->key);
+}
+
+static int tcp_post(void *priv, struct gdx_xport_req *req)
+{
+	struct tcp_ep *t = priv;
+	struct qent *q = calloc(1, sizeof(*q));
+	struct txi *x = NULL;
+
+	if (!q)
+		return -ENOMEM;
+	q->req = req;
+	if (req->op != GDX_XPORT_OP_RECV) {
+		x = calloc(1, sizeof(*x));
+		if (!x) {
+			free(q);
+			return -ENOMEM;
+		}
+	}
+	pthread_mutex_lock(&t->lock);
+	if (t->dead) {
+		pthread_mutex_unlock(&t->lock);
+		free(q);
+		free(x);
+		return GDX_EDISCONNECTED;
+	}
+	if (req->op == GDX_XPORT_OP_RECV) {
+		struct qent *u = t->unexp_head;
+
+		if (!u) {
+			Q_PUSH(q, &t->recv_head, &t->recv_tail);
+			pthread_cond_broadcast(&t->rx_cond);
+			pthread_mutex_unlock(&t->lock);
+			return 0;
+		}
+		/* A message arrived before this receive: hand it over now. */
+		q_pop(&t->unexp_head, &t->unexp_tail);
+		if (!u->is_imm)
+			t->unexpected_bytes -= u->len;
+		pthread_cond_broadcast(&t->rx_cond);
+		pthread_mutex_unlock(&t->lock);
+		free(q);
+		if (u->is_imm) {
+			gdx_xport_complete_imm(req, 0, u->len, GDX_XPORT_OP_RECV_WRITE_IMM, u->imm);
+		} else if (u->len > req->buf.len) {
+			gdx_xport_complete(req, -EMSGSIZE, 0);
+		} else {
+			int st = 0;
+
+			if (u->len && req->buf.dev)
+				st = gdx_memcpy(req->buf.dev, req->buf.p, u->data, u->len);
+			else if (u->len)
+				memcpy(req->buf.p, u->data, u->len);
+			/* It sat in an intermediate buffer, whatever the memory kind. */
+			req->buf.path = GDX_XPORT_PATH_BOUNCE;
+			gdx_xport_complete(req, st, st ? 0 : u->len);
+		}
+		free(u->data);
+		free(u);
+		return 0;
+	}
+	q->data = (void *)(uintptr_t)++t->next_id;
+	x->req = req;
+	x->h.id = t->next_id;
+	x->h.len = req->buf.len;
+	x->h.raddr = req->raddr;
+	x->h.key = req->key;
+	switch (req->op) {
+	case GDX_XPORT_OP_SEND:
+		x->h.type = F_SEND;
+		break;
+	case GDX_XPORT_OP_WRITE_IMM:
+		x->h.flags = FL_IMM;
+		x->h.imm = req->imm;
+		/* fall through */
+	case GDX_XPORT_OP_WRITE:
+		x->h.type = F_WRITE;
+		break;
+	default:
+		x->h.type = F_READ;
+		break;
+	}
+	Q_PUSH(q, &t->outst_head, &t->outst_tail);
+	tx_queue(t, x);
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+const struct gdx_xport_ops gdx_xport_tcp_ops = {
+	.scheme = "tcp",
+	.listen = tcp_listen,
+	.listener_fd = tcp_listener_fd,
+	.accept = tcp_accept,
+	.listener_close = tcp_listener_close,
+	.connect = tcp_connect,
+	.disconnect = tcp_disconnect,
+	.destroy = tcp_destroy,
+	.mr_reg = tcp_mr_reg,
+	.mr_dereg = tcp_mr_dereg,
+	.post = tcp_post,
+};

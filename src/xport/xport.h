@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_XPORT_INTERNAL_H
+#define GDX_XPORT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <gdx/plugin/xport.h>
+
+#include "mem/regcache.h"
+
+struct gdx_xport_mr;
+
+struct gdx_xport_ep {
+	const struct gdx_xport_ops *ops;
+	void *priv;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *cq_next;	/* the CQ's list of endpoints */
+	struct gdx_regcache *rc;
+	struct gdx_xport_opts opts;
+	int require_direct;
+	_Atomic int connected;
+	_Atomic long inflight;		/* requests posted and not yet completed */
+	pthread_mutex_t lock;		/* mrs, inflight wait */
+	pthread_cond_t idle;
+	struct gdx_xport_mr *mrs;	/* live explicit registrations */
+};
+
+struct gdx_xport_listener {
+	const struct gdx_xport_ops *ops;
+	void *priv;
+	struct gdx_xport_opts opts;
+	char addr[128];
+};
+
+extern const struct gdx_xport_ops gdx_xport_loop_ops;
+extern const struct gdx_xport_ops gdx_xport_tcp_ops;
+extern const struct gdx_xport_ops gdx_xport_verbs_ops;
+
+/*
+ * Key table for backends that serve one-sided access in software (tcp, loop):
+ * a process-wide table of registered regions, looked up by key with bounds
+ * and access checked.  A successful lookup holds the region until put.
+ */
+struct gdx_xport_rkey;
+int gdx_xport_rkey_add(const struct gdx_xport_region *r, uint64_t *key);
+/* Waits until no lookup holds the region, then forgets the key. */
+void gdx_xport_rkey_del(uint64_t key);
+/* -> 0 with *out filled, or GDX_EREMOTE (unknown key, out of bounds, no access). */
+int gdx_xport_rkey_get(uint64_t key, uint64_t addr, uint64_t len, unsigned access,
+		       struct gdx_xport_rkey **out, void **p, struct gdx_xport_region *r);
+void gdx_xport_rkey_put(struct gdx_xport_rkey *k);
+
+/* Parses "host:port" (host may be [v6]); port may be 0. */
+int gdx_xport_split_hostport(const char *hp, char *host, size_t hlen, char *port, size_t plen);
+
+#endif

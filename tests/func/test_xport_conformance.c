@@ -1,0 +1,791 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Transport conformance: one suite, every backend.  GDX_TEST_XPORT picks the
+ * backend (loop, tcp, rdma; default loop) and GDX_TEST_XPORT_ADDR the listen
+ * address (default loop://conformance, tcp://127.0.0.1:0; rdma needs one).
+ * GDX_TEST_XPORT_MAX caps the largest message (default 64 MiB).
+ *
+ * Both ends live in this process except for the peer-death case, which runs a
+ * peer as a child process (this program re-executed with "peer ADDR") and
+ * kills it with work pending.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gdx/gdx.h>
+#include <gdx/xport.h>
+
+#include "common/config.h"
+#include "common/util.h"
+#include "test.h"
+
+static const char *backend = "loop";
+static char listen_addr[128];
+static size_t max_msg = 64u << 20;
+static struct gdx_device *dev;
+static int case_no;
+
+struct pair {
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cqs, *cqc;
+	struct gdx_xport_ep *s, *c;
+};
+
+struct acc {
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	int ret;
+};
+
+static void *accept_thread(void *arg)
+{
+	struct acc *a = arg;
+
+	a->ret = gdx_xport_accept(a->l, a->cq, 30000, &a->ep);
+	return NULL;
+}
+
+/* Listens on a fresh address (loop names must differ), connects, accepts. */
+static void pair_open(struct pair *p, const struct gdx_xport_opts *os,
+		      const struct gdx_xport_opts *oc)
+{
+	char addr[160];
+	struct acc a = { 0 };
+	pthread_t th;
+
+	memset(p, 0, sizeof(*p));
+	if (!strcmp(backend, "loop"))
+		snprintf(addr, sizeof(addr), "%s-%d", listen_addr, ++case_no);
+	else
+		snprintf(addr, sizeof(addr), "%s", listen_addr);
+	assert_int_equal(gdx_xport_listen(addr, os, &p->l), 0);
+	assert_int_equal(gdx_xport_cq_create(&p->cqs), 0);
+	assert_int_equal(gdx_xport_cq_create(&p->cqc), 0);
+	a.l = p->l;
+	a.cq = p->cqs;
+	assert_int_equal(pthread_create(&th, NULL, accept_thread, &a), 0);
+	assert_int_equal(gdx_xport_connect(gdx_xport_listener_addr(p->l), oc, p->cqc, &p->c), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(a.ret, 0);
+	p->s = a.ep;
+	assert_string_equal(gdx_xport_ep_backend(p->c), strcmp(backend, "rdma") ? backend : "rdma");
+	assert_int_equal(gdx_xport_ep_connected(p->c), 1);
+}
+
+static void pair_close(struct pair *p)
+{
+	gdx_xport_ep_destroy(p->c);
+	gdx_xport_ep_destroy(p->s);
+	gdx_xport_listener_close(p->l);
+	assert_int_equal(gdx_xport_cq_destroy(p->cqs), 0);
+	assert_int_equal(gdx_xport_cq_destroy(p->cqc), 0);
+}
+
+static void get_cqe(struct gdx_xport_cq *cq, struct gdx_xport_cqe *e)
+{
+	for (int i = 0; i < 600; i++) {
+		int n = gdx_xport_cq_poll(cq, e, 1);
+
+		assert_true(n >= 0);
+		if (n == 1)
+			return;
+		assert_true(gdx_xport_cq_wait(cq, 100) >= 0);
+	}
+	fail_msg("no completion within 60 s");
+}
+
+static void expect(struct gdx_xport_cq *cq, uint64_t wr_id, enum gdx_xport_op op, int status,
+		   uint64_t len)
+{
+	struct gdx_xport_cqe e;
+
+	get_cqe(cq, &e);
+	if (e.wr_id != wr_id || e.op != op || e.status != status)
+		fail_msg("completion wr_id %llu op %s status %d (%s); expected wr_id %llu op %s "
+			 "status %d (%s)", (unsigned long long)e.wr_id, gdx_xport_op_name(e.op),
+			 e.status, gdx_strerror(e.status), (unsigned long long)wr_id,
+			 gdx_xport_op_name(op), status, gdx_strerror(status));
+	if (!status)
+		assert_int_equal(e.len, len);
+}
+
+static void expect_none(struct gdx_xport_cq *cq)
+{
+	struct gdx_xport_cqe e;
+
+	assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+}
+
+/* Memory of a kind; device memory is filled and checked through copies. */
+enum kind { K_HOST, K_DEV };
+
+static void *kalloc(enum kind k, size_t n)
+{
+	void *p;
+
+	if (k == K_DEV) {
+		assert_int_equal(gdx_device_malloc(dev, n ? n : 1, &p), 0);
+		return p;
+	}
+	p = malloc(n ? n : 1);
+	assert_non_null(p);
+	return p;
+}
+
+static void kfree(enum kind k, void *p)
+{
+	if (k == K_DEV)
+		gdx_device_free(dev, p);
+	else
+		free(p);
+}
+
+static void kfill(enum kind k, void *p, size_t n, uint64_t seed)
+{
+	void *h;
+
+	if (k == K_HOST) {
+		t_fill(p, n, seed);
+		return;
+	}
+	h = malloc(n ? n : 1);
+	t_fill(h, n, seed);
+	assert_int_equal(gdx_memcpy(dev, p, h, n), 0);
+	free(h);
+}
+
+static void kcheck(enum kind k, const void *p, size_t n, uint64_t seed)
+{
+	unsigned char *want = malloc(n ? n : 1), *got = malloc(n ? n : 1);
+
+	t_fill(want, n, seed);
+	if (k == K_DEV)
+		assert_int_equal(gdx_memcpy(dev, got, p, n), 0);
+	else
+		memcpy(got, p, n);
+	if (memcmp(want, got, n)) {
+		size_t i = 0;
+
+		while (want[i] == got[i])
+			i++;
+		fail_msg("data differs at byte %zu of %zu", i, n);
+	}
+	free(want);
+	free(got);
+}
+
+/* Remote registration of device memory can be refused on verbs without dma-buf/peermem. */
+static int reg_remote(struct gdx_xport_ep *ep, void *p, size_t n, unsigned acc,
+		      struct gdx_xport_mr **mr)
+{
+	int ret = gdx_xport_mr_reg(ep, p, n, acc, mr);
+
+	if (ret == -EOPNOTSUPP) {
+		assert_string_equal(backend, "rdma");
+		return ret;
+	}
+	assert_int_equal(ret, 0);
+	return 0;
+}
+
+/* ---- sizes --------------------------------------------------------------- */
+
+static void xfer(struct pair *p, size_t n, enum kind src, enum kind dst)
+{
+	void *a = kalloc(src, n), *b = kalloc(dst, n);
+	struct gdx_xport_mr *mr;
+	uint64_t seed = n * 7 + src * 3 + dst;
+
+	/* send / recv */
+	kfill(src, a, n, seed);
+	assert_int_equal(gdx_xport_post_recv(p->s, b, n, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p->c, a, n, 2, 0), 0);
+	expect(p->cqs, 1, GDX_XPORT_OP_RECV, 0, n);
+	expect(p->cqc, 2, GDX_XPORT_OP_SEND, 0, n);
+	kcheck(dst, b, n, seed);
+
+	/* write into the server's buffer, read it back into a fresh one */
+	if (n && !reg_remote(p->s, b, n, GDX_XPORT_ACCESS_REMOTE_READ |
+			     GDX_XPORT_ACCESS_REMOTE_WRITE, &mr)) {
+		void *c = kalloc(src, n);
+
+		kfill(src, a, n, seed + 1);
+		assert_int_equal(gdx_xport_post_write(p->c, a, n, gdx_xport_mr_addr(mr),
+						      gdx_xport_mr_key(mr), 3, 0), 0);
+		expect(p->cqc, 3, GDX_XPORT_OP_WRITE, 0, n);
+		kcheck(dst, b, n, seed + 1);
+		assert_int_equal(gdx_xport_post_read(p->c, c, n, gdx_xport_mr_addr(mr),
+						     gdx_xport_mr_key(mr), 4, 0), 0);
+		expect(p->cqc, 4, GDX_XPORT_OP_READ, 0, n);
+		kcheck(src, c, n, seed + 1);
+		assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+		kfree(src, c);
+	}
+	expect_none(p->cqs);
+	expect_none(p->cqc);
+	kfree(src, a);
+	kfree(dst, b);
+}
+
+static void test_sizes(void **state)
+{
+	static const size_t sizes[] = { 0, 1, 7, 4096, 65537, 1u << 20, 4u << 20 };
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(sizes); i++)
+		if (sizes[i] <= max_msg)
+			xfer(&p, sizes[i], K_HOST, K_HOST);
+	xfer(&p, max_msg, K_HOST, K_HOST);
+	/* Device memory on either side and both: small, unaligned, and bigger than a chunk. */
+	xfer(&p, 65537, K_DEV, K_HOST);
+	xfer(&p, 65537, K_HOST, K_DEV);
+	xfer(&p, GDX_MIN(max_msg, (size_t)(3u << 20) + 5), K_DEV, K_DEV);
+	pair_close(&p);
+}
+
+/* ---- many outstanding, selective signalling ------------------------------ */
+
+static void test_outstanding(void **state)
+{
+	enum { N = 300, SZ = 4096 };
+	unsigned char *rx = malloc((size_t)N * SZ), *tx = malloc((size_t)N * SZ);
+	unsigned char *region = calloc(N, SZ);
+	struct gdx_xport_mr *mr;
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, 1000 + i), 0);
+	for (int i = 0; i < N; i++) {
+		size_t n = 1 + (size_t)(i * 37) % SZ;
+
+		t_fill(tx + (size_t)i * SZ, n, i);
+		assert_int_equal(gdx_xport_post_send(p.c, tx + (size_t)i * SZ, n, 2000 + i, 0), 0);
+	}
+	/* Receives complete in post order, sends in post order. */
+	for (int i = 0; i < N; i++) {
+		size_t n = 1 + (size_t)(i * 37) % SZ;
+
+		expect(p.cqs, 1000 + i, GDX_XPORT_OP_RECV, 0, n);
+		kcheck(K_HOST, rx + (size_t)i * SZ, n, i);
+		expect(p.cqc, 2000 + i, GDX_XPORT_OP_SEND, 0, n);
+	}
+
+	/* Unsignaled writes complete silently; the one signaled write completes after them. */
+	assert_int_equal(gdx_xport_mr_reg(p.s, region, (size_t)N * SZ,
+					  GDX_XPORT_ACCESS_REMOTE_WRITE, &mr), 0);
+	for (int i = 0; i < N; i++) {
+		t_fill(tx + (size_t)i * SZ, SZ, 5000 + i);
+		assert_int_equal(gdx_xport_post_write(p.c, tx + (size_t)i * SZ, SZ,
+						      gdx_xport_mr_addr(mr) + (uint64_t)i * SZ,
+						      gdx_xport_mr_key(mr), 3000 + i,
+						      i == N - 1 ? 0 : GDX_XPORT_UNSIGNALED), 0);
+	}
+	expect(p.cqc, 3000 + N - 1, GDX_XPORT_OP_WRITE, 0, SZ);
+	expect_none(p.cqc);
+	for (int i = 0; i < N; i++)
+		kcheck(K_HOST, region + (size_t)i * SZ, SZ, 5000 + i);
+	gdx_xport_mr_dereg(mr);
+	pair_close(&p);
+	free(rx);
+	free(tx);
+	free(region);
+}
+
+/* ---- immediate data and ordering ----------------------------------------- */
+
+static void test_imm_and_order(void **state)
+{
+	enum { SZ = 8192 };
+	unsigned char *src = malloc(SZ), *rbuf = malloc(64), *sbuf = malloc(64), *back = malloc(SZ);
+	void *dregion = kalloc(K_DEV, SZ);
+	unsigned char *hregion = calloc(1, SZ);
+	struct gdx_xport_mr *hmr, *dmr = NULL;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	assert_int_equal(gdx_xport_mr_reg(p.s, hregion, SZ, GDX_XPORT_ACCESS_REMOTE_WRITE |
+					  GDX_XPORT_ACCESS_REMOTE_READ, &hmr), 0);
+
+	/* write with immediate into a posted receive */
+	t_fill(src, SZ, 11);
+	assert_int_equal(gdx_xport_post_recv(p.s, rbuf, 64, 1), 0);
+	assert_int_equal(gdx_xport_post_write_imm(p.c, src, SZ, gdx_xport_mr_addr(hmr),
+						  gdx_xport_mr_key(hmr), 0xdeadbeef, 2, 0), 0);
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_equal(e.op, GDX_XPORT_OP_RECV_WRITE_IMM);
+	assert_int_equal(e.status, 0);
+	assert_true(e.flags & GDX_XPORT_CQE_IMM);
+	assert_int_equal(e.imm, 0xdeadbeef);
+	assert_int_equal(e.len, SZ);
+	/* The data is in place when the receive completes. */
+	kcheck(K_HOST, hregion, SZ, 11);
+	expect(p.cqc, 2, GDX_XPORT_OP_WRITE_IMM, 0, SZ);
+
+	/* write with immediate before the receive is posted: it waits for one */
+	t_fill(src, SZ, 12);
+	assert_int_equal(gdx_xport_post_write_imm(p.c, src, 100, gdx_xport_mr_addr(hmr) + 50,
+						  gdx_xport_mr_key(hmr), 7, 3, 0), 0);
+	expect(p.cqc, 3, GDX_XPORT_OP_WRITE_IMM, 0, 100);
+	expect_none(p.cqs);
+	assert_int_equal(gdx_xport_post_recv(p.s, rbuf, 64, 4), 0);
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.wr_id, 4);
+	assert_int_equal(e.op, GDX_XPORT_OP_RECV_WRITE_IMM);
+	assert_int_equal(e.imm, 7);
+	assert_int_equal(e.len, 100);
+
+	/*
+	 * Ordering: a write, then a send; when the send's receive completes the
+	 * written data is visible — also in device memory.  Then a read of the
+	 * same range returns what the write put there.
+	 */
+	if (!reg_remote(p.s, dregion, SZ, GDX_XPORT_ACCESS_REMOTE_WRITE |
+			GDX_XPORT_ACCESS_REMOTE_READ, &dmr)) {
+		t_fill(src, SZ, 13);
+		t_fill(sbuf, 64, 14);
+		assert_int_equal(gdx_xport_post_recv(p.s, rbuf, 64, 5), 0);
+		assert_int_equal(gdx_xport_post_write(p.c, src, SZ, gdx_xport_mr_addr(dmr),
+						      gdx_xport_mr_key(dmr), 6,
+						      GDX_XPORT_UNSIGNALED), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, sbuf, 64, 7, 0), 0);
+		assert_int_equal(gdx_xport_post_read(p.c, back, SZ, gdx_xport_mr_addr(dmr),
+						     gdx_xport_mr_key(dmr), 8, 0), 0);
+		expect(p.cqs, 5, GDX_XPORT_OP_RECV, 0, 64);
+		kcheck(K_DEV, dregion, SZ, 13);
+		kcheck(K_HOST, rbuf, 64, 14);
+		expect(p.cqc, 7, GDX_XPORT_OP_SEND, 0, 64);
+		expect(p.cqc, 8, GDX_XPORT_OP_READ, 0, SZ);
+		kcheck(K_HOST, back, SZ, 13);
+		gdx_xport_mr_dereg(dmr);
+	}
+
+	/* Mixed operations complete in post order. */
+	assert_int_equal(gdx_xport_post_recv(p.s, rbuf, 64, 9), 0);
+	assert_int_equal(gdx_xport_post_read(p.c, back, 512, gdx_xport_mr_addr(hmr),
+					     gdx_xport_mr_key(hmr), 10, 0), 0);
+	assert_int_equal(gdx_xport_post_write(p.c, src, 512, gdx_xport_mr_addr(hmr) + 512,
+					      gdx_xport_mr_key(hmr), 11, 0), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, sbuf, 64, 12, GDX_XPORT_FENCE), 0);
+	expect(p.cqc, 10, GDX_XPORT_OP_READ, 0, 512);
+	expect(p.cqc, 11, GDX_XPORT_OP_WRITE, 0, 512);
+	expect(p.cqc, 12, GDX_XPORT_OP_SEND, 0, 64);
+	expect(p.cqs, 9, GDX_XPORT_OP_RECV, 0, 64);
+
+	gdx_xport_mr_dereg(hmr);
+	pair_close(&p);
+	kfree(K_DEV, dregion);
+	free(src);
+	free(rbuf);
+	free(sbuf);
+	free(back);
+	free(hregion);
+}
+
+/* ---- refused accesses -------------------------------------------------------- */
+
+/*
+ * Each bad access gets a fresh connection: on verbs a remote access error
+ * takes the queue pair down, on tcp and loop the connection survives (checked).
+ */
+static void bad_access(int write, uint64_t addr_off, size_t len, int key_delta,
+		       unsigned access, int dereg_first)
+{
+	enum { SZ = 4096 };
+	unsigned char *region = malloc(SZ), *local = malloc(2 * SZ);
+	struct gdx_xport_mr *mr;
+	uint64_t key, addr;
+	struct pair p;
+
+	pair_open(&p, NULL, NULL);
+	memset(region, 0x5a, SZ);
+	memset(local, 0xa5, 2 * SZ);
+	assert_int_equal(gdx_xport_mr_reg(p.s, region, SZ, access, &mr), 0);
+	key = gdx_xport_mr_key(mr) + (uint64_t)(int64_t)key_delta;
+	addr = gdx_xport_mr_addr(mr) + addr_off;
+	if (dereg_first)
+		assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	if (write)
+		assert_int_equal(gdx_xport_post_write(p.c, local, len, addr, key, 1, 0), 0);
+	else
+		assert_int_equal(gdx_xport_post_read(p.c, local, len, addr, key, 1, 0), 0);
+	expect(p.cqc, 1, write ? GDX_XPORT_OP_WRITE : GDX_XPORT_OP_READ, GDX_EREMOTE, 0);
+	/* Not a byte touched on either side. */
+	for (size_t i = 0; i < SZ; i++)
+		assert_int_equal(region[i], 0x5a);
+	for (size_t i = 0; i < 2 * SZ; i++)
+		assert_int_equal(local[i], 0xa5);
+	if (strcmp(backend, "rdma")) {
+		/* The connection still works. */
+		assert_int_equal(gdx_xport_post_recv(p.s, region, 16, 2), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, local, 16, 3, 0), 0);
+		expect(p.cqs, 2, GDX_XPORT_OP_RECV, 0, 16);
+		expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, 16);
+	}
+	if (!dereg_first)
+		gdx_xport_mr_dereg(mr);
+	pair_close(&p);
+	free(region);
+	free(local);
+}
+
+static void test_bad_access(void **state)
+{
+	const unsigned rw = GDX_XPORT_ACCESS_REMOTE_READ | GDX_XPORT_ACCESS_REMOTE_WRITE;
+
+	(void)state;
+	bad_access(1, 0, 16, 1, rw, 0);			/* wrong key */
+	bad_access(0, 0, 16, 0x100000, rw, 0);		/* wrong key, other slot */
+	bad_access(1, 4096 - 8, 16, 0, rw, 0);		/* runs past the end */
+	bad_access(0, 4096 - 8, 16, 0, rw, 0);
+	bad_access(1, 0, 8192, 0, rw, 0);		/* longer than the region */
+	bad_access(1, (uint64_t)-4096, 16, 0, rw, 0);	/* before the start */
+	bad_access(0, 0, 16, 0, GDX_XPORT_ACCESS_REMOTE_WRITE, 0);	/* no read access */
+	bad_access(1, 0, 16, 0, GDX_XPORT_ACCESS_REMOTE_READ, 0);	/* no write access */
+	bad_access(1, 0, 16, 0, rw, 1);			/* deregistered */
+}
+
+static void test_recv_too_small(void **state)
+{
+	unsigned char small[16], big[64] = { 0 };
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	assert_int_equal(gdx_xport_post_recv(p.s, small, sizeof(small), 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, big, sizeof(big), 2, 0), 0);
+	expect(p.cqs, 1, GDX_XPORT_OP_RECV, -EMSGSIZE, 0);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, 0);
+	pair_close(&p);
+}
+
+/* ---- disconnects --------------------------------------------------------------- */
+
+static void test_disconnect(void **state)
+{
+	enum { N = 20 };
+	unsigned char buf[N][64];
+	struct gdx_xport_cqe e;
+	int seen[N] = { 0 };
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(gdx_xport_post_recv(p.s, buf[i], 64, i), 0);
+		assert_int_equal(gdx_xport_post_recv(p.c, buf[i], 64, 100 + i), 0);
+	}
+	assert_int_equal(gdx_xport_disconnect(p.c), 0);
+	/* Every posted receive on both sides completes with a clear error. */
+	for (int i = 0; i < N; i++) {
+		get_cqe(p.cqc, &e);
+		assert_int_equal(e.status, GDX_EDISCONNECTED);
+		assert_true(e.wr_id >= 100 && e.wr_id < 100 + N);
+		seen[e.wr_id - 100]++;
+	}
+	for (int i = 0; i < N; i++) {
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.status, GDX_EDISCONNECTED);
+		assert_true(e.wr_id < N);
+		seen[e.wr_id] += 2;
+	}
+	for (int i = 0; i < N; i++)
+		assert_int_equal(seen[i], 3);
+	assert_int_equal(gdx_xport_ep_connected(p.c), 0);
+	assert_int_equal(gdx_xport_ep_connected(p.s), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, buf[0], 8, 1, 0), GDX_EDISCONNECTED);
+	assert_int_equal(gdx_xport_post_recv(p.s, buf[0], 8, 1), GDX_EDISCONNECTED);
+	expect_none(p.cqc);
+	pair_close(&p);
+}
+
+/* The peer process: connects, registers a region, sends its key, then waits to be killed. */
+static int peer_main(const char *addr)
+{
+	struct gdx_xport_opts o;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_mr *mr;
+	struct gdx_xport_cqe e;
+	static unsigned char region[1 << 20];
+	uint64_t msg[2];
+
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.max_unexpected = 4096;	/* so the parent's big send stalls */
+	if (gdx_xport_cq_create(&cq) || gdx_xport_connect(addr, &o, cq, &ep))
+		return 1;
+	if (gdx_xport_mr_reg(ep, region, sizeof(region), GDX_XPORT_ACCESS_REMOTE_READ |
+			     GDX_XPORT_ACCESS_REMOTE_WRITE, &mr))
+		return 1;
+	msg[0] = gdx_xport_mr_addr(mr);
+	msg[1] = gdx_xport_mr_key(mr);
+	if (gdx_xport_post_send(ep, msg, sizeof(msg), 1, 0))
+		return 1;
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		gdx_xport_cq_wait(cq, 1000);
+	for (;;)
+		pause();
+}
+
+static void test_peer_death(void **state)
+{
+	enum { N = 16 };
+	size_t big = GDX_MIN(max_msg, (size_t)(16u << 20));
+	unsigned char *bigbuf, small[N][256];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	char self[4096];
+	uint64_t msg[2];
+	int seen[3 * N + 2] = { 0 }, pending = 0, st;
+	pid_t pid;
+	ssize_t n;
+
+	(void)state;
+	if (!strcmp(backend, "loop"))
+		skip();	/* in-process: there is no peer process to lose */
+	bigbuf = calloc(1, big);
+	assert_int_equal(gdx_xport_listen(listen_addr, NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	assert_true(n > 0);
+	self[n] = 0;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl(self, self, "peer", gdx_xport_listener_addr(l), (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(gdx_xport_accept(l, cq, 60000, &ep), 0);
+	assert_int_equal(gdx_xport_post_recv(ep, msg, sizeof(msg), 0), 0);
+	expect(cq, 0, GDX_XPORT_OP_RECV, 0, sizeof(msg));
+
+	/* Work in flight: receives, reads and writes of the peer's region, sends it cannot take. */
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(gdx_xport_post_recv(ep, small[i], 256, 1 + i), 0);
+		pending++;
+	}
+	assert_int_equal(gdx_xport_post_send(ep, small[0], 64, 1 + N, 0), 0);
+	assert_int_equal(gdx_xport_post_send(ep, bigbuf, big, 2 + N, 0), 0);
+	pending += 2;
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(gdx_xport_post_read(ep, bigbuf + (size_t)i * 4096, 4096,
+						     msg[0], msg[1], 3 + N + i, 0), 0);
+		pending++;
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+
+	/* Every request and receive completes; the ones the peer never answered with the error. */
+	for (int i = 0; i < pending; i++) {
+		get_cqe(cq, &e);
+		assert_true(e.wr_id >= 1 && e.wr_id < 3 + 2 * N);
+		seen[e.wr_id]++;
+		if (e.op == GDX_XPORT_OP_RECV || e.wr_id == 2 + N)
+			assert_int_equal(e.status, GDX_EDISCONNECTED);
+		else
+			assert_true(e.status == 0 || e.status == GDX_EDISCONNECTED);
+	}
+	for (int i = 1; i < 3 + 2 * N; i++)
+		assert_int_equal(seen[i], 1);
+	assert_int_equal(gdx_xport_ep_connected(ep), 0);
+	assert_int_equal(gdx_xport_post_send(ep, small[0], 1, 99, 0), GDX_EDISCONNECTED);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	free(bigbuf);
+}
+
+/* ---- paths, strict mode, the CQ fd, addresses ---------------------------------- */
+
+static void test_paths_and_strict(void **state)
+{
+	struct gdx_xport_opts strict;
+	unsigned char host[4096];
+	void *dbuf = kalloc(K_DEV, 4096);
+	struct gdx_xport_mr *hm, *dm;
+	enum gdx_xport_path hp, dp;
+	struct gdx_xport_cqe e;
+	const char *why;
+	struct pair p;
+	int ret;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	assert_int_equal(gdx_xport_mr_reg(p.c, host, sizeof(host), 0, &hm), 0);
+	assert_int_equal(gdx_xport_mr_reg(p.c, dbuf, 4096, 0, &dm), 0);
+	hp = gdx_xport_mr_path(hm, &why);
+	assert_non_null(why);
+	dp = gdx_xport_mr_path(dm, &why);
+	assert_true(strlen(why) > 0);
+	if (!strcmp(backend, "loop")) {
+		assert_int_equal(hp, GDX_XPORT_PATH_EMULATED);
+		assert_int_equal(dp, GDX_XPORT_PATH_EMULATED);
+	} else {
+		/* The emulated device has no dma-buf and no peer memory: device data bounces. */
+		assert_int_equal(hp, GDX_XPORT_PATH_DIRECT);
+		assert_int_equal(dp, GDX_XPORT_PATH_BOUNCE);
+	}
+	/* Completions carry the path their local buffer took. */
+	assert_int_equal(gdx_xport_post_recv(p.s, host, 64, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, dbuf, 64, 2, 0), 0);
+	get_cqe(p.cqc, &e);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(e.path, dp);
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.path, hp);
+	gdx_xport_mr_dereg(hm);
+	gdx_xport_mr_dereg(dm);
+	pair_close(&p);
+
+	/* require_direct: a transfer that would not be direct fails, up front. */
+	gdx_xport_opts_init(&strict, sizeof(strict));
+	strict.require_direct = 1;
+	pair_open(&p, NULL, &strict);
+	ret = gdx_xport_post_send(p.c, dbuf, 64, 1, 0);
+	assert_int_equal(ret, GDX_ENOTDIRECT);
+	assert_int_equal(gdx_xport_mr_reg(p.c, dbuf, 4096, 0, &dm), GDX_ENOTDIRECT);
+	assert_int_equal(gdx_xport_post_recv(p.s, host, 64, 2), 0);
+	ret = gdx_xport_post_send(p.c, host, 64, 3, 0);
+	if (hp == GDX_XPORT_PATH_DIRECT) {
+		assert_int_equal(ret, 0);
+		expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, 64);
+		expect(p.cqs, 2, GDX_XPORT_OP_RECV, 0, 64);
+	} else {
+		assert_int_equal(ret, GDX_ENOTDIRECT);
+	}
+	/* Zero bytes move no data: no path, allowed. */
+	assert_int_equal(gdx_xport_post_send(p.c, NULL, 0, 4, 0), 0);
+	pair_close(&p);
+	kfree(K_DEV, dbuf);
+}
+
+static void test_cq_fd(void **state)
+{
+	unsigned char a[32] = { 1 }, b[32];
+	struct epoll_event ev = { .events = EPOLLIN }, out;
+	struct gdx_xport_cqe e[4];
+	int ep, n, total = 0;
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	ep = epoll_create1(0);
+	assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, gdx_xport_cq_fd(p.cqs), &ev), 0);
+	assert_int_equal(gdx_xport_cq_arm(p.cqs), 0);
+	assert_int_equal(epoll_wait(ep, &out, 1, 0), 0);
+	assert_int_equal(gdx_xport_post_recv(p.s, b, sizeof(b), 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, a, sizeof(a), 2, 0), 0);
+	assert_int_equal(epoll_wait(ep, &out, 1, 30000), 1);
+	while (total < 1) {
+		n = gdx_xport_cq_poll(p.cqs, e, 4);
+		assert_true(n >= 0);
+		total += n;
+		if (!n)
+			assert_true(gdx_xport_cq_wait(p.cqs, 1000) >= 0);
+	}
+	assert_int_equal(e[0].wr_id, 1);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, sizeof(a));
+	/* Drained: the fd goes quiet again once re-armed. */
+	assert_int_equal(gdx_xport_cq_poll(p.cqs, e, 4), 0);
+	assert_int_equal(gdx_xport_cq_arm(p.cqs), 0);
+	assert_int_equal(epoll_wait(ep, &out, 1, 0), 0);
+	close(ep);
+	pair_close(&p);
+}
+
+static void test_addresses(void **state)
+{
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+
+	(void)state;
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	assert_int_equal(gdx_xport_listen("bogus://x:1", NULL, &l), -EINVAL);
+	assert_int_equal(gdx_xport_listen("no-scheme", NULL, &l), -EINVAL);
+	assert_int_equal(gdx_xport_connect(NULL, NULL, cq, &ep), -EINVAL);
+	assert_int_equal(gdx_xport_connect("loop://nobody-listens", NULL, cq, &ep),
+			 -ECONNREFUSED);
+	if (strcmp(backend, "loop")) {
+		char bad[160];
+
+		snprintf(bad, sizeof(bad), "%s://127.0.0.1", backend);
+		assert_int_equal(gdx_xport_connect(bad, NULL, cq, &ep), -EINVAL);
+		snprintf(bad, sizeof(bad), "%s://127.0.0.1:99999", backend);
+		assert_int_equal(gdx_xport_connect(bad, NULL, cq, &ep), -EINVAL);
+	}
+	if (!strcmp(backend, "tcp")) {
+		/* A port nobody listens on (bound, then closed). */
+		assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+		char addr[128];
+
+		snprintf(addr, sizeof(addr), "%s", gdx_xport_listener_addr(l));
+		gdx_xport_listener_close(l);
+		assert_int_equal(gdx_xport_connect(addr, NULL, cq, &ep), -ECONNREFUSED);
+	}
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_addresses),
+		cmocka_unit_test(test_sizes),
+		cmocka_unit_test(test_outstanding),
+		cmocka_unit_test(test_imm_and_order),
+		cmocka_unit_test(test_bad_access),
+		cmocka_unit_test(test_recv_too_small),
+		cmocka_unit_test(test_disconnect),
+		cmocka_unit_test(test_peer_death),
+		cmocka_unit_test(test_paths_and_strict),
+		cmocka_unit_test(test_cq_fd),
+	};
+	const char *v;
+	int ret;
+
+	if (argc == 3 && !strcmp(argv[1], "peer"))
+		return peer_main(argv[2]);
+	signal(SIGPIPE, SIG_IGN);
+	if ((v = getenv("GDX_TEST_XPORT")) && *v)
+		backend = v;
+	if ((v = getenv("GDX_TEST_XPORT_MAX")) && *v) {
+		uint64_t m;
+
+		if (gdx_parse_size(v, &m))
+			return 2;
+		max_msg = m;
+	}
+	if ((v = getenv("GDX_TEST_XPORT_ADDR")) && *v)
+		snprintf(listen_addr, sizeof(listen_addr), "%s", v);
+	else if (!strcmp(backend, "loop"))
+		snprintf(listen_addr, sizeof(listen_addr), "loop://conformance");
+	else if (!strcmp(backend, "tcp"))
+		snprintf(listen_addr, sizeof(listen_addr), "tcp://127.0.0.1:0");
+	else {
+		fprintf(stderr, "GDX_TEST_XPORT=%s needs GDX_TEST_XPORT_ADDR\n", backend);
+		return T_EXIT_SKIP;
+	}
+	if (gdx_device_open(NULL, &dev)) {
+		fprintf(stderr, "no device (GDX_DEVICE=emulated gives one)\n");
+		return T_EXIT_SKIP;
+	}
+	ret = cmocka_run_group_tests_name(backend, tests, NULL, NULL);
+	gdx_device_close(dev);
+	return ret;
+}
