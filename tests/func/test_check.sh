@@ -65,7 +65,7 @@ grep -q "no GPU, NIC, NVMe or disk found" <<<"$out" || fail "empty tree: $out"
 out=$(GDX_SYSFS_ROOT=tests/data/sysfs/vm1gpu/sys GDX_PROCFS_ROOT=tests/data/sysfs/vm1gpu/proc \
   GDX_MODULES_ROOT=tests/data/sysfs/vm1gpu/lib/modules "$gdx" check --no-live)
 grep -q "GPU0 .*0000:00:05.0" <<<"$out" || fail "GDX_SYSFS_ROOT not used"
-grep -q "570.124.06" <<<"$out" || fail "GDX_PROCFS_ROOT not used"
+grep -q "580.159.04" <<<"$out" || fail "GDX_PROCFS_ROOT not used"
 grep -q "available: nvme-tcp" <<<"$out" || fail "GDX_MODULES_ROOT not used"
 
 # live checks on this machine: they run, and sit in their own section
@@ -77,6 +77,17 @@ grep -q "memlock limit" <<<"$out" || fail "no memlock line"
 [ -z "$(ls -A "$dir")" ] || fail "the O_DIRECT probe left a file behind"
 expect_rc 1 --live --path "$dir/missing" --require odirect
 rmdir "$dir"
+
+# the CUDA driver's own view: a look-alike driver that sees no GPU, on a
+# machine whose sysfs shows one, is a failure with a reason
+fake=${GDX_BUILDDIR:-}/tests/unit/libfake_cuda.so
+if [ -f "$fake" ]; then
+  out=$(GDX_CUDA_LIB=$fake "$gdx" check --root tests/data/sysfs/vm1gpu --live --path "$PWD")
+  grep -q "✗ CUDA driver .*sees no GPU, yet sysfs shows 1 NVIDIA GPU" <<<"$out" ||
+    fail "CUDA driver seeing no GPU: $(grep 'CUDA driver' <<<"$out")"
+  out=$(GDX_CUDA_LIB=$fake "$gdx" check --root tests/data/sysfs/nogpu --live --path "$PWD")
+  grep -q -- "- CUDA driver .*sees no GPU$" <<<"$out" || fail "no GPU anywhere: not n/a"
+fi
 
 [ "$fails" = 0 ] && echo "all gdx check cases passed"
 exit $((fails > 0))

@@ -13,16 +13,19 @@
 # Runs: test_device (the device suite CI runs on the emulated device) with
 # GDX_DEVICE=cuda, test_cuda_extra (cuMemMap / cuMemAllocAsync pointer queries,
 # dma-buf of a cuMemMap range, properties) and test_cuda_load (a missing or
-# GPU-less driver gives a clear error).  Ends with "N passed, N failed, N skipped".
+# GPU-less driver gives a clear error), then prints `gdx check`.  Ends with
+# "N passed, N failed, N skipped".
 set -u
 
 PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load"
+# Staged beside them and run after them, not counted: the readiness report.
+TOOLS="tools/gdx/gdx"
 GLIBC="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2"
 
 stage() {
 	build=$1 dir=$2
-	mkdir -p "$dir/tests/unit" "$dir/tests/gpu" "$dir/glibc" || exit 1
-	for p in $PROGS; do
+	mkdir -p "$dir/tests/unit" "$dir/tests/gpu" "$dir/tools/gdx" "$dir/glibc" || exit 1
+	for p in $PROGS $TOOLS; do
 		cp "$build/$p" "$dir/$p" || exit 1
 		# Every library it loads, but the C library (the machine's own is used
 		# when new enough) and, should one be here, the driver.
@@ -76,5 +79,7 @@ for p in $PROGS; do
 	*) failed=$((failed + 1)); echo "=== ${p##*/}: FAILED (exit $rc)" ;;
 	esac
 done
+echo "=== gdx check (the readiness report of this machine; not counted)"
+$loader "$dir/tools/gdx/gdx" check --path "$dir"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -52,6 +52,7 @@ struct chk_ctx {
 
 	/* live facts; meaningful only when live */
 	bool io_uring_ok, odirect_ok, memlock_ok, cufile_ok, ibverbs_ok;
+	int cuda_count;		/* GPUs the CUDA driver sees, or a negative gdx code */
 	uint64_t memlock;
 
 	struct chk c[CHK_MAX];

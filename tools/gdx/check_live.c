@@ -19,6 +19,9 @@
 
 #include <liburing.h>
 
+#include <gdx/device.h>
+#include <gdx/gdx.h>
+
 #include "check.h"
 #include "common/util.h"
 #include "topo/topo_int.h"
@@ -234,10 +237,78 @@ static void live_lib(struct chk_ctx *x, const char *id, const char *lib, const c
 		dlclose(h);
 }
 
+/*
+ * What the CUDA driver itself says about each GPU.  Its dma-buf answer is the
+ * truth the recommendations then use, where check_sys could only reason from
+ * the kernel and driver versions.
+ */
+static void live_cuda(struct chk_ctx *x)
+{
+	int n = gdx_device_count("cuda"), dmabuf = 0, gdr = 0, cuda_ver = 0;
+	char list[384] = "";
+	struct chk *c;
+
+	x->cuda_count = n;
+	if (n <= 0) {
+		c = chk_add(x, "cuda", "CUDA driver", x->ngpu ? CHK_FAIL : CHK_NA);
+		if (n < 0)
+			CHK_SET(c->finding, "libcuda cannot be used: %s", gdx_strerror(n));
+		else
+			CHK_SET(c->finding, "the driver sees no GPU");
+		if (x->ngpu) {
+			CHK_CAT(c->finding, ", yet sysfs shows %d NVIDIA GPU%s", x->ngpu,
+				x->ngpu > 1 ? "s" : "");
+			CHK_SET(c->fix, n < 0 ? "install the driver's libcuda.so.1 (knob cuda.lib "
+				"names another)" : "check CUDA_VISIBLE_DEVICES and nvidia-smi");
+		}
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		struct gdx_device_props p;
+		struct gdx_device *dev;
+		char spec[16];
+		int t;
+
+		chk_set(spec, sizeof(spec), "cuda:%d", i);
+		if (gdx_device_open(spec, &dev))
+			continue;
+		if (!gdx_device_props(dev, &p)) {
+			t = gdx_topo_find(x->t, GDX_TOPO_GPU, p.pci_bdf);
+			dmabuf += !!p.dmabuf_supported;
+			gdr += !!p.gdr_supported;
+			cuda_ver = p.driver_version;
+			if (i < 4)
+				CHK_CAT(list, "%s%s %s (%s)", i ? ", " : "", spec, p.model,
+					t >= 0 ? p.pci_bdf : "not in sysfs");
+			else if (i == 4)
+				CHK_CAT(list, ", ...");
+		}
+		gdx_device_close(dev);
+	}
+	c = chk_add(x, "cuda", "CUDA driver", CHK_OK);
+	CHK_SET(c->finding, "CUDA %d.%d, %d GPU%s: %s; dma-buf export on %d, GPUDirect RDMA on %d",
+		cuda_ver / 1000, cuda_ver % 1000 / 10, n, n > 1 ? "s" : "", list, dmabuf, gdr);
+	if (n != x->ngpu) {
+		c->st = CHK_WARN;
+		CHK_CAT(c->finding, "; sysfs shows %d", x->ngpu);
+		CHK_SET(c->fix, "check CUDA_VISIBLE_DEVICES");
+	}
+	if (!gdr) {
+		c->st = CHK_WARN;
+		CHK_SET(c->fix, "the driver reports no GPUDirect RDMA on this platform (VMs often "
+			"hide it): network data will bounce");
+	}
+	if ((dmabuf == n) != x->dmabuf)
+		CHK_CAT(c->finding, " (the driver's answer on dma-buf overrides the version check "
+			"above)");
+	x->dmabuf = dmabuf == n;
+}
+
 void check_live(struct chk_ctx *x)
 {
 	int before = x->n;
 
+	live_cuda(x);
 	live_uring(x);
 	live_odirect(x);
 	live_memlock(x);

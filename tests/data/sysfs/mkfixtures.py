@@ -14,8 +14,8 @@ the tests do not need Python.
           Proprietary 535 driver (no dma-buf), nvidia_peermem not loaded,
           nvidia_fs loaded, iommu=pt, ACS redirect left on in one switch.
   vm1gpu  A cloud VM like the lent H200 machine: one GPU straight under the
-          host bridge, virtio-blk and virtio-net, no NUMA info, open 570
-          driver, no RDMA, config space beyond 64 bytes unreadable.
+          host bridge, virtio-blk and virtio-net, no NUMA info, open 580
+          driver (what the H200 runs), no RDMA, config space beyond 64 bytes unreadable.
   nogpu   A server without GPU: a local NVMe, a RoCE NIC, an Ethernet port.
 """
 import os
@@ -253,8 +253,8 @@ def vm1gpu():
           config=config(NVIDIA, H200, GPU3D, size=small), resource=gpu_resource(256 * GIB))
     t.sysw("kernel/mm/transparent_hugepage/enabled", "always [madvise] never")
     t.procw("driver/nvidia/version",
-            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.06  Release Build"
-            "  (dvs-builder@U16-I1-N08-05-3)  Wed Feb 26 01:20:29 UTC 2025\n"
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build"
+            "  (dvs-builder@U16-I1-N08-05-3)  Tue Jun 30 01:20:29 UTC 2026\n"
             "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
     t.procw("cmdline", "BOOT_IMAGE=/boot/vmlinuz-6.1.0-31-cloud-amd64 root=/dev/vda1 ro "
             "console=ttyS0\n")
