@@ -184,7 +184,7 @@ GDX_API void gdx_file_driver_close(struct gdx_file_driver *drv)
 		return;
 	if (atomic_load(&drv->handles))
 		GDX_WARN("file", "driver closed with %u handles open", atomic_load(&drv->handles));
-	gdx_file_wq_destroy(drv->wq);
+	gdx_tpool_destroy(drv->wq);
 	/* Registrations go before the backends that made them. */
 	gdx_regcache_destroy(drv->regs);
 	for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
@@ -225,7 +225,7 @@ static void wq_start_once(void)
 {
 	struct gdx_file_driver *drv = wq_starting;
 
-	drv->wq_err = gdx_file_wq_create((unsigned)gdx_cfg_int("file.workers"), "gdx-file",
+	drv->wq_err = gdx_tpool_create((unsigned)gdx_cfg_int("file.workers"), "gdx-file",
 					 &drv->wq);
 }
 
@@ -752,7 +752,7 @@ static int batch_submit_group(struct gdx_file_batch *b, struct gdx_file_be *be,
 		j->ptrs[k++] = io;
 	}
 	j->n = k;
-	if (!k || gdx_file_wq_submit(b->drv->wq, batch_job_run, j)) {
+	if (!k || gdx_tpool_submit(b->drv->wq, batch_job_run, j)) {
 		for (unsigned i = 0; i < k; i++) {
 			j->ptrs[i]->result = -ENOMEM;
 			batch_complete(j->ptrs[i], b);
@@ -896,7 +896,7 @@ static void async_host_fn(void *arg)
 
 	a->n = *a->size;
 	a->at = *a->off;
-	ret = gdx_file_wq_submit(a->f->drv->wq, async_job, a);
+	ret = gdx_tpool_submit(a->f->drv->wq, async_job, a);
 	if (ret) {
 		a->result = ret;
 	} else {

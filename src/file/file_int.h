@@ -10,17 +10,11 @@
 #include <gdx/file.h>
 #include <gdx/plugin/file.h>
 
+#include "common/tpool.h"
 #include "mem/regcache.h"
 
 /* Alignment O_DIRECT is given everywhere: covers 512- and 4096-byte devices. */
 #define GDX_FILE_DIO_ALIGN 4096u
-
-/* A small FIFO of jobs on worker threads (batch, stream-ordered I/O, posix). */
-struct gdx_file_wq;
-typedef void (*gdx_file_job_fn)(void *arg);
-int gdx_file_wq_create(unsigned nthreads, const char *name, struct gdx_file_wq **out);
-void gdx_file_wq_destroy(struct gdx_file_wq *wq);
-int gdx_file_wq_submit(struct gdx_file_wq *wq, gdx_file_job_fn fn, void *arg);
 
 enum { GDX_FILE_BE_CUFILE, GDX_FILE_BE_URING, GDX_FILE_BE_POSIX, GDX_FILE_BE_COUNT };
 
@@ -35,7 +29,7 @@ struct gdx_file_driver {
 	struct gdx_file_be be[GDX_FILE_BE_COUNT];
 	int only;		/* index of the one backend asked for, or -1 */
 	struct gdx_regcache *regs;
-	struct gdx_file_wq *wq;
+	struct gdx_tpool *wq;
 	pthread_once_t wq_once;
 	int wq_err;
 	_Atomic unsigned handles;

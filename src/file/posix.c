@@ -17,7 +17,7 @@
 
 struct px_drv {
 	struct gdx_device *dev;
-	struct gdx_file_wq *wq;
+	struct gdx_tpool *wq;
 	unsigned nthreads;
 	size_t chunk;
 	pthread_mutex_t lock;
@@ -58,7 +58,7 @@ static int px_init(struct gdx_file_driver *drv, void **priv, char *why, size_t w
 	pd->dev = gdx_file_driver_device(drv);
 	pd->nthreads = (unsigned)gdx_cfg_int("file.posix_threads");
 	pd->chunk = GDX_ALIGN_UP(gdx_cfg_size("file.chunk_size"), (size_t)4096);
-	ret = gdx_file_wq_create(pd->nthreads, "gdx-posix", &pd->wq);
+	ret = gdx_tpool_create(pd->nthreads, "gdx-posix", &pd->wq);
 	if (ret) {
 		free(pd);
 		return ret;
@@ -73,7 +73,7 @@ static void px_fini(void *priv)
 {
 	struct px_drv *pd = priv;
 
-	gdx_file_wq_destroy(pd->wq);
+	gdx_tpool_destroy(pd->wq);
 	if (pd->bufs) {
 		for (unsigned i = 0; i < pd->nfree; i++)
 			gdx_pinned_free(pd->dev, pd->bufs[i]);
@@ -234,7 +234,7 @@ static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 			pthread_mutex_lock(&x.lock);
 			x.pending++;
 			pthread_mutex_unlock(&x.lock);
-			err = gdx_file_wq_submit(pd->wq, chunk_run, ch);
+			err = gdx_tpool_submit(pd->wq, chunk_run, ch);
 		}
 		if (err) {
 			pthread_mutex_lock(&x.lock);

@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <numa.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +49,6 @@ enum ur_pool { POOL_SEQ, POOL_BATCH, POOL_COUNT };
 struct ur_drv {
 	struct gdx_file_driver *drv;
 	struct gdx_device *dev;
-	int numa;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct ur_ctx *idle[POOL_COUNT];
@@ -96,8 +94,7 @@ struct ur_ctx {
 	struct io_uring ring;
 	unsigned nslots;
 	size_t chunk;
-	unsigned char *bounce;
-	size_t bounce_len;
+	struct gdx_bounce_pool *pool_mem;	/* the ring's memory; buffers indexed by slot */
 	bool fixed_bufs, fixed_files;
 	struct ur_slot *slots;
 	struct ur_slot *free_slots;
@@ -135,8 +132,6 @@ struct ur_req {
 
 static void ctx_destroy(struct ur_ctx *c)
 {
-	struct gdx_device *dev = c->ud->dev;
-
 	if (c->slots) {
 		for (unsigned i = 0; i < c->nslots; i++)
 			gdx_event_destroy(c->slots[i].ev);
@@ -149,10 +144,7 @@ static void ctx_destroy(struct ur_ctx *c)
 	}
 	if (c->ring.ring_fd > 0)
 		io_uring_queue_exit(&c->ring);
-	if (c->bounce) {
-		gdx_host_unregister(dev, c->bounce);
-		munmap(c->bounce, c->bounce_len);
-	}
+	gdx_bounce_pool_destroy(c->pool_mem);
 	pthread_mutex_destroy(&c->ftab_lock);
 	free(c);
 }
@@ -160,6 +152,8 @@ static void ctx_destroy(struct ur_ctx *c)
 static int ctx_create(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 {
 	struct ur_ctx *c = calloc(1, sizeof(*c));
+	struct gdx_bounce_pool_opts po;
+	unsigned char *base;
 	struct iovec *iov = NULL;
 	unsigned entries = 1;
 	int ret;
@@ -185,23 +179,15 @@ static int ctx_create(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 		c->ring.ring_fd = -1;
 		goto fail;
 	}
-	ret = -ENOMEM;
-	c->bounce_len = (size_t)c->nslots * c->chunk;
-	c->bounce = mmap(NULL, c->bounce_len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (c->bounce == MAP_FAILED) {
-		c->bounce = NULL;
+	/* Pinned, page-aligned, on the GPU's NUMA node; slots index it directly. */
+	gdx_bounce_pool_opts_init(&po, sizeof(po));
+	po.buf_size = c->chunk;
+	po.count = c->nslots;
+	ret = gdx_bounce_pool_create(ud->dev, &po, &c->pool_mem);
+	if (ret)
 		goto fail;
-	}
-	/* Placed before first touch, so every page lands on the GPU's node. */
-	if (ud->numa >= 0 && numa_available() >= 0)
-		numa_tonode_memory(c->bounce, c->bounce_len, ud->numa);
-	ret = gdx_host_register(ud->dev, c->bounce, c->bounce_len, 0);
-	if (ret) {
-		munmap(c->bounce, c->bounce_len);
-		c->bounce = NULL;
-		goto fail;
-	}
+	base = gdx_bounce_base(c->pool_mem);
+	c->chunk = gdx_bounce_buf_size(c->pool_mem);
 	ret = -ENOMEM;
 	c->slots = calloc(c->nslots, sizeof(*c->slots));
 	c->streams = calloc(c->nstreams, sizeof(*c->streams));
@@ -217,7 +203,7 @@ static int ctx_create(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 		struct ur_slot *s = &c->slots[i];
 
 		s->idx = i;
-		s->buf = c->bounce + (size_t)i * c->chunk;
+		s->buf = base + (size_t)i * c->chunk;
 		s->st = c->streams[i % c->nstreams];
 		ret = gdx_event_create(ud->dev, 0, &s->ev);
 		if (ret)
@@ -356,7 +342,6 @@ static void ftab_forget(struct ur_drv *ud, uint64_t id)
 
 static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t whylen)
 {
-	struct gdx_device_props p;
 	struct io_uring probe;
 	struct ur_drv *ud;
 	int ret;
@@ -373,7 +358,6 @@ static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t w
 		return -ENOMEM;
 	ud->drv = drv;
 	ud->dev = gdx_file_driver_device(drv);
-	ud->numa = gdx_device_props(ud->dev, &p) ? -1 : p.numa_node;
 	pthread_mutex_init(&ud->lock, NULL);
 	pthread_cond_init(&ud->cond, NULL);
 	*priv = ud;
