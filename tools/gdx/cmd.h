@@ -12,8 +12,14 @@ struct gdx_cmd {
 	int (*run)(int argc, char **argv);	/* argv[0] is the subcommand */
 };
 
+int cmd_bench(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_config(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+
+struct gdx_device;
+/* gpu:N -> device N of the kind the device knob selects (cuda, or emulated). */
+int tool_open_gpu(int ordinal, struct gdx_device **dev);
 
 #endif

@@ -7,9 +7,11 @@
 #include "cmd.h"
 
 static const struct gdx_cmd cmds[] = {
+	{ "bench", "benchmarks with their ceilings (gdx bench file ...)", cmd_bench },
 	{ "check", "readiness report: topology, drivers, limits and the path each source takes",
 	  cmd_check },
 	{ "config", "list every knob with its environment variable and current value", cmd_config },
+	{ "cp", "copy between files and device memory (gpu:N), with speed and path", cmd_cp },
 	{ "version", "print the library version", cmd_version },
 };
 
