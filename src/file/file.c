@@ -624,6 +624,18 @@ GDX_API ssize_t gdx_file_write_ex(struct gdx_file *f, const void *buf, size_t si
 
 /* ---- batch ------------------------------------------------------------- */
 
+/*
+ * I/Os on a backend with io_many (uring) queue up for one runner per backend
+ * and batch, which keeps a single engine busy for as long as I/Os keep coming,
+ * so the batch's depth is what is in flight.  Other backends run each I/O as
+ * a job on the driver's workers.
+ */
+struct batch_queue {
+	struct gdx_file_io **q;		/* ring of max entries */
+	unsigned head, count;
+	bool running;
+};
+
 struct gdx_file_batch {
 	struct gdx_file_driver *drv;
 	unsigned max;
@@ -632,20 +644,17 @@ struct gdx_file_batch {
 	unsigned outstanding;		/* submitted, not yet reaped */
 	struct gdx_file_batch_event *cq;	/* completed, ring of max entries */
 	unsigned cq_head, cq_count;
+	unsigned runners;		/* jobs that still touch the batch */
+	struct batch_queue bq[GDX_FILE_BE_COUNT];
 };
 
-/* A group of I/Os on one backend, run by one worker job. */
-struct batch_job {
+struct batch_runner {
 	struct gdx_file_batch *b;
-	struct gdx_file_be *be;
-	unsigned n;
-	struct gdx_file_io *ios;
-	struct gdx_file_io **ptrs;
+	int be;
 };
 
-static void batch_complete(struct gdx_file_io *io, void *arg)
+static void batch_complete(struct gdx_file_io *io, struct gdx_file_batch *b)
 {
-	struct gdx_file_batch *b = arg;
 	struct gdx_file_batch_event *ev;
 
 	if (io->file)
@@ -660,25 +669,63 @@ static void batch_complete(struct gdx_file_io *io, void *arg)
 	ev->info = io->info;
 	pthread_cond_broadcast(&b->cond);
 	pthread_mutex_unlock(&b->lock);
+	free(io);
 }
 
-static void batch_job_run(void *arg)
+static void runner_done(struct gdx_file_io *io, void *arg)
 {
-	struct batch_job *j = arg;
+	batch_complete(io, ((struct batch_runner *)arg)->b);
+}
 
-	if (j->be->ops->io_many) {
-		j->be->ops->io_many(j->be->priv, j->ptrs, j->n, batch_complete, j->b);
-	} else {
-		for (unsigned i = 0; i < j->n; i++) {
-			struct gdx_file_io *io = j->ptrs[i];
+static unsigned runner_more(void *arg, struct gdx_file_io **ios, unsigned max)
+{
+	struct batch_runner *rn = arg;
+	struct batch_queue *q = &rn->b->bq[rn->be];
+	unsigned n = 0;
 
-			io->result = io_exec(io->file, io);
-			batch_complete(io, j->b);
-		}
+	pthread_mutex_lock(&rn->b->lock);
+	while (n < max && q->count) {
+		ios[n++] = q->q[q->head];
+		q->head = (q->head + 1) % rn->b->max;
+		q->count--;
 	}
-	free(j->ios);
-	free(j->ptrs);
-	free(j);
+	pthread_mutex_unlock(&rn->b->lock);
+	return n;
+}
+
+static void runner_job(void *arg)
+{
+	struct batch_runner *rn = arg;
+	struct gdx_file_batch *b = rn->b;
+	struct gdx_file_be *be = &b->drv->be[rn->be];
+	bool again;
+
+	do {
+		be->ops->io_many(be->priv, runner_more, runner_done, rn);
+		pthread_mutex_lock(&b->lock);
+		/* Whatever arrived after the engine's last look is still ours. */
+		again = b->bq[rn->be].count > 0;
+		if (!again) {
+			b->bq[rn->be].running = false;
+			b->runners--;
+			pthread_cond_broadcast(&b->cond);
+		}
+		pthread_mutex_unlock(&b->lock);
+	} while (again);
+	free(rn);
+}
+
+static void single_job(void *arg)
+{
+	struct gdx_file_io *io = arg;
+	struct gdx_file_batch *b = io->cookie2;
+
+	io->result = io_exec(io->file, io);
+	batch_complete(io, b);
+	pthread_mutex_lock(&b->lock);
+	b->runners--;
+	pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->lock);
 }
 
 GDX_API int gdx_file_batch_create(struct gdx_file_driver *drv, unsigned max_ios,
@@ -695,7 +742,16 @@ GDX_API int gdx_file_batch_create(struct gdx_file_driver *drv, unsigned max_ios,
 	if (!b)
 		return -ENOMEM;
 	b->cq = calloc(max_ios, sizeof(*b->cq));
+	for (int i = 0; i < GDX_FILE_BE_COUNT && b->cq; i++) {
+		b->bq[i].q = calloc(max_ios, sizeof(*b->bq[i].q));
+		if (!b->bq[i].q) {
+			free(b->cq);
+			b->cq = NULL;
+		}
+	}
 	if (!b->cq) {
+		for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
+			free(b->bq[i].q);
 		free(b);
 		return -ENOMEM;
 	}
@@ -712,69 +768,81 @@ GDX_API void gdx_file_batch_destroy(struct gdx_file_batch *b)
 	if (!b)
 		return;
 	pthread_mutex_lock(&b->lock);
-	while (b->cq_count < b->outstanding)
+	while (b->cq_count < b->outstanding || b->runners)
 		pthread_cond_wait(&b->cond, &b->lock);
 	pthread_mutex_unlock(&b->lock);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->cond);
+	for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
+		free(b->bq[i].q);
 	free(b->cq);
 	free(b);
 }
 
-static int batch_submit_group(struct gdx_file_batch *b, struct gdx_file_be *be,
-			      const struct gdx_file_batch_io *ios, unsigned n, const bool *mine)
+/* Hands one prepared I/O to its backend's runner, or to a worker of its own. */
+static int batch_queue_io(struct gdx_file_batch *b, struct gdx_file_io *io)
 {
-	struct batch_job *j = calloc(1, sizeof(*j));
-	unsigned k = 0;
+	struct gdx_file *f = io->file;
+	struct gdx_file_be *be = f->fb && io->attrs.kind != GDX_MEM_DEVICE ? f->fb : f->be;
+	int idx = (int)(be - b->drv->be), ret = 0;
+	struct batch_queue *q = &b->bq[idx];
+	struct batch_runner *rn = NULL;
 
-	if (!j)
-		return -ENOMEM;
-	j->b = b;
-	j->be = be;
-	j->ios = calloc(n, sizeof(*j->ios));
-	j->ptrs = calloc(n, sizeof(*j->ptrs));
-	if (!j->ios || !j->ptrs)
-		goto nomem;
-	for (unsigned i = 0; i < n; i++) {
-		struct gdx_file_io *io = &j->ios[k];
-		int ret;
+	if (!be->ops->io_many) {
+		io->cookie2 = b;
+		pthread_mutex_lock(&b->lock);
+		b->runners++;
+		pthread_mutex_unlock(&b->lock);
+		ret = gdx_tpool_submit(b->drv->wq, single_job, io);
+		if (ret) {
+			pthread_mutex_lock(&b->lock);
+			b->runners--;
+			pthread_mutex_unlock(&b->lock);
+		}
+		return ret;
+	}
+	pthread_mutex_lock(&b->lock);
+	q->q[(q->head + q->count) % b->max] = io;
+	q->count++;
+	if (!q->running) {
+		rn = malloc(sizeof(*rn));
+		if (rn) {
+			rn->b = b;
+			rn->be = idx;
+			q->running = true;
+			b->runners++;
+		} else {
+			q->count--;
+			ret = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&b->lock);
+	if (rn && (ret = gdx_tpool_submit(b->drv->wq, runner_job, rn))) {
+		pthread_mutex_lock(&b->lock);
+		q->running = false;
+		b->runners--;
+		/* Fails every I/O queued so far that no runner will take. */
+		while (q->count) {
+			struct gdx_file_io *x = q->q[q->head];
 
-		if (!mine[i])
-			continue;
-		ret = io_prep(ios[i].file, ios[i].op, ios[i].buf, ios[i].size, ios[i].off, io);
-		io->cookie = ios[i].cookie;
-		if (ret || !ios[i].size) {
-			/* Fails (or finishes) at once, but still through the queue. */
-			io->result = ret;
-			batch_complete(io, b);
-			continue;
+			q->head = (q->head + 1) % b->max;
+			q->count--;
+			if (x != io) {
+				pthread_mutex_unlock(&b->lock);
+				x->result = ret;
+				batch_complete(x, b);
+				pthread_mutex_lock(&b->lock);
+			}
 		}
-		j->ptrs[k++] = io;
+		pthread_mutex_unlock(&b->lock);
+		free(rn);
 	}
-	j->n = k;
-	if (!k || gdx_tpool_submit(b->drv->wq, batch_job_run, j)) {
-		for (unsigned i = 0; i < k; i++) {
-			j->ptrs[i]->result = -ENOMEM;
-			batch_complete(j->ptrs[i], b);
-		}
-		free(j->ios);
-		free(j->ptrs);
-		free(j);
-	}
-	return 0;
-nomem:
-	free(j->ios);
-	free(j->ptrs);
-	free(j);
-	return -ENOMEM;
+	return ret;
 }
 
 GDX_API int gdx_file_batch_submit(struct gdx_file_batch *b, const struct gdx_file_batch_io *ios,
 				  unsigned n)
 {
-	bool *mine;
-	int ret = 0;
-
 	if (!b || (!ios && n))
 		return -EINVAL;
 	for (unsigned i = 0; i < n; i++)
@@ -788,31 +856,31 @@ GDX_API int gdx_file_batch_submit(struct gdx_file_batch *b, const struct gdx_fil
 	}
 	b->outstanding += n;
 	pthread_mutex_unlock(&b->lock);
-	mine = calloc(n ? n : 1, sizeof(*mine));
-	if (!mine) {
-		ret = -ENOMEM;
-		goto undo;
-	}
-	/* One job per backend, so a backend with io_many sees them all at once. */
-	for (int be = 0; be < GDX_FILE_BE_COUNT && !ret; be++) {
-		unsigned cnt = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct gdx_file_io *io = malloc(sizeof(*io));
+		int ret;
 
-		for (unsigned i = 0; i < n; i++) {
-			mine[i] = ios[i].file->be == &b->drv->be[be];
-			cnt += mine[i];
+		if (!io) {
+			/* Still completes, with its error, like any failed I/O. */
+			pthread_mutex_lock(&b->lock);
+			b->cq[(b->cq_head + b->cq_count) % b->max] = (struct gdx_file_batch_event){
+				.cookie = ios[i].cookie, .result = -ENOMEM };
+			b->cq_count++;
+			pthread_cond_broadcast(&b->cond);
+			pthread_mutex_unlock(&b->lock);
+			continue;
 		}
-		if (cnt)
-			ret = batch_submit_group(b, &b->drv->be[be], ios, n, mine);
+		ret = io_prep(ios[i].file, ios[i].op, ios[i].buf, ios[i].size, ios[i].off, io);
+		io->cookie = ios[i].cookie;
+		if (!ret && ios[i].size)
+			ret = batch_queue_io(b, io);
+		if (ret || !ios[i].size) {
+			/* Fails (or finishes) at once, but still through the completion queue. */
+			io->result = ret;
+			batch_complete(io, b);
+		}
 	}
-	free(mine);
-	if (!ret)
-		return 0;
-undo:
-	/* Only possible before any group was queued: the first allocation failed. */
-	pthread_mutex_lock(&b->lock);
-	b->outstanding -= n;
-	pthread_mutex_unlock(&b->lock);
-	return ret;
+	return 0;
 }
 
 GDX_API int gdx_file_batch_wait(struct gdx_file_batch *b, unsigned min_nr,

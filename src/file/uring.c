@@ -113,7 +113,6 @@ struct ur_req {
 	off_t off, end, cur, eof;
 	int err;
 	unsigned inflight;
-	bool finished;
 	int fslot[2];		/* fixed-file index for [buffered, direct], or -1 */
 	/* page-cache state */
 	unsigned char *map;
@@ -126,6 +125,7 @@ struct ur_req {
 	bool pc_on;
 	char pc_why[80];
 	unsigned kdirect_chunks, kbuffered_chunks;
+	struct ur_req *next;
 };
 
 /* ---- contexts ---------------------------------------------------------- */
@@ -433,11 +433,13 @@ static void ur_close(void *priv, struct gdx_file *f, void *fpriv)
 
 struct engine {
 	struct ur_ctx *c;
-	struct ur_req *reqs;
-	unsigned nreq, active, kio, rr;
+	struct ur_req *list, **tailp;	/* requests not yet finished, oldest first */
+	unsigned active, kio;
 	struct ur_slot *fifo_head, *fifo_tail;	/* copies in flight, oldest first */
+	gdx_file_io_more_fn more;	/* feeds further I/Os while the engine runs */
 	gdx_file_io_done_fn done;
 	void *arg;
+	bool owned;			/* requests were allocated here */
 };
 
 static struct ur_slot *slot_take(struct ur_ctx *c)
@@ -843,19 +845,77 @@ static void req_finish(struct engine *e, struct ur_req *r)
 			     how, io->op == GDX_FILE_READ ? "reads" : "writes",
 			     r->pc_why[0] ? "; page cache: " : "", r->pc_why,
 			     r->kdirect_chunks ? "" : "; ", r->kdirect_chunks ? "" : r->uf->dio_why);
-	r->finished = true;
 	e->active--;
 	if (e->done)
 		e->done(io, e->arg);
+	if (e->owned)
+		free(r);
+}
+
+static void engine_add(struct engine *e, struct ur_req *r)
+{
+	r->next = NULL;
+	*e->tailp = r;
+	e->tailp = &r->next;
+	e->active++;
+}
+
+static ssize_t strict_refuse(struct gdx_file_io *io);
+
+/* Takes I/Os the caller queued since the last look. */
+static void engine_feed(struct engine *e)
+{
+	struct gdx_file_io *ios[32];
+	unsigned n = e->more ? e->more(e->arg, ios, 32) : 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct ur_req *r;
+
+		if (ios[i]->strict && ios[i]->attrs.kind == GDX_MEM_DEVICE) {
+			ios[i]->result = strict_refuse(ios[i]);
+			e->done(ios[i], e->arg);
+			continue;
+		}
+		r = malloc(sizeof(*r));
+		if (!r) {
+			ios[i]->result = -ENOMEM;
+			e->done(ios[i], e->arg);
+			continue;
+		}
+		req_setup(e->c, r, ios[i]);
+		engine_add(e, r);
+	}
+}
+
+/* Finishes requests with nothing left to do, and unlinks them. */
+static void engine_sweep(struct engine *e)
+{
+	struct ur_req **pp = &e->list;
+
+	e->tailp = &e->list;
+	while (*pp) {
+		struct ur_req *r = *pp;
+
+		if (!r->inflight && !req_more(r)) {
+			*pp = r->next;
+			req_finish(e, r);
+			continue;
+		}
+		e->tailp = &r->next;
+		pp = &r->next;
+	}
 }
 
 static void engine_run(struct engine *e)
 {
 	struct io_uring_cqe *cqe;
 
-	while (e->active) {
+	for (;;) {
 		bool progress = false;
 
+		engine_feed(e);
+		if (!e->active)
+			break;
 		while (e->fifo_head && !gdx_event_query(e->fifo_head->ev)) {
 			struct ur_slot *s = e->fifo_head;
 
@@ -865,43 +925,33 @@ static void engine_run(struct engine *e)
 			copy_retired(e, s);
 			progress = true;
 		}
-		for (unsigned tries = 0; e->c->free_slots && tries < e->nreq;) {
-			struct ur_req *r = &e->reqs[e->rr];
+		/* Oldest request first: a batch of small I/Os completes in order of arrival. */
+		for (struct ur_req *r = e->list; r && e->c->free_slots;) {
 			struct ur_slot *s;
-			int ret;
 
-			if (r->finished || !req_more(r)) {
-				e->rr = (e->rr + 1) % e->nreq;
-				tries++;
+			if (!req_more(r)) {
+				r = r->next;
 				continue;
 			}
 			s = slot_take(e->c);
-			ret = chunk_issue(e, r, s);
-			if (ret == -EAGAIN) {
+			if (chunk_issue(e, r, s) == -EAGAIN) {
 				/* Page-cache window full: the slot goes back, another request may use it. */
 				s->next = e->c->free_slots;
 				e->c->free_slots = s;
-				e->rr = (e->rr + 1) % e->nreq;
-				tries++;
+				r = r->next;
 				continue;
 			}
 			progress = true;
-			tries = 0;
 		}
-		for (unsigned i = 0; i < e->nreq; i++) {
-			struct ur_req *r = &e->reqs[i];
-
-			if (!r->finished && !r->inflight && !req_more(r))
-				req_finish(e, r);
-		}
+		engine_sweep(e);
 		if (!e->active)
-			break;
+			continue;	/* one more look for fed I/O before leaving */
 		if (e->kio) {
 			unsigned head, seen = 0;
 
 			io_uring_submit(&e->c->ring);
 			if (!progress) {
-				if (e->fifo_head) {
+				if (e->fifo_head || e->more) {
 					struct __kernel_timespec ts = { .tv_nsec = 50000 };
 
 					io_uring_wait_cqe_timeout(&e->c->ring, &cqe, &ts);
@@ -920,27 +970,6 @@ static void engine_run(struct engine *e)
 	}
 }
 
-static void run_reqs(struct ur_ctx *c, struct gdx_file_io **ios, unsigned n,
-		     gdx_file_io_done_fn done, void *arg)
-{
-	struct ur_req *reqs = calloc(n, sizeof(*reqs));
-	struct engine e = { .c = c, .reqs = reqs, .nreq = n, .active = n, .done = done,
-			    .arg = arg };
-
-	if (!reqs) {
-		for (unsigned i = 0; i < n; i++) {
-			ios[i]->result = -ENOMEM;
-			if (done)
-				done(ios[i], arg);
-		}
-		return;
-	}
-	for (unsigned i = 0; i < n; i++)
-		req_setup(c, &reqs[i], ios[i]);
-	engine_run(&e);
-	free(reqs);
-}
-
 static ssize_t strict_refuse(struct gdx_file_io *io)
 {
 	gdx_file_why(&io->info, "uring backend stages device memory through host memory; "
@@ -950,54 +979,41 @@ static ssize_t strict_refuse(struct gdx_file_io *io)
 
 static ssize_t ur_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io)
 {
-	struct ur_ctx *c;
+	struct ur_req r;
+	struct engine e = { .tailp = &e.list };
 	int ret;
 
 	(void)f;
 	(void)fpriv;
 	if (io->strict && io->attrs.kind == GDX_MEM_DEVICE)
 		return strict_refuse(io);
-	ret = ctx_get(priv, POOL_SEQ, &c);
+	ret = ctx_get(priv, POOL_SEQ, &e.c);
 	if (ret)
 		return ret;
-	run_reqs(c, &io, 1, NULL, NULL);
-	ctx_put(c);
+	req_setup(e.c, &r, io);
+	engine_add(&e, &r);
+	engine_run(&e);
+	ctx_put(e.c);
 	return io->result;
 }
 
-static void ur_io_many(void *priv, struct gdx_file_io **ios, unsigned n, gdx_file_io_done_fn done,
-		       void *arg)
+static void ur_io_many(void *priv, gdx_file_io_more_fn more, gdx_file_io_done_fn done, void *arg)
 {
-	struct gdx_file_io **run = calloc(n, sizeof(*run));
-	unsigned k = 0;
-	struct ur_ctx *c;
+	struct engine e = { .tailp = &e.list, .more = more, .done = done, .arg = arg,
+			    .owned = true };
+	struct gdx_file_io *io;
 	int ret;
 
-	for (unsigned i = 0; i < n; i++) {
-		if (ios[i]->strict && ios[i]->attrs.kind == GDX_MEM_DEVICE) {
-			ios[i]->result = strict_refuse(ios[i]);
-			done(ios[i], arg);
-		} else if (run) {
-			run[k++] = ios[i];
-		} else {
-			ios[i]->result = -ENOMEM;
-			done(ios[i], arg);
-		}
-	}
-	if (!k)
-		goto out;
-	ret = ctx_get(priv, POOL_BATCH, &c);
+	ret = ctx_get(priv, POOL_BATCH, &e.c);
 	if (ret) {
-		for (unsigned i = 0; i < k; i++) {
-			run[i]->result = ret;
-			done(run[i], arg);
+		while (more(arg, &io, 1)) {
+			io->result = ret;
+			done(io, arg);
 		}
-		goto out;
+		return;
 	}
-	run_reqs(c, run, k, done, arg);
-	ctx_put(c);
-out:
-	free(run);
+	engine_run(&e);
+	ctx_put(e.c);
 }
 
 const struct gdx_file_backend_ops gdx_file_uring_ops = {

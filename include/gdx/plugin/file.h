@@ -34,9 +34,11 @@ struct gdx_file_io {
 	struct gdx_file_io_info info;	/* the backend fills bytes[] and why */
 	ssize_t result;			/* io_many: set before complete() */
 	void *cookie;			/* the front end's */
+	void *cookie2;
 };
 
 typedef void (*gdx_file_io_done_fn)(struct gdx_file_io *io, void *arg);
+typedef unsigned (*gdx_file_io_more_fn)(void *arg, struct gdx_file_io **ios, unsigned max);
 
 struct gdx_file_backend_ops {
 	const char *name;
@@ -49,11 +51,12 @@ struct gdx_file_backend_ops {
 	/* Synchronous: bytes done or a negative code. */
 	ssize_t (*io)(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io);
 	/*
-	 * Optional: runs n I/Os concurrently, calling done as each finishes; returns
-	 * once all have.  Without it the front end runs io() on worker threads.
+	 * Optional: runs I/Os concurrently as more() hands them over (up to max at a
+	 * time, 0 when none is queued right now), calling done as each finishes;
+	 * returns once all it took are done and more() has nothing further.
+	 * Without it the front end runs io() on worker threads.
 	 */
-	void (*io_many)(void *priv, struct gdx_file_io **ios, unsigned n, gdx_file_io_done_fn done,
-			void *arg);
+	void (*io_many)(void *priv, gdx_file_io_more_fn more, gdx_file_io_done_fn done, void *arg);
 	/* Optional buffer registration; payload is handed back to deregister. */
 	int (*buf_register)(void *priv, void *buf, size_t len, const struct gdx_ptr_attrs *a,
 			    void **payload);
