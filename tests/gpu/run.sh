@@ -12,12 +12,13 @@
 #
 # Runs: test_device (the device suite CI runs on the emulated device) with
 # GDX_DEVICE=cuda, test_cuda_extra (cuMemMap / cuMemAllocAsync pointer queries,
-# dma-buf of a cuMemMap range, properties) and test_cuda_load (a missing or
-# GPU-less driver gives a clear error), then prints `gdx check`.  Ends with
-# "N passed, N failed, N skipped".
+# dma-buf of a cuMemMap range, properties), test_cuda_load (a missing or
+# GPU-less driver gives a clear error) and test_pool (bounce pools page-locked
+# with cuMemHostRegister on the GPU's NUMA node, copies through them), then
+# prints `gdx check`.  Ends with "N passed, N failed, N skipped".
 set -u
 
-PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load"
+PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool"
 # Staged beside them and run after them, not counted: the readiness report.
 TOOLS="tools/gdx/gdx"
 GLIBC="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2"
