@@ -1,0 +1,776 @@
+/* SPDX-License-Identifier: MIT */
+/* The training-step example: everything but the compute provider. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gdx/file.h>
+
+#include "train_step.h"
+
+#define NSTAGES 4
+static const char *const stage_names[NSTAGES] = { "load", "compute", "d2h", "send" };
+
+struct ts_opts {
+	const char *device;
+	const char *data;
+	const char *send;	/* "tcp", "file:PATH", "none" */
+	size_t in_bytes, out_bytes;
+	uint64_t data_bytes;
+	unsigned batches, slots, ahead, verify_every, warmup;
+	double load_us, compute_us, send_us, spin_us;
+	bool serial;
+};
+
+struct peer {
+	int lfd, port;
+	pthread_t thread;
+	const struct ts_ctx *c;
+	uint64_t received, verified, mismatches;
+	int err;
+};
+
+struct ts_result {
+	struct gdx_pipeline_stage_stats st[NSTAGES];
+	struct gdx_pipeline_stats ps;
+	uint64_t verified, mismatches;
+	int err;
+	char errtext[320];
+};
+
+struct ts_ctx {
+	struct ts_opts o;
+	const struct ts_provider *prov;
+	struct gdx_device *dev;
+	struct gdx_file_driver *drv;
+	struct gdx_file *data;
+	struct gdx_file *sink;	/* --send file:PATH */
+	uint64_t wrap;
+	struct ts_slot slots[GDX_PIPELINE_MAX_SLOTS];
+	unsigned nslots;
+	struct gdx_pipeline_source file_src;
+	int sock;		/* --send tcp */
+	uint64_t sent;
+};
+
+/* ---- helpers for providers ---------------------------------------------------- */
+
+struct gdx_device *ts_device(struct ts_ctx *c)
+{
+	return c->dev;
+}
+
+size_t ts_in_bytes(struct ts_ctx *c)
+{
+	return c->o.in_bytes;
+}
+
+size_t ts_out_bytes(struct ts_ctx *c)
+{
+	return c->o.out_bytes;
+}
+
+double ts_compute_us(struct ts_ctx *c)
+{
+	return c->o.compute_us;
+}
+
+uint64_t ts_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void ts_wait_until(struct ts_ctx *c, uint64_t t_ns)
+{
+	static __thread bool slack_set;
+	uint64_t spin_ns = (uint64_t)(c->o.spin_us * 1e3), now = ts_now_ns();
+
+	if (!slack_set) {
+		/* The default 50 us of timer slack would swamp short stages. */
+		prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+		slack_set = true;
+	}
+	if (now + spin_ns < t_ns) {
+		uint64_t until = t_ns - spin_ns;
+		struct timespec ts = { .tv_sec = (time_t)(until / 1000000000ull),
+				       .tv_nsec = (long)(until % 1000000000ull) };
+
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+	}
+	while (ts_now_ns() < t_ns)
+		;
+}
+
+/* Word w of the data set; the peer regenerates batches from it. */
+static uint32_t data_word(uint64_t w)
+{
+	uint64_t z = w + 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return (uint32_t)(z ^ (z >> 31));
+}
+
+void ts_reference(const uint32_t *in, size_t in_words, uint32_t *out, size_t out_words,
+		  uint64_t batch)
+{
+	size_t k = in_words / out_words;
+
+	for (size_t j = 0; j < out_words; j++) {
+		uint32_t acc = (uint32_t)batch;
+
+		for (size_t i = 0; i < k; i++)
+			acc += in[j * k + i] * (uint32_t)(i + 1);
+		out[j] = acc;
+	}
+}
+
+static uint64_t batch_offset(const struct ts_ctx *c, uint64_t b)
+{
+	return (b * c->o.in_bytes) % c->wrap;
+}
+
+/* Compares a batch's result with the reference; returns true when equal. */
+static bool check_batch(const struct ts_ctx *c, uint64_t b, const uint32_t *got)
+{
+	size_t in_words = c->o.in_bytes / 4, out_words = c->o.out_bytes / 4;
+	uint32_t *in = malloc(c->o.in_bytes), *want = malloc(c->o.out_bytes);
+	uint64_t w0 = batch_offset(c, b) / 4;
+	bool ok;
+
+	if (!in || !want) {
+		free(in);
+		free(want);
+		return false;
+	}
+	for (size_t i = 0; i < in_words; i++)
+		in[i] = data_word(w0 + i);
+	ts_reference(in, in_words, want, out_words, b);
+	ok = !memcmp(got, want, c->o.out_bytes);
+	free(in);
+	free(want);
+	return ok;
+}
+
+/* ---- data set ------------------------------------------------------------------ */
+
+static int make_data(const struct ts_opts *o)
+{
+	const size_t chunk = 1 << 20;
+	struct stat sb;
+	uint32_t probe[2];
+	uint32_t *buf;
+	int fd, ret = 0;
+
+	fd = open(o->data, O_RDWR | O_CREAT, 0644);
+	if (fd < 0) {
+		fprintf(stderr, "train_step: %s: %s\n", o->data, strerror(errno));
+		return -errno;
+	}
+	/* Reuse a file of the right size whose first and last words match. */
+	if (!fstat(fd, &sb) && (uint64_t)sb.st_size == o->data_bytes &&
+	    pread(fd, &probe[0], 4, 0) == 4 &&
+	    pread(fd, &probe[1], 4, (off_t)o->data_bytes - 4) == 4 &&
+	    probe[0] == data_word(0) && probe[1] == data_word(o->data_bytes / 4 - 1)) {
+		close(fd);
+		return 0;
+	}
+	buf = malloc(chunk);
+	if (!buf || ftruncate(fd, 0)) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t off = 0; off < o->data_bytes; off += chunk) {
+		size_t n = o->data_bytes - off < chunk ? (size_t)(o->data_bytes - off) : chunk;
+
+		for (size_t i = 0; i < n / 4; i++)
+			buf[i] = data_word(off / 4 + i);
+		if (pwrite(fd, buf, n, (off_t)off) != (ssize_t)n) {
+			ret = errno ? -errno : -EIO;
+			fprintf(stderr, "train_step: writing %s: %s\n", o->data, strerror(-ret));
+			goto out;
+		}
+	}
+out:
+	free(buf);
+	close(fd);
+	return ret;
+}
+
+/* ---- the peer ------------------------------------------------------------------ */
+
+struct msg_hdr {
+	uint64_t batch;
+	uint64_t len;
+};
+
+static int read_full(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+
+	while (n) {
+		ssize_t r = read(fd, p, n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -ECONNRESET;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static void *peer_main(void *arg)
+{
+	struct peer *pe = arg;
+	const struct ts_ctx *c = pe->c;
+	uint32_t *buf = malloc(c->o.out_bytes);
+	int fd = accept(pe->lfd, NULL, NULL);
+
+	if (fd < 0 || !buf) {
+		pe->err = fd < 0 ? -errno : -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		struct msg_hdr h;
+		int r = read_full(fd, &h, sizeof(h));
+
+		if (r == -ECONNRESET)
+			break;		/* the sender is done */
+		if (!r && h.len != c->o.out_bytes)
+			r = -EPROTO;
+		if (!r)
+			r = read_full(fd, buf, c->o.out_bytes);
+		if (r) {
+			pe->err = r;
+			break;
+		}
+		pe->received++;
+		if (c->o.verify_every && h.batch % c->o.verify_every == 0) {
+			pe->verified++;
+			if (!check_batch(c, h.batch, buf)) {
+				if (!pe->mismatches)
+					fprintf(stderr, "train_step: peer: batch %llu differs\n",
+						(unsigned long long)h.batch);
+				pe->mismatches++;
+			}
+		}
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return NULL;
+}
+
+static int peer_start(struct ts_ctx *c, struct peer *pe)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int one = 1;
+
+	memset(pe, 0, sizeof(*pe));
+	pe->c = c;
+	pe->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (pe->lfd < 0 || bind(pe->lfd, (struct sockaddr *)&a, sizeof(a)) ||
+	    listen(pe->lfd, 1) || getsockname(pe->lfd, (struct sockaddr *)&a, &alen))
+		return -errno;
+	if (pthread_create(&pe->thread, NULL, peer_main, pe))
+		return -EAGAIN;
+	c->sock = socket(AF_INET, SOCK_STREAM, 0);
+	if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&a, sizeof(a)))
+		return -errno;
+	setsockopt(c->sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return 0;
+}
+
+static void peer_stop(struct ts_ctx *c, struct peer *pe)
+{
+	if (c->sock >= 0) {
+		shutdown(c->sock, SHUT_WR);
+		pthread_join(pe->thread, NULL);
+		close(c->sock);
+		c->sock = -1;
+	}
+	if (pe->lfd >= 0)
+		close(pe->lfd);
+}
+
+/* ---- stages -------------------------------------------------------------------- */
+
+static struct ts_slot *slot_of(struct ts_ctx *c, const void *in)
+{
+	for (unsigned i = 0; i < c->nslots; i++) {
+		if (c->slots[i].in == in)
+			return &c->slots[i];
+	}
+	return NULL;
+}
+
+/* The file source, with the stage stretched to --load-us. */
+static int load_read(void *ctx, struct gdx_pipeline_read *rd, struct gdx_stream *st)
+{
+	struct ts_ctx *c = ctx;
+	struct ts_slot *s = slot_of(c, rd->dst);
+	int ret = 0;
+
+	if (!s)
+		return -EINVAL;
+	if (c->o.load_us > 0)
+		ret = c->prov->mark(c, s, TS_MARK_LOAD, st);
+	ret = ret ? ret : c->file_src.read_async(c->file_src.ctx, rd, st);
+	if (!ret && c->o.load_us > 0)
+		ret = c->prov->pad(c, s, TS_MARK_LOAD, c->o.load_us, st);
+	return ret;
+}
+
+static void load_complete(void *ctx, struct gdx_pipeline_read *rd)
+{
+	struct ts_ctx *c = ctx;
+
+	c->file_src.complete(c->file_src.ctx, rd);
+}
+
+static int compute_stage(const struct gdx_pipeline_job *job, struct gdx_stream *st, void *arg)
+{
+	struct ts_ctx *c = arg;
+	struct ts_slot *s = job->slot_user;
+	int ret = c->prov->mark(c, s, TS_MARK_COMPUTE, st);
+
+	ret = ret ? ret : c->prov->compute(c, s, job->batch, st);
+	return ret ? ret : c->prov->pad(c, s, TS_MARK_COMPUTE, c->o.compute_us, st);
+}
+
+static int d2h_stage(const struct gdx_pipeline_job *job, struct gdx_stream *st, void *arg)
+{
+	struct ts_ctx *c = arg;
+	struct ts_slot *s = job->slot_user;
+
+	return gdx_memcpy_async(c->dev, s->out_pin, s->out, c->o.out_bytes, st);
+}
+
+static int send_stage(const struct gdx_pipeline_job *job, void *arg)
+{
+	struct ts_ctx *c = arg;
+	struct ts_slot *s = job->slot_user;
+	uint64_t t0 = ts_now_ns();
+	struct msg_hdr h = { job->batch, c->o.out_bytes };
+
+	if (c->sock >= 0) {
+		struct iovec iov[2] = { { &h, sizeof(h) }, { s->out_pin, c->o.out_bytes } };
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
+		size_t left = sizeof(h) + c->o.out_bytes;
+
+		while (left) {
+			ssize_t n = sendmsg(c->sock, &m, MSG_NOSIGNAL);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return gdx_pipeline_job_fail(job, -errno, "send to the peer");
+			left -= (size_t)n;
+			while (n > 0 && m.msg_iovlen) {
+				size_t take = (size_t)n < m.msg_iov[0].iov_len ?
+					(size_t)n : m.msg_iov[0].iov_len;
+
+				m.msg_iov[0].iov_base = (char *)m.msg_iov[0].iov_base + take;
+				m.msg_iov[0].iov_len -= take;
+				n -= (ssize_t)take;
+				if (!m.msg_iov[0].iov_len) {
+					m.msg_iov++;
+					m.msg_iovlen--;
+				}
+			}
+		}
+	} else if (c->sink) {
+		ssize_t n = gdx_file_write(c->sink, s->out_pin, c->o.out_bytes,
+					   (off_t)(job->batch * c->o.out_bytes));
+
+		if (n != (ssize_t)c->o.out_bytes)
+			return gdx_pipeline_job_fail(job, n < 0 ? (int)n : -EIO,
+						     "write of the result to the file");
+	}
+	c->sent++;
+	if (c->o.send_us > 0)
+		ts_wait_until(c, t0 + (uint64_t)(c->o.send_us * 1e3));
+	return 0;
+}
+
+/* ---- one run ------------------------------------------------------------------------ */
+
+static void slots_fini(struct ts_ctx *c)
+{
+	for (unsigned i = 0; i < c->nslots; i++) {
+		struct ts_slot *s = &c->slots[i];
+
+		if (c->prov->slot_fini)
+			c->prov->slot_fini(c, s);
+		if (s->out)
+			gdx_device_free(c->dev, s->out);
+		if (s->out_pin)
+			gdx_pinned_free(c->dev, s->out_pin);
+		memset(s, 0, sizeof(*s));
+	}
+	c->nslots = 0;
+}
+
+static int build(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct gdx_pipeline **out)
+{
+	struct gdx_pipeline_source src;
+	struct gdx_pipeline_load_opts lo;
+	struct gdx_pipeline_opts po;
+	struct gdx_stage_desc d;
+	struct gdx_pipeline *p;
+	int ret;
+
+	gdx_pipeline_opts_init(&po, sizeof(po));
+	po.nslots = nslots;
+	po.ahead = ahead;
+	po.slot_bytes = c->o.in_bytes;
+	po.warmup = (int)c->o.warmup;
+	ret = gdx_pipeline_create(c->dev, &po, &p);
+	if (ret)
+		return ret;
+	c->nslots = nslots;
+	for (unsigned i = 0; i < nslots && !ret; i++) {
+		struct ts_slot *s = &c->slots[i];
+
+		s->idx = i;
+		gdx_pipeline_slot_buf(p, i, &s->in, NULL);
+		ret = gdx_device_malloc(c->dev, c->o.out_bytes, &s->out);
+		ret = ret ? ret : gdx_pinned_alloc(c->dev, c->o.out_bytes, &s->out_pin);
+		ret = ret ? ret : c->prov->slot_init ? c->prov->slot_init(c, s) : 0;
+		ret = ret ? ret : gdx_pipeline_set_slot_user(p, i, s);
+	}
+
+	src = c->file_src;
+	src.name = "file";
+	src.read_async = load_read;
+	src.complete = load_complete;
+	src.release = NULL;
+	src.ctx = c;
+	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
+	lo.batch_bytes = c->o.in_bytes;
+	lo.wrap = c->wrap;
+	if (!ret && gdx_pipeline_add_load(p, &src, &lo) < 0)
+		ret = -EINVAL;
+
+	gdx_stage_desc_init(&d, sizeof(d));
+	d.arg = c;
+	d.kind = GDX_STAGE_DEVICE;
+	d.name = stage_names[1];
+	d.enqueue = compute_stage;
+	if (!ret && gdx_pipeline_add_stage(p, &d) < 0)
+		ret = -EINVAL;
+	d.name = stage_names[2];
+	d.enqueue = d2h_stage;
+	if (!ret && gdx_pipeline_add_stage(p, &d) < 0)
+		ret = -EINVAL;
+	d.name = stage_names[3];
+	d.kind = GDX_STAGE_HOST;
+	d.enqueue = NULL;
+	d.run = send_stage;
+	if (!ret && gdx_pipeline_add_stage(p, &d) < 0)
+		ret = -EINVAL;
+	if (ret) {
+		gdx_pipeline_destroy(p);
+		slots_fini(c);
+		return ret;
+	}
+	*out = p;
+	return 0;
+}
+
+/* Reads back what --send file:PATH wrote and checks it. */
+static void verify_sink(struct ts_ctx *c, struct ts_result *r)
+{
+	uint32_t *buf = malloc(c->o.out_bytes);
+
+	for (uint64_t b = 0; buf && c->o.verify_every && b < c->sent; b += c->o.verify_every) {
+		ssize_t n = gdx_file_read(c->sink, buf, c->o.out_bytes, (off_t)(b * c->o.out_bytes));
+
+		r->verified++;
+		if (n != (ssize_t)c->o.out_bytes || !check_batch(c, b, buf))
+			r->mismatches++;
+	}
+	free(buf);
+}
+
+static int run_once(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct ts_result *r)
+{
+	struct gdx_pipeline *p;
+	struct peer pe = { .lfd = -1 };
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	c->sock = -1;
+	c->sent = 0;
+	if (!strcmp(c->o.send, "tcp")) {
+		ret = peer_start(c, &pe);
+		if (ret) {
+			snprintf(r->errtext, sizeof(r->errtext), "loopback peer: %s", strerror(-ret));
+			peer_stop(c, &pe);
+			return ret;
+		}
+	}
+	ret = build(c, nslots, ahead, &p);
+	if (ret) {
+		snprintf(r->errtext, sizeof(r->errtext), "set-up: %s", gdx_strerror(ret));
+		peer_stop(c, &pe);
+		return ret;
+	}
+	r->err = gdx_pipeline_run(p, c->o.batches);
+	if (r->err)
+		gdx_pipeline_strerror(p, r->errtext, sizeof(r->errtext));
+	for (unsigned k = 0; k < NSTAGES; k++) {
+		r->st[k].struct_size = sizeof(r->st[k]);
+		gdx_pipeline_stage_stats(p, k, &r->st[k]);
+	}
+	r->ps.struct_size = sizeof(r->ps);
+	gdx_pipeline_stats(p, &r->ps);
+	gdx_pipeline_destroy(p);
+	slots_fini(c);
+	peer_stop(c, &pe);
+	if (!strcmp(c->o.send, "tcp")) {
+		r->verified = pe.verified;
+		r->mismatches = pe.mismatches;
+		if (!r->err && pe.err)
+			snprintf(r->errtext, sizeof(r->errtext), "peer: %s", strerror(-pe.err));
+		if (!r->err && pe.received != c->o.batches)
+			r->mismatches++;
+		r->err = r->err ? r->err : pe.err;
+	} else if (c->sink) {
+		verify_sink(c, r);
+	}
+	return r->err;
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static double us(uint64_t ns)
+{
+	return (double)ns / 1e3;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: train_step [options]\n"
+		"  --device SPEC        cuda[:N], emulated (default $GDX_DEVICE, else auto)\n"
+		"  --data PATH          data set file, made if missing (default $TMPDIR/gdx_train_step.dat)\n"
+		"  --data-bytes N       data set size (default 64M)\n"
+		"  --batch-bytes N      input per batch, loaded into GPU memory (default 1M)\n"
+		"  --out-bytes N        result per batch, sent (default 64K)\n"
+		"  --batches N          (default 200)\n"
+		"  --slots S            ring slots (default 3)\n"
+		"  --ahead N            batches queued beyond the slots (default S)\n"
+		"  --load-us T          stretch the load stage to at least T us (default 0)\n"
+		"  --compute-us T       compute kernel duration (default 100)\n"
+		"  --send-us T          stretch the send stage to at least T us (default 0)\n"
+		"  --spin-us T          host waits shorter than T us spin instead of sleeping\n"
+		"  --send tcp|file:PATH|none  where results go (default tcp: a loopback peer)\n"
+		"  --verify-every N     the peer checks every Nth batch (default 1; 0: none)\n"
+		"  --warmup N           batches left out of the figures (default 8)\n"
+		"  --serial             also measure the serial step (one slot, nothing ahead)\n");
+}
+
+static int parse_size(const char *s, uint64_t *v)
+{
+	char *end;
+	double d = strtod(s, &end);
+	uint64_t m = 1;
+
+	switch (*end) {
+	case 'k': case 'K': m = 1ull << 10; end++; break;
+	case 'm': case 'M': m = 1ull << 20; end++; break;
+	case 'g': case 'G': m = 1ull << 30; end++; break;
+	default: break;
+	}
+	if (end == s || *end || d < 0)
+		return -EINVAL;
+	*v = (uint64_t)(d * (double)m);
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct ts_opts *o)
+{
+	static const struct option lo[] = {
+		{ "device", 1, NULL, 'd' }, { "data", 1, NULL, 'f' },
+		{ "data-bytes", 1, NULL, 'D' }, { "batch-bytes", 1, NULL, 'b' },
+		{ "out-bytes", 1, NULL, 'o' }, { "batches", 1, NULL, 'n' },
+		{ "slots", 1, NULL, 's' }, { "ahead", 1, NULL, 'a' },
+		{ "load-us", 1, NULL, 'L' }, { "compute-us", 1, NULL, 'C' },
+		{ "send-us", 1, NULL, 'S' }, { "spin-us", 1, NULL, 'P' },
+		{ "send", 1, NULL, 'x' }, { "verify-every", 1, NULL, 'v' },
+		{ "warmup", 1, NULL, 'w' }, { "serial", 0, NULL, 'z' },
+		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
+	};
+	static char data_path[512];
+	const char *tmp = getenv("TMPDIR");
+	uint64_t v;
+	int c;
+
+	snprintf(data_path, sizeof(data_path), "%s/gdx_train_step.dat", tmp ? tmp : "/tmp");
+	*o = (struct ts_opts){
+		.data = data_path, .send = "tcp", .in_bytes = 1 << 20, .out_bytes = 64 << 10,
+		.data_bytes = 64ull << 20, .batches = 200, .slots = 3, .ahead = (unsigned)-1,
+		.verify_every = 1, .warmup = 8, .compute_us = 100,
+	};
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		int bad = 0;
+
+		switch (c) {
+		case 'd': o->device = optarg; break;
+		case 'f': o->data = optarg; break;
+		case 'x': o->send = optarg; break;
+		case 'D': bad = parse_size(optarg, &o->data_bytes); break;
+		case 'b': bad = parse_size(optarg, &v); o->in_bytes = (size_t)v; break;
+		case 'o': bad = parse_size(optarg, &v); o->out_bytes = (size_t)v; break;
+		case 'n': o->batches = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 's': o->slots = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'a': o->ahead = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'v': o->verify_every = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'w': o->warmup = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'L': o->load_us = atof(optarg); break;
+		case 'C': o->compute_us = atof(optarg); break;
+		case 'S': o->send_us = atof(optarg); break;
+		case 'P': o->spin_us = atof(optarg); break;
+		case 'z': o->serial = true; break;
+		case 'h': usage(stdout); exit(0);
+		default: return -EINVAL;
+		}
+		if (bad)
+			return -EINVAL;
+	}
+	if (optind != argc || !o->out_bytes || o->out_bytes % 4 || o->in_bytes % o->out_bytes ||
+	    o->data_bytes < o->in_bytes || o->batches <= o->warmup + 1 || !o->slots ||
+	    (strcmp(o->send, "tcp") && strcmp(o->send, "none") && strncmp(o->send, "file:", 5)))
+		return -EINVAL;
+	return 0;
+}
+
+static void print_result(const char *what, const struct ts_result *r)
+{
+	printf("%s: %llu batches, step %.1f us, max stage %.1f us, efficiency %.3f\n", what,
+	       (unsigned long long)r->ps.completed, us(r->ps.step_ns), us(r->ps.max_stage_ns),
+	       r->ps.overlap);
+}
+
+int ts_main(int argc, char **argv, const struct ts_provider *prov)
+{
+	struct ts_ctx c = { .prov = prov, .sock = -1 };
+	struct ts_result pipe_r, ser_r;
+	struct gdx_file_io_info info;
+	double serial_sum = 0;
+	int ret;
+
+	if (parse_args(argc, argv, &c.o)) {
+		usage(stderr);
+		return 2;
+	}
+	if (c.o.ahead == (unsigned)-1)
+		c.o.ahead = c.o.slots;
+	c.wrap = c.o.data_bytes / c.o.in_bytes * c.o.in_bytes;
+	if (make_data(&c.o))
+		return 1;
+	ret = gdx_device_open(c.o.device, &c.dev);
+	if (ret) {
+		fprintf(stderr, "train_step: device: %s\n", gdx_strerror(ret));
+		return 1;
+	}
+	ret = gdx_file_driver_open(c.dev, NULL, &c.drv);
+	ret = ret ? ret : gdx_file_open(c.drv, c.o.data, NULL, &c.data);
+	ret = ret ? ret : gdx_pipeline_source_file(c.data, &c.file_src);
+	if (!ret && !strncmp(c.o.send, "file:", 5)) {
+		struct gdx_file_opts fo;
+
+		gdx_file_opts_init(&fo, sizeof(fo));
+		fo.oflags = O_RDWR | O_CREAT | O_TRUNC;
+		ret = gdx_file_open(c.drv, c.o.send + 5, &fo, &c.sink);
+	}
+	if (ret) {
+		fprintf(stderr, "train_step: files: %s\n", gdx_strerror(ret));
+		goto out;
+	}
+	printf("train_step: device %s, compute on %s, %u batches of %zu bytes -> %zu bytes, "
+	       "send %s\n", gdx_device_name(c.dev), prov->name, c.o.batches, c.o.in_bytes,
+	       c.o.out_bytes, c.o.send);
+	printf("targets: load >= %.0f us, compute %.0f us, send >= %.0f us\n", c.o.load_us,
+	       c.o.compute_us, c.o.send_us);
+
+	ret = run_once(&c, c.o.slots, c.o.ahead, &pipe_r);
+	if (ret) {
+		fprintf(stderr, "train_step: pipelined run failed: %s\n", pipe_r.errtext);
+		goto out;
+	}
+	if (c.o.serial) {
+		ret = run_once(&c, 1, 0, &ser_r);
+		if (ret) {
+			fprintf(stderr, "train_step: serial run failed: %s\n", ser_r.errtext);
+			goto out;
+		}
+	}
+	gdx_file_info(c.data, &info);
+	printf("load path: %s (%s)\n", gdx_file_path_name(info.path), info.why);
+
+	printf("\n%-8s %-6s %10s %10s %10s\n", "stage", "kind", "mean_us", "min_us", "max_us");
+	for (unsigned k = 0; k < NSTAGES; k++) {
+		const struct gdx_pipeline_stage_stats *s = &pipe_r.st[k];
+
+		printf("%-8s %-6s %10.1f %10.1f %10.1f\n", s->name,
+		       s->kind == GDX_STAGE_DEVICE ? "device" : "host", us(s->mean_ns),
+		       us(s->min_ns), us(s->max_ns));
+		serial_sum += us(s->mean_ns);
+	}
+	printf("\n");
+	print_result("pipelined", &pipe_r);
+	if (c.o.serial)
+		print_result("serial   ", &ser_r);
+	printf("serial step, sum of stages:       %10.1f us\n", serial_sum);
+	if (c.o.serial)
+		printf("serial step, measured (1 slot):   %10.1f us\n", us(ser_r.ps.step_ns));
+	printf("pipelined step (%u slots):         %10.1f us\n", c.o.slots, us(pipe_r.ps.step_ns));
+	printf("overlap efficiency step/max stage: %9.3f   (goal <= 1.05)\n", pipe_r.ps.overlap);
+	if (c.o.serial && pipe_r.ps.step_ns)
+		printf("speedup, measured serial/pipelined: %8.2fx\n",
+		       (double)ser_r.ps.step_ns / (double)pipe_r.ps.step_ns);
+	printf("verified %llu batches, %llu mismatches\n",
+	       (unsigned long long)(pipe_r.verified + (c.o.serial ? ser_r.verified : 0)),
+	       (unsigned long long)(pipe_r.mismatches + (c.o.serial ? ser_r.mismatches : 0)));
+	printf("RESULT device=%s slots=%u batches=%u", gdx_device_name(c.dev), c.o.slots,
+	       c.o.batches);
+	for (unsigned k = 0; k < NSTAGES; k++)
+		printf(" %s_us=%.1f", stage_names[k], us(pipe_r.st[k].mean_ns));
+	printf(" max_stage_us=%.1f serial_sum_us=%.1f serial_us=%.1f step_us=%.1f efficiency=%.3f"
+	       " mismatches=%llu\n", us(pipe_r.ps.max_stage_ns), serial_sum,
+	       c.o.serial ? us(ser_r.ps.step_ns) : 0.0, us(pipe_r.ps.step_ns), pipe_r.ps.overlap,
+	       (unsigned long long)(pipe_r.mismatches + (c.o.serial ? ser_r.mismatches : 0)));
+	if (pipe_r.mismatches || (c.o.serial && ser_r.mismatches))
+		ret = -EIO;
+out:
+	if (c.sink)
+		gdx_file_close(c.sink);
+	if (c.data)
+		gdx_file_close(c.data);
+	if (c.drv)
+		gdx_file_driver_close(c.drv);
+	gdx_device_close(c.dev);
+	return ret ? 1 : 0;
+}
