@@ -54,6 +54,7 @@ struct ur_drv {
 	struct ur_ctx *idle[POOL_COUNT];
 	struct ur_ctx *all;
 	unsigned nctx[POOL_COUNT];
+	struct gdx_tpool *split;	/* runs the parts of large I/Os beside the caller */
 };
 
 struct ur_file {
@@ -340,6 +341,8 @@ static void ftab_forget(struct ur_drv *ud, uint64_t id)
 
 /* ---- backend ops -------------------------------------------------------- */
 
+static void ur_fini(void *priv);
+
 static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t whylen)
 {
 	struct io_uring probe;
@@ -360,6 +363,14 @@ static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t w
 	ud->dev = gdx_file_driver_device(drv);
 	pthread_mutex_init(&ud->lock, NULL);
 	pthread_cond_init(&ud->cond, NULL);
+	if ((unsigned)gdx_cfg_int("file.threads") > 1) {
+		ret = gdx_tpool_create((unsigned)gdx_cfg_int("file.threads") - 1, "gdx-split",
+				       &ud->split);
+		if (ret) {
+			ur_fini(ud);
+			return ret;
+		}
+	}
 	*priv = ud;
 	return 0;
 }
@@ -374,6 +385,7 @@ static void ur_fini(void *priv)
 		ud->all = c->next_all;
 		ctx_destroy(c);
 	}
+	gdx_tpool_destroy(ud->split);
 	pthread_mutex_destroy(&ud->lock);
 	pthread_cond_destroy(&ud->cond);
 	free(ud);
@@ -977,24 +989,124 @@ static ssize_t strict_refuse(struct gdx_file_io *io)
 	return GDX_ENOTDIRECT;
 }
 
-static ssize_t ur_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io)
+/* One I/O on one context, start to end on this thread. */
+static ssize_t run_one(struct ur_drv *ud, struct gdx_file_io *io)
 {
 	struct ur_req r;
 	struct engine e = { .tailp = &e.list };
 	int ret;
 
-	(void)f;
-	(void)fpriv;
-	if (io->strict && io->attrs.kind == GDX_MEM_DEVICE)
-		return strict_refuse(io);
-	ret = ctx_get(priv, POOL_SEQ, &e.c);
+	ret = ctx_get(ud, POOL_SEQ, &e.c);
 	if (ret)
-		return ret;
+		return io->result = ret;
 	req_setup(e.c, &r, io);
 	engine_add(&e, &r);
 	engine_run(&e);
 	ctx_put(e.c);
 	return io->result;
+}
+
+struct part {
+	struct ur_drv *ud;
+	struct gdx_file_io io;
+	pthread_mutex_t *lock;
+	pthread_cond_t *cond;
+	unsigned *pending;
+};
+
+static void part_job(void *arg)
+{
+	struct part *p = arg;
+
+	run_one(p->ud, &p->io);
+	pthread_mutex_lock(p->lock);
+	if (--*p->pending == 0)
+		pthread_cond_signal(p->cond);
+	pthread_mutex_unlock(p->lock);
+}
+
+/*
+ * A large I/O runs as contiguous parts on several contexts at once: more
+ * storage I/O in flight, more copy streams, and page-cache registration (a
+ * CPU cost per page) spread over several cores.  The caller runs the first
+ * part and holds no context while it waits for the others, so parts queued
+ * behind other callers always find one.
+ */
+static ssize_t run_split(struct ur_drv *ud, struct gdx_file_io *io, unsigned n)
+{
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+	size_t psz = GDX_ALIGN_UP((io->size + n - 1) / n, (size_t)1 << 20);
+	struct part *parts = calloc(n, sizeof(*parts));
+	unsigned pending = 0, k;
+	ssize_t total = 0;
+	bool short_seen = false;
+
+	if (!parts)
+		return run_one(ud, io);
+	for (k = 0; k < n && (size_t)k * psz < io->size; k++) {
+		struct part *p = &parts[k];
+
+		p->ud = ud;
+		p->io = *io;
+		p->io.off = io->off + (off_t)((size_t)k * psz);
+		p->io.buf = (char *)io->buf + (size_t)k * psz;
+		p->io.size = GDX_MIN(psz, io->size - (size_t)k * psz);
+		p->lock = &lock;
+		p->cond = &cond;
+		p->pending = &pending;
+		if (k) {
+			pthread_mutex_lock(&lock);
+			pending++;
+			pthread_mutex_unlock(&lock);
+			if (gdx_tpool_submit(ud->split, part_job, p)) {
+				pthread_mutex_lock(&lock);
+				pending--;
+				pthread_mutex_unlock(&lock);
+				run_one(ud, &p->io);
+			}
+		}
+	}
+	n = k;
+	run_one(ud, &parts[0].io);
+	pthread_mutex_lock(&lock);
+	while (pending)
+		pthread_cond_wait(&cond, &lock);
+	pthread_mutex_unlock(&lock);
+	/* Bytes count up to the first short part (end of file); any error wins. */
+	for (k = 0; k < n; k++) {
+		struct gdx_file_io *p = &parts[k].io;
+
+		for (int q = 0; q < GDX_FILE_PATH_COUNT; q++)
+			io->info.bytes[q] += p->info.bytes[q];
+		if (total >= 0 && p->result < 0)
+			total = p->result;
+		if (total < 0 || short_seen)
+			continue;
+		total += p->result;
+		short_seen = (size_t)p->result < p->size;
+	}
+	memcpy(io->info.why, parts[n - 1].io.info.why, sizeof(io->info.why));
+	free(parts);
+	return io->result = total;
+}
+
+static ssize_t ur_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io)
+{
+	struct ur_drv *ud = priv;
+	size_t split_min = gdx_cfg_size("file.split_min");
+	unsigned n = (unsigned)gdx_cfg_int("file.threads");
+
+	(void)f;
+	(void)fpriv;
+	if (io->strict && io->attrs.kind == GDX_MEM_DEVICE)
+		return strict_refuse(io);
+	if (ud->split && n > 1 && io->size >= split_min) {
+		n = (unsigned)GDX_MIN((size_t)n, io->size / GDX_MAX(split_min / 4, (size_t)1 << 20));
+		if (n > 1)
+			return run_split(ud, io, n);
+	}
+	return run_one(ud, io);
 }
 
 static void ur_io_many(void *priv, gdx_file_io_more_fn more, gdx_file_io_done_fn done, void *arg)

@@ -64,6 +64,8 @@ static int setup(void **state)
 	/* Small page-cache ranges so the tests cross several of them. */
 	gdx_config_set("file.pagecache_chunk", "1M");
 	gdx_config_set("file.pagecache_min", "64k");
+	/* Large reads run as parts on several contexts: exercise that too. */
+	gdx_config_set("file.split_min", "2M");
 	return 0;
 }
 
