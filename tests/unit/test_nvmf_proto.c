@@ -290,6 +290,8 @@ static void test_nvme_helpers(void **state)
 	assert_int_equal(gdx_nvme_sgl_parse(&sqe, &si), GDX_NVME_SC_SGL_INVALID_OFFSET);
 	sqe.dptr.type = 0x20;
 	assert_int_equal(gdx_nvme_sgl_parse(&sqe, &si), GDX_NVME_SC_SGL_INVALID_TYPE);
+	sqe.dptr.length = 0;	/* no data: any type */
+	assert_int_equal(gdx_nvme_sgl_parse(&sqe, &si), 0);
 	sqe.flags = 0;
 	assert_int_equal(gdx_nvme_sgl_parse(&sqe, &si), GDX_NVME_SC_INVALID_FIELD);
 

@@ -16,6 +16,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
+int cmd_nvmf(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 struct gdx_device;

@@ -12,6 +12,7 @@ static const struct gdx_cmd cmds[] = {
 	  cmd_check },
 	{ "config", "list every knob with its environment variable and current value", cmd_config },
 	{ "cp", "copy between files and device memory (gpu:N), with speed and path", cmd_cp },
+	{ "nvmf", "NVMe over Fabrics: target (and host) over TCP", cmd_nvmf },
 	{ "version", "print the library version", cmd_version },
 };
 

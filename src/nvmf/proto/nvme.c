@@ -82,14 +82,18 @@ uint16_t gdx_nvme_sgl_parse(const struct gdx_nvme_sqe *c, struct gdx_nvme_sgl_in
 	out->in_capsule = false;
 	if ((c->flags & GDX_NVME_FLAGS_PSDT_MASK) != GDX_NVME_FLAGS_PSDT_SGL)
 		return GDX_NVME_SC_INVALID_FIELD;
+	/* nothing to transfer: the descriptor type does not matter (nvmet agrees) */
+	if (!c->dptr.length && c->dptr.type != GDX_NVME_SGL_DATA_BLOCK_OFFSET)
+		return GDX_NVME_SC_SUCCESS;
+	/* Transport SGL Data Block: Linux uses subtype 0xA; nvmet takes any */
+	if ((c->dptr.type >> 4) == (GDX_NVME_SGL_TRANSPORT >> 4))
+		return GDX_NVME_SC_SUCCESS;
 	switch (c->dptr.type) {
 	case GDX_NVME_SGL_DATA_BLOCK_OFFSET:
 		/* ICDOFF is 0: in-capsule data starts right after the SQE. */
 		if (c->dptr.addr != 0)
 			return GDX_NVME_SC_SGL_INVALID_OFFSET;
 		out->in_capsule = true;
-		return GDX_NVME_SC_SUCCESS;
-	case GDX_NVME_SGL_TRANSPORT:
 		return GDX_NVME_SC_SUCCESS;
 	default:
 		return GDX_NVME_SC_SGL_INVALID_TYPE;

@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: MIT */
+/* Public target API: construction, nvmetcli JSON, start/stop, statistics. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include <gdx/nvmf.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "nvmf/target/tcp.h"
+
+GDX_API void gdx_nvmf_target_opts_init(struct gdx_nvmf_target_opts *o, size_t size)
+{
+	struct gdx_nvmf_target_opts d = {
+		.size = size,
+		.reactors = 1,
+		.max_io = 1u << 20,
+		.inline_data = 16384,
+		.maxh2cdata = 131072,
+		.max_io_queues = 64,
+		.max_qdepth = 256,
+	};
+
+	memcpy(o, &d, GDX_MIN(size, sizeof(d)));
+}
+
+GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
+				   struct gdx_nvmf_target **out)
+{
+	struct gdx_nvmf_target_opts o;
+	struct gdx_nvmf_target *t;
+	static const char *const names[] = { "connections", "connection_errors", "pdus_in",
+					     "pdus_out" };
+
+	gdx_nvmf_target_opts_init(&o, sizeof(o));
+	if (uo)
+		memcpy(&o, uo, GDX_MIN(uo->size, sizeof(o)));
+	if (!o.reactors || o.reactors > 256 || o.max_io < 4096 || o.max_io > (16u << 20) ||
+	    o.inline_data > (1u << 20) || o.maxh2cdata < 4096 || o.maxh2cdata % 4 ||
+	    !o.max_io_queues || o.max_io_queues > NVMF_MAX_IO_QUEUES || o.max_qdepth < 32 ||
+	    o.max_qdepth > 256)
+		return -EINVAL;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	nvmf_tgt_init(&t->core);
+	t->core.max_io = o.max_io;
+	t->core.inline_data = o.inline_data;
+	t->core.max_io_queues = o.max_io_queues;
+	t->core.max_qdepth = o.max_qdepth;
+	t->nreactors = o.reactors;
+	t->maxh2cdata = o.maxh2cdata;
+	for (unsigned i = 0; i < TGT_CTR_NR; i++)
+		t->ctr[i].name = names[i];
+	gdx_stats_create("nvmf.target", t->ctr, TGT_CTR_NR, &t->stats);
+	*out = t;
+	return 0;
+}
+
+GDX_API void gdx_nvmf_target_destroy(struct gdx_nvmf_target *t)
+{
+	if (!t)
+		return;
+	gdx_nvmf_target_stop(t);
+	nvmf_tgt_fini(&t->core);
+	gdx_stats_destroy(t->stats);
+	free(t);
+}
+
+GDX_API int gdx_nvmf_target_add_subsys(struct gdx_nvmf_target *t, const char *nqn,
+				       int allow_any_host)
+{
+	struct nvmf_subsys *s;
+	int ret = nvmf_subsys_add(&t->core, nqn, &s);
+
+	if (!ret)
+		s->allow_any_host = allow_any_host;
+	return ret;
+}
+
+GDX_API int gdx_nvmf_target_allow_host(struct gdx_nvmf_target *t, const char *nqn,
+				       const char *hostnqn)
+{
+	struct nvmf_subsys *s = nvmf_subsys_find(&t->core, nqn);
+
+	if (!s || s->discovery)
+		return -ENOENT;
+	return nvmf_subsys_add_host(s, hostnqn);
+}
+
+GDX_API int gdx_nvmf_target_add_ns(struct gdx_nvmf_target *t, const char *nqn, uint32_t nsid,
+				   const char *spec, uint32_t block_size)
+{
+	struct nvmf_subsys *s = nvmf_subsys_find(&t->core, nqn);
+
+	if (!s || s->discovery)
+		return -ENOENT;
+	if (!nsid) {
+		nsid = 1;
+		while (nsid <= NVMF_MAX_NS && s->ns[nsid - 1])
+			nsid++;
+	}
+	return nvmf_subsys_add_ns(&t->core, s, nsid, spec, block_size ? block_size : 512, NULL,
+				  NULL);
+}
+
+GDX_API int gdx_nvmf_target_add_port(struct gdx_nvmf_target *t, uint16_t portid,
+				     const char *traddr, const char *trsvcid)
+{
+	struct nvmf_port *p;
+
+	if (t->running)
+		return -EBUSY;
+	return nvmf_port_add(&t->core, portid, traddr, trsvcid, &p);
+}
+
+GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, const char *nqn)
+{
+	struct nvmf_port *p = nvmf_port_find(&t->core, portid);
+	struct nvmf_subsys *s = nvmf_subsys_find(&t->core, nqn);
+
+	if (!p || !s || s->discovery)
+		return -ENOENT;
+	return nvmf_port_link(&t->core, p, s);
+}
+
+GDX_API int gdx_nvmf_target_start(struct gdx_nvmf_target *t)
+{
+	if (t->running)
+		return -EBUSY;
+	if (!t->core.nports)
+		return -EINVAL;
+	return nvmf_tcp_start(t);
+}
+
+GDX_API void gdx_nvmf_target_stop(struct gdx_nvmf_target *t)
+{
+	nvmf_tcp_stop(t);
+}
+
+GDX_API int gdx_nvmf_target_bound_port(struct gdx_nvmf_target *t, uint16_t portid)
+{
+	for (unsigned i = 0; i < t->core.nports; i++)
+		if (t->core.ports[i].portid == portid)
+			return t->running ? t->bound_port[i] : -ENOENT;
+	return -ENOENT;
+}
+
+GDX_API int gdx_nvmf_target_stats_json(struct gdx_nvmf_target *t, FILE *f)
+{
+	(void)t;
+	return gdx_stats_dump_json(f);
+}
+
+/* ---- nvmetcli JSON ------------------------------------------------------------ */
+
+static const char *jstr(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, key, &v))
+		return NULL;
+	return json_object_get_string(v);
+}
+
+/* nvmetcli writes attributes as strings ("1"); accept numbers and booleans too. */
+static bool jtrue(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, key, &v))
+		return false;
+	if (json_object_is_type(v, json_type_string))
+		return !strcmp(json_object_get_string(v), "1") ||
+		       !strcmp(json_object_get_string(v), "true");
+	return json_object_get_int(v) != 0;
+}
+
+static int parse_hex_id(const char *s, uint8_t *out, size_t n)
+{
+	size_t k = 0;
+
+	for (; *s && k < 2 * n; s++) {
+		int v;
+
+		if (*s == '-')
+			continue;
+		if (*s >= '0' && *s <= '9')
+			v = *s - '0';
+		else if (*s >= 'a' && *s <= 'f')
+			v = *s - 'a' + 10;
+		else if (*s >= 'A' && *s <= 'F')
+			v = *s - 'A' + 10;
+		else
+			return -EINVAL;
+		if (k % 2 == 0)
+			out[k / 2] = (uint8_t)(v << 4);
+		else
+			out[k / 2] |= (uint8_t)v;
+		k++;
+	}
+	return k == 2 * n && !*s ? 0 : -EINVAL;
+}
+
+static int load_ns(struct gdx_nvmf_target *t, struct nvmf_subsys *s, struct json_object *jn)
+{
+	struct json_object *dev = NULL, *v;
+	uint8_t nguid[16], uuid[16];
+	bool has_nguid = false, has_uuid = false;
+	uint32_t nsid = 0, bs = 512;
+	const char *path, *id;
+
+	if (json_object_object_get_ex(jn, "nsid", &v))
+		nsid = (uint32_t)json_object_get_int(v);
+	json_object_object_get_ex(jn, "device", &dev);
+	path = jstr(dev, "path");
+	if (!nsid || !path) {
+		GDX_ERR("nvmf", "config: %s: namespace needs nsid and device.path", s->nqn);
+		return GDX_ECONFIG;
+	}
+	if (json_object_object_get_ex(jn, "enable", &v) && !json_object_get_int(v)) {
+		GDX_INFO("nvmf", "config: %s: namespace %u disabled, skipped", s->nqn, nsid);
+		return 0;
+	}
+	if (json_object_object_get_ex(jn, "block_size", &v))
+		bs = (uint32_t)json_object_get_int(v);
+	id = jstr(dev, "nguid");
+	if (id && *id && strspn(id, "0-") != strlen(id)) {
+		if (parse_hex_id(id, nguid, 16))
+			return GDX_ECONFIG;
+		has_nguid = true;
+	}
+	id = jstr(dev, "uuid");
+	if (id && *id) {
+		if (parse_hex_id(id, uuid, 16))
+			return GDX_ECONFIG;
+		has_uuid = true;
+	}
+	return nvmf_subsys_add_ns(&t->core, s, nsid, path, bs, has_nguid ? nguid : NULL,
+				  has_uuid ? uuid : NULL);
+}
+
+static int load_subsys(struct gdx_nvmf_target *t, struct json_object *js)
+{
+	struct json_object *attr = NULL, *arr, *v;
+	struct nvmf_subsys *s;
+	const char *nqn = jstr(js, "nqn"), *x;
+	int ret;
+
+	if (!nqn)
+		return GDX_ECONFIG;
+	ret = nvmf_subsys_add(&t->core, nqn, &s);
+	if (ret) {
+		GDX_ERR("nvmf", "config: subsystem '%s': %s", nqn, gdx_strerror(ret));
+		return ret;
+	}
+	json_object_object_get_ex(js, "attr", &attr);
+	s->allow_any_host = jtrue(attr, "allow_any_host") || jtrue(js, "attr_allow_any_host");
+	if ((x = jstr(attr, "serial")) && *x)
+		snprintf(s->serial, sizeof(s->serial), "%s", x);
+	if ((x = jstr(attr, "model")) && *x)
+		snprintf(s->model, sizeof(s->model), "%s", x);
+	if (json_object_object_get_ex(js, "allowed_hosts", &arr))
+		for (size_t i = 0; i < json_object_array_length(arr); i++) {
+			v = json_object_array_get_idx(arr, i);
+			ret = nvmf_subsys_add_host(s, json_object_get_string(v));
+			if (ret)
+				return ret;
+		}
+	if (json_object_object_get_ex(js, "namespaces", &arr))
+		for (size_t i = 0; i < json_object_array_length(arr); i++) {
+			ret = load_ns(t, s, json_object_array_get_idx(arr, i));
+			if (ret)
+				return ret;
+		}
+	return 0;
+}
+
+static int load_port(struct gdx_nvmf_target *t, struct json_object *jp)
+{
+	struct json_object *addr = NULL, *arr, *v;
+	const char *trtype, *traddr, *trsvcid;
+	struct nvmf_port *p;
+	uint16_t portid = 0;
+	int ret;
+
+	if (json_object_object_get_ex(jp, "portid", &v))
+		portid = (uint16_t)json_object_get_int(v);
+	json_object_object_get_ex(jp, "addr", &addr);
+	trtype = jstr(addr, "trtype");
+	traddr = jstr(addr, "traddr");
+	trsvcid = jstr(addr, "trsvcid");
+	if (trtype && strcmp(trtype, "tcp")) {
+		GDX_WARN("nvmf", "config: port %u: transport '%s' is not served, skipped", portid,
+			 trtype);
+		return 0;
+	}
+	if (!traddr || !*traddr)
+		traddr = "0.0.0.0";
+	if (!trsvcid || !*trsvcid)
+		trsvcid = "4420";
+	ret = nvmf_port_add(&t->core, portid, traddr, trsvcid, &p);
+	if (ret) {
+		GDX_ERR("nvmf", "config: port %u: %s", portid, gdx_strerror(ret));
+		return ret;
+	}
+	if (json_object_object_get_ex(jp, "subsystems", &arr))
+		for (size_t i = 0; i < json_object_array_length(arr); i++) {
+			const char *nqn = json_object_get_string(json_object_array_get_idx(arr, i));
+			struct nvmf_subsys *s = nqn ? nvmf_subsys_find(&t->core, nqn) : NULL;
+
+			if (!s) {
+				GDX_ERR("nvmf", "config: port %u names unknown subsystem '%s'",
+					portid, nqn ? nqn : "");
+				return GDX_ECONFIG;
+			}
+			ret = nvmf_port_link(&t->core, p, s);
+			if (ret)
+				return ret;
+		}
+	return 0;
+}
+
+GDX_API int gdx_nvmf_target_load_json(struct gdx_nvmf_target *t, const char *path)
+{
+	struct json_object *root = json_object_from_file(path), *arr;
+	int ret = 0;
+
+	if (!root) {
+		GDX_ERR("nvmf", "config %s: %s", path, json_util_get_last_err());
+		return GDX_ECONFIG;
+	}
+	if (!json_object_is_type(root, json_type_object)) {
+		ret = GDX_ECONFIG;
+		goto out;
+	}
+	/* subsystems first: ports refer to them by NQN */
+	if (json_object_object_get_ex(root, "subsystems", &arr))
+		for (size_t i = 0; i < json_object_array_length(arr) && !ret; i++)
+			ret = load_subsys(t, json_object_array_get_idx(arr, i));
+	if (!ret && json_object_object_get_ex(root, "ports", &arr))
+		for (size_t i = 0; i < json_object_array_length(arr) && !ret; i++)
+			ret = load_port(t, json_object_array_get_idx(arr, i));
+out:
+	json_object_put(root);
+	return ret;
+}

@@ -1,0 +1,1273 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * NVMe/TCP target transport.
+ *
+ * Reactors: one thread per configured core, each with an epoll set, an
+ * eventfd to be woken, and an io_uring (through nvmf_ioctx) for file
+ * namespaces.  Reactor 0 also owns the listening sockets and hands accepted
+ * connections round-robin to all reactors.  A connection lives on one
+ * reactor for its whole life, so its state needs no lock.
+ *
+ * Receive path: bytes are read into a staging buffer and parsed by length
+ * (PDUs split or coalesced arbitrarily are normal); once a PDU's data is due
+ * and nothing else is staged, recv() goes straight into the command's I/O
+ * buffer, which for RAM namespaces is the namespace memory itself.
+ *
+ * Send path: each PDU to send is a tx item (header, data pointer, data
+ * digest) on the connection's queue; the queue is flushed with sendmsg()
+ * once per loop iteration, so completions that arrive together leave in one
+ * system call.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "nvmf/proto/tcp.h"
+#include "nvmf/target/tcp.h"
+
+#define RXBUF_SIZE (64 * 1024)
+#define DIRECT_RECV_MIN 4096	/* data at least this large is received in place */
+#define ADMIN_INLINE 8192	/* the Linux host assumes 8 KiB in-capsule on admin */
+#define MAX_SLOTS 512		/* 2 x the deepest queue: CIDs recycle before we free */
+#define PRE_CONNECT_SLOTS 4
+#define IOV_BATCH 64
+#define CONNECT_TIMEOUT_NS (60ull * 1000000000ull)
+
+enum ev_kind { EV_LISTEN, EV_WAKE, EV_IOCTX, EV_CONN };
+
+struct ev {
+	enum ev_kind kind;
+};
+
+struct listener {
+	struct ev ev;
+	int fd;
+	struct nvmf_port *port;
+};
+
+struct tx_item {
+	struct tx_item *next;
+	uint8_t hdr[GDX_TCP_TERM_HLEN + GDX_TCP_TERM_MAX_DATA];
+	uint32_t hdr_len;
+	const void *data;
+	uint32_t data_len;
+	uint32_t ddgst;
+	bool has_ddgst;
+	uint32_t sent;
+	enum { TX_PLAIN, TX_C2H_FINAL, TX_RSP, TX_TERM } kind;
+	struct tcp_req *req;
+};
+
+enum req_state { REQ_FREE, REQ_RX_CAPSULE, REQ_R2T, REQ_EXEC, REQ_TX };
+
+struct tcp_req {
+	struct nvmf_req req;
+	struct tcp_conn *conn;
+	uint16_t ttag;
+	enum req_state state;
+	uint16_t status;	/* failure found before execution */
+	bool ddgst_err;
+	void *own_buf;
+	uint32_t own_cap;
+	uint32_t h2c_done;
+	struct tx_item tx_data, tx_rsp;
+	struct tcp_req *next_free;
+};
+
+enum rx_state { RX_HDR, RX_PAD, RX_DATA, RX_DDGST };
+
+struct tcp_conn {
+	struct ev ev;
+	int fd;
+	struct gdx_nvmf_target *tgt;
+	struct tcp_reactor *r;
+	struct tcp_conn *next, *prev;
+	struct tcp_conn *dirty_next;
+	bool dirty;
+	bool dead;
+	bool unlinked;
+	bool local;
+	bool want_out;
+	unsigned inflight;	/* requests held by a backend or an AER */
+	char peer[64];
+	uint64_t born_ns;
+	struct nvmf_sq sq;
+	struct gdx_stats *sq_stats;
+	struct gdx_tcp_params params;
+	enum gdx_tcp_phase phase;
+
+	/* receive */
+	enum rx_state rx;
+	union gdx_tcp_pdu hdr;
+	uint32_t hdr_have, hdr_need;
+	struct gdx_tcp_pdu_info info;
+	struct tcp_req *rx_req;
+	uint8_t *data_dst;	/* NULL: discard */
+	uint32_t data_left, pad_left;
+	uint32_t crc;
+	uint8_t ddgst[4];
+	uint32_t ddgst_have;
+	uint8_t *rxbuf;
+	uint32_t rx_off, rx_len;
+
+	/* send */
+	struct tx_item *tx_head, **tx_tail;
+	struct tx_item conn_tx;
+
+	/* command slots, indexed by TTAG */
+	struct tcp_req *slots[MAX_SLOTS];
+	unsigned nslots, nused;
+	struct tcp_req *free_reqs;
+};
+
+struct tcp_reactor {
+	struct ev wake_ev;
+	struct ev io_ev;
+	struct gdx_nvmf_target *tgt;
+	unsigned id;
+	pthread_t thread;
+	int epfd;
+	int wakefd;
+	_Atomic bool stop;
+	_Atomic bool aen;
+	struct nvmf_ioctx *ioctx;
+	struct listener listeners[NVMF_MAX_PORTS];
+	unsigned nlisteners;
+	pthread_mutex_t lock;	/* handoff of accepted sockets */
+	struct handoff {
+		int fd;
+		struct nvmf_port *port;
+	} *handoff;
+	unsigned nhandoff, handoff_cap;
+	struct tcp_conn *conns;
+	struct tcp_conn *dirty;
+};
+
+static void conn_close(struct tcp_conn *c, const char *why);
+static void req_done(struct nvmf_req *nr);
+
+/* ---- tx -------------------------------------------------------------------- */
+
+static void mark_dirty(struct tcp_conn *c)
+{
+	if (c->dirty || c->local)
+		return;
+	c->dirty = true;
+	c->dirty_next = c->r->dirty;
+	c->r->dirty = c;
+}
+
+static void tx_queue(struct tcp_conn *c, struct tx_item *it)
+{
+	it->next = NULL;
+	it->sent = 0;
+	*c->tx_tail = it;
+	c->tx_tail = &it->next;
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_OUT], 1);
+	mark_dirty(c);
+}
+
+static void req_free(struct tcp_req *t)
+{
+	struct tcp_conn *c = t->conn;
+
+	t->state = REQ_FREE;
+	t->next_free = c->free_reqs;
+	c->free_reqs = t;
+	c->nused--;
+}
+
+static void set_epollout(struct tcp_conn *c, bool on)
+{
+	struct epoll_event e = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = &c->ev };
+
+	if (c->want_out == on || c->local)
+		return;
+	c->want_out = on;
+	epoll_ctl(c->r->epfd, EPOLL_CTL_MOD, c->fd, &e);
+}
+
+static void tx_item_sent(struct tcp_conn *c, struct tx_item *it)
+{
+	switch (it->kind) {
+	case TX_C2H_FINAL:
+	case TX_RSP:
+		req_free(it->req);
+		break;
+	case TX_TERM:
+		conn_close(c, NULL);
+		break;
+	case TX_PLAIN:
+		break;
+	}
+}
+
+/* Sends as much of the queue as the socket takes. */
+static void conn_flush(struct tcp_conn *c)
+{
+	while (c->tx_head && !c->dead) {
+		struct iovec iov[IOV_BATCH];
+		int n = 0;
+		ssize_t sent;
+
+		for (struct tx_item *it = c->tx_head; it && n + 3 <= IOV_BATCH; it = it->next) {
+			uint32_t off = it->sent;
+
+			if (off < it->hdr_len) {
+				iov[n++] = (struct iovec){ it->hdr + off, it->hdr_len - off };
+				off = it->hdr_len;
+			}
+			off -= it->hdr_len;
+			if (off < it->data_len) {
+				iov[n++] = (struct iovec){ (char *)it->data + off, it->data_len - off };
+				off = it->data_len;
+			}
+			off -= it->data_len;
+			if (it->has_ddgst && off < 4)
+				iov[n++] = (struct iovec){ (uint8_t *)&it->ddgst + off, 4 - off };
+		}
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+
+		sent = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (sent < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				set_epollout(c, true);
+				return;
+			}
+			conn_close(c, strerror(errno));
+			return;
+		}
+		gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)sent);
+		while (sent > 0 && c->tx_head) {
+			struct tx_item *it = c->tx_head;
+			uint32_t total = it->hdr_len + it->data_len + (it->has_ddgst ? 4 : 0);
+			uint32_t take = (uint32_t)GDX_MIN((uint64_t)sent, (uint64_t)(total - it->sent));
+
+			it->sent += take;
+			sent -= take;
+			if (it->sent < total)
+				break;
+			c->tx_head = it->next;
+			if (!c->tx_head)
+				c->tx_tail = &c->tx_head;
+			tx_item_sent(c, it);
+			if (c->dead)
+				return;
+		}
+	}
+	set_epollout(c, false);
+}
+
+/* ---- fatal errors ------------------------------------------------------------- */
+
+/* Ends the connection with a C2HTermReq carrying FES/FEI and the offending header. */
+static void conn_fatal(struct tcp_conn *c, const struct gdx_tcp_err *err)
+{
+	struct tx_item *it = &c->conn_tx;
+	uint32_t bad = GDX_MIN(c->hdr_have, (uint32_t)c->hdr.ch.hlen);
+
+	GDX_ERR("nvmf", "%s: protocol error in %s PDU: %s (FES %u %s, FEI %u); closing", c->peer,
+		gdx_tcp_pdu_type_str(c->hdr.ch.type), err->why, err->fes,
+		gdx_tcp_fes_str(err->fes), err->fei);
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_CONN_ERRORS], 1);
+	c->rx = RX_HDR;
+	c->rx_len = c->rx_off = 0;
+	/* a TermReq may not carry digests: copy at most HLEN bytes */
+	memset(it, 0, sizeof(*it));
+	it->hdr_len = gdx_tcp_term_init(it->hdr, GDX_TCP_C2H_TERM, err->fes, err->fei, &c->hdr,
+					GDX_MIN(bad, (uint32_t)GDX_TCP_TERM_MAX_DATA));
+	it->kind = TX_TERM;
+	/* nothing else may follow the TermReq: drop what was queued */
+	c->tx_head = NULL;
+	c->tx_tail = &c->tx_head;
+	tx_queue(c, it);
+	conn_flush(c);
+	if (!c->dead)
+		conn_close(c, NULL);
+}
+
+static void fatal(struct tcp_conn *c, uint16_t fes, uint32_t fei, const char *why)
+{
+	struct gdx_tcp_err e = { .fes = fes, .fei = fei, .why = why };
+
+	conn_fatal(c, &e);
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
+static struct tcp_req *req_get(struct tcp_conn *c)
+{
+	unsigned limit = c->sq.ctrl ? GDX_MIN(2u * c->sq.size, (unsigned)MAX_SLOTS) :
+				      PRE_CONNECT_SLOTS;
+	struct tcp_req *t = c->free_reqs;
+
+	if (c->nused >= limit)
+		return NULL;
+	if (t) {
+		c->free_reqs = t->next_free;
+	} else {
+		if (c->nslots == MAX_SLOTS)
+			return NULL;
+		t = calloc(1, sizeof(*t));
+		if (!t)
+			return NULL;
+		t->conn = c;
+		t->ttag = (uint16_t)c->nslots;
+		c->slots[c->nslots++] = t;
+	}
+	c->nused++;
+	t->status = 0;
+	t->ddgst_err = false;
+	t->h2c_done = 0;
+	t->req.buf = NULL;
+	t->req.sq = &c->sq;
+	t->req.done = req_done;
+	t->req.ns = NULL;
+	return t;
+}
+
+/* A buffer of len bytes owned by the request, page aligned for O_DIRECT. */
+static int req_buf(struct tcp_req *t, uint32_t len)
+{
+	if (t->own_cap < len) {
+		uint32_t cap = GDX_ALIGN_UP(GDX_MAX(len, 4096u), 4096u);
+		void *p = NULL;
+
+		if (posix_memalign(&p, 4096, cap))
+			return -ENOMEM;
+		free(t->own_buf);
+		t->own_buf = p;
+		t->own_cap = cap;
+	}
+	t->req.buf = t->own_buf;
+	return 0;
+}
+
+static void queue_rsp(struct tcp_conn *c, struct tcp_req *t)
+{
+	struct tx_item *it = &t->tx_rsp;
+
+	it->hdr_len = gdx_tcp_rsp_init((union gdx_tcp_pdu *)it->hdr, &t->req.cqe, &c->params);
+	it->data = NULL;
+	it->data_len = 0;
+	it->has_ddgst = false;
+	it->kind = TX_RSP;
+	it->req = t;
+	tx_queue(c, it);
+}
+
+static void req_done(struct nvmf_req *nr)
+{
+	struct tcp_req *t = GDX_CONTAINER_OF(nr, struct tcp_req, req);
+	struct tcp_conn *c = t->conn;
+	uint32_t c2h = nr->cqe.status ? 0 : nvmf_req_c2h_len(nr);
+
+	if (t->state == REQ_EXEC && c->inflight)
+		c->inflight--;
+	if (c->dead) {
+		req_free(t);
+		if (!c->inflight && c->local == false)
+			conn_close(c, NULL);
+		return;
+	}
+	t->state = REQ_TX;
+	if (c2h) {
+		struct tx_item *it = &t->tx_data;
+		bool success = c->sq.sqflow_disabled;
+
+		it->hdr_len = gdx_tcp_data_init((union gdx_tcp_pdu *)it->hdr, GDX_TCP_C2H_DATA,
+						nr->cmd.cid, 0, 0, c2h,
+						GDX_TCP_F_DATA_LAST |
+							(success ? GDX_TCP_F_DATA_SUCCESS : 0),
+						&c->params);
+		it->data = nr->buf;
+		it->data_len = c2h;
+		it->has_ddgst = c->params.ddgst;
+		if (it->has_ddgst) {
+			struct iovec v = { nr->buf, c2h };
+
+			it->ddgst = gdx_tcp_ddgst(&v, 1);
+		}
+		it->kind = success ? TX_C2H_FINAL : TX_PLAIN;
+		it->req = t;
+		tx_queue(c, it);
+		if (success)
+			return;
+	}
+	queue_rsp(c, t);
+}
+
+static void req_exec(struct tcp_conn *c, struct tcp_req *t)
+{
+	t->state = REQ_EXEC;
+	c->inflight++;
+	nvmf_req_exec(&t->req);
+}
+
+/* Fails a command before it ran (no data moves). */
+static void req_fail(struct tcp_conn *c, struct tcp_req *t, uint16_t st)
+{
+	t->state = REQ_EXEC;
+	c->inflight++;
+	nvmf_req_complete(&t->req, st);
+}
+
+static bool needs_h2c(const struct tcp_req *t)
+{
+	uint8_t opc = t->req.cmd.opc;
+
+	return t->req.len && !t->req.in_capsule && opc != GDX_NVME_OPC_FABRICS &&
+	       gdx_nvme_opc_xfer(opc) == GDX_NVME_XFER_H2C;
+}
+
+/* The command and any in-capsule data are here: run it, or ask for its data. */
+static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
+{
+	if (t->ddgst_err)
+		t->status = GDX_NVME_SC_TRANSIENT_TR_ERR;
+	if (t->status) {
+		req_fail(c, t, t->status);
+		return;
+	}
+	if (!t->req.buf && t->req.len && req_buf(t, t->req.len)) {
+		req_fail(c, t, GDX_NVME_SC_INTERNAL);
+		return;
+	}
+	if (needs_h2c(t)) {
+		struct tx_item *it = &t->tx_data;
+
+		/* one R2T for the whole transfer; the host splits it by MAXH2CDATA */
+		t->state = REQ_R2T;
+		it->hdr_len = gdx_tcp_r2t_init((union gdx_tcp_pdu *)it->hdr, t->req.cmd.cid, t->ttag,
+					       0, t->req.len, &c->params);
+		it->data = NULL;
+		it->data_len = 0;
+		it->has_ddgst = false;
+		it->kind = TX_PLAIN;
+		it->req = t;
+		tx_queue(c, it);
+		return;
+	}
+	req_exec(c, t);
+}
+
+/* ---- receive --------------------------------------------------------------------- */
+
+static void rx_expect_hdr(struct tcp_conn *c)
+{
+	c->rx = RX_HDR;
+	c->hdr_have = 0;
+	c->hdr_need = sizeof(struct gdx_tcp_ch);
+	c->rx_req = NULL;
+}
+
+/* The PDU's data goes to dst (NULL: discarded). */
+static void rx_expect_data(struct tcp_conn *c, uint8_t *dst)
+{
+	c->data_dst = dst;
+	c->data_left = c->info.data_len;
+	c->pad_left = c->info.pad_len;
+	c->crc = 0;
+	c->ddgst_have = 0;
+	c->rx = c->pad_left ? RX_PAD : c->data_left ? RX_DATA : RX_DDGST;
+}
+
+static void handle_icreq(struct tcp_conn *c)
+{
+	struct tx_item *it = &c->conn_tx;
+	uint8_t dgst = c->hdr.icreq.dgst & (GDX_TCP_DGST_HDR | GDX_TCP_DGST_DATA);
+
+	/* the Linux host insists on getting exactly the digests it asked for */
+	c->params.hdgst = dgst & GDX_TCP_DGST_HDR;
+	c->params.ddgst = dgst & GDX_TCP_DGST_DATA;
+	c->params.maxh2cdata = c->tgt->maxh2cdata;
+	c->params.cpda = 0;
+	c->phase = GDX_TCP_PHASE_READY;
+	memset(it, 0, sizeof(*it));
+	it->hdr_len = gdx_tcp_icresp_init((struct gdx_tcp_icresp *)it->hdr, dgst, c->tgt->maxh2cdata);
+	it->kind = TX_PLAIN;
+	tx_queue(c, it);
+	GDX_DBG("nvmf", "%s: ICReq digests hdr=%d data=%d", c->peer, c->params.hdgst,
+		c->params.ddgst);
+	rx_expect_hdr(c);
+}
+
+static void handle_cmd(struct tcp_conn *c)
+{
+	struct tcp_req *t = req_get(c);
+	struct gdx_nvme_sgl_info sgl;
+	uint16_t st;
+
+	if (!t) {
+		fatal(c, GDX_TCP_FES_PDU_SEQ, 0, "more commands than the queue holds");
+		return;
+	}
+	c->rx_req = t;
+	t->state = REQ_RX_CAPSULE;
+	t->req.cmd = c->hdr.cmd.sqe;
+	st = gdx_nvme_sgl_parse(&t->req.cmd, &sgl);
+	t->req.len = sgl.length;
+	t->req.in_capsule = sgl.in_capsule;
+	if (st) {
+		st |= GDX_NVME_ST_DNR;
+	} else if (sgl.in_capsule) {
+		uint32_t limit = c->sq.qid == 0 || t->req.cmd.opc == GDX_NVME_OPC_FABRICS ?
+					 ADMIN_INLINE :
+					 c->tgt->core.inline_data;
+
+		if (sgl.length > limit)
+			st = GDX_NVME_SC_SGL_INVALID_OFFSET | GDX_NVME_ST_DNR;
+		else if (sgl.length != c->info.data_len)
+			st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
+	} else if (c->info.data_len) {
+		st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
+	} else if (sgl.length > c->tgt->core.max_io) {
+		st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
+	}
+	if (!st)
+		st = nvmf_req_prep(&t->req);
+	t->status = st;
+	if (!c->info.data_len) {
+		rx_expect_hdr(c);
+		cmd_ready(c, t);
+		return;
+	}
+	/* in-capsule data: consume it even when the command already failed */
+	if (!st && !t->req.buf && req_buf(t, t->req.len))
+		t->status = GDX_NVME_SC_INTERNAL;
+	rx_expect_data(c, t->status ? NULL : t->req.buf);
+}
+
+static void handle_h2c(struct tcp_conn *c)
+{
+	const struct gdx_tcp_data *d = &c->hdr.data;
+	struct tcp_req *t = d->ttag < c->nslots ? c->slots[d->ttag] : NULL;
+
+	if (!t || t->state != REQ_R2T)
+		return fatal(c, GDX_TCP_FES_INVALID_HEADER, offsetof(struct gdx_tcp_data, ttag),
+			     "H2CData without an R2T");
+	if (d->cccid != t->req.cmd.cid)
+		return fatal(c, GDX_TCP_FES_INVALID_HEADER, offsetof(struct gdx_tcp_data, cccid),
+			     "H2CData CCCID does not match its R2T");
+	if (d->datao != t->h2c_done)
+		return fatal(c, GDX_TCP_FES_DATA_RANGE, offsetof(struct gdx_tcp_data, datao),
+			     "H2CData out of order");
+	if ((uint64_t)d->datao + d->datal > t->req.len)
+		return fatal(c, GDX_TCP_FES_DATA_RANGE, offsetof(struct gdx_tcp_data, datal),
+			     "H2CData beyond the command's data");
+	c->rx_req = t;
+	rx_expect_data(c, (uint8_t *)t->req.buf + d->datao);
+}
+
+static void handle_term(struct tcp_conn *c)
+{
+	GDX_ERR("nvmf", "%s: host terminated the connection: FES %u (%s)", c->peer,
+		c->hdr.term.fes, gdx_tcp_fes_str(c->hdr.term.fes));
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_CONN_ERRORS], 1);
+	conn_close(c, NULL);
+}
+
+static void handle_hdr(struct tcp_conn *c)
+{
+	struct gdx_tcp_err err;
+	uint32_t max_data = c->sq.qid == 0 ? ADMIN_INLINE : GDX_MAX(c->tgt->core.inline_data,
+								     (uint32_t)ADMIN_INLINE);
+
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_IN], 1);
+	if (gdx_tcp_pdu_check(&c->hdr, GDX_TCP_ROLE_TARGET, c->phase, &c->params, max_data,
+			      &c->info, &err))
+		return conn_fatal(c, &err);
+	switch (c->hdr.ch.type) {
+	case GDX_TCP_ICREQ:
+		return handle_icreq(c);
+	case GDX_TCP_CMD:
+		return handle_cmd(c);
+	case GDX_TCP_H2C_DATA:
+		return handle_h2c(c);
+	case GDX_TCP_H2C_TERM:
+		return handle_term(c);
+	}
+}
+
+/* All of a PDU's data (and digest) arrived. */
+static void data_done(struct tcp_conn *c)
+{
+	struct tcp_req *t = c->rx_req;
+	bool bad = false;
+
+	if (c->info.has_ddgst) {
+		uint32_t got;
+
+		memcpy(&got, c->ddgst, 4);
+		bad = got != c->crc;
+		if (bad)
+			GDX_WARN("nvmf", "%s: data digest mismatch (cid %u)", c->peer,
+				 t ? t->req.cmd.cid : 0);
+	}
+	gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_IN], c->info.data_len);
+	rx_expect_hdr(c);
+	if (!t)
+		return;
+	if (c->hdr.ch.type == GDX_TCP_CMD) {
+		t->ddgst_err = bad;
+		cmd_ready(c, t);
+		return;
+	}
+	/* H2CData */
+	t->ddgst_err |= bad;
+	t->h2c_done += c->hdr.data.datal;
+	if (t->h2c_done == t->req.len) {
+		if (t->ddgst_err)
+			req_fail(c, t, GDX_NVME_SC_TRANSIENT_TR_ERR);
+		else
+			req_exec(c, t);
+	}
+}
+
+static void data_bytes(struct tcp_conn *c, const uint8_t *p, uint32_t n)
+{
+	if (c->data_dst) {
+		if (p != c->data_dst)
+			memcpy(c->data_dst, p, n);
+		c->data_dst += n;
+	}
+	if (c->info.has_ddgst)
+		c->crc = gdx_crc32c_update(c->crc, p, n);
+	c->data_left -= n;
+	if (!c->data_left) {
+		if (c->info.has_ddgst)
+			c->rx = RX_DDGST;
+		else
+			data_done(c);
+	}
+}
+
+/* Parses staged bytes; returns 0, or -1 once the connection is gone. */
+static int rx_consume(struct tcp_conn *c, const uint8_t *buf, uint32_t len)
+{
+	uint32_t off = 0;
+
+	while (off < len && !c->dead) {
+		uint32_t avail = len - off, n;
+
+		switch (c->rx) {
+		case RX_HDR:
+			n = GDX_MIN(avail, c->hdr_need - c->hdr_have);
+			memcpy(c->hdr.raw + c->hdr_have, buf + off, n);
+			c->hdr_have += n;
+			off += n;
+			if (c->hdr_have < c->hdr_need)
+				break;
+			if (c->hdr_need == sizeof(struct gdx_tcp_ch)) {
+				struct gdx_tcp_err err;
+				uint32_t hl = gdx_tcp_hdr_len(&c->hdr.ch, GDX_TCP_ROLE_TARGET,
+							      c->phase, &c->params, &err);
+
+				if (!hl) {
+					conn_fatal(c, &err);
+					return -1;
+				}
+				c->hdr_need = hl;
+				if (hl > c->hdr_have)
+					break;
+			}
+			handle_hdr(c);
+			break;
+		case RX_PAD:
+			n = GDX_MIN(avail, c->pad_left);
+			c->pad_left -= n;
+			off += n;
+			if (!c->pad_left)
+				c->rx = c->data_left ? RX_DATA : RX_DDGST;
+			break;
+		case RX_DATA:
+			n = GDX_MIN(avail, c->data_left);
+			data_bytes(c, buf + off, n);
+			off += n;
+			break;
+		case RX_DDGST:
+			n = GDX_MIN(avail, 4 - c->ddgst_have);
+			memcpy(c->ddgst + c->ddgst_have, buf + off, n);
+			c->ddgst_have += n;
+			off += n;
+			if (c->ddgst_have == 4)
+				data_done(c);
+			break;
+		}
+	}
+	return c->dead ? -1 : 0;
+}
+
+static void conn_read(struct tcp_conn *c)
+{
+	for (int rounds = 0; rounds < 16 && !c->dead; rounds++) {
+		ssize_t n;
+
+		if (c->rx == RX_DATA && c->data_dst && c->data_left >= DIRECT_RECV_MIN) {
+			/* straight into the I/O buffer */
+			n = recv(c->fd, c->data_dst, c->data_left, MSG_DONTWAIT);
+			if (n > 0) {
+				data_bytes(c, c->data_dst, (uint32_t)n);
+				continue;
+			}
+		} else {
+			n = recv(c->fd, c->rxbuf, RXBUF_SIZE, MSG_DONTWAIT);
+			if (n > 0) {
+				if (rx_consume(c, c->rxbuf, (uint32_t)n))
+					return;
+				continue;
+			}
+		}
+		if (n == 0) {
+			conn_close(c, "closed by peer");
+			return;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			conn_close(c, strerror(errno));
+		return;
+	}
+}
+
+/* ---- connections ------------------------------------------------------------------ */
+
+static void sq_stats_register(struct tcp_conn *c)
+{
+	char scope[64];
+
+	if (c->sq_stats || !c->sq.ctrl)
+		return;
+	snprintf(scope, sizeof(scope), "nvmf.queue.%u.%u", c->sq.ctrl->cntlid, c->sq.qid);
+	gdx_stats_create(scope, c->sq.ctr, GDX_ARRAY_SIZE(c->sq.ctr), &c->sq_stats);
+}
+
+static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
+{
+	struct tcp_conn *c = calloc(1, sizeof(*c));
+	static const char *const names[] = { "commands", "errors", "bytes_in", "bytes_out" };
+
+	if (!c)
+		return NULL;
+	c->rxbuf = malloc(RXBUF_SIZE);
+	if (!c->rxbuf) {
+		free(c);
+		return NULL;
+	}
+	c->ev.kind = EV_CONN;
+	c->fd = fd;
+	c->tgt = t;
+	c->born_ns = gdx_now_ns();
+	c->sq.tgt = &t->core;
+	c->sq.handle = c;
+	for (unsigned i = 0; i < GDX_ARRAY_SIZE(c->sq.ctr); i++)
+		c->sq.ctr[i].name = names[i];
+	c->phase = GDX_TCP_PHASE_IC;
+	c->params.maxh2cdata = t->maxh2cdata;
+	c->tx_tail = &c->tx_head;
+	rx_expect_hdr(c);
+	return c;
+}
+
+static void conn_free(struct tcp_conn *c)
+{
+	for (unsigned i = 0; i < c->nslots; i++) {
+		free(c->slots[i]->own_buf);
+		free(c->slots[i]);
+	}
+	gdx_stats_destroy(c->sq_stats);
+	free(c->rxbuf);
+	free(c);
+}
+
+static void conn_unlink(struct tcp_conn *c)
+{
+	struct tcp_reactor *r = c->r;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		r->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+}
+
+/*
+ * Ends a connection: the socket closes at once; the memory waits for the
+ * requests a backend still holds.  why == NULL: already logged.
+ */
+static void conn_close(struct tcp_conn *c, const char *why)
+{
+	if (!c->dead) {
+		c->dead = true;
+		if (why)
+			GDX_INFO("nvmf", "%s: connection ends (%s)", c->peer, why);
+		if (!c->local) {
+			epoll_ctl(c->r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+			close(c->fd);
+		}
+		c->fd = -1;
+		nvmf_sq_destroy(&c->sq);
+		/* held AERs are not with a backend: release them now */
+		for (unsigned i = 0; i < c->nslots; i++) {
+			struct tcp_req *t = c->slots[i];
+
+			if (t->state == REQ_EXEC && t->req.cmd.opc == GDX_NVME_ADM_ASYNC_EVENT &&
+			    c->sq.qid == 0 && !t->req.ns) {
+				c->inflight--;
+				req_free(t);
+			}
+		}
+		c->tx_head = NULL;
+		c->tx_tail = &c->tx_head;
+	}
+	if (c->inflight || c->local || c->unlinked)
+		return;
+	conn_unlink(c);
+	c->unlinked = true;
+	if (c->dirty) {
+		/* still on the dirty list: the reactor frees it after flushing */
+		return;
+	}
+	conn_free(c);
+}
+
+static void peer_name(int fd, char *out, size_t n)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
+
+	if (!getpeername(fd, (struct sockaddr *)&ss, &sl))
+		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(out, n, "%s:%s", host, port);
+}
+
+static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
+{
+	struct gdx_nvmf_target *t = r->tgt;
+	struct tcp_conn *c = conn_alloc(t, fd);
+	struct epoll_event e = { .events = EPOLLIN };
+	socklen_t sl = sizeof(struct sockaddr_storage);
+	int one = 1;
+
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->r = r;
+	c->sq.ioctx = r->ioctx;
+	c->sq.port = port;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	getsockname(fd, (struct sockaddr *)&c->sq.local, &sl);
+	peer_name(fd, c->peer, sizeof(c->peer));
+	e.data.ptr = &c->ev;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &e)) {
+		GDX_ERR("nvmf", "epoll_ctl: %s", strerror(errno));
+		conn_free(c);
+		close(fd);
+		return;
+	}
+	c->next = r->conns;
+	if (r->conns)
+		r->conns->prev = c;
+	r->conns = c;
+	gdx_counter_add(&t->ctr[TGT_CTR_CONNS], 1);
+	GDX_DBG("nvmf", "%s: accepted on reactor %u", c->peer, r->id);
+}
+
+/* ---- reactors ----------------------------------------------------------------------- */
+
+static void reactor_wake(struct tcp_reactor *r)
+{
+	uint64_t one = 1;
+
+	if (write(r->wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		GDX_WARN("nvmf", "reactor %u wake: %s", r->id, strerror(errno));
+}
+
+static void aen_kick(void *handle)
+{
+	struct tcp_conn *c = handle;
+
+	atomic_store(&c->r->aen, true);
+	reactor_wake(c->r);
+}
+
+static void do_accept(struct tcp_reactor *r, struct listener *l)
+{
+	struct gdx_nvmf_target *t = r->tgt;
+
+	for (;;) {
+		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct tcp_reactor *to;
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				GDX_WARN("nvmf", "accept: %s", strerror(errno));
+			return;
+		}
+		to = &t->reactors[atomic_fetch_add(&t->next_reactor, 1) % t->nreactors];
+		if (to == r) {
+			conn_attach(r, fd, l->port);
+			continue;
+		}
+		pthread_mutex_lock(&to->lock);
+		if (to->nhandoff == to->handoff_cap) {
+			unsigned cap = to->handoff_cap ? to->handoff_cap * 2 : 16;
+			struct handoff *p = realloc(to->handoff, cap * sizeof(*p));
+
+			if (!p) {
+				pthread_mutex_unlock(&to->lock);
+				close(fd);
+				continue;
+			}
+			to->handoff = p;
+			to->handoff_cap = cap;
+		}
+		to->handoff[to->nhandoff++] = (struct handoff){ fd, l->port };
+		pthread_mutex_unlock(&to->lock);
+		reactor_wake(to);
+	}
+}
+
+static void take_handoffs(struct tcp_reactor *r)
+{
+	pthread_mutex_lock(&r->lock);
+	for (unsigned i = 0; i < r->nhandoff; i++)
+		conn_attach(r, r->handoff[i].fd, r->handoff[i].port);
+	r->nhandoff = 0;
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void deliver_aens(struct tcp_reactor *r)
+{
+	if (!atomic_exchange(&r->aen, false))
+		return;
+	for (struct tcp_conn *c = r->conns; c; c = c->next)
+		if (!c->dead && c->sq.ctrl && c->sq.qid == 0)
+			nvmf_ctrl_aen_deliver(&c->sq);
+}
+
+/* Once a second: keep-alive expiry and connections that never connected. */
+static void tick(struct tcp_reactor *r)
+{
+	uint64_t now = gdx_now_ns();
+
+	for (struct tcp_conn *c = r->conns, *n; c; c = n) {
+		n = c->next;
+		if (c->dead)
+			continue;
+		if (c->sq.ctrl) {
+			sq_stats_register(c);
+			if (nvmf_ctrl_ka_expired(c->sq.ctrl, now))
+				conn_close(c, "controller failed or keep-alive expired");
+		} else if (now - c->born_ns > CONNECT_TIMEOUT_NS) {
+			conn_close(c, "no Connect within 60 s");
+		}
+	}
+}
+
+static void flush_dirty(struct tcp_reactor *r)
+{
+	while (r->dirty) {
+		struct tcp_conn *c = r->dirty;
+
+		r->dirty = c->dirty_next;
+		c->dirty = false;
+		if (!c->dead)
+			conn_flush(c);
+		if (c->dead && !c->inflight)
+			conn_free(c);
+	}
+}
+
+static void *reactor_main(void *arg)
+{
+	struct tcp_reactor *r = arg;
+	uint64_t next_tick = gdx_now_ns() + 1000000000ull;
+	char name[16];
+
+	snprintf(name, sizeof(name), "gdx-nvmf-%u", r->id);
+	pthread_setname_np(pthread_self(), name);
+	while (!atomic_load(&r->stop)) {
+		struct epoll_event evs[64];
+		uint64_t now = gdx_now_ns();
+		int timeout = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1;
+		int n = epoll_wait(r->epfd, evs, 64, timeout);
+
+		for (int i = 0; i < n; i++) {
+			struct ev *ev = evs[i].data.ptr;
+
+			switch (ev->kind) {
+			case EV_LISTEN:
+				do_accept(r, GDX_CONTAINER_OF(ev, struct listener, ev));
+				break;
+			case EV_WAKE: {
+				uint64_t v;
+
+				if (read(r->wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					GDX_WARN("nvmf", "wake read: %s", strerror(errno));
+				take_handoffs(r);
+				deliver_aens(r);
+				break;
+			}
+			case EV_IOCTX:
+				nvmf_ioctx_reap(r->ioctx);
+				break;
+			case EV_CONN: {
+				struct tcp_conn *c = GDX_CONTAINER_OF(ev, struct tcp_conn, ev);
+
+				if (c->dead)
+					break;
+				if (evs[i].events & (EPOLLERR | EPOLLHUP) &&
+				    !(evs[i].events & EPOLLIN)) {
+					conn_close(c, "socket error");
+					break;
+				}
+				if (evs[i].events & EPOLLOUT)
+					mark_dirty(c);
+				if (evs[i].events & EPOLLIN)
+					conn_read(c);
+				break;
+			}
+			}
+		}
+		nvmf_ioctx_flush(r->ioctx);
+		flush_dirty(r);
+		if (gdx_now_ns() >= next_tick) {
+			tick(r);
+			flush_dirty(r);
+			next_tick = gdx_now_ns() + 1000000000ull;
+		}
+	}
+	return NULL;
+}
+
+static int listen_on(struct nvmf_port *p, int *bound)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV };
+	struct addrinfo *ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd, one = 1, ret;
+
+	ret = getaddrinfo(p->traddr, p->trsvcid, &hints, &ai);
+	if (ret) {
+		GDX_ERR("nvmf", "port %u: bad address %s:%s: %s", p->portid, p->traddr, p->trsvcid,
+			gai_strerror(ret));
+		return -EINVAL;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		ret = -errno;
+		freeaddrinfo(ai);
+		return ret;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128)) {
+		ret = -errno;
+		GDX_ERR("nvmf", "port %u: cannot listen on %s:%s: %s", p->portid, p->traddr,
+			p->trsvcid, strerror(errno));
+		close(fd);
+		freeaddrinfo(ai);
+		return ret;
+	}
+	freeaddrinfo(ai);
+	getsockname(fd, (struct sockaddr *)&ss, &sl);
+	*bound = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port :
+						 ((struct sockaddr_in6 *)&ss)->sin6_port);
+	if (!strcmp(p->trsvcid, "0"))
+		snprintf(p->trsvcid, sizeof(p->trsvcid), "%d", *bound);
+	GDX_INFO("nvmf", "port %u listening on %s:%d", p->portid, p->traddr, *bound);
+	return fd;
+}
+
+static int reactor_init(struct gdx_nvmf_target *t, struct tcp_reactor *r, unsigned id)
+{
+	struct epoll_event e = { .events = EPOLLIN };
+	int ret;
+
+	r->tgt = t;
+	r->id = id;
+	r->wake_ev.kind = EV_WAKE;
+	r->io_ev.kind = EV_IOCTX;
+	pthread_mutex_init(&r->lock, NULL);
+	r->epfd = epoll_create1(EPOLL_CLOEXEC);
+	r->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (r->epfd < 0 || r->wakefd < 0)
+		return -errno;
+	e.data.ptr = &r->wake_ev;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->wakefd, &e))
+		return -errno;
+	ret = nvmf_ioctx_create(&r->ioctx);
+	if (ret) {
+		GDX_WARN("nvmf", "reactor %u: no io_uring (%s): file namespaces do synchronous I/O",
+			 id, gdx_strerror(ret));
+		r->ioctx = NULL;
+		return 0;
+	}
+	e.data.ptr = &r->io_ev;
+	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, nvmf_ioctx_fd(r->ioctx), &e))
+		return -errno;
+	return 0;
+}
+
+static void reactor_fini(struct tcp_reactor *r)
+{
+	for (struct tcp_conn *c = r->conns, *n; c; c = n) {
+		n = c->next;
+		conn_close(c, "target stopping");
+	}
+	/* connections whose requests a backend still holds: wait up to 5 s */
+	for (int i = 0; r->conns && r->ioctx && i < 5000; i++) {
+		usleep(1000);
+		nvmf_ioctx_reap(r->ioctx);
+	}
+	while (r->conns) {
+		struct tcp_conn *c = r->conns;
+
+		GDX_WARN("nvmf", "%s: %u requests never completed", c->peer, c->inflight);
+		c->inflight = 0;
+		conn_close(c, NULL);
+	}
+	flush_dirty(r);
+	for (unsigned i = 0; i < r->nhandoff; i++)
+		close(r->handoff[i].fd);
+	free(r->handoff);
+	nvmf_ioctx_destroy(r->ioctx);
+	if (r->epfd >= 0)
+		close(r->epfd);
+	if (r->wakefd >= 0)
+		close(r->wakefd);
+	pthread_mutex_destroy(&r->lock);
+}
+
+int nvmf_tcp_start(struct gdx_nvmf_target *t)
+{
+	struct tcp_reactor *r0;
+	int ret;
+
+	t->reactors = calloc(t->nreactors, sizeof(*t->reactors));
+	if (!t->reactors)
+		return -ENOMEM;
+	r0 = &t->reactors[0];
+	for (unsigned i = 0; i < t->nreactors; i++) {
+		t->reactors[i].epfd = t->reactors[i].wakefd = -1;
+		ret = reactor_init(t, &t->reactors[i], i);
+		if (ret)
+			goto fail;
+	}
+	t->core.aen_kick = aen_kick;
+	for (unsigned i = 0; i < t->core.nports; i++) {
+		struct listener *l = &r0->listeners[r0->nlisteners];
+		struct epoll_event e = { .events = EPOLLIN, .data.ptr = &l->ev };
+		int fd = listen_on(&t->core.ports[i], &t->bound_port[i]);
+
+		if (fd < 0) {
+			ret = fd;
+			goto fail;
+		}
+		l->ev.kind = EV_LISTEN;
+		l->fd = fd;
+		l->port = &t->core.ports[i];
+		r0->nlisteners++;
+		if (epoll_ctl(r0->epfd, EPOLL_CTL_ADD, fd, &e)) {
+			ret = -errno;
+			goto fail;
+		}
+	}
+	for (unsigned i = 0; i < t->nreactors; i++) {
+		ret = -pthread_create(&t->reactors[i].thread, NULL, reactor_main, &t->reactors[i]);
+		if (ret) {
+			for (unsigned j = 0; j < i; j++) {
+				atomic_store(&t->reactors[j].stop, true);
+				reactor_wake(&t->reactors[j]);
+				pthread_join(t->reactors[j].thread, NULL);
+			}
+			goto fail;
+		}
+	}
+	t->running = true;
+	return 0;
+fail:
+	for (unsigned i = 0; i < r0->nlisteners; i++)
+		close(r0->listeners[i].fd);
+	r0->nlisteners = 0;
+	for (unsigned i = 0; i < t->nreactors; i++)
+		reactor_fini(&t->reactors[i]);
+	free(t->reactors);
+	t->reactors = NULL;
+	return ret;
+}
+
+void nvmf_tcp_stop(struct gdx_nvmf_target *t)
+{
+	if (!t->running)
+		return;
+	for (unsigned i = 0; i < t->nreactors; i++) {
+		atomic_store(&t->reactors[i].stop, true);
+		reactor_wake(&t->reactors[i]);
+	}
+	for (unsigned i = 0; i < t->nreactors; i++)
+		pthread_join(t->reactors[i].thread, NULL);
+	for (unsigned i = 0; i < t->reactors[0].nlisteners; i++)
+		close(t->reactors[0].listeners[i].fd);
+	for (unsigned i = 0; i < t->nreactors; i++)
+		reactor_fini(&t->reactors[i]);
+	free(t->reactors);
+	t->reactors = NULL;
+	t->running = false;
+}
+
+/* ---- local connections (tests, fuzzing) --------------------------------------------- */
+
+struct tcp_conn *nvmf_tcp_conn_new_local(struct gdx_nvmf_target *t, int fd)
+{
+	struct tcp_conn *c = conn_alloc(t, fd);
+
+	if (!c)
+		return NULL;
+	c->local = true;
+	snprintf(c->peer, sizeof(c->peer), "local");
+	return c;
+}
+
+int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len && !c->dead) {
+		uint32_t n = (uint32_t)GDX_MIN(len, (size_t)RXBUF_SIZE);
+
+		/* the staging buffer is what recv() would have filled */
+		memcpy(c->rxbuf, p, n);
+		rx_consume(c, c->rxbuf, n);
+		conn_flush(c);
+		p += n;
+		len -= n;
+	}
+	return c->dead ? -1 : 0;
+}
+
+void nvmf_tcp_conn_free_local(struct tcp_conn *c)
+{
+	conn_close(c, NULL);
+	conn_free(c);
+}

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_NVMF_TARGET_TCP_H
+#define GDX_NVMF_TARGET_TCP_H
+
+/* The NVMe/TCP target transport: listeners, reactors, connections. */
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/stats.h"
+#include "nvmf/core/core.h"
+
+struct tcp_reactor;
+struct tcp_conn;
+
+enum { TGT_CTR_CONNS, TGT_CTR_CONN_ERRORS, TGT_CTR_PDUS_IN, TGT_CTR_PDUS_OUT, TGT_CTR_NR };
+
+struct gdx_nvmf_target {
+	struct nvmf_tgt core;
+	unsigned nreactors;
+	uint32_t maxh2cdata;
+	struct tcp_reactor *reactors;
+	int listen_fd[NVMF_MAX_PORTS];
+	int bound_port[NVMF_MAX_PORTS];
+	_Atomic unsigned next_reactor;
+	bool running;
+	struct gdx_counter ctr[TGT_CTR_NR];
+	struct gdx_stats *stats;
+};
+
+int nvmf_tcp_start(struct gdx_nvmf_target *t);
+void nvmf_tcp_stop(struct gdx_nvmf_target *t);
+
+/*
+ * For tests and the fuzzer: a connection on an already connected socket,
+ * served by the caller's thread.  feed() runs the receive path on bytes as if
+ * they had arrived on the socket; responses are written to the socket.
+ */
+struct tcp_conn *nvmf_tcp_conn_new_local(struct gdx_nvmf_target *t, int fd);
+/* Returns 0, or -1 once the connection has ended (fatal error or EOF). */
+int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len);
+void nvmf_tcp_conn_free_local(struct tcp_conn *c);
+
+#endif
