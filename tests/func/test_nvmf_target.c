@@ -1,0 +1,908 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The TCP target on loopback, driven by a minimal host written against the
+ * proto codec: connect, enable, identify, I/O with in-capsule data and with
+ * R2T, every error status path, discovery, AEN, keep-alive expiry, nvmetcli
+ * JSON, and malformed PDUs that must end only their own connection with the
+ * right C2HTermReq.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include <gdx/nvmf.h>
+
+#include "nvmf/proto/nvme.h"
+#include "nvmf/proto/tcp.h"
+
+#define NQN "nqn.2024-01.io.gdx:func"
+#define NQN2 "nqn.2024-01.io.gdx:func-locked"
+#define HOSTNQN "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"
+
+static struct gdx_nvmf_target *tgt;
+static int port;
+static char tmpfile_path[64];
+
+struct host {
+	int fd;
+	struct gdx_tcp_params p;
+	uint16_t cid;
+	uint16_t cntlid;
+	uint32_t maxh2c;
+};
+
+static int tcp_connect(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	struct timeval tv = { .tv_sec = 10 };
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static void send_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		assert_true(w > 0);
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+/* Returns bytes read before EOF (n if all arrived). */
+static size_t recv_all(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = recv(fd, p + got, n - got, 0);
+
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
+}
+
+/* Reads one PDU: header into *pdu, data (if any) into data (cap bytes). */
+static int recv_pdu(struct host *h, union gdx_tcp_pdu *pdu, void *data, size_t cap)
+{
+	struct gdx_tcp_pdu_info info;
+	struct gdx_tcp_err err;
+	uint32_t hl;
+
+	if (recv_all(h->fd, pdu, 8) != 8)
+		return -1;
+	hl = gdx_tcp_hdr_len(&pdu->ch, GDX_TCP_ROLE_HOST,
+			     pdu->ch.type == GDX_TCP_ICRESP ? GDX_TCP_PHASE_IC : GDX_TCP_PHASE_READY,
+			     &h->p, &err);
+	assert_true(hl > 0);
+	assert_int_equal(recv_all(h->fd, pdu->raw + 8, hl - 8), hl - 8);
+	assert_int_equal(gdx_tcp_pdu_check(pdu, GDX_TCP_ROLE_HOST,
+					   pdu->ch.type == GDX_TCP_ICRESP ? GDX_TCP_PHASE_IC :
+									    GDX_TCP_PHASE_READY,
+					   &h->p, 0, &info, &err), 0);
+	if (info.data_len) {
+		uint8_t dg[4];
+
+		assert_true(info.data_len <= cap);
+		assert_int_equal(recv_all(h->fd, data, info.data_len), info.data_len);
+		if (info.has_ddgst) {
+			struct iovec v = { data, info.data_len };
+			uint32_t got;
+
+			assert_int_equal(recv_all(h->fd, dg, 4), 4);
+			memcpy(&got, dg, 4);
+			assert_int_equal(got, gdx_tcp_ddgst(&v, 1));
+		}
+	}
+	return (int)info.data_len;
+}
+
+static void host_icreq(struct host *h, bool hd, bool dd)
+{
+	union gdx_tcp_pdu pdu;
+
+	memset(h, 0, sizeof(*h));
+	h->fd = tcp_connect();
+	gdx_tcp_icreq_init(&pdu.icreq, hd, dd, 0);
+	send_all(h->fd, &pdu, 128);
+	assert_int_equal(recv_pdu(h, &pdu, NULL, 0), 0);
+	assert_int_equal(pdu.ch.type, GDX_TCP_ICRESP);
+	assert_int_equal(pdu.icresp.dgst, (hd ? 1 : 0) | (dd ? 2 : 0));
+	assert_int_equal(pdu.icresp.cpda, 0);
+	h->p.hdgst = hd;
+	h->p.ddgst = dd;
+	h->maxh2c = pdu.icresp.maxdata;
+	h->p.maxh2cdata = h->maxh2c;
+	h->cid = 1;
+}
+
+/* Sends a capsule with optional in-capsule data. */
+static void send_cmd(struct host *h, struct gdx_nvme_sqe *sqe, const void *data, uint32_t len)
+{
+	union gdx_tcp_pdu pdu;
+	uint32_t hl;
+
+	sqe->flags |= GDX_NVME_FLAGS_PSDT_SGL;
+	hl = gdx_tcp_cmd_init(&pdu, sqe, len, &h->p);
+	send_all(h->fd, &pdu, hl);
+	if (len) {
+		send_all(h->fd, data, len);
+		if (h->p.ddgst) {
+			struct iovec v = { (void *)data, len };
+			uint32_t d = gdx_tcp_ddgst(&v, 1);
+
+			send_all(h->fd, &d, 4);
+		}
+	}
+}
+
+/*
+ * Runs one command: data out (in-capsule when inline, else via R2T) or in.
+ * Returns the status (without phase); *dw0 gets the result.
+ */
+static uint16_t run_cmd(struct host *h, struct gdx_nvme_sqe *sqe, const void *out, uint32_t olen,
+			bool inline_out, void *in, uint32_t ilen, uint64_t *res)
+{
+	union gdx_tcp_pdu pdu;
+	uint32_t got = 0;
+
+	sqe->cid = h->cid++;
+	if (olen && inline_out) {
+		sqe->dptr.type = GDX_NVME_SGL_DATA_BLOCK_OFFSET;
+		sqe->dptr.addr = 0;
+		sqe->dptr.length = olen;
+		send_cmd(h, sqe, out, olen);
+	} else {
+		sqe->dptr.type = GDX_NVME_SGL_TRANSPORT;
+		sqe->dptr.length = olen ? olen : ilen;
+		send_cmd(h, sqe, NULL, 0);
+	}
+	for (;;) {
+		int n = recv_pdu(h, &pdu, (uint8_t *)in + got, ilen - got);
+
+		assert_true(n >= 0);
+		if (pdu.ch.type == GDX_TCP_R2T) {
+			uint32_t off = pdu.r2t.r2to, left = pdu.r2t.r2tl;
+
+			assert_int_equal(pdu.r2t.cccid, sqe->cid);
+			assert_true(off + left <= olen);
+			while (left) {
+				uint32_t n2 = GDX_TCP_MIN_MAXH2CDATA < h->maxh2c ? h->maxh2c : 4096;
+				union gdx_tcp_pdu d;
+				uint32_t hl;
+
+				n2 = left < n2 ? left : n2;
+				hl = gdx_tcp_data_init(&d, GDX_TCP_H2C_DATA, sqe->cid, pdu.r2t.ttag, off,
+						       n2, left == n2 ? GDX_TCP_F_DATA_LAST : 0,
+						       &h->p);
+				send_all(h->fd, &d, hl);
+				send_all(h->fd, (const uint8_t *)out + off, n2);
+				if (h->p.ddgst) {
+					struct iovec v = { (uint8_t *)out + off, n2 };
+					uint32_t dg = gdx_tcp_ddgst(&v, 1);
+
+					send_all(h->fd, &dg, 4);
+				}
+				off += n2;
+				left -= n2;
+			}
+			continue;
+		}
+		if (pdu.ch.type == GDX_TCP_C2H_DATA) {
+			assert_int_equal(pdu.data.datao, got);
+			got += (uint32_t)n;
+			if (pdu.ch.flags & GDX_TCP_F_DATA_SUCCESS) {
+				assert_int_equal(got, ilen);
+				if (res)
+					*res = 0;
+				return 0;
+			}
+			continue;
+		}
+		assert_int_equal(pdu.ch.type, GDX_TCP_RSP);
+		assert_int_equal(pdu.rsp.cqe.cid, sqe->cid);
+		if (res)
+			*res = pdu.rsp.cqe.result;
+		if (!(pdu.rsp.cqe.status >> 1))
+			assert_int_equal(got, ilen);
+		return pdu.rsp.cqe.status >> 1;
+	}
+}
+
+static uint16_t fab_connect(struct host *h, const char *subnqn, const char *hostnqn, uint16_t qid,
+			    uint16_t sqsize, uint16_t cntlid, uint32_t kato, uint64_t *res)
+{
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_OPC_FABRICS };
+	struct gdx_nvmf_connect_data d;
+
+	memset(&d, 0, sizeof(d));
+	d.cntlid = cntlid;
+	snprintf(d.subnqn, sizeof(d.subnqn), "%s", subnqn);
+	snprintf(d.hostnqn, sizeof(d.hostnqn), "%s", hostnqn);
+	sqe.fctype = GDX_NVMF_FCTYPE_CONNECT;
+	sqe.connect.qid = qid;
+	sqe.connect.sqsize = sqsize;
+	sqe.connect.kato = kato;
+	return run_cmd(h, &sqe, &d, sizeof(d), true, NULL, 0, res);
+}
+
+static uint16_t prop(struct host *h, bool set, uint32_t ofst, uint64_t v, bool eight,
+		     uint64_t *res)
+{
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_OPC_FABRICS };
+
+	sqe.fctype = set ? GDX_NVMF_FCTYPE_PROP_SET : GDX_NVMF_FCTYPE_PROP_GET;
+	sqe.prop.attrib = eight;
+	sqe.prop.ofst = ofst;
+	sqe.prop.value = v;
+	return run_cmd(h, &sqe, NULL, 0, false, NULL, 0, res);
+}
+
+/* ICReq, admin Connect, CC.EN=1. */
+static void admin_up(struct host *h, const char *nqn, bool hd, bool dd, uint32_t kato)
+{
+	uint64_t res;
+
+	host_icreq(h, hd, dd);
+	assert_int_equal(fab_connect(h, nqn, HOSTNQN, 0, 31, 0xffff, kato, &res), 0);
+	h->cntlid = (uint16_t)res;
+	assert_true(h->cntlid >= 1);
+	assert_int_equal(prop(h, false, GDX_NVME_REG_CAP, 0, true, &res), 0);
+	assert_int_equal(GDX_NVME_CAP_MPSMIN(res), 0);
+	assert_true(GDX_NVME_CAP_MQES(res) >= 31);
+	assert_int_equal(prop(h, true, GDX_NVME_REG_CC, GDX_NVME_CC_DEFAULT | 1, false, NULL), 0);
+	assert_int_equal(prop(h, false, GDX_NVME_REG_CSTS, 0, false, &res), 0);
+	assert_int_equal(res & 3, GDX_NVME_CSTS_RDY);
+}
+
+static uint16_t identify(struct host *h, uint8_t cns, uint32_t nsid, void *buf)
+{
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_IDENTIFY, .nsid = nsid, .cdw10 = cns };
+
+	return run_cmd(h, &sqe, NULL, 0, false, buf, 4096, NULL);
+}
+
+static uint16_t set_nr_queues(struct host *h, uint16_t n)
+{
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_SET_FEATURES,
+				    .cdw10 = GDX_NVME_FEAT_NUM_QUEUES,
+				    .cdw11 = (uint32_t)(n - 1) | (uint32_t)(n - 1) << 16 };
+
+	return run_cmd(h, &sqe, NULL, 0, false, NULL, 0, NULL);
+}
+
+static void io_up(struct host *io, const struct host *adm, bool hd, bool dd, uint16_t qid)
+{
+	host_icreq(io, hd, dd);
+	assert_int_equal(fab_connect(io, NQN, HOSTNQN, qid, 127, adm->cntlid, 0, NULL), 0);
+}
+
+static uint16_t rw(struct host *h, uint8_t opc, uint32_t nsid, uint64_t slba, uint32_t nlb,
+		   void *buf, uint32_t len, bool inline_out)
+{
+	struct gdx_nvme_sqe sqe = { .opc = opc, .nsid = nsid };
+
+	sqe.cdw10 = (uint32_t)slba;
+	sqe.cdw11 = (uint32_t)(slba >> 32);
+	sqe.cdw12 = nlb - 1;
+	if (opc == GDX_NVME_CMD_READ)
+		return run_cmd(h, &sqe, NULL, 0, false, buf, len, NULL);
+	return run_cmd(h, &sqe, buf, len, inline_out, NULL, 0, NULL);
+}
+
+/* Expects the connection to end with a C2HTermReq carrying fes (and fei unless ~0). */
+static void expect_term(int fd, uint16_t fes, uint32_t fei)
+{
+	uint8_t buf[256];
+	size_t n = recv_all(fd, buf, sizeof(buf));
+	struct gdx_tcp_term t;
+
+	/* skip any complete PDUs before it (e.g. an ICResp) */
+	size_t off = 0;
+
+	while (off + 8 <= n && buf[off] != GDX_TCP_C2H_TERM) {
+		uint32_t plen;
+
+		memcpy(&plen, buf + off + 4, 4);
+		off += plen;
+	}
+	assert_true(off + sizeof(t) <= n);
+	memcpy(&t, buf + off, sizeof(t));
+	assert_int_equal(t.ch.type, GDX_TCP_C2H_TERM);
+	assert_int_equal(t.ch.hlen, 24);
+	assert_true(t.ch.plen >= 24 && t.ch.plen <= 152);
+	assert_int_equal(t.fes, fes);
+	if (fei != ~0u)
+		assert_int_equal(gdx_tcp_term_fei(&t), fei);
+	/* and then EOF */
+	assert_int_equal(off + t.ch.plen, n);
+}
+
+/* ---- tests --------------------------------------------------------------------- */
+
+static void test_admin(void **state)
+{
+	struct host h;
+	uint8_t buf[4096];
+	struct gdx_nvme_id_ctrl *id = (void *)buf;
+	struct gdx_nvme_id_ns *ns = (void *)buf;
+	uint64_t res;
+
+	(void)state;
+	admin_up(&h, NQN, false, false, 5000);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_CTRL, 0, buf), 0);
+	assert_int_equal(id->cntlid, h.cntlid);
+	assert_int_equal(id->cntrltype, GDX_NVME_CNTRLTYPE_IO);
+	assert_string_equal(id->subnqn, NQN);
+	assert_true(id->kas != 0);
+	assert_true(id->ioccsz >= 4);
+	assert_int_equal(id->iorcsz, 1);
+	assert_int_equal(id->icdoff, 0);
+	assert_true(id->sgls & 3);
+	assert_true(id->maxcmd != 0);
+	assert_int_equal(id->cmic & 0x08, 0);
+	assert_int_equal(id->ver, GDX_NVME_VS(1, 3, 0));
+
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS, 1, buf), 0);
+	assert_int_equal(ns->nsze, (8u << 20) / 512);
+	assert_int_equal(ns->ncap, ns->nsze);
+	assert_int_equal(ns->lbaf[0].ds, 9);
+	uint8_t nguid1[16];
+
+	memcpy(nguid1, ns->nguid, 16);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS, 2, buf), 0);
+	assert_int_equal(ns->lbaf[0].ds, 12);
+	assert_memory_not_equal(nguid1, ns->nguid, 16);
+	/* inactive NSID: zeroes; broadcast NSID: invalid */
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS, 77, buf), 0);
+	assert_int_equal(ns->nsze, 0);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS, 0xffffffff, buf),
+			 GDX_NVME_SC_INVALID_NS | GDX_NVME_ST_DNR);
+
+	uint32_t *list = (void *)buf;
+
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS_ACTIVE_LIST, 0, buf), 0);
+	assert_int_equal(list[0], 1);
+	assert_int_equal(list[1], 2);
+	assert_int_equal(list[2], 0);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS_ACTIVE_LIST, 1, buf), 0);
+	assert_int_equal(list[0], 2);
+
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS_DESC_LIST, 1, buf), 0);
+	assert_int_equal(buf[0], GDX_NVME_NIDT_EUI64);
+	assert_int_equal(buf[1], 8);
+	assert_int_equal(buf[12], GDX_NVME_NIDT_NGUID);
+	assert_memory_equal(buf + 16, nguid1, 16);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS_DESC_LIST, 9, buf),
+			 GDX_NVME_SC_INVALID_NS | GDX_NVME_ST_DNR);
+	assert_int_equal(identify(&h, 0x99, 0, buf), GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR);
+
+	/* features */
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_SET_FEATURES,
+				    .cdw10 = GDX_NVME_FEAT_NUM_QUEUES, .cdw11 = 0x00070007 };
+
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, &res), 0);
+	assert_int_equal(res & 0xffffffff, 0x00070007);
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_GET_FEATURES,
+				     .cdw10 = GDX_NVME_FEAT_KATO };
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, &res), 0);
+	assert_int_equal(res & 0xffffffff, 5000);
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_GET_FEATURES, .cdw10 = 0x77 };
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, NULL),
+			 GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR);
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_KEEP_ALIVE };
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	sqe = (struct gdx_nvme_sqe){ .opc = 0x55 };
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, NULL),
+			 GDX_NVME_SC_INVALID_OPCODE | GDX_NVME_ST_DNR);
+	/* authentication is refused cleanly */
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_OPC_FABRICS };
+	sqe.fctype = GDX_NVMF_FCTYPE_AUTH_SEND;
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, NULL),
+			 GDX_NVME_SC_INVALID_OPCODE | GDX_NVME_ST_DNR);
+
+	/* logs: SMART (512 B), error log (newest first), unknown LID */
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_GET_LOG_PAGE, .nsid = 0xffffffff,
+				     .cdw10 = GDX_NVME_LOG_SMART | (127u << 16) };
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, buf, 512, NULL), 0);
+	assert_int_equal(((struct gdx_nvme_smart_log *)buf)->avail_spare, 100);
+	sqe.cdw10 = GDX_NVME_LOG_ERROR | (15u << 16);
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, buf, 64, NULL), 0);
+	struct gdx_nvme_err_log *el = (void *)buf;
+
+	assert_true(el->error_count >= 3);
+	assert_int_equal(el->status_field >> 1, GDX_NVME_SC_INVALID_OPCODE | GDX_NVME_ST_DNR);
+	sqe.cdw10 = 0x42 | (15u << 16);
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, buf, 64, NULL),
+			 GDX_NVME_SC_INVALID_LOG_PAGE | GDX_NVME_ST_DNR);
+	/* transfer length must match NUMD */
+	sqe.cdw10 = GDX_NVME_LOG_SMART | (127u << 16);
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, buf, 256, NULL),
+			 GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR);
+
+	/* properties: unknown offset; CC shutdown reports SHST complete at once */
+	assert_int_equal(prop(&h, false, 0x40, 0, false, NULL),
+			 GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR);
+	assert_int_equal(prop(&h, true, GDX_NVME_REG_CC, GDX_NVME_CC_DEFAULT | 1 | (1u << 14),
+			      false, NULL), 0);
+	assert_int_equal(prop(&h, false, GDX_NVME_REG_CSTS, 0, false, &res), 0);
+	assert_int_equal(res & GDX_NVME_CSTS_SHST_MASK, GDX_NVME_CSTS_SHST_CMPLT);
+	close(h.fd);
+}
+
+static void test_connect_errors(void **state)
+{
+	struct host h, io;
+	uint64_t res;
+
+	(void)state;
+	host_icreq(&h, false, false);
+	/* anything but Connect first */
+	assert_int_equal(prop(&h, false, GDX_NVME_REG_CAP, 0, true, NULL),
+			 GDX_NVME_SC_INVALID_OPCODE | GDX_NVME_ST_DNR);
+	assert_int_equal(fab_connect(&h, "nqn.2024-01.io.gdx:nope", HOSTNQN, 0, 31, 0xffff, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	assert_int_equal(res & 0xffffffff, GDX_NVMF_IATTR_DATA | 256);
+	assert_int_equal(fab_connect(&h, NQN2, HOSTNQN, 0, 31, 0xffff, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_HOST | GDX_NVME_ST_DNR);
+	assert_int_equal(res & 0xffffffff, GDX_NVMF_IATTR_DATA | 512);
+	assert_int_equal(fab_connect(&h, NQN, HOSTNQN, 0, 0, 0xffff, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	assert_int_equal(res & 0xffffffff, 44);
+	assert_int_equal(fab_connect(&h, NQN, HOSTNQN, 0, 31, 5, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	/* the allowed host gets in; a second Connect on the queue does not */
+	assert_int_equal(fab_connect(&h, NQN2, "nqn.2024-01.io.gdx:friend", 0, 31, 0xffff, 0,
+				     &res), 0);
+	assert_int_equal(fab_connect(&h, NQN2, "nqn.2024-01.io.gdx:friend", 0, 31, 0xffff, 0,
+				     &res), GDX_NVME_SC_CMD_SEQ_ERROR | GDX_NVME_ST_DNR);
+	close(h.fd);
+
+	/* I/O queue: before the controller is enabled, unknown cntlid, qid over the limit */
+	host_icreq(&h, false, false);
+	assert_int_equal(fab_connect(&h, NQN, HOSTNQN, 0, 31, 0xffff, 0, &res), 0);
+	h.cntlid = (uint16_t)res;
+	host_icreq(&io, false, false);
+	assert_int_equal(fab_connect(&io, NQN, HOSTNQN, 1, 127, h.cntlid, 0, &res),
+			 GDX_NVME_SC_CMD_SEQ_ERROR | GDX_NVME_ST_DNR);
+	assert_int_equal(prop(&h, true, GDX_NVME_REG_CC, GDX_NVME_CC_DEFAULT | 1, false, NULL), 0);
+	assert_int_equal(set_nr_queues(&h, 2), 0);
+	assert_int_equal(fab_connect(&io, NQN, HOSTNQN, 1, 127, h.cntlid + 100, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	assert_int_equal(res & 0xffffffff, GDX_NVMF_IATTR_DATA | 16);
+	assert_int_equal(fab_connect(&io, NQN, HOSTNQN, 3, 127, h.cntlid, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	assert_int_equal(fab_connect(&io, NQN, HOSTNQN, 1, 1023, h.cntlid, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	assert_int_equal(fab_connect(&io, NQN, HOSTNQN, 1, 255, h.cntlid, 0, &res), 0);
+	close(io.fd);
+	close(h.fd);
+}
+
+static void test_io(void **state)
+{
+	struct host a, io;
+	size_t big = 1u << 20;
+	uint8_t *w = malloc(big), *r = malloc(big);
+	uint8_t dsm[4096] = { 0 };
+	struct gdx_nvme_dsm_range *range = (void *)dsm;
+
+	(void)state;
+	admin_up(&a, NQN, false, false, 5000);
+	assert_int_equal(set_nr_queues(&a, 4), 0);
+	io_up(&io, &a, false, false, 1);
+	for (unsigned nsid = 1; nsid <= 3; nsid++) {
+		uint32_t bs = nsid == 2 ? 4096 : 512;
+
+		/* in-capsule write (4 KiB), R2T write (1 MiB over several H2CData), reads */
+		t_fill(w, big, nsid);
+		assert_int_equal(rw(&io, GDX_NVME_CMD_WRITE, nsid, 8, 4096 / bs, w, 4096, true), 0);
+		assert_int_equal(rw(&io, GDX_NVME_CMD_READ, nsid, 8, 4096 / bs, r, 4096, false), 0);
+		assert_memory_equal(w, r, 4096);
+		assert_int_equal(rw(&io, GDX_NVME_CMD_WRITE, nsid, 64, (uint32_t)(big / bs), w,
+				    (uint32_t)big, false), 0);
+		memset(r, 0, big);
+		assert_int_equal(rw(&io, GDX_NVME_CMD_READ, nsid, 64, (uint32_t)(big / bs), r,
+				    (uint32_t)big, false), 0);
+		assert_memory_equal(w, r, big);
+
+		/* write zeroes, then deallocate: reads return zeroes */
+		struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_WRITE_ZEROES, .nsid = nsid,
+					    .cdw10 = 64, .cdw12 = 7 };
+
+		assert_int_equal(run_cmd(&io, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+		assert_int_equal(rw(&io, GDX_NVME_CMD_READ, nsid, 64, 8, r, 8 * bs, false), 0);
+		for (uint32_t i = 0; i < 8 * bs; i++)
+			assert_int_equal(r[i], 0);
+		range[0].slba = 8;
+		range[0].nlb = 4096 / bs;
+		sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_CMD_DSM, .nsid = nsid, .cdw10 = 0,
+					     .cdw11 = GDX_NVME_DSM_AD };
+		/* a full 4 KiB range buffer, as Linux sends, through R2T */
+		assert_int_equal(run_cmd(&io, &sqe, dsm, sizeof(dsm), false, NULL, 0, NULL), 0);
+		assert_int_equal(rw(&io, GDX_NVME_CMD_READ, nsid, 8, 4096 / bs, r, 4096, false), 0);
+		for (uint32_t i = 0; i < 4096; i++)
+			assert_int_equal(r[i], 0);
+		sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_CMD_FLUSH, .nsid = nsid };
+		assert_int_equal(run_cmd(&io, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	}
+	/* statuses */
+	uint64_t nsze = (8u << 20) / 512;
+
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, nsze - 1, 2, r, 1024, false),
+			 GDX_NVME_SC_LBA_RANGE | GDX_NVME_ST_DNR);
+	/* a failing write gets no R2T: only the response comes */
+	assert_int_equal(rw(&io, GDX_NVME_CMD_WRITE, 1, nsze, 8, w, 4096 * 2, false),
+			 GDX_NVME_SC_LBA_RANGE | GDX_NVME_ST_DNR);
+	/* in-capsule data the command does not announce is consumed, then failed */
+	assert_int_equal(rw(&io, GDX_NVME_CMD_WRITE, 1, 0, 8, w, 512, true),
+			 GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 9, 0, 1, r, 512, false),
+			 GDX_NVME_SC_INVALID_NS | GDX_NVME_ST_DNR);
+	assert_int_equal(rw(&io, 0x7e, 1, 0, 1, r, 0, false),
+			 GDX_NVME_SC_INVALID_OPCODE | GDX_NVME_ST_DNR);
+	range[0].slba = nsze;
+	range[0].nlb = 1;
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_DSM, .nsid = 1, .cdw11 = GDX_NVME_DSM_AD };
+
+	assert_int_equal(run_cmd(&io, &sqe, dsm, 16, true, NULL, 0, NULL),
+			 GDX_NVME_SC_LBA_RANGE | GDX_NVME_ST_DNR);
+	/* the connection still works after all that */
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 0, 1, r, 512, false), 0);
+	close(io.fd);
+	close(a.fd);
+	free(w);
+	free(r);
+}
+
+static void test_digests(void **state)
+{
+	struct host a, io;
+	uint8_t w[65536], r[65536];
+
+	(void)state;
+	admin_up(&a, NQN, true, true, 5000);
+	assert_int_equal(set_nr_queues(&a, 1), 0);
+	io_up(&io, &a, true, true, 1);
+	t_fill(w, sizeof(w), 7);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_WRITE, 3, 0, 8, w, 4096, true), 0);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_WRITE, 3, 8, 128, w, sizeof(w), false), 0);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 3, 8, 128, r, sizeof(r), false), 0);
+	assert_memory_equal(w, r, sizeof(w));
+
+	/* a bad data digest fails the command (transient) and the queue goes on */
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_WRITE, .nsid = 3, .cid = 900, .cdw12 = 0,
+				    .flags = GDX_NVME_FLAGS_PSDT_SGL };
+	union gdx_tcp_pdu pdu;
+	uint32_t bad = 0x12345678;
+
+	sqe.dptr.type = GDX_NVME_SGL_DATA_BLOCK_OFFSET;
+	sqe.dptr.length = 512;
+	send_all(io.fd, &pdu, gdx_tcp_cmd_init(&pdu, &sqe, 512, &io.p));
+	send_all(io.fd, w, 512);
+	send_all(io.fd, &bad, 4);
+	assert_int_equal(recv_pdu(&io, &pdu, NULL, 0), 0);
+	assert_int_equal(pdu.rsp.cqe.cid, 900);
+	assert_int_equal(pdu.rsp.cqe.status >> 1, GDX_NVME_SC_TRANSIENT_TR_ERR);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 3, 8, 1, r, 512, false), 0);
+
+	/* a bad header digest is fatal to the connection: FES 3 */
+	gdx_tcp_cmd_init(&pdu, &sqe, 0, &io.p);
+	pdu.raw[72] ^= 1;
+	send_all(io.fd, &pdu, 76);
+	expect_term(io.fd, GDX_TCP_FES_HDGST, 72);
+	close(io.fd);
+	close(a.fd);
+}
+
+static void bad_pdu(const void *buf, size_t len, bool icreq_first, uint16_t fes, uint32_t fei)
+{
+	int fd = tcp_connect();
+
+	if (icreq_first) {
+		union gdx_tcp_pdu ic;
+
+		gdx_tcp_icreq_init(&ic.icreq, false, false, 0);
+		send_all(fd, &ic, 128);
+	}
+	send_all(fd, buf, len);
+	expect_term(fd, fes, fei);
+	close(fd);
+}
+
+static void test_malformed(void **state)
+{
+	union gdx_tcp_pdu p;
+	struct gdx_tcp_params plain = { .maxh2cdata = 131072 };
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_KEEP_ALIVE };
+	struct host survivor;
+	uint8_t big[512] = { 0 };
+
+	(void)state;
+	/* a healthy connection that must outlive every bad one */
+	admin_up(&survivor, NQN, false, false, 30000);
+
+	/* garbage before ICReq */
+	memset(big, 0x41, sizeof(big));
+	bad_pdu(big, 64, false, GDX_TCP_FES_INVALID_HEADER, 0);
+	/* a command before ICReq */
+	gdx_tcp_cmd_init(&p, &sqe, 0, &plain);
+	bad_pdu(&p, 72, false, GDX_TCP_FES_PDU_SEQ, 0);
+	/* oversized ICReq */
+	gdx_tcp_icreq_init(&p.icreq, false, false, 0);
+	p.ch.plen = 4096;
+	bad_pdu(&p, 128, false, GDX_TCP_FES_INVALID_HEADER, 4);
+	/* wrong hlen */
+	gdx_tcp_cmd_init(&p, &sqe, 0, &plain);
+	p.ch.hlen = 64;
+	bad_pdu(&p, 72, true, GDX_TCP_FES_INVALID_HEADER, 2);
+	/* wrong pdo */
+	gdx_tcp_cmd_init(&p, &sqe, 16, &plain);
+	p.ch.pdo = 8;
+	bad_pdu(&p, 72, true, GDX_TCP_FES_INVALID_HEADER, 3);
+	/* plen shorter than the header */
+	gdx_tcp_cmd_init(&p, &sqe, 0, &plain);
+	p.ch.plen = 30;
+	bad_pdu(&p, 72, true, GDX_TCP_FES_INVALID_HEADER, 4);
+	/* unknown PDU type */
+	gdx_tcp_cmd_init(&p, &sqe, 0, &plain);
+	p.ch.type = 0x0e;
+	bad_pdu(&p, 72, true, GDX_TCP_FES_INVALID_HEADER, 0);
+	/* a second ICReq */
+	gdx_tcp_icreq_init(&p.icreq, false, false, 0);
+	bad_pdu(&p, 128, true, GDX_TCP_FES_PDU_SEQ, 0);
+	/* H2CData without an R2T */
+	gdx_tcp_data_init(&p, GDX_TCP_H2C_DATA, 1, 0, 0, 512, GDX_TCP_F_DATA_LAST, &plain);
+	memcpy(big, &p, 24);
+	bad_pdu(big, 24 + 512, true, GDX_TCP_FES_INVALID_HEADER, 10);
+	/* in-capsule data beyond what the target takes */
+	gdx_tcp_cmd_init(&p, &sqe, 1u << 20, &plain);
+	bad_pdu(&p, 72, true, GDX_TCP_FES_DATA_LIMIT, 4);
+	/* a digest flag that was not negotiated */
+	gdx_tcp_cmd_init(&p, &sqe, 0, &plain);
+	p.ch.flags = GDX_TCP_F_HDGST;
+	bad_pdu(&p, 72, true, GDX_TCP_FES_INVALID_HEADER, 1);
+
+	/* H2CData beyond the command's data, after a real R2T */
+	{
+		struct host a, io;
+		struct gdx_nvme_sqe wr = { .opc = GDX_NVME_CMD_WRITE, .nsid = 1, .cid = 5,
+					   .cdw12 = 0, .flags = GDX_NVME_FLAGS_PSDT_SGL };
+
+		admin_up(&a, NQN, false, false, 5000);
+		assert_int_equal(set_nr_queues(&a, 1), 0);
+		io_up(&io, &a, false, false, 1);
+		wr.dptr.type = GDX_NVME_SGL_TRANSPORT;
+		wr.dptr.length = 512;
+		send_all(io.fd, &p, gdx_tcp_cmd_init(&p, &wr, 0, &plain));
+		assert_int_equal(recv_pdu(&io, &p, NULL, 0), 0);
+		assert_int_equal(p.ch.type, GDX_TCP_R2T);
+		assert_int_equal(p.r2t.r2tl, 512);
+		uint16_t ttag = p.r2t.ttag;
+
+		gdx_tcp_data_init(&p, GDX_TCP_H2C_DATA, 5, ttag, 256, 512, 0, &plain);
+		send_all(io.fd, &p, 24);
+		send_all(io.fd, big, 512);
+		expect_term(io.fd, GDX_TCP_FES_DATA_RANGE, ~0u);
+		close(io.fd);
+		close(a.fd);
+	}
+
+	/* the survivor still answers */
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_KEEP_ALIVE };
+	assert_int_equal(run_cmd(&survivor, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	close(survivor.fd);
+}
+
+static void test_discovery(void **state)
+{
+	struct host h;
+	uint8_t buf[8192];
+	struct gdx_nvmf_disc_hdr *hdr = (void *)buf;
+	struct gdx_nvmf_disc_entry *e = (void *)(buf + 1024);
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_GET_LOG_PAGE,
+				    .cdw10 = GDX_NVME_LOG_DISC | (4u << 16) };
+	uint64_t gen;
+
+	(void)state;
+	admin_up(&h, GDX_NVME_DISC_NQN, false, false, 0);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_CTRL, 0, buf), 0);
+	assert_int_equal(((struct gdx_nvme_id_ctrl *)buf)->cntrltype, GDX_NVME_CNTRLTYPE_DISC);
+	assert_string_equal(((struct gdx_nvme_id_ctrl *)buf)->subnqn, GDX_NVME_DISC_NQN);
+	/* the 20-byte header read nvme-cli does first */
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, buf, 20, NULL), 0);
+	gen = hdr->genctr;
+	/* this host may reach NQN but not NQN2: one record */
+	assert_int_equal(hdr->numrec, 1);
+	sqe.cdw10 = GDX_NVME_LOG_DISC | (((2048 / 4) - 1) << 16);
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, buf, 2048, NULL), 0);
+	assert_int_equal(hdr->genctr, gen);
+	assert_int_equal(e->trtype, GDX_NVMF_TRTYPE_TCP);
+	assert_int_equal(e->subtype, GDX_NVMF_SUBTYPE_NVME);
+	assert_string_equal(e->subnqn, NQN);
+	assert_string_equal(e->traddr, "127.0.0.1");
+	assert_int_equal(atoi(e->trsvcid), port);
+	/* window at LPO 1024 */
+	sqe.cdw10 = GDX_NVME_LOG_DISC | (((1024 / 4) - 1) << 16);
+	sqe.cdw12 = 1024;
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, buf, 1024, NULL), 0);
+	assert_string_equal(((struct gdx_nvmf_disc_entry *)buf)->subnqn, NQN);
+	/* I/O commands and other logs are not for a discovery controller */
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_GET_LOG_PAGE,
+				     .cdw10 = GDX_NVME_LOG_SMART | (127u << 16) };
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, buf, 512, NULL),
+			 GDX_NVME_SC_INVALID_LOG_PAGE | GDX_NVME_ST_DNR);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_NS, 1, buf),
+			 GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR);
+	close(h.fd);
+}
+
+static void test_aen_and_keepalive(void **state)
+{
+	struct host h;
+	union gdx_tcp_pdu pdu;
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_SET_FEATURES,
+				    .cdw10 = GDX_NVME_FEAT_ASYNC_EVENT,
+				    .cdw11 = GDX_NVME_OAES_NS_ATTR };
+	uint32_t list[1024];
+	struct pollfd pfd;
+
+	(void)state;
+	admin_up(&h, NQN, false, false, 1000);
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	/* park an AER, add a namespace: the AER completes with "NS changed" */
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_ASYNC_EVENT, .cid = 31,
+				     .flags = GDX_NVME_FLAGS_PSDT_SGL };
+	sqe.dptr.type = GDX_NVME_SGL_TRANSPORT;
+	send_cmd(&h, &sqe, NULL, 0);
+	assert_int_equal(gdx_nvmf_target_add_ns(tgt, NQN, 4, "ram:1M", 512), 0);
+	assert_int_equal(recv_pdu(&h, &pdu, NULL, 0), 0);
+	assert_int_equal(pdu.rsp.cqe.cid, 31);
+	assert_int_equal(pdu.rsp.cqe.status, 0);
+	assert_int_equal(pdu.rsp.cqe.dw0, 0x00040002);
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_GET_LOG_PAGE,
+				     .cdw10 = GDX_NVME_LOG_CHANGED_NS | (1023u << 16) };
+	assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, list, 4096, NULL), 0);
+	assert_int_equal(list[0], 4);
+	assert_int_equal(list[1], 0);
+
+	/* no keep-alive for KATO (1 s) + KAS: the controller is torn down */
+	pfd = (struct pollfd){ .fd = h.fd, .events = POLLIN };
+	assert_int_equal(poll(&pfd, 1, 6000), 1);
+	char c;
+
+	assert_int_equal(recv(h.fd, &c, 1, 0), 0);
+	close(h.fd);
+}
+
+static void test_json(void **state)
+{
+	char cfg[128], img[128];
+	struct gdx_nvmf_target *t2;
+	FILE *f;
+	int fd;
+
+	(void)state;
+	snprintf(cfg, sizeof(cfg), "/tmp/gdx-nvmf-cfg-%d.json", getpid());
+	snprintf(img, sizeof(img), "/tmp/gdx-nvmf-img-%d", getpid());
+	fd = open(img, O_CREAT | O_RDWR | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	close(fd);
+	f = fopen(cfg, "w");
+	assert_non_null(f);
+	/* as nvmetcli save writes it (abridged) */
+	fprintf(f,
+		"{\"hosts\": [{\"nqn\": \"nqn.2024-01.io.gdx:h1\"}],\n"
+		" \"ports\": [{\"addr\": {\"adrfam\": \"ipv4\", \"traddr\": \"127.0.0.1\",\n"
+		"   \"treq\": \"not specified\", \"trsvcid\": \"0\", \"trtype\": \"tcp\"},\n"
+		"   \"portid\": 1, \"referrals\": [], \"subsystems\": [\"nqn.2024-01.io.gdx:j\"]},\n"
+		"  {\"addr\": {\"trtype\": \"rdma\", \"traddr\": \"10.0.0.1\", \"trsvcid\": \"4420\"},\n"
+		"   \"portid\": 2, \"subsystems\": []}],\n"
+		" \"subsystems\": [{\"allowed_hosts\": [\"nqn.2024-01.io.gdx:h1\"],\n"
+		"   \"attr\": {\"allow_any_host\": \"0\", \"serial\": \"abc123\", \"version\": \"1.3\"},\n"
+		"   \"namespaces\": [{\"device\": {\"nguid\": \"00000000-0000-0000-0000-000000000000\",\n"
+		"     \"path\": \"%s\", \"uuid\": \"0b7d6a10-5a1e-4c3e-8f62-8b0a9e8c1d11\"},\n"
+		"     \"enable\": 1, \"nsid\": 1}, {\"device\": {\"path\": \"ram:1M\"}, \"enable\": 0,\n"
+		"     \"nsid\": 2}],\n"
+		"   \"nqn\": \"nqn.2024-01.io.gdx:j\"}]}\n",
+		img);
+	fclose(f);
+	assert_int_equal(gdx_nvmf_target_create(NULL, &t2), 0);
+	assert_int_equal(gdx_nvmf_target_load_json(t2, cfg), 0);
+	assert_int_equal(gdx_nvmf_target_start(t2), 0);
+	assert_true(gdx_nvmf_target_bound_port(t2, 1) > 0);
+	assert_int_equal(gdx_nvmf_target_bound_port(t2, 2), -ENOENT);
+	gdx_nvmf_target_destroy(t2);
+
+	/* broken files are refused with a clear error */
+	f = fopen(cfg, "w");
+	fprintf(f, "{\"ports\": [{\"portid\": 1, \"addr\": {\"trtype\": \"tcp\"}, "
+		   "\"subsystems\": [\"nqn.2024-01.io.gdx:missing\"]}]}");
+	fclose(f);
+	assert_int_equal(gdx_nvmf_target_create(NULL, &t2), 0);
+	assert_int_equal(gdx_nvmf_target_load_json(t2, cfg), GDX_ECONFIG);
+	gdx_nvmf_target_destroy(t2);
+	f = fopen(cfg, "w");
+	fprintf(f, "{\"subsystems\": [");
+	fclose(f);
+	assert_int_equal(gdx_nvmf_target_create(NULL, &t2), 0);
+	assert_int_equal(gdx_nvmf_target_load_json(t2, cfg), GDX_ECONFIG);
+	gdx_nvmf_target_destroy(t2);
+	unlink(cfg);
+	unlink(img);
+}
+
+static int setup(void **state)
+{
+	struct gdx_nvmf_target_opts o;
+	int fd;
+
+	(void)state;
+	snprintf(tmpfile_path, sizeof(tmpfile_path), "/tmp/gdx-nvmf-func-%d", getpid());
+	fd = open(tmpfile_path, O_CREAT | O_RDWR | O_TRUNC, 0600);
+	if (fd < 0 || ftruncate(fd, 8 << 20))
+		return -1;
+	close(fd);
+	gdx_nvmf_target_opts_init(&o, sizeof(o));
+	o.reactors = 2;
+	o.maxh2cdata = 65536;
+	if (gdx_nvmf_target_create(&o, &tgt) ||
+	    gdx_nvmf_target_add_subsys(tgt, NQN, 1) ||
+	    gdx_nvmf_target_add_ns(tgt, NQN, 1, "ram:8M", 512) ||
+	    gdx_nvmf_target_add_ns(tgt, NQN, 2, "ram:8M", 4096) ||
+	    gdx_nvmf_target_add_ns(tgt, NQN, 3, tmpfile_path, 512) ||
+	    gdx_nvmf_target_add_subsys(tgt, NQN2, 0) ||
+	    gdx_nvmf_target_allow_host(tgt, NQN2, "nqn.2024-01.io.gdx:friend") ||
+	    gdx_nvmf_target_add_ns(tgt, NQN2, 1, "null:1G", 512) ||
+	    gdx_nvmf_target_add_port(tgt, 1, "127.0.0.1", "0") ||
+	    gdx_nvmf_target_link(tgt, 1, NQN) || gdx_nvmf_target_link(tgt, 1, NQN2) ||
+	    gdx_nvmf_target_start(tgt))
+		return -1;
+	port = gdx_nvmf_target_bound_port(tgt, 1);
+	return port > 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	gdx_nvmf_target_destroy(tgt);
+	unlink(tmpfile_path);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_admin),
+		cmocka_unit_test(test_connect_errors),
+		cmocka_unit_test(test_io),
+		cmocka_unit_test(test_digests),
+		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_discovery),
+		cmocka_unit_test(test_aen_and_keepalive),
+		cmocka_unit_test(test_json),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
