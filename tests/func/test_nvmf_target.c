@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -385,7 +386,8 @@ static void test_admin(void **state)
 	assert_int_equal(identify(&h, GDX_NVME_CNS_NS_ACTIVE_LIST, 0, buf), 0);
 	assert_int_equal(list[0], 1);
 	assert_int_equal(list[1], 2);
-	assert_int_equal(list[2], 0);
+	assert_int_equal(list[2], 3);
+	assert_int_equal(list[3], 0);
 	assert_int_equal(identify(&h, GDX_NVME_CNS_NS_ACTIVE_LIST, 1, buf), 0);
 	assert_int_equal(list[0], 2);
 
@@ -637,7 +639,7 @@ static void test_malformed(void **state)
 	struct gdx_tcp_params plain = { .maxh2cdata = 131072 };
 	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_KEEP_ALIVE };
 	struct host survivor;
-	uint8_t big[512] = { 0 };
+	uint8_t big[1024] = { 0 };
 
 	(void)state;
 	/* a healthy connection that must outlive every bad one */

@@ -101,7 +101,7 @@ static struct nvmf_ctrl *ctrl_alloc(struct nvmf_tgt *t, struct nvmf_subsys *s,
 	memcpy(c->hostid, d->hostid, sizeof(c->hostid));
 	gdx_nvme_field_str(c->hostnqn, sizeof(c->hostnqn), d->hostnqn, sizeof(d->hostnqn));
 	/* A discovery controller connected without keep-alive is still reaped eventually. */
-	c->kato_ms = kato ? GDX_ALIGN_UP(kato, 1000u) : s->discovery ? NVMF_DISC_KATO_MS : 0;
+	c->kato_ms = kato ? (kato + 999) / 1000 * 1000 : s->discovery ? NVMF_DISC_KATO_MS : 0;
 	c->aen_cfg = 0;
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(c->ctr); i++)
 		c->ctr[i].name = names[i];
@@ -214,12 +214,17 @@ static uint16_t do_connect(struct nvmf_req *req)
 						  offsetof(struct gdx_nvmf_connect_data, cntlid));
 			goto out;
 		}
+		if (!s->discovery && !(atomic_load(&c->csts) & GDX_NVME_CSTS_RDY)) {
+			c = NULL;
+			st = GDX_NVME_SC_CMD_SEQ_ERROR | DNR;
+			goto out;
+		}
 		if (s->discovery || qid > c->nr_io_queues || qid > NVMF_MAX_IO_QUEUES) {
 			c = NULL;
 			st = connect_fail(req, GDX_NVME_SC_CONNECT_INVALID_PARAM, 42);
 			goto out;
 		}
-		if (!(atomic_load(&c->csts) & GDX_NVME_CSTS_RDY) || c->qid_used[qid]) {
+		if (c->qid_used[qid]) {
 			c = NULL;
 			st = GDX_NVME_SC_CMD_SEQ_ERROR | DNR;
 			goto out;
@@ -534,7 +539,7 @@ uint16_t nvmf_ctrl_keep_alive(struct nvmf_ctrl *c)
 
 void nvmf_ctrl_set_kato(struct nvmf_ctrl *c, uint32_t kato_ms)
 {
-	c->kato_ms = kato_ms ? GDX_ALIGN_UP(kato_ms, 1000u) : 0;
+	c->kato_ms = kato_ms ? (kato_ms + 999) / 1000 * 1000 : 0;
 	if (!c->kato_ms)
 		atomic_store(&c->ka_deadline_ns, 0);
 	else
