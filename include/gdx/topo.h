@@ -92,6 +92,14 @@ GDX_API int gdx_topo_find(const struct gdx_topo *t, unsigned kinds, const char *
 /* Index of the kind's n-th device (n-th GPU, ...); -ENOENT. */
 GDX_API int gdx_topo_nth(const struct gdx_topo *t, enum gdx_topo_kind kind, int n);
 
+/*
+ * Index of the NVMe controller or disk holding the filesystem of path (through
+ * partitions, device mapper and md to the first device below); -ENOENT when it
+ * has none (tmpfs, overlayfs, NFS) or it is not in the snapshot, -errno from
+ * stat().  Meaningful only for a snapshot of the running machine's sysfs.
+ */
+GDX_API int gdx_topo_find_file(const struct gdx_topo *t, const char *path);
+
 /* enum gdx_topo_link between devices i and j; -ENODEV when one is not on PCI. */
 GDX_API int gdx_topo_distance(const struct gdx_topo *t, int i, int j);
 /*

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -484,6 +486,13 @@ static int one_block(struct gdx_topo *t, const char *blk)
 	gdx_topo_fmt(nd->d.name, sizeof(nd->d.name), "%s", blk);
 	gdx_topo_fmt(nd->d.pci, sizeof(nd->d.pci), "%s", pci);
 	read_pci_facts(t, nd);
+	/* "virtio-pci" says less than the block driver on top of it */
+	if (!strcmp(nd->d.driver, "virtio-pci")) {
+		gdx_topo_fmt(rel, sizeof(rel), "class/block/%s/device/driver", blk);
+		read_link_base(t->sysfs, rel, nd->d.driver, sizeof(nd->d.driver));
+		if (!nd->d.driver[0])
+			gdx_topo_fmt(nd->d.driver, sizeof(nd->d.driver), "virtio-pci");
+	}
 	return 0;
 }
 
@@ -606,6 +615,65 @@ GDX_API int gdx_topo_nth(const struct gdx_topo *t, enum gdx_topo_kind kind, int 
 		if (t->dev[i].d.kind == kind && n-- == 0)
 			return i;
 	return -ENOENT;
+}
+
+/* The device behind block device root/rel: PCI ancestor, NVMe name, or first slave. */
+static int find_block(const struct gdx_topo *t, const char *rel, int depth)
+{
+	char path[PATH_MAX], real[PATH_MAX], pci[16], slave[64], rel2[96];
+	struct topo_node tmp = { 0 };
+	unsigned ctrl, ns;
+	const char *base;
+	int i;
+
+	if (depth > 4)
+		return -ENOENT;
+	if (!resolve_pci(t->sysfs, rel, &tmp, pci) && pci[0]) {
+		i = find_pci(t, pci, GDX_TOPO_NVME | GDX_TOPO_DISK);
+		if (i >= 0)
+			return i;
+	}
+	if (gdx_topo_fmt(path, sizeof(path), "%s/%s", t->sysfs, rel) < 0 || !realpath(path, real))
+		return -ENOENT;
+	/* a partition's slaves and name are its disk's */
+	if (gdx_topo_fmt(path, sizeof(path), "%s/partition", real) > 0 && !access(path, F_OK))
+		*strrchr(real, '/') = 0;
+	base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
+	/* a multipath namespace head sits under nvme-subsystem, off PCI */
+	if (sscanf(base, "nvme%un%u", &ctrl, &ns) == 2) {
+		char name[32];
+
+		gdx_topo_fmt(name, sizeof(name), "nvme%u", ctrl);
+		i = gdx_topo_find(t, GDX_TOPO_NVME, name);
+		if (i >= 0)
+			return i;
+	}
+	if (gdx_topo_fmt(path, sizeof(path), "%s/slaves", real) < 0 ||
+	    first_entry("", path, slave, sizeof(slave)))
+		return -ENOENT;
+	gdx_topo_fmt(rel2, sizeof(rel2), "class/block/%s", slave);
+	return find_block(t, rel2, depth + 1);
+}
+
+GDX_API int gdx_topo_find_file(const struct gdx_topo *t, const char *path)
+{
+	struct stat st;
+
+	if (!path)
+		return -EINVAL;
+	if (stat(path, &st))
+		return -errno;
+	return gdx_topo_find_devno(t, major(st.st_dev), minor(st.st_dev));
+}
+
+int gdx_topo_find_devno(const struct gdx_topo *t, unsigned maj, unsigned min)
+{
+	char rel[64];
+
+	if (!maj)
+		return -ENOENT;
+	gdx_topo_fmt(rel, sizeof(rel), "dev/block/%u:%u", maj, min);
+	return find_block(t, rel, 0);
 }
 
 const char *gdx_topo_host_bridge(const struct gdx_topo *t, int i)

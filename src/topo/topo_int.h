@@ -23,6 +23,9 @@ const char *gdx_topo_procfs_root(const struct gdx_topo *t);
  */
 int gdx_topo_read(const char *root, const char *rel, char *buf, size_t len);
 
+/* gdx_topo_find_file() for a device number: what holds block device maj:min. */
+int gdx_topo_find_devno(const struct gdx_topo *t, unsigned maj, unsigned min);
+
 /* The host bridge ("pci0000:00") above device i; NULL when it is not on PCI. */
 const char *gdx_topo_host_bridge(const struct gdx_topo *t, int i);
 

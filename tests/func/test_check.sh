@@ -78,6 +78,25 @@ grep -q "memlock limit" <<<"$out" || fail "no memlock line"
 expect_rc 1 --live --path "$dir/missing" --require odirect
 rmdir "$dir"
 
+# cuFile's P2PDMA mode: each missing piece is named, in order, on a copy of
+# the VM fixture that grows a newer kernel and the settings one by one
+vm=$(mktemp -d)
+cp -a tests/data/sysfs/vm1gpu/. "$vm"
+p2p() { "$gdx" check --root "$vm" --no-live | grep -A1 "PCI P2PDMA"; }
+grep -q "needs a kernel with PCI P2PDMA" <<<"$(p2p)" || fail "P2PDMA on 6.1: $(p2p)"
+echo "6.8.0-40-generic" >"$vm/proc/sys/kernel/osrelease"
+mkdir -p "$vm/sys/module/nvme_core/parameters"
+echo Y >"$vm/sys/module/nvme_core/parameters/multipath"
+grep -q "fix: options nvme_core multipath=N" <<<"$(p2p)" || fail "P2PDMA, multipath: $(p2p)"
+echo N >"$vm/sys/module/nvme_core/parameters/multipath"
+grep -q "fix: options nvidia .*RMForceStaticBar1=1" <<<"$(p2p)" || fail "P2PDMA, BAR1: $(p2p)"
+echo 'RegistryDwords: "RMForceStaticBar1=1;RmForceDisableIomapWC=1;"' \
+  >"$vm/proc/driver/nvidia/params"
+grep -q "✓ PCI P2PDMA" <<<"$(p2p)" || fail "P2PDMA ready: $(p2p)"
+"$gdx" check --root "$vm" --no-live | grep -q "✓ nvidia-fs .*not needed" ||
+  fail "nvidia-fs is still asked for with P2PDMA ready"
+rm -rf "$vm"
+
 # the CUDA driver's own view: a look-alike driver that sees no GPU, on a
 # machine whose sysfs shows one, is a failure with a reason
 fake=${GDX_BUILDDIR:-}/tests/unit/libfake_cuda.so

@@ -341,7 +341,7 @@ static void test_rules(void **state)
 {
 	struct gdx_topo_opts o;
 	struct gdx_topo *t;
-	char sys[PATH_MAX + 8];
+	char sys[PATH_MAX + 8], lnk[PATH_MAX * 2];
 
 	(void)state;
 	snprintf(tmp, sizeof(tmp), "/tmp/gdx-topo-XXXXXX");
@@ -387,7 +387,50 @@ static void test_rules(void **state)
 	assert_int_equal(gdx_topo_open(&t, &o), 0);
 	assert_string_equal(dist(t, "GPU0", "eth2"), "SYS");
 	gdx_topo_close(t);
+
+	/* a multipath namespace head, off PCI, is found through its controller's name */
+	pcidev("pci0000:00/0000:00:07.0", 0x010802, 0x144d, 0);
+	mk("sys/class/nvme/nvme0/transport", "pcie\n");
+	snprintf(lnk, sizeof(lnk), "%s/sys/class/nvme/nvme0/device", tmp);
+	assert_int_equal(symlink("../../../devices/pci0000:00/0000:00:07.0", lnk), 0);
+	mk("sys/devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1/dev", "259:9\n");
+	mk("sys/dev/block/.keep", "");
+	snprintf(lnk, sizeof(lnk), "%s/sys/dev/block/259:9", tmp);
+	assert_int_equal(symlink("../../devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1", lnk),
+			 0);
+	assert_int_equal(gdx_topo_open(&t, &o), 0);
+	assert_int_equal(gdx_topo_find_devno(t, 259, 9), find(t, "nvme0"));
+	assert_int_equal(gdx_topo_find_devno(t, 259, 10), -ENOENT);
+	gdx_topo_close(t);
 	rm_tree();
+}
+
+static void test_find_block(void **state)
+{
+	struct gdx_topo *t = open_fixture("vm1gpu");
+	int i;
+
+	(void)state;
+	/* a partition resolves to its disk */
+	assert_int_equal(gdx_topo_find_devno(t, 254, 1), find(t, "vda"));
+	assert_int_equal(gdx_topo_find_devno(t, 254, 0), find(t, "vda"));
+	assert_int_equal(gdx_topo_find_devno(t, 254, 7), -ENOENT);
+	/* major 0: tmpfs, overlayfs, NFS have no block device */
+	assert_int_equal(gdx_topo_find_devno(t, 0, 42), -ENOENT);
+	assert_int_equal(gdx_topo_find_file(t, "/nonexistent/gdx"), -ENOENT);
+	assert_int_equal(gdx_topo_find_file(t, NULL), -EINVAL);
+	gdx_topo_close(t);
+
+	t = open_fixture("nogpu");
+	/* an LVM volume resolves through its slave partition to the NVMe below */
+	assert_int_equal(gdx_topo_find_devno(t, 253, 0), find(t, "nvme0"));
+	assert_int_equal(gdx_topo_find_devno(t, 259, 1), find(t, "nvme0"));
+	gdx_topo_close(t);
+
+	t = open_fixture("dgx8");
+	i = gdx_topo_find_devno(t, 259, 6);
+	assert_int_equal(i, find(t, "nvme3"));
+	gdx_topo_close(t);
 }
 
 static void put32(uint8_t *p, uint32_t v)
@@ -440,6 +483,7 @@ int main(void)
 		cmocka_unit_test(test_get_sizes),
 		cmocka_unit_test(test_missing_root),
 		cmocka_unit_test(test_rules),
+		cmocka_unit_test(test_find_block),
 		cmocka_unit_test(test_cap_parsing),
 	};
 	const char *src = getenv("GDX_SRCDIR");

@@ -45,6 +45,8 @@ struct chk_ctx {
 	bool modules_readable;
 	char cmdline[2048];
 	bool dmabuf, peermem, nvfs, uverbs;
+	bool p2pdma;		/* cuFile's P2PDMA mode can work (no nvidia-fs needed) */
+	char p2pdma_fix[160];	/* the missing piece when it cannot */
 	bool iommu_translating;
 	int acs_redirect;	/* bridges with P2P redirect on a GPU path */
 	char acs_bridge[16];
@@ -52,7 +54,8 @@ struct chk_ctx {
 
 	/* live facts; meaningful only when live */
 	bool io_uring_ok, odirect_ok, memlock_ok, cufile_ok, ibverbs_ok;
-	int cuda_count;		/* GPUs the CUDA driver sees, or a negative gdx code */
+	int cuda_count;
+	char path_fs[16];	/* the filesystem type holding --path */		/* GPUs the CUDA driver sees, or a negative gdx code */
 	uint64_t memlock;
 
 	struct chk c[CHK_MAX];

@@ -114,6 +114,7 @@ static void live_odirect(struct chk_ctx *x)
 			chk_set(dir, sizeof(dir), ".");
 	}
 	fs = !statfs(dir, &sf) ? fs_name(sf.f_type) : NULL;
+	chk_set(x->path_fs, sizeof(x->path_fs), "%s", fs ? fs : "an unknown filesystem");
 	block_name(x, sb.st_dev, disk, sizeof(disk));
 	if (fs)
 		chk_set(fsdesc, sizeof(fsdesc), "%s%s%s", fs, disk[0] ? " on " : "", disk);

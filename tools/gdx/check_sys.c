@@ -318,12 +318,87 @@ static void chk_nvfs(struct chk_ctx *x)
 		CHK_SET(c->finding, "loaded: cuFile can DMA between NVMe and GPU memory");
 		return;
 	}
+	if (x->p2pdma) {
+		c = chk_add(x, "nvidia_fs", "nvidia-fs", CHK_OK);
+		CHK_SET(c->finding, "not loaded, and not needed: cuFile can use PCI P2PDMA");
+		return;
+	}
 	c = chk_add(x, "nvidia_fs", "nvidia-fs", x->nnvme_local ? CHK_FAIL : CHK_WARN);
 	CHK_SET(c->finding, "%s: file reads into the GPU go through the pinned bounce ring%s",
 		m == MOD_UNKNOWN ? "state unknown (no module list)" : "not loaded",
 		x->nnvme_local ? "" : " (no local NVMe either)");
 	CHK_SET(c->fix, m == MOD_AVAILABLE ? "modprobe nvidia-fs" :
 		"install GPUDirect Storage (nvidia-fs, libcufile), then modprobe nvidia-fs");
+}
+
+/* Does a procfs file hold a line containing needle?  -1 when it cannot be read. */
+static int file_has(const char *root, const char *rel, const char *needle)
+{
+	char path[PATH_MAX], line[512];
+	int found = 0;
+	FILE *f;
+
+	if (gdx_topo_fmt(path, sizeof(path), "%s/%s", root, rel) < 0)
+		return -1;
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
+/*
+ * cuFile's P2PDMA mode (GDS 1.13+) reaches local NVMe without nvidia-fs:
+ * the kernel's PCI P2PDMA (6.2+, p2pdma_pgmap_ops in kallsyms), the open
+ * kernel modules >= 565 with a static BAR1, and NVMe multipath off.
+ */
+static void eval_p2pdma(struct chk_ctx *x)
+{
+	int ksym = file_has(x->procfs, "kallsyms", "p2pdma_pgmap_ops");
+	bool kernel = ksym > 0 || (ksym < 0 && (x->kmajor > 6 || (x->kmajor == 6 && x->kminor >= 2)));
+	int bar1 = file_has(x->procfs, "driver/nvidia/params", "RMForceStaticBar1=1");
+	char mp[8] = "";
+
+	gdx_topo_read(x->sysfs, "module/nvme_core/parameters/multipath", mp, sizeof(mp));
+	x->p2pdma_fix[0] = 0;
+	if (!kernel)
+		CHK_SET(x->p2pdma_fix, "a kernel with PCI P2PDMA (>= 6.2, CONFIG_PCI_P2PDMA)");
+	else if (!x->drv_open || x->drv_major < 565)
+		CHK_SET(x->p2pdma_fix, "the open kernel modules >= 565");
+	else if (mp[0] == 'Y')
+		CHK_SET(x->p2pdma_fix, "options nvme_core multipath=N (then rebuild the initramfs "
+			"and reboot)");
+	else if (bar1 <= 0)
+		CHK_SET(x->p2pdma_fix, "options nvidia NVreg_RegistryDwords=\"RMForceStaticBar1=1;"
+			"RmForceDisableIomapWC=1;\" (then reload the driver)");
+	x->p2pdma = x->ngpu && !x->p2pdma_fix[0];
+}
+
+static void chk_p2pdma(struct chk_ctx *x)
+{
+	struct chk *c;
+
+	if (!x->ngpu) {
+		c = chk_add(x, "p2pdma", "PCI P2PDMA", CHK_NA);
+		CHK_SET(c->finding, "no GPU");
+		return;
+	}
+	if (x->p2pdma) {
+		c = chk_add(x, "p2pdma", "PCI P2PDMA", CHK_OK);
+		CHK_SET(c->finding, "kernel P2PDMA, open driver %d, static BAR1, NVMe multipath off: "
+			"cuFile's P2PDMA mode needs no nvidia-fs", x->drv_major);
+		return;
+	}
+	c = chk_add(x, "p2pdma", "PCI P2PDMA", x->nvfs ? CHK_NA : x->nnvme_local ? CHK_FAIL :
+		    CHK_WARN);
+	CHK_SET(c->finding, "cuFile's mode without nvidia-fs is not possible: needs %s",
+		x->p2pdma_fix);
+	if (x->nvfs)
+		CHK_CAT(c->finding, " (not needed: nvidia-fs is loaded)");
+	else
+		CHK_SET(c->fix, "%s", x->p2pdma_fix);
 }
 
 static void chk_bar1(struct chk_ctx *x)
@@ -720,7 +795,9 @@ void check_sys(struct chk_ctx *x)
 	chk_driver(x);
 	chk_dmabuf(x);
 	chk_peermem(x);
+	eval_p2pdma(x);
 	chk_nvfs(x);
+	chk_p2pdma(x);
 	chk_bar1(x);
 	chk_iommu(x);
 	chk_acs(x);

@@ -159,22 +159,46 @@ static const char *uring_word(const struct chk_ctx *x)
 	       "io_uring";
 }
 
+/* Where the data under --path lives, as the live checks found it; "" when unknown. */
+static int path_holder(const struct chk_ctx *x, char *where, size_t len)
+{
+	int held;
+
+	where[0] = 0;
+	if (!x->live)
+		return -ENOENT;
+	held = gdx_topo_find_file(x->t, x->path);
+	if (held >= 0) {
+		struct gdx_topo_dev d = dev_at(x->t, held);
+
+		chk_set(where, len, "--path is on %s (%s)", d.name, d.kind == GDX_TOPO_NVME ?
+			"NVMe" : d.driver[0] ? d.driver : "disk");
+	} else if (x->path_fs[0]) {
+		chk_set(where, len, "--path is on %s, with no local disk below", x->path_fs);
+	}
+	return held;
+}
+
 static void reco_storage(struct report *rp)
 {
 	struct chk_ctx *x = &rp->x;
 	struct reco *r = &rp->r[rp->nr++];
-	int g = gdx_topo_nth(x->t, GDX_TOPO_GPU, 0), link = 0, nv;
+	int g = gdx_topo_nth(x->t, GDX_TOPO_GPU, 0), link = 0, nv, held;
 	struct gdx_topo_dev gd, nd;
+	char where[160];
 	bool direct;
 
 	r->id = "local_storage";
 	r->title = "local NVMe";
+	held = path_holder(x, where, sizeof(where));
 	if (g < 0) {
 		r->path = "host";
 		CHK_SET(r->detail, "no GPU: files are read with O_DIRECT through %s into host "
 			"memory (the emulated device stands in for a GPU)", uring_word(x));
 		if (x->nnvme_local)
 			CHK_CAT(r->detail, "; %d local NVMe", x->nnvme_local);
+		if (where[0])
+			CHK_CAT(r->detail, "; %s", where);
 		CHK_SET(r->step, "-");
 		return;
 	}
@@ -186,11 +210,24 @@ static void reco_storage(struct report *rp)
 		return;
 	}
 	nv = gdx_topo_nearest(x->t, g, GDX_TOPO_NVME, &link);
-	if (nv < 0) {
-		int disk = gdx_topo_nearest(x->t, g, GDX_TOPO_DISK, &link);
+	if (held >= 0 && dev_at(x->t, held).kind == GDX_TOPO_NVME) {
+		nv = held;
+		link = gdx_topo_distance(x->t, g, held);
+	} else if (where[0] || nv < 0) {
+		/* the data is not on NVMe, or there is no NVMe at all */
+		int disk = held >= 0 ? held : gdx_topo_nearest(x->t, g, GDX_TOPO_DISK, &link);
 
+		if (held >= 0)
+			link = gdx_topo_distance(x->t, g, held);
 		r->path = "bounce";
-		if (disk >= 0) {
+		if (where[0] && held < 0 && !strcmp(x->path_fs, "tmpfs")) {
+			r->path = "pagecache";
+			CHK_SET(r->detail, "%s: %s copies straight out of the registered page cache",
+				where, gd.name);
+		} else if (where[0]) {
+			CHK_SET(r->detail, "%s, not NVMe: O_DIRECT reads into a pinned ring, then "
+				"copies to %s", where, gd.name);
+		} else if (disk >= 0) {
 			struct gdx_topo_dev dd = dev_at(x->t, disk);
 
 			CHK_SET(r->detail, "no local NVMe; %s (%s, %s from %s): O_DIRECT reads into "
@@ -200,34 +237,56 @@ static void reco_storage(struct report *rp)
 			CHK_SET(r->detail, "no local NVMe or disk on PCI: reads go through a pinned "
 				"ring, then copies to %s", gd.name);
 		}
-		CHK_SET(r->step, "none on this machine: GPUDirect Storage needs an NVMe drive "
-			"(or a GDS-capable filesystem)");
+		if (nv >= 0)
+			CHK_SET(r->step, "keep the data on %s (%s from %s): GPUDirect Storage reads "
+				"NVMe only", dev_at(x->t, nv).name, gdx_topo_link_name(link), gd.name);
+		else
+			CHK_SET(r->step, "none on this machine: GPUDirect Storage needs an NVMe drive "
+				"(or a GDS-capable filesystem)");
 		return;
 	}
 	nd = dev_at(x->t, nv);
-	direct = x->nvfs && !x->iommu_translating && (!x->live || x->cufile_ok);
+	direct = (x->nvfs || x->p2pdma) && !x->iommu_translating && (!x->live || x->cufile_ok);
 	r->path = direct ? "direct" : "bounce";
 	if (direct)
-		CHK_SET(r->detail, "cuFile DMA from %s into %s (%s)", nd.name, gd.name,
-			gdx_topo_link_name(link));
+		CHK_SET(r->detail, "cuFile DMA from %s into %s (%s), through %s", nd.name, gd.name,
+			gdx_topo_link_name(link), x->nvfs ? "nvidia-fs" : "PCI P2PDMA");
 	else
 		CHK_SET(r->detail, "%s -> pinned ring -> %s (%s apart): O_DIRECT reads through "
 			"%s, async copies", nd.name, gd.name, gdx_topo_link_name(link),
 			uring_word(x));
+	if (where[0])
+		CHK_CAT(r->detail, "; %s", where);
 	if (x->live && !x->odirect_ok)
 		CHK_CAT(r->detail, "; --path refuses O_DIRECT, so files there are read buffered");
-	if (!x->nvfs)
-		CHK_SET(r->step, "load nvidia-fs (%s)", mod(x, "nvidia_fs") == MOD_AVAILABLE ?
-			"modprobe nvidia-fs" : "install GPUDirect Storage, then modprobe nvidia-fs");
-	else if (x->iommu_translating)
+	if (!x->nvfs && !x->p2pdma) {
+		enum mod_state m = mod(x, "nvidia_fs");
+
+		/* the cheaper of the two ways: a module at hand, else P2PDMA's one setting */
+		if (m == MOD_AVAILABLE)
+			CHK_SET(r->step, "load nvidia-fs (modprobe nvidia-fs)");
+		else if (strncmp(x->p2pdma_fix, "options", 7) == 0)
+			CHK_SET(r->step, "for cuFile's P2PDMA mode: %s", x->p2pdma_fix);
+		else
+			CHK_SET(r->step, "install GPUDirect Storage (nvidia-fs), then modprobe "
+				"nvidia-fs");
+	} else if (x->iommu_translating) {
 		CHK_SET(r->step, "boot with iommu=pt: GPUDirect Storage needs untranslated DMA");
-	else if (x->live && !x->cufile_ok)
+	} else if (x->live && !x->cufile_ok) {
 		CHK_SET(r->step, "install libcufile (GPUDirect Storage)");
-	else if (link >= GDX_TOPO_NODE)
-		CHK_SET(r->step, "%s and %s are %s apart: keep %s's data on an NVMe under its "
-			"switch", gd.name, nd.name, gdx_topo_link_name(link), gd.name);
-	else
+	} else if (link >= GDX_TOPO_NODE) {
+		int best = gdx_topo_nearest(x->t, g, GDX_TOPO_NVME, NULL);
+
+		if (best >= 0 && best != nv && gdx_topo_distance(x->t, g, best) < link)
+			CHK_SET(r->step, "%s and %s are %s apart: keep %s's data on %s (%s)", gd.name,
+				nd.name, gdx_topo_link_name(link), gd.name, dev_at(x->t, best).name,
+				gdx_topo_link_name(gdx_topo_distance(x->t, g, best)));
+		else
+			CHK_SET(r->step, "%s and %s are %s apart: put an NVMe under %s's switch",
+				gd.name, nd.name, gdx_topo_link_name(link), gd.name);
+	} else {
 		CHK_SET(r->step, "-");
+	}
 	if (!x->live && direct)
 		CHK_CAT(r->detail, " (libcufile not checked: live checks off)");
 }

@@ -114,14 +114,24 @@ class Tree:
         if pcidir is not None:
             self.link(os.path.join(c, "device"), pcidir)
         self.link(os.path.join(self.sys, "class/nvme", ctrl), c)
-        ns = os.path.join(c, ctrl + "n1")
-        self.write(os.path.join(ns, "size"), "7501476528\n")
-        self.link(os.path.join(self.sys, "class/block", ctrl + "n1"), ns)
+        if pcidir is None:
+            return None
+        n = int(ctrl[4:])
+        return self.block(c, ctrl + "n1", "259:%d" % (2 * n))
 
-    def block(self, parent, name):
+    def block(self, parent, name, devno=None):
         b = os.path.join(parent, name)
         self.write(os.path.join(b, "size"), "536870912\n")
         self.link(os.path.join(self.sys, "class/block", name), b)
+        if devno:
+            self.write(os.path.join(b, "dev"), devno + "\n")
+            self.link(os.path.join(self.sys, "dev/block", devno), b)
+        return b
+
+    def partition(self, disk, name, devno):
+        p = self.block(disk, name, devno)
+        self.write(os.path.join(p, "partition"), name[-1] + "\n")
+        return p
 
     def modules(self, release, loaded, available, builtin=()):
         self.procw("modules", "".join(
@@ -245,7 +255,12 @@ def vm1gpu():
     t.pci(root, "0000:00:01.0", REDHAT, 0x1045, 0xffff00, cpus="0-15", driver="virtio-pci")
     blk = t.pci(root, "0000:00:02.0", REDHAT, 0x1042, 0x010000, cpus="0-15", driver="virtio-pci",
                 config=config(REDHAT, 0x1042, 0x010000, size=small))
-    t.block(os.path.join(blk, "virtio1/block"), "vda")
+    vda = t.block(os.path.join(blk, "virtio1/block"), "vda", "254:0")
+    drv = os.path.join(t.sys, "bus/virtio/drivers/virtio_blk")
+    t.write(os.path.join(drv, "uevent"), "DRIVER=virtio_blk\n")
+    t.link(os.path.join(blk, "virtio1/driver"), drv)
+    t.link(os.path.join(vda, "device"), os.path.join(blk, "virtio1"))
+    t.partition(vda, "vda1", "254:1")
     net = t.pci(root, "0000:00:03.0", REDHAT, 0x1041, ETHCLS, cpus="0-15", driver="virtio-pci",
                 config=config(REDHAT, 0x1041, ETHCLS, size=small))
     t.netdev(os.path.join(net, "virtio2"), "eth0")
@@ -279,8 +294,12 @@ def nogpu():
     rp3 = t.pci(root, "0000:00:1c.0", INTEL, 0xa190, BRIDGE, driver="pcieport", **kw)
     nv = t.pci(rp1, "0000:01:00.0", SAMSUNG, PM1733, NVMECLS, driver="nvme",
                config=config(SAMSUNG, PM1733, NVMECLS), **kw)
-    t.nvme(nv, "nvme0", "SAMSUNG MZWLR7T6HALA-00007",
-           "nqn.1994-11.com.samsung:nvme:PM1733:2.5-inch:S6CPNA0T100")
+    ns = t.nvme(nv, "nvme0", "SAMSUNG MZWLR7T6HALA-00007",
+                "nqn.1994-11.com.samsung:nvme:PM1733:2.5-inch:S6CPNA0T100")
+    t.partition(ns, "nvme0n1p2", "259:1")
+    # an LVM volume on that partition: device mapper, off PCI, with a slave
+    dm = t.block(os.path.join(t.sys, "devices/virtual/block"), "dm-0", "253:0")
+    t.link(os.path.join(dm, "slaves/nvme0n1p2"), os.path.join(ns, "nvme0n1p2"))
     nic = t.pci(rp2, "0000:02:00.0", MELLANOX, 0x101d, ETHCLS, driver="mlx5_core",
                 config=config(MELLANOX, 0x101d, ETHCLS, relaxed=False), **kw)
     t.netdev(nic, "enp2s0np0")
