@@ -53,6 +53,11 @@ struct gdx_xport_opts {
 	 * receive is posted (as an RC queue pair retries on receiver-not-ready).
 	 */
 	size_t max_unexpected;	/* default 64 MiB */
+	/*
+	 * The GPU the endpoint mostly moves data for: verbs binds to the RDMA NIC
+	 * nearest it on PCIe when the address leaves the choice open.  NULL: none.
+	 */
+	struct gdx_device *dev;
 };
 GDX_API void gdx_xport_opts_init(struct gdx_xport_opts *o, size_t struct_size);
 
@@ -164,6 +169,10 @@ GDX_API int gdx_xport_mr_dereg(struct gdx_xport_mr *mr);
 /* Do not start this request before every earlier read on the endpoint has completed. */
 #define GDX_XPORT_FENCE 0x2u
 
+/*
+ * Posts fail with -EAGAIN while sq_depth requests (or rq_depth receives) are
+ * outstanding, and with GDX_EDISCONNECTED once the connection is gone.
+ */
 GDX_API int gdx_xport_post_send(struct gdx_xport_ep *ep, const void *buf, size_t len,
 				uint64_t wr_id, unsigned flags);
 GDX_API int gdx_xport_post_recv(struct gdx_xport_ep *ep, void *buf, size_t len, uint64_t wr_id);

@@ -22,6 +22,7 @@
 #define SUBSYS "xport"
 
 static const struct gdx_xport_ops *const backends[] = {
+	&gdx_xport_verbs_ops,
 	&gdx_xport_tcp_ops,
 	&gdx_xport_loop_ops,
 };
@@ -832,6 +833,7 @@ static void req_done(struct gdx_xport_req *req, int status, uint64_t len, enum g
 		reg_put(ep, x, req->be[3]);
 	if (status || !(req->flags & GDX_XPORT_UNSIGNALED))
 		cq_push(ep->cq, &e);
+	atomic_fetch_sub(req->op == GDX_XPORT_OP_RECV ? &ep->rq_used : &ep->sq_used, 1);
 	free(req);
 	if (atomic_fetch_sub(&ep->inflight, 1) == 1) {
 		pthread_mutex_lock(&ep->lock);
@@ -855,6 +857,7 @@ static int post(struct gdx_xport_ep *ep, enum gdx_xport_op op, void *buf, size_t
 		uint64_t raddr, uint64_t key, uint32_t imm, uint64_t wr_id, unsigned flags)
 {
 	struct gdx_xport_req *req;
+	_Atomic unsigned *used;
 	int ret;
 
 	if (!ep || (!buf && len) || (flags & ~(GDX_XPORT_UNSIGNALED | GDX_XPORT_FENCE)))
@@ -863,9 +866,17 @@ static int post(struct gdx_xport_ep *ep, enum gdx_xport_op op, void *buf, size_t
 		return -EINVAL;
 	if (!atomic_load(&ep->connected))
 		return GDX_EDISCONNECTED;
+	used = op == GDX_XPORT_OP_RECV ? &ep->rq_used : &ep->sq_used;
+	if (atomic_fetch_add(used, 1) >= (op == GDX_XPORT_OP_RECV ? ep->opts.rq_depth
+								     : ep->opts.sq_depth)) {
+		atomic_fetch_sub(used, 1);
+		return -EAGAIN;
+	}
 	req = calloc(1, sizeof(*req));
-	if (!req)
+	if (!req) {
+		atomic_fetch_sub(used, 1);
 		return -ENOMEM;
+	}
 	*req = (struct gdx_xport_req){ .wr_id = wr_id, .op = op, .flags = flags, .raddr = raddr,
 				       .key = key, .imm = imm, .ep = ep };
 	req->buf.p = buf;
@@ -878,6 +889,7 @@ static int post(struct gdx_xport_ep *ep, enum gdx_xport_op op, void *buf, size_t
 		ret = reg_get(ep, buf, len, 0, &x, &ref);
 		if (ret) {
 			free(req);
+			atomic_fetch_sub(used, 1);
 			return ret;
 		}
 		req->fe = x;
@@ -892,6 +904,7 @@ static int post(struct gdx_xport_ep *ep, enum gdx_xport_op op, void *buf, size_t
 				buf, gdx_xport_path_name(x->r.path), x->r.why ? x->r.why : "");
 			reg_put(ep, x, ref);
 			free(req);
+			atomic_fetch_sub(used, 1);
 			return GDX_ENOTDIRECT;
 		}
 	}
@@ -902,6 +915,7 @@ static int post(struct gdx_xport_ep *ep, enum gdx_xport_op op, void *buf, size_t
 		if (req->fe)
 			reg_put(ep, req->fe, req->be[3]);
 		free(req);
+		atomic_fetch_sub(used, 1);
 		if (atomic_fetch_sub(&ep->inflight, 1) == 1) {
 			pthread_mutex_lock(&ep->lock);
 			pthread_cond_broadcast(&ep->idle);

@@ -21,6 +21,7 @@ struct gdx_xport_ep {
 	int require_direct;
 	_Atomic int connected;
 	_Atomic long inflight;		/* requests posted and not yet completed */
+	_Atomic unsigned sq_used, rq_used;	/* against opts.sq_depth / rq_depth */
 	pthread_mutex_t lock;		/* mrs, inflight wait */
 	pthread_cond_t idle;
 	struct gdx_xport_mr *mrs;	/* live explicit registrations */
