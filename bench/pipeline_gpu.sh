@@ -1,0 +1,131 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# The pipeline engine and the training-step example on a GPU machine.
+#
+#   bench/pipeline_gpu.sh stage BUILD DIR  (build machine, with nvcc) copies train_step_cuda,
+#                                          train_step, test_pipeline and the libraries they
+#                                          load (and a glibc) from the meson build BUILD into DIR
+#   bench/pipeline_gpu.sh [DIR]            (GPU machine) runs them; DIR defaults to
+#                                          .carry/pipeline.  Needs only the driver there.
+#
+# Runs test_pipeline with GDX_DEVICE=cuda, the host-compute train_step once on
+# the cuda device, then train_step_cuda: the seed's 50/100/30 us shape, equal
+# stages, and the largest stage swept from 50 us to 50 ms (load = T/2,
+# compute = T, send = 0.3 T), each with a serial run (one slot) beside it.
+# Every row is checked end to end (the loopback peer recomputes results from
+# the data set).  Ends with a table: stage means, serial step (sum of stages,
+# and measured), pipelined step, efficiency = step / max(stage) (goal <= 1.05).
+set -u
+
+PROGS="examples/train_step/train_step_cuda examples/train_step/train_step tests/func/test_pipeline"
+GLIBC="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2"
+
+stage() {
+	build=$1 dir=$2
+	mkdir -p "$dir/examples/train_step" "$dir/tests/func" "$dir/glibc" || exit 1
+	for p in $PROGS; do
+		[ -x "$build/$p" ] || { echo "$build/$p missing (nvcc not found at setup?)" >&2; exit 1; }
+		cp "$build/$p" "$dir/$p" || exit 1
+		ldd "$build/$p" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r lib; do
+			case ${lib##*/} in
+			libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libcuda.so*) ;;
+			# The GPU machine has its own (newer) C++ runtime; an older one first would shadow it.
+			libstdc++.so.*|libgcc_s.so.*) ;;
+			*) cp -L "$lib" "$dir/" || exit 1 ;;
+			esac
+		done || exit 1
+	done
+	for lib in $GLIBC; do
+		cp -L "/lib/x86_64-linux-gnu/$lib" "$dir/glibc/" 2>/dev/null ||
+			cp -L "/lib64/$lib" "$dir/glibc/" || exit 1
+	done
+	du -sh "$dir"
+	exit 0
+}
+
+if [ "${1:-}" = stage ]; then
+	[ $# -eq 3 ] || { echo "usage: $0 stage BUILD DIR" >&2; exit 2; }
+	stage "$2" "$3"
+fi
+
+dir=$(cd "${1:-.carry/pipeline}" && pwd) || exit 2
+export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GDX_DEVICE=${GDX_DEVICE_OVERRIDE:-cuda}
+# Logs go to $OUT (what the GPU tool brings back), the data set to /tmp.
+out=${OUT:-/tmp/pipeline_gpu}
+work=/tmp/gdx_pipeline_gpu
+mkdir -p "$out" "$work"
+export TMPDIR="$work"
+log="$out/pipeline_gpu.log"
+: >"$log"
+
+loader=
+glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
+case $glibc in
+2.[0-9]|2.[12][0-9]|2.3[0-3])
+	loader="$dir/glibc/ld-linux-x86-64.so.2 --library-path $dir:$dir/glibc:/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu"
+	echo "# glibc $glibc is older than the build's: using the staged one" ;;
+esac
+echo "# $(uname -sr); glibc $glibc; $(nproc) CPUs"
+nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader \
+	2>/dev/null | sed 's/^/# /' || echo "# nvidia-smi: not found"
+
+failed=0
+echo "=== test_pipeline on the cuda device"
+# order_overlap_* read overlap off host functions; CUDA may run the host
+# functions of different streams one at a time, which those two would show.
+$loader "$dir/tests/func/test_pipeline" 2>&1 | tee -a "$log"
+[ "$(tail -1 "$log" | grep -c PASSED)" -eq 1 ] || { failed=$((failed + 1)); echo "=== test_pipeline: FAILED"; }
+
+data="$work/train_step.dat"
+common="--device ${GDX_DEVICE} --data $data --data-bytes 256M --spin-us 300 --serial"
+
+echo "=== train_step (host compute through host functions) on the cuda device"
+$loader "$dir/examples/train_step/train_step" $common --batch-bytes 256K --out-bytes 16K \
+	--batches 100 --compute-us 200 2>&1 | tee -a "$log"
+grep -q '^RESULT .*mismatches=0' "$log" || failed=$((failed + 1))
+
+results="$out/results.txt"
+: >"$results"
+# name load compute send slots batches verify-every [extra]
+run() {
+	name=$1; shift
+	echo "=== $name: train_step_cuda --load-us $1 --compute-us $2 --send-us $3 --slots $4 --batches $5"
+	$loader "$dir/examples/train_step/train_step_cuda" $common --batch-bytes 256K --out-bytes 16K \
+		--load-us "$1" --compute-us "$2" --send-us "$3" --slots "$4" --batches "$5" \
+		--verify-every "$6" >"$work/$name.log" 2>&1
+	rc=$?
+	cat "$work/$name.log" | tee -a "$log"
+	if [ $rc -ne 0 ]; then
+		failed=$((failed + 1))
+		echo "$name FAILED(exit=$rc)" >>"$results"
+	else
+		echo "$name $(grep '^RESULT ' "$work/$name.log" | cut -d' ' -f2-)" >>"$results"
+	fi
+}
+
+run seed-50-100-30 50 100 30 4 2000 32
+run equal-100 100 100 100 5 2000 32
+for T in 50 100 500 1000 5000 50000; do
+	n=$((3000000 / T)); [ $n -gt 2000 ] && n=2000; [ $n -lt 60 ] && n=60
+	v=1; [ "$T" -lt 1000 ] && v=32
+	run "sweep-$T" $((T / 2)) "$T" $((T * 3 / 10)) 4 "$n" "$v"
+done
+
+{
+echo
+echo "=== pipeline on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1):" \
+	"times in us; eff = step / max(stage), goal <= 1.05"
+awk '
+function v(k,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } return "-" }
+BEGIN { printf "%-16s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s\n", "case", "load", "compute",
+	"d2h", "send", "max_stage", "serial_sum", "serial", "step", "eff", "goal" }
+$2 ~ /^FAILED/ { printf "%-16s %s\n", $1, $2; next }
+{ e = v("efficiency"); g = (e + 0 <= 1.05 && v("mismatches") == 0) ? "ok" : "MISS"
+  printf "%-16s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s\n", $1, v("load_us"), v("compute_us"),
+	v("d2h_us"), v("send_us"), v("max_stage_us"), v("serial_sum_us"), v("serial_us"),
+	v("step_us"), e, g }' "$results"
+echo "$failed failed"
+} | tee -a "$log"
+[ "$failed" -eq 0 ]
