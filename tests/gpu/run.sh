@@ -14,18 +14,19 @@
 # GDX_DEVICE=cuda, test_cuda_extra (cuMemMap / cuMemAllocAsync pointer queries,
 # dma-buf of a cuMemMap range, properties), test_cuda_load (a missing or
 # GPU-less driver gives a clear error) and test_pool (bounce pools page-locked
-# with cuMemHostRegister on the GPU's NUMA node, copies through them), then
+# with cuMemHostRegister on the GPU's NUMA node, copies through them),
+# test_file (gdx_file_* on every backend into cuda memory), then
 # prints `gdx check`.  Ends with "N passed, N failed, N skipped".
 set -u
 
-PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool"
+PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool tests/func/test_file"
 # Staged beside them and run after them, not counted: the readiness report.
 TOOLS="tools/gdx/gdx"
 GLIBC="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2"
 
 stage() {
 	build=$1 dir=$2
-	mkdir -p "$dir/tests/unit" "$dir/tests/gpu" "$dir/tools/gdx" "$dir/glibc" || exit 1
+	mkdir -p "$dir/tests/unit" "$dir/tests/func" "$dir/tests/gpu" "$dir/tools/gdx" "$dir/glibc" || exit 1
 	for p in $PROGS $TOOLS; do
 		cp "$build/$p" "$dir/$p" || exit 1
 		# Every library it loads, but the C library (the machine's own is used
