@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include <gdx/status.h>
+#include <gdx/device.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,6 +77,187 @@ GDX_API int gdx_nvmf_target_bound_port(struct gdx_nvmf_target *t, uint16_t porti
 GDX_API int gdx_nvmf_target_stats_json(struct gdx_nvmf_target *t, FILE *f);
 
 /* ==== end of target ======================================================== */
+
+/* ======================================================================== */
+/* ==== host (src/nvmf/host) ============================================== */
+/* ======================================================================== */
+
+/*
+ * A controller is one admin queue plus N I/O queues, each its own TCP
+ * connection.  It keeps itself alive (Keep Alive every KATO/2), notices a lost
+ * connection or a restarted target, reconnects with backoff and resubmits the
+ * I/O that was in flight; an I/O either completes once with its real status
+ * or fails with a clear code (-ETIMEDOUT, -ECANCELED, GDX_EDISCONNECTED,
+ * GDX_EPROTO, GDX_ENVME), never twice and never silently.
+ */
+struct gdx_nvmf_ctrl;
+
+#define GDX_NVMF_DISCOVERY_NQN "nqn.2014-08.org.nvmexpress.discovery"
+
+struct gdx_nvmf_host_opts {
+	size_t struct_size;		/* sizeof(struct gdx_nvmf_host_opts) */
+	const char *hostnqn;		/* NULL: /etc/nvme/hostnqn, else one made from hostid */
+	struct gdx_device *dev;		/* device reads land in / writes come from; may be NULL */
+	unsigned nr_io_queues;		/* 0: knob nvmf.host.queues (0 there: CPUs of dev's node) */
+	unsigned queue_depth;		/* 0: knob nvmf.host.queue_depth; clamped to MQES/MAXCMD */
+	unsigned kato_ms;		/* keep-alive timeout; 0: knob nvmf.host.kato_ms */
+	unsigned io_timeout_ms;		/* per command; 0: knob nvmf.host.io_timeout_ms */
+	unsigned reconnect_delay_ms;	/* first retry delay, doubled up to 8x; 0: knob */
+	unsigned ctrl_loss_tmo_ms;	/* give up reconnecting after this; 0: knob */
+	unsigned max_retries;		/* resubmissions of one I/O after connection loss */
+	int hdr_digest;			/* -1: knob nvmf.host.hdr_digest */
+	int data_digest;		/* -1: knob nvmf.host.data_digest */
+	unsigned connect_timeout_ms;	/* TCP connect + ICResp + Connect; 0: knob */
+};
+GDX_API void gdx_nvmf_host_opts_init(struct gdx_nvmf_host_opts *o, size_t struct_size);
+
+/* ---- discovery ---------------------------------------------------------- */
+
+struct gdx_nvmf_discovery_entry {
+	uint8_t trtype;			/* 3 = TCP */
+	uint8_t adrfam;			/* 1 = IPv4, 2 = IPv6 */
+	uint8_t subtype;		/* 2 = NVM subsystem, 3 = this discovery controller */
+	uint8_t treq;
+	uint16_t portid;
+	uint16_t cntlid;
+	uint16_t asqsz;
+	uint8_t sectype;
+	char trsvcid[33];
+	char traddr[257];
+	char subnqn[257];
+};
+
+struct gdx_nvmf_discovery_log {
+	uint64_t genctr;
+	uint64_t numrec;
+	struct gdx_nvmf_discovery_entry entries[];
+};
+
+/* Connects to the discovery controller at addr:svc and reads its log; free with free(). */
+GDX_API int gdx_nvmf_discover(const char *addr, const char *svc,
+			      const struct gdx_nvmf_host_opts *o, struct gdx_nvmf_discovery_log **out);
+
+/* ---- controllers -------------------------------------------------------- */
+
+GDX_API int gdx_nvmf_connect(const char *addr, const char *svc, const char *subnqn,
+			     const struct gdx_nvmf_host_opts *o, struct gdx_nvmf_ctrl **out);
+/* Fails what is still pending, shuts the controller down (CC.SHN), closes every queue. */
+GDX_API int gdx_nvmf_disconnect(struct gdx_nvmf_ctrl *c);
+
+enum gdx_nvmf_ctrl_state {
+	GDX_NVMF_LIVE = 0,
+	GDX_NVMF_RECONNECTING = 1,
+	GDX_NVMF_FAILED = 2,		/* ctrl_loss_tmo passed or a reconnect was refused (DNR) */
+};
+GDX_API enum gdx_nvmf_ctrl_state gdx_nvmf_ctrl_state(struct gdx_nvmf_ctrl *c);
+
+struct gdx_nvmf_ctrl_info {
+	uint16_t vid;
+	uint16_t cntlid;
+	char sn[21];
+	char mn[41];
+	char fr[9];
+	char subnqn[257];
+	uint32_t ver;			/* VS: major << 16 | minor << 8 | tertiary */
+	uint32_t nn;
+	uint64_t cap;
+	uint32_t max_xfer;		/* largest single command in bytes (MDTS and our cap) */
+	uint16_t oncs;
+	uint8_t vwc;
+	uint16_t kas;
+	uint16_t maxcmd;
+	uint32_t ioccsz;
+	uint32_t sgls;
+	unsigned nr_io_queues;		/* what was connected */
+	unsigned queue_depth;
+	unsigned kato_ms;
+	int hdr_digest;
+	int data_digest;
+	unsigned reconnects;		/* successful reconnects since connect */
+};
+GDX_API int gdx_nvmf_ctrl_info(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_ctrl_info *info);
+
+/* Raw Identify: cns 1 = controller, 0 = namespace nsid, 2 = active NSIDs after nsid. */
+GDX_API int gdx_nvmf_identify(struct gdx_nvmf_ctrl *c, uint8_t cns, uint32_t nsid,
+			      void *buf4096);
+
+struct gdx_nvmf_ns_info {
+	uint32_t nsid;
+	uint64_t nsze;			/* in blocks */
+	uint64_t ncap;
+	uint64_t nuse;
+	uint32_t block_size;
+	uint8_t nmic;
+	uint8_t nguid[16];
+	uint8_t eui64[8];
+};
+GDX_API int gdx_nvmf_identify_ns(struct gdx_nvmf_ctrl *c, uint32_t nsid,
+				 struct gdx_nvmf_ns_info *info);
+/* Active NSIDs in increasing order; returns how many were written (at most max). */
+GDX_API int gdx_nvmf_ns_list(struct gdx_nvmf_ctrl *c, uint32_t *nsids, unsigned max);
+
+/* ---- I/O ------------------------------------------------------------------ */
+
+enum gdx_nvmf_op {
+	GDX_NVMF_OP_READ = 0,
+	GDX_NVMF_OP_WRITE = 1,
+	GDX_NVMF_OP_FLUSH = 2,
+	GDX_NVMF_OP_WRITE_ZEROES = 3,
+	GDX_NVMF_OP_DEALLOCATE = 4,
+};
+
+/*
+ * One I/O.  offset and len are bytes and must be multiples of the namespace's
+ * block size; buf may be host, pinned, managed or device memory (device memory
+ * moves through a pinned bounce ring: path "bounce"; host memory is received
+ * into straight from the socket: path "direct").  A request larger than the
+ * controller's max_xfer is split into several commands spread over the queues.
+ */
+struct gdx_nvmf_io {
+	enum gdx_nvmf_op op;
+	uint32_t nsid;
+	uint64_t offset;
+	uint64_t len;
+	void *buf;
+	/* results */
+	int result;			/* 0, or a negative code */
+	uint16_t nvme_status;		/* SCT << 8 | SC of the first failed command, else 0 */
+	const char *path;		/* "direct", "bounce" or "none" (no data) */
+	uint64_t _priv[2];		/* owned by the library while the I/O is in flight */
+};
+
+GDX_API int gdx_nvmf_read(struct gdx_nvmf_ctrl *c, uint32_t nsid, void *buf, uint64_t len,
+			  uint64_t offset);
+GDX_API int gdx_nvmf_write(struct gdx_nvmf_ctrl *c, uint32_t nsid, const void *buf,
+			   uint64_t len, uint64_t offset);
+GDX_API int gdx_nvmf_flush(struct gdx_nvmf_ctrl *c, uint32_t nsid);
+GDX_API int gdx_nvmf_write_zeroes(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t offset,
+				  uint64_t len);
+GDX_API int gdx_nvmf_deallocate(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t offset,
+				uint64_t len);
+
+/* Submits n I/Os at once and waits for all; returns 0 or the first failure's code. */
+GDX_API int gdx_nvmf_submit(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *ios, unsigned n);
+
+/*
+ * Stream-ordered: the I/Os start once the work enqueued on s before this call
+ * is done, and work enqueued on s afterwards waits for them.  Results are in
+ * ios[] once the stream has passed that point (gdx_stream_synchronize).
+ */
+GDX_API int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *ios, unsigned n,
+				  struct gdx_stream *s);
+
+/*
+ * Asks the controller to abort an in-flight I/O (NVMe Abort).  0: the
+ * abort was sent and the I/O ends with -ECANCELED unless it completed first;
+ * -ENOENT: nothing of it is in flight.
+ */
+GDX_API int gdx_nvmf_abort(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *io);
+
+/* Counters of the controller and its queues as one JSON object. */
+GDX_API int gdx_nvmf_ctrl_stats_json(struct gdx_nvmf_ctrl *c, char *buf, size_t len);
+
+/* ==== end of host ======================================================== */
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 #include <gdx/nvmf.h>
 
 #include "cmd.h"
+#include "nvmf_host.h"
 
 /* ---- target ------------------------------------------------------------------ */
 
@@ -340,6 +341,11 @@ out:
 
 static const struct gdx_cmd nvmf_cmds[] = {
 	{ "target", "serve namespaces over NVMe/TCP", cmd_target },
+	{ "discover", "read a discovery controller's log", cmd_nvmf_discover },
+	{ "id-ctrl", "connect and print Identify Controller", cmd_nvmf_id_ctrl },
+	{ "id-ns", "connect and print Identify Namespace", cmd_nvmf_id_ns },
+	{ "read", "read a namespace range into host, pinned or device memory", cmd_nvmf_read },
+	{ "write", "write a file or pattern from host, pinned or device memory", cmd_nvmf_write },
 };
 
 static void nvmf_usage(FILE *f)

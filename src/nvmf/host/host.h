@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_NVMF_HOST_HOST_H
+#define GDX_NVMF_HOST_HOST_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <gdx/nvmf.h>
+
+#include "common/stats.h"
+#include "nvmf/proto/tcp.h"
+
+struct nh_ctrl;
+struct nh_queue;
+struct nh_req;
+
+/*
+ * A request is one NVMe command's worth of work as the caller sees it.  It
+ * outlives connections: when a queue dies with the request in flight, the
+ * request goes back to the controller's pending list and is sent again after
+ * the reconnect, or fails.  Exactly one of its completion paths runs.
+ */
+enum nh_mem { NH_MEM_NONE, NH_MEM_HOST, NH_MEM_DEVICE };
+
+typedef void (*nh_done_fn)(struct nh_req *r);
+
+struct nh_req {
+	struct gdx_nvme_sqe sqe;	/* CID and SGL filled in per attempt */
+	void *buf;			/* data (host or device pointer) */
+	size_t len;
+	enum nh_mem mem;
+	int write;			/* data host -> controller */
+	bool admin;
+	bool no_retry;			/* fabrics/keep-alive: fail, never resubmit */
+	unsigned retries;
+	uint64_t timeout_ns;
+	int result;			/* 0, -errno, GDX_E* */
+	uint16_t status;		/* SCT << 8 | SC */
+	uint64_t dw01;			/* CQE DW0 | DW1 << 32 */
+	nh_done_fn done;
+	void *arg;
+	struct gdx_nvmf_io *io;		/* user I/O this belongs to (abort, stats) */
+	struct nh_req *next;		/* pending list */
+	/* set while in a queue slot */
+	struct nh_queue *q;
+	uint16_t cid;
+	bool cancelled;			/* user abort */
+	bool timed_out;
+};
+
+struct nh_slot {
+	struct nh_req *req;		/* NULL: free */
+	uint16_t cid;			/* current wire CID (generation | index) */
+	uint64_t deadline;
+	size_t xfered;			/* C2H bytes received / H2C bytes sent */
+	bool ddgst_err;
+};
+
+enum nh_qstate { NH_Q_LIVE, NH_Q_DEAD };
+
+struct nh_queue {
+	struct nh_ctrl *ctrl;
+	uint16_t qid;
+	unsigned depth;
+	int fd;
+	struct gdx_tcp_params tp;	/* negotiated by ICReq/ICResp */
+	size_t inline_max;
+
+	pthread_mutex_t lock;		/* slots, state */
+	pthread_cond_t slot_cv;
+	pthread_mutex_t send_lock;
+	struct nh_slot *slots;
+	uint16_t *free_idx;
+	unsigned nfree;
+	uint16_t gen;
+	enum nh_qstate state;
+	int err;			/* why it died */
+	unsigned inflight;
+
+	pthread_t rx;
+	bool rx_started;
+
+	/* device-memory receive: pinned chunks, each with the event of its last H2D copy */
+	struct gdx_device *dev;
+	struct gdx_stream *stream;
+	void *ring;
+	size_t chunk;
+	unsigned nchunks;
+	unsigned next_chunk;
+	struct gdx_event **ev;
+	bool *ev_used;
+
+	struct gdx_counter cnt[6];	/* cmds, bytes_in, bytes_out, errors, retries, timeouts */
+};
+
+enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_RETRY, NH_CNT_TMO };
+
+struct nh_params {
+	char addr[256];
+	char svc[32];
+	char subnqn[256];
+	char hostnqn[256];
+	uint8_t hostid[16];
+	struct gdx_device *dev;
+	unsigned nr_io_queues;
+	unsigned queue_depth;
+	unsigned kato_ms;
+	unsigned io_timeout_ms;
+	unsigned reconnect_delay_ms;
+	unsigned ctrl_loss_tmo_ms;
+	unsigned connect_timeout_ms;
+	unsigned max_retries;
+	bool hdgst, ddgst;
+	bool discovery;
+	size_t max_io;
+	size_t bounce_chunk;
+	unsigned bounce_chunks;
+};
+
+struct nh_ctrl {
+	struct nh_params p;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;		/* state changes, wakes the control thread */
+	enum gdx_nvmf_ctrl_state state;
+	bool recovering;
+	bool stopping;
+	bool need_recovery;
+	bool connect_dnr;		/* the last Connect was refused with DNR */
+	int fail_err;
+	struct nh_queue *admin;
+	struct nh_queue **ioq;
+	unsigned nioq;
+	struct nh_req *pending;		/* waiting for a live connection */
+	struct nh_req **pending_tail;
+	unsigned rr;			/* queue round robin */
+	unsigned users;			/* submitters inside a queue; teardown waits for 0 */
+	struct gdx_counter retries;
+	struct nh_ns_cache {
+		uint32_t nsid;
+		uint32_t block_size;
+	} ns[16];
+	unsigned nns;
+	uint16_t cntlid;
+	struct gdx_nvme_id_ctrl idctrl;
+	struct gdx_nvmf_ctrl_info info;
+	uint64_t next_ka;
+	bool ka_inflight;
+	uint64_t loss_since;
+	uint64_t next_attempt;
+	unsigned backoff;
+	pthread_t thread;
+	bool thread_started;
+
+	/* stream-ordered submissions: one worker thread per batch in flight */
+	pthread_mutex_t alock;
+	pthread_cond_t acv;
+	unsigned async_live;
+	bool astop;
+};
+
+/* queue.c */
+int nh_queue_open(struct nh_ctrl *c, uint16_t qid, unsigned depth, struct nh_queue **out);
+int nh_queue_start(struct nh_queue *q);
+/* Stops the receiver and hands every request still in a slot to fn. */
+typedef void (*nh_reap_fn)(struct nh_ctrl *c, struct nh_req *r, int err);
+void nh_queue_close(struct nh_queue *q, nh_reap_fn fn);
+/* Like close but keeps the (dead) queue allocated. */
+void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn);
+void nh_queue_kill(struct nh_queue *q, int err);
+/* Puts r in a free slot and sends it; -EAGAIN when the queue is full or dead. */
+int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait);
+int nh_queue_abort_lookup(struct nh_queue *q, const struct gdx_nvmf_io *io, uint16_t *cid);
+/* Times out expired slots; returns true if the queue needs to be torn down. */
+bool nh_queue_check_timeouts(struct nh_queue *q, uint64_t now);
+/* Receives PDUs until the connection ends; returns why (fuzzing drives this directly). */
+int nh_queue_rx_loop(struct nh_queue *q);
+int nh_queue_init_mem(struct nh_queue *q, unsigned depth);
+void nh_queue_free_mem(struct nh_queue *q);
+int nh_queue_counters_json(struct nh_queue *q, char *buf, size_t len);
+
+/* ctrl.c */
+void nh_req_complete(struct nh_req *r, int result);
+void nh_ctrl_queue_died(struct nh_ctrl *c);
+/* Sends r now (or parks it while reconnecting); its done callback runs once. */
+void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r);
+/* Submits r and waits for it. */
+int nh_ctrl_exec(struct nh_ctrl *c, struct nh_req *r);
+void nh_req_init(struct nh_req *r, uint8_t opc, uint32_t nsid, bool admin);
+/* Status (SCT << 8 | SC, DNR in bit 14) -> 0, -ECANCELED or GDX_ENVME. */
+int nh_status_to_err(uint16_t status);
+
+/* io.c */
+void nh_async_stop(struct nh_ctrl *c);
+
+#endif

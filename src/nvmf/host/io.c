@@ -1,0 +1,448 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * User I/O: each gdx_nvmf_io becomes one or more NVMe commands (split at the
+ * controller's largest transfer and spread over the I/O queues), all
+ * submitted before any is waited for.  Stream-ordered submissions run on a
+ * worker thread gated by a host function on the caller's stream.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "gpu/device.h"
+#include "nvmf/host/host.h"
+#include "nvmf/proto/nvme.h"
+
+#define SUB "nvmf-host"
+#define MAX_NLB 65536u		/* NLB is a 16-bit 0's based count */
+#define MAX_DSM_RANGES 256u
+
+struct group {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	unsigned pending;
+};
+
+struct sub {
+	struct nh_req r;
+	struct group *g;
+	struct gdx_nvmf_io *io;
+	void *dsm;		/* range list owned by this command */
+};
+
+static int block_size(struct nh_ctrl *c, uint32_t nsid, uint32_t *bs)
+{
+	struct gdx_nvmf_ns_info in;
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < c->nns; i++) {
+		if (c->ns[i].nsid == nsid) {
+			*bs = c->ns[i].block_size;
+			pthread_mutex_unlock(&c->lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	rc = gdx_nvmf_identify_ns((struct gdx_nvmf_ctrl *)c, nsid, &in);
+	if (rc)
+		return rc == -ENOENT || rc == GDX_ENVME ? -ENOENT : rc;
+	pthread_mutex_lock(&c->lock);
+	c->ns[c->nns % GDX_ARRAY_SIZE(c->ns)] =
+		(struct nh_ns_cache){ .nsid = nsid, .block_size = in.block_size };
+	if (c->nns < GDX_ARRAY_SIZE(c->ns))
+		c->nns++;
+	pthread_mutex_unlock(&c->lock);
+	*bs = in.block_size;
+	return 0;
+}
+
+static enum nh_mem mem_kind(const void *p)
+{
+	struct gdx_ptr_attrs a;
+
+	if (gdx_device_of_ptr(p, &a) && a.kind == GDX_MEM_DEVICE)
+		return NH_MEM_DEVICE;
+	return NH_MEM_HOST;
+}
+
+static void sub_done(struct nh_req *r)
+{
+	struct sub *s = GDX_CONTAINER_OF(r, struct sub, r);
+	struct group *g = s->g;
+
+	pthread_mutex_lock(&g->m);
+	if (r->result && !s->io->result) {
+		s->io->result = r->result;
+		s->io->nvme_status = r->status & 0x7ff;
+	}
+	if (!--g->pending)
+		pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->m);
+}
+
+/* How many commands io needs; validates it. */
+static int count_cmds(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t *bs_out)
+{
+	uint32_t bs;
+	uint64_t blocks, per;
+	int rc;
+
+	if (io->op > GDX_NVMF_OP_DEALLOCATE || !io->nsid || io->nsid == 0xffffffff)
+		return -EINVAL;
+	if (io->op == GDX_NVMF_OP_FLUSH)
+		return 1;
+	rc = block_size(c, io->nsid, &bs);
+	if (rc)
+		return rc;
+	*bs_out = bs;
+	if (!io->len || io->offset % bs || io->len % bs || io->offset + io->len < io->offset)
+		return -EINVAL;
+	if ((io->op == GDX_NVMF_OP_READ || io->op == GDX_NVMF_OP_WRITE) && !io->buf)
+		return -EINVAL;
+	blocks = io->len / bs;
+	switch (io->op) {
+	case GDX_NVMF_OP_READ:
+	case GDX_NVMF_OP_WRITE:
+		per = GDX_MIN((uint64_t)MAX_NLB, GDX_MAX(1u, c->info.max_xfer / bs));
+		break;
+	case GDX_NVMF_OP_WRITE_ZEROES:
+		per = MAX_NLB;
+		break;
+	default:
+		per = (uint64_t)UINT32_MAX * MAX_DSM_RANGES;
+		break;
+	}
+	if ((blocks + per - 1) / per > (1u << 20))
+		return -E2BIG;
+	return (int)((blocks + per - 1) / per);
+}
+
+static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, struct sub *subs,
+		 unsigned n, struct group *g)
+{
+	static const uint8_t opc[] = { GDX_NVME_CMD_READ, GDX_NVME_CMD_WRITE, GDX_NVME_CMD_FLUSH,
+				       GDX_NVME_CMD_WRITE_ZEROES, GDX_NVME_CMD_DSM };
+	enum nh_mem mem = io->buf ? mem_kind(io->buf) : NH_MEM_NONE;
+	uint64_t lba = bs ? io->offset / bs : 0, left = bs ? io->len / bs : 0;
+
+	io->path = io->op > GDX_NVMF_OP_WRITE ? "none" : mem == NH_MEM_DEVICE ? "bounce" : "direct";
+	if (mem == NH_MEM_DEVICE && io->op <= GDX_NVMF_OP_WRITE && gdx_cfg_bool("require_direct")) {
+		GDX_ERR(SUB, "device memory moves through the bounce ring on NVMe/TCP "
+			"(require_direct is set)");
+		return GDX_ENOTDIRECT;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct sub *s = &subs[i];
+		struct nh_req *r = &s->r;
+		uint64_t nlb;
+
+		nh_req_init(r, opc[io->op], io->nsid, false);
+		r->timeout_ns = (uint64_t)c->p.io_timeout_ms * 1000000;
+		r->done = sub_done;
+		r->io = io;
+		s->g = g;
+		s->io = io;
+		if (io->op == GDX_NVMF_OP_FLUSH)
+			continue;
+		if (io->op == GDX_NVMF_OP_DEALLOCATE) {
+			unsigned nr = (unsigned)GDX_MIN((left + UINT32_MAX - 1) / UINT32_MAX,
+							(uint64_t)MAX_DSM_RANGES);
+			struct gdx_nvme_dsm_range *rg = calloc(nr, sizeof(*rg));
+
+			if (!rg)
+				return -ENOMEM;
+			s->dsm = rg;
+			for (unsigned k = 0; k < nr; k++) {
+				uint32_t cnt = (uint32_t)GDX_MIN(left, (uint64_t)UINT32_MAX);
+
+				rg[k].nlb = cnt;
+				rg[k].slba = lba;
+				lba += cnt;
+				left -= cnt;
+			}
+			r->sqe.cdw10 = nr - 1;
+			r->sqe.cdw11 = GDX_NVME_DSM_AD;
+			r->buf = rg;
+			r->len = nr * sizeof(*rg);
+			r->mem = NH_MEM_HOST;
+			r->write = 1;
+			continue;
+		}
+		nlb = io->op == GDX_NVMF_OP_WRITE_ZEROES
+			? GDX_MIN(left, (uint64_t)MAX_NLB)
+			: GDX_MIN(left, GDX_MIN((uint64_t)MAX_NLB,
+						GDX_MAX(1u, c->info.max_xfer / bs)));
+		r->sqe.cdw10 = (uint32_t)lba;
+		r->sqe.cdw11 = (uint32_t)(lba >> 32);
+		r->sqe.cdw12 = (uint32_t)(nlb - 1);
+		if (io->op != GDX_NVMF_OP_WRITE_ZEROES) {
+			r->buf = (char *)io->buf + (lba * bs - io->offset);
+			r->len = nlb * bs;
+			r->mem = mem;
+			r->write = io->op == GDX_NVMF_OP_WRITE;
+		}
+		lba += nlb;
+		left -= nlb;
+	}
+	return 0;
+}
+
+int gdx_nvmf_submit(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigned n)
+{
+	struct nh_ctrl *c = (struct nh_ctrl *)ctrl;
+	struct group g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+	struct sub *subs = NULL;
+	unsigned total = 0, *counts;
+	uint32_t *bss;
+	int rc = 0;
+
+	if (!c || (!ios && n))
+		return -EINVAL;
+	counts = calloc(n ? n : 1, sizeof(*counts));
+	bss = calloc(n ? n : 1, sizeof(*bss));
+	if (!counts || !bss) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		int k;
+
+		ios[i].result = 0;
+		ios[i].nvme_status = 0;
+		ios[i].path = "none";
+		k = count_cmds(c, &ios[i], &bss[i]);
+		if (k < 0) {
+			ios[i].result = k;
+			if (!rc)
+				rc = k;
+			continue;
+		}
+		counts[i] = (unsigned)k;
+		total += (unsigned)k;
+	}
+	if (rc)
+		goto out;
+	subs = calloc(total ? total : 1, sizeof(*subs));
+	if (!subs) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (unsigned i = 0, at = 0; i < n; at += counts[i], i++) {
+		int b = build(c, &ios[i], bss[i], subs + at, counts[i], &g);
+
+		if (b) {
+			ios[i].result = b;
+			rc = b;
+		}
+	}
+	if (rc)
+		goto out;
+	g.pending = total;
+	for (unsigned i = 0; i < total; i++)
+		nh_ctrl_submit(c, &subs[i].r);
+	pthread_mutex_lock(&g.m);
+	while (g.pending)
+		pthread_cond_wait(&g.cv, &g.m);
+	pthread_mutex_unlock(&g.m);
+	for (unsigned i = 0; i < n && !rc; i++)
+		rc = ios[i].result;
+out:
+	if (subs)
+		for (unsigned i = 0; i < total; i++)
+			free(subs[i].dsm);
+	free(subs);
+	free(counts);
+	free(bss);
+	return rc;
+}
+
+static int one(struct gdx_nvmf_ctrl *c, enum gdx_nvmf_op op, uint32_t nsid, void *buf,
+	       uint64_t len, uint64_t offset)
+{
+	struct gdx_nvmf_io io = { .op = op, .nsid = nsid, .offset = offset, .len = len,
+				  .buf = buf };
+
+	return gdx_nvmf_submit(c, &io, 1);
+}
+
+int gdx_nvmf_read(struct gdx_nvmf_ctrl *c, uint32_t nsid, void *buf, uint64_t len,
+		  uint64_t offset)
+{
+	return one(c, GDX_NVMF_OP_READ, nsid, buf, len, offset);
+}
+
+int gdx_nvmf_write(struct gdx_nvmf_ctrl *c, uint32_t nsid, const void *buf, uint64_t len,
+		   uint64_t offset)
+{
+	return one(c, GDX_NVMF_OP_WRITE, nsid, (void *)(uintptr_t)buf, len, offset);
+}
+
+int gdx_nvmf_flush(struct gdx_nvmf_ctrl *c, uint32_t nsid)
+{
+	return one(c, GDX_NVMF_OP_FLUSH, nsid, NULL, 0, 0);
+}
+
+int gdx_nvmf_write_zeroes(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t offset, uint64_t len)
+{
+	return one(c, GDX_NVMF_OP_WRITE_ZEROES, nsid, NULL, len, offset);
+}
+
+int gdx_nvmf_deallocate(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t offset, uint64_t len)
+{
+	return one(c, GDX_NVMF_OP_DEALLOCATE, nsid, NULL, len, offset);
+}
+
+/* ---- stream-ordered ---------------------------------------------------------- */
+
+/*
+ * The gate is a host function on the caller's stream: when it runs, the work
+ * before it is done, so the worker may start; it returns once the I/O is
+ * finished, which holds back the work after it.  It calls nothing in the
+ * device runtime, only waits.  Gate and worker each hold a reference.
+ */
+struct async_job {
+	struct nh_ctrl *c;
+	struct gdx_nvmf_io *ios;
+	unsigned n;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	bool started, finished;
+	unsigned refs;
+};
+
+static void job_put(struct async_job *j)
+{
+	bool last;
+
+	pthread_mutex_lock(&j->m);
+	last = !--j->refs;
+	pthread_mutex_unlock(&j->m);
+	if (last) {
+		pthread_mutex_destroy(&j->m);
+		pthread_cond_destroy(&j->cv);
+		free(j);
+	}
+}
+
+static void gate(void *arg)
+{
+	struct async_job *j = arg;
+
+	pthread_mutex_lock(&j->m);
+	j->started = true;
+	pthread_cond_broadcast(&j->cv);
+	while (!j->finished)
+		pthread_cond_wait(&j->cv, &j->m);
+	pthread_mutex_unlock(&j->m);
+	job_put(j);
+}
+
+static void *async_main(void *arg)
+{
+	struct async_job *j = arg;
+	struct nh_ctrl *c = j->c;
+	bool go;
+
+	pthread_mutex_lock(&j->m);
+	for (;;) {
+		pthread_mutex_lock(&c->alock);
+		go = !c->astop;
+		pthread_mutex_unlock(&c->alock);
+		if (j->started || !go)
+			break;
+		/* re-check the stop flag now and then: the stream may never reach the gate */
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 50000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&j->cv, &j->m, &ts);
+	}
+	pthread_mutex_unlock(&j->m);
+	if (j->started) {
+		gdx_nvmf_submit((struct gdx_nvmf_ctrl *)c, j->ios, j->n);
+	} else {
+		for (unsigned i = 0; i < j->n; i++)
+			j->ios[i].result = -ECANCELED;
+	}
+	pthread_mutex_lock(&j->m);
+	j->finished = true;
+	pthread_cond_broadcast(&j->cv);
+	pthread_mutex_unlock(&j->m);
+	job_put(j);
+	pthread_mutex_lock(&c->alock);
+	if (!--c->async_live)
+		pthread_cond_broadcast(&c->acv);
+	pthread_mutex_unlock(&c->alock);
+	return NULL;
+}
+
+int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigned n,
+			  struct gdx_stream *s)
+{
+	struct nh_ctrl *c = (struct nh_ctrl *)ctrl;
+	struct async_job *j;
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc;
+
+	if (!c || !s || (!ios && n))
+		return -EINVAL;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->c = c;
+	j->ios = ios;
+	j->n = n;
+	j->refs = 2;
+	pthread_mutex_init(&j->m, NULL);
+	pthread_cond_init(&j->cv, NULL);
+	for (unsigned i = 0; i < n; i++) {
+		ios[i].result = -EINPROGRESS;
+		ios[i].path = "none";
+	}
+	rc = gdx_stream_launch_host_func(s, gate, j);
+	if (rc) {
+		pthread_mutex_destroy(&j->m);
+		pthread_cond_destroy(&j->cv);
+		free(j);
+		return rc;
+	}
+	pthread_mutex_lock(&c->alock);
+	c->async_live++;
+	pthread_mutex_unlock(&c->alock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, async_main, j);
+	pthread_attr_destroy(&attr);
+	if (rc) {
+		/* the gate is already enqueued: let it pass and report the failure there */
+		for (unsigned i = 0; i < n; i++)
+			ios[i].result = -rc;
+		pthread_mutex_lock(&j->m);
+		j->finished = true;
+		pthread_mutex_unlock(&j->m);
+		job_put(j);
+		pthread_mutex_lock(&c->alock);
+		c->async_live--;
+		pthread_mutex_unlock(&c->alock);
+		return -rc;
+	}
+	return 0;
+}
+
+void nh_async_stop(struct nh_ctrl *c)
+{
+	pthread_mutex_lock(&c->alock);
+	c->astop = true;
+	while (c->async_live)
+		pthread_cond_wait(&c->acv, &c->alock);
+	pthread_mutex_unlock(&c->alock);
+}

@@ -1,0 +1,868 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One NVMe/TCP queue: a TCP connection, its command slots, a receiver thread
+ * that parses every controller PDU by its lengths and places C2H data straight
+ * into the destination (host memory) or through a ring of pinned chunks whose
+ * H2D copies overlap the next receive (device memory).  Anything malformed
+ * ends the connection with an H2CTermReq; the receiver never writes outside
+ * the buffer of the command the data belongs to.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "gpu/device.h"
+#include "common/crc32c.h"
+#include "nvmf/host/host.h"
+
+#define SUB "nvmf-host"
+#define CID_IDX_BITS 10
+#define CID_IDX_MASK ((1u << CID_IDX_BITS) - 1)
+#define NH_MAX_DEPTH (1u << CID_IDX_BITS)
+
+static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "errors",
+					 "retries", "timeouts" };
+
+/* ---- socket helpers ------------------------------------------------------- */
+
+static int send_full(int fd, struct iovec *iov, int n)
+{
+	while (n > 0) {
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+static int recv_full(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+
+	while (n) {
+		ssize_t r = recv(fd, p, n, MSG_WAITALL);
+
+		if (r == 0)
+			return -ECONNRESET;
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int tcp_connect(const char *addr, const char *svc, unsigned timeout_ms, int *out)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo *res, *ai;
+	int rc, fd = -1, err = -ECONNREFUSED;
+
+	rc = getaddrinfo(addr, svc, &hints, &res);
+	if (rc) {
+		GDX_ERR(SUB, "cannot resolve %s:%s: %s", addr, svc, gai_strerror(rc));
+		return -EHOSTUNREACH;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		struct pollfd pfd;
+		int one = 1, soerr = 0;
+		socklen_t sl = sizeof(soerr);
+
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0) {
+			err = -errno;
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS) {
+			err = -errno;
+			goto next;
+		}
+		pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
+		rc = poll(&pfd, 1, (int)timeout_ms);
+		if (rc <= 0) {
+			err = rc ? -errno : -ETIMEDOUT;
+			goto next;
+		}
+		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+		if (soerr) {
+			err = -soerr;
+			goto next;
+		}
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+		freeaddrinfo(res);
+		*out = fd;
+		return 0;
+next:
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	return err;
+}
+
+static void set_rcvtimeo(int fd, unsigned ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* ---- memory --------------------------------------------------------------- */
+
+int nh_queue_init_mem(struct nh_queue *q, unsigned depth)
+{
+	if (!depth || depth > NH_MAX_DEPTH)
+		return -EINVAL;
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_mutex_init(&q->send_lock, NULL);
+	pthread_cond_init(&q->slot_cv, NULL);
+	q->depth = depth;
+	q->fd = -1;
+	q->slots = calloc(depth, sizeof(*q->slots));
+	q->free_idx = calloc(depth, sizeof(*q->free_idx));
+	if (!q->slots || !q->free_idx)
+		return -ENOMEM;
+	for (unsigned i = 0; i < depth; i++)
+		q->free_idx[i] = (uint16_t)(depth - 1 - i);
+	q->nfree = depth;
+	for (unsigned i = 0; i < GDX_ARRAY_SIZE(q->cnt); i++)
+		q->cnt[i].name = cnt_names[i];
+	return 0;
+}
+
+static void free_dev(struct nh_queue *q)
+{
+	if (q->ev) {
+		for (unsigned i = 0; i < q->nchunks; i++)
+			if (q->ev[i])
+				gdx_event_destroy(q->ev[i]);
+	}
+	if (q->stream)
+		gdx_stream_destroy(q->stream);
+	if (q->ring)
+		gdx_pinned_free(q->dev, q->ring);
+	free(q->ev);
+	free(q->ev_used);
+	q->ev = NULL;
+	q->ev_used = NULL;
+	q->stream = NULL;
+	q->ring = NULL;
+	q->dev = NULL;
+}
+
+void nh_queue_free_mem(struct nh_queue *q)
+{
+	free_dev(q);
+	free(q->slots);
+	free(q->free_idx);
+	pthread_mutex_destroy(&q->lock);
+	pthread_mutex_destroy(&q->send_lock);
+	pthread_cond_destroy(&q->slot_cv);
+}
+
+/*
+ * The ring holds nchunks receive chunks plus one transmit chunk (the last),
+ * which stages device-memory writes under send_lock.
+ */
+static int init_dev(struct nh_queue *q, struct gdx_device *dev)
+{
+	size_t chunk = q->ctrl->p.bounce_chunk;
+	unsigned n = q->ctrl->p.bounce_chunks;
+	int rc;
+
+	q->dev = dev;
+	q->chunk = chunk;
+	q->nchunks = n;
+	q->ev = calloc(n, sizeof(*q->ev));
+	q->ev_used = calloc(n, sizeof(*q->ev_used));
+	if (!q->ev || !q->ev_used) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	rc = gdx_pinned_alloc(dev, chunk * (n + 1), &q->ring);
+	if (rc)
+		goto fail;
+	rc = gdx_stream_create(dev, &q->stream);
+	if (rc)
+		goto fail;
+	for (unsigned i = 0; i < n; i++) {
+		rc = gdx_event_create(dev, 0, &q->ev[i]);
+		if (rc)
+			goto fail;
+	}
+	return 0;
+fail:
+	GDX_ERR(SUB, "queue %u: bounce ring on %s: %s", q->qid, gdx_device_name(dev),
+		gdx_strerror(rc));
+	free_dev(q);
+	return rc;
+}
+
+static void *txbuf(struct nh_queue *q)
+{
+	return (char *)q->ring + q->chunk * q->nchunks;
+}
+
+/* ---- connection setup ----------------------------------------------------- */
+
+static int icreq(struct nh_queue *q, unsigned timeout_ms)
+{
+	struct gdx_tcp_params ic = { 0 };
+	struct gdx_tcp_icreq req;
+	struct gdx_tcp_pdu_info info;
+	struct gdx_tcp_err err;
+	union gdx_tcp_pdu rsp;
+	struct iovec iov = { &req, sizeof(req) };
+	uint8_t dgst;
+	int rc;
+
+	/* HPDA 0 (data right after the header, as nvmet requires), MAXR2T 0 */
+	gdx_tcp_icreq_init(&req, q->tp.hdgst, q->tp.ddgst, 0);
+	dgst = req.dgst;
+	set_rcvtimeo(q->fd, timeout_ms);
+	rc = send_full(q->fd, &iov, 1);
+	if (!rc)
+		rc = recv_full(q->fd, &rsp, sizeof(rsp.ch));
+	if (!rc && !gdx_tcp_hdr_len(&rsp.ch, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_IC, &ic, &err)) {
+		GDX_ERR(SUB, "queue %u: expected ICResp, got %s: %s", q->qid,
+			gdx_tcp_pdu_type_str(rsp.ch.type), err.why);
+		return GDX_EPROTO;
+	}
+	if (!rc)
+		rc = recv_full(q->fd, rsp.raw + sizeof(rsp.ch), sizeof(rsp.icresp) - sizeof(rsp.ch));
+	set_rcvtimeo(q->fd, 0);
+	if (rc) {
+		GDX_ERR(SUB, "queue %u: ICReq/ICResp: %s", q->qid, gdx_strerror(rc));
+		return rc;
+	}
+	if (gdx_tcp_pdu_check(&rsp, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_IC, &ic, 0, &info, &err)) {
+		GDX_ERR(SUB, "queue %u: ICResp refused: %s", q->qid, err.why);
+		return GDX_EPROTO;
+	}
+	/* like the Linux host: the controller must grant exactly the digests asked for */
+	if (rsp.icresp.dgst != dgst) {
+		GDX_ERR(SUB, "queue %u: ICResp digests %#x, asked for %#x", q->qid, rsp.icresp.dgst,
+			dgst);
+		return GDX_EPROTO;
+	}
+	q->tp.maxh2cdata = rsp.icresp.maxdata;
+	q->tp.cpda = 0;
+	return 0;
+}
+
+int nh_queue_open(struct nh_ctrl *c, uint16_t qid, unsigned depth, struct nh_queue **out)
+{
+	struct nh_queue *q = calloc(1, sizeof(*q));
+	int rc;
+
+	if (!q)
+		return -ENOMEM;
+	q->ctrl = c;
+	q->qid = qid;
+	q->tp.hdgst = c->p.hdgst;
+	q->tp.ddgst = c->p.ddgst;
+	q->inline_max = 8192;	/* admin and fabrics commands; I/O queues use IOCCSZ */
+	rc = nh_queue_init_mem(q, depth);
+	if (rc)
+		goto fail;
+	rc = tcp_connect(c->p.addr, c->p.svc, c->p.connect_timeout_ms, &q->fd);
+	if (rc) {
+		GDX_ERR(SUB, "queue %u: connect to %s:%s: %s", qid, c->p.addr, c->p.svc,
+			gdx_strerror(rc));
+		goto fail;
+	}
+	rc = icreq(q, c->p.connect_timeout_ms);
+	if (rc)
+		goto fail;
+	if (c->p.dev) {
+		rc = init_dev(q, c->p.dev);
+		if (rc)
+			goto fail;
+	}
+	*out = q;
+	return 0;
+fail:
+	if (q->fd >= 0)
+		close(q->fd);
+	nh_queue_free_mem(q);
+	free(q);
+	return rc;
+}
+
+/* ---- sending -------------------------------------------------------------- */
+
+/*
+ * Sends one PDU whose header (digest included, hl bytes) the proto encoder
+ * built, then its data from buf (host memory, or device memory staged
+ * through the transmit chunk) and the data digest.  Caller holds send_lock.
+ */
+static int send_pdu(struct nh_queue *q, union gdx_tcp_pdu *pdu, uint32_t hl, const void *buf,
+		    size_t n, enum nh_mem mem)
+{
+	uint32_t dd = 0;
+	struct iovec iov[3];
+	int k = 0, rc;
+
+	iov[k++] = (struct iovec){ pdu, hl };
+	if (!n)
+		return send_full(q->fd, iov, k);
+	if (mem != NH_MEM_DEVICE) {
+		iov[k++] = (struct iovec){ (void *)(uintptr_t)buf, n };
+		if (q->tp.ddgst) {
+			dd = gdx_crc32c(buf, n);
+			iov[k++] = (struct iovec){ &dd, sizeof(dd) };
+		}
+		rc = send_full(q->fd, iov, k);
+	} else {
+		rc = send_full(q->fd, iov, k);
+		for (size_t off = 0; !rc && off < n;) {
+			size_t piece = GDX_MIN(n - off, q->chunk);
+			struct iovec d = { txbuf(q), piece };
+
+			rc = gdx_memcpy(q->dev, txbuf(q), (const char *)buf + off, piece);
+			if (rc)
+				break;
+			if (q->tp.ddgst)
+				dd = gdx_crc32c_update(dd, txbuf(q), piece);
+			rc = send_full(q->fd, &d, 1);
+			off += piece;
+		}
+		if (!rc && q->tp.ddgst) {
+			struct iovec d = { &dd, sizeof(dd) };
+
+			rc = send_full(q->fd, &d, 1);
+		}
+	}
+	if (!rc)
+		gdx_counter_add(&q->cnt[NH_CNT_OUT], n);
+	return rc;
+}
+
+void nh_queue_kill(struct nh_queue *q, int err)
+{
+	pthread_mutex_lock(&q->lock);
+	if (q->state == NH_Q_LIVE) {
+		q->state = NH_Q_DEAD;
+		q->err = err;
+	}
+	pthread_cond_broadcast(&q->slot_cv);
+	pthread_mutex_unlock(&q->lock);
+	if (q->fd >= 0)
+		shutdown(q->fd, SHUT_RDWR);
+}
+
+int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
+{
+	union gdx_tcp_pdu pdu;
+	struct gdx_nvme_sqe sqe;
+	struct nh_slot *s;
+	bool inl;
+	unsigned idx;
+	uint32_t hl;
+	int rc;
+
+	pthread_mutex_lock(&q->lock);
+	while (q->state == NH_Q_LIVE && !q->nfree) {
+		if (!wait) {
+			pthread_mutex_unlock(&q->lock);
+			return -EAGAIN;
+		}
+		pthread_cond_wait(&q->slot_cv, &q->lock);
+	}
+	if (q->state != NH_Q_LIVE) {
+		pthread_mutex_unlock(&q->lock);
+		return -EPIPE;
+	}
+	if (r->mem == NH_MEM_DEVICE && !q->dev) {
+		struct gdx_device *dev = q->ctrl->p.dev;
+
+		if (!dev) {
+			struct gdx_ptr_attrs a;
+
+			dev = gdx_device_of_ptr(r->buf, &a);
+		}
+		rc = dev ? init_dev(q, dev) : GDX_EBADPTR;
+		if (rc) {
+			pthread_mutex_unlock(&q->lock);
+			return rc;
+		}
+	}
+	idx = q->free_idx[--q->nfree];
+	s = &q->slots[idx];
+	s->cid = (uint16_t)((((s->cid >> CID_IDX_BITS) + 1) << CID_IDX_BITS) | idx);
+	s->req = r;
+	s->xfered = 0;
+	s->ddgst_err = false;
+	s->deadline = gdx_now_ns() + r->timeout_ns;
+	r->q = q;
+	r->cid = s->cid;
+	q->inflight++;
+	pthread_mutex_unlock(&q->lock);
+
+	inl = r->write && r->len && r->len <= q->inline_max;
+	sqe = r->sqe;
+	sqe.cid = s->cid;
+	sqe.flags = GDX_NVME_FLAGS_PSDT_SGL;
+	/* SGL1: in-capsule (offset 0) or transport (C2HData / R2T+H2CData) */
+	memset(&sqe.dptr, 0, sizeof(sqe.dptr));
+	sqe.dptr.length = (uint32_t)r->len;
+	sqe.dptr.type = inl ? GDX_NVME_SGL_DATA_BLOCK_OFFSET : GDX_NVME_SGL_TRANSPORT;
+	hl = gdx_tcp_cmd_init(&pdu, &sqe, inl ? (uint32_t)r->len : 0, &q->tp);
+	gdx_counter_add(&q->cnt[NH_CNT_CMDS], 1);
+	pthread_mutex_lock(&q->send_lock);
+	rc = send_pdu(q, &pdu, hl, inl ? r->buf : NULL, inl ? r->len : 0, r->mem);
+	pthread_mutex_unlock(&q->send_lock);
+	if (rc) {
+		/* the slot stays taken: tearing the queue down hands r back exactly once */
+		GDX_WARN(SUB, "queue %u: send: %s", q->qid, gdx_strerror(rc));
+		nh_queue_kill(q, rc);
+	}
+	return 0;
+}
+
+/* ---- receiving ------------------------------------------------------------ */
+
+/* Tells the controller why the connection ends, with a copy of the offending header. */
+static void send_term(struct nh_queue *q, const struct gdx_tcp_err *e, const void *hdr,
+		      uint32_t hlen)
+{
+	uint8_t pdu[GDX_TCP_TERM_HLEN + GDX_TCP_TERM_MAX_DATA];
+	struct iovec iov = { pdu, gdx_tcp_term_init(pdu, GDX_TCP_H2C_TERM, e->fes, e->fei, hdr,
+						    hlen) };
+
+	pthread_mutex_lock(&q->send_lock);
+	send_full(q->fd, &iov, 1);
+	pthread_mutex_unlock(&q->send_lock);
+}
+
+static int proto_err(struct gdx_tcp_err *e, uint16_t fes, uint32_t fei, const char *why)
+{
+	e->fes = fes;
+	e->fei = fei;
+	e->why = why;
+	return GDX_EPROTO;
+}
+
+/* Finds the slot a controller PDU names; NULL for an unknown or stale CID. */
+static struct nh_slot *find_slot(struct nh_queue *q, uint16_t cid)
+{
+	unsigned idx = cid & CID_IDX_MASK;
+	struct nh_slot *s;
+
+	if (idx >= q->depth)
+		return NULL;
+	s = &q->slots[idx];
+	pthread_mutex_lock(&q->lock);
+	if (!s->req || s->cid != cid)
+		s = NULL;
+	pthread_mutex_unlock(&q->lock);
+	return s;
+}
+
+static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
+{
+	struct nh_req *r;
+
+	pthread_mutex_lock(&q->lock);
+	r = s->req;
+	s->req = NULL;
+	q->free_idx[q->nfree++] = (uint16_t)(s - q->slots);
+	q->inflight--;
+	pthread_cond_signal(&q->slot_cv);
+	pthread_mutex_unlock(&q->lock);
+	if (result)
+		gdx_counter_add(&q->cnt[NH_CNT_ERR], 1);
+	r->q = NULL;
+	nh_req_complete(r, result);
+}
+
+static int skip_bytes(struct nh_queue *q, size_t n)
+{
+	uint8_t tmp[256];
+
+	while (n) {
+		size_t k = GDX_MIN(n, sizeof(tmp));
+		int rc = recv_full(q->fd, tmp, k);
+
+		if (rc)
+			return rc;
+		n -= k;
+	}
+	return 0;
+}
+
+/* Receives n bytes of a read into device memory through the pinned ring. */
+static int recv_device(struct nh_queue *q, char *dst, size_t n, uint32_t *crc)
+{
+	while (n) {
+		unsigned i = q->next_chunk;
+		char *chunk = (char *)q->ring + (size_t)i * q->chunk;
+		size_t piece = GDX_MIN(n, q->chunk);
+		int rc;
+
+		q->next_chunk = (i + 1) % q->nchunks;
+		if (q->ev_used[i]) {
+			rc = gdx_event_synchronize(q->ev[i]);
+			if (rc)
+				return rc;
+		}
+		rc = recv_full(q->fd, chunk, piece);
+		if (rc)
+			return rc;
+		if (q->tp.ddgst)
+			*crc = gdx_crc32c_update(*crc, chunk, piece);
+		rc = gdx_memcpy_async(q->dev, dst, chunk, piece, q->stream);
+		if (!rc)
+			rc = gdx_event_record(q->ev[i], q->stream);
+		if (rc)
+			return rc;
+		q->ev_used[i] = true;
+		dst += piece;
+		n -= piece;
+	}
+	return 0;
+}
+
+/* Waits for the H2D copies of this queue before a device read is reported done. */
+static int finish_device(struct nh_queue *q, struct nh_req *r)
+{
+	if (r->mem != NH_MEM_DEVICE || r->write)
+		return 0;
+	return gdx_stream_synchronize(q->stream);
+}
+
+/*
+ * C2HData: the proto validator has checked the lengths against PLEN; here
+ * the data must belong to a live read, continue exactly where the previous
+ * PDU ended and stay inside the command's buffer.
+ */
+static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
+			   const struct gdx_tcp_pdu_info *info, struct gdx_tcp_err *e)
+{
+	const struct gdx_tcp_data *d = &pdu->data;
+	struct nh_slot *s = find_slot(q, d->cccid);
+	struct nh_req *r;
+	uint32_t crc = 0;
+	int rc;
+
+	if (!s) {
+		GDX_ERR(SUB, "queue %u: C2HData for unknown command id %#x", q->qid, d->cccid);
+		return proto_err(e, GDX_TCP_FES_INVALID_HEADER, offsetof(struct gdx_tcp_data, cccid),
+				 "C2HData for an unknown command");
+	}
+	r = s->req;
+	if (r->write || !r->len) {
+		GDX_ERR(SUB, "queue %u: C2HData for cid %#x, which expects no data from the "
+			"controller", q->qid, s->cid);
+		return proto_err(e, GDX_TCP_FES_PDU_SEQ, 0, "C2HData for a command without C2H data");
+	}
+	if (d->datao != s->xfered || d->datal > r->len || d->datao > r->len - d->datal) {
+		GDX_ERR(SUB, "queue %u: C2HData [%u, +%u) outside cid %#x's %zu bytes (next "
+			"expected offset %zu)", q->qid, d->datao, d->datal, s->cid, r->len, s->xfered);
+		return proto_err(e, GDX_TCP_FES_DATA_RANGE, offsetof(struct gdx_tcp_data, datao),
+				 "C2HData outside the command");
+	}
+	rc = skip_bytes(q, info->pad_len);
+	if (rc)
+		return rc;
+	if (r->mem == NH_MEM_DEVICE) {
+		rc = recv_device(q, (char *)r->buf + d->datao, d->datal, &crc);
+	} else {
+		rc = recv_full(q->fd, (char *)r->buf + d->datao, d->datal);
+		if (!rc && q->tp.ddgst)
+			crc = gdx_crc32c((char *)r->buf + d->datao, d->datal);
+	}
+	if (rc)
+		return rc;
+	gdx_counter_add(&q->cnt[NH_CNT_IN], d->datal);
+	s->xfered += d->datal;
+	if (info->has_ddgst) {
+		uint32_t dd;
+
+		rc = recv_full(q->fd, &dd, sizeof(dd));
+		if (rc)
+			return rc;
+		if (dd != crc) {
+			/* as the Linux host: this command fails, the connection carries on */
+			GDX_ERR(SUB, "queue %u: data digest mismatch on cid %#x", q->qid, s->cid);
+			s->ddgst_err = true;
+		}
+	}
+	if (d->ch.flags & GDX_TCP_F_DATA_SUCCESS) {
+		if (s->xfered != r->len) {
+			GDX_ERR(SUB, "queue %u: SUCCESS after %zu of %zu bytes", q->qid, s->xfered,
+				r->len);
+			return proto_err(e, GDX_TCP_FES_PDU_SEQ, 0, "SUCCESS before all data");
+		}
+		rc = finish_device(q, r);
+		r->status = s->ddgst_err ? GDX_NVME_SC_DATA_XFER_ERROR : 0;
+		r->dw01 = 0;
+		complete_slot(q, s, rc ? rc : nh_status_to_err(r->status));
+	}
+	return 0;
+}
+
+static int handle_rsp(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct gdx_tcp_err *e)
+{
+	const struct gdx_nvme_cqe *cqe = &pdu->rsp.cqe;
+	struct nh_slot *s = find_slot(q, cqe->cid);
+	uint16_t st = (uint16_t)(cqe->status >> 1);
+	struct nh_req *r;
+	int rc;
+
+	if (!s) {
+		GDX_ERR(SUB, "queue %u: response for unknown command id %#x", q->qid, cqe->cid);
+		return proto_err(e, GDX_TCP_FES_INVALID_HEADER,
+				 offsetof(struct gdx_tcp_rsp, cqe) + offsetof(struct gdx_nvme_cqe, cid),
+				 "response for an unknown command");
+	}
+	r = s->req;
+	if (!(st & 0x7ff) && !r->write && r->len && s->xfered != r->len) {
+		GDX_ERR(SUB, "queue %u: cid %#x succeeded after %zu of %zu data bytes", q->qid,
+			s->cid, s->xfered, r->len);
+		return proto_err(e, GDX_TCP_FES_PDU_SEQ, 0, "success before all data");
+	}
+	rc = finish_device(q, r);
+	if (!(st & 0x7ff) && s->ddgst_err)
+		st = GDX_NVME_SC_DATA_XFER_ERROR;
+	r->status = st;
+	r->dw01 = cqe->result;
+	complete_slot(q, s, rc ? rc : nh_status_to_err(st));
+	return 0;
+}
+
+/* R2T: send the requested range of a write as H2CData PDUs of at most MAXH2CDATA. */
+static int handle_r2t(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct gdx_tcp_err *e)
+{
+	const struct gdx_tcp_r2t *t = &pdu->r2t;
+	struct nh_slot *s = find_slot(q, t->cccid);
+	struct nh_req *r;
+	int rc = 0;
+
+	if (!s) {
+		GDX_ERR(SUB, "queue %u: R2T for unknown command id %#x", q->qid, t->cccid);
+		return proto_err(e, GDX_TCP_FES_INVALID_HEADER, offsetof(struct gdx_tcp_r2t, cccid),
+				 "R2T for an unknown command");
+	}
+	r = s->req;
+	if (!r->write || r->len <= q->inline_max || t->r2to != s->xfered || t->r2tl > r->len ||
+	    t->r2to > r->len - t->r2tl) {
+		GDX_ERR(SUB, "queue %u: bad R2T for cid %#x: [%u, +%u) of %zu, %zu sent", q->qid,
+			s->cid, t->r2to, t->r2tl, r->len, s->xfered);
+		return proto_err(e, GDX_TCP_FES_DATA_RANGE, offsetof(struct gdx_tcp_r2t, r2to),
+				 "R2T outside the command");
+	}
+	pthread_mutex_lock(&q->send_lock);
+	for (uint32_t done = 0; !rc && done < t->r2tl;) {
+		uint32_t n = GDX_MIN(t->r2tl - done, q->tp.maxh2cdata);
+		bool last = done + n == t->r2tl;
+		union gdx_tcp_pdu h;
+		uint32_t hl = gdx_tcp_data_init(&h, GDX_TCP_H2C_DATA, s->cid, t->ttag,
+						t->r2to + done, n, last ? GDX_TCP_F_DATA_LAST : 0,
+						&q->tp);
+
+		rc = send_pdu(q, &h, hl, (const char *)r->buf + t->r2to + done, n, r->mem);
+		done += n;
+	}
+	pthread_mutex_unlock(&q->send_lock);
+	s->xfered = t->r2to + t->r2tl;
+	return rc;
+}
+
+int nh_queue_rx_loop(struct nh_queue *q)
+{
+	union gdx_tcp_pdu pdu;
+	struct gdx_tcp_pdu_info info;
+	struct gdx_tcp_err e;
+	uint32_t hl = sizeof(pdu.ch);
+	int rc;
+
+	for (;;) {
+		rc = recv_full(q->fd, &pdu, sizeof(pdu.ch));
+		if (rc)
+			return rc;
+		hl = gdx_tcp_hdr_len(&pdu.ch, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_READY, &q->tp, &e);
+		if (!hl) {
+			hl = sizeof(pdu.ch);
+			goto fatal;
+		}
+		rc = recv_full(q->fd, pdu.raw + sizeof(pdu.ch), hl - sizeof(pdu.ch));
+		if (rc)
+			return rc;
+		if (gdx_tcp_pdu_check(&pdu, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_READY, &q->tp, 0, &info,
+				      &e))
+			goto fatal;
+		switch (pdu.ch.type) {
+		case GDX_TCP_RSP:
+			rc = handle_rsp(q, &pdu, &e);
+			break;
+		case GDX_TCP_C2H_DATA:
+			rc = handle_c2h_data(q, &pdu, &info, &e);
+			break;
+		case GDX_TCP_R2T:
+			rc = handle_r2t(q, &pdu, &e);
+			break;
+		default:	/* C2HTermReq: the controller ends the connection */
+			GDX_ERR(SUB, "queue %u: controller ended the connection: C2HTermReq %s "
+				"(FEI %#x)", q->qid, gdx_tcp_fes_str(pdu.term.fes),
+				gdx_tcp_term_fei(&pdu.term));
+			skip_bytes(q, info.data_len);
+			return GDX_EPROTO;
+		}
+		if (rc == GDX_EPROTO)
+			goto fatal;
+		if (rc)
+			return rc;
+	}
+fatal:
+	GDX_ERR(SUB, "queue %u: ending the connection: %s (%s, FEI %u)", q->qid, e.why,
+		gdx_tcp_fes_str(e.fes), e.fei);
+	send_term(q, &e, &pdu, pdu.ch.hlen && pdu.ch.hlen <= hl ? pdu.ch.hlen : sizeof(pdu.ch));
+	return GDX_EPROTO;
+}
+
+static void *rx_main(void *arg)
+{
+	struct nh_queue *q = arg;
+	int rc = nh_queue_rx_loop(q);
+
+	pthread_mutex_lock(&q->lock);
+	if (q->state == NH_Q_LIVE) {
+		q->state = NH_Q_DEAD;
+		q->err = rc;
+		GDX_WARN(SUB, "queue %u to %s:%s lost: %s", q->qid, q->ctrl->p.addr,
+			 q->ctrl->p.svc, gdx_strerror(rc));
+	}
+	pthread_cond_broadcast(&q->slot_cv);
+	pthread_mutex_unlock(&q->lock);
+	nh_ctrl_queue_died(q->ctrl);
+	return NULL;
+}
+
+int nh_queue_start(struct nh_queue *q)
+{
+	int rc = pthread_create(&q->rx, NULL, rx_main, q);
+
+	if (rc)
+		return -rc;
+	q->rx_started = true;
+	return 0;
+}
+
+void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn)
+{
+	int err;
+
+	nh_queue_kill(q, GDX_EDISCONNECTED);
+	if (q->rx_started)
+		pthread_join(q->rx, NULL);
+	q->rx_started = false;
+	err = q->err ? q->err : GDX_EDISCONNECTED;
+	for (unsigned i = 0; i < q->depth; i++) {
+		struct nh_req *r = q->slots[i].req;
+
+		if (!r)
+			continue;
+		q->slots[i].req = NULL;
+		r->q = NULL;
+		fn(q->ctrl, r, err);
+	}
+}
+
+void nh_queue_close(struct nh_queue *q, nh_reap_fn fn)
+{
+	nh_queue_reap(q, fn);
+	if (q->fd >= 0)
+		close(q->fd);
+	q->fd = -1;
+	nh_queue_free_mem(q);
+	free(q);
+}
+
+int nh_queue_abort_lookup(struct nh_queue *q, const struct gdx_nvmf_io *io, uint16_t *cid)
+{
+	int found = -ENOENT;
+
+	pthread_mutex_lock(&q->lock);
+	for (unsigned i = 0; i < q->depth; i++) {
+		struct nh_req *r = q->slots[i].req;
+
+		if (r && r->io == io && !r->cancelled) {
+			r->cancelled = true;
+			*cid = q->slots[i].cid;
+			found = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&q->lock);
+	return found;
+}
+
+bool nh_queue_check_timeouts(struct nh_queue *q, uint64_t now)
+{
+	bool kill = false;
+
+	pthread_mutex_lock(&q->lock);
+	for (unsigned i = 0; i < q->depth; i++) {
+		struct nh_slot *s = &q->slots[i];
+
+		if (!s->req || now < s->deadline)
+			continue;
+		if (!s->req->timed_out) {
+			s->req->timed_out = true;
+			gdx_counter_add(&q->cnt[NH_CNT_TMO], 1);
+			GDX_WARN(SUB, "queue %u: command %#x (opcode %#x) timed out after %llu ms",
+				 q->qid, s->cid, s->req->sqe.opc,
+				 (unsigned long long)(s->req->timeout_ns / 1000000));
+		}
+		/*
+		 * The buffer may still be written by the receiver until the slot is
+		 * released, so a timed-out command ends by tearing the connection
+		 * down; the others in flight are resubmitted after the reconnect.
+		 */
+		kill = true;
+	}
+	pthread_mutex_unlock(&q->lock);
+	return kill;
+}
+
+int nh_queue_counters_json(struct nh_queue *q, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "{\"qid\": %u, \"depth\": %u, \"inflight\": %u", q->qid,
+			 q->depth, q->inflight);
+
+	for (unsigned i = 0; i < GDX_ARRAY_SIZE(q->cnt) && n > 0 && (size_t)n < len; i++)
+		n += snprintf(buf + n, len - (size_t)n, ", \"%s\": %llu", q->cnt[i].name,
+			      (unsigned long long)gdx_counter_get(&q->cnt[i]));
+	if (n > 0 && (size_t)n < len)
+		n += snprintf(buf + n, len - (size_t)n, "}");
+	return n;
+}
