@@ -44,6 +44,12 @@ enum gdx_topo_link {
 	GDX_TOPO_SYS,
 };
 
+enum gdx_topo_rdma {
+	GDX_TOPO_RDMA_NONE = 0,		/* a plain netdev: TCP */
+	GDX_TOPO_RDMA_HW = 1,		/* an RDMA NIC: can DMA into GPU memory */
+	GDX_TOPO_RDMA_SOFT = 2,		/* Soft-RoCE (rxe) on a netdev: the CPU copies */
+};
+
 struct gdx_topo;
 
 struct gdx_topo_opts {
@@ -67,7 +73,7 @@ struct gdx_topo_dev {
 	char driver[32];		/* bound kernel driver, empty when none */
 	uint64_t bar1_size;		/* GPU: size of BAR1 in bytes, 0 unknown */
 	/* NIC */
-	int rdma;			/* 1: an RDMA (verbs) device */
+	int rdma;			/* enum gdx_topo_rdma */
 	char netdev[32];		/* its first network interface */
 	char link_layer[16];		/* RDMA port 1: InfiniBand or Ethernet */
 	char port_state[16];		/* RDMA port 1: ACTIVE, DOWN, ... */
@@ -104,7 +110,8 @@ GDX_API int gdx_topo_find_file(const struct gdx_topo *t, const char *path);
 GDX_API int gdx_topo_distance(const struct gdx_topo *t, int i, int j);
 /*
  * The device of the given kinds nearest to device i (never i itself): the
- * smallest distance, then RDMA before plain NICs, then the lowest index.
+ * smallest distance, then hardware RDMA before Soft-RoCE before plain NICs,
+ * then the lowest index.
  * *link receives the distance when link is not NULL.  -ENOENT when none.
  */
 GDX_API int gdx_topo_nearest(const struct gdx_topo *t, int i, unsigned kinds, int *link);

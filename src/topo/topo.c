@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,22 +352,35 @@ static int scan_class(struct gdx_topo *t, const char *cls, int (*one)(struct gdx
 
 static int one_rdma(struct gdx_topo *t, const char *ib)
 {
-	char rel[PATH_MAX], pci[16];
+	char rel[PATH_MAX], pci[16], parent[32];
 	struct topo_node tmp = { 0 }, *nd;
+	bool soft = false;
 
 	gdx_topo_fmt(rel, sizeof(rel), "class/infiniband/%s/device", ib);
 	resolve_pci(t->sysfs, rel, &tmp, pci);
+	/* Soft-RoCE has no device of its own: it names its netdev in "parent" */
+	gdx_topo_fmt(rel, sizeof(rel), "class/infiniband/%s/parent", ib);
+	if (!pci[0] && gdx_topo_read(t->sysfs, rel, parent, sizeof(parent)) > 0) {
+		gdx_topo_fmt(rel, sizeof(rel), "class/net/%s/device", parent);
+		resolve_pci(t->sysfs, rel, &tmp, pci);
+		soft = true;
+	}
 	nd = add_node(t);
 	if (!nd)
 		return -ENOMEM;
 	nd->d.kind = GDX_TOPO_NIC;
-	nd->d.rdma = 1;
+	nd->d.rdma = soft ? GDX_TOPO_RDMA_SOFT : GDX_TOPO_RDMA_HW;
 	gdx_topo_fmt(nd->d.name, sizeof(nd->d.name), "%s", ib);
 	gdx_topo_fmt(nd->d.pci, sizeof(nd->d.pci), "%s", pci);
 	if (pci[0])
 		read_pci_facts(t, nd);
-	gdx_topo_fmt(rel, sizeof(rel), "class/infiniband/%s/device/net", ib);
-	first_entry(t->sysfs, rel, nd->d.netdev, sizeof(nd->d.netdev));
+	if (soft) {
+		gdx_topo_fmt(nd->d.netdev, sizeof(nd->d.netdev), "%s", parent);
+		gdx_topo_fmt(nd->d.driver, sizeof(nd->d.driver), "rdma_rxe");
+	} else {
+		gdx_topo_fmt(rel, sizeof(rel), "class/infiniband/%s/device/net", ib);
+		first_entry(t->sysfs, rel, nd->d.netdev, sizeof(nd->d.netdev));
+	}
 	port_attr(t, ib, "link_layer", nd->d.link_layer, sizeof(nd->d.link_layer));
 	port_attr(t, ib, "state", nd->d.port_state, sizeof(nd->d.port_state));
 	port_attr(t, ib, "rate", nd->d.rate, sizeof(nd->d.rate));
@@ -501,6 +515,12 @@ static int kind_rank(enum gdx_topo_kind k)
 	return k == GDX_TOPO_GPU ? 0 : k == GDX_TOPO_NIC ? 1 : k == GDX_TOPO_NVME ? 2 : 3;
 }
 
+/* Hardware RDMA before Soft-RoCE before a plain netdev. */
+static int rdma_rank(int rdma)
+{
+	return rdma == GDX_TOPO_RDMA_HW ? 2 : rdma == GDX_TOPO_RDMA_SOFT ? 1 : 0;
+}
+
 static int node_cmp(const void *a, const void *b)
 {
 	const struct topo_node *x = a, *y = b;
@@ -511,7 +531,7 @@ static int node_cmp(const void *a, const void *b)
 	if (x->d.kind == GDX_TOPO_GPU)
 		return strcmp(x->d.pci, y->d.pci);
 	if (x->d.kind == GDX_TOPO_NIC && x->d.rdma != y->d.rdma)
-		return y->d.rdma - x->d.rdma;
+		return rdma_rank(y->d.rdma) - rdma_rank(x->d.rdma);
 	return strverscmp(x->d.name, y->d.name);
 }
 
@@ -763,8 +783,8 @@ GDX_API int gdx_topo_nearest(const struct gdx_topo *t, int i, unsigned kinds, in
 		d = gdx_topo_distance(t, i, j);
 		if (d < 0)
 			continue;
-		if (best >= 0 && (d > best_d || (d == best_d &&
-					      t->dev[best].d.rdma >= t->dev[j].d.rdma)))
+		if (best >= 0 && (d > best_d || (d == best_d && rdma_rank(t->dev[best].d.rdma) >=
+							       rdma_rank(t->dev[j].d.rdma))))
 			continue;
 		best = j;
 		best_d = d;

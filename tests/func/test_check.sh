@@ -51,6 +51,15 @@ expect_rc 0 --root tests/data/sysfs/vm1gpu --require gpu,nvmf-tcp,kernel-nvme-tc
 expect_rc 1 --root tests/data/sysfs/vm1gpu --require odirect
 grep -q "not checked" <<<"$err" || fail "odirect without live checks: $err"
 
+# recommendations for another GPU, named three ways
+for g in 6 GPU6 0000:c5:00.0; do
+  expect_rc 0 --root tests/data/sysfs/dgx8 --gpu "$g"
+  grep -q "^Recommendations (for GPU6)" <<<"$out" && grep -q "via mlx5_6 (PIX from GPU6)" <<<"$out" ||
+    fail "--gpu $g: $(grep -A3 '^Recommendations' <<<"$out")"
+done
+expect_rc 2 --root tests/data/sysfs/dgx8 --gpu 8
+expect_rc 2 --root tests/data/sysfs/nogpu --gpu 0
+
 # bad usage
 expect_rc 2 --require warp-drive
 expect_rc 2 --bogus
@@ -95,6 +104,16 @@ echo 'RegistryDwords: "RMForceStaticBar1=1;RmForceDisableIomapWC=1;"' \
 grep -q "✓ PCI P2PDMA" <<<"$(p2p)" || fail "P2PDMA ready: $(p2p)"
 "$gdx" check --root "$vm" --no-live | grep -q "✓ nvidia-fs .*not needed" ||
   fail "nvidia-fs is still asked for with P2PDMA ready"
+# Soft-RoCE on the VM's eth0: RDMA works, but never into GPU memory
+mkdir -p "$vm/sys/devices/virtual/infiniband/rxe0/ports/1" "$vm/sys/class/infiniband"
+echo eth0 >"$vm/sys/devices/virtual/infiniband/rxe0/parent"
+echo "4: ACTIVE" >"$vm/sys/devices/virtual/infiniband/rxe0/ports/1/state"
+ln -s ../../devices/virtual/infiniband/rxe0 "$vm/sys/class/infiniband/rxe0"
+echo "ib_uverbs 16384 0 - Live 0x0" >>"$vm/proc/modules"
+out=$("$gdx" check --root "$vm" --no-live)
+grep -q "network peer    bounce  RDMA via rxe0 (PHB from GPU0)" <<<"$out" ||
+  fail "Soft-RoCE: $(grep -A1 'network peer' <<<"$out")"
+grep -q "step: rxe0 is Soft-RoCE" <<<"$out" || fail "Soft-RoCE step: $out"
 rm -rf "$vm"
 
 # the CUDA driver's own view: a look-alike driver that sees no GPU, on a

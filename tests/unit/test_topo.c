@@ -226,10 +226,18 @@ static void test_nogpu(void **state)
 	assert_int_equal(gdx_topo_get(t, gdx_topo_nth(t, GDX_TOPO_NIC, 0), &d), 0);
 	assert_string_equal(d.name, "mlx5_0");
 	assert_string_equal(d.link_layer, "Ethernet");
+	assert_int_equal(d.rdma, GDX_TOPO_RDMA_HW);
+	/* Soft-RoCE takes the place of the netdev it runs on */
 	assert_int_equal(gdx_topo_get(t, gdx_topo_nth(t, GDX_TOPO_NIC, 1), &d), 0);
-	assert_string_equal(d.name, "eno1");
+	assert_string_equal(d.name, "rxe0");
+	assert_int_equal(d.rdma, GDX_TOPO_RDMA_SOFT);
+	assert_string_equal(d.netdev, "eno1");
+	assert_string_equal(d.pci, "0000:03:00.0");
+	assert_int_equal(gdx_topo_nth(t, GDX_TOPO_NIC, 2), -ENOENT);
+	assert_int_equal(gdx_topo_find(t, GDX_TOPO_NIC, "eno1"), find(t, "rxe0"));
 	assert_string_equal(dist(t, "nvme0", "mlx5_0"), "PHB");
-	/* both NICs are PHB from the NVMe: the RDMA one wins the tie */
+	assert_string_equal(dist(t, "nvme0", "rxe0"), "PHB");
+	/* both NICs are PHB from the NVMe: the hardware one wins the tie */
 	assert_int_equal(gdx_topo_nearest(t, find(t, "nvme0"), GDX_TOPO_NIC, NULL), find(t, "mlx5_0"));
 	gdx_topo_close(t);
 }

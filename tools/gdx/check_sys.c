@@ -614,7 +614,7 @@ static void chk_relaxed(struct chk_ctx *x)
 		int pos;
 
 		gdx_topo_get(x->t, i, &d);
-		if (!d.pci[0] || !(d.kind == GDX_TOPO_GPU || (d.kind == GDX_TOPO_NIC && d.rdma)))
+		if (!d.pci[0] || !(d.kind == GDX_TOPO_GPU || (d.kind == GDX_TOPO_NIC && d.rdma == GDX_TOPO_RDMA_HW)))
 			continue;
 		seen++;
 		len = gdx_pci_config(x->t, d.pci, cfg, sizeof(cfg));
@@ -658,7 +658,7 @@ static void chk_relaxed(struct chk_ctx *x)
 static void chk_rdma(struct chk_ctx *x)
 {
 	enum mod_state uv = chk_module(x, "ib_uverbs");
-	char names[256] = "";
+	char names[256] = "", soft[128] = "";
 	struct chk *c;
 
 	x->uverbs = uv == MOD_LOADED;
@@ -669,6 +669,8 @@ static void chk_rdma(struct chk_ctx *x)
 		if (d.kind == GDX_TOPO_NIC && d.rdma && strcmp(d.port_state, "ACTIVE"))
 			CHK_CAT(names, "%s%s %s", names[0] ? ", " : "", d.name,
 				d.port_state[0] ? d.port_state : "state unknown");
+		if (d.kind == GDX_TOPO_NIC && d.rdma == GDX_TOPO_RDMA_SOFT)
+			CHK_CAT(soft, "%s%s", soft[0] ? ", " : "", d.name);
 	}
 	if (!x->nrdma) {
 		c = chk_add(x, "rdma", "RDMA devices", CHK_WARN);
@@ -679,6 +681,8 @@ static void chk_rdma(struct chk_ctx *x)
 	}
 	c = chk_add(x, "rdma", "RDMA devices", CHK_OK);
 	CHK_SET(c->finding, "%d, %d with an active port", x->nrdma, x->nrdma_active);
+	if (soft[0])
+		CHK_CAT(c->finding, "; Soft-RoCE (host memory only): %s", soft);
 	if (names[0]) {
 		c->st = x->nrdma_active ? CHK_WARN : CHK_FAIL;
 		CHK_CAT(c->finding, " (%s)", names);

@@ -43,6 +43,7 @@ struct reco {
 
 struct report {
 	struct chk_ctx x;
+	int gpu;		/* the GPU the recommendations are for, -1 none */
 	struct reco r[4];
 	int nr;
 	enum ready ready[R_COUNT];
@@ -53,10 +54,12 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: gdx check [--sysfs-root DIR] [--procfs-root DIR] [--modules-root DIR]\n"
 		"                 [--root DIR] [--path P] [--json] [--live|--no-live]\n"
-		"                 [--require WHAT[,WHAT...]]\n\n"
+		"                 [--gpu GPU] [--require WHAT[,WHAT...]]\n\n"
 		"  --root DIR     DIR/sys, DIR/proc and DIR/lib/modules (a fixture machine)\n"
 		"  --path P       the file or directory whose filesystem the O_DIRECT probe tests\n"
 		"                 (default: the current directory)\n"
+		"  --gpu GPU      recommendations for this GPU (GPU3, 3 or its PCI address;\n"
+		"                 default GPU0)\n"
 		"  --no-live      skip the checks that ask this machine (io_uring, O_DIRECT, memlock,\n"
 		"                 libraries); the default when a root is given\n"
 		"  --require W    exit 1 unless W is ready; W is one of\n                ");
@@ -102,8 +105,9 @@ static void count_devices(struct chk_ctx *x)
 		case GDX_TOPO_GPU: x->ngpu++; break;
 		case GDX_TOPO_NIC:
 			x->nnic++;
-			x->nrdma += d.rdma;
-			x->nrdma_active += d.rdma && (!d.port_state[0] || !strcmp(d.port_state, "ACTIVE"));
+			x->nrdma += d.rdma != GDX_TOPO_RDMA_NONE;
+			x->nrdma_active += d.rdma != GDX_TOPO_RDMA_NONE &&
+					   (!d.port_state[0] || !strcmp(d.port_state, "ACTIVE"));
 			break;
 		case GDX_TOPO_NVME:
 			if (d.pci[0])
@@ -116,10 +120,14 @@ static void count_devices(struct chk_ctx *x)
 	}
 }
 
-/* The active RDMA NIC nearest to device i (any active RDMA NIC when i < 0). */
+/*
+ * The active RDMA NIC nearest to device i (the first one when i < 0); a
+ * hardware NIC before Soft-RoCE at any distance, since only it reaches GPU
+ * memory.
+ */
 static int rdma_nic_for(const struct chk_ctx *x, int i, int *link)
 {
-	int best = -1, best_d = 99;
+	int best = -1, best_d = 999;
 
 	for (int j = 0; j < gdx_topo_count(x->t); j++) {
 		struct gdx_topo_dev d = dev_at(x->t, j);
@@ -131,13 +139,15 @@ static int rdma_nic_for(const struct chk_ctx *x, int i, int *link)
 		dist = i < 0 ? 0 : gdx_topo_distance(x->t, i, j);
 		if (dist < 0)
 			dist = 98;
+		if (d.rdma != GDX_TOPO_RDMA_HW)
+			dist += 100;
 		if (dist < best_d) {
 			best = j;
 			best_d = dist;
 		}
 	}
 	if (link)
-		*link = best_d;
+		*link = best_d % 100;
 	return best;
 }
 
@@ -183,7 +193,7 @@ static void reco_storage(struct report *rp)
 {
 	struct chk_ctx *x = &rp->x;
 	struct reco *r = &rp->r[rp->nr++];
-	int g = gdx_topo_nth(x->t, GDX_TOPO_GPU, 0), link = 0, nv, held;
+	int g = rp->gpu, link = 0, nv, held;
 	struct gdx_topo_dev gd, nd;
 	char where[160];
 	bool direct;
@@ -292,10 +302,14 @@ static void reco_storage(struct report *rp)
 }
 
 /* What stands between the network source and GPU memory; the one step, or "". */
-static void rdma_blocker(struct chk_ctx *x, char *step, size_t len)
+static void rdma_blocker(struct chk_ctx *x, const struct gdx_topo_dev *nic, char *step,
+			 size_t len)
 {
 	step[0] = 0;
-	if (!x->dmabuf && !x->peermem) {
+	if (nic->rdma == GDX_TOPO_RDMA_SOFT) {
+		chk_set(step, len, "%s is Soft-RoCE (the CPU copies): a hardware RDMA NIC "
+			"(InfiniBand or RoCE)", nic->name);
+	} else if (!x->dmabuf && !x->peermem) {
 		enum mod_state pm = mod(x, "nvidia_peermem");
 
 		if (pm == MOD_AVAILABLE || pm == MOD_UNKNOWN)
@@ -317,7 +331,7 @@ static void reco_net(struct report *rp, bool nvmf)
 {
 	struct chk_ctx *x = &rp->x;
 	struct reco *r = &rp->r[rp->nr++];
-	int g = gdx_topo_nth(x->t, GDX_TOPO_GPU, 0), link, nic;
+	int g = rp->gpu, link, nic;
 	char block[320];
 	struct gdx_topo_dev gd = { 0 }, nd;
 
@@ -340,7 +354,7 @@ static void reco_net(struct report *rp, bool nvmf)
 		CHK_SET(r->step, g >= 0 ? "none without an RDMA NIC (InfiniBand or RoCE)" : "-");
 	} else {
 		nd = dev_at(x->t, nic);
-		rdma_blocker(x, block, sizeof(block));
+		rdma_blocker(x, &nd, block, sizeof(block));
 		if (g < 0) {
 			r->path = "host";
 			CHK_SET(r->detail, "%s via %s into host memory (no GPU)", nvmf ?
@@ -503,7 +517,8 @@ static void print_devices(const struct chk_ctx *x)
 			break;
 		case GDX_TOPO_NIC:
 			if (d.rdma)
-				printf(" RDMA %s %s %s %s", d.netdev[0] ? d.netdev : "-",
+				printf(" %s %s %s %s %s", d.rdma == GDX_TOPO_RDMA_SOFT ?
+				       "Soft-RoCE on" : "RDMA", d.netdev[0] ? d.netdev : "-",
 				       d.link_layer, d.port_state, d.rate);
 			else
 				printf(" TCP only");
@@ -607,7 +622,10 @@ static void print_text(const struct report *rp)
 		printf("\nLive checks: off (io_uring, O_DIRECT, memlock and libraries not probed; "
 		       "--live turns them on)\n");
 	}
-	printf("\nRecommendations (GPU0 unless named)\n");
+	if (rp->gpu >= 0)
+		printf("\nRecommendations (for %s)\n", dev_at(x->t, rp->gpu).name);
+	else
+		printf("\nRecommendations\n");
 	for (int i = 0; i < rp->nr; i++) {
 		const struct reco *r = &rp->r[i];
 
@@ -658,7 +676,8 @@ static json_object *json_devices(const struct chk_ctx *x)
 		if (d.kind == GDX_TOPO_GPU)
 			jint(o, "bar1_bytes", (int64_t)d.bar1_size);
 		if (d.kind == GDX_TOPO_NIC) {
-			json_object_object_add(o, "rdma", json_object_new_boolean(d.rdma));
+			jstr(o, "rdma", d.rdma == GDX_TOPO_RDMA_HW ? "hardware" :
+			     d.rdma == GDX_TOPO_RDMA_SOFT ? "soft-roce" : "none");
 			jstr(o, "netdev", d.netdev);
 			if (d.rdma) {
 				jstr(o, "link_layer", d.link_layer);
@@ -764,6 +783,8 @@ static void print_json(const struct report *rp)
 		json_object_array_add(a, o);
 	}
 	json_object_object_add(root, "recommendations", a);
+	if (rp->gpu >= 0)
+		jstr(root, "recommendations_for", dev_at(x->t, rp->gpu).name);
 	o = json_object_new_object();
 	for (int i = 0; i < R_COUNT; i++)
 		json_object_object_add(o, ready_names[i], rp->ready[i] == NOT_CHECKED ? NULL :
@@ -808,6 +829,7 @@ int cmd_check(int argc, char **argv)
 		{ "live", no_argument, NULL, 'L' },
 		{ "no-live", no_argument, NULL, 'N' },
 		{ "require", required_argument, NULL, 'R' },
+		{ "gpu", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -816,7 +838,7 @@ int cmd_check(int argc, char **argv)
 	int live = -1, opt, err, rc = 0;
 	struct gdx_topo_opts to;
 	struct report *rp;
-	const char *path = ".";
+	const char *path = ".", *gpu = NULL;
 
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -833,6 +855,7 @@ int cmd_check(int argc, char **argv)
 			}
 			break;
 		case 'P': path = optarg; break;
+		case 'G': gpu = optarg; break;
 		case 'j': json = true; break;
 		case 'L': live = 1; break;
 		case 'N': live = 0; break;
@@ -877,6 +900,24 @@ int cmd_check(int argc, char **argv)
 	rp->x.path = path;
 	rp->x.live = live;
 	count_devices(&rp->x);
+	rp->gpu = gdx_topo_nth(rp->x.t, GDX_TOPO_GPU, 0);
+	if (gpu) {
+		char name[32];
+		char *end;
+		long n = strtol(gpu, &end, 10);
+
+		if (!*end && end != gpu)
+			chk_set(name, sizeof(name), "GPU%ld", n);
+		else
+			chk_set(name, sizeof(name), "%s", gpu);
+		rp->gpu = gdx_topo_find(rp->x.t, GDX_TOPO_GPU, name);
+		if (rp->gpu < 0) {
+			fprintf(stderr, "gdx check: no GPU '%s' (%d found)\n", gpu, rp->x.ngpu);
+			gdx_topo_close(rp->x.t);
+			free(rp);
+			return 2;
+		}
+	}
 	check_sys(&rp->x);
 	if (live)
 		check_live(&rp->x);

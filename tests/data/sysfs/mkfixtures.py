@@ -16,7 +16,8 @@ the tests do not need Python.
   vm1gpu  A cloud VM like the lent H200 machine: one GPU straight under the
           host bridge, virtio-blk and virtio-net, no NUMA info, open 580
           driver (what the H200 runs), no RDMA, config space beyond 64 bytes unreadable.
-  nogpu   A server without GPU: a local NVMe, a RoCE NIC, an Ethernet port.
+  nogpu   A server without GPU: a local NVMe (with an LVM volume on it), a RoCE
+          NIC, an Ethernet port with Soft-RoCE (rxe0) on it.
 """
 import os
 import shutil
@@ -306,6 +307,13 @@ def nogpu():
     t.rdma(nic, "mlx5_0", "Ethernet", "4: ACTIVE", "100 Gb/sec (4X EDR)")
     eth = t.pci(rp3, "0000:03:00.0", INTEL, 0x1533, ETHCLS, driver="igb", **kw)
     t.netdev(eth, "eno1")
+    # Soft-RoCE on the Ethernet port, as the interop tests set it up
+    rxe = os.path.join(t.sys, "devices/virtual/infiniband/rxe0")
+    t.write(os.path.join(rxe, "parent"), "eno1\n")
+    t.write(os.path.join(rxe, "ports/1/link_layer"), "Ethernet\n")
+    t.write(os.path.join(rxe, "ports/1/state"), "4: ACTIVE\n")
+    t.write(os.path.join(rxe, "ports/1/rate"), "1 Gb/sec (1X SDR)\n")
+    t.link(os.path.join(t.sys, "class/infiniband/rxe0"), rxe)
     t.sysw("kernel/mm/transparent_hugepage/enabled", "[always] madvise never")
     t.procw("cmdline", "BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=/dev/nvme0n1p2 ro quiet\n")
     t.procw("meminfo", "MemTotal:       263890212 kB\nHugePages_Total:       0\n"
