@@ -858,6 +858,7 @@ static int ctrl_create(const char *addr, const char *svc, const char *subnqn,
 	if (!rc)
 		rc = setup(c);
 	if (rc) {
+		GDX_ERR(SUB, "cannot connect to %s at %s:%s: %s", subnqn, addr, svc, gdx_strerror(rc));
 		ctrl_free(c);
 		return rc;
 	}

@@ -295,8 +295,9 @@ int nh_queue_open(struct nh_ctrl *c, uint16_t qid, unsigned depth, struct nh_que
 		goto fail;
 	rc = tcp_connect(c->p.addr, c->p.svc, c->p.connect_timeout_ms, &q->fd);
 	if (rc) {
-		GDX_ERR(SUB, "queue %u: connect to %s:%s: %s", qid, c->p.addr, c->p.svc,
-			gdx_strerror(rc));
+		/* the caller says whether this is fatal (first connect) or expected (reconnect) */
+		GDX_INFO(SUB, "queue %u: connect to %s:%s: %s", qid, c->p.addr, c->p.svc,
+			 gdx_strerror(rc));
 		goto fail;
 	}
 	rc = icreq(q, c->p.connect_timeout_ms);

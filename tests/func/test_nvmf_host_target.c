@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The gdx host against the gdx target on loopback, both in this process:
+ * discovery, identify, I/O of every kind and size into host and (emulated)
+ * device memory with and without digests, many queues at depth, and the
+ * target killed and restarted on the same port while reads are in flight.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include <gdx/gdx.h>
+#include <gdx/nvmf.h>
+
+#include "common/util.h"
+
+#define NQN "nqn.2026-11.io.gdx:host-func"
+#define NS_BYTES (32u << 20)
+
+static struct gdx_nvmf_target *tgt;
+static char path[64];
+static char port[16];
+
+static int target_up(const char *svc)
+{
+	struct gdx_nvmf_target_opts o;
+	int p;
+
+	gdx_nvmf_target_opts_init(&o, sizeof(o));
+	o.reactors = 2;
+	if (gdx_nvmf_target_create(&o, &tgt) || gdx_nvmf_target_add_subsys(tgt, NQN, 1) ||
+	    gdx_nvmf_target_add_ns(tgt, NQN, 1, path, 512) ||
+	    gdx_nvmf_target_add_ns(tgt, NQN, 2, "ram:8M", 4096) ||
+	    gdx_nvmf_target_add_port(tgt, 1, "127.0.0.1", svc) || gdx_nvmf_target_link(tgt, 1, NQN) ||
+	    gdx_nvmf_target_start(tgt))
+		return -1;
+	p = gdx_nvmf_target_bound_port(tgt, 1);
+	if (p <= 0)
+		return -1;
+	snprintf(port, sizeof(port), "%d", p);
+	return 0;
+}
+
+static int setup(void **state)
+{
+	int fd;
+
+	(void)state;
+	snprintf(path, sizeof(path), "/tmp/gdx-nvmf-host-XXXXXX");
+	fd = mkstemp(path);
+	if (fd < 0 || ftruncate(fd, NS_BYTES))
+		return -1;
+	close(fd);
+	return target_up("0");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	gdx_nvmf_target_destroy(tgt);
+	unlink(path);
+	return 0;
+}
+
+static struct gdx_nvmf_ctrl *conn(unsigned queues, unsigned depth, int dg)
+{
+	struct gdx_nvmf_host_opts o;
+	struct gdx_nvmf_ctrl *c = NULL;
+
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.nr_io_queues = queues;
+	o.queue_depth = depth;
+	o.hdr_digest = dg;
+	o.data_digest = dg;
+	o.reconnect_delay_ms = 50;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &c), 0);
+	return c;
+}
+
+static void discover_identify(void **state)
+{
+	struct gdx_nvmf_discovery_log *log;
+	struct gdx_nvmf_ctrl_info in;
+	struct gdx_nvmf_ns_info ns;
+	struct gdx_nvmf_ctrl *c;
+	uint32_t ids[8];
+
+	(void)state;
+	assert_int_equal(gdx_nvmf_discover("127.0.0.1", port, NULL, &log), 0);
+	assert_true(log->numrec >= 1);
+	{
+		bool found = false;
+
+		for (uint64_t i = 0; i < log->numrec; i++)
+			found |= !strcmp(log->entries[i].subnqn, NQN) &&
+				 !strcmp(log->entries[i].trsvcid, port);
+		assert_true(found);
+	}
+	free(log);
+	c = conn(4, 64, 0);
+	assert_int_equal(gdx_nvmf_ctrl_info(c, &in), 0);
+	assert_string_equal(in.subnqn, NQN);
+	assert_int_equal(in.nr_io_queues, 4);
+	assert_int_equal(in.queue_depth, 63);
+	assert_int_equal(gdx_nvmf_ns_list(c, ids, 8), 2);
+	assert_int_equal(ids[0], 1);
+	assert_int_equal(ids[1], 2);
+	assert_int_equal(gdx_nvmf_identify_ns(c, 1, &ns), 0);
+	assert_int_equal(ns.block_size, 512);
+	assert_int_equal(ns.nsze * 512, NS_BYTES);
+	assert_int_equal(gdx_nvmf_identify_ns(c, 2, &ns), 0);
+	assert_int_equal(ns.block_size, 4096);
+	gdx_nvmf_disconnect(c);
+}
+
+/* Sizes from one block to several MiB (split by max_xfer), both namespaces, with digests. */
+static void io_sizes(void **state)
+{
+	static const size_t sizes[] = { 512, 4096, 8192, 16384, 20480, 65536, 131072,
+					1 << 20, (3 << 20) + 4096 };
+	uint8_t *a = malloc(4 << 20), *b = malloc(4 << 20);
+
+	(void)state;
+	for (int dg = 0; dg <= 1; dg++) {
+		struct gdx_nvmf_ctrl *c = conn(2, 32, dg);
+
+		for (size_t i = 0; i < GDX_ARRAY_SIZE(sizes); i++) {
+			uint32_t nsid = sizes[i] % 4096 ? 1 : 1 + (uint32_t)(i & 1);
+			uint64_t off = (uint64_t)i * 4096 * 17;
+
+			t_fill(a, sizes[i], i + 100 * dg);
+			memset(b, 0, sizes[i]);
+			assert_int_equal(gdx_nvmf_write(c, nsid, a, sizes[i], off), 0);
+			assert_int_equal(gdx_nvmf_read(c, nsid, b, sizes[i], off), 0);
+			assert_memory_equal(a, b, sizes[i]);
+		}
+		assert_int_equal(gdx_nvmf_flush(c, 1), 0);
+		assert_int_equal(gdx_nvmf_write_zeroes(c, 1, 0, 8192), 0);
+		assert_int_equal(gdx_nvmf_read(c, 1, b, 8192, 0), 0);
+		for (int k = 0; k < 8192; k++)
+			assert_int_equal(b[k], 0);
+		assert_int_equal(gdx_nvmf_deallocate(c, 2, 0, 65536), 0);
+		/* out of range: the target's status reaches the caller */
+		assert_int_equal(gdx_nvmf_read(c, 1, b, 4096, NS_BYTES), GDX_ENVME);
+		gdx_nvmf_disconnect(c);
+	}
+	free(a);
+	free(b);
+}
+
+static void device_memory(void **state)
+{
+	struct gdx_nvmf_host_opts o;
+	struct gdx_device *dev;
+	struct gdx_nvmf_ctrl *c;
+	struct gdx_nvmf_io io[8];
+	const size_t n = 1 << 20;
+	uint8_t *a = malloc(8 * n), *b = malloc(8 * n);
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_open("emulated", &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, 8 * n, &d), 0);
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	o.nr_io_queues = 3;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &c), 0);
+	t_fill(a, 8 * n, 42);
+	assert_int_equal(gdx_memcpy(dev, d, a, 8 * n), 0);
+	for (int i = 0; i < 8; i++)
+		io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_WRITE, .nsid = 1,
+					      .offset = (uint64_t)i * n, .len = n,
+					      .buf = (char *)d + i * n };
+	assert_int_equal(gdx_nvmf_submit(c, io, 8), 0);
+	assert_int_equal(gdx_memset(dev, d, 0, 8 * n), 0);
+	for (int i = 0; i < 8; i++)
+		io[i].op = GDX_NVMF_OP_READ;
+	assert_int_equal(gdx_nvmf_submit(c, io, 8), 0);
+	assert_string_equal(io[0].path, "bounce");
+	assert_int_equal(gdx_memcpy(dev, b, d, 8 * n), 0);
+	assert_memory_equal(a, b, 8 * n);
+	gdx_nvmf_disconnect(c);
+	gdx_device_free(dev, d);
+	gdx_device_close(dev);
+	free(a);
+	free(b);
+}
+
+struct reader {
+	struct gdx_nvmf_ctrl *c;
+	const uint8_t *want;
+	atomic_int stop;
+	int rounds, fails, mismatches;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+	struct gdx_nvmf_io io[16];
+	uint8_t *buf = malloc(16 << 16);
+
+	for (; !r->stop; r->rounds++) {
+		for (int i = 0; i < 16; i++)
+			io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
+						      .offset = (uint64_t)i << 16, .len = 1 << 16,
+						      .buf = buf + (i << 16) };
+		if (gdx_nvmf_submit(r->c, io, 16))
+			r->fails++;
+		else if (memcmp(buf, r->want, 16 << 16))
+			r->mismatches++;
+	}
+	free(buf);
+	return NULL;
+}
+
+/* The target dies and comes back on the same port; the reads in flight are resubmitted. */
+static void target_restart(void **state)
+{
+	struct gdx_nvmf_ctrl *c = conn(2, 32, 0);
+	struct gdx_nvmf_ctrl_info in;
+	uint8_t *want = malloc(16 << 16);
+	struct reader r = { .c = c, .want = want };
+	pthread_t t;
+	char svc[16];
+
+	(void)state;
+	t_fill(want, 16 << 16, 9);
+	assert_int_equal(gdx_nvmf_write(c, 1, want, 16 << 16, 0), 0);
+	pthread_create(&t, NULL, reader_main, &r);
+	while (r.rounds < 3)
+		usleep(1000);
+	snprintf(svc, sizeof(svc), "%s", port);
+	gdx_nvmf_target_destroy(tgt);
+	tgt = NULL;
+	usleep(150000);
+	assert_int_equal(target_up(svc), 0);
+	assert_string_equal(port, svc);
+	for (int i = 0; i < 500; i++) {
+		assert_int_equal(gdx_nvmf_ctrl_info(c, &in), 0);
+		if (in.reconnects)
+			break;
+		usleep(10000);
+	}
+	{
+		int before = r.rounds;
+
+		while (r.rounds < before + 3)
+			usleep(1000);
+	}
+	r.stop = 1;
+	pthread_join(t, NULL);
+	assert_int_equal(r.fails, 0);
+	assert_int_equal(r.mismatches, 0);
+	assert_int_equal(in.reconnects, 1);
+	gdx_nvmf_disconnect(c);
+	free(want);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(discover_identify),
+		cmocka_unit_test(io_sizes),
+		cmocka_unit_test(device_memory),
+		cmocka_unit_test(target_restart),
+	};
+
+	if (!getenv("GDX_LOG_LEVEL"))
+		gdx_log_set_level(GDX_LOG_ERROR);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
