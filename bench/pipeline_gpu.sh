@@ -73,8 +73,8 @@ nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,
 
 failed=0
 echo "=== test_pipeline on the cuda device"
-# order_overlap_* read overlap off host functions; CUDA may run the host
-# functions of different streams one at a time, which those two would show.
+# Overlap is read off host functions; where CUDA runs two streams' host
+# functions one at a time the test says so and skips that one check.
 $loader "$dir/tests/func/test_pipeline" 2>&1 | tee -a "$log"
 [ "$(tail -1 "$log" | grep -c PASSED)" -eq 1 ] || { failed=$((failed + 1)); echo "=== test_pipeline: FAILED"; }
 

@@ -386,6 +386,58 @@ static void check_counters(struct tctx *t, uint64_t n)
 
 /* ---- tests ------------------------------------------------------------------------- */
 
+struct probe {
+	pthread_mutex_t m;
+	pthread_cond_t c;
+	bool b_ran, a_saw_b;
+};
+
+static void probe_a(void *arg)
+{
+	struct probe *pr = arg;
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	pthread_mutex_lock(&pr->m);
+	while (!pr->b_ran && pthread_cond_timedwait(&pr->c, &pr->m, &until) == 0)
+		;
+	pr->a_saw_b = pr->b_ran;
+	pthread_mutex_unlock(&pr->m);
+}
+
+static void probe_b(void *arg)
+{
+	struct probe *pr = arg;
+
+	pthread_mutex_lock(&pr->m);
+	pr->b_ran = true;
+	pthread_cond_broadcast(&pr->c);
+	pthread_mutex_unlock(&pr->m);
+}
+
+/*
+ * Whether host functions on two streams can run at the same time.  The
+ * emulated device runs each stream on its own thread; CUDA may run them one
+ * at a time, and then overlap between two device stages cannot be seen
+ * through host-function timestamps.
+ */
+static bool host_funcs_concurrent(void)
+{
+	struct probe pr = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false };
+	struct gdx_stream *a, *b;
+
+	assert_int_equal(gdx_stream_create(dev, &a), 0);
+	assert_int_equal(gdx_stream_create(dev, &b), 0);
+	assert_int_equal(gdx_stream_launch_host_func(a, probe_a, &pr), 0);
+	assert_int_equal(gdx_stream_launch_host_func(b, probe_b, &pr), 0);
+	assert_int_equal(gdx_stream_synchronize(a), 0);
+	assert_int_equal(gdx_stream_synchronize(b), 0);
+	gdx_stream_destroy(a);
+	gdx_stream_destroy(b);
+	return pr.a_saw_b;
+}
+
 static void run_shape(const char *shape, unsigned sleep, uint64_t n)
 {
 	struct tstage st[3];
@@ -405,6 +457,12 @@ static void run_shape(const char *shape, unsigned sleep, uint64_t n)
 
 		print_message("%s: stage %u/%u overlapped in %u of %llu pairs\n", shape, k, k + 1,
 			      c, (unsigned long long)(n - 1));
+		if (shape[k] == 'D' && shape[k + 1] == 'D' && !host_funcs_concurrent()) {
+			print_message("%s: host functions of two streams run one at a time on %s: "
+				      "overlap of stages %u/%u not observable here\n", shape,
+				      gdx_device_name(dev), k, k + 1);
+			continue;
+		}
 		assert_true(c >= 1);
 	}
 	destroy(t);
