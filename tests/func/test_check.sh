@@ -127,5 +127,16 @@ if [ -f "$fake" ]; then
   grep -q -- "- CUDA driver .*sees no GPU$" <<<"$out" || fail "no GPU anywhere: not n/a"
 fi
 
+# a snapshot of this machine reads back as this machine
+snap=$(mktemp -d)
+if sh scripts/topo-snapshot.sh "$snap" >/dev/null; then
+  a=$("$gdx" check --root "$snap" --no-live | sed "s|$snap/|/|g")
+  b=$("$gdx" check --no-live)
+  [ "$a" = "$b" ] || { diff <(echo "$a") <(echo "$b") | head -20; fail "snapshot differs from /sys"; }
+else
+  fail "scripts/topo-snapshot.sh failed"
+fi
+rm -rf "$snap"
+
 [ "$fails" = 0 ] && echo "all gdx check cases passed"
 exit $((fails > 0))
