@@ -928,9 +928,15 @@ static void engine_run(struct engine *e)
 		engine_feed(e);
 		if (!e->active)
 			break;
-		while (e->fifo_head && !gdx_event_query(e->fifo_head->ev)) {
+		while (e->fifo_head) {
 			struct ur_slot *s = e->fifo_head;
+			int q = gdx_event_query(s->ev);
 
+			if (q == -EBUSY)
+				break;
+			/* A failed copy (or query) fails its request; the buffer still returns. */
+			if (q)
+				req_fail(s->req, q);
 			e->fifo_head = s->next;
 			if (!e->fifo_head)
 				e->fifo_tail = NULL;
@@ -972,12 +978,17 @@ static void engine_run(struct engine *e)
 				}
 			}
 			io_uring_for_each_cqe(&e->c->ring, head, cqe) {
-				cqe_handle(e, io_uring_cqe_get_data(cqe), cqe->res);
+				/* Kernels without EXT_ARG report the wait's own timeout here. */
+				if (cqe->user_data != LIBURING_UDATA_TIMEOUT)
+					cqe_handle(e, io_uring_cqe_get_data(cqe), cqe->res);
 				seen++;
 			}
 			io_uring_cq_advance(&e->c->ring, seen);
 		} else if (e->fifo_head && !progress) {
-			gdx_event_synchronize(e->fifo_head->ev);
+			int q = gdx_event_synchronize(e->fifo_head->ev);
+
+			if (q)
+				req_fail(e->fifo_head->req, q);
 		}
 	}
 }

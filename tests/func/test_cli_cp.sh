@@ -1,0 +1,29 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# gdx cp on the emulated device: file -> gpu, gpu -> file, a --via round trip
+# (byte for byte), the closing line's path, and clear failures.
+set -u
+gdx=$1
+dir=$(mktemp -d "${GDX_BUILDDIR:-/tmp}/gdx_cli_cp.XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+head -c 5242887 /dev/urandom >"$dir/src" || exit 1
+out=$("$gdx" cp "$dir/src" gpu:0 -q) || fail "file -> gpu: $out"
+echo "$out" | grep -q "5242887 bytes" || fail "byte count: $out"
+echo "$out" | grep -q "read path: " || fail "no path line: $out"
+
+out=$("$gdx" cp "$dir/src" "$dir/back" --via gpu:0 --piece 1M -q) || fail "--via: $out"
+cmp "$dir/src" "$dir/back" || fail "round trip differs"
+echo "$out" | grep -q "write path: bounce" || fail "write path: $out"
+
+"$gdx" cp gpu:0 "$dir/zero" --size 3000000 -q >/dev/null || fail "gpu -> file"
+[ "$(stat -c %s "$dir/zero")" = 3000000 ] || fail "gpu -> file size"
+head -c 3000000 /dev/zero | cmp - "$dir/zero" || fail "gpu -> file contents"
+
+"$gdx" cp "$dir/nonexistent" gpu:0 -q 2>/dev/null; [ $? = 1 ] || fail "missing file should be 1"
+"$gdx" cp "$dir/src" "$dir/x" 2>/dev/null; [ $? = 2 ] || fail "two files without --via should be 2"
+"$gdx" cp gpu:0 "$dir/x" 2>/dev/null; [ $? = 2 ] || fail "gpu source without --size should be 2"
+GDX_REQUIRE_DIRECT=1 "$gdx" cp "$dir/src" gpu:0 -q 2>"$dir/err"; [ $? = 1 ] || fail "strict should fail"
+grep -q "no direct path" "$dir/err" || fail "strict message: $(cat "$dir/err")"
+echo ok
