@@ -12,7 +12,8 @@
 # Runs test_pipeline with GDX_DEVICE=cuda, the host-compute train_step once on
 # the cuda device, then train_step_cuda: the seed's 50/100/30 us shape, equal
 # stages, and the largest stage swept from 50 us to 50 ms (load = T/2,
-# compute = T, send = 0.3 T), each with a serial run (one slot) beside it.
+# compute = T, send = 0.3 T), each with a serial run (one slot) beside it;
+# and two rows without the host send stage (--send none: device-only).
 # Every row is checked end to end (the loopback peer recomputes results from
 # the data set).  Ends with a table: stage means, serial step (sum of stages,
 # and measured), pipelined step, efficiency = step / max(stage) (goal <= 1.05).
@@ -88,13 +89,14 @@ grep -q '^RESULT .*mismatches=0' "$log" || failed=$((failed + 1))
 
 results="$out/results.txt"
 : >"$results"
-# name load compute send slots batches verify-every [extra]
+# name load compute send slots batches verify-every [extra options]
 run() {
 	name=$1; shift
-	echo "=== $name: train_step_cuda --load-us $1 --compute-us $2 --send-us $3 --slots $4 --batches $5"
+	echo "=== $name: train_step_cuda --load-us $1 --compute-us $2 --send-us $3 --slots $4" \
+		"--batches $5 ${7:-}"
 	$loader "$dir/examples/train_step/train_step_cuda" $common --batch-bytes 256K --out-bytes 16K \
 		--load-us "$1" --compute-us "$2" --send-us "$3" --slots "$4" --batches "$5" \
-		--verify-every "$6" >"$work/$name.log" 2>&1
+		--verify-every "$6" ${7:-} >"$work/$name.log" 2>&1
 	rc=$?
 	cat "$work/$name.log" | tee -a "$log"
 	if [ $rc -ne 0 ]; then
@@ -107,6 +109,9 @@ run() {
 
 run seed-50-100-30 50 100 30 4 2000 32
 run equal-100 100 100 100 5 2000 32
+# No host stage: the pipeline ends on the device, slots come back by event waits.
+run devonly-50 25 50 0 3 2000 0 "--send none"
+run devonly-100 50 100 0 3 2000 0 "--send none"
 for T in 50 100 500 1000 5000 50000; do
 	n=$((3000000 / T)); [ $n -gt 2000 ] && n=2000; [ $n -lt 60 ] && n=60
 	v=1; [ "$T" -lt 1000 ] && v=32

@@ -61,6 +61,7 @@ struct ts_ctx {
 	struct ts_slot slots[GDX_PIPELINE_MAX_SLOTS];
 	unsigned nslots;
 	struct gdx_pipeline_source file_src;
+	unsigned nstages;	/* --send none: no send stage, the pipeline ends on the device */
 	int sock;		/* --send tcp */
 	uint64_t sent;
 };
@@ -487,7 +488,7 @@ static int build(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct gdx_p
 	d.kind = GDX_STAGE_HOST;
 	d.enqueue = NULL;
 	d.run = send_stage;
-	if (!ret && gdx_pipeline_add_stage(p, &d) < 0)
+	if (!ret && c->nstages == NSTAGES && gdx_pipeline_add_stage(p, &d) < 0)
 		ret = -EINVAL;
 	if (ret) {
 		gdx_pipeline_destroy(p);
@@ -539,7 +540,7 @@ static int run_once(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct ts
 	r->err = gdx_pipeline_run(p, c->o.batches);
 	if (r->err)
 		gdx_pipeline_strerror(p, r->errtext, sizeof(r->errtext));
-	for (unsigned k = 0; k < NSTAGES; k++) {
+	for (unsigned k = 0; k < c->nstages; k++) {
 		r->st[k].struct_size = sizeof(r->st[k]);
 		gdx_pipeline_stage_stats(p, k, &r->st[k]);
 	}
@@ -585,7 +586,8 @@ static void usage(FILE *f)
 		"  --compute-us T       compute kernel duration (default 100)\n"
 		"  --send-us T          stretch the send stage to at least T us (default 0)\n"
 		"  --spin-us T          host waits shorter than T us spin instead of sleeping\n"
-		"  --send tcp|file:PATH|none  where results go (default tcp: a loopback peer)\n"
+		"  --send tcp|file:PATH|none  where results go (default tcp: a loopback peer;\n"
+		"                       none: no send stage, the pipeline ends on the device)\n"
 		"  --verify-every N     the peer checks every Nth batch (default 1; 0: none)\n"
 		"  --warmup N           batches left out of the figures (default 8)\n"
 		"  --serial             also measure the serial step (one slot, nothing ahead)\n");
@@ -688,6 +690,7 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	if (c.o.ahead == (unsigned)-1)
 		c.o.ahead = c.o.slots;
 	c.wrap = c.o.data_bytes / c.o.in_bytes * c.o.in_bytes;
+	c.nstages = strcmp(c.o.send, "none") ? NSTAGES : NSTAGES - 1;
 	if (make_data(&c.o))
 		return 1;
 	ret = gdx_device_open(c.o.device, &c.dev);
@@ -731,7 +734,7 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	printf("load path: %s (%s)\n", gdx_file_path_name(info.path), info.why);
 
 	printf("\n%-8s %-6s %10s %10s %10s\n", "stage", "kind", "mean_us", "min_us", "max_us");
-	for (unsigned k = 0; k < NSTAGES; k++) {
+	for (unsigned k = 0; k < c.nstages; k++) {
 		const struct gdx_pipeline_stage_stats *s = &pipe_r.st[k];
 
 		printf("%-8s %-6s %10.1f %10.1f %10.1f\n", s->name,
@@ -757,7 +760,7 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	printf("RESULT device=%s slots=%u batches=%u", gdx_device_name(c.dev), c.o.slots,
 	       c.o.batches);
 	for (unsigned k = 0; k < NSTAGES; k++)
-		printf(" %s_us=%.1f", stage_names[k], us(pipe_r.st[k].mean_ns));
+		printf(" %s_us=%.1f", stage_names[k], us(pipe_r.st[k].mean_ns));	/* 0: no such stage */
 	printf(" max_stage_us=%.1f serial_sum_us=%.1f serial_us=%.1f step_us=%.1f efficiency=%.3f"
 	       " mismatches=%llu\n", us(pipe_r.ps.max_stage_ns), serial_sum,
 	       c.o.serial ? us(ser_r.ps.step_ns) : 0.0, us(pipe_r.ps.step_ns), pipe_r.ps.overlap,

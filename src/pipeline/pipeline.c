@@ -508,8 +508,9 @@ static void collect(struct gdx_pipeline *p, struct job *j)
 	double t_done = -1;
 	float ms;
 
-	for (unsigned k = 0; k < p->nstages; k++) {
+	for (unsigned k = 0; k < p->nstages; k++)
 		complete = complete && j->ran[k] && !(j->err_mask & (1u << k));
+	for (unsigned k = 0; k < p->nstages; k++) {
 		if (!j->ran[k])
 			continue;
 		if (!is_dev(p, k)) {
@@ -521,8 +522,12 @@ static void collect(struct gdx_pipeline *p, struct job *j)
 		}
 		if (!p->timing || !j->recorded[k])
 			continue;
-		/* Normally done already; after a failure later stages may be skipped. */
-		if (gdx_event_synchronize(j->end[k]) == 0 &&
+		/*
+		 * A batch that went through every stage is done everywhere (each
+		 * stage waited for the one before); after a failure, device work
+		 * before a skipped stage may still be running.
+		 */
+		if ((complete || gdx_event_synchronize(j->end[k]) == 0) &&
 		    gdx_event_elapsed_ms(j->start[k], j->end[k], &ms) == 0 && ms >= 0) {
 			ns[k] = (uint64_t)ms_to_ns(ms);
 			timed[k] = true;
