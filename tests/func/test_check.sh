@@ -92,7 +92,7 @@ rmdir "$dir"
 vm=$(mktemp -d)
 cp -a tests/data/sysfs/vm1gpu/. "$vm"
 p2p() { "$gdx" check --root "$vm" --no-live | grep -A1 "PCI P2PDMA"; }
-grep -q "needs a kernel with PCI P2PDMA" <<<"$(p2p)" || fail "P2PDMA on 6.1: $(p2p)"
+grep -q "fix: a kernel with PCI P2PDMA" <<<"$(p2p)" || fail "P2PDMA on 6.1: $(p2p)"
 echo "6.8.0-40-generic" >"$vm/proc/sys/kernel/osrelease"
 mkdir -p "$vm/sys/module/nvme_core/parameters"
 echo Y >"$vm/sys/module/nvme_core/parameters/multipath"

@@ -393,8 +393,8 @@ static void chk_p2pdma(struct chk_ctx *x)
 	}
 	c = chk_add(x, "p2pdma", "PCI P2PDMA", x->nvfs ? CHK_NA : x->nnvme_local ? CHK_FAIL :
 		    CHK_WARN);
-	CHK_SET(c->finding, "cuFile's mode without nvidia-fs is not possible: needs %s",
-		x->p2pdma_fix);
+	CHK_SET(c->finding, "cuFile cannot reach NVMe without nvidia-fs here (P2PDMA mode "
+		"needs kernel P2PDMA, open driver >= 565, static BAR1, multipath off)");
 	if (x->nvfs)
 		CHK_CAT(c->finding, " (not needed: nvidia-fs is loaded)");
 	else

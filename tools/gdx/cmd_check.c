@@ -236,13 +236,15 @@ static void reco_storage(struct report *rp)
 				where, gd.name);
 		} else if (where[0]) {
 			CHK_SET(r->detail, "%s, not NVMe: O_DIRECT reads into a pinned ring, then "
-				"copies to %s", where, gd.name);
+				"copies to %s (cached files: straight out of the page cache)", where,
+				gd.name);
 		} else if (disk >= 0) {
 			struct gdx_topo_dev dd = dev_at(x->t, disk);
 
 			CHK_SET(r->detail, "no local NVMe; %s (%s, %s from %s): O_DIRECT reads into "
-				"a pinned ring, then copies to %s", dd.name, dd.driver[0] ? dd.driver :
-				"disk", gdx_topo_link_name(link), gd.name, gd.name);
+				"a pinned ring, then copies to %s (cached files: straight out of the "
+				"page cache)", dd.name, dd.driver[0] ? dd.driver : "disk",
+				gdx_topo_link_name(link), gd.name, gd.name);
 		} else {
 			CHK_SET(r->detail, "no local NVMe or disk on PCI: reads go through a pinned "
 				"ring, then copies to %s", gd.name);
@@ -265,6 +267,8 @@ static void reco_storage(struct report *rp)
 		CHK_SET(r->detail, "%s -> pinned ring -> %s (%s apart): O_DIRECT reads through "
 			"%s, async copies", nd.name, gd.name, gdx_topo_link_name(link),
 			uring_word(x));
+	if (!direct)
+		CHK_CAT(r->detail, " (cached files: straight out of the page cache)");
 	if (where[0])
 		CHK_CAT(r->detail, "; %s", where);
 	if (x->live && !x->odirect_ok)
@@ -348,9 +352,9 @@ static void reco_net(struct report *rp, bool nvmf)
 		if (eth >= 0)
 			CHK_SET(via, " via %s", dev_at(x->t, eth).name);
 		r->path = g >= 0 ? "bounce" : "host";
-		CHK_SET(r->detail, "%s%s into %s", nvmf ? "gdx's NVMe/TCP host" :
-			"gdx's TCP transport", via, g >= 0 ? "pinned host memory, then copies to the GPU" :
-			"host memory (no GPU)");
+		CHK_SET(r->detail, "%s%s into %s%s", nvmf ? "gdx's NVMe/TCP host" :
+			"gdx's TCP transport", via, g >= 0 ? "pinned host memory, then copies to " :
+			"host memory (no GPU)", g >= 0 ? gd.name : "");
 		CHK_SET(r->step, g >= 0 ? "none without an RDMA NIC (InfiniBand or RoCE)" : "-");
 	} else {
 		nd = dev_at(x->t, nic);
@@ -619,8 +623,8 @@ static void print_text(const struct report *rp)
 		printf("\nLive checks (this process on this machine)\n");
 		print_checks(x, true);
 	} else {
-		printf("\nLive checks: off (io_uring, O_DIRECT, memlock and libraries not probed; "
-		       "--live turns them on)\n");
+		printf("\nLive checks: off (CUDA, io_uring, O_DIRECT, memlock and libraries not "
+		       "probed; --live turns them on)\n");
 	}
 	if (rp->gpu >= 0)
 		printf("\nRecommendations (for %s)\n", dev_at(x->t, rp->gpu).name);
