@@ -137,6 +137,33 @@ static struct knob knobs[] = {
 
 static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/*
+ * Values replaced by a set or a file load: gdx_cfg_str handed them out without
+ * a copy, so they are kept until gdx_config_reset.  Replacing values is rare
+ * (start-up, tests), so the list stays short.
+ */
+static char **retired;
+static size_t nretired, retired_cap;
+
+/* Caller holds cfg_lock. */
+static void retire(char *v)
+{
+	if (!v)
+		return;
+	if (nretired == retired_cap) {
+		size_t cap = retired_cap ? retired_cap * 2 : 16;
+		char **r = realloc(retired, cap * sizeof(*r));
+
+		if (!r) {
+			free(v);	/* out of memory: a reader may lose, but no leak */
+			return;
+		}
+		retired = r;
+		retired_cap = cap;
+	}
+	retired[nretired++] = v;
+}
+
 static struct knob *find(const char *name)
 {
 	for (size_t i = 0; i < GDX_ARRAY_SIZE(knobs); i++)
@@ -353,7 +380,7 @@ GDX_API int gdx_config_set(const char *name, const char *value)
 			return -ENOMEM;
 	}
 	pthread_mutex_lock(&cfg_lock);
-	free(k->set_val);
+	retire(k->set_val);
 	k->set_val = copy;	/* NULL: back to env / file / default */
 	pthread_mutex_unlock(&cfg_lock);
 	return 0;
@@ -531,7 +558,7 @@ GDX_API int gdx_config_load_file(const char *path)
 			free(staged[i]);
 			continue;
 		}
-		free(knobs[i].file_val);
+		retire(knobs[i].file_val);
 		knobs[i].file_val = staged[i];
 	}
 	pthread_mutex_unlock(&cfg_lock);
@@ -548,6 +575,11 @@ void gdx_config_reset(void)
 		knobs[i].file_val = NULL;
 		knobs[i].warned = 0;
 	}
+	for (size_t i = 0; i < nretired; i++)
+		free(retired[i]);
+	free(retired);
+	retired = NULL;
+	nretired = retired_cap = 0;
 	pthread_mutex_unlock(&cfg_lock);
 }
 

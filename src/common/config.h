@@ -14,12 +14,16 @@
 int64_t gdx_cfg_int(const char *name);
 uint64_t gdx_cfg_size(const char *name);	/* accepts 4k, 1M, 2G suffixes */
 bool gdx_cfg_bool(const char *name);
-/* Pointer into a per-knob cache: valid until the knob changes. */
+/*
+ * Not a copy, but stays valid after the knob changes (replaced values are kept
+ * until gdx_config_reset); an environment value, until the variable changes.
+ */
 const char *gdx_cfg_str(const char *name);
 
 /*
  * Drops every value set through gdx_config_set and every value from a JSON
- * file, leaving environment and defaults: for tests and fuzzers.
+ * file, leaving environment and defaults, and frees replaced values: for tests
+ * and fuzzers, with no gdx_cfg_str result in use.
  */
 void gdx_config_reset(void);
 

@@ -137,6 +137,28 @@ static void file_loads_are_atomic(void **state)
 	assert_int_equal(gdx_config_get("sysfs_root", buf, 2), -ENOSPC);
 }
 
+/* A string handed out stays readable after the knob changes (ASan checks the reads). */
+static void str_survives_changes(void **state)
+{
+	const char *a, *b;
+
+	(void)state;
+	gdx_config_reset();
+	assert_int_equal(gdx_config_set("sysfs_root", "/one"), 0);
+	a = gdx_cfg_str("sysfs_root");
+	assert_int_equal(load_text("{\"sysfs_root\": \"/two\"}"), 0);
+	assert_int_equal(gdx_config_set("sysfs_root", NULL), 0);
+	b = gdx_cfg_str("sysfs_root");
+	assert_string_equal(b, "/two");
+	assert_int_equal(load_text("{}"), 0);
+	assert_int_equal(gdx_config_set("sysfs_root", "/three"), 0);
+	assert_string_equal(a, "/one");
+	assert_string_equal(b, "/two");
+	assert_string_equal(gdx_cfg_str("sysfs_root"), "/three");
+	gdx_config_reset();
+	assert_string_equal(gdx_cfg_str("sysfs_root"), "/sys");
+}
+
 /* Leaves of the wrong JSON type are refused rather than stringified. */
 static void json_types_are_checked(void **state)
 {
@@ -210,6 +232,7 @@ int main(void)
 		cmocka_unit_test(set_env_file_default_precedence),
 		cmocka_unit_test(bad_files_are_refused),
 		cmocka_unit_test(file_loads_are_atomic),
+		cmocka_unit_test(str_survives_changes),
 		cmocka_unit_test(json_types_are_checked),
 		cmocka_unit_test(docs_list_every_knob),
 	};
