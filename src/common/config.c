@@ -498,12 +498,30 @@ static json_object *parse_file(const char *path)
 		GDX_ERR("config", "%s: %s", path, strerror(errno));
 		return NULL;
 	}
-	text = malloc(MAX_CONFIG + 1);
-	if (text)
-		len = fread(text, 1, MAX_CONFIG + 1, f);
-	if (!text || ferror(f) || len > MAX_CONFIG) {
-		GDX_ERR("config", "%s: %s", path, !text ? "out of memory" :
-			len > MAX_CONFIG ? "larger than 1 MiB" : "read error");
+	/* Grows as it reads: config files are small, and pipes have no size to ask. */
+	for (size_t cap = 0;;) {
+		size_t n;
+
+		if (len == cap) {
+			char *t;
+
+			if (cap > MAX_CONFIG)
+				break;
+			cap = cap ? cap * 2 : 4096;
+			t = realloc(text, cap);
+			if (!t) {
+				GDX_ERR("config", "%s: out of memory", path);
+				goto out;
+			}
+			text = t;
+		}
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+		if (!n)
+			break;
+	}
+	if (ferror(f) || len > MAX_CONFIG) {
+		GDX_ERR("config", "%s: %s", path, ferror(f) ? "read error" : "larger than 1 MiB");
 		goto out;
 	}
 	tok = json_tokener_new();

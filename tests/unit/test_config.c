@@ -100,6 +100,21 @@ static void bad_files_are_refused(void **state)
 	assert_int_equal(load_text("\n\n{\"device\" 1}"), GDX_ECONFIG);
 	assert_int_equal(load_text("{\"sysfs_root\": \"a\\u0000b\"}"), GDX_ECONFIG);
 	assert_int_equal(load_text("{}\n\t "), 0);
+	{
+		/* Exactly 1 MiB loads; a byte more does not. */
+		size_t n = 1 << 20;
+		char *big = malloc(n + 2);
+
+		memset(big, ' ', n + 1);
+		big[n - 2] = '{';
+		big[n - 1] = '}';
+		big[n] = 0;
+		assert_int_equal(load_text(big), 0);
+		big[n] = ' ';
+		big[n + 1] = 0;
+		assert_int_equal(load_text(big), GDX_ECONFIG);
+		free(big);
+	}
 	assert_int_equal(gdx_config_load_file("/nonexistent/gdx.json"), GDX_ECONFIG);
 }
 
