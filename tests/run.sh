@@ -12,8 +12,6 @@ cd "$top"
 bash scripts/setup-deps.sh || { echo "setup-deps failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 builds=${GDX_TEST_BUILDS:-"release asan"}
-# The interop suite boots qemu guests (tests/interop); GDX_TEST_VM=0 leaves them out.
-export GDX_TEST_VM=${GDX_TEST_VM:-1}
 pass=0 fail=0 skip=0 rc=0
 for b in $builds; do
   dir="build-test-$b"

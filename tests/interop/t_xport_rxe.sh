@@ -1,0 +1,23 @@
+#!/bin/bash
+# The transport conformance suite on the verbs backend, over Soft-RoCE (rdma_rxe)
+# inside the guest: both ends run there, looped back inside rxe.  The host-built
+# binary runs in the guest (both Debian bookworm); the libraries the guest image
+# lacks are carried beside it.  XPORT_BENCH="args" also runs gdx bench xport there.
+. "$(dirname "$0")/lib.sh"
+builddir=${GDX_BUILDDIR:-$INTEROP/../../build}
+bin=$builddir/tests/func/test_xport_conformance
+[ -x "$bin" ] || { echo "no $bin (build with tests)"; exit 77; }
+SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
+mkdir -p "$SHARE/lib"
+cp "$bin" "$INTEROP/g_xport_rxe.sh" "$SHARE/"
+[ -x "$GDX" ] && cp "$GDX" "$SHARE/gdx"
+for b in "$SHARE/test_xport_conformance" "$SHARE/gdx"; do
+  [ -e "$b" ] || continue
+  ldd "$b" | awk '/=> \//{print $3}' | grep -E 'cmocka|uring|isal|asan|ubsan' | xargs -r cp -t "$SHARE/lib"
+done
+{
+  echo "export GDX_TEST_XPORT_MAX=${GDX_TEST_XPORT_MAX:-4M}"
+  [ -n "${GDX_LOG_LEVEL:-}" ] && echo "export GDX_LOG_LEVEL=$GDX_LOG_LEVEL"
+  [ -n "${XPORT_BENCH:-}" ] && echo "XPORT_BENCH='$XPORT_BENCH'"
+} > "$SHARE/env.sh"
+VM_SHARE=$SHARE VM_TIMEOUT=${VM_TIMEOUT:-900} "$VM" run "$SHARE/g_xport_rxe.sh"
