@@ -65,6 +65,7 @@ enum {
 #define MAX_PAYLOAD (1ull << 40)
 #define ZC_MIN (64u << 10)
 #define RBUF_SIZE (64u << 10)
+#define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)
 
 struct hdr {
@@ -94,6 +95,8 @@ struct txi {			/* one frame to transmit */
 	const void *data;		/* read responses: the region */
 	struct gdx_device *dev;		/* data's device, if device memory */
 	struct gdx_xport_rkey *k;
+	size_t off;			/* bytes of the frame already sent */
+	int counted;			/* a read counted in reads_in_flight */
 	struct txi *next;
 };
 
@@ -121,6 +124,7 @@ struct tcp_ep {
 	uint64_t unexpected_bytes, max_unexpected;
 	uint64_t next_id;
 	long reads_in_flight;	/* sent and not answered: what FENCE waits for */
+	int sending;		/* a thread is writing a frame to the socket */
 	int dead, flushed;
 	unsigned char *rbuf;
 	size_t rpos, rlen;
@@ -189,42 +193,6 @@ static int stager_ready(struct stager *st, struct gdx_device *dev)
 }
 
 /* ---- socket I/O ----------------------------------------------------------- */
-
-static int send_all(struct tcp_ep *t, struct iovec *iov, int cnt, int zc)
-{
-	size_t total = 0;
-
-	for (int i = 0; i < cnt; i++)
-		total += iov[i].iov_len;
-	while (total) {
-		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
-		ssize_t n = sendmsg(t->fd, &m, MSG_NOSIGNAL | (zc ? MSG_ZEROCOPY : 0));
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == ENOBUFS && zc) {
-				/* Out of option memory for notifications: send this one copied. */
-				zc = 0;
-				continue;
-			}
-			return -errno;
-		}
-		total -= (size_t)n;
-		while (n > 0) {
-			if ((size_t)n >= iov->iov_len) {
-				n -= (ssize_t)iov->iov_len;
-				iov++;
-				cnt--;
-			} else {
-				iov->iov_base = (char *)iov->iov_base + n;
-				iov->iov_len -= (size_t)n;
-				n = 0;
-			}
-		}
-	}
-	return 0;
-}
 
 /*
  * Reaps MSG_ZEROCOPY notifications so they do not pile up in the socket's
@@ -361,25 +329,74 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 	return ret;
 }
 
-/* Sends header h and n bytes from src of any memory kind. */
-static int tx_frame(struct tcp_ep *t, struct hdr *h, const void *src, struct gdx_device *dev,
-		    enum gdx_mem_kind kind, size_t n)
+static int send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent)
 {
-	struct iovec iov[2] = { { h, sizeof(*h) }, { (void *)src, n } };
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
+	ssize_t n;
+
+	for (;;) {
+		n = sendmsg(t->fd, &m, MSG_NOSIGNAL | flags);
+		if (n >= 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno == ENOBUFS && (flags & MSG_ZEROCOPY)) {
+			/* Out of option memory for notifications: send this part copied. */
+			flags &= ~MSG_ZEROCOPY;
+			continue;
+		}
+		return -errno;
+	}
+	*sent = (size_t)n;
+	return 0;
+}
+
+/*
+ * Sends what is left of frame x whose payload is n bytes of host memory at p.
+ * nonblock: -EAGAIN when the socket is full, with x->off saying how far it got.
+ * Large payloads go zero-copy; the header never does (x is freed right after).
+ */
+static int tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock)
+{
+	const size_t hl = sizeof(x->h), total = hl + n;
+	int zc = !nonblock && t->zerocopy && n >= ZC_MIN, used_zc = 0;
+
+	while (x->off < total) {
+		struct iovec iov[2];
+		int cnt = 0, flags = nonblock ? MSG_DONTWAIT : 0, ret;
+		size_t sent;
+
+		if (x->off < hl) {
+			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
+			if (n && !zc)
+				iov[cnt++] = (struct iovec){ (void *)p, n };
+			else if (n)
+				flags |= MSG_MORE;
+		} else {
+			iov[cnt++] = (struct iovec){ (char *)p + (x->off - hl), total - x->off };
+			if (zc) {
+				flags |= MSG_ZEROCOPY;
+				used_zc = 1;
+			}
+		}
+		ret = send_iov(t, iov, cnt, flags, &sent);
+		if (ret)
+			return ret == -EWOULDBLOCK ? -EAGAIN : ret;
+		x->off += sent;
+	}
+	if (used_zc)
+		zc_reap(t);
+	return 0;
+}
+
+/* Sends frame x whose payload is n bytes of device memory, staged through pinned buffers. */
+static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gdx_device *dev,
+		     size_t n)
+{
 	size_t done = 0;
 	int i = 0, ret;
 
-	if (!n)
-		return send_all(t, iov, 1, 0);
-	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev) {
-		int zc = t->zerocopy && n >= ZC_MIN;
-
-		ret = send_all(t, iov, 2, zc);
-		if (zc)
-			zc_reap(t);
-		return ret;
-	}
-	ret = send_all(t, iov, 1, 0);
+	ret = tx_host(t, x, NULL, 0, 0);
 	if (ret)
 		return ret;
 	ret = stager_ready(&t->txs, dev);
@@ -389,15 +406,17 @@ static int tx_frame(struct tcp_ep *t, struct hdr *h, const void *src, struct gdx
 	if (!ret)
 		ret = gdx_stream_synchronize(t->txs.s);
 	while (!ret && done < n) {
-		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done);
-		size_t next = done + c;
+		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done), next = done + c, sent;
 		struct iovec v = { t->txs.b[i], c };
 
 		if (next < n)
 			ret = gdx_memcpy_async(dev, t->txs.b[i ^ 1], (const char *)src + next,
 					       GDX_MIN((size_t)STAGE_SIZE, n - next), t->txs.s);
-		if (!ret)
-			ret = send_all(t, &v, 1, 0);
+		while (!ret && v.iov_len) {
+			ret = send_iov(t, &v, 1, 0, &sent);
+			v.iov_base = (char *)v.iov_base + sent;
+			v.iov_len -= sent;
+		}
 		if (!ret)
 			ret = gdx_stream_synchronize(t->txs.s);
 		done = next;
@@ -408,6 +427,28 @@ static int tx_frame(struct tcp_ep *t, struct hdr *h, const void *src, struct gdx
 	 * band, so the connection is dropped (the caller marks it dead).
 	 */
 	return ret;
+}
+
+/* Where frame x's payload is: host memory (dev NULL) or device memory. */
+static void tx_payload(struct txi *x, const void **p, struct gdx_device **dev, size_t *n)
+{
+	*p = NULL;
+	*dev = NULL;
+	*n = 0;
+	if (x->h.type == F_READ)
+		return;
+	if (x->req) {
+		const struct gdx_xport_buf *b = &x->req->buf;
+
+		*p = b->p;
+		*n = b->len;
+		if (b->kind != GDX_MEM_HOST && b->kind != GDX_MEM_PINNED)
+			*dev = b->dev;
+		return;
+	}
+	*p = x->data;
+	*n = x->h.len;
+	*dev = x->dev;
 }
 
 /* ---- connection teardown ------------------------------------------------ */
@@ -457,20 +498,43 @@ static void flush_all(struct tcp_ep *t)
 	pthread_mutex_unlock(&t->lock);
 }
 
-/* ---- transmit thread ---------------------------------------------------- */
+/* ---- transmit ------------------------------------------------------------ */
+
+static int fence_blocked(struct tcp_ep *t, struct txi *x)
+{
+	return x->req && (x->req->flags & GDX_XPORT_FENCE) && t->reads_in_flight;
+}
+
+/* Takes the socket for sending x.  Lock held. */
+static void tx_begin(struct tcp_ep *t, struct txi *x)
+{
+	t->sending = 1;
+	if (x->h.type == F_READ && !x->counted) {
+		x->counted = 1;
+		t->reads_in_flight++;
+	}
+}
+
+static void tx_free(struct txi *x)
+{
+	if (x->k)
+		gdx_xport_rkey_put(x->k);
+	free(x);
+}
 
 static void *tx_main(void *arg)
 {
 	struct tcp_ep *t = arg;
 
 	for (;;) {
+		const void *p;
+		struct gdx_device *dev;
 		struct txi *x;
+		size_t n;
 		int ret;
 
 		pthread_mutex_lock(&t->lock);
-		while (!t->dead && (!t->txq_head ||
-				    ((t->txq_head->req && (t->txq_head->req->flags & GDX_XPORT_FENCE)) &&
-				     t->reads_in_flight)))
+		while (!t->dead && (t->sending || !t->txq_head || fence_blocked(t, t->txq_head)))
 			pthread_cond_wait(&t->tx_cond, &t->lock);
 		if (t->dead) {
 			pthread_mutex_unlock(&t->lock);
@@ -480,38 +544,64 @@ static void *tx_main(void *arg)
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
-		if (x->h.type == F_READ)
-			t->reads_in_flight++;
+		tx_begin(t, x);
 		pthread_mutex_unlock(&t->lock);
 
-		/* After the last byte goes out the peer may answer and x->req be freed. */
-		if (x->h.type == F_READ) {
-			ret = tx_frame(t, &x->h, NULL, NULL, GDX_MEM_HOST, 0);
-		} else if (x->req) {
-			struct gdx_xport_buf b = x->req->buf;
-
-			ret = tx_frame(t, &x->h, b.p, b.dev, b.kind, b.len);
-		} else {
-			ret = tx_frame(t, &x->h, x->data, x->dev,
-				       x->dev ? GDX_MEM_DEVICE : GDX_MEM_HOST, x->h.len);
-		}
-		if (x->k)
-			gdx_xport_rkey_put(x->k);
-		free(x);
-		if (ret) {
-			pthread_mutex_lock(&t->lock);
+		/* Once the last byte is out the peer may answer and x->req be freed. */
+		tx_payload(x, &p, &dev, &n);
+		ret = dev ? tx_device(t, x, p, dev, n) : tx_host(t, x, p, n, 0);
+		tx_free(x);
+		pthread_mutex_lock(&t->lock);
+		t->sending = 0;
+		if (ret)
 			kill_conn(t, ret);
-			pthread_mutex_unlock(&t->lock);
+		pthread_mutex_unlock(&t->lock);
+		if (ret)
 			return NULL;
-		}
 	}
 }
 
-/* Queues a frame.  Caller holds the lock. */
-static void tx_queue(struct tcp_ep *t, struct txi *x)
+/*
+ * Sends frame x.  When nothing is queued or being sent and the payload is
+ * small host memory, the calling thread writes it itself without blocking
+ * (no hand-off to the transmit thread: this is what keeps latency low);
+ * otherwise, or for what did not fit in the socket, the transmit thread does.
+ * Called with the lock held; returns with it released.
+ */
+static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 {
-	Q_PUSH(x, &t->txq_head, &t->txq_tail);
-	pthread_cond_signal(&t->tx_cond);
+	const void *p;
+	struct gdx_device *dev;
+	size_t n;
+	int ret;
+
+	tx_payload(x, &p, &dev, &n);
+	if (t->sending || t->txq_head || dev || n > DIRECT_MAX || fence_blocked(t, x)) {
+		Q_PUSH(x, &t->txq_head, &t->txq_tail);
+		pthread_cond_broadcast(&t->tx_cond);
+		pthread_mutex_unlock(&t->lock);
+		return;
+	}
+	tx_begin(t, x);
+	pthread_mutex_unlock(&t->lock);
+	ret = tx_host(t, x, p, n, 1);
+	pthread_mutex_lock(&t->lock);
+	t->sending = 0;
+	if (ret == -EAGAIN) {
+		/* The rest goes first, by the transmit thread. */
+		x->next = t->txq_head;
+		t->txq_head = x;
+		if (!t->txq_tail)
+			t->txq_tail = x;
+		x = NULL;
+	} else if (ret) {
+		kill_conn(t, ret);
+	}
+	if (t->txq_head)
+		pthread_cond_broadcast(&t->tx_cond);
+	pthread_mutex_unlock(&t->lock);
+	if (x)
+		tx_free(x);
 }
 
 static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
@@ -522,8 +612,12 @@ static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
 		return -ENOMEM;
 	x->h = (struct hdr){ .type = type, .id = id, .status = status };
 	pthread_mutex_lock(&t->lock);
-	tx_queue(t, x);
-	pthread_mutex_unlock(&t->lock);
+	if (t->dead) {
+		pthread_mutex_unlock(&t->lock);
+		free(x);
+		return -ECONNRESET;
+	}
+	tx_submit_locked(t, x);
 	return 0;
 }
 
@@ -657,8 +751,12 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 		x->dev = reg.dev;
 	}
 	pthread_mutex_lock(&t->lock);
-	tx_queue(t, x);
-	pthread_mutex_unlock(&t->lock);
+	if (t->dead) {
+		pthread_mutex_unlock(&t->lock);
+		tx_free(x);
+		return -ECONNRESET;
+	}
+	tx_submit_locked(t, x);
 	return 0;
 }
 
@@ -1073,8 +1171,7 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 		break;
 	}
 	Q_PUSH(q, &t->outst_head, &t->outst_tail);
-	tx_queue(t, x);
-	pthread_mutex_unlock(&t->lock);
+	tx_submit_locked(t, x);
 	return 0;
 }
 

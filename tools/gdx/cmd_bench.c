@@ -3,11 +3,17 @@
 #include <string.h>
 
 #include "bench_file.h"
+#include "bench_xport.h"
 #include "cmd.h"
 
 static int bench_file(int argc, char **argv)
 {
 	return gdx_bench_file(argc, argv, tool_open_gpu);
+}
+
+static int bench_xport(int argc, char **argv)
+{
+	return gdx_bench_xport(argc, argv, tool_open_gpu);
 }
 
 static const struct {
@@ -16,6 +22,7 @@ static const struct {
 	int (*run)(int argc, char **argv);
 } benches[] = {
 	{ "file", "file <-> device memory against storage, copy and naive ceilings", bench_file },
+	{ "xport", "transport bandwidth/latency by size against raw TCP or perftest", bench_xport },
 };
 
 /* `gdx bench <what> ...`: each benchmark prints its result beside its ceilings. */

@@ -1,0 +1,721 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gdx bench xport: bandwidth and latency of the transport by message size,
+ * both ends in this process, each beside the ceiling measured in the same run
+ * with the same sizes:
+ *
+ *   tcp://   raw TCP sockets on the same loopback: one stream of size-byte
+ *            writes read with MSG_WAITALL (bandwidth), size-byte ping-pong
+ *            (latency)
+ *   rdma://  perftest on the same device through rdma_cm: ib_write_bw /
+ *            ib_read_bw / ib_send_bw, and ib_send_lat (needs them in PATH)
+ *   device memory on either side: also pinned host <-> device copies of the
+ *            same size (the ceiling is the lower of the two)
+ *
+ * Bandwidth keeps `depth` requests of the operation in flight; latency is half
+ * the round trip of a send answered by a send.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gdx/gdx.h>
+#include <gdx/xport.h>
+
+#include "bench_xport.h"
+#include "common/config.h"
+#include "common/util.h"
+
+extern char **environ;
+
+enum op { OP_WRITE, OP_READ, OP_SEND };
+static const char *const op_names[] = { "write", "read", "send" };
+
+struct mem {
+	struct gdx_device *dev;	/* NULL: host */
+	char name[16];
+};
+
+struct cfg {
+	char addr[128];
+	const char *scheme;
+	enum op op;
+	struct mem src, dst;
+	unsigned depth;
+	double secs;
+	size_t sizes[16];
+	int nsizes;
+	int no_ceiling;
+};
+
+static void *mem_alloc(struct mem *m, size_t n)
+{
+	void *p = NULL;
+
+	if (m->dev) {
+		if (gdx_device_malloc(m->dev, n, &p))
+			return NULL;
+		return p;
+	}
+	if (posix_memalign(&p, 4096, n))
+		return NULL;
+	memset(p, 0x3c, n);
+	return p;
+}
+
+static void mem_free(struct mem *m, void *p)
+{
+	if (m->dev)
+		gdx_device_free(m->dev, p);
+	else
+		free(p);
+}
+
+/* ---- gdx ----------------------------------------------------------------- */
+
+struct server {
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct cfg *c;
+	size_t size;
+	void *buf;
+	int echo;		/* answer each receive with a send (latency) */
+	volatile int stop;
+	int err;
+};
+
+static void *accept_main(void *arg)
+{
+	struct server *s = arg;
+
+	s->err = gdx_xport_accept(s->l, s->cq, 30000, &s->ep);
+	return NULL;
+}
+
+/* Serves receives: reposts them (send bandwidth) or answers each (latency). */
+static void *serve_main(void *arg)
+{
+	struct server *s = arg;
+	struct gdx_xport_cqe e[32];
+	unsigned n = s->echo ? 1 : s->c->depth;
+
+	for (unsigned i = 0; i < n; i++)
+		if ((s->err = gdx_xport_post_recv(s->ep, s->buf, s->size, i)))
+			return NULL;
+	while (!s->stop) {
+		int got = gdx_xport_cq_poll(s->cq, e, 32);
+
+		if (got < 0) {
+			s->err = got;
+			return NULL;
+		}
+		if (!got) {
+			gdx_xport_cq_wait(s->cq, 100);
+			continue;
+		}
+		for (int i = 0; i < got; i++) {
+			if (e[i].status) {
+				if (!s->stop && e[i].status != GDX_EDISCONNECTED)
+					s->err = e[i].status;
+				return NULL;
+			}
+			if (e[i].op == GDX_XPORT_OP_RECV) {
+				if (s->echo)
+					gdx_xport_post_send(s->ep, s->buf, e[i].len, 1000, 0);
+				gdx_xport_post_recv(s->ep, s->buf, s->size, e[i].wr_id);
+			}
+		}
+	}
+	return NULL;
+}
+
+struct conn {
+	struct server s;
+	pthread_t th;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+};
+
+static int conn_open(struct cfg *c, struct conn *k)
+{
+	struct gdx_xport_opts o;
+	pthread_t th;
+	int ret;
+
+	memset(k, 0, sizeof(*k));
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.sq_depth = o.rq_depth = GDX_MAX(c->depth * 2, 64u);
+	o.dev = c->dst.dev ? c->dst.dev : c->src.dev;
+	k->s.c = c;
+	ret = gdx_xport_listen(c->addr, &o, &k->s.l);
+	if (!ret)
+		ret = gdx_xport_cq_create(&k->s.cq);
+	if (!ret)
+		ret = gdx_xport_cq_create(&k->cq);
+	if (ret)
+		return ret;
+	pthread_create(&th, NULL, accept_main, &k->s);
+	ret = gdx_xport_connect(gdx_xport_listener_addr(k->s.l), &o, k->cq, &k->ep);
+	pthread_join(th, NULL);
+	return ret ? ret : k->s.err;
+}
+
+static void conn_close(struct conn *k)
+{
+	gdx_xport_ep_destroy(k->ep);
+	gdx_xport_ep_destroy(k->s.ep);
+	gdx_xport_listener_close(k->s.l);
+	gdx_xport_cq_destroy(k->cq);
+	gdx_xport_cq_destroy(k->s.cq);
+}
+
+/* Bandwidth in bytes/s of `op` with `depth` in flight, or a negative code. */
+static double gdx_bw(struct cfg *c, size_t size, const char **path)
+{
+	struct gdx_xport_mr *mr = NULL;
+	struct gdx_xport_cqe e[32];
+	struct conn k;
+	void *src, *dst;
+	uint64_t t0, deadline, done = 0, posted = 0;
+	unsigned inflight = 0;
+	double ret;
+	int r;
+
+	if ((r = conn_open(c, &k)))
+		return r;
+	src = mem_alloc(&c->src, size);
+	dst = mem_alloc(&c->dst, size);
+	if (!src || !dst)
+		return -ENOMEM;
+	/* The data flows src (client) -> dst (server) for write and send, dst -> src for read. */
+	if (c->op == OP_SEND) {
+		k.s.buf = dst;
+		k.s.size = size;
+		pthread_create(&k.th, NULL, serve_main, &k.s);
+	} else {
+		r = gdx_xport_mr_reg(k.s.ep, dst, size, c->op == OP_WRITE ?
+				     GDX_XPORT_ACCESS_REMOTE_WRITE : GDX_XPORT_ACCESS_REMOTE_READ, &mr);
+		if (r)
+			return r;
+		*path = gdx_xport_path_name(gdx_xport_mr_path(mr, NULL));
+	}
+	t0 = gdx_now_ns();
+	deadline = t0 + (uint64_t)(c->secs * 1e9);
+	ret = 0;
+	for (;;) {
+		int n;
+
+		while (inflight < c->depth && gdx_now_ns() < deadline) {
+			if (c->op == OP_SEND)
+				r = gdx_xport_post_send(k.ep, src, size, posted, 0);
+			else if (c->op == OP_WRITE)
+				r = gdx_xport_post_write(k.ep, src, size, gdx_xport_mr_addr(mr),
+							 gdx_xport_mr_key(mr), posted, 0);
+			else
+				r = gdx_xport_post_read(k.ep, src, size, gdx_xport_mr_addr(mr),
+							gdx_xport_mr_key(mr), posted, 0);
+			if (r == -EAGAIN)
+				break;
+			if (r) {
+				ret = r;
+				goto out;
+			}
+			posted++;
+			inflight++;
+		}
+		if (!inflight)
+			break;
+		n = gdx_xport_cq_poll(k.cq, e, 32);
+		if (n < 0) {
+			ret = n;
+			goto out;
+		}
+		if (!n) {
+			gdx_xport_cq_wait(k.cq, 1000);
+			continue;
+		}
+		for (int i = 0; i < n; i++) {
+			if (e[i].status) {
+				ret = e[i].status;
+				goto out;
+			}
+			if (c->op == OP_SEND)
+				*path = gdx_xport_path_name(e[i].path);
+			inflight--;
+			done += e[i].len;
+		}
+	}
+	ret = (double)done / ((double)(gdx_now_ns() - t0) / 1e9);
+out:
+	k.s.stop = 1;
+	if (mr)
+		gdx_xport_mr_dereg(mr);
+	gdx_xport_disconnect(k.ep);
+	if (c->op == OP_SEND)
+		pthread_join(k.th, NULL);
+	if (!ret && k.s.err)
+		ret = k.s.err;
+	conn_close(&k);
+	mem_free(&c->src, src);
+	mem_free(&c->dst, dst);
+	return ret;
+}
+
+/* Half the round trip of a size-byte send answered by one, in microseconds. */
+static double gdx_lat(struct cfg *c, size_t size)
+{
+	struct gdx_xport_cqe e;
+	struct conn k;
+	void *src, *dst;
+	uint64_t t0, deadline, iters = 0;
+	double ret = 0;
+	int r;
+
+	if ((r = conn_open(c, &k)))
+		return r;
+	src = mem_alloc(&c->src, size);
+	dst = mem_alloc(&c->dst, size);
+	if (!src || !dst)
+		return -ENOMEM;
+	k.s.buf = dst;
+	k.s.size = size;
+	k.s.echo = 1;
+	pthread_create(&k.th, NULL, serve_main, &k.s);
+	t0 = gdx_now_ns();
+	deadline = t0 + (uint64_t)(c->secs * 1e9);
+	while (gdx_now_ns() < deadline) {
+		int got = 0;
+
+		if ((r = gdx_xport_post_recv(k.ep, src, size, 1)) ||
+		    (r = gdx_xport_post_send(k.ep, src, size, 2, GDX_XPORT_UNSIGNALED))) {
+			ret = r;
+			break;
+		}
+		/*
+		 * Sleep on the CQ rather than spin: the progress threads of both ends
+		 * need the CPUs too, and a small machine has few.
+		 */
+		while (!got) {
+			r = gdx_xport_cq_poll(k.cq, &e, 1);
+			if (r < 0 || (r == 1 && e.status)) {
+				ret = r < 0 ? r : e.status;
+				goto out;
+			}
+			if (!r)
+				gdx_xport_cq_wait(k.cq, 1000);
+			got = r == 1 && e.op == GDX_XPORT_OP_RECV;
+		}
+		iters++;
+	}
+	ret = (double)(gdx_now_ns() - t0) / 1e3 / (double)iters / 2;
+out:
+	k.s.stop = 1;
+	gdx_xport_disconnect(k.ep);
+	pthread_join(k.th, NULL);
+	conn_close(&k);
+	mem_free(&c->src, src);
+	mem_free(&c->dst, dst);
+	return ret;
+}
+
+/* ---- ceilings: raw TCP ------------------------------------------------------ */
+
+struct sockpair {
+	int a, b;
+};
+
+static int tcp_pair(struct sockpair *p)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sin);
+	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	if (l < 0 || bind(l, (struct sockaddr *)&sin, sl) || listen(l, 1) ||
+	    getsockname(l, (struct sockaddr *)&sin, &sl))
+		return -errno;
+	p->a = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(p->a, (struct sockaddr *)&sin, sl))
+		return -errno;
+	p->b = accept(l, NULL, NULL);
+	close(l);
+	setsockopt(p->a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(p->b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return p->b < 0 ? -errno : 0;
+}
+
+struct sink {
+	int fd;
+	size_t size;
+	uint64_t got;
+};
+
+static void *sink_main(void *arg)
+{
+	struct sink *s = arg;
+	char *buf = malloc(s->size);
+	ssize_t n;
+
+	while ((n = recv(s->fd, buf, s->size, MSG_WAITALL)) > 0)
+		s->got += (uint64_t)n;
+	free(buf);
+	return NULL;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static double raw_tcp_bw(struct cfg *c, size_t size)
+{
+	struct sockpair p;
+	struct sink s;
+	pthread_t th;
+	char *buf = malloc(size);
+	uint64_t t0, deadline;
+
+	if (!buf || tcp_pair(&p)) {
+		free(buf);
+		return -EIO;
+	}
+	memset(buf, 1, size);
+	s = (struct sink){ .fd = p.b, .size = size };
+	pthread_create(&th, NULL, sink_main, &s);
+	t0 = gdx_now_ns();
+	deadline = t0 + (uint64_t)(c->secs * 1e9);
+	while (gdx_now_ns() < deadline)
+		if (write_all(p.a, buf, size))
+			break;
+	shutdown(p.a, SHUT_WR);
+	pthread_join(th, NULL);
+	close(p.a);
+	close(p.b);
+	free(buf);
+	return (double)s.got / ((double)(gdx_now_ns() - t0) / 1e9);
+}
+
+struct echo {
+	int fd;
+	size_t size;
+};
+
+static void *echo_main(void *arg)
+{
+	struct echo *e = arg;
+	char *buf = malloc(e->size);
+
+	while (recv(e->fd, buf, e->size, MSG_WAITALL) == (ssize_t)e->size)
+		if (write_all(e->fd, buf, e->size))
+			break;
+	free(buf);
+	return NULL;
+}
+
+static double raw_tcp_lat(struct cfg *c, size_t size)
+{
+	struct sockpair p;
+	struct echo e;
+	pthread_t th;
+	char *buf = malloc(size);
+	uint64_t t0, deadline, iters = 0;
+
+	if (!buf || tcp_pair(&p)) {
+		free(buf);
+		return -EIO;
+	}
+	memset(buf, 2, size);
+	e = (struct echo){ .fd = p.b, .size = size };
+	pthread_create(&th, NULL, echo_main, &e);
+	t0 = gdx_now_ns();
+	deadline = t0 + (uint64_t)(c->secs * 1e9);
+	while (gdx_now_ns() < deadline) {
+		if (write_all(p.a, buf, size) ||
+		    recv(p.a, buf, size, MSG_WAITALL) != (ssize_t)size)
+			break;
+		iters++;
+	}
+	shutdown(p.a, SHUT_RDWR);
+	pthread_join(th, NULL);
+	close(p.a);
+	close(p.b);
+	free(buf);
+	return iters ? (double)(gdx_now_ns() - t0) / 1e3 / (double)iters / 2 : -EIO;
+}
+
+/* ---- ceilings: perftest -------------------------------------------------------- */
+
+/*
+ * Runs perftest's tool (server and client, through rdma_cm on host) for one
+ * size and returns the client's figure: Gb/s average for *_bw (as bytes/s),
+ * t_avg in microseconds for *_lat.  Negative when the tool is missing or fails.
+ */
+static double perftest(const char *tool, const char *host, size_t size, double secs)
+{
+	char sz[32], dur[16], port[16], cmd[512], line[512];
+	int lat = strstr(tool, "_lat") != NULL;
+	char *sv[16];
+	int i = 0, status;
+	double val = -ENOENT;
+	pid_t srv;
+	FILE *f;
+
+	snprintf(sz, sizeof(sz), "%zu", size);
+	snprintf(dur, sizeof(dur), "%d", GDX_MAX(1, (int)secs));
+	snprintf(port, sizeof(port), "%d", 18515 + (int)(gdx_now_ns() % 1000));
+	sv[i++] = (char *)tool;
+	sv[i++] = "-R";
+	sv[i++] = "-F";
+	sv[i++] = "-s";
+	sv[i++] = sz;
+	sv[i++] = "-p";
+	sv[i++] = port;
+	if (!lat) {
+		sv[i++] = "-D";
+		sv[i++] = dur;
+		sv[i++] = "--report_gbits";
+	} else {
+		sv[i++] = "-n";
+		sv[i++] = "1000";
+	}
+	sv[i] = NULL;
+	{
+		posix_spawn_file_actions_t fa;
+
+		posix_spawn_file_actions_init(&fa);
+		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+		if (posix_spawnp(&srv, tool, &fa, NULL, sv, environ)) {
+			posix_spawn_file_actions_destroy(&fa);
+			return -ENOENT;
+		}
+		posix_spawn_file_actions_destroy(&fa);
+	}
+	sleep(2);	/* the server has to be listening; slow under emulation */
+	if (lat)
+		snprintf(cmd, sizeof(cmd), "%s -R -F -s %s -p %s -n 1000 %s 2>&1", tool, sz, port,
+			 host);
+	else
+		snprintf(cmd, sizeof(cmd), "%s -R -F -s %s -p %s -D %s --report_gbits %s 2>&1",
+			 tool, sz, port, dur, host);
+	f = popen(cmd, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		double v[8];
+		unsigned long long bytes;
+		int n = sscanf(line, " %llu %lf %lf %lf %lf %lf %lf", &bytes, &v[0], &v[1], &v[2],
+			       &v[3], &v[4], &v[5]);
+
+		if (n >= 5 && bytes == size)
+			val = lat ? v[4] : v[2] * 1e9 / 8;
+	}
+	if (f && pclose(f))
+		val = val > 0 ? val : -EIO;
+	kill(srv, SIGTERM);
+	waitpid(srv, &status, 0);
+	return val;
+}
+
+/* ---- device copy ceiling ------------------------------------------------------- */
+
+static double copy_bw(struct cfg *c, size_t size)
+{
+	struct mem *m = c->dst.dev ? &c->dst : &c->src;
+	void *d, *h;
+	uint64_t t0, deadline, done = 0;
+
+	if (!m->dev)
+		return 0;
+	if (gdx_pinned_alloc(m->dev, size, &h))
+		return -ENOMEM;
+	if (gdx_device_malloc(m->dev, size, &d)) {
+		gdx_pinned_free(m->dev, h);
+		return -ENOMEM;
+	}
+	t0 = gdx_now_ns();
+	deadline = t0 + (uint64_t)(c->secs * 1e9 / 2);
+	while (gdx_now_ns() < deadline) {
+		if (c->dst.dev ? gdx_memcpy(m->dev, d, h, size) : gdx_memcpy(m->dev, h, d, size))
+			break;
+		done += size;
+	}
+	gdx_device_free(m->dev, d);
+	gdx_pinned_free(m->dev, h);
+	return (double)done / ((double)(gdx_now_ns() - t0) / 1e9);
+}
+
+/* ---- driver ---------------------------------------------------------------------- */
+
+static int parse_mem(const char *s, struct mem *m, int (*open_gpu)(int, struct gdx_device **))
+{
+	snprintf(m->name, sizeof(m->name), "%s", s);
+	if (!strcmp(s, "host")) {
+		m->dev = NULL;
+		return 0;
+	}
+	if (!strncmp(s, "gpu:", 4))
+		return open_gpu(atoi(s + 4), &m->dev);
+	return -EINVAL;
+}
+
+static int parse_sizes(struct cfg *c, char *s)
+{
+	c->nsizes = 0;
+	for (char *t = strtok(s, ","); t; t = strtok(NULL, ",")) {
+		uint64_t v;
+
+		if (c->nsizes == (int)GDX_ARRAY_SIZE(c->sizes) || gdx_parse_size(t, &v) || !v)
+			return -EINVAL;
+		c->sizes[c->nsizes++] = v;
+	}
+	return c->nsizes ? 0 : -EINVAL;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: gdx bench xport [options]\n"
+		"  --addr URL        tcp://127.0.0.1:0 (default), rdma://IP:0, loop://bench\n"
+		"  --op OP           write (default), read or send\n"
+		"  --src MEM         client buffer: host (default) or gpu:N\n"
+		"  --dst MEM         server buffer: host (default) or gpu:N\n"
+		"  --sizes LIST      message sizes, e.g. 4k,64k,1M,4M (default)\n"
+		"  --depth N         requests in flight for bandwidth (default 16)\n"
+		"  --secs S          seconds per measurement (default 1)\n"
+		"  --no-ceiling      skip the ceilings\n");
+}
+
+static void fmt_size(size_t n, char *buf, size_t len)
+{
+	if (n >= (1u << 20) && !(n % (1u << 20)))
+		snprintf(buf, len, "%zuM", n >> 20);
+	else if (n >= 1024 && !(n % 1024))
+		snprintf(buf, len, "%zuk", n >> 10);
+	else
+		snprintf(buf, len, "%zu", n);
+}
+
+int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_device **))
+{
+	static const struct option lo[] = {
+		{ "addr", required_argument, NULL, 'a' }, { "op", required_argument, NULL, 'o' },
+		{ "src", required_argument, NULL, 's' }, { "dst", required_argument, NULL, 'd' },
+		{ "sizes", required_argument, NULL, 'z' }, { "depth", required_argument, NULL, 'q' },
+		{ "secs", required_argument, NULL, 't' }, { "no-ceiling", no_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' }, { 0 } };
+	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0,
+			 .sizes = { 4096, 65536, 1u << 20, 4u << 20 }, .nsizes = 4 };
+	char host[64] = "";
+	int opt, fails = 0;
+
+	strcpy(c.src.name, "host");
+	strcpy(c.dst.name, "host");
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (opt) {
+		case 'a': snprintf(c.addr, sizeof(c.addr), "%s", optarg); break;
+		case 'o':
+			if (!strcmp(optarg, "write")) c.op = OP_WRITE;
+			else if (!strcmp(optarg, "read")) c.op = OP_READ;
+			else if (!strcmp(optarg, "send")) c.op = OP_SEND;
+			else { usage(); return 2; }
+			break;
+		case 's':
+		case 'd':
+			if (parse_mem(optarg, opt == 's' ? &c.src : &c.dst, open_gpu)) {
+				fprintf(stderr, "gdx bench xport: cannot open '%s'\n", optarg);
+				return 1;
+			}
+			break;
+		case 'z':
+			if (parse_sizes(&c, optarg)) { usage(); return 2; }
+			break;
+		case 'q': c.depth = (unsigned)atoi(optarg); break;
+		case 't': c.secs = atof(optarg); break;
+		case 'n': c.no_ceiling = 1; break;
+		default: usage(); return opt == 'h' ? 0 : 2;
+		}
+	}
+	if (!c.depth || c.secs <= 0) {
+		usage();
+		return 2;
+	}
+	if (!strncmp(c.addr, "rdma://", 7)) {
+		const char *h = c.addr + 7, *colon = strrchr(h, ':');
+
+		snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - h) : (int)strlen(h), h);
+	}
+	printf("gdx bench xport: %s op=%s src=%s dst=%s depth=%u secs=%.1f\n", c.addr,
+	       op_names[c.op], c.src.name, c.dst.name, c.depth, c.secs);
+	printf("ceiling: %s%s\n", c.no_ceiling ? "none" : host[0] ?
+	       "perftest (ib_*_bw / ib_send_lat -R) on the same device" :
+	       "raw TCP socket on the same loopback", (c.src.dev || c.dst.dev) && !c.no_ceiling ?
+	       ", and pinned<->device copies (the lower)" : "");
+	printf("%8s %6s %11s %11s %6s %10s %10s %6s\n", "size", "path", "gdx GB/s", "ceil GB/s",
+	       "ratio", "gdx us", "ceil us", "ratio");
+	for (int i = 0; i < c.nsizes; i++) {
+		size_t n = c.sizes[i];
+		const char *path = "?";
+		double bw = gdx_bw(&c, n, &path), lat = gdx_lat(&c, n);
+		double cbw = 0, clat = 0;
+		char sz[32];
+
+		if (!c.no_ceiling) {
+			static const char *const bwtool[] = { "ib_write_bw", "ib_read_bw",
+							      "ib_send_bw" };
+
+			cbw = host[0] ? perftest(bwtool[c.op], host, n, c.secs)
+				      : raw_tcp_bw(&c, n);
+			clat = host[0] ? perftest("ib_send_lat", host, n, c.secs)
+				       : raw_tcp_lat(&c, n);
+			if (c.src.dev || c.dst.dev) {
+				double cp = copy_bw(&c, n);
+
+				if (cp > 0 && (cbw <= 0 || cp < cbw))
+					cbw = cp;
+			}
+		}
+		fmt_size(n, sz, sizeof(sz));
+		if (bw < 0 || lat < 0) {
+			printf("%8s  failed: %s\n", sz, gdx_strerror((int)(bw < 0 ? bw : lat)));
+			fails++;
+			continue;
+		}
+		printf("%8s %6s %11.3f ", sz, path, bw / 1e9);
+		if (cbw > 0)
+			printf("%11.3f %6.2f ", cbw / 1e9, bw / cbw);
+		else
+			printf("%11s %6s ", "n/a", "");
+		printf("%10.1f ", lat);
+		if (clat > 0)
+			printf("%10.1f %6.2f\n", clat, clat / lat);
+		else
+			printf("%10s %6s\n", "n/a", "");
+		fflush(stdout);
+	}
+	printf("ratio: gdx / ceiling for bandwidth, ceiling / gdx for latency (1.00 = at the ceiling)\n");
+	if (c.src.dev)
+		gdx_device_close(c.src.dev);
+	if (c.dst.dev)
+		gdx_device_close(c.dst.dev);
+	return fails ? 1 : 0;
+}
