@@ -138,6 +138,21 @@ GDX_API int gdx_file_driver_open(struct gdx_device *dev, const struct gdx_file_d
 		}
 	}
 	drv->wq_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+	{
+		static const char *const names[GDX_FILE_CTR_COUNT] = {
+			"reads", "writes", "errors", "not_direct", "bytes_direct",
+			"bytes_pagecache", "bytes_bounce", "bytes_host", "bytes_posix",
+		};
+		static _Atomic unsigned seq;
+		char scope[32];
+
+		for (int i = 0; i < GDX_FILE_CTR_COUNT; i++)
+			drv->ctr[i].name = names[i];
+		snprintf(scope, sizeof(scope), "file.%u", atomic_fetch_add(&seq, 1));
+		/* Statistics are a report, not a function: the driver runs without them. */
+		if (gdx_stats_create(scope, drv->ctr, GDX_FILE_CTR_COUNT, &drv->stats))
+			drv->stats = NULL;
+	}
 	atomic_init(&drv->next_id, 1);
 	ret = gdx_regcache_create(drv->dev, reg_release, drv, &drv->regs);
 	if (ret)
@@ -173,6 +188,7 @@ fail:
 		if (drv->be[i].priv)
 			drv->be[i].ops->fini(drv->be[i].priv);
 	gdx_regcache_destroy(drv->regs);
+	gdx_stats_destroy(drv->stats);
 	gdx_device_close(drv->dev);
 	free(drv);
 	return ret;
@@ -190,6 +206,7 @@ GDX_API void gdx_file_driver_close(struct gdx_file_driver *drv)
 	for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
 		if (drv->be[i].priv)
 			drv->be[i].ops->fini(drv->be[i].priv);
+	gdx_stats_destroy(drv->stats);
 	gdx_device_close(drv->dev);
 	free(drv);
 }
@@ -556,6 +573,13 @@ static void io_record(struct gdx_file *f, struct gdx_file_io *io)
 		snprintf(io->info.why + n, sizeof(io->info.why) - n, " [not direct: %s]",
 			 f->chosen_why);
 	}
+	gdx_counter_add(&f->drv->ctr[io->op == GDX_FILE_READ ? GDX_FILE_CTR_READS :
+				     GDX_FILE_CTR_WRITES], 1);
+	if (io->result < 0)
+		gdx_counter_add(&f->drv->ctr[io->result == GDX_ENOTDIRECT ? GDX_FILE_CTR_NOTDIRECT :
+					     GDX_FILE_CTR_ERRORS], 1);
+	for (int p = 1; p < GDX_FILE_PATH_COUNT; p++)
+		gdx_counter_add(&f->drv->ctr[GDX_FILE_CTR_BYTES + p - 1], io->info.bytes[p]);
 	pthread_mutex_lock(&f->info_lock);
 	f->last = io->info;
 	for (int p = 0; p < GDX_FILE_PATH_COUNT; p++)
@@ -574,7 +598,7 @@ static ssize_t io_exec(struct gdx_file *f, struct gdx_file_io *io)
 
 static ssize_t io_run(struct gdx_file *f, struct gdx_file_io *io)
 {
-	ssize_t ret = io_exec(f, io);
+	ssize_t ret = io->result = io_exec(f, io);
 
 	if (ret == GDX_ENOTDIRECT)
 		GDX_ERR("file", "strict mode: %s", io->info.why);

@@ -10,11 +10,18 @@
 #include <gdx/file.h>
 #include <gdx/plugin/file.h>
 
+#include "common/stats.h"
 #include "common/tpool.h"
 #include "mem/regcache.h"
 
 /* Alignment O_DIRECT is given everywhere: covers 512- and 4096-byte devices. */
 #define GDX_FILE_DIO_ALIGN 4096u
+
+enum {
+	GDX_FILE_CTR_READS, GDX_FILE_CTR_WRITES, GDX_FILE_CTR_ERRORS, GDX_FILE_CTR_NOTDIRECT,
+	GDX_FILE_CTR_BYTES,	/* one per path from here, path order */
+	GDX_FILE_CTR_COUNT = GDX_FILE_CTR_BYTES + GDX_FILE_PATH_COUNT - 1,
+};
 
 enum { GDX_FILE_BE_CUFILE, GDX_FILE_BE_URING, GDX_FILE_BE_POSIX, GDX_FILE_BE_COUNT };
 
@@ -34,6 +41,9 @@ struct gdx_file_driver {
 	int wq_err;
 	_Atomic unsigned handles;
 	_Atomic uint64_t next_id;
+	/* Reported by gdx_stats_dump_json under "file.N". */
+	struct gdx_counter ctr[GDX_FILE_CTR_COUNT];
+	struct gdx_stats *stats;
 };
 
 struct gdx_file {

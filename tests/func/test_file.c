@@ -17,6 +17,8 @@
 
 #include "test.h"
 
+#include "common/stats.h"
+
 #include <gdx/gdx.h>
 #include <gdx/plugin/file.h>
 
@@ -240,6 +242,21 @@ static void strict_mode(void **state)
 	gdx_file_close(f);
 	assert_int_equal(gdx_config_set("require_direct", "0"), 0);
 	gdx_device_free(dev, d);
+	{
+		/* The driver's counters saw the refusals. */
+		char *json = NULL;
+		size_t len = 0;
+		FILE *m = open_memstream(&json, &len);
+		char *at;
+
+		assert_int_equal(gdx_stats_dump_json(m), 0);
+		fclose(m);
+		at = strstr(json, "\"not_direct\"");
+		assert_non_null(at);
+		assert_true(strtoull(strchr(at, ':') + 1, NULL, 10) >= 3);
+		assert_non_null(strstr(json, "\"bytes_pagecache\""));
+		free(json);
+	}
 }
 
 /* Device -> file at unaligned places, fdatasync, then back through pread. */
