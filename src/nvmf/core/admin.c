@@ -56,7 +56,6 @@ static void id_ctrl(struct nvmf_ctrl *c, struct gdx_nvme_id_ctrl *id)
 	id->psd[0].max_power = 0x9c4;
 	if (s->discovery) {
 		id->oaes = GDX_NVME_OAES_DISC_CHANGE;
-		id->maxcmd = 32;
 		return;
 	}
 	id->oaes = GDX_NVME_OAES_NS_ATTR;
