@@ -33,6 +33,12 @@ struct gdx_nvmf_target_opts {
 	uint32_t maxh2cdata;	/* largest H2CData PDU (default 128 KiB) */
 	uint16_t max_io_queues;	/* per controller (default 64, at most 128) */
 	uint16_t max_qdepth;	/* entries per queue (default 256) */
+	/*
+	 * Poll mode: a reactor keeps polling its sockets this long after the
+	 * last event before it sleeps (default 0: sleep at once).  Trades a
+	 * core for latency, as SPDK does.
+	 */
+	uint32_t poll_us;
 };
 
 GDX_API void gdx_nvmf_target_opts_init(struct gdx_nvmf_target_opts *o, size_t size);

@@ -35,6 +35,7 @@ static void target_usage(FILE *f)
 		"  -H, --allow-host NQN   admit only the named hosts (default: any host)\n"
 		"  -r, --reactors N       reactor threads (default 1)\n"
 		"      --inline BYTES     in-capsule data on I/O queues (default 16384)\n"
+		"      --poll-us US       keep polling US microseconds after each event\n"
 		"  -s, --stats FILE       write counters as JSON to FILE ('-' = stdout) at exit\n"
 		"      --stats-interval S also every S seconds\n"
 		"      --control PATH     unix socket: each connection receives the counters\n"
@@ -206,6 +207,7 @@ static int cmd_target(int argc, char **argv)
 		{ "allow-host", required_argument, NULL, 'H' },
 		{ "reactors", required_argument, NULL, 'r' },
 		{ "inline", required_argument, NULL, 'I' },
+		{ "poll-us", required_argument, NULL, 'P' },
 		{ "stats", required_argument, NULL, 's' },
 		{ "stats-interval", required_argument, NULL, 'i' },
 		{ "control", required_argument, NULL, 'C' },
@@ -255,6 +257,9 @@ static int cmd_target(int argc, char **argv)
 			break;
 		case 'I':
 			o.inline_data = (uint32_t)atoi(optarg);
+			break;
+		case 'P':
+			o.poll_us = (uint32_t)atoi(optarg);
 			break;
 		case 's':
 			stats = optarg;

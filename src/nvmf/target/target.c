@@ -42,7 +42,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	if (!o.reactors || o.reactors > 256 || o.max_io < 4096 || o.max_io > (16u << 20) ||
 	    o.inline_data > (1u << 20) || o.maxh2cdata < 4096 || o.maxh2cdata % 4 ||
 	    !o.max_io_queues || o.max_io_queues > NVMF_MAX_IO_QUEUES || o.max_qdepth < 32 ||
-	    o.max_qdepth > 256)
+	    o.max_qdepth > 256 || o.poll_us > 1000000)
 		return -EINVAL;
 	t = calloc(1, sizeof(*t));
 	if (!t)
@@ -54,6 +54,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t->core.max_qdepth = o.max_qdepth;
 	t->nreactors = o.reactors;
 	t->maxh2cdata = o.maxh2cdata;
+	t->poll_ns = (uint64_t)o.poll_us * 1000;
 	for (unsigned i = 0; i < TGT_CTR_NR; i++)
 		t->ctr[i].name = names[i];
 	gdx_stats_create("nvmf.target", t->ctr, TGT_CTR_NR, &t->stats);

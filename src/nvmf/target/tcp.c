@@ -731,6 +731,9 @@ static void conn_read(struct tcp_conn *c)
 			if (n > 0) {
 				if (rx_consume(c, c->rxbuf, (uint32_t)n))
 					return;
+				/* drained: epoll says when more comes, no EAGAIN round trip */
+				if (n < RXBUF_SIZE)
+					return;
 				continue;
 			}
 		}
@@ -1002,7 +1005,7 @@ static void flush_dirty(struct tcp_reactor *r)
 static void *reactor_main(void *arg)
 {
 	struct tcp_reactor *r = arg;
-	uint64_t next_tick = gdx_now_ns() + 1000000000ull;
+	uint64_t next_tick = gdx_now_ns() + 1000000000ull, last_event = 0;
 	char name[16];
 
 	snprintf(name, sizeof(name), "gdx-nvmf-%u", r->id);
@@ -1011,7 +1014,14 @@ static void *reactor_main(void *arg)
 		struct epoll_event evs[64];
 		uint64_t now = gdx_now_ns();
 		int timeout = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1;
-		int n = epoll_wait(r->epfd, evs, 64, timeout);
+		int n;
+
+		/* poll mode: keep spinning for a while after the last event */
+		if (r->tgt->poll_ns && now - last_event < r->tgt->poll_ns)
+			timeout = 0;
+		n = epoll_wait(r->epfd, evs, 64, timeout);
+		if (n > 0)
+			last_event = gdx_now_ns();
 
 		for (int i = 0; i < n; i++) {
 			struct ev *ev = evs[i].data.ptr;

@@ -19,6 +19,7 @@ struct gdx_nvmf_target {
 	struct nvmf_tgt core;
 	unsigned nreactors;
 	uint32_t maxh2cdata;
+	uint64_t poll_ns;
 	struct tcp_reactor *reactors;
 	int listen_fd[NVMF_MAX_PORTS];
 	int bound_port[NVMF_MAX_PORTS];

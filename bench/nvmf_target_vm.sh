@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# NVMe/TCP target benchmark: in one qemu guest (Debian's stock kernel, TCG) the
+# kernel host reads from the kernel's nvmet-tcp target and from the gdx target,
+# each serving a null namespace over the guest's loopback: 4 KiB random-read
+# IOPS at depth 1, 32 and 128 and 128 KiB read bandwidth, with gdx/nvmet
+# ratios.  TCG makes both slow; the ratio is the result.  Goal: IOPS >= 1.5x,
+# bandwidth >= 1.0x.
+#   bench/nvmf_target_vm.sh [BUILD_DIR]    (env: RUNTIME seconds per job; REACTORS and
+#       POLL_US for the gdx target; VM_CPUS, VM_CACHE as for tests/interop)
+set -uo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$top/build}
+gdx=$build/tools/gdx/gdx
+[ -x "$gdx" ] || { echo "no $gdx: build first"; exit 1; }
+share=$(mktemp -d); trap 'rm -rf "$share"' EXIT
+mkdir "$share/lib"
+cp "$gdx" "$share/gdx"
+cp "$top/bench/nvmf_target_guest.sh" "$share/"
+# the guest image lacks some of gdx's libraries: bring them along
+ldd "$gdx" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|librt)\.so' |
+  xargs -r cp -t "$share/lib/"
+"$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
+VM_SHARE=$share VM_CPUS=${VM_CPUS:-2} VM_TIMEOUT=${VM_TIMEOUT:-600} \
+  "$top/tests/interop/vm.sh" run "$share/nvmf_target_guest.sh" "${RUNTIME:-8}" \
+  "${REACTORS:-1}" "${POLL_US:-0}" |
+  tee "$share/out.log" | grep -E 'RESULT|rror|vm.sh\]'
+python3 - "$share/out.log" <<'PY'
+import sys
+r = {}
+for line in open(sys.argv[1]):
+    p = line.split()
+    if len(p) == 4 and p[0] == "RESULT":
+        r[(p[1], p[2])] = float(p[3] or 0)
+rows = [("iops_qd1", "4k randread QD1 IOPS", 1.5), ("iops_qd32", "4k randread QD32 IOPS", 1.5),
+        ("iops_qd128", "4k randread QD128 IOPS", 1.5), ("bw_128k_kib", "128k read KiB/s", 1.0)]
+ok = True
+print("%-24s %12s %12s %7s  %s" % ("job", "nvmet-tcp", "gdx", "ratio", "goal"))
+for key, name, goal in rows:
+    k, g = r.get(("nvmet", key)), r.get(("gdx", key))
+    if not k or g is None:
+        print("%-24s missing" % name); ok = False; continue
+    ratio = g / k
+    print("%-24s %12.0f %12.0f %6.2fx  >= %.1fx%s" % (name, k, g, ratio, goal,
+          "" if ratio >= goal else "  (below goal)"))
+sys.exit(0 if ok else 1)
+PY
