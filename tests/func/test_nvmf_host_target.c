@@ -193,6 +193,60 @@ static void device_memory(void **state)
 	free(b);
 }
 
+struct cbstate {
+	struct gdx_nvmf_ctrl *c;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	unsigned done, outstanding, target;
+	int errors;
+	uint64_t seed;
+};
+
+/* Resubmits from the completion callback to keep 32 reads in flight. */
+static void cb(struct gdx_nvmf_io *io, void *arg)
+{
+	struct cbstate *st = arg;
+	bool again;
+
+	pthread_mutex_lock(&st->m);
+	st->errors += io->result != 0;
+	again = ++st->done + st->outstanding <= st->target;
+	if (!again && !--st->outstanding)
+		pthread_cond_signal(&st->cv);
+	io->offset = (t_rand(&st->seed) % (NS_BYTES / 4096)) * 4096;
+	pthread_mutex_unlock(&st->m);
+	if (again && gdx_nvmf_submit_cb(st->c, io, cb, st))
+		abort();
+}
+
+static void callback_depth(void **state)
+{
+	struct cbstate st = { .c = conn(2, 32, 0), .m = PTHREAD_MUTEX_INITIALIZER,
+			      .cv = PTHREAD_COND_INITIALIZER, .target = 2000, .seed = 5 };
+	struct gdx_nvmf_io io[32];
+	uint8_t *buf = malloc(32 * 4096);
+
+	(void)state;
+	st.outstanding = 32;
+	for (int i = 0; i < 32; i++) {
+		io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
+					      .offset = (uint64_t)i * 4096, .len = 4096,
+					      .buf = buf + i * 4096 };
+		assert_int_equal(gdx_nvmf_submit_cb(st.c, &io[i], cb, &st), 0);
+	}
+	pthread_mutex_lock(&st.m);
+	while (st.outstanding)
+		pthread_cond_wait(&st.cv, &st.m);
+	pthread_mutex_unlock(&st.m);
+	assert_int_equal(st.errors, 0);
+	assert_true(st.done >= st.target);
+	/* a bad request is refused at once, the callback never runs */
+	io[0].offset = 1;
+	assert_int_equal(gdx_nvmf_submit_cb(st.c, &io[0], cb, &st), -EINVAL);
+	gdx_nvmf_disconnect(st.c);
+	free(buf);
+}
+
 struct reader {
 	struct gdx_nvmf_ctrl *c;
 	const uint8_t *want;
@@ -269,6 +323,7 @@ int main(void)
 		cmocka_unit_test(discover_identify),
 		cmocka_unit_test(io_sizes),
 		cmocka_unit_test(device_memory),
+		cmocka_unit_test(callback_depth),
 		cmocka_unit_test(target_restart),
 	};
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bench_file.h"
+#include "bench_nvmf_host.h"
 #include "bench_xport.h"
 #include "cmd.h"
 
@@ -16,6 +17,11 @@ static int bench_xport(int argc, char **argv)
 	return gdx_bench_xport(argc, argv, tool_open_gpu);
 }
 
+static int bench_nvmf_host(int argc, char **argv)
+{
+	return gdx_bench_nvmf_host(argc, argv, tool_open_gpu);
+}
+
 static const struct {
 	const char *name;
 	const char *summary;
@@ -23,6 +29,8 @@ static const struct {
 } benches[] = {
 	{ "file", "file <-> device memory against storage, copy and naive ceilings", bench_file },
 	{ "xport", "transport bandwidth/latency by size against raw TCP or perftest", bench_xport },
+	{ "nvmf-host", "NVMe/TCP host reads into host/device memory vs TCP and kernel-host ceilings",
+	  bench_nvmf_host },
 };
 
 /* `gdx bench <what> ...`: each benchmark prints its result beside its ceilings. */

@@ -20,11 +20,20 @@
 #define MAX_NLB 65536u		/* NLB is a 16-bit 0's based count */
 #define MAX_DSM_RANGES 256u
 
+struct sub;
+
 struct group {
 	pthread_mutex_t m;
 	pthread_cond_t cv;
 	unsigned pending;
+	/* callback submissions: the group owns the commands and calls cb at the end */
+	gdx_nvmf_io_cb cb;
+	void *cb_arg;
+	struct gdx_nvmf_io *io;
+	struct sub *subs;
+	unsigned nsubs;
 };
+
 
 struct sub {
 	struct nh_req r;
@@ -69,19 +78,39 @@ static enum nh_mem mem_kind(const void *p)
 	return NH_MEM_HOST;
 }
 
+static void finish_cb(struct group *g)
+{
+	gdx_nvmf_io_cb cb = g->cb;
+	struct gdx_nvmf_io *io = g->io;
+	void *arg = g->cb_arg;
+
+	for (unsigned i = 0; i < g->nsubs; i++)
+		free(g->subs[i].dsm);
+	pthread_mutex_destroy(&g->m);
+	free(g);	/* the commands live in the same allocation */
+	cb(io, arg);
+}
+
 static void sub_done(struct nh_req *r)
 {
 	struct sub *s = GDX_CONTAINER_OF(r, struct sub, r);
 	struct group *g = s->g;
+
+	bool last, has_cb;
 
 	pthread_mutex_lock(&g->m);
 	if (r->result && !s->io->result) {
 		s->io->result = r->result;
 		s->io->nvme_status = r->status & 0x7ff;
 	}
-	if (!--g->pending)
+	last = !--g->pending;
+	/* a waited-for group lives on the waiter's stack: once unlocked it may be gone */
+	has_cb = g->cb != NULL;
+	if (last && !has_cb)
 		pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->m);
+	if (last && has_cb)
+		finish_cb(g);
 }
 
 /* How many commands io needs; validates it. */
@@ -258,6 +287,45 @@ out:
 	free(counts);
 	free(bss);
 	return rc;
+}
+
+int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io, gdx_nvmf_io_cb cb,
+		       void *arg)
+{
+	struct nh_ctrl *c = (struct nh_ctrl *)ctrl;
+	struct group *g;
+	uint32_t bs = 0;
+	int n, rc;
+
+	if (!c || !io || !cb)
+		return -EINVAL;
+	io->result = 0;
+	io->nvme_status = 0;
+	io->path = "none";
+	n = count_cmds(c, io, &bs);
+	if (n < 0)
+		return io->result = n;
+	g = calloc(1, sizeof(*g) + (size_t)n * sizeof(struct sub));
+	if (!g)
+		return -ENOMEM;
+	g->subs = (struct sub *)(g + 1);
+	g->nsubs = (unsigned)n;
+	g->cb = cb;
+	g->cb_arg = arg;
+	g->io = io;
+	pthread_mutex_init(&g->m, NULL);
+	rc = build(c, io, bs, g->subs, (unsigned)n, g);
+	if (rc) {
+		for (int i = 0; i < n; i++)
+			free(g->subs[i].dsm);
+		pthread_mutex_destroy(&g->m);
+		free(g);
+		return io->result = rc;
+	}
+	g->pending = (unsigned)n;
+	for (int i = 0; i < n; i++)
+		nh_ctrl_submit(c, &g->subs[i].r);
+	return 0;
 }
 
 static int one(struct gdx_nvmf_ctrl *c, enum gdx_nvmf_op op, uint32_t nsid, void *buf,

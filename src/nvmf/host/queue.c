@@ -79,6 +79,33 @@ static int recv_full(int fd, void *buf, size_t n)
 	return 0;
 }
 
+/* Receives exactly the bytes the iovecs describe (modifies them). */
+static int recv_iov_full(int fd, struct iovec *iov, int n)
+{
+	while (n > 0) {
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		ssize_t r = recvmsg(fd, &m, MSG_WAITALL);
+
+		if (r == 0)
+			return -ECONNRESET;
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		}
+		while (n > 0 && (size_t)r >= iov->iov_len) {
+			r -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + r;
+			iov->iov_len -= (size_t)r;
+		}
+	}
+	return 0;
+}
+
 static int tcp_connect(const char *addr, const char *svc, unsigned timeout_ms, int *out)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
@@ -571,7 +598,7 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 	const struct gdx_tcp_data *d = &pdu->data;
 	struct nh_slot *s = find_slot(q, d->cccid);
 	struct nh_req *r;
-	uint32_t crc = 0;
+	uint32_t crc = 0, dd = 0;
 	int rc;
 
 	if (!s) {
@@ -596,8 +623,14 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 		return rc;
 	if (r->mem == NH_MEM_DEVICE) {
 		rc = recv_device(q, (char *)r->buf + d->datao, d->datal, &crc);
+		if (!rc && info->has_ddgst)
+			rc = recv_full(q->fd, &dd, sizeof(dd));
 	} else {
-		rc = recv_full(q->fd, (char *)r->buf + d->datao, d->datal);
+		/* straight into the caller's buffer, digest in the same call */
+		struct iovec iov[2] = { { (char *)r->buf + d->datao, d->datal },
+					{ &dd, sizeof(dd) } };
+
+		rc = recv_iov_full(q->fd, iov, info->has_ddgst ? 2 : 1);
 		if (!rc && q->tp.ddgst)
 			crc = gdx_crc32c((char *)r->buf + d->datao, d->datal);
 	}
@@ -606,11 +639,6 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 	gdx_counter_add(&q->cnt[NH_CNT_IN], d->datal);
 	s->xfered += d->datal;
 	if (info->has_ddgst) {
-		uint32_t dd;
-
-		rc = recv_full(q->fd, &dd, sizeof(dd));
-		if (rc)
-			return rc;
 		if (dd != crc) {
 			/* as the Linux host: this command fails, the connection carries on */
 			GDX_ERR(SUB, "queue %u: data digest mismatch on cid %#x", q->qid, s->cid);
@@ -704,20 +732,30 @@ int nh_queue_rx_loop(struct nh_queue *q)
 	struct gdx_tcp_pdu_info info;
 	struct gdx_tcp_err e;
 	uint32_t hl = sizeof(pdu.ch);
-	int rc;
+	int rc, one = 1;
 
 	for (;;) {
-		rc = recv_full(q->fd, &pdu, sizeof(pdu.ch));
+		/*
+		 * Every controller PDU after ICResp has a 24-byte header, so one
+		 * receive takes it whole (with its digest); a shorter PDU is
+		 * malformed anyway and shows as such once the CH is checked.
+		 */
+		rc = recv_full(q->fd, &pdu, GDX_TCP_TERM_HLEN + (q->tp.hdgst ? GDX_TCP_DGST_LEN : 0));
 		if (rc)
 			return rc;
+		/*
+		 * At low depth ACK at once: a controller that sends its CapsuleResp
+		 * right behind the C2HData without TCP_NODELAY otherwise waits for
+		 * our delayed ACK (40 ms).  The kernel leaves quick-ack mode by
+		 * itself, so it is set again per PDU.
+		 */
+		if (q->inflight <= 2)
+			setsockopt(q->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
 		hl = gdx_tcp_hdr_len(&pdu.ch, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_READY, &q->tp, &e);
 		if (!hl) {
 			hl = sizeof(pdu.ch);
 			goto fatal;
 		}
-		rc = recv_full(q->fd, pdu.raw + sizeof(pdu.ch), hl - sizeof(pdu.ch));
-		if (rc)
-			return rc;
 		if (gdx_tcp_pdu_check(&pdu, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_READY, &q->tp, 0, &info,
 				      &e))
 			goto fatal;
@@ -735,7 +773,9 @@ int nh_queue_rx_loop(struct nh_queue *q)
 			GDX_ERR(SUB, "queue %u: controller ended the connection: C2HTermReq %s "
 				"(FEI %#x)", q->qid, gdx_tcp_fes_str(pdu.term.fes),
 				gdx_tcp_term_fei(&pdu.term));
-			skip_bytes(q, info.data_len);
+			/* with header digests on, 4 bytes of its data came with the header */
+			if (info.data_len > (q->tp.hdgst ? GDX_TCP_DGST_LEN : 0u))
+				skip_bytes(q, info.data_len - (q->tp.hdgst ? GDX_TCP_DGST_LEN : 0u));
 			return GDX_EPROTO;
 		}
 		if (rc == GDX_EPROTO)

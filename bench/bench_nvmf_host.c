@@ -1,0 +1,526 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `gdx bench nvmf-host`: the gdx NVMe/TCP host reading a remote namespace.
+ *
+ * For each memory kind asked for (host, pinned, gpu:N) it measures 4 KiB
+ * random-read IOPS at each queue depth and large-read bandwidth, keeping the
+ * depth in flight with completion callbacks.  In the same run it measures the
+ * ceilings it is judged against:
+ *   - the TCP ceiling: raw TCP streams over loopback between two threads of
+ *     this process, as many streams as I/O queues, recv()ing into a buffer of
+ *     the bandwidth test's size (only meaningful when the target is local);
+ *   - with --fio-dev, the Linux kernel host on the same target: fio (libaio,
+ *     O_DIRECT) on the block device the kernel host connected, same shapes;
+ * and prints every result beside its ceiling with the ratio.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include <gdx/gdx.h>
+#include <gdx/nvmf.h>
+
+#include "bench_nvmf_host.h"
+#include "common/config.h"
+#include "common/util.h"
+
+struct cfg {
+	const char *addr, *svc, *nqn, *fio_dev;
+	uint32_t nsid;
+	double secs;
+	unsigned qds[8], nqd;
+	uint64_t bw_bs;
+	unsigned bw_qd;
+	char mems[8][16];
+	unsigned nmem;
+	bool json, tcp_ceiling;
+	struct gdx_nvmf_host_opts o;
+	int (*open_gpu)(int, struct gdx_device **);
+};
+
+/* ---- gdx host: a fixed depth of random reads, kept full from callbacks ---- */
+
+struct run {
+	struct gdx_nvmf_ctrl *c;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	uint64_t deadline, done, bytes, span_blocks;
+	unsigned outstanding;
+	int err;
+	uint64_t seed;
+	uint32_t bs;
+};
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static void on_done(struct gdx_nvmf_io *io, void *arg)
+{
+	struct run *r = arg;
+	bool again;
+
+	pthread_mutex_lock(&r->m);
+	if (io->result && !r->err)
+		r->err = io->result;
+	r->done++;
+	r->bytes += io->len;
+	again = !r->err && gdx_now_ns() < r->deadline;
+	if (again)
+		io->offset = (rnd(&r->seed) % r->span_blocks) * r->bs;
+	else if (!--r->outstanding)
+		pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->m);
+	if (again && gdx_nvmf_submit_cb(r->c, io, on_done, r)) {
+		pthread_mutex_lock(&r->m);
+		r->err = r->err ? r->err : -EIO;
+		if (!--r->outstanding)
+			pthread_cond_signal(&r->cv);
+		pthread_mutex_unlock(&r->m);
+	}
+}
+
+/* Returns operations per second and fills *gbps; negative on error. */
+static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes, void *buf,
+		      uint32_t bs, unsigned qd, double secs, double *gbps, int *err)
+{
+	struct gdx_nvmf_io *io = calloc(qd, sizeof(*io));
+	struct run r = { .c = c, .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+			 .seed = 0x9e3779b97f4a7c15ull, .bs = bs };
+	uint64_t t0;
+
+	r.span_blocks = ns_bytes / bs;
+	/* warm-up: one pass of the queue depth, not timed */
+	for (int phase = 0; phase < 2; phase++) {
+		t0 = gdx_now_ns();
+		r.deadline = t0 + (phase ? (uint64_t)(secs * 1e9) : 200000000ull);
+		r.done = r.bytes = 0;
+		r.outstanding = qd;
+		for (unsigned i = 0; i < qd; i++) {
+			io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = nsid,
+						      .offset = (rnd(&r.seed) % r.span_blocks) * bs,
+						      .len = bs, .buf = (char *)buf + (size_t)i * bs };
+			if (gdx_nvmf_submit_cb(c, &io[i], on_done, &r)) {
+				pthread_mutex_lock(&r.m);
+				r.err = -EIO;
+				r.outstanding--;
+				pthread_mutex_unlock(&r.m);
+			}
+		}
+		pthread_mutex_lock(&r.m);
+		while (r.outstanding)
+			pthread_cond_wait(&r.cv, &r.m);
+		pthread_mutex_unlock(&r.m);
+		if (r.err)
+			break;
+	}
+	free(io);
+	*err = r.err;
+	if (r.err)
+		return -1;
+	{
+		double s = (double)(gdx_now_ns() - t0) / 1e9;
+
+		*gbps = (double)r.bytes / s / 1e9;
+		return (double)r.done / s;
+	}
+}
+
+/* ---- the TCP ceiling: raw loopback streams ------------------------------------ */
+
+struct stream {
+	int fd;
+	size_t chunk;
+	uint64_t deadline;
+	uint64_t bytes;
+};
+
+static void *tcp_sender(void *arg)
+{
+	struct stream *s = arg;
+	char *buf = calloc(1, 1 << 20);
+
+	while (send(s->fd, buf, 1 << 20, MSG_NOSIGNAL) > 0)
+		;
+	free(buf);
+	return NULL;
+}
+
+static void *tcp_receiver(void *arg)
+{
+	struct stream *s = arg;
+	char *buf = malloc(s->chunk);
+
+	while (gdx_now_ns() < s->deadline) {
+		ssize_t r = recv(s->fd, buf, s->chunk, MSG_WAITALL);
+
+		if (r <= 0)
+			break;
+		s->bytes += (uint64_t)r;
+	}
+	free(buf);
+	return NULL;
+}
+
+static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	struct stream *rx = calloc(streams, sizeof(*rx)), *tx = calloc(streams, sizeof(*tx));
+	pthread_t *t = calloc(2 * streams, sizeof(*t));
+	uint64_t t0, total = 0;
+	double gbps = -1;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 64) ||
+	    getsockname(lfd, (struct sockaddr *)&a, &al))
+		goto out;
+	t0 = gdx_now_ns();
+	for (unsigned i = 0; i < streams; i++) {
+		int one = 1;
+
+		rx[i].fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(rx[i].fd, (struct sockaddr *)&a, sizeof(a)))
+			goto out;
+		tx[i].fd = accept(lfd, NULL, NULL);
+		setsockopt(rx[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		rx[i].chunk = chunk;
+		rx[i].deadline = t0 + (uint64_t)(secs * 1e9);
+	}
+	for (unsigned i = 0; i < streams; i++) {
+		pthread_create(&t[2 * i], NULL, tcp_sender, &tx[i]);
+		pthread_create(&t[2 * i + 1], NULL, tcp_receiver, &rx[i]);
+	}
+	for (unsigned i = 0; i < streams; i++) {
+		pthread_join(t[2 * i + 1], NULL);
+		shutdown(tx[i].fd, SHUT_RDWR);
+		shutdown(rx[i].fd, SHUT_RDWR);
+		pthread_join(t[2 * i], NULL);
+		total += rx[i].bytes;
+	}
+	gbps = (double)total / ((double)(gdx_now_ns() - t0) / 1e9) / 1e9;
+out:
+	for (unsigned i = 0; i < streams; i++) {
+		if (rx[i].fd > 0)
+			close(rx[i].fd);
+		if (tx[i].fd > 0)
+			close(tx[i].fd);
+	}
+	if (lfd >= 0)
+		close(lfd);
+	free(rx);
+	free(tx);
+	free(t);
+	return gbps;
+}
+
+/* ---- the kernel host: fio on its block device ------------------------------- */
+
+static double fio_run(const char *dev, uint64_t bs, unsigned qd, double secs, double *gbps)
+{
+	char cmd[512], *out = NULL;
+	size_t len = 0;
+	FILE *p, *mem;
+	json_object *root, *jobs, *read, *v;
+	double iops = -1;
+
+	snprintf(cmd, sizeof(cmd), "fio --name=k --filename=%s --direct=1 --ioengine=libaio "
+		 "--rw=randread --bs=%" PRIu64 " --iodepth=%u --runtime=%.1f --ramp_time=0.2 "
+		 "--time_based --norandommap --output-format=json 2>/dev/null", dev, bs, qd, secs);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	mem = open_memstream(&out, &len);
+	for (int ch; (ch = fgetc(p)) != EOF;)
+		fputc(ch, mem);
+	fclose(mem);
+	if (pclose(p) != 0) {
+		free(out);
+		return -1;
+	}
+	root = json_tokener_parse(strchr(out, '{') ? strchr(out, '{') : out);
+	if (root && json_object_object_get_ex(root, "jobs", &jobs) &&
+	    json_object_array_length(jobs) > 0 &&
+	    json_object_object_get_ex(json_object_array_get_idx(jobs, 0), "read", &read)) {
+		if (json_object_object_get_ex(read, "iops", &v))
+			iops = json_object_get_double(v);
+		if (json_object_object_get_ex(read, "bw_bytes", &v))
+			*gbps = json_object_get_double(v) / 1e9;
+	}
+	json_object_put(root);
+	free(out);
+	return iops;
+}
+
+/* ---- driver ------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: gdx bench nvmf-host -a ADDR -s PORT -n NQN [options]\n"
+		"  -N, --nsid N        namespace (default 1)\n"
+		"  -m, --mem LIST      memory kinds, comma separated: host,pinned,gpu:N (default host)\n"
+		"  -t, --time S        seconds per measurement (default 3)\n"
+		"      --qd LIST       4 KiB random-read depths (default 1,32,128)\n"
+		"      --bw-bs BYTES   bandwidth test read size (default 128k)\n"
+		"      --bw-qd N       bandwidth test depth (default 32)\n"
+		"      --queues N      I/O queues   --depth N   entries per queue\n"
+		"      --hdr-digest    --data-digest\n"
+		"      --fio-dev DEV   also run fio on DEV (the kernel host's block device)\n"
+		"      --no-tcp        skip the loopback TCP ceiling\n"
+		"      --json          one JSON object per line\n");
+}
+
+static int parse_list(const char *s, unsigned *v, unsigned max)
+{
+	unsigned n = 0;
+
+	for (const char *p = s; *p && n < max;) {
+		char *end;
+		unsigned long x = strtoul(p, &end, 10);
+
+		if (end == p || !x || x > 4096)
+			return -1;
+		v[n++] = (unsigned)x;
+		p = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -1;
+	}
+	return (int)n;
+}
+
+static void report(const struct cfg *c, const char *mem, const char *what, unsigned qd,
+		   double iops, double gbps, const char *ceil_name, double ceil, bool ceil_gbps,
+		   const char *base_name, double base)
+{
+	double val = ceil_gbps ? gbps : iops;
+
+	if (c->json) {
+		printf("{\"bench\": \"nvmf-host\", \"test\": \"%s\", \"mem\": \"%s\", \"qd\": %u, "
+		       "\"iops\": %.0f, \"gbps\": %.4f", what, mem, qd, iops, gbps);
+		if (ceil > 0)
+			printf(", \"%s\": %.4f, \"ratio_%s\": %.3f", ceil_name, ceil, ceil_name,
+			       val / ceil);
+		if (base > 0)
+			printf(", \"%s\": %.4f, \"ratio_%s\": %.3f", base_name, base, base_name,
+			       val / base);
+		printf("}\n");
+		return;
+	}
+	printf("%-16s %-7s qd %-4u %10.0f IOPS %8.3f GB/s", what, mem, qd, iops, gbps);
+	if (ceil > 0)
+		printf("  | %s %.3f%s -> %.2fx", ceil_name, ceil, ceil_gbps ? " GB/s" : " IOPS",
+		       val / ceil);
+	if (base > 0)
+		printf("  | %s %.3f -> %.2fx", base_name, base, val / base);
+	printf("\n");
+	fflush(stdout);
+}
+
+int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_device **))
+{
+	static const struct option lo[] = {
+		{ "traddr", required_argument, NULL, 'a' },
+		{ "trsvcid", required_argument, NULL, 's' },
+		{ "nqn", required_argument, NULL, 'n' },
+		{ "nsid", required_argument, NULL, 'N' },
+		{ "mem", required_argument, NULL, 'm' },
+		{ "time", required_argument, NULL, 't' },
+		{ "qd", required_argument, NULL, 'q' },
+		{ "bw-bs", required_argument, NULL, 'b' },
+		{ "bw-qd", required_argument, NULL, 'B' },
+		{ "queues", required_argument, NULL, 'Q' },
+		{ "depth", required_argument, NULL, 'D' },
+		{ "hdr-digest", no_argument, NULL, 'H' },
+		{ "data-digest", no_argument, NULL, 'G' },
+		{ "fio-dev", required_argument, NULL, 'F' },
+		{ "no-tcp", no_argument, NULL, 'T' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct cfg c = { .svc = "4420", .nsid = 1, .secs = 3, .qds = { 1, 32, 128 }, .nqd = 3,
+			 .bw_bs = 128 << 10, .bw_qd = 32, .nmem = 0, .tcp_ceiling = true,
+			 .open_gpu = open_gpu };
+	double host_iops[8] = { 0 }, host_gbps = 0, kern_iops[8] = { 0 }, kern_gbps = 0, tcp = 0;
+	struct gdx_nvmf_ns_info ns;
+	int opt, rc = 0;
+
+	gdx_nvmf_host_opts_init(&c.o, sizeof(c.o));
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "a:s:n:N:m:t:h", lo, NULL)) != -1) {
+		int n;
+
+		switch (opt) {
+		case 'a': c.addr = optarg; break;
+		case 's': c.svc = optarg; break;
+		case 'n': c.nqn = optarg; break;
+		case 'N': c.nsid = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 't': c.secs = atof(optarg); break;
+		case 'F': c.fio_dev = optarg; break;
+		case 'T': c.tcp_ceiling = false; break;
+		case 'j': c.json = true; break;
+		case 'H': c.o.hdr_digest = 1; break;
+		case 'G': c.o.data_digest = 1; break;
+		case 'Q': c.o.nr_io_queues = (unsigned)atoi(optarg); break;
+		case 'D': c.o.queue_depth = (unsigned)atoi(optarg); break;
+		case 'B': c.bw_qd = (unsigned)atoi(optarg); break;
+		case 'b':
+			if (gdx_parse_size(optarg, &c.bw_bs) || !c.bw_bs) {
+				usage(stderr);
+				return 2;
+			}
+			break;
+		case 'q':
+			n = parse_list(optarg, c.qds, 8);
+			if (n <= 0) {
+				usage(stderr);
+				return 2;
+			}
+			c.nqd = (unsigned)n;
+			break;
+		case 'm':
+			for (char *tok = strtok(optarg, ","); tok && c.nmem < 8; tok = strtok(NULL, ","))
+				snprintf(c.mems[c.nmem++], sizeof(c.mems[0]), "%s", tok);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!c.addr || !c.nqn || c.secs <= 0 || !c.bw_qd) {
+		usage(stderr);
+		return 2;
+	}
+	if (!c.nmem)
+		snprintf(c.mems[c.nmem++], sizeof(c.mems[0]), "host");
+
+	if (c.fio_dev) {
+		for (unsigned k = 0; k < c.nqd; k++) {
+			double g;
+
+			kern_iops[k] = fio_run(c.fio_dev, 4096, c.qds[k], c.secs, &g);
+			report(&c, "kernel", "4k-randread", c.qds[k], kern_iops[k], g, "", 0, false,
+			       "", 0);
+		}
+		kern_iops[7] = fio_run(c.fio_dev, c.bw_bs, c.bw_qd, c.secs, &kern_gbps);
+		report(&c, "kernel", "bw-randread", c.bw_qd, kern_iops[7], kern_gbps, "", 0, true, "",
+		       0);
+	}
+	for (unsigned mi = 0; mi < c.nmem; mi++) {
+		const char *mem = c.mems[mi];
+		struct gdx_device *dev = NULL;
+		struct gdx_nvmf_ctrl *ctrl;
+		struct gdx_nvmf_ctrl_info in;
+		size_t need;
+		void *buf = NULL;
+		int kind = !strcmp(mem, "host") ? 0 : !strcmp(mem, "pinned") ? 1 :
+			   !strncmp(mem, "gpu:", 4) ? 2 : -1;
+
+		need = GDX_MAX((size_t)c.bw_bs * c.bw_qd, (size_t)4096 * 4096);
+		if (kind < 0) {
+			fprintf(stderr, "gdx bench nvmf-host: unknown memory '%s'\n", mem);
+			return 2;
+		}
+		if (kind == 1)
+			rc = gdx_device_open(NULL, &dev);
+		else if (kind == 2)
+			rc = c.open_gpu(atoi(mem + 4), &dev);
+		if (!rc)
+			rc = kind == 0 ? (buf = aligned_alloc(4096, need)) ? 0 : -ENOMEM
+			     : kind == 1 ? gdx_pinned_alloc(dev, need, &buf)
+			     : gdx_device_malloc(dev, need, &buf);
+		c.o.dev = dev;
+		if (!rc)
+			rc = gdx_nvmf_connect(c.addr, c.svc, c.nqn, &c.o, &ctrl);
+		if (rc) {
+			fprintf(stderr, "gdx bench nvmf-host: %s: %s\n", mem, gdx_strerror(rc));
+			goto next;
+		}
+		rc = gdx_nvmf_identify_ns(ctrl, c.nsid, &ns);
+		gdx_nvmf_ctrl_info(ctrl, &in);
+		if (!rc && !c.json && !mi)
+			printf("# %s at %s:%s nsid %u: %" PRIu64 " MiB, %u-byte blocks; %u I/O queues x "
+			       "%u, max_xfer %u%s%s; %.1f s per point\n", c.nqn, c.addr, c.svc, c.nsid,
+			       ns.nsze * ns.block_size >> 20, ns.block_size, in.nr_io_queues,
+			       in.queue_depth, in.max_xfer, in.hdr_digest ? ", hdgst" : "",
+			       in.data_digest ? ", ddgst" : "", c.secs);
+		if (!rc && c.tcp_ceiling && !mi) {
+			tcp = tcp_ceiling(in.nr_io_queues, c.bw_bs, GDX_MIN(c.secs, 2.0));
+			if (!c.json)
+				printf("# loopback TCP ceiling: %.3f GB/s over %u streams, %" PRIu64
+				       "-byte receives\n", tcp, in.nr_io_queues, c.bw_bs);
+		}
+		for (unsigned k = 0; !rc && k < c.nqd; k++) {
+			double g = 0, iops;
+			int err = 0;
+
+			iops = gdx_run(ctrl, c.nsid, ns.nsze * ns.block_size, buf, 4096, c.qds[k],
+				       c.secs, &g, &err);
+			if (iops < 0) {
+				fprintf(stderr, "gdx bench nvmf-host: %s qd %u: %s\n", mem, c.qds[k],
+					gdx_strerror(err));
+				rc = err;
+				break;
+			}
+			if (!mi)
+				host_iops[k] = iops;
+			report(&c, mem, "4k-randread", c.qds[k], iops, g,
+			       mi ? c.mems[0] : "", mi ? host_iops[k] : 0, false,
+			       c.fio_dev ? "kernel" : "", kern_iops[k]);
+		}
+		if (!rc) {
+			double g = 0, ops;
+			int err = 0;
+
+			ops = gdx_run(ctrl, c.nsid, ns.nsze * ns.block_size, buf, (uint32_t)c.bw_bs,
+				      c.bw_qd, c.secs, &g, &err);
+			if (ops < 0) {
+				fprintf(stderr, "gdx bench nvmf-host: %s bandwidth: %s\n", mem,
+					gdx_strerror(err));
+				rc = err;
+			} else {
+				if (!mi)
+					host_gbps = g;
+				report(&c, mem, "bw-randread", c.bw_qd, ops, g,
+				       mi ? c.mems[0] : tcp > 0 ? "tcp_ceiling" : "",
+				       mi ? host_gbps : tcp, true, c.fio_dev ? "kernel" : "",
+				       kern_gbps);
+				if (mi && tcp > 0)
+					report(&c, mem, "bw-vs-tcp", c.bw_qd, ops, g, "tcp_ceiling", tcp,
+					       true, "", 0);
+			}
+		}
+		gdx_nvmf_disconnect(ctrl);
+next:
+		if (buf)
+			kind == 0 ? free(buf) : kind == 1 ? (void)gdx_pinned_free(dev, buf)
+							  : (void)gdx_device_free(dev, buf);
+		if (dev)
+			gdx_device_close(dev);
+		if (rc)
+			return 1;
+	}
+	return 0;
+}

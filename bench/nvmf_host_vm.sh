@@ -1,0 +1,53 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# gdx NVMe/TCP host against the Linux kernel host, same target, same guest, same run:
+# boots the qemu guest (tests/interop/vm.sh, Debian's stock kernel), exports a null_blk
+# namespace through the guest's nvmet-tcp on 127.0.0.1:4420, connects the kernel host,
+# and runs `gdx bench nvmf-host --fio-dev /dev/nvme0n1` inside the guest: fio on the
+# kernel host's block device, then the gdx host on the same target, each line with its
+# ratio to the kernel host, plus the guest's loopback TCP ceiling.  TCG makes both
+# slow; the ratios are what count.
+#
+#   bench/nvmf_host_vm.sh [SECONDS]        (GDX_BUILDDIR picks the build, default build)
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+builddir=${GDX_BUILDDIR:-$top/build}
+secs=${1:-3}
+gdx=$builddir/tools/gdx/gdx
+[ -x "$gdx" ] || { echo "no gdx at $gdx (build first)" >&2; exit 2; }
+share=$(mktemp -d)
+trap 'rm -rf "$share"' EXIT
+mkdir -p "$share/lib"
+cp "$gdx" "$share/gdx"
+# the guest image lacks a few of gdx's libraries; the host's work there (same glibc)
+ldd "$gdx" | awk '/=> \// { print $3 }' | grep -vE '/libc\.so|/ld-linux' | while read -r l; do
+  cp -L "$l" "$share/lib/"
+done
+cat >"$share/guest.sh" <<GUEST
+#!/bin/bash
+set -u
+NQN=nqn.2024-01.io.gdx:bench
+modprobe null_blk nr_devices=1 gb=1 bs=4096 >/dev/null
+modprobe -a nvmet-tcp nvme-tcp
+cd /sys/kernel/config/nvmet
+mkdir subsystems/\$NQN; echo 1 > subsystems/\$NQN/attr_allow_any_host
+mkdir subsystems/\$NQN/namespaces/1
+echo /dev/nullb0 > subsystems/\$NQN/namespaces/1/device_path
+echo 1 > subsystems/\$NQN/namespaces/1/enable
+mkdir ports/1; echo tcp > ports/1/addr_trtype; echo ipv4 > ports/1/addr_adrfam
+echo 127.0.0.1 > ports/1/addr_traddr; echo 4420 > ports/1/addr_trsvcid
+ln -s /sys/kernel/config/nvmet/subsystems/\$NQN ports/1/subsystems/\$NQN
+cd /
+nvme connect -t tcp -a 127.0.0.1 -s 4420 -n \$NQN >/dev/null || exit 1
+for i in \$(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done
+echo "# guest: \$(nproc) vCPUs (TCG), kernel \$(uname -r), kernel host: \$(dmesg | grep -o 'mapped [0-9/]* default/read/poll' | tail -1)"
+LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 /share/gdx bench nvmf-host \
+  -a 127.0.0.1 -s 4420 -n \$NQN --fio-dev /dev/nvme0n1 -t $secs --queues \$(nproc) "\${@}"
+rc=\$?
+nvme disconnect -n \$NQN >/dev/null
+exit \$rc
+GUEST
+chmod +x "$share/guest.sh"
+VM_SHARE=$share VM_CPUS=${VM_CPUS:-2} VM_TIMEOUT=${VM_TIMEOUT:-900} \
+  "$top/tests/interop/vm.sh" run "$share/guest.sh" "${@:2}"
