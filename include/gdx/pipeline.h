@@ -36,7 +36,11 @@ struct gdx_file;	/* <gdx/file.h> */
 #define GDX_PIPELINE_MAX_STAGES 16
 #define GDX_PIPELINE_MAX_SLOTS 64
 
-/* What a stage callback is told about the batch it works on. */
+/*
+ * What a stage callback is told about the batch it works on.  The pointer and
+ * its fields stay as they are until the batch has left the last stage, so
+ * host functions the stage enqueued may keep it.
+ */
 struct gdx_pipeline_job {
 	struct gdx_pipeline *pipe;
 	uint64_t batch;		/* 0, 1, 2, ... in submission order */

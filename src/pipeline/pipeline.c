@@ -36,8 +36,22 @@
 
 #define NSTAGE GDX_PIPELINE_MAX_STAGES
 
-struct job {
+struct job;
+
+/*
+ * What stage k's callbacks see of a job.  One per stage, filled at admission
+ * and never changed while the batch is in flight, so a host function a stage
+ * enqueued may still read it (gdx_pipeline_job_fail) after the CPU has moved
+ * the batch on to later stages.
+ */
+struct job_view {
 	struct gdx_pipeline_job pub;
+	struct job *j;
+};
+
+struct job {
+	struct gdx_pipeline_job pub;	/* the batch; .stage unused */
+	struct job_view view[NSTAGE];
 	struct gdx_event *start[NSTAGE];	/* timing only */
 	struct gdx_event *end[NSTAGE];		/* device stages: work done */
 	uint64_t t0[NSTAGE], t1[NSTAGE];	/* host stages: host clock */
@@ -177,7 +191,7 @@ static void fail_job(struct gdx_pipeline *p, struct job *j, unsigned k, int err,
 
 int gdx_pipeline_job_fail(const struct gdx_pipeline_job *job, int err, const char *fmt, ...)
 {
-	struct job *j = GDX_CONTAINER_OF(job, struct job, pub);
+	struct job *j = GDX_CONTAINER_OF(job, struct job_view, pub)->j;
 	char cause[sizeof(((struct gdx_pipeline_error *)0)->cause)] = "";
 	va_list ap;
 
@@ -225,12 +239,6 @@ static void queue_push(struct stage *st, struct job *j)
 	pthread_mutex_unlock(&st->qlock);
 }
 
-static void set_stage(struct job *j, unsigned k)
-{
-	j->pub.stage = k;
-	j->pub.scratch = j->scratch[k];
-}
-
 /*
  * Starts stage k and the device stages after it, up to the next host stage,
  * which gets the job through its queue.  wait0 is what stage 0 must wait for
@@ -245,7 +253,6 @@ static void advance(struct gdx_pipeline *p, struct job *j, unsigned k, struct gd
 
 		if (k > 0)
 			w = is_dev(p, k - 1) && j->recorded[k - 1] ? j->end[k - 1] : NULL;
-		set_stage(j, k);
 		if (!is_dev(p, k)) {
 			j->wait_ev = w;
 			queue_push(st, j);
@@ -261,7 +268,7 @@ static void advance(struct gdx_pipeline *p, struct job *j, unsigned k, struct gd
 			continue;
 		}
 		j->ran[k] = true;
-		ret = st->d.enqueue(&j->pub, st->stream, st->d.arg);
+		ret = st->d.enqueue(&j->view[k].pub, st->stream, st->d.arg);
 		if (ret) {
 			fail_job(p, j, k, ret, NULL);
 			continue;
@@ -294,8 +301,7 @@ static void run_checks(struct gdx_pipeline *p, struct job *j, unsigned upto)
 		/* A batch after a failed one is discarded, its outcome unjudged. */
 		if (!is_dev(p, k) || !j->recorded[k] || !st->d.check || skipped(p, j))
 			continue;
-		set_stage(j, k);
-		ret = st->d.check(&j->pub, st->d.arg);
+		ret = st->d.check(&j->view[k].pub, st->d.arg);
 		if (ret < 0)
 			fail_job(p, j, k, ret, NULL);
 	}
@@ -338,9 +344,8 @@ static void *host_stage_main(void *arg)
 		st->wait_ns += j->t0[k] - t;
 		pthread_mutex_unlock(&p->lock);
 		if (!skipped(p, j)) {
-			set_stage(j, k);
-			j->ran[k] = true;
-			ret = st->d.run(&j->pub, st->d.arg);
+				j->ran[k] = true;
+			ret = st->d.run(&j->view[k].pub, st->d.arg);
 			j->t1[k] = gdx_now_ns();
 			if (ret < 0)
 				fail_job(p, j, k, ret, NULL);
@@ -691,6 +696,12 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 		.slot_user = p->slot_user[b % p->nslots],
 		.batch_arg = arg,
 	};
+	for (unsigned k = 0; k < p->nstages; k++) {
+		j->view[k].pub = j->pub;
+		j->view[k].pub.stage = k;
+		j->view[k].pub.scratch = j->scratch[k];
+		j->view[k].j = j;
+	}
 	pthread_mutex_lock(&p->lock);
 	p->submitted++;
 	if (t)

@@ -805,6 +805,107 @@ static int noop_read(void *ctx, struct gdx_pipeline_read *rd, struct gdx_stream 
 	return 0;
 }
 
+/* ---- options: a caller's stream, timing off, no warm-up, a failure from a host function ---- */
+
+struct opt_ctx {
+	_Atomic unsigned n;
+	uint64_t fail_batch;
+	struct gdx_pipeline_job const *jobs[64];
+};
+
+static void hf_count(void *arg)
+{
+	struct opt_ctx *o = arg;
+
+	o->n++;
+}
+
+static void hf_fail(void *arg)
+{
+	const struct gdx_pipeline_job *job = arg;
+
+	/* From the device's side, when the work runs: the enqueue had returned 0. */
+	gdx_pipeline_job_fail(job, -EBADMSG, "device-side failure at batch %llu",
+			      (unsigned long long)job->batch);
+}
+
+static int opt_stage(const struct gdx_pipeline_job *job, struct gdx_stream *s, void *arg)
+{
+	struct opt_ctx *o = arg;
+
+	if (job->batch == o->fail_batch)
+		return gdx_stream_launch_host_func(s, hf_fail, (void *)job);
+	return gdx_stream_launch_host_func(s, hf_count, o);
+}
+
+static void options(void **state)
+{
+	struct opt_ctx o = { .fail_batch = UINT64_MAX };
+	struct gdx_pipeline_stage_stats ss = { .struct_size = sizeof(ss) };
+	struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+	struct gdx_pipeline_opts po;
+	struct gdx_pipeline_error e;
+	struct gdx_stage_desc d;
+	struct gdx_pipeline *p;
+	struct gdx_stream *mine;
+
+	(void)state;
+	assert_int_equal(gdx_stream_create(dev, &mine), 0);
+	gdx_pipeline_opts_init(&po, sizeof(po));
+	po.timing = 0;
+	po.warmup = 0;
+	assert_int_equal(gdx_pipeline_create(dev, &po, &p), 0);
+	gdx_stage_desc_init(&d, sizeof(d));
+	d.kind = GDX_STAGE_DEVICE;
+	d.enqueue = opt_stage;
+	d.arg = &o;
+	d.stream = mine;
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), 0);
+	d.stream = NULL;
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), 1);
+	assert_int_equal(gdx_pipeline_run(p, 10), 0);
+	assert_ptr_equal(gdx_pipeline_stage_stream(p, 0), mine);
+	assert_non_null(gdx_pipeline_stage_stream(p, 1));
+	assert_ptr_not_equal(gdx_pipeline_stage_stream(p, 1), mine);
+	assert_int_equal(o.n, 20);
+	/* Timing off: counters only. */
+	assert_int_equal(gdx_pipeline_stage_stats(p, 0, &ss), 0);
+	assert_int_equal(ss.batches, 10);
+	assert_int_equal(ss.timed, 0);
+	assert_int_equal(gdx_pipeline_stats(p, &ps), 0);
+	assert_int_equal(ps.completed, 10);
+	assert_int_equal(ps.step_ns, 0);
+	gdx_pipeline_destroy(p);
+	/* The caller's stream outlives the pipeline. */
+	assert_int_equal(gdx_stream_synchronize(mine), 0);
+
+	/* Timing on, no warm-up: every batch is in the figures. */
+	assert_int_equal(gdx_pipeline_create(dev, NULL, &p), 0);
+	gdx_pipeline_opts_init(&po, sizeof(po));
+	d.stream = mine;
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), 0);
+	assert_int_equal(gdx_pipeline_run(p, 10), 0);
+	assert_int_equal(gdx_pipeline_stage_stats(p, 0, &ss), 0);
+	assert_int_equal(ss.timed, 10 - 1);	/* default warm-up: one batch per stage */
+	gdx_pipeline_destroy(p);
+
+	/* A failure reported by a host function the stage enqueued. */
+	o.fail_batch = 5;
+	assert_int_equal(gdx_pipeline_create(dev, NULL, &p), 0);
+	d.stream = NULL;
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), 0);
+	assert_int_equal(gdx_pipeline_add_stage(p, &d), 1);
+	assert_int_equal(gdx_pipeline_run(p, 40), -EBADMSG);
+	assert_int_equal(gdx_pipeline_error(p, &e), -EBADMSG);
+	assert_int_equal(e.batch, 5);
+	assert_int_equal(e.stage, 0);
+	assert_string_equal(e.cause, "device-side failure at batch 5");
+	assert_int_equal(gdx_pipeline_stage_stats(p, 0, &ss), 0);
+	assert_int_equal(ss.errors, 1);
+	gdx_pipeline_destroy(p);
+	gdx_stream_destroy(mine);
+}
+
 static void bad_input(void **state)
 {
 	struct gdx_pipeline_opts o;
@@ -892,6 +993,7 @@ int main(void)
 		cmocka_unit_test(load_stage),
 		cmocka_unit_test(file_load),
 		cmocka_unit_test(stop_drains),
+		cmocka_unit_test(options),
 		cmocka_unit_test(bad_input),
 	};
 
