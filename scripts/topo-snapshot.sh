@@ -54,7 +54,7 @@ for dev in "$S"/bus/pci/devices/*; do
 	head -c 4096 "$S/$r/config" >"$out/sys/$r/config" 2>/dev/null || rm -f "$out/sys/$r/config"
 	l "$r/driver"
 	if [ -L "$S/$r/driver" ]; then
-		d=$(real "$r/driver") && f "$d/uevent"
+		d=$(real "$r/driver") && mark "$d"
 	fi
 	if [ -L "$S/$r/iommu_group" ]; then
 		l "$r/iommu_group"
@@ -106,7 +106,7 @@ for c in "$S"/class/block/*; do
 	l "$r/device"
 	if [ -L "$S/$r/device" ]; then
 		d=$(real "$r/device") && l "$d/driver"
-		[ -L "$S/$d/driver" ] && dd=$(real "$d/driver") && f "$dd/uevent"
+		[ -L "$S/$d/driver" ] && dd=$(real "$d/driver") && mark "$dd"
 	fi
 	for s in "$S/$r"/slaves/*; do
 		[ -e "$s" ] && l "$r/slaves/${s##*/}"
@@ -143,12 +143,12 @@ grep -m1 p2pdma_pgmap_ops "$P/kallsyms" >"$out/proc/kallsyms" 2>/dev/null ||
 	rm -f "$out/proc/kallsyms"
 
 rel=$(cat "$P/sys/kernel/osrelease" 2>/dev/null || uname -r)
-wanted='/(nvme-tcp|nvme-rdma|nvmet|nvmet-tcp|nvmet-rdma|nvidia-peermem|nvidia-fs|ib_uverbs|nvidia_fs|nvidia_peermem)\.ko'
+# the lines naming these modules themselves, not those that depend on them
+wanted='^[^:]*/(nvme-tcp|nvme-rdma|nvmet|nvmet-tcp|nvmet-rdma|nvidia-peermem|nvidia-fs|ib_uverbs|nvidia_fs|nvidia_peermem)\.ko[.a-z]*(:|$)'
 if [ -d "/lib/modules/$rel" ]; then
 	mkdir -p "$out/lib/modules/$rel"
 	for m in modules.dep modules.builtin; do
-		grep -E "$wanted" "/lib/modules/$rel/$m" >"$out/lib/modules/$rel/$m" 2>/dev/null ||
-			: >"$out/lib/modules/$rel/$m"
+		grep -E "$wanted" "/lib/modules/$rel/$m" | cut -d: -f1 >"$out/lib/modules/$rel/$m"
 	done
 fi
 echo "snapshot of $(uname -n) ($rel) in $out: gdx check --root $out"

@@ -20,7 +20,7 @@ expect_rc() {
   [ "$got" = "$want" ] || fail "gdx check $* exited $got, want $want ($err)"
 }
 
-for m in dgx8 vm1gpu nogpu; do
+for m in dgx8 vm1gpu nogpu debianvm; do
   for fmt in txt json; do
     exp=tests/data/expected/$m.$fmt
     args=(--root "tests/data/sysfs/$m" --no-live)

@@ -242,6 +242,32 @@ static void test_nogpu(void **state)
 	gdx_topo_close(t);
 }
 
+/* A snapshot of Debian's stock kernel in the qemu guest: Soft-RoCE, NVMe/TCP. */
+static void test_debianvm(void **state)
+{
+	struct gdx_topo *t = open_fixture("debianvm");
+	struct gdx_topo_dev d = { .size = sizeof(d) };
+
+	(void)state;
+	assert_int_equal(gdx_topo_get(t, find(t, "rxe0"), &d), 0);
+	assert_int_equal(d.rdma, GDX_TOPO_RDMA_SOFT);
+	assert_string_equal(d.netdev, "eth0");
+	assert_string_equal(d.pci, "0000:00:02.0");
+	assert_string_equal(d.port_state, "ACTIVE");
+	assert_int_equal(gdx_topo_get(t, find(t, "nvme0"), &d), 0);
+	assert_string_equal(d.transport, "tcp");
+	assert_string_equal(d.pci, "");
+	assert_non_null(strstr(d.address, "traddr=127.0.0.1,trsvcid=4420"));
+	assert_int_equal(gdx_topo_get(t, find(t, "vda"), &d), 0);
+	assert_string_equal(d.driver, "virtio_blk");
+	assert_string_equal(dist(t, "rxe0", "vda"), "PHB");
+	/* the namespace head of a fabrics controller: found by name, off PCI */
+	assert_int_equal(gdx_topo_find_devno(t, 259, 1), find(t, "nvme0"));
+	assert_int_equal(gdx_topo_find_devno(t, 254, 0), find(t, "vda"));
+	assert_int_equal(gdx_topo_nth(t, GDX_TOPO_GPU, 0), -ENOENT);
+	gdx_topo_close(t);
+}
+
 static void test_get_sizes(void **state)
 {
 	struct gdx_topo *t = open_fixture("dgx8");
@@ -488,6 +514,7 @@ int main(void)
 		cmocka_unit_test(test_dgx_path_bridges),
 		cmocka_unit_test(test_vm),
 		cmocka_unit_test(test_nogpu),
+		cmocka_unit_test(test_debianvm),
 		cmocka_unit_test(test_get_sizes),
 		cmocka_unit_test(test_missing_root),
 		cmocka_unit_test(test_rules),

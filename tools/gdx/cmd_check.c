@@ -181,8 +181,12 @@ static int path_holder(const struct chk_ctx *x, char *where, size_t len)
 	if (held >= 0) {
 		struct gdx_topo_dev d = dev_at(x->t, held);
 
-		chk_set(where, len, "--path is on %s (%s)", d.name, d.kind == GDX_TOPO_NVME ?
-			"NVMe" : d.driver[0] ? d.driver : "disk");
+		if (d.kind == GDX_TOPO_NVME && !d.pci[0])
+			chk_set(where, len, "--path is on %s (NVMe over %s, remote)", d.name,
+				d.transport);
+		else
+			chk_set(where, len, "--path is on %s (%s)", d.name, d.kind == GDX_TOPO_NVME ?
+				"NVMe" : d.driver[0] ? d.driver : "disk");
 	} else if (x->path_fs[0]) {
 		chk_set(where, len, "--path is on %s, with no local disk below", x->path_fs);
 	}
@@ -220,7 +224,7 @@ static void reco_storage(struct report *rp)
 		return;
 	}
 	nv = gdx_topo_nearest(x->t, g, GDX_TOPO_NVME, &link);
-	if (held >= 0 && dev_at(x->t, held).kind == GDX_TOPO_NVME) {
+	if (held >= 0 && dev_at(x->t, held).kind == GDX_TOPO_NVME && dev_at(x->t, held).pci[0]) {
 		nv = held;
 		link = gdx_topo_distance(x->t, g, held);
 	} else if (where[0] || nv < 0) {
@@ -228,7 +232,7 @@ static void reco_storage(struct report *rp)
 		int disk = held >= 0 ? held : gdx_topo_nearest(x->t, g, GDX_TOPO_DISK, &link);
 
 		if (held >= 0)
-			link = gdx_topo_distance(x->t, g, held);
+			link = GDX_MAX(gdx_topo_distance(x->t, g, held), 0);
 		r->path = "bounce";
 		if (where[0] && held < 0 && !strcmp(x->path_fs, "tmpfs")) {
 			r->path = "pagecache";
