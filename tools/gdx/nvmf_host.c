@@ -411,6 +411,7 @@ static int dump(const char *path, const uint8_t *buf, size_t n)
 static int rw(int argc, char **argv, bool write)
 {
 	struct gdx_nvmf_io io = { .op = write ? GDX_NVMF_OP_WRITE : GDX_NVMF_OP_READ };
+	struct gdx_nvmf_ctrl_info in;
 	struct gdx_nvmf_ctrl *c;
 	struct membuf m;
 	struct hopts h;
@@ -452,6 +453,7 @@ static int rw(int argc, char **argv, bool write)
 	t0 = gdx_now_ns();
 	rc = gdx_nvmf_submit(c, &io, 1);
 	t1 = gdx_now_ns();
+	gdx_nvmf_ctrl_info(c, &in);
 	gdx_nvmf_disconnect(c);
 	if (rc) {
 		if (io.nvme_status)
@@ -475,8 +477,9 @@ static int rw(int argc, char **argv, bool write)
 	if (h.json)
 		printf("{\"op\": \"%s\", \"nsid\": %u, \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64
 		       ", \"mem\": \"%s\", \"path\": \"%s\", \"seconds\": %.6f, \"gbps\": %.3f, "
-		       "\"crc32c\": \"%08x\"}\n", argv[0], h.nsid, h.offset, h.length, h.mem, io.path,
-		       s, (double)h.length / s / 1e9, gdx_crc32c(mem_hostview(&m), h.length));
+		       "\"crc32c\": \"%08x\", \"reconnects\": %u}\n", argv[0], h.nsid, h.offset,
+		       h.length, h.mem, io.path, s, (double)h.length / s / 1e9,
+		       gdx_crc32c(mem_hostview(&m), h.length), in.reconnects);
 	else if (!h.file || strcmp(h.file, "-"))
 		printf("%s %" PRIu64 " bytes at %" PRIu64 " of nsid %u "
 		       "(%s memory, path %s) in %.3f ms: %.3f GB/s, crc32c %08x\n", argv[0],
