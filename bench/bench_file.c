@@ -216,7 +216,9 @@ static int run_gdx(struct thr *t, uint64_t n_io)
 	ret = gdx_device_malloc(c->dev, c->io * c->depth, &d);
 	if (ret)
 		return ret;
-	if (c->depth > 1)
+	/* Registered once, as an application doing repeated I/O would. */
+	ret = gdx_file_buf_register(c->drv, d, c->io * c->depth);
+	if (!ret && c->depth > 1)
 		ret = gdx_file_batch_create(c->drv, c->depth, &b);
 	pthread_barrier_wait(t->bar);
 	if (!b) {
@@ -261,6 +263,7 @@ static int run_gdx(struct thr *t, uint64_t n_io)
 		}
 	}
 	gdx_file_batch_destroy(b);
+	gdx_file_buf_deregister(c->drv, d);
 	gdx_device_free(c->dev, d);
 	return ret;
 }

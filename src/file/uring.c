@@ -54,6 +54,7 @@ struct ur_drv {
 	struct ur_ctx *idle[POOL_COUNT];
 	struct ur_ctx *all;
 	unsigned nctx[POOL_COUNT];
+	unsigned max_ctx;
 	struct gdx_tpool *split;	/* runs the parts of large I/Os beside the caller */
 };
 
@@ -64,6 +65,9 @@ struct ur_file {
 	_Atomic bool direct_ok;
 	bool memfs;
 	char dio_why[96];
+	/* Knobs as they were when the handle opened: read once, not per I/O. */
+	size_t pc_min, pc_chunk, split_min;
+	unsigned pc_depth, threads;
 };
 
 enum slot_state { S_FREE, S_KIO, S_COPY };
@@ -236,7 +240,7 @@ fail:
 
 static int ctx_get(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 {
-	unsigned max = (unsigned)gdx_cfg_int("file.contexts");
+	unsigned max = ud->max_ctx;
 	struct ur_ctx *c;
 	int ret;
 
@@ -361,6 +365,7 @@ static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t w
 		return -ENOMEM;
 	ud->drv = drv;
 	ud->dev = gdx_file_driver_device(drv);
+	ud->max_ctx = (unsigned)gdx_cfg_int("file.contexts");
 	pthread_mutex_init(&ud->lock, NULL);
 	pthread_cond_init(&ud->cond, NULL);
 	if ((unsigned)gdx_cfg_int("file.threads") > 1) {
@@ -406,6 +411,11 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 		return -ENOMEM;
 	uf->fd = gdx_file_fd(f);
 	uf->fd_direct = -1;
+	uf->pc_min = gdx_cfg_size("file.pagecache_min");
+	uf->pc_chunk = GDX_ALIGN_UP(gdx_cfg_size("file.pagecache_chunk"), (size_t)PG);
+	uf->pc_depth = (unsigned)gdx_cfg_int("file.pagecache_depth");
+	uf->split_min = gdx_cfg_size("file.split_min");
+	uf->threads = (unsigned)gdx_cfg_int("file.threads");
 	uf->memfs = gdx_file_fd_is_memfs(uf->fd);
 	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)uf->fd << 48);
 	fl = fcntl(uf->fd, F_GETFL);
@@ -799,15 +809,15 @@ static void req_setup(struct ur_ctx *c, struct ur_req *r, struct gdx_file_io *io
 		snprintf(r->pc_why, sizeof(r->pc_why), "page-cache path turned off");
 		return;
 	}
-	if (io->size < gdx_cfg_size("file.pagecache_min")) {
+	if (io->size < r->uf->pc_min) {
 		snprintf(r->pc_why, sizeof(r->pc_why), "read below file.pagecache_min");
 		return;
 	}
 	if (fstat(r->uf->fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= io->off)
 		return;
 	r->fsize = st.st_size;
-	r->pc_chunk = GDX_ALIGN_UP(gdx_cfg_size("file.pagecache_chunk"), (size_t)PG);
-	r->pc_depth = (unsigned)gdx_cfg_int("file.pagecache_depth");
+	r->pc_chunk = r->uf->pc_chunk;
+	r->pc_depth = r->uf->pc_depth;
 	r->map_off = GDX_ALIGN_DOWN(io->off, (off_t)PG);
 	r->map_len = GDX_ALIGN_UP((size_t)(GDX_MIN(r->end, r->fsize) - r->map_off), (size_t)PG);
 	r->vec = malloc(r->pc_chunk / PG + 1);
@@ -1105,11 +1115,11 @@ static ssize_t run_split(struct ur_drv *ud, struct gdx_file_io *io, unsigned n)
 static ssize_t ur_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io)
 {
 	struct ur_drv *ud = priv;
-	size_t split_min = gdx_cfg_size("file.split_min");
-	unsigned n = (unsigned)gdx_cfg_int("file.threads");
+	struct ur_file *uf = fpriv;
+	size_t split_min = uf->split_min;
+	unsigned n = uf->threads;
 
 	(void)f;
-	(void)fpriv;
 	if (io->strict && io->attrs.kind == GDX_MEM_DEVICE)
 		return strict_refuse(io);
 	if (ud->split && n > 1 && io->size >= split_min) {
