@@ -247,6 +247,83 @@ static void callback_depth(void **state)
 	free(buf);
 }
 
+struct dstate {
+	struct gdx_nvmf_ctrl *c;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	unsigned next, total, outstanding;
+	int errors;
+	char *dbase;
+};
+
+/* Each completion moves its io to the next 16 KiB piece until all are read. */
+static void dcb(struct gdx_nvmf_io *io, void *arg)
+{
+	struct dstate *st = arg;
+	unsigned k;
+
+	pthread_mutex_lock(&st->m);
+	st->errors += io->result != 0;
+	k = st->next < st->total ? st->next++ : UINT32_MAX;
+	if (k == UINT32_MAX && !--st->outstanding)
+		pthread_cond_signal(&st->cv);
+	pthread_mutex_unlock(&st->m);
+	if (k == UINT32_MAX)
+		return;
+	io->offset = (uint64_t)k * 16384;
+	io->buf = st->dbase + io->offset;
+	if (gdx_nvmf_submit_cb(st->c, io, dcb, st))
+		abort();
+}
+
+/* Many device reads in flight: completions are held until their copies land. */
+static void device_depth(void **state)
+{
+	const size_t n = 4 << 20;
+	struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+			     .total = (unsigned)(n / 16384) };
+	struct gdx_nvmf_host_opts o;
+	struct gdx_nvmf_io io[32];
+	struct gdx_device *dev;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_open("emulated", &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	assert_int_equal(gdx_memset(dev, d, 0, n), 0);
+	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	o.nr_io_queues = 2;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
+	t_fill(a, n, 77);
+	assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
+	st.dbase = d;
+	st.outstanding = 32;
+	st.next = 32;
+	for (unsigned i = 0; i < 32; i++) {
+		io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
+					      .offset = (uint64_t)i * 16384, .len = 16384,
+					      .buf = (char *)d + i * 16384 };
+		assert_int_equal(gdx_nvmf_submit_cb(st.c, &io[i], dcb, &st), 0);
+	}
+	pthread_mutex_lock(&st.m);
+	while (st.outstanding)
+		pthread_cond_wait(&st.cv, &st.m);
+	pthread_mutex_unlock(&st.m);
+	assert_int_equal(st.errors, 0);
+	assert_string_equal(io[0].path, "bounce");
+	assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
+	assert_memory_equal(a, b, n);
+	gdx_nvmf_disconnect(st.c);
+	gdx_config_set("nvmf.host.bounce_chunk", "256k");
+	gdx_device_free(dev, d);
+	gdx_device_close(dev);
+	free(a);
+	free(b);
+}
+
 struct reader {
 	struct gdx_nvmf_ctrl *c;
 	const uint8_t *want;
@@ -324,6 +401,7 @@ int main(void)
 		cmocka_unit_test(io_sizes),
 		cmocka_unit_test(device_memory),
 		cmocka_unit_test(callback_depth),
+		cmocka_unit_test(device_depth),
 		cmocka_unit_test(target_restart),
 	};
 

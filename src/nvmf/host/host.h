@@ -48,6 +48,11 @@ struct nh_req {
 	uint16_t cid;
 	bool cancelled;			/* user abort */
 	bool timed_out;
+	/* device reads: the ring chunk use that carried the last data, and the result
+	 * held back until the H2D copies up to that use have landed */
+	uint64_t last_seq;
+	unsigned last_chunk;
+	int held_result;
 };
 
 struct nh_slot {
@@ -90,7 +95,11 @@ struct nh_queue {
 	unsigned nchunks;
 	unsigned next_chunk;
 	struct gdx_event **ev;
-	bool *ev_used;
+	uint64_t *chunk_seq;		/* use number of each chunk's last copy; 0: unused */
+	uint64_t seq;			/* chunk uses so far */
+	uint64_t done_seq;		/* copies up to this use have landed */
+	struct nh_req *held;		/* device reads received, copies maybe still running */
+	struct nh_req **held_tail;
 
 	struct gdx_counter cnt[6];	/* cmds, bytes_in, bytes_out, errors, retries, timeouts */
 };

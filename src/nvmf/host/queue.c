@@ -180,6 +180,7 @@ int nh_queue_init_mem(struct nh_queue *q, unsigned depth)
 	for (unsigned i = 0; i < depth; i++)
 		q->free_idx[i] = (uint16_t)(depth - 1 - i);
 	q->nfree = depth;
+	q->held_tail = &q->held;
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(q->cnt); i++)
 		q->cnt[i].name = cnt_names[i];
 	return 0;
@@ -197,9 +198,9 @@ static void free_dev(struct nh_queue *q)
 	if (q->ring)
 		gdx_pinned_free(q->dev, q->ring);
 	free(q->ev);
-	free(q->ev_used);
+	free(q->chunk_seq);
 	q->ev = NULL;
-	q->ev_used = NULL;
+	q->chunk_seq = NULL;
 	q->stream = NULL;
 	q->ring = NULL;
 	q->dev = NULL;
@@ -229,8 +230,8 @@ static int init_dev(struct nh_queue *q, struct gdx_device *dev)
 	q->chunk = chunk;
 	q->nchunks = n;
 	q->ev = calloc(n, sizeof(*q->ev));
-	q->ev_used = calloc(n, sizeof(*q->ev_used));
-	if (!q->ev || !q->ev_used) {
+	q->chunk_seq = calloc(n, sizeof(*q->chunk_seq));
+	if (!q->ev || !q->chunk_seq) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -452,6 +453,7 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	s->deadline = gdx_now_ns() + r->timeout_ns;
 	r->q = q;
 	r->cid = s->cid;
+	r->last_seq = 0;	/* ring uses of an earlier attempt on another queue mean nothing here */
 	q->inflight++;
 	pthread_mutex_unlock(&q->lock);
 
@@ -515,6 +517,45 @@ static struct nh_slot *find_slot(struct nh_queue *q, uint16_t cid)
 	return s;
 }
 
+/* Completes the device reads whose H2D copies have all landed, oldest first. */
+static void release_held(struct nh_queue *q)
+{
+	while (q->held && q->held->last_seq <= q->done_seq) {
+		struct nh_req *r = q->held;
+
+		q->held = r->next;
+		if (!q->held)
+			q->held_tail = &q->held;
+		nh_req_complete(r, r->held_result);
+	}
+}
+
+/* Learns without blocking how far the copies got; blocks too when wait. */
+static int poll_copies(struct nh_queue *q, bool wait)
+{
+	struct nh_req *r = q->held;
+	int rc = 0;
+
+	if (!r)
+		return 0;
+	if (wait) {
+		rc = gdx_stream_synchronize(q->stream);
+		if (!rc)
+			q->done_seq = q->seq;
+	} else if (q->chunk_seq[r->last_chunk] == r->last_seq &&
+		   !gdx_event_query(q->ev[r->last_chunk])) {
+		q->done_seq = GDX_MAX(q->done_seq, r->last_seq);
+	}
+	release_held(q);
+	return rc;
+}
+
+/*
+ * Frees the slot and reports the command.  A device read whose last copies may
+ * still run is held back (the slot is free: no more bytes come from the
+ * socket for it) and reported once they landed, so the receiver goes on with
+ * the next PDU while the copies run.
+ */
 static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 {
 	struct nh_req *r;
@@ -529,6 +570,13 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 	if (result)
 		gdx_counter_add(&q->cnt[NH_CNT_ERR], 1);
 	r->q = NULL;
+	if (r->mem == NH_MEM_DEVICE && !r->write && r->last_seq > q->done_seq) {
+		r->held_result = result;
+		r->next = NULL;
+		*q->held_tail = r;
+		q->held_tail = &r->next;
+		return;
+	}
 	nh_req_complete(r, result);
 }
 
@@ -547,8 +595,12 @@ static int skip_bytes(struct nh_queue *q, size_t n)
 	return 0;
 }
 
-/* Receives n bytes of a read into device memory through the pinned ring. */
-static int recv_device(struct nh_queue *q, char *dst, size_t n, uint32_t *crc)
+/*
+ * Receives n bytes of a read into device memory through the pinned ring: each
+ * chunk's H2D copy runs while the next chunk is received; a chunk is reused
+ * once its previous copy landed.
+ */
+static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n, uint32_t *crc)
 {
 	while (n) {
 		unsigned i = q->next_chunk;
@@ -557,10 +609,11 @@ static int recv_device(struct nh_queue *q, char *dst, size_t n, uint32_t *crc)
 		int rc;
 
 		q->next_chunk = (i + 1) % q->nchunks;
-		if (q->ev_used[i]) {
+		if (q->chunk_seq[i] > q->done_seq) {
 			rc = gdx_event_synchronize(q->ev[i]);
 			if (rc)
 				return rc;
+			q->done_seq = q->chunk_seq[i];
 		}
 		rc = recv_full(q->fd, chunk, piece);
 		if (rc)
@@ -572,19 +625,14 @@ static int recv_device(struct nh_queue *q, char *dst, size_t n, uint32_t *crc)
 			rc = gdx_event_record(q->ev[i], q->stream);
 		if (rc)
 			return rc;
-		q->ev_used[i] = true;
+		q->chunk_seq[i] = ++q->seq;
+		r->last_seq = q->seq;
+		r->last_chunk = i;
 		dst += piece;
 		n -= piece;
 	}
+	release_held(q);
 	return 0;
-}
-
-/* Waits for the H2D copies of this queue before a device read is reported done. */
-static int finish_device(struct nh_queue *q, struct nh_req *r)
-{
-	if (r->mem != NH_MEM_DEVICE || r->write)
-		return 0;
-	return gdx_stream_synchronize(q->stream);
 }
 
 /*
@@ -622,7 +670,7 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 	if (rc)
 		return rc;
 	if (r->mem == NH_MEM_DEVICE) {
-		rc = recv_device(q, (char *)r->buf + d->datao, d->datal, &crc);
+		rc = recv_device(q, r, (char *)r->buf + d->datao, d->datal, &crc);
 		if (!rc && info->has_ddgst)
 			rc = recv_full(q->fd, &dd, sizeof(dd));
 	} else {
@@ -651,10 +699,9 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 				r->len);
 			return proto_err(e, GDX_TCP_FES_PDU_SEQ, 0, "SUCCESS before all data");
 		}
-		rc = finish_device(q, r);
 		r->status = s->ddgst_err ? GDX_NVME_SC_DATA_XFER_ERROR : 0;
 		r->dw01 = 0;
-		complete_slot(q, s, rc ? rc : nh_status_to_err(r->status));
+		complete_slot(q, s, nh_status_to_err(r->status));
 	}
 	return 0;
 }
@@ -665,7 +712,6 @@ static int handle_rsp(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct g
 	struct nh_slot *s = find_slot(q, cqe->cid);
 	uint16_t st = (uint16_t)(cqe->status >> 1);
 	struct nh_req *r;
-	int rc;
 
 	if (!s) {
 		GDX_ERR(SUB, "queue %u: response for unknown command id %#x", q->qid, cqe->cid);
@@ -679,12 +725,11 @@ static int handle_rsp(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct g
 			s->cid, s->xfered, r->len);
 		return proto_err(e, GDX_TCP_FES_PDU_SEQ, 0, "success before all data");
 	}
-	rc = finish_device(q, r);
 	if (!(st & 0x7ff) && s->ddgst_err)
 		st = GDX_NVME_SC_DATA_XFER_ERROR;
 	r->status = st;
 	r->dw01 = cqe->result;
-	complete_slot(q, s, rc ? rc : nh_status_to_err(st));
+	complete_slot(q, s, nh_status_to_err(st));
 	return 0;
 }
 
@@ -735,6 +780,14 @@ int nh_queue_rx_loop(struct nh_queue *q)
 	int rc, one = 1;
 
 	for (;;) {
+		/* device reads held back: finish them now if the socket has nothing for us */
+		if (q->held) {
+			struct pollfd p = { .fd = q->fd, .events = POLLIN };
+
+			rc = poll_copies(q, poll(&p, 1, 0) == 0);
+			if (rc)
+				return rc;
+		}
 		/*
 		 * Every controller PDU after ICResp has a 24-byte header, so one
 		 * receive takes it whole (with its digest); a shorter PDU is
@@ -826,6 +879,15 @@ void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn)
 	if (q->rx_started)
 		pthread_join(q->rx, NULL);
 	q->rx_started = false;
+	/* their data arrived in full: once the copies landed they are done */
+	if (q->held && poll_copies(q, true))
+		while (q->held) {
+			struct nh_req *r = q->held;
+
+			q->held = r->next;
+			nh_req_complete(r, GDX_EDRIVER);
+		}
+	q->held_tail = &q->held;
 	err = q->err ? q->err : GDX_EDISCONNECTED;
 	for (unsigned i = 0; i < q->depth; i++) {
 		struct nh_req *r = q->slots[i].req;
