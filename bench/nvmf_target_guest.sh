@@ -1,32 +1,19 @@
 #!/bin/bash
 # Guest side of bench/nvmf_target_vm.sh: the kernel host reads from the kernel's
 # nvmet-tcp target and from the gdx target, both serving a null namespace over
-# the guest's loopback, with the same fio jobs; prints one line per job.
-# Arguments: RUNTIME (seconds per job) REACTORS POLL_US (for the gdx target).
+# the guest's loopback and both connected at once.  Each fio job runs ROUNDS
+# times against each target, alternating, so that load changes on the machine
+# hit both alike; every run prints one RESULT line.
+# Arguments: RUNTIME (seconds per run) REACTORS POLL_US (gdx target) ROUNDS
 set -uo pipefail
-RUNTIME=${1:-8} REACTORS=${2:-1} POLL_US=${3:-0} SIZE=1G
+RUNTIME=${1:-4} REACTORS=${2:-1} POLL_US=${3:-0} ROUNDS=${4:-3} SIZE=1G
 export LD_LIBRARY_PATH=/share/lib
-modprobe -a nvme-tcp nvmet-tcp null_blk nr_devices=1 gb=1
+modprobe -a nvme-tcp nvmet-tcp
+modprobe null_blk nr_devices=1 gb=1
 C=/sys/kernel/config/nvmet
 NQN_K=nqn.2024-01.io.gdx:bench-nvmet NQN_G=nqn.2024-01.io.gdx:bench-gdx
 
-wait_dev() { local i; for i in $(seq 300); do [ -b "$1" ] && return 0; sleep 0.1; done; return 1; }
-# run LABEL DEV: 4k random reads at depth 1/32/128, 128k sequential reads
-jobs() {
-  local label=$1 dev=$2 qd out
-  for qd in 1 32 128; do
-    out=$(fio --name=r --filename="$dev" --direct=1 --ioengine=libaio --rw=randread --bs=4k \
-      --iodepth=$qd --runtime=$RUNTIME --time_based --size=$SIZE --output-format=terse \
-      --terse-version=3 2>/dev/null)
-    echo "RESULT $label iops_qd$qd $(echo "$out" | awk -F';' '{print $8}')"
-  done
-  out=$(fio --name=b --filename="$dev" --direct=1 --ioengine=libaio --rw=read --bs=128k \
-    --iodepth=32 --runtime=$RUNTIME --time_based --size=$SIZE --output-format=terse \
-    --terse-version=3 2>/dev/null)
-  echo "RESULT $label bw_128k_kib $(echo "$out" | awk -F';' '{print $7}')"
-}
-
-# kernel nvmet-tcp on null_blk
+# kernel nvmet-tcp on null_blk, port 4420
 mkdir $C/subsystems/$NQN_K
 echo 1 > $C/subsystems/$NQN_K/attr_allow_any_host
 mkdir $C/subsystems/$NQN_K/namespaces/1
@@ -36,19 +23,45 @@ mkdir $C/ports/1
 echo tcp > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
 echo 127.0.0.1 > $C/ports/1/addr_traddr; echo 4420 > $C/ports/1/addr_trsvcid
 ln -s $C/subsystems/$NQN_K $C/ports/1/subsystems/$NQN_K
-nvme connect -t tcp -a 127.0.0.1 -s 4420 -n $NQN_K || exit 1
-wait_dev /dev/nvme0n1 || exit 1
-jobs nvmet /dev/nvme0n1
-nvme disconnect -n $NQN_K >/dev/null
-
-# the gdx target, null namespace of the same size
+# the gdx target, null namespace of the same size, port 4421
 /share/gdx nvmf target -l 127.0.0.1:4421 -n $NQN_G -N null:$SIZE -r "$REACTORS" \
-  --poll-us "$POLL_US" \
-  >/tmp/gdx.log 2>&1 & T=$!
+  --poll-us "$POLL_US" >/tmp/gdx.log 2>&1 & T=$!
 for i in $(seq 100); do grep -q ready /tmp/gdx.log && break; sleep 0.1; done
-nvme connect -t tcp -a 127.0.0.1 -s 4421 -n $NQN_G || { cat /tmp/gdx.log; exit 1; }
-for i in $(seq 300); do [ -b /dev/nvme0n1 ] || [ -b /dev/nvme1n1 ] && break; sleep 0.1; done
-dev=$(ls /dev/nvme*n1 | head -1)
-jobs gdx "$dev"
+
+nvme connect -t tcp -a 127.0.0.1 -s 4420 -n $NQN_K >/dev/null || exit 1
+nvme connect -t tcp -a 127.0.0.1 -s 4421 -n $NQN_G >/dev/null || { cat /tmp/gdx.log; exit 1; }
+dev_of() {
+  local c
+  for i in $(seq 300); do
+    for c in /sys/class/nvme/nvme*; do
+      if [ "$(cat $c/subsysnqn 2>/dev/null)" = "$1" ] && [ -b /dev/$(basename $c)n1 ]; then
+        echo /dev/$(basename $c)n1; return 0
+      fi
+    done
+    sleep 0.1
+  done
+  return 1
+}
+DEV_K=$(dev_of $NQN_K) || exit 1
+DEV_G=$(dev_of $NQN_G) || exit 1
+echo "nvmet: $DEV_K  gdx: $DEV_G  (${VM_CPUS:-?} vCPUs: $(nproc); reactors $REACTORS)"
+
+# run LABEL DEV KEY fio-args...: one run, one RESULT line (IOPS, or KiB/s for bw)
+run() {
+  local label=$1 dev=$2 key=$3 field; shift 3
+  case $key in bw*) field=7 ;; *) field=8 ;; esac
+  echo "RESULT $label $key $(fio --name=j --filename="$dev" --direct=1 --ioengine=libaio \
+    --runtime=$RUNTIME --time_based --size=$SIZE --output-format=terse --terse-version=3 \
+    "$@" 2>/dev/null | awk -F';' -v f=$field '{print $f}')"
+}
+for r in $(seq "$ROUNDS"); do
+  for qd in 1 32 128; do
+    run nvmet $DEV_K iops_qd$qd --rw=randread --bs=4k --iodepth=$qd
+    run gdx $DEV_G iops_qd$qd --rw=randread --bs=4k --iodepth=$qd
+  done
+  run nvmet $DEV_K bw_128k_kib --rw=read --bs=128k --iodepth=32
+  run gdx $DEV_G bw_128k_kib --rw=read --bs=128k --iodepth=32
+done
+nvme disconnect -n $NQN_K >/dev/null
 nvme disconnect -n $NQN_G >/dev/null
 kill $T; wait $T

@@ -4,9 +4,10 @@
 # each serving a null namespace over the guest's loopback: 4 KiB random-read
 # IOPS at depth 1, 32 and 128 and 128 KiB read bandwidth, with gdx/nvmet
 # ratios.  TCG makes both slow; the ratio is the result.  Goal: IOPS >= 1.5x,
-# bandwidth >= 1.0x.
-#   bench/nvmf_target_vm.sh [BUILD_DIR]    (env: RUNTIME seconds per job; REACTORS and
-#       POLL_US for the gdx target; VM_CPUS, VM_CACHE as for tests/interop)
+# bandwidth >= 1.0x.  Each job runs ROUNDS times per target, alternating; the
+# median of each side is reported.
+#   bench/nvmf_target_vm.sh [BUILD_DIR]    (env: RUNTIME seconds per run, ROUNDS;
+#       REACTORS and POLL_US for the gdx target; VM_CPUS, VM_CACHE as for tests/interop)
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$top/build}
@@ -21,20 +22,25 @@ ldd "$gdx" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|l
   xargs -r cp -t "$share/lib/"
 "$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
 VM_SHARE=$share VM_CPUS=${VM_CPUS:-2} VM_TIMEOUT=${VM_TIMEOUT:-600} \
-  "$top/tests/interop/vm.sh" run "$share/nvmf_target_guest.sh" "${RUNTIME:-8}" \
-  "${REACTORS:-1}" "${POLL_US:-0}" |
-  tee "$share/out.log" | grep -E 'RESULT|rror|vm.sh\]'
+  "$top/tests/interop/vm.sh" run "$share/nvmf_target_guest.sh" "${RUNTIME:-4}" \
+  "${REACTORS:-2}" "${POLL_US:-0}" "${ROUNDS:-3}" |
+  tee "$share/out.log" | grep -E 'nvmet:|rror|vm.sh\]'
 python3 - "$share/out.log" <<'PY'
-import sys
-r = {}
+import statistics, sys
+runs = {}
 for line in open(sys.argv[1]):
     p = line.split()
     if len(p) == 4 and p[0] == "RESULT":
-        r[(p[1], p[2])] = float(p[3] or 0)
+        runs.setdefault((p[1], p[2]), []).append(float(p[3] or 0))
+r = {k: statistics.median(v) for k, v in runs.items()}
+print("runs (nvmet | gdx):")
+for key in ("iops_qd1", "iops_qd32", "iops_qd128", "bw_128k_kib"):
+    print("  %-12s %s | %s" % (key, " ".join("%.0f" % x for x in runs.get(("nvmet", key), [])),
+                             " ".join("%.0f" % x for x in runs.get(("gdx", key), []))))
 rows = [("iops_qd1", "4k randread QD1 IOPS", 1.5), ("iops_qd32", "4k randread QD32 IOPS", 1.5),
         ("iops_qd128", "4k randread QD128 IOPS", 1.5), ("bw_128k_kib", "128k read KiB/s", 1.0)]
 ok = True
-print("%-24s %12s %12s %7s  %s" % ("job", "nvmet-tcp", "gdx", "ratio", "goal"))
+print("%-24s %12s %12s %7s  %s" % ("job (median)", "nvmet-tcp", "gdx", "ratio", "goal"))
 for key, name, goal in rows:
     k, g = r.get(("nvmet", key)), r.get(("gdx", key))
     if not k or g is None:
