@@ -203,6 +203,8 @@ struct cbstate {
 };
 
 /* Resubmits from the completion callback to keep 32 reads in flight. */
+static void callback_depth_on(struct gdx_nvmf_ctrl *c);
+
 static void cb(struct gdx_nvmf_io *io, void *arg)
 {
 	struct cbstate *st = arg;
@@ -219,14 +221,24 @@ static void cb(struct gdx_nvmf_io *io, void *arg)
 		abort();
 }
 
+/*
+ * 32 reads kept in flight from callbacks: on two queues of 31, then on one queue
+ * of 7, where the receiver's resubmissions find the queue full and must queue.
+ */
 static void callback_depth(void **state)
 {
-	struct cbstate st = { .c = conn(2, 32, 0), .m = PTHREAD_MUTEX_INITIALIZER,
+	for (int round = 0; round < 2; round++)
+		callback_depth_on(round ? conn(1, 8, 0) : conn(2, 32, 0));
+	(void)state;
+}
+
+static void callback_depth_on(struct gdx_nvmf_ctrl *c)
+{
+	struct cbstate st = { .c = c, .m = PTHREAD_MUTEX_INITIALIZER,
 			      .cv = PTHREAD_COND_INITIALIZER, .target = 2000, .seed = 5 };
 	struct gdx_nvmf_io io[32];
 	uint8_t *buf = malloc(32 * 4096);
 
-	(void)state;
 	st.outstanding = 32;
 	for (int i = 0; i < 32; i++) {
 		io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,

@@ -83,6 +83,13 @@ struct nh_queue {
 	enum nh_qstate state;
 	int err;			/* why it died */
 	unsigned inflight;
+	/*
+	 * Commands a receiver thread submitted while this queue was full (from a
+	 * completion callback): a receiver must never wait for a slot, since it
+	 * may be the one that frees them.  Sent as slots free up.
+	 */
+	struct nh_req *backlog;
+	struct nh_req **backlog_tail;
 
 	pthread_t rx;
 	bool rx_started;

@@ -30,6 +30,9 @@
 #define CID_IDX_MASK ((1u << CID_IDX_BITS) - 1)
 #define NH_MAX_DEPTH (1u << CID_IDX_BITS)
 
+/* Set on receiver threads: they queue instead of waiting for a free slot. */
+static __thread bool in_rx;
+
 static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "errors",
 					 "retries", "timeouts" };
 
@@ -181,6 +184,7 @@ int nh_queue_init_mem(struct nh_queue *q, unsigned depth)
 		q->free_idx[i] = (uint16_t)(depth - 1 - i);
 	q->nfree = depth;
 	q->held_tail = &q->held;
+	q->backlog_tail = &q->backlog;
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(q->cnt); i++)
 		q->cnt[i].name = cnt_names[i];
 	return 0;
@@ -424,6 +428,13 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 			pthread_mutex_unlock(&q->lock);
 			return -EAGAIN;
 		}
+		if (in_rx) {
+			r->next = NULL;
+			*q->backlog_tail = r;
+			q->backlog_tail = &r->next;
+			pthread_mutex_unlock(&q->lock);
+			return 0;
+		}
 		pthread_cond_wait(&q->slot_cv, &q->lock);
 	}
 	if (q->state != NH_Q_LIVE) {
@@ -550,6 +561,35 @@ static int poll_copies(struct nh_queue *q, bool wait)
 	return rc;
 }
 
+/* Sends what receivers queued while this queue was full, as far as slots allow. */
+static void drain_backlog(struct nh_queue *q)
+{
+	for (;;) {
+		struct nh_req *r = NULL;
+
+		pthread_mutex_lock(&q->lock);
+		if (q->state == NH_Q_LIVE && q->nfree && q->backlog) {
+			r = q->backlog;
+			q->backlog = r->next;
+			if (!q->backlog)
+				q->backlog_tail = &q->backlog;
+		}
+		pthread_mutex_unlock(&q->lock);
+		if (!r)
+			return;
+		if (!nh_queue_submit(q, r, false))
+			continue;
+		/* the slot went to another submitter, or the queue died: back to the front */
+		pthread_mutex_lock(&q->lock);
+		r->next = q->backlog;
+		q->backlog = r;
+		if (!r->next)
+			q->backlog_tail = &r->next;
+		pthread_mutex_unlock(&q->lock);
+		return;
+	}
+}
+
 /*
  * Frees the slot and reports the command.  A device read whose last copies may
  * still run is held back (the slot is free: no more bytes come from the
@@ -575,9 +615,11 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 		r->next = NULL;
 		*q->held_tail = r;
 		q->held_tail = &r->next;
-		return;
+	} else {
+		nh_req_complete(r, result);
 	}
-	nh_req_complete(r, result);
+	if (q->backlog)
+		drain_backlog(q);
 }
 
 static int skip_bytes(struct nh_queue *q, size_t n)
@@ -846,7 +888,10 @@ fatal:
 static void *rx_main(void *arg)
 {
 	struct nh_queue *q = arg;
-	int rc = nh_queue_rx_loop(q);
+	int rc;
+
+	in_rx = true;
+	rc = nh_queue_rx_loop(q);
 
 	pthread_mutex_lock(&q->lock);
 	if (q->state == NH_Q_LIVE) {
@@ -889,6 +934,13 @@ void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn)
 		}
 	q->held_tail = &q->held;
 	err = q->err ? q->err : GDX_EDISCONNECTED;
+	while (q->backlog) {
+		struct nh_req *r = q->backlog;
+
+		q->backlog = r->next;
+		fn(q->ctrl, r, err);
+	}
+	q->backlog_tail = &q->backlog;
 	for (unsigned i = 0; i < q->depth; i++) {
 		struct nh_req *r = q->slots[i].req;
 
