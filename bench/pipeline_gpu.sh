@@ -13,7 +13,8 @@
 # the cuda device, then train_step_cuda: the seed's 50/100/30 us shape, equal
 # stages, and the largest stage swept from 50 us to 50 ms (load = T/2,
 # compute = T, send = 0.3 T), each with a serial run (one slot) beside it;
-# and two rows without the host send stage (--send none: device-only).
+# two rows without the host send stage (--send none: device-only), and the
+# seed's shape sending through gdx's transport from GPU memory (no d2h stage).
 # Every row is checked end to end (the loopback peer recomputes results from
 # the data set).  Ends with a table: stage means, serial step (sum of stages,
 # and measured), pipelined step, efficiency = step / max(stage) (goal <= 1.05).
@@ -112,6 +113,8 @@ run equal-100 100 100 100 5 2000 32
 # No host stage: the pipeline ends on the device, slots come back by event waits.
 run devonly-50 25 50 0 3 2000 0 "--send none"
 run devonly-100 50 100 0 3 2000 0 "--send none"
+# The seed's shape with the results sent by gdx's transport straight from GPU memory.
+run xport-50-100-30 50 100 30 4 2000 32 "--send xport:tcp://127.0.0.1:0"
 for T in 50 100 500 1000 5000 50000; do
 	n=$((3000000 / T)); [ $n -gt 2000 ] && n=2000; [ $n -lt 60 ] && n=60
 	v=1; [ "$T" -lt 1000 ] && v=32

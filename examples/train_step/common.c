@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,16 +18,18 @@
 #include <unistd.h>
 
 #include <gdx/file.h>
+#include <gdx/xport.h>
 
 #include "train_step.h"
 
 #define NSTAGES 4
+enum { ST_LOAD, ST_COMPUTE, ST_D2H, ST_SEND };
 static const char *const stage_names[NSTAGES] = { "load", "compute", "d2h", "send" };
 
 struct ts_opts {
 	const char *device;
 	const char *data;
-	const char *send;	/* "tcp", "file:PATH", "none" */
+	const char *send;	/* "tcp", "xport:ADDR", "file:PATH", "none" */
 	size_t in_bytes, out_bytes;
 	uint64_t data_bytes;
 	unsigned batches, slots, ahead, verify_every, warmup;
@@ -35,19 +38,25 @@ struct ts_opts {
 };
 
 struct peer {
-	int lfd, port;
+	int lfd;
+	bool running;
 	pthread_t thread;
 	const struct ts_ctx *c;
 	uint64_t received, verified, mismatches;
 	int err;
+	/* --send xport */
+	struct gdx_xport_listener *xl;
+	struct gdx_xport_cq *xcq;
+	_Atomic uint64_t expect;	/* results to wait for, once the sender knows */
 };
 
 struct ts_result {
-	struct gdx_pipeline_stage_stats st[NSTAGES];
+	struct gdx_pipeline_stage_stats st[NSTAGES];	/* by ST_*; zero where absent */
 	struct gdx_pipeline_stats ps;
 	uint64_t verified, mismatches;
 	int err;
 	char errtext[320];
+	const char *send_path;	/* --send xport: the path the last send took */
 };
 
 struct ts_ctx {
@@ -61,7 +70,15 @@ struct ts_ctx {
 	struct ts_slot slots[GDX_PIPELINE_MAX_SLOTS];
 	unsigned nslots;
 	struct gdx_pipeline_source file_src;
-	unsigned nstages;	/* --send none: no send stage, the pipeline ends on the device */
+	/*
+	 * Pipeline index of each ST_* stage, -1 where absent: --send none has no
+	 * send stage (the pipeline ends on the device); --send xport sends
+	 * straight from device memory, with no d2h stage.
+	 */
+	int stage_idx[NSTAGES];
+	struct gdx_xport_cq *xcq;	/* --send xport */
+	struct gdx_xport_ep *xep;
+	enum gdx_xport_path xpath;
 	int sock;		/* --send tcp */
 	uint64_t sent;
 };
@@ -238,6 +255,22 @@ static int read_full(int fd, void *buf, size_t n)
 	return 0;
 }
 
+static void peer_got(struct peer *pe, uint64_t b, const uint32_t *buf)
+{
+	const struct ts_ctx *c = pe->c;
+
+	pe->received++;
+	if (!c->o.verify_every || b % c->o.verify_every)
+		return;
+	pe->verified++;
+	if (!check_batch(c, b, buf)) {
+		if (!pe->mismatches)
+			fprintf(stderr, "train_step: peer: batch %llu differs\n",
+				(unsigned long long)b);
+		pe->mismatches++;
+	}
+}
+
 static void *peer_main(void *arg)
 {
 	struct peer *pe = arg;
@@ -263,16 +296,7 @@ static void *peer_main(void *arg)
 			pe->err = r;
 			break;
 		}
-		pe->received++;
-		if (c->o.verify_every && h.batch % c->o.verify_every == 0) {
-			pe->verified++;
-			if (!check_batch(c, h.batch, buf)) {
-				if (!pe->mismatches)
-					fprintf(stderr, "train_step: peer: batch %llu differs\n",
-						(unsigned long long)h.batch);
-				pe->mismatches++;
-			}
-		}
+		peer_got(pe, h.batch, buf);
 	}
 out:
 	if (fd >= 0)
@@ -295,6 +319,7 @@ static int peer_start(struct ts_ctx *c, struct peer *pe)
 		return -errno;
 	if (pthread_create(&pe->thread, NULL, peer_main, pe))
 		return -EAGAIN;
+	pe->running = true;
 	c->sock = socket(AF_INET, SOCK_STREAM, 0);
 	if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&a, sizeof(a)))
 		return -errno;
@@ -304,14 +329,138 @@ static int peer_start(struct ts_ctx *c, struct peer *pe)
 
 static void peer_stop(struct ts_ctx *c, struct peer *pe)
 {
-	if (c->sock >= 0) {
+	if (c->sock >= 0)
 		shutdown(c->sock, SHUT_WR);
+	else if (pe->running)
+		shutdown(pe->lfd, SHUT_RDWR);	/* never connected: wake its accept */
+	if (pe->running)
 		pthread_join(pe->thread, NULL);
+	if (c->sock >= 0)
 		close(c->sock);
-		c->sock = -1;
-	}
+	c->sock = -1;
 	if (pe->lfd >= 0)
 		close(pe->lfd);
+	pe->lfd = -1;
+	pe->running = false;
+}
+
+/*
+ * --send xport:ADDR: the results go through gdx's own transport, sent
+ * straight from device memory (direct where the NIC can reach it, else
+ * through the transport's bounce buffers); the peer receives them in order
+ * into posted host buffers.
+ */
+#define XPEER_BUFS 8
+
+static void *xpeer_main(void *arg)
+{
+	struct peer *pe = arg;
+	const struct ts_ctx *c = pe->c;
+	size_t words = c->o.out_bytes / 4;
+	uint32_t *bufs = malloc(XPEER_BUFS * c->o.out_bytes);
+	struct gdx_xport_ep *ep = NULL;
+	bool done = false;
+	int ret = bufs ? gdx_xport_accept(pe->xl, pe->xcq, 10000, &ep) : -ENOMEM;
+
+	uint64_t idle_since = ts_now_ns();
+
+	for (unsigned i = 0; !ret && i < XPEER_BUFS; i++)
+		ret = gdx_xport_post_recv(ep, bufs + i * words, c->o.out_bytes, i);
+	/*
+	 * Until every result the sender sent is in: a send's completion at the
+	 * sender need not mean it has arrived here, so the sender waits for this
+	 * thread before it disconnects.
+	 */
+	while (!ret && !done && pe->received < atomic_load(&pe->expect)) {
+		struct gdx_xport_cqe cqe[XPEER_BUFS];
+		int n = gdx_xport_cq_poll(pe->xcq, cqe, XPEER_BUFS);
+
+		if (n == 0) {
+			n = gdx_xport_cq_wait(pe->xcq, 100);
+			ret = n < 0 ? n : 0;
+			if (!n && ts_now_ns() - idle_since > 10000000000ull)
+				ret = -ETIMEDOUT;
+			continue;
+		}
+		idle_since = ts_now_ns();
+		ret = n < 0 ? n : 0;
+		for (int i = 0; i < n && !ret && !done; i++) {
+			if (cqe[i].status == GDX_EDISCONNECTED) {
+				done = true;	/* the sender went away; the count tells */
+			} else if (cqe[i].status) {
+				ret = cqe[i].status;
+			} else if (cqe[i].op != GDX_XPORT_OP_RECV || cqe[i].len != c->o.out_bytes ||
+				   cqe[i].wr_id >= XPEER_BUFS) {
+				ret = -EPROTO;
+			} else {
+				/* Messages arrive in the order they were sent: batch order. */
+				peer_got(pe, pe->received, bufs + cqe[i].wr_id * words);
+				ret = gdx_xport_post_recv(ep, bufs + cqe[i].wr_id * words,
+							  c->o.out_bytes, cqe[i].wr_id);
+			}
+		}
+	}
+	pe->err = ret;
+	if (ep)
+		gdx_xport_ep_destroy(ep);
+	free(bufs);
+	return NULL;
+}
+
+static int xpeer_start(struct ts_ctx *c, struct peer *pe)
+{
+	struct gdx_xport_opts xo;
+	int ret;
+
+	memset(pe, 0, sizeof(*pe));
+	pe->lfd = -1;
+	pe->c = c;
+	atomic_store(&pe->expect, UINT64_MAX);
+	gdx_xport_opts_init(&xo, sizeof(xo));
+	xo.dev = c->dev;
+	ret = gdx_xport_cq_create(&pe->xcq);
+	ret = ret ? ret : gdx_xport_listen(c->o.send + 6, &xo, &pe->xl);
+	ret = ret ? ret : gdx_xport_cq_create(&c->xcq);
+	if (ret)
+		return ret;
+	if (pthread_create(&pe->thread, NULL, xpeer_main, pe))
+		return -EAGAIN;
+	pe->running = true;
+	return gdx_xport_connect(gdx_xport_listener_addr(pe->xl), &xo, c->xcq, &c->xep);
+}
+
+/* Destroys a completion queue once the endpoints that used it have let go. */
+static void xcq_destroy(struct gdx_xport_cq *cq)
+{
+	struct gdx_xport_cqe cqe[16];
+
+	for (int i = 0; cq && i < 1000; i++) {
+		while (gdx_xport_cq_poll(cq, cqe, 16) > 0)
+			;
+		if (gdx_xport_cq_destroy(cq) != -EBUSY)
+			return;
+		usleep(1000);
+	}
+}
+
+static void xpeer_stop(struct ts_ctx *c, struct peer *pe)
+{
+	atomic_store(&pe->expect, c->xep ? c->sent : 0);
+	if (pe->running)
+		pthread_join(pe->thread, NULL);
+	if (c->xep)
+		gdx_xport_disconnect(c->xep);
+	if (c->xep)
+		gdx_xport_ep_destroy(c->xep);
+	c->xep = NULL;
+	if (pe->xl)
+		gdx_xport_listener_close(pe->xl);
+	xcq_destroy(c->xcq);
+	xcq_destroy(pe->xcq);
+	c->xcq = NULL;
+	pe->xl = NULL;
+	pe->xcq = NULL;
+	pe->running = false;
 }
 
 /* ---- stages -------------------------------------------------------------------- */
@@ -374,7 +523,26 @@ static int send_stage(const struct gdx_pipeline_job *job, void *arg)
 	uint64_t t0 = ts_now_ns();
 	struct msg_hdr h = { job->batch, c->o.out_bytes };
 
-	if (c->sock >= 0) {
+	if (c->xep) {
+		struct gdx_xport_cqe cqe;
+		int ret = gdx_xport_post_send(c->xep, s->out, c->o.out_bytes, job->batch, 0);
+
+		while (!ret) {
+			int n = gdx_xport_cq_poll(c->xcq, &cqe, 1);
+
+			if (n == 0) {
+				n = gdx_xport_cq_wait(c->xcq, 10000);
+				ret = n < 0 ? n : n == 0 ? -ETIMEDOUT : 0;
+				continue;
+			}
+			ret = n < 0 ? n : cqe.status;
+			if (!ret && cqe.wr_id == job->batch)
+				break;
+		}
+		if (ret)
+			return gdx_pipeline_job_fail(job, ret, "xport send of the result");
+		c->xpath = cqe.path;
+	} else if (c->sock >= 0) {
 		struct iovec iov[2] = { { &h, sizeof(h) }, { s->out_pin, c->o.out_bytes } };
 		struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
 		size_t left = sizeof(h) + c->o.out_bytes;
@@ -476,19 +644,19 @@ static int build(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct gdx_p
 	gdx_stage_desc_init(&d, sizeof(d));
 	d.arg = c;
 	d.kind = GDX_STAGE_DEVICE;
-	d.name = stage_names[1];
+	d.name = stage_names[ST_COMPUTE];
 	d.enqueue = compute_stage;
 	if (!ret && gdx_pipeline_add_stage(p, &d) < 0)
 		ret = -EINVAL;
-	d.name = stage_names[2];
+	d.name = stage_names[ST_D2H];
 	d.enqueue = d2h_stage;
-	if (!ret && gdx_pipeline_add_stage(p, &d) < 0)
+	if (!ret && c->stage_idx[ST_D2H] >= 0 && gdx_pipeline_add_stage(p, &d) < 0)
 		ret = -EINVAL;
-	d.name = stage_names[3];
+	d.name = stage_names[ST_SEND];
 	d.kind = GDX_STAGE_HOST;
 	d.enqueue = NULL;
 	d.run = send_stage;
-	if (!ret && c->nstages == NSTAGES && gdx_pipeline_add_stage(p, &d) < 0)
+	if (!ret && c->stage_idx[ST_SEND] >= 0 && gdx_pipeline_add_stage(p, &d) < 0)
 		ret = -EINVAL;
 	if (ret) {
 		gdx_pipeline_destroy(p);
@@ -514,48 +682,68 @@ static void verify_sink(struct ts_ctx *c, struct ts_result *r)
 	free(buf);
 }
 
+static bool send_xport(const struct ts_ctx *c)
+{
+	return !strncmp(c->o.send, "xport:", 6);
+}
+
+static void peers_stop(struct ts_ctx *c, struct peer *pe)
+{
+	if (send_xport(c))
+		xpeer_stop(c, pe);
+	else
+		peer_stop(c, pe);
+}
+
 static int run_once(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct ts_result *r)
 {
-	struct gdx_pipeline *p;
+	bool peer = !strcmp(c->o.send, "tcp") || send_xport(c);
 	struct peer pe = { .lfd = -1 };
-	int ret;
+	struct gdx_pipeline *p;
+	int ret = 0;
 
 	memset(r, 0, sizeof(*r));
 	c->sock = -1;
 	c->sent = 0;
-	if (!strcmp(c->o.send, "tcp")) {
-		ret = peer_start(c, &pe);
+	if (peer) {
+		ret = send_xport(c) ? xpeer_start(c, &pe) : peer_start(c, &pe);
 		if (ret) {
-			snprintf(r->errtext, sizeof(r->errtext), "loopback peer: %s", strerror(-ret));
-			peer_stop(c, &pe);
+			snprintf(r->errtext, sizeof(r->errtext), "peer: %s", gdx_strerror(ret));
+			peers_stop(c, &pe);
 			return ret;
 		}
 	}
 	ret = build(c, nslots, ahead, &p);
 	if (ret) {
 		snprintf(r->errtext, sizeof(r->errtext), "set-up: %s", gdx_strerror(ret));
-		peer_stop(c, &pe);
+		peers_stop(c, &pe);
 		return ret;
 	}
 	r->err = gdx_pipeline_run(p, c->o.batches);
 	if (r->err)
 		gdx_pipeline_strerror(p, r->errtext, sizeof(r->errtext));
-	for (unsigned k = 0; k < c->nstages; k++) {
+	for (unsigned k = 0; k < NSTAGES; k++) {
 		r->st[k].struct_size = sizeof(r->st[k]);
-		gdx_pipeline_stage_stats(p, k, &r->st[k]);
+		if (c->stage_idx[k] >= 0)
+			gdx_pipeline_stage_stats(p, (unsigned)c->stage_idx[k], &r->st[k]);
 	}
 	r->ps.struct_size = sizeof(r->ps);
 	gdx_pipeline_stats(p, &r->ps);
 	gdx_pipeline_destroy(p);
 	slots_fini(c);
-	peer_stop(c, &pe);
-	if (!strcmp(c->o.send, "tcp")) {
+	if (send_xport(c))
+		r->send_path = gdx_xport_path_name(c->xpath);
+	peers_stop(c, &pe);
+	if (peer) {
 		r->verified = pe.verified;
 		r->mismatches = pe.mismatches;
 		if (!r->err && pe.err)
-			snprintf(r->errtext, sizeof(r->errtext), "peer: %s", strerror(-pe.err));
-		if (!r->err && pe.received != c->o.batches)
+			snprintf(r->errtext, sizeof(r->errtext), "peer: %s", gdx_strerror(pe.err));
+		if (!r->err && pe.received != c->o.batches) {
+			fprintf(stderr, "train_step: the peer got %llu of %u results\n",
+				(unsigned long long)pe.received, c->o.batches);
 			r->mismatches++;
+		}
 		r->err = r->err ? r->err : pe.err;
 	} else if (c->sink) {
 		verify_sink(c, r);
@@ -586,8 +774,10 @@ static void usage(FILE *f)
 		"  --compute-us T       compute kernel duration (default 100)\n"
 		"  --send-us T          stretch the send stage to at least T us (default 0)\n"
 		"  --spin-us T          host waits shorter than T us spin instead of sleeping\n"
-		"  --send tcp|file:PATH|none  where results go (default tcp: a loopback peer;\n"
-		"                       none: no send stage, the pipeline ends on the device)\n"
+		"  --send tcp|xport:ADDR|file:PATH|none  where results go (default tcp: a\n"
+		"                       loopback peer; xport:tcp://127.0.0.1:0 or xport:rdma://IP:0:\n"
+		"                       a peer through gdx's transport, sent straight from device\n"
+		"                       memory, no d2h stage; none: no send stage)\n"
 		"  --verify-every N     the peer checks every Nth batch (default 1; 0: none)\n"
 		"  --warmup N           batches left out of the figures (default 8)\n"
 		"  --serial             also measure the serial step (one slot, nothing ahead)\n");
@@ -663,7 +853,8 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 	}
 	if (optind != argc || !o->out_bytes || o->out_bytes % 4 || o->in_bytes % o->out_bytes ||
 	    o->data_bytes < o->in_bytes || o->batches <= o->warmup + 1 || !o->slots ||
-	    (strcmp(o->send, "tcp") && strcmp(o->send, "none") && strncmp(o->send, "file:", 5)))
+	    (strcmp(o->send, "tcp") && strcmp(o->send, "none") && strncmp(o->send, "file:", 5) &&
+	     strncmp(o->send, "xport:", 6)))
 		return -EINVAL;
 	return 0;
 }
@@ -690,7 +881,10 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	if (c.o.ahead == (unsigned)-1)
 		c.o.ahead = c.o.slots;
 	c.wrap = c.o.data_bytes / c.o.in_bytes * c.o.in_bytes;
-	c.nstages = strcmp(c.o.send, "none") ? NSTAGES : NSTAGES - 1;
+	c.stage_idx[ST_LOAD] = 0;
+	c.stage_idx[ST_COMPUTE] = 1;
+	c.stage_idx[ST_D2H] = send_xport(&c) ? -1 : 2;
+	c.stage_idx[ST_SEND] = !strcmp(c.o.send, "none") ? -1 : c.stage_idx[ST_D2H] < 0 ? 2 : 3;
 	if (make_data(&c.o))
 		return 1;
 	ret = gdx_device_open(c.o.device, &c.dev);
@@ -732,11 +926,15 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	}
 	gdx_file_info(c.data, &info);
 	printf("load path: %s (%s)\n", gdx_file_path_name(info.path), info.why);
+	if (pipe_r.send_path)
+		printf("send path: %s (xport, straight from device memory)\n", pipe_r.send_path);
 
 	printf("\n%-8s %-6s %10s %10s %10s\n", "stage", "kind", "mean_us", "min_us", "max_us");
-	for (unsigned k = 0; k < c.nstages; k++) {
+	for (unsigned k = 0; k < NSTAGES; k++) {
 		const struct gdx_pipeline_stage_stats *s = &pipe_r.st[k];
 
+		if (c.stage_idx[k] < 0)
+			continue;
 		printf("%-8s %-6s %10.1f %10.1f %10.1f\n", s->name,
 		       s->kind == GDX_STAGE_DEVICE ? "device" : "host", us(s->mean_ns),
 		       us(s->min_ns), us(s->max_ns));
