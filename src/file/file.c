@@ -742,7 +742,7 @@ static void runner_job(void *arg)
 static void single_job(void *arg)
 {
 	struct gdx_file_io *io = arg;
-	struct gdx_file_batch *b = io->cookie2;
+	struct gdx_file_batch *b = io->owner;
 
 	io->result = io_exec(io->file, io);
 	batch_complete(io, b);
@@ -813,7 +813,7 @@ static int batch_queue_io(struct gdx_file_batch *b, struct gdx_file_io *io)
 	struct batch_runner *rn = NULL;
 
 	if (!be->ops->io_many) {
-		io->cookie2 = b;
+		io->owner = b;
 		pthread_mutex_lock(&b->lock);
 		b->runners++;
 		pthread_mutex_unlock(&b->lock);

@@ -47,7 +47,6 @@ struct ur_ctx;
 enum ur_pool { POOL_SEQ, POOL_BATCH, POOL_COUNT };
 
 struct ur_drv {
-	struct gdx_file_driver *drv;
 	struct gdx_device *dev;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -363,7 +362,6 @@ static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t w
 	ud = calloc(1, sizeof(*ud));
 	if (!ud)
 		return -ENOMEM;
-	ud->drv = drv;
 	ud->dev = gdx_file_driver_device(drv);
 	ud->max_ctx = (unsigned)gdx_cfg_int("file.contexts");
 	pthread_mutex_init(&ud->lock, NULL);
@@ -833,7 +831,6 @@ static void req_setup(struct ur_ctx *c, struct ur_req *r, struct gdx_file_io *io
 		return;
 	}
 	r->pc_on = true;
-	(void)c;
 }
 
 static void req_finish(struct engine *e, struct ur_req *r)

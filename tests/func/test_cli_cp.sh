@@ -26,4 +26,12 @@ head -c 3000000 /dev/zero | cmp - "$dir/zero" || fail "gpu -> file contents"
 "$gdx" cp gpu:0 "$dir/x" 2>/dev/null; [ $? = 2 ] || fail "gpu source without --size should be 2"
 GDX_REQUIRE_DIRECT=1 "$gdx" cp "$dir/src" gpu:0 -q 2>"$dir/err"; [ $? = 1 ] || fail "strict should fail"
 grep -q "no direct path" "$dir/err" || fail "strict message: $(cat "$dir/err")"
+
+# The benchmark: every combination gives one JSON line with its ceilings.
+"$gdx" bench file --file "$dir/src" --io-size 64k,1M --threads 1,2 --depth 1,4 --bytes 2M \
+	--json >"$dir/bench" || fail "bench: $(cat "$dir/bench")"
+[ "$(grep -c '"gdx_gbps":[0-9]' "$dir/bench")" = 8 ] || fail "bench lines: $(cat "$dir/bench")"
+grep -q '"storage_gbps":0.000' "$dir/bench" && fail "a ceiling measured nothing"
+"$gdx" bench file --file "$dir/src" --io-size 5000 2>/dev/null; [ $? = 1 ] || fail "unaligned size"
+"$gdx" bench file 2>/dev/null; [ $? = 2 ] || fail "bench usage"
 echo ok

@@ -33,8 +33,8 @@ struct gdx_file_io {
 	bool strict;			/* device memory must go direct */
 	struct gdx_file_io_info info;	/* the backend fills bytes[] and why */
 	ssize_t result;			/* io_many: set before complete() */
-	void *cookie;			/* the front end's */
-	void *cookie2;
+	void *cookie;			/* the front end's: the caller's cookie */
+	void *owner;			/* the front end's: the batch running it */
 };
 
 typedef void (*gdx_file_io_done_fn)(struct gdx_file_io *io, void *arg);
