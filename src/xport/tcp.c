@@ -364,7 +364,7 @@ static int tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int
 	while (x->off < total) {
 		struct iovec iov[2];
 		int cnt = 0, flags = nonblock ? MSG_DONTWAIT : 0, ret;
-		size_t sent;
+		size_t sent = 0;
 
 		if (x->off < hl) {
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
@@ -406,7 +406,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 	if (!ret)
 		ret = gdx_stream_synchronize(t->txs.s);
 	while (!ret && done < n) {
-		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done), next = done + c, sent;
+		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done), next = done + c, sent = 0;
 		struct iovec v = { t->txs.b[i], c };
 
 		if (next < n)

@@ -554,7 +554,7 @@ static void vb_listener_close(void *lpriv)
 static int vb_accept(void *lpriv, struct gdx_xport_ep *fe, int timeout_ms, void **priv)
 {
 	struct vb_listener *vl = lpriv;
-	struct rdma_cm_event *ev;
+	struct rdma_cm_event *ev = NULL;
 	struct rdma_conn_param p;
 	struct vb_ep *v;
 	int ret;
