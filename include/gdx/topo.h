@@ -116,6 +116,15 @@ GDX_API int gdx_topo_distance(const struct gdx_topo *t, int i, int j);
  */
 GDX_API int gdx_topo_nearest(const struct gdx_topo *t, int i, unsigned kinds, int *link);
 
+/*
+ * The RDMA NIC gdx moves device i's network data through: among RDMA devices
+ * whose port 1 is ACTIVE (or of unknown state), hardware before Soft-RoCE,
+ * then the nearest to i, then the lowest index; i < 0 asks for the first such
+ * NIC.  *link (when not NULL) receives the distance, -ENODEV if either is off
+ * PCI.  -ENOENT when there is none.
+ */
+GDX_API int gdx_topo_rdma_nic(const struct gdx_topo *t, int i, int *link);
+
 /* "X", "PIX", ... ; "?" for anything else. */
 GDX_API const char *gdx_topo_link_name(int link);
 

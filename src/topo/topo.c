@@ -794,6 +794,33 @@ GDX_API int gdx_topo_nearest(const struct gdx_topo *t, int i, unsigned kinds, in
 	return best;
 }
 
+GDX_API int gdx_topo_rdma_nic(const struct gdx_topo *t, int i, int *link)
+{
+	int best = -ENOENT, best_key = 0, best_d = 0;
+
+	if (i >= t->n)
+		return -ERANGE;
+	for (int j = 0; j < t->n; j++) {
+		const struct gdx_topo_dev *d = &t->dev[j].d;
+		int dist, key;
+
+		if (d->kind != GDX_TOPO_NIC || d->rdma == GDX_TOPO_RDMA_NONE ||
+		    (d->port_state[0] && strcmp(d->port_state, "ACTIVE")))
+			continue;
+		dist = i < 0 ? GDX_TOPO_X : gdx_topo_distance(t, i, j);
+		/* off PCI sorts after every distance, Soft-RoCE after every hardware NIC */
+		key = (d->rdma == GDX_TOPO_RDMA_HW ? 0 : 100) + (dist < 0 ? 99 : dist);
+		if (best >= 0 && key >= best_key)
+			continue;
+		best = j;
+		best_key = key;
+		best_d = dist;
+	}
+	if (best >= 0 && link)
+		*link = best_d;
+	return best;
+}
+
 GDX_API const char *gdx_topo_link_name(int link)
 {
 	static const char *const names[] = { "X", "PIX", "PXB", "PHB", "NODE", "SYS" };

@@ -144,6 +144,14 @@ static void test_dgx_nearest(void **state)
 		assert_string_equal(d.name, nvme[g]);
 		assert_int_equal(link, GDX_TOPO_PXB);
 	}
+	for (int g = 0; g < 8; g++) {
+		int gi = gdx_topo_nth(t, GDX_TOPO_GPU, g);
+
+		assert_int_equal(gdx_topo_rdma_nic(t, gi, &link), find(t, nic[g]));
+		assert_int_equal(link, GDX_TOPO_PIX);
+	}
+	assert_int_equal(gdx_topo_rdma_nic(t, -1, NULL), find(t, "mlx5_0"));
+	assert_int_equal(gdx_topo_rdma_nic(t, gdx_topo_count(t), NULL), -ERANGE);
 	/* the nearest GPU to a NIC, the way the transport asks the other way round */
 	assert_int_equal(gdx_topo_get(t, gdx_topo_nearest(t, find(t, "mlx5_6"), GDX_TOPO_GPU,
 							    NULL), &d), 0);
@@ -237,6 +245,7 @@ static void test_nogpu(void **state)
 	assert_int_equal(gdx_topo_find(t, GDX_TOPO_NIC, "eno1"), find(t, "rxe0"));
 	assert_string_equal(dist(t, "nvme0", "mlx5_0"), "PHB");
 	assert_string_equal(dist(t, "nvme0", "rxe0"), "PHB");
+	assert_int_equal(gdx_topo_rdma_nic(t, find(t, "nvme0"), NULL), find(t, "mlx5_0"));
 	/* both NICs are PHB from the NVMe: the hardware one wins the tie */
 	assert_int_equal(gdx_topo_nearest(t, find(t, "nvme0"), GDX_TOPO_NIC, NULL), find(t, "mlx5_0"));
 	gdx_topo_close(t);
@@ -363,6 +372,21 @@ static void netdev(const char *chain, const char *ifname)
 	assert_int_equal(symlink(target, link), 0);
 }
 
+/* An RDMA device on the PCI function at chain, with port 1 in the given state. */
+static void rdmadev(const char *chain, const char *ib, const char *state)
+{
+	char rel[PATH_MAX], link[PATH_MAX * 2], target[PATH_MAX];
+
+	snprintf(rel, sizeof(rel), "sys/devices/%s/infiniband/%s/ports/1/state", chain, ib);
+	mk(rel, state);
+	snprintf(link, sizeof(link), "%s/sys/devices/%s/infiniband/%s/device", tmp, chain, ib);
+	assert_int_equal(symlink("../..", link), 0);
+	mk("sys/class/infiniband/.keep", "");
+	snprintf(link, sizeof(link), "%s/sys/class/infiniband/%s", tmp, ib);
+	snprintf(target, sizeof(target), "../../devices/%s/infiniband/%s", chain, ib);
+	assert_int_equal(symlink(target, link), 0);
+}
+
 static void rm_tree(void)
 {
 	char cmd[PATH_MAX + 16];
@@ -409,6 +433,27 @@ static void test_rules(void **state)
 	assert_string_equal(dist(t, "GPU1", "eth2"), "NODE");
 	assert_string_equal(dist(t, "GPU0", "nvme@00:07.0"), "PHB");
 	assert_string_equal(gdx_topo_host_bridge(t, find(t, "eth2")), "pci0000:80");
+	gdx_topo_close(t);
+	rm_tree();
+
+	/* an RDMA NIC one switch away with its port down loses to an active one far away */
+	assert_non_null(mkdtemp(strcpy(tmp, "/tmp/gdx-topo-XXXXXX")));
+	pcidev("pci0000:00/0000:00:01.0", 0x060400, 0x8086, 0);
+	pcidev("pci0000:00/0000:00:01.0/0000:01:00.0", 0x030200, 0x10de, 0);
+	pcidev("pci0000:00/0000:00:01.0/0000:01:00.1", 0x020700, 0x15b3, 0);
+	rdmadev("pci0000:00/0000:00:01.0/0000:01:00.1", "mlx5_0", "1: DOWN");
+	pcidev("pci0000:80/0000:80:02.0", 0x020700, 0x15b3, 1);
+	rdmadev("pci0000:80/0000:80:02.0", "mlx5_1", "4: ACTIVE");
+	snprintf(sys, sizeof(sys), "%s/sys", tmp);
+	assert_int_equal(gdx_topo_open(&t, &o), 0);
+	{
+		int link = -1;
+
+		assert_string_equal(dist(t, "GPU0", "mlx5_0"), "PIX");
+		assert_int_equal(gdx_topo_nearest(t, 0, GDX_TOPO_NIC, NULL), find(t, "mlx5_0"));
+		assert_int_equal(gdx_topo_rdma_nic(t, 0, &link), find(t, "mlx5_1"));
+		assert_int_equal(link, GDX_TOPO_SYS);
+	}
 	gdx_topo_close(t);
 	rm_tree();
 

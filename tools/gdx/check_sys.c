@@ -391,14 +391,16 @@ static void chk_p2pdma(struct chk_ctx *x)
 			"cuFile's P2PDMA mode needs no nvidia-fs", x->drv_major);
 		return;
 	}
-	c = chk_add(x, "p2pdma", "PCI P2PDMA", x->nvfs ? CHK_NA : x->nnvme_local ? CHK_FAIL :
-		    CHK_WARN);
+	if (x->nvfs) {
+		c = chk_add(x, "p2pdma", "PCI P2PDMA", CHK_NA);
+		CHK_SET(c->finding, "not needed: nvidia-fs is loaded (cuFile's P2PDMA mode would "
+			"need %s)", x->p2pdma_fix);
+		return;
+	}
+	c = chk_add(x, "p2pdma", "PCI P2PDMA", x->nnvme_local ? CHK_FAIL : CHK_WARN);
 	CHK_SET(c->finding, "cuFile cannot reach NVMe without nvidia-fs here (P2PDMA mode "
 		"needs kernel P2PDMA, open driver >= 565, static BAR1, multipath off)");
-	if (x->nvfs)
-		CHK_CAT(c->finding, " (not needed: nvidia-fs is loaded)");
-	else
-		CHK_SET(c->fix, "%s", x->p2pdma_fix);
+	CHK_SET(c->fix, "%s", x->p2pdma_fix);
 }
 
 static void chk_bar1(struct chk_ctx *x)

@@ -120,35 +120,10 @@ static void count_devices(struct chk_ctx *x)
 	}
 }
 
-/*
- * The active RDMA NIC nearest to device i (the first one when i < 0); a
- * hardware NIC before Soft-RoCE at any distance, since only it reaches GPU
- * memory.
- */
+/* The RDMA NIC gdx uses for device i, as the library chooses it. */
 static int rdma_nic_for(const struct chk_ctx *x, int i, int *link)
 {
-	int best = -1, best_d = 999;
-
-	for (int j = 0; j < gdx_topo_count(x->t); j++) {
-		struct gdx_topo_dev d = dev_at(x->t, j);
-		int dist;
-
-		if (d.kind != GDX_TOPO_NIC || !d.rdma || (d.port_state[0] &&
-							   strcmp(d.port_state, "ACTIVE")))
-			continue;
-		dist = i < 0 ? 0 : gdx_topo_distance(x->t, i, j);
-		if (dist < 0)
-			dist = 98;
-		if (d.rdma != GDX_TOPO_RDMA_HW)
-			dist += 100;
-		if (dist < best_d) {
-			best = j;
-			best_d = dist;
-		}
-	}
-	if (link)
-		*link = best_d % 100;
-	return best;
+	return gdx_topo_rdma_nic(x->t, i, link);
 }
 
 static enum mod_state mod(struct chk_ctx *x, const char *m)
@@ -599,6 +574,35 @@ static void print_matrix(const struct chk_ctx *x)
 	       "nodes\n");
 }
 
+#define TEXT_WIDTH 100
+
+/*
+ * Prints text from column col, breaking lines at spaces before TEXT_WIDTH and
+ * starting each further line at column indent.
+ */
+static void wrap(const char *text, int col, int indent)
+{
+	const char *p = text;
+
+	while (*p) {
+		size_t word = strcspn(p, " ");
+
+		if (col > indent && col + 1 + (int)word > TEXT_WIDTH) {
+			printf("\n%*s", indent, "");
+			col = indent;
+		} else if (p != text) {
+			putchar(' ');
+			col++;
+		}
+		printf("%.*s", (int)word, p);
+		col += (int)word;
+		p += word;
+		while (*p == ' ')
+			p++;
+	}
+	putchar('\n');
+}
+
 static void print_checks(const struct chk_ctx *x, bool live)
 {
 	for (int i = 0; i < x->n; i++) {
@@ -606,9 +610,12 @@ static void print_checks(const struct chk_ctx *x, bool live)
 
 		if (c->live != live)
 			continue;
-		printf("  %s %-22s %s\n", sym(c->st), c->title, c->finding);
-		if (c->fix[0])
-			printf("    %-22s fix: %s\n", "", c->fix);
+		printf("  %s %-22s ", sym(c->st), c->title);
+		wrap(c->finding, 27, 27);
+		if (c->fix[0]) {
+			printf("%27sfix: ", "");
+			wrap(c->fix, 32, 32);
+		}
 	}
 }
 
@@ -637,14 +644,25 @@ static void print_text(const struct report *rp)
 	for (int i = 0; i < rp->nr; i++) {
 		const struct reco *r = &rp->r[i];
 
-		printf("  %-15s %-7s %s\n", r->title, r->path, r->detail);
-		if (strcmp(r->step, "-"))
-			printf("  %-15s %-7s step: %s\n", "", "", r->step);
+		printf("  %-15s %-7s ", r->title, r->path);
+		wrap(r->detail, 26, 26);
+		if (strcmp(r->step, "-")) {
+			printf("%26sstep: ", "");
+			wrap(r->step, 32, 32);
+		}
 	}
 	printf("\nReady:");
-	for (int i = 0; i < R_COUNT; i++)
+	for (int i = 0, col = 6; i < R_COUNT; i++) {
+		int w = (int)strlen(ready_names[i]) + 3;
+
+		if (col + w > TEXT_WIDTH) {
+			printf("\n      ");
+			col = 6;
+		}
 		printf(" %s %s", ready_names[i], rp->ready[i] == READY ? "\u2713" :
 		       rp->ready[i] == NOT_READY ? "\u2717" : "?");
+		col += w;
+	}
 	printf("\n");
 }
 
