@@ -24,6 +24,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,7 @@ struct vb_ep {
 	int dead, drain_posted, drained;
 	pthread_t cm_thread;
 	int cm_started, stop_fd;
+	_Atomic int armed;	/* notifications requested since the channel was last drained */
 };
 
 struct vb_listener {
@@ -139,6 +141,7 @@ static void finish(struct gdx_xport_req *req, int st, uint64_t len, const struct
 /* ---- completions --------------------------------------------------------- */
 
 static void vb_kill(struct vb_ep *v);
+static int vb_arm(void *priv);
 
 /* Send-side completion for wr: everything posted before it finished without error. Lock held. */
 static void sq_complete(struct vb_ep *v, const struct ibv_wc *wc)
@@ -173,13 +176,15 @@ static int vb_progress(void *priv)
 	int n, total = 0, failed = 0;
 
 	pthread_mutex_lock(&v->lock);
-	for (;;) {
+	/* Reap notifications so the channel fd goes quiet; only armed CQs have any. */
+	while (atomic_load_explicit(&v->armed, memory_order_relaxed)) {
 		struct ibv_cq *ev_cq;
 		void *ctx;
 
-		/* Reap notifications so the channel fd goes quiet. */
-		if (ibv_get_cq_event(v->cc, &ev_cq, &ctx))
+		if (ibv_get_cq_event(v->cc, &ev_cq, &ctx)) {
+			atomic_store(&v->armed, 0);
 			break;
+		}
 		ibv_ack_cq_events(ev_cq, 1);
 	}
 	while ((n = ibv_poll_cq(v->cq, GDX_ARRAY_SIZE(wc), wc)) > 0) {
@@ -225,6 +230,7 @@ static int vb_arm(void *priv)
 {
 	struct vb_ep *v = priv;
 
+	atomic_store(&v->armed, 1);
 	ibv_req_notify_cq(v->cq, 0);
 	return 0;
 }
@@ -312,7 +318,7 @@ static void vb_kill(struct vb_ep *v)
 	}
 	pthread_mutex_unlock(&v->lock);
 	/* Wake anyone sleeping on the completion channel. */
-	ibv_req_notify_cq(v->cq, 0);
+	vb_arm(v);
 }
 
 static void *cm_main(void *arg)
@@ -383,6 +389,7 @@ static int setup_qp(struct vb_ep *v, struct gdx_xport_ep *fe)
 	v->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (v->stop_fd < 0)
 		return -errno;
+	atomic_store(&v->armed, 1);
 	ret = ibv_req_notify_cq(v->cq, 0);
 	return ret ? -ret : 0;
 }

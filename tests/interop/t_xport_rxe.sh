@@ -20,4 +20,5 @@ done
   [ -n "${GDX_LOG_LEVEL:-}" ] && echo "export GDX_LOG_LEVEL=$GDX_LOG_LEVEL"
   [ -n "${XPORT_BENCH:-}" ] && echo "XPORT_BENCH='$XPORT_BENCH'"
 } > "$SHARE/env.sh"
-VM_SHARE=$SHARE VM_TIMEOUT=${VM_TIMEOUT:-900} "$VM" run "$SHARE/g_xport_rxe.sh"
+[ -n "${XPORT_BENCH:-}" ] && VM_TIMEOUT=900
+VM_SHARE=$SHARE "$VM" run "$SHARE/g_xport_rxe.sh"

@@ -1,0 +1,54 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Transport -> GPU benchmark for a GPU machine (issue 7): tcp loopback into
+# device memory, out of it, and host<->host for reference, each line beside its
+# ceilings measured in the same run (raw TCP on the same loopback, and pinned
+# host<->device copies of the same size).  Where an RDMA device and perftest are
+# present (RDMA_ADDR=rdma://IP:0), the same over verbs against ib_write_bw.
+#
+#   bench/xport_gpu.sh [GDX]
+#
+# GDX: a prebuilt gdx (default: .carry/cuda/tools/gdx/gdx as staged by
+# `tests/gpu/run.sh stage`, else build/tools/gdx/gdx).  Output also goes to
+# $OUT (or /tmp)/xport_gpu.txt.
+set -u
+
+GDX=${1:-}
+if [ -z "$GDX" ]; then
+	if [ -x .carry/cuda/tools/gdx/gdx ]; then GDX=.carry/cuda/tools/gdx/gdx; else GDX=build/tools/gdx/gdx; fi
+fi
+[ -x "$GDX" ] || { echo "gdx not found at $GDX" >&2; exit 2; }
+stage=$(cd "$(dirname "$GDX")/../.." && pwd)
+export GDX_DEVICE=${GDX_DEVICE:-cuda}
+export LD_LIBRARY_PATH="$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+loader=
+glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
+case $glibc in
+2.[0-9]|2.[12][0-9]|2.3[0-3])
+	[ -d "$stage/glibc" ] && loader="$stage/glibc/ld-linux-x86-64.so.2 --library-path $stage:$stage/glibc:/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu" ;;
+esac
+gdx() { $loader "$GDX" "$@"; }
+
+out=${OUT:-/tmp}/xport_gpu.txt
+: >"$out"
+SIZES=${SIZES:-64k,1M,4M,16M}
+SECS=${SECS:-2}
+rc=0
+run() {
+	echo "== gdx bench xport $*" | tee -a "$out"
+	gdx bench xport --sizes "$SIZES" --secs "$SECS" "$@" 2>&1 | tee -a "$out" || rc=1
+}
+run --addr tcp://127.0.0.1:0 --op write --src host --dst host
+run --addr tcp://127.0.0.1:0 --op write --src host --dst gpu:0
+run --addr tcp://127.0.0.1:0 --op send --src host --dst gpu:0
+run --addr tcp://127.0.0.1:0 --op read --src host --dst gpu:0
+run --addr tcp://127.0.0.1:0 --op write --src gpu:0 --dst gpu:0 --depth 32
+# The same with the zero-copy send off, for comparison.
+GDX_XPORT_TCP_ZEROCOPY=0 run --addr tcp://127.0.0.1:0 --op write --src host --dst gpu:0
+if [ -n "${RDMA_ADDR:-}" ]; then
+	run --addr "$RDMA_ADDR" --op write --src host --dst host
+	run --addr "$RDMA_ADDR" --op write --src host --dst gpu:0
+fi
+echo "results: $out"
+exit $rc
