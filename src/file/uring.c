@@ -550,16 +550,17 @@ static int copy_start(struct engine *e, struct ur_slot *s, void *dst, const void
 	return 0;
 }
 
-static bool pc_resident(struct ur_req *r, off_t ps, size_t len)
+/* Bytes of [ps, ps+len) in the page cache, counted from ps up to the first miss. */
+static size_t pc_resident(struct ur_req *r, off_t ps, size_t len)
 {
 	size_t np = GDX_ALIGN_UP(len, (size_t)PG) / PG;
 
 	if (mincore(r->map + (ps - r->map_off), np * PG, r->vec))
-		return false;
+		return 0;
 	for (size_t i = 0; i < np; i++)
 		if (!(r->vec[i] & 1))
-			return false;
-	return true;
+			return i * PG;
+	return len;
 }
 
 /*
@@ -574,13 +575,19 @@ static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	off_t pe = GDX_MIN(GDX_MIN(ps + (off_t)r->pc_chunk, r->end), r->fsize);
 	size_t rlen = GDX_ALIGN_UP((size_t)(pe - ps), (size_t)PG);
 	unsigned char *p = r->map + (ps - r->map_off);
+	size_t hot;
 	int ret;
 
 	if (!r->pc_on || r->cur >= r->fsize)
 		return 0;
-	if (!pc_resident(r, ps, (size_t)(pe - ps))) {
+	hot = pc_resident(r, ps, (size_t)(pe - ps));
+	if (hot < (size_t)(pe - ps)) {
+		/* A hot stretch long enough to be worth a registration goes alone. */
 		snprintf(r->pc_why, sizeof(r->pc_why), "some data not in the page cache");
-		return 0;
+		if (hot < e->c->chunk)
+			return 0;
+		pe = ps + (off_t)hot;
+		rlen = hot;
 	}
 	if (r->pc_inflight >= r->pc_depth)
 		return -EAGAIN;
@@ -623,6 +630,14 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 		ret = pc_issue(e, r, s);
 		if (ret)
 			return ret;
+		/* Cached data goes buffered (a memory copy) rather than to the disk again. */
+		if (direct && r->pc_on && c < r->fsize) {
+			off_t ps = GDX_ALIGN_DOWN(c, (off_t)PG);
+			size_t n = (size_t)(GDX_MIN(GDX_MIN(ps + (off_t)chunk, r->end), r->fsize) - ps);
+
+			if (pc_resident(r, ps, n) == n)
+				direct = false;
+		}
 	}
 	s->pc = NULL;
 	s->kdone = 0;
@@ -818,7 +833,8 @@ static void req_setup(struct ur_ctx *c, struct ur_req *r, struct gdx_file_io *io
 	r->pc_depth = r->uf->pc_depth;
 	r->map_off = GDX_ALIGN_DOWN(io->off, (off_t)PG);
 	r->map_len = GDX_ALIGN_UP((size_t)(GDX_MIN(r->end, r->fsize) - r->map_off), (size_t)PG);
-	r->vec = malloc(r->pc_chunk / PG + 1);
+	/* mincore() vector for a page-cache range or a bounce chunk, whichever is longer. */
+	r->vec = malloc(GDX_MAX(r->pc_chunk, c->chunk) / PG + 1);
 	r->map = mmap(NULL, r->map_len, PROT_READ, MAP_SHARED, r->uf->fd, r->map_off);
 	if (r->map == MAP_FAILED || !r->vec) {
 		snprintf(r->pc_why, sizeof(r->pc_why), "cannot map the file: %s",
@@ -1104,7 +1120,16 @@ static ssize_t run_split(struct ur_drv *ud, struct gdx_file_io *io, unsigned n)
 		total += p->result;
 		short_seen = (size_t)p->result < p->size;
 	}
-	memcpy(io->info.why, parts[n - 1].io.info.why, sizeof(io->info.why));
+	/* Parts that went different ways each say so. */
+	io->info.why[0] = 0;
+	for (k = 0; k < n; k++) {
+		const char *w = parts[k].io.info.why;
+		size_t len = strlen(io->info.why);
+
+		if (!strstr(io->info.why, w))
+			snprintf(io->info.why + len, sizeof(io->info.why) - len, "%s%s",
+				 len ? " | " : "", w);
+	}
 	free(parts);
 	return io->result = total;
 }

@@ -206,6 +206,22 @@ static void path_reporting(void **state)
 	assert_non_null(strstr(info.why, "O_DIRECT"));
 	gdx_file_close(f);
 
+	/* Half hot, half cold: each part goes its own way, the data stays whole. */
+	{
+		int fd = open(disk_path, O_RDONLY);
+
+		assert_int_equal(pread(fd, host, FSIZE, 0), (ssize_t)FSIZE);
+		assert_int_equal(fdatasync(fd), 0);
+		assert_int_equal(posix_fadvise(fd, 2 << 20, 3 << 20, POSIX_FADV_DONTNEED), 0);
+		close(fd);
+	}
+	f = open_path(disk_path, O_RDONLY, 0, "uring");
+	check_dev_read(f, d, host, 5, FSIZE - 5, &info);
+	assert_true(info.bytes[GDX_FILE_PATH_PAGECACHE] >= (4u << 20));
+	assert_true(info.bytes[GDX_FILE_PATH_BOUNCE] >= (2u << 20));
+	assert_non_null(strstr(info.why, "not in the page cache"));
+	gdx_file_close(f);
+
 	f = open_path(disk_path, O_RDONLY, 0, "posix");
 	check_dev_read(f, d, host, 1, 100000, &info);
 	assert_int_equal(info.path, GDX_FILE_PATH_POSIX);
