@@ -11,7 +11,9 @@
  *     into a buffer of the bandwidth test's size (meaningful for a local target);
  *   - with --fio-dev, the Linux kernel host on the same target: fio (libaio,
  *     O_DIRECT) on the block device the kernel host connected, same shapes;
- * and prints every result beside its ceiling with the ratio.
+ * Each point is measured --rounds times, the kernel host and each memory kind
+ * in turn, and the medians are reported, so a noisy machine drifts both sides
+ * alike; every result is printed beside its ceilings with the ratios.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,6 +49,7 @@ struct cfg {
 	char mems[8][16];
 	unsigned nmem;
 	bool json, tcp_ceiling;
+	unsigned rounds;
 	struct gdx_nvmf_host_opts o;
 	int (*open_gpu)(int, struct gdx_device **);
 };
@@ -279,6 +282,8 @@ static void usage(FILE *f)
 		"  -N, --nsid N        namespace (default 1)\n"
 		"  -m, --mem LIST      memory kinds, comma separated: host,pinned,gpu:N (default host)\n"
 		"  -t, --time S        seconds per measurement (default 3)\n"
+		"  -r, --rounds N      measurements per point, alternating kernel and gdx; medians\n"
+		"                      are reported (default 3)\n"
 		"      --qd LIST       4 KiB random-read depths (default 1,32,128)\n"
 		"      --bw-bs BYTES   bandwidth test read size (default 128k)\n"
 		"      --bw-qd N       bandwidth test depth (default 32)\n"
@@ -307,32 +312,101 @@ static int parse_list(const char *s, unsigned *v, unsigned max)
 	return (int)n;
 }
 
-static void report(const struct cfg *c, const char *mem, const char *what, unsigned qd,
-		   double iops, double gbps, const char *ceil_name, double ceil, bool ceil_gbps,
-		   const char *base_name, double base)
+static int cmp_double(const void *a, const void *b)
 {
-	double val = ceil_gbps ? gbps : iops;
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, unsigned n)
+{
+	double t[16];
+
+	memcpy(t, v, n * sizeof(*v));
+	qsort(t, n, sizeof(*t), cmp_double);
+	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+struct ref {
+	const char *name;
+	double val;
+};
+
+/* One line: a result, then each reference it is judged against, with the ratio. */
+static void report(const struct cfg *c, const char *mem, const char *what, unsigned qd,
+		   double iops, double gbps, bool by_gbps, const struct ref *refs, unsigned nrefs)
+{
+	double val = by_gbps ? gbps : iops;
 
 	if (c->json) {
 		printf("{\"bench\": \"nvmf-host\", \"test\": \"%s\", \"mem\": \"%s\", \"qd\": %u, "
-		       "\"iops\": %.0f, \"gbps\": %.4f", what, mem, qd, iops, gbps);
-		if (ceil > 0)
-			printf(", \"%s\": %.4f, \"ratio_%s\": %.3f", ceil_name, ceil, ceil_name,
-			       val / ceil);
-		if (base > 0)
-			printf(", \"%s\": %.4f, \"ratio_%s\": %.3f", base_name, base, base_name,
-			       val / base);
+		       "\"iops\": %.0f, \"gbps\": %.4f, \"rounds\": %u", what, mem, qd, iops, gbps,
+		       c->rounds);
+		for (unsigned i = 0; i < nrefs; i++)
+			if (refs[i].val > 0)
+				printf(", \"%s\": %.4f, \"ratio_%s\": %.3f", refs[i].name, refs[i].val,
+				       refs[i].name, val / refs[i].val);
 		printf("}\n");
+		fflush(stdout);
 		return;
 	}
-	printf("%-16s %-7s qd %-4u %10.0f IOPS %8.3f GB/s", what, mem, qd, iops, gbps);
-	if (ceil > 0)
-		printf("  | %s %.3f%s -> %.2fx", ceil_name, ceil, ceil_gbps ? " GB/s" : " IOPS",
-		       val / ceil);
-	if (base > 0)
-		printf("  | %s %.3f -> %.2fx", base_name, base, val / base);
+	printf("%-12s %-7s qd %-4u %9.0f IOPS %8.3f GB/s", what, mem, qd, iops, gbps);
+	for (unsigned i = 0; i < nrefs; i++)
+		if (refs[i].val > 0)
+			printf("  | %s %.*f -> %.2fx", refs[i].name, by_gbps ? 3 : 0, refs[i].val,
+			       val / refs[i].val);
 	printf("\n");
 	fflush(stdout);
+}
+
+struct memctx {
+	const char *name;
+	int kind;		/* 0 host, 1 pinned, 2 device */
+	struct gdx_device *dev;
+	void *buf;
+	struct gdx_nvmf_ctrl *ctrl;
+};
+
+static void mem_close(struct memctx *m)
+{
+	if (m->ctrl)
+		gdx_nvmf_disconnect(m->ctrl);
+	if (m->buf) {
+		if (m->kind == 0)
+			free(m->buf);
+		else if (m->kind == 1)
+			gdx_pinned_free(m->dev, m->buf);
+		else
+			gdx_device_free(m->dev, m->buf);
+	}
+	if (m->dev)
+		gdx_device_close(m->dev);
+}
+
+static int mem_open(struct cfg *c, struct memctx *m, size_t need)
+{
+	int rc = 0;
+
+	m->kind = !strcmp(m->name, "host") ? 0 : !strcmp(m->name, "pinned") ? 1 :
+		  !strncmp(m->name, "gpu:", 4) ? 2 : -1;
+	if (m->kind < 0)
+		return -EINVAL;
+	if (m->kind == 1)
+		rc = gdx_device_open(NULL, &m->dev);
+	else if (m->kind == 2)
+		rc = c->open_gpu(atoi(m->name + 4), &m->dev);
+	if (!rc && m->kind == 0) {
+		m->buf = aligned_alloc(4096, need);
+		rc = m->buf ? 0 : -ENOMEM;
+	} else if (!rc) {
+		rc = m->kind == 1 ? gdx_pinned_alloc(m->dev, need, &m->buf)
+				  : gdx_device_malloc(m->dev, need, &m->buf);
+	}
+	c->o.dev = m->dev;
+	if (!rc)
+		rc = gdx_nvmf_connect(c->addr, c->svc, c->nqn, &c->o, &m->ctrl);
+	return rc;
 }
 
 int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_device **))
@@ -344,6 +418,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		{ "nsid", required_argument, NULL, 'N' },
 		{ "mem", required_argument, NULL, 'm' },
 		{ "time", required_argument, NULL, 't' },
+		{ "rounds", required_argument, NULL, 'r' },
 		{ "qd", required_argument, NULL, 'q' },
 		{ "bw-bs", required_argument, NULL, 'b' },
 		{ "bw-qd", required_argument, NULL, 'B' },
@@ -359,14 +434,17 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 	};
 	struct cfg c = { .svc = "4420", .nsid = 1, .secs = 3, .qds = { 1, 32, 128 }, .nqd = 3,
 			 .bw_bs = 128 << 10, .bw_qd = 32, .nmem = 0, .tcp_ceiling = true,
-			 .open_gpu = open_gpu };
-	double host_iops[8] = { 0 }, host_gbps = 0, kern_iops[8] = { 0 }, kern_gbps = 0, tcp = 0;
+			 .rounds = 3, .open_gpu = open_gpu };
+	struct memctx mems[8] = { 0 };
 	struct gdx_nvmf_ns_info ns;
+	struct gdx_nvmf_ctrl_info in;
+	double tcp = 0;
+	size_t need;
 	int opt, rc = 0;
 
 	gdx_nvmf_host_opts_init(&c.o, sizeof(c.o));
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "a:s:n:N:m:t:h", lo, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "a:s:n:N:m:t:r:h", lo, NULL)) != -1) {
 		int n;
 
 		switch (opt) {
@@ -375,6 +453,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		case 'n': c.nqn = optarg; break;
 		case 'N': c.nsid = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 't': c.secs = atof(optarg); break;
+		case 'r': c.rounds = (unsigned)atoi(optarg); break;
 		case 'F': c.fio_dev = optarg; break;
 		case 'T': c.tcp_ceiling = false; break;
 		case 'j': c.json = true; break;
@@ -409,124 +488,95 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 			return 2;
 		}
 	}
-	if (!c.addr || !c.nqn || c.secs <= 0 || !c.bw_qd) {
+	if (!c.addr || !c.nqn || c.secs <= 0 || !c.bw_qd || !c.rounds || c.rounds > 16) {
 		usage(stderr);
 		return 2;
 	}
 	if (!c.nmem)
 		snprintf(c.mems[c.nmem++], sizeof(c.mems[0]), "host");
-
-	if (c.fio_dev) {
-		for (unsigned k = 0; k < c.nqd; k++) {
-			double g;
-
-			kern_iops[k] = fio_run(c.fio_dev, 4096, c.qds[k], c.secs, &g);
-			report(&c, "kernel", "4k-randread", c.qds[k], kern_iops[k], g, "", 0, false,
-			       "", 0);
-		}
-		kern_iops[7] = fio_run(c.fio_dev, c.bw_bs, c.bw_qd, c.secs, &kern_gbps);
-		report(&c, "kernel", "bw-randread", c.bw_qd, kern_iops[7], kern_gbps, "", 0, true, "",
-		       0);
-	}
-	for (unsigned mi = 0; mi < c.nmem; mi++) {
-		const char *mem = c.mems[mi];
-		struct gdx_device *dev = NULL;
-		struct gdx_nvmf_ctrl *ctrl;
-		struct gdx_nvmf_ctrl_info in;
-		size_t need;
-		void *buf = NULL;
-		int kind = !strcmp(mem, "host") ? 0 : !strcmp(mem, "pinned") ? 1 :
-			   !strncmp(mem, "gpu:", 4) ? 2 : -1;
-
-		need = GDX_MAX((size_t)c.bw_bs * c.bw_qd, (size_t)4096 * 4096);
-		if (kind < 0) {
-			fprintf(stderr, "gdx bench nvmf-host: unknown memory '%s'\n", mem);
-			return 2;
-		}
-		if (kind == 1)
-			rc = gdx_device_open(NULL, &dev);
-		else if (kind == 2)
-			rc = c.open_gpu(atoi(mem + 4), &dev);
-		if (!rc)
-			rc = kind == 0 ? (buf = aligned_alloc(4096, need)) ? 0 : -ENOMEM
-			     : kind == 1 ? gdx_pinned_alloc(dev, need, &buf)
-			     : gdx_device_malloc(dev, need, &buf);
-		c.o.dev = dev;
-		if (!rc)
-			rc = gdx_nvmf_connect(c.addr, c.svc, c.nqn, &c.o, &ctrl);
+	need = GDX_MAX((size_t)c.bw_bs * c.bw_qd, (size_t)4096 * 4096);
+	for (unsigned m = 0; m < c.nmem; m++) {
+		mems[m].name = c.mems[m];
+		rc = mem_open(&c, &mems[m], need);
 		if (rc) {
-			fprintf(stderr, "gdx bench nvmf-host: %s: %s\n", mem, gdx_strerror(rc));
-			goto next;
+			fprintf(stderr, "gdx bench nvmf-host: %s: %s\n", mems[m].name, gdx_strerror(rc));
+			goto out;
 		}
-		rc = gdx_nvmf_identify_ns(ctrl, c.nsid, &ns);
-		gdx_nvmf_ctrl_info(ctrl, &in);
-		if (!rc && !c.json && !mi)
-			printf("# %s at %s:%s nsid %u: %" PRIu64 " MiB, %u-byte blocks; %u I/O queues x "
-			       "%u, max_xfer %u%s%s; %.1f s per point\n", c.nqn, c.addr, c.svc, c.nsid,
-			       ns.nsze * ns.block_size >> 20, ns.block_size, in.nr_io_queues,
-			       in.queue_depth, in.max_xfer, in.hdr_digest ? ", hdgst" : "",
-			       in.data_digest ? ", ddgst" : "", c.secs);
-		if (!rc && c.tcp_ceiling && !mi) {
-			/* one stream, and one per I/O queue: the better is the ceiling */
-			double one = tcp_ceiling(1, c.bw_bs, GDX_MIN(c.secs, 2.0));
-
-			tcp = in.nr_io_queues > 1 ? tcp_ceiling(in.nr_io_queues, c.bw_bs,
-								 GDX_MIN(c.secs, 2.0)) : one;
-			if (!c.json)
-				printf("# loopback TCP ceiling: %.3f GB/s (1 stream %.3f, %u streams "
-				       "%.3f), %" PRIu64 "-byte receives\n", GDX_MAX(one, tcp), one,
-				       in.nr_io_queues, tcp, c.bw_bs);
-			tcp = GDX_MAX(one, tcp);
-		}
-		for (unsigned k = 0; !rc && k < c.nqd; k++) {
-			double g = 0, iops;
-			int err = 0;
-
-			iops = gdx_run(ctrl, c.nsid, ns.nsze * ns.block_size, buf, 4096, c.qds[k],
-				       c.secs, &g, &err);
-			if (iops < 0) {
-				fprintf(stderr, "gdx bench nvmf-host: %s qd %u: %s\n", mem, c.qds[k],
-					gdx_strerror(err));
-				rc = err;
-				break;
-			}
-			if (!mi)
-				host_iops[k] = iops;
-			report(&c, mem, "4k-randread", c.qds[k], iops, g,
-			       mi ? c.mems[0] : "", mi ? host_iops[k] : 0, false,
-			       c.fio_dev ? "kernel" : "", kern_iops[k]);
-		}
-		if (!rc) {
-			double g = 0, ops;
-			int err = 0;
-
-			ops = gdx_run(ctrl, c.nsid, ns.nsze * ns.block_size, buf, (uint32_t)c.bw_bs,
-				      c.bw_qd, c.secs, &g, &err);
-			if (ops < 0) {
-				fprintf(stderr, "gdx bench nvmf-host: %s bandwidth: %s\n", mem,
-					gdx_strerror(err));
-				rc = err;
-			} else {
-				if (!mi)
-					host_gbps = g;
-				report(&c, mem, "bw-randread", c.bw_qd, ops, g,
-				       mi ? c.mems[0] : tcp > 0 ? "tcp_ceiling" : "",
-				       mi ? host_gbps : tcp, true, c.fio_dev ? "kernel" : "",
-				       kern_gbps);
-				if (mi && tcp > 0)
-					report(&c, mem, "bw-vs-tcp", c.bw_qd, ops, g, "tcp_ceiling", tcp,
-					       true, "", 0);
-			}
-		}
-		gdx_nvmf_disconnect(ctrl);
-next:
-		if (buf)
-			kind == 0 ? free(buf) : kind == 1 ? (void)gdx_pinned_free(dev, buf)
-							  : (void)gdx_device_free(dev, buf);
-		if (dev)
-			gdx_device_close(dev);
-		if (rc)
-			return 1;
 	}
-	return 0;
+	rc = gdx_nvmf_identify_ns(mems[0].ctrl, c.nsid, &ns);
+	if (rc) {
+		fprintf(stderr, "gdx bench nvmf-host: namespace %u: %s\n", c.nsid, gdx_strerror(rc));
+		goto out;
+	}
+	gdx_nvmf_ctrl_info(mems[0].ctrl, &in);
+	if (!c.json)
+		printf("# %s at %s:%s nsid %u: %" PRIu64 " MiB, %u-byte blocks; %u I/O queues x %u, "
+		       "max_xfer %u%s%s; %u x %.1f s per point, medians\n", c.nqn, c.addr, c.svc,
+		       c.nsid, ns.nsze * ns.block_size >> 20, ns.block_size, in.nr_io_queues,
+		       in.queue_depth, in.max_xfer, in.hdr_digest ? ", hdgst" : "",
+		       in.data_digest ? ", ddgst" : "", c.rounds, c.secs);
+	if (c.tcp_ceiling) {
+		/* one stream, and one per I/O queue: the better is the ceiling */
+		double one = tcp_ceiling(1, c.bw_bs, GDX_MIN(c.secs, 2.0));
+		double many = in.nr_io_queues > 1 ? tcp_ceiling(in.nr_io_queues, c.bw_bs,
+								 GDX_MIN(c.secs, 2.0)) : one;
+
+		tcp = GDX_MAX(one, many);
+		if (!c.json)
+			printf("# loopback TCP ceiling: %.3f GB/s (1 stream %.3f, %u streams %.3f), %"
+			       PRIu64 "-byte receives\n", tcp, one, in.nr_io_queues, many, c.bw_bs);
+	}
+	/* every point: kernel and each memory kind measured in turn, rounds times */
+	for (unsigned p = 0; p <= c.nqd; p++) {
+		bool bw = p == c.nqd;
+		unsigned qd = bw ? c.bw_qd : c.qds[p];
+		uint32_t bs = bw ? (uint32_t)c.bw_bs : 4096;
+		const char *what = bw ? "bw-randread" : "4k-randread";
+		double kio[16], kgb[16], gio[8][16], ggb[8][16], kiops = 0, kgbps = 0;
+
+		for (unsigned r = 0; r < c.rounds; r++) {
+			if (c.fio_dev) {
+				kgb[r] = 0;
+				kio[r] = fio_run(c.fio_dev, bs, qd, c.secs, &kgb[r]);
+				if (kio[r] < 0) {
+					fprintf(stderr, "gdx bench nvmf-host: fio on %s failed\n",
+						c.fio_dev);
+					rc = -EIO;
+					goto out;
+				}
+			}
+			for (unsigned m = 0; m < c.nmem; m++) {
+				int err = 0;
+
+				gio[m][r] = gdx_run(mems[m].ctrl, c.nsid, ns.nsze * ns.block_size,
+						    mems[m].buf, bs, qd, c.secs, &ggb[m][r], &err);
+				if (gio[m][r] < 0) {
+					fprintf(stderr, "gdx bench nvmf-host: %s %s qd %u: %s\n",
+						mems[m].name, what, qd, gdx_strerror(err));
+					rc = err;
+					goto out;
+				}
+			}
+		}
+		if (c.fio_dev) {
+			kiops = median(kio, c.rounds);
+			kgbps = median(kgb, c.rounds);
+			report(&c, "kernel", what, qd, kiops, kgbps, bw, NULL, 0);
+		}
+		for (unsigned m = 0; m < c.nmem; m++) {
+			double iops = median(gio[m], c.rounds), gbps = median(ggb[m], c.rounds);
+			struct ref refs[3] = {
+				{ "kernel", bw ? kgbps : kiops },
+				{ mems[0].name, m ? (bw ? median(ggb[0], c.rounds)
+						      : median(gio[0], c.rounds)) : 0 },
+				{ "tcp_ceiling", bw ? tcp : 0 },
+			};
+
+			report(&c, mems[m].name, what, qd, iops, gbps, bw, refs, 3);
+		}
+	}
+out:
+	for (unsigned m = 0; m < c.nmem; m++)
+		mem_close(&mems[m]);
+	return rc ? 1 : 0;
 }

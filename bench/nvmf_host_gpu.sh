@@ -70,19 +70,19 @@ run() {
 } 2>&1
 
 for q in 4 8 16; do
-	run queues$q -- -m host,gpu:0,pinned --queues "$q" --qd 1,32,128 --bw-qd 64
+	run queues$q -- -m host,gpu:0,pinned --queues "$q" --qd 1,32,128 --bw-qd 64 -r 2
 done
 for bs in 1M 4M; do
-	run bw$bs -- -m host,gpu:0 --queues 8 --qd 1 --bw-bs "$bs" --bw-qd 16
+	run bw$bs -- -m host,gpu:0 --queues 8 --qd 1 --bw-bs "$bs" --bw-qd 16 -r 1
 done
 # bounce ring behind the defaults (docs/nvmf-host.md)
 for c in 128k 1M; do
-	run sweep_chunk GDX_NVMF_HOST_BOUNCE_CHUNK=$c -- -m host,gpu:0 --queues 8 --qd 32
+	run sweep_chunk GDX_NVMF_HOST_BOUNCE_CHUNK=$c -- -m host,gpu:0 --queues 8 --qd 32 -r 1
 done
 for n in 2 8; do
-	run sweep_chunks GDX_NVMF_HOST_BOUNCE_CHUNKS=$n -- -m host,gpu:0 --queues 8 --qd 32
+	run sweep_chunks GDX_NVMF_HOST_BOUNCE_CHUNKS=$n -- -m host,gpu:0 --queues 8 --qd 32 -r 1
 done
-run digests -- -m host,gpu:0 --queues 8 --qd 32 --hdr-digest --data-digest
+run digests -- -m host,gpu:0 --queues 8 --qd 32 --hdr-digest --data-digest -r 1
 
 echo "=== targets (ratios against what the same run measured)"
 python3 - "$jsonl" <<'PY'

@@ -246,10 +246,10 @@ GDX_API int gdx_nvmf_deallocate(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t
 GDX_API int gdx_nvmf_submit(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *ios, unsigned n);
 
 /*
- * Submits one I/O and returns at once; cb(io, arg) runs exactly once when it
- * has completed (io->result says how), on a library thread that must not be
- * blocked: cb may submit again while the controller's queues have room
- * (nr_io_queues x queue_depth commands), which keeps a fixed depth in flight.
+ * Submits one I/O and returns at once (or with an error, and then cb never
+ * runs); cb(io, arg) runs exactly once when it has completed (io->result says
+ * how), on a library thread that must not block.  cb may submit again, which
+ * keeps a fixed depth in flight; beyond the queues' room commands wait their turn.
  */
 typedef void (*gdx_nvmf_io_cb)(struct gdx_nvmf_io *io, void *arg);
 GDX_API int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *io,

@@ -124,6 +124,8 @@ static struct knob knobs[] = {
 	     .min = 0, .max = 1000),
 	KNOB("nvmf.host.hdr_digest", K_BOOL, "0", "NVMe/TCP host: ask for header digests"),
 	KNOB("nvmf.host.data_digest", K_BOOL, "0", "NVMe/TCP host: ask for data digests"),
+	KNOB("nvmf.host.sqflow_off", K_BOOL, "1",
+	     "NVMe/TCP host: I/O queues ask for SQ flow control off (reads may end with C2HData SUCCESS)"),
 	KNOB("nvmf.host.max_io", K_SIZE, "1M",
 	     "NVMe/TCP host: largest single command; bigger I/O is split (MDTS also applies)",
 	     .min = 4096, .max = 4 << 20),

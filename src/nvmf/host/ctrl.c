@@ -279,6 +279,9 @@ static int fabrics_connect(struct nh_ctrl *c, struct nh_queue *q, unsigned sqsiz
 	r.sqe.connect.qid = q->qid;
 	r.sqe.connect.sqsize = (uint16_t)sqsize;
 	r.sqe.connect.kato = q->qid || c->p.discovery ? 0 : c->p.kato_ms;
+	/* without SQ flow control a controller may end a read with C2HData SUCCESS */
+	if (q->qid && c->sqflow_off)
+		r.sqe.connect.cattr = GDX_NVMF_CATTR_DISABLE_SQFLOW;
 	memset(&data, 0, sizeof(data));
 	memcpy(data.hostid, c->p.hostid, sizeof(data.hostid));
 	data.cntlid = q->qid ? c->cntlid : GDX_NVME_CNTLID_DYNAMIC;
@@ -442,6 +445,7 @@ static int setup(struct nh_ctrl *c)
 			rc = -ENOMEM;
 			goto fail;
 		}
+		c->sqflow_off = c->p.sqflow_off;
 		for (unsigned i = 0; i < nio; i++) {
 			rc = nh_queue_open(c, (uint16_t)(i + 1), depth - 1, &ioq[i]);
 			if (rc)
@@ -449,6 +453,17 @@ static int setup(struct nh_ctrl *c)
 			rc = nh_queue_start(ioq[i]);
 			if (!rc)
 				rc = fabrics_connect(c, ioq[i], depth - 1, NULL);
+			if (rc && !i && c->sqflow_off && (rc == GDX_ENVME || rc == -ECONNREFUSED)) {
+				/* a controller that refuses it: as libnvme, connect again without */
+				GDX_INFO(SUB, "%s refused SQ flow control off; connecting with it on",
+					 c->p.subnqn);
+				nh_queue_close(ioq[0], fail_setup_req);
+				ioq[0] = NULL;
+				c->sqflow_off = false;
+				c->connect_dnr = false;
+				i--;
+				continue;
+			}
 			if (rc) {
 				i++;
 				goto fail_io;
@@ -824,6 +839,7 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 	p->max_io = gdx_cfg_size("nvmf.host.max_io");
 	p->bounce_chunk = gdx_cfg_size("nvmf.host.bounce_chunk");
 	p->bounce_chunks = (unsigned)gdx_cfg_int("nvmf.host.bounce_chunks");
+	p->sqflow_off = gdx_cfg_bool("nvmf.host.sqflow_off");
 	if (p->discovery)
 		p->nr_io_queues = 0;
 	return 0;

@@ -130,6 +130,7 @@ struct nh_params {
 	unsigned max_retries;
 	bool hdgst, ddgst;
 	bool discovery;
+	bool sqflow_off;
 	size_t max_io;
 	size_t bounce_chunk;
 	unsigned bounce_chunks;
@@ -144,6 +145,7 @@ struct nh_ctrl {
 	bool stopping;
 	bool need_recovery;
 	bool connect_dnr;		/* the last Connect was refused with DNR */
+	bool sqflow_off;		/* I/O queues connect with SQ flow control disabled */
 	int fail_err;
 	struct nh_queue *admin;
 	struct nh_queue **ioq;
