@@ -411,11 +411,17 @@ static int handle_admin(struct conn *c, const uint8_t *sqe)
 		return send_c2h(c, cid, page + off, len, MF_NONE) ? 0
 			: send_rsp(c, cid, 0, 0, MF_NONE);
 	}
-	case NH_ADM_KEEP_ALIVE:
+	case NH_ADM_KEEP_ALIVE: {
+		bool hang;
+
 		pthread_mutex_lock(&m->lock);
 		m->st.keep_alives++;
+		hang = m->fault == MF_KA_HANG;
+		if (hang)
+			m->fault = MF_NONE;
 		pthread_mutex_unlock(&m->lock);
-		return send_rsp(c, cid, 0, 0, MF_NONE);
+		return hang ? 0 : send_rsp(c, cid, 0, 0, MF_NONE);
+	}
 	case NH_ADM_ABORT: {
 		uint16_t acid = (uint16_t)(nh_get32(sqe + 40) >> 16);
 		struct conn *hc = NULL;
@@ -453,6 +459,13 @@ static int handle_fabrics(struct conn *c, const uint8_t *sqe, const uint8_t *dat
 			return send_rsp(c, cid, 0x182 | NH_SC_DNR, 0x10100, MF_NONE);
 		if (nh_get16(sqe + 44) > m->o.mqes)
 			return send_rsp(c, cid, 0x182 | NH_SC_DNR, 44, MF_NONE);
+		if (sqe[46] & 4) {
+			if (m->o.refuse_sqflow)
+				return send_rsp(c, cid, 0x02 | NH_SC_DNR, 0, MF_NONE);
+			pthread_mutex_lock(&m->lock);
+			m->st.sqflow_off++;
+			pthread_mutex_unlock(&m->lock);
+		}
 		pthread_mutex_lock(&m->lock);
 		if (!c->qid) {
 			m->next_cntlid++;

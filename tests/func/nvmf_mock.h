@@ -26,6 +26,7 @@ enum mock_fault {
 	MF_BAD_DDGST,		/* wrong data digest (needs data digests) */
 	MF_DROP,		/* close the connection instead of answering */
 	MF_HANG,		/* never answer (until aborted) */
+	MF_KA_HANG,		/* leave the next Keep Alive unanswered */
 };
 
 struct mock_opts {
@@ -37,6 +38,7 @@ struct mock_opts {
 	uint32_t inline_size;	/* in-capsule data on I/O queues (IOCCSZ) */
 	uint32_t maxh2cdata;
 	uint16_t mqes;		/* CAP.MQES (0's based) */
+	bool refuse_sqflow;	/* reject a Connect with CATTR SQ flow control off */
 };
 
 struct mock_stats {
@@ -48,6 +50,7 @@ struct mock_stats {
 	unsigned keep_alives;
 	unsigned io_cmds;
 	unsigned shutdowns;	/* CC.SHN writes */
+	unsigned sqflow_off;	/* I/O Connects that asked for SQ flow control off */
 };
 
 struct mock;

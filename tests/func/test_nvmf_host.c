@@ -23,6 +23,7 @@
 
 static struct mock *m;
 static char port[16];
+static bool m_refuses;
 
 static int start(const struct mock_opts *o)
 {
@@ -33,6 +34,7 @@ static int start(const struct mock_opts *o)
 		o = &d;
 	}
 	m = mock_create(o);
+	m_refuses = o->refuse_sqflow;
 	snprintf(port, sizeof(port), "%d", mock_listen(m, 0));
 	return 0;
 }
@@ -566,6 +568,57 @@ static void keep_alive(void **state)
 	gdx_nvmf_disconnect(c);
 }
 
+/* A Keep Alive left unanswered is a dead controller: reconnect, then carry on. */
+static void keep_alive_lost(void **state)
+{
+	struct gdx_nvmf_host_opts o;
+	struct gdx_nvmf_ctrl_info in;
+	struct gdx_nvmf_ctrl *c;
+	uint8_t buf[4096];
+
+	(void)state;
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.nr_io_queues = 1;
+	o.kato_ms = 200;
+	o.reconnect_delay_ms = 20;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, MOCK_NQN, &o, &c), 0);
+	mock_inject(m, MF_KA_HANG, 0);
+	for (int i = 0; i < 300; i++) {
+		assert_int_equal(gdx_nvmf_ctrl_info(c, &in), 0);
+		if (in.reconnects)
+			break;
+		usleep(10000);
+	}
+	assert_int_equal(in.reconnects, 1);
+	assert_int_equal(gdx_nvmf_read(c, 1, buf, sizeof(buf), 0), 0);
+	gdx_nvmf_disconnect(c);
+}
+
+static int setup_refuse_sqflow(void **state)
+{
+	struct mock_opts o;
+
+	(void)state;
+	mock_opts_default(&o);
+	o.refuse_sqflow = true;
+	return start(&o);
+}
+
+/* SQ flow control off is asked for, and a controller that refuses it still gets a queue. */
+static void sqflow(void **state)
+{
+	struct gdx_nvmf_ctrl *c = conn(2, 0, 0);
+	struct mock_stats st;
+	uint8_t buf[4096];
+
+	(void)state;
+	assert_int_equal(gdx_nvmf_read(c, 1, buf, sizeof(buf), 0), 0);
+	mock_stats(m, &st);
+	gdx_nvmf_disconnect(c);
+	assert_int_equal(st.io_connects, 2);
+	assert_int_equal(st.sqflow_off, m_refuses ? 0 : 2);
+}
+
 static void give_up(void **state)
 {
 	struct gdx_nvmf_host_opts o;
@@ -606,6 +659,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(timeout_then_recover, setup_default, stop),
 		cmocka_unit_test_setup_teardown(user_abort, setup_default, stop),
 		cmocka_unit_test_setup_teardown(keep_alive, setup_default, stop),
+		cmocka_unit_test_setup_teardown(keep_alive_lost, setup_default, stop),
+		cmocka_unit_test_setup_teardown(sqflow, setup_default, stop),
+		cmocka_unit_test_setup_teardown(sqflow, setup_refuse_sqflow, stop),
 		cmocka_unit_test_setup_teardown(give_up, setup_default, stop),
 	};
 
