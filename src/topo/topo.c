@@ -247,8 +247,10 @@ static void read_pci_facts(struct gdx_topo *t, struct topo_node *nd)
 	nd->d.class_code = (uint32_t)read_ul(t->sysfs, rel, 16, 0);
 	gdx_topo_fmt(rel, sizeof(rel), "bus/pci/devices/%s/numa_node", nd->d.pci);
 	if (gdx_topo_read(t->sysfs, rel, buf, sizeof(buf)) > 0) {
-		numa = strtol(buf, NULL, 10);
-		nd->d.numa_node = numa >= 0 && numa < 4096 ? (int)numa : -1;
+		char *end;
+
+		numa = strtol(buf, &end, 10);
+		nd->d.numa_node = end != buf && !*end && numa >= 0 && numa < 4096 ? (int)numa : -1;
 	}
 	gdx_topo_fmt(rel, sizeof(rel), "bus/pci/devices/%s/local_cpulist", nd->d.pci);
 	if (gdx_topo_read(t->sysfs, rel, buf, sizeof(buf)) > 0)

@@ -484,6 +484,71 @@ static void test_rules(void **state)
 	rm_tree();
 }
 
+/* Malformed trees: garbage values, dangling links, stray names; nothing crashes. */
+static void test_malformed(void **state)
+{
+	struct gdx_topo_opts o;
+	struct gdx_topo_dev d = { .size = sizeof(d) };
+	struct gdx_topo *t;
+	char sys[PATH_MAX + 8], lnk[PATH_MAX * 2];
+
+	(void)state;
+	assert_non_null(mkdtemp(strcpy(tmp, "/tmp/gdx-topo-XXXXXX")));
+	pcidev("pci0000:00/0000:00:05.0", 0x030200, 0x10de, 0);
+	/* garbage where numbers belong, a resource file with one line */
+	mk("sys/devices/pci0000:00/0000:00:05.0/numa_node", "abc\n");
+	mk("sys/devices/pci0000:00/0000:00:05.0/resource", "0x1000 0x1fff 0x200\n");
+	pcidev("pci0000:00/0000:00:06.0", 0x030200, 0x10de, 0);
+	mk("sys/devices/pci0000:00/0000:00:06.0/resource", "0x0 0x0 0x0\nnot numbers at all\n");
+	pcidev("pci0000:00/0000:00:07.0", 0x010802, 0x144d, 0);
+	mk("sys/devices/pci0000:00/0000:00:07.0/class", "zzz\n");
+	/* a dangling link and names that are no PCI address */
+	snprintf(lnk, sizeof(lnk), "%s/sys/bus/pci/devices/0000:00:09.0", tmp);
+	assert_int_equal(symlink("../../../devices/pci0000:00/0000:00:09.0", lnk), 0);
+	mk("sys/bus/pci/devices/README", "not a device\n");
+	snprintf(lnk, sizeof(lnk), "%s/sys/bus/pci/devices/0000:00:0a.0x", tmp);
+	assert_int_equal(symlink("../../../devices/pci0000:00/0000:00:05.0", lnk), 0);
+	/* an RDMA device whose device link dangles, an NVMe controller with nothing in it */
+	mk("sys/class/infiniband/.keep", "");
+	snprintf(lnk, sizeof(lnk), "%s/sys/class/infiniband/mlx5_9", tmp);
+	assert_int_equal(symlink("../../devices/nowhere/mlx5_9", lnk), 0);
+	mk("sys/class/nvme/nvme7/.keep", "");
+	/* a block device loop: dm-0's slave is dm-0 */
+	mk("sys/devices/virtual/block/dm-0/dev", "253:0\n");
+	mk("sys/devices/virtual/block/dm-0/slaves/.keep", "");
+	snprintf(lnk, sizeof(lnk), "%s/sys/devices/virtual/block/dm-0/slaves/dm-0", tmp);
+	assert_int_equal(symlink("..", lnk), 0);
+	mk("sys/class/block/.keep", "");
+	snprintf(lnk, sizeof(lnk), "%s/sys/class/block/dm-0", tmp);
+	assert_int_equal(symlink("../../devices/virtual/block/dm-0", lnk), 0);
+	mk("sys/dev/block/.keep", "");
+	snprintf(lnk, sizeof(lnk), "%s/sys/dev/block/253:0", tmp);
+	assert_int_equal(symlink("../../devices/virtual/block/dm-0", lnk), 0);
+
+	snprintf(sys, sizeof(sys), "%s/sys", tmp);
+	gdx_topo_opts_init(&o, sizeof(o));
+	o.sysfs_root = sys;
+	o.procfs_root = tmp;
+	assert_int_equal(gdx_topo_open(&t, &o), 0);
+	/* two GPUs, the RDMA device off PCI, the empty controller; the class-less NVMe is not one */
+	assert_int_equal(gdx_topo_get(t, find(t, "GPU0"), &d), 0);
+	assert_int_equal(d.numa_node, -1);
+	assert_true(d.bar1_size == 0);
+	assert_int_equal(gdx_topo_get(t, find(t, "GPU1"), &d), 0);
+	assert_true(d.bar1_size == 0);
+	assert_int_equal(gdx_topo_get(t, find(t, "mlx5_9"), &d), 0);
+	assert_string_equal(d.pci, "");
+	assert_int_equal(gdx_topo_distance(t, find(t, "GPU0"), find(t, "mlx5_9")), -ENODEV);
+	assert_int_equal(gdx_topo_rdma_nic(t, find(t, "GPU0"), NULL), find(t, "mlx5_9"));
+	assert_int_equal(gdx_topo_get(t, find(t, "nvme7"), &d), 0);
+	assert_string_equal(d.transport, "");
+	assert_int_equal(gdx_topo_find(t, GDX_TOPO_NVME, "0000:00:07.0"), -ENOENT);
+	assert_int_equal(gdx_topo_count(t), 4);
+	assert_int_equal(gdx_topo_find_devno(t, 253, 0), -ENOENT);
+	gdx_topo_close(t);
+	rm_tree();
+}
+
 static void test_find_block(void **state)
 {
 	struct gdx_topo *t = open_fixture("vm1gpu");
@@ -564,6 +629,7 @@ int main(void)
 		cmocka_unit_test(test_missing_root),
 		cmocka_unit_test(test_rules),
 		cmocka_unit_test(test_find_block),
+		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_cap_parsing),
 	};
 	const char *src = getenv("GDX_SRCDIR");
