@@ -211,7 +211,9 @@ static void smart(struct nvmf_ctrl *c, uint32_t nsid, struct gdx_nvme_smart_log 
 	u128_set(l->host_reads, r);
 	u128_set(l->host_writes, w);
 	u128_set(l->media_errors, e);
+	pthread_mutex_lock(&c->lock);
 	u128_set(l->num_err_log_entries, c->err_count);
+	pthread_mutex_unlock(&c->lock);
 	u128_set(l->power_cycles, 1);
 }
 

@@ -108,8 +108,9 @@ struct nvmf_subsys {
 	bool allow_any_host;
 	unsigned nhosts;
 	char *hosts[NVMF_MAX_HOSTS];
-	struct nvmf_ns *ns[NVMF_MAX_NS];	/* indexed by nsid - 1 */
-	uint32_t max_nsid;
+	/* indexed by nsid - 1; published atomically, entries never move */
+	_Atomic(struct nvmf_ns *) ns[NVMF_MAX_NS];
+	_Atomic uint32_t max_nsid;
 	uint16_t next_cntlid;
 	uint32_t ctrl_count;
 };
@@ -183,12 +184,12 @@ struct nvmf_ctrl {
 	uint8_t hostid[16];
 	atomic_int refs;
 	pthread_mutex_t lock;
-	uint32_t cc;
+	_Atomic uint32_t cc;			/* written under lock, read anywhere */
 	_Atomic uint32_t csts;
-	uint32_t kato_ms;
+	_Atomic uint32_t kato_ms;
 	_Atomic uint64_t ka_deadline_ns;	/* 0: no keep-alive */
 	_Atomic bool fatal;
-	uint16_t nr_io_queues;
+	_Atomic uint16_t nr_io_queues;
 	bool qid_used[NVMF_MAX_IO_QUEUES + 1];	/* under tgt->lock */
 	struct nvmf_sq *admin;			/* under ctrl->lock */
 	uint32_t aen_cfg;
