@@ -20,6 +20,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,6 +45,8 @@
 #define PRE_CONNECT_SLOTS 4
 #define IOV_BATCH 64
 #define CONNECT_TIMEOUT_NS (60ull * 1000000000ull)
+#define SPLICE_MIN (64 * 1024)	/* reads this large leave namespace memory without a copy */
+#define PIPE_SIZE (1 << 20)
 
 enum ev_kind { EV_LISTEN, EV_WAKE, EV_IOCTX, EV_CONN };
 
@@ -65,6 +68,7 @@ struct tx_item {
 	uint32_t data_len;
 	uint32_t ddgst;
 	bool has_ddgst;
+	bool splice;		/* data goes out by vmsplice + splice */
 	uint32_t sent;
 	enum { TX_PLAIN, TX_C2H_FINAL, TX_RSP, TX_TERM } kind;
 	struct tcp_req *req;
@@ -124,6 +128,8 @@ struct tcp_conn {
 
 	/* send */
 	struct tx_item *tx_head, **tx_tail;
+	int pipe[2];		/* for spliced data; -1 until needed */
+	uint32_t piped;		/* bytes of the head item's data in the pipe */
 	struct tx_item conn_tx;
 
 	/* command slots, indexed by TTAG */
@@ -214,14 +220,70 @@ static void tx_item_sent(struct tcp_conn *c, struct tx_item *it)
 	}
 }
 
+/*
+ * Moves the head item's data from namespace memory to the socket through a
+ * pipe: vmsplice references the pages, splice hands them to TCP, so the data
+ * is not copied on the way out (as nvmet sends block-device pages).  Returns
+ * 0 when the data is all on the socket, -EAGAIN when the socket is full.
+ */
+static int splice_data(struct tcp_conn *c, struct tx_item *it)
+{
+	uint32_t done = it->sent - it->hdr_len;
+
+	if (c->pipe[0] < 0) {
+		if (pipe2(c->pipe, O_NONBLOCK | O_CLOEXEC))
+			return -errno;
+		/* best effort: the default 64 KiB pipe only means more rounds */
+		fcntl(c->pipe[1], F_SETPIPE_SZ, PIPE_SIZE);
+	}
+	while (done < it->data_len) {
+		uint32_t in_pipe_end = done + c->piped;
+		ssize_t n;
+
+		if (in_pipe_end < it->data_len) {
+			struct iovec v = { (char *)it->data + in_pipe_end, it->data_len - in_pipe_end };
+
+			n = vmsplice(c->pipe[1], &v, 1, SPLICE_F_NONBLOCK);
+			if (n > 0)
+				c->piped += (uint32_t)n;
+			else if (n < 0 && errno != EAGAIN)
+				return -errno;
+		}
+		n = splice(c->pipe[0], NULL, c->fd, NULL, c->piped, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+		if (n < 0)
+			return errno == EAGAIN ? -EAGAIN : -errno;
+		if (n == 0)
+			return -EPIPE;
+		c->piped -= (uint32_t)n;
+		it->sent += (uint32_t)n;
+		done += (uint32_t)n;
+		gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)n);
+	}
+	return 0;
+}
+
 /* Sends as much of the queue as the socket takes. */
 static void conn_flush(struct tcp_conn *c)
 {
 	while (c->tx_head && !c->dead) {
+		struct tx_item *head = c->tx_head;
 		struct iovec iov[IOV_BATCH];
-		int n = 0;
+		int n = 0, flags = MSG_NOSIGNAL | MSG_DONTWAIT;
 		ssize_t sent;
 
+		if (head->splice && head->sent >= head->hdr_len &&
+		    head->sent < head->hdr_len + head->data_len) {
+			int ret = splice_data(c, head);
+
+			if (ret == -EAGAIN) {
+				set_epollout(c, true);
+				return;
+			}
+			if (ret) {
+				conn_close(c, strerror(-ret));
+				return;
+			}
+		}
 		for (struct tx_item *it = c->tx_head; it && n + 3 <= IOV_BATCH; it = it->next) {
 			uint32_t off = it->sent;
 
@@ -230,6 +292,11 @@ static void conn_flush(struct tcp_conn *c)
 				off = it->hdr_len;
 			}
 			off -= it->hdr_len;
+			if (it->splice && off < it->data_len) {
+				/* the data follows by splice: hold the header back for it */
+				flags |= MSG_MORE;
+				break;
+			}
 			if (off < it->data_len) {
 				iov[n++] = (struct iovec){ (char *)it->data + off, it->data_len - off };
 				off = it->data_len;
@@ -238,23 +305,27 @@ static void conn_flush(struct tcp_conn *c)
 			if (it->has_ddgst && off < 4)
 				iov[n++] = (struct iovec){ (uint8_t *)&it->ddgst + off, 4 - off };
 		}
-		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		if (!n) {
+			/* only spliced data remained and it is complete: account the item */
+			sent = 0;
+		} else {
+			struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
 
-		/* local connections (tests, fuzzing) may write to a pipe or /dev/null */
-		sent = c->local ? writev(c->fd, iov, n) :
-				  sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (sent < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				set_epollout(c, true);
+			/* local connections (tests, fuzzing) may write to a pipe or /dev/null */
+			sent = c->local ? writev(c->fd, iov, n) : sendmsg(c->fd, &mh, flags);
+			if (sent < 0) {
+				if (errno == EINTR)
+					continue;
+				if (errno == EAGAIN || errno == EWOULDBLOCK) {
+					set_epollout(c, true);
+					return;
+				}
+				conn_close(c, strerror(errno));
 				return;
 			}
-			conn_close(c, strerror(errno));
-			return;
+			gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)sent);
 		}
-		gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)sent);
-		while (sent > 0 && c->tx_head) {
+		do {
 			struct tx_item *it = c->tx_head;
 			uint32_t total = it->hdr_len + it->data_len + (it->has_ddgst ? 4 : 0);
 			uint32_t take = (uint32_t)GDX_MIN((uint64_t)sent, (uint64_t)(total - it->sent));
@@ -269,7 +340,7 @@ static void conn_flush(struct tcp_conn *c)
 			tx_item_sent(c, it);
 			if (c->dead)
 				return;
-		}
+		} while (sent > 0 && c->tx_head);
 	}
 	set_epollout(c, false);
 }
@@ -367,6 +438,7 @@ static void queue_rsp(struct tcp_conn *c, struct tcp_req *t)
 	it->data = NULL;
 	it->data_len = 0;
 	it->has_ddgst = false;
+	it->splice = false;
 	it->kind = TX_RSP;
 	it->req = t;
 	tx_queue(c, it);
@@ -398,6 +470,8 @@ static void req_done(struct nvmf_req *nr)
 						&c->params);
 		it->data = nr->buf;
 		it->data_len = c2h;
+		/* namespace memory (RAM, null) only: a request buffer is reused at once */
+		it->splice = c2h >= SPLICE_MIN && nr->buf != t->own_buf && !c->local;
 		it->has_ddgst = c->params.ddgst;
 		if (it->has_ddgst) {
 			struct iovec v = { nr->buf, c2h };
@@ -459,6 +533,7 @@ static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
 		it->data = NULL;
 		it->data_len = 0;
 		it->has_ddgst = false;
+		it->splice = false;
 		it->kind = TX_PLAIN;
 		it->req = t;
 		tx_queue(c, it);
@@ -784,6 +859,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 	c->phase = GDX_TCP_PHASE_IC;
 	c->params.maxh2cdata = t->maxh2cdata;
 	c->tx_tail = &c->tx_head;
+	c->pipe[0] = c->pipe[1] = -1;
 	rx_expect_hdr(c);
 	return c;
 }
@@ -795,6 +871,10 @@ static void conn_free(struct tcp_conn *c)
 		free(c->slots[i]);
 	}
 	gdx_stats_destroy(c->sq_stats);
+	if (c->pipe[0] >= 0) {
+		close(c->pipe[0]);
+		close(c->pipe[1]);
+	}
 	free(c->rxbuf);
 	free(c);
 }
