@@ -60,6 +60,10 @@ struct chk_ctx {
 
 	struct chk c[CHK_MAX];
 	int n;
+
+	/* module states already looked up: modules.dep runs to a megabyte */
+	struct { char name[32]; enum mod_state st; } mods[24];
+	int nmods;
 };
 
 struct chk *chk_add(struct chk_ctx *x, const char *id, const char *title, enum chk_status st);

@@ -135,14 +135,13 @@ static bool modlist_has(const char *text, const char *name)
 	return false;
 }
 
-enum mod_state chk_module(struct chk_ctx *x, const char *module)
+static enum mod_state module_state(struct chk_ctx *x, const char *name)
 {
-	char name[64], rel[PATH_MAX], *text;
+	char rel[PATH_MAX], *text;
 	enum mod_state st = MOD_UNKNOWN;
 	struct stat sb;
 	char path[PATH_MAX];
 
-	underscores(name, sizeof(name), module);
 	text = slurp(x->procfs, "modules");
 	if (text) {
 		size_t len = strlen(name);
@@ -173,6 +172,23 @@ enum mod_state chk_module(struct chk_ctx *x, const char *module)
 	if (text) {
 		st = modlist_has(text, name) ? MOD_AVAILABLE : MOD_MISSING;
 		free(text);
+	}
+	return st;
+}
+
+enum mod_state chk_module(struct chk_ctx *x, const char *module)
+{
+	char name[32];
+	enum mod_state st;
+
+	underscores(name, sizeof(name), module);
+	for (int i = 0; i < x->nmods; i++)
+		if (!strcmp(x->mods[i].name, name))
+			return x->mods[i].st;
+	st = module_state(x, name);
+	if (x->nmods < (int)GDX_ARRAY_SIZE(x->mods)) {
+		memcpy(x->mods[x->nmods].name, name, sizeof(name));
+		x->mods[x->nmods++].st = st;
 	}
 	return st;
 }
