@@ -32,6 +32,7 @@ extern "C" {
 
 struct gdx_pipeline;
 struct gdx_file;	/* <gdx/file.h> */
+struct gdx_nvmf_ctrl;	/* <gdx/nvmf.h> */
 
 #define GDX_PIPELINE_MAX_STAGES 16
 #define GDX_PIPELINE_MAX_SLOTS 64
@@ -267,6 +268,19 @@ GDX_API int gdx_pipeline_source_file(struct gdx_file *f, struct gdx_pipeline_sou
 /* gdx_pipeline_add_load() with the file source. */
 GDX_API int gdx_pipeline_add_file_load(struct gdx_pipeline *p, struct gdx_file *f,
 				       const struct gdx_pipeline_load_opts *o);
+
+/*
+ * The NVMe-oF source: namespace nsid of a connected controller, read with
+ * gdx_nvmf_submit_async.  Offsets and batch sizes must be multiples of the
+ * namespace's block size (a read that is not fails the stage).  The
+ * controller must outlive the pipeline.  src->release frees what this call
+ * allocated; gdx_pipeline_add_load calls it.
+ */
+GDX_API int gdx_pipeline_source_nvmf(struct gdx_nvmf_ctrl *c, uint32_t nsid,
+				     struct gdx_pipeline_source *src);
+/* gdx_pipeline_add_load() with the NVMe-oF source. */
+GDX_API int gdx_pipeline_add_nvmf_load(struct gdx_pipeline *p, struct gdx_nvmf_ctrl *c,
+				       uint32_t nsid, const struct gdx_pipeline_load_opts *o);
 
 #ifdef __cplusplus
 }

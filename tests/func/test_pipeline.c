@@ -21,6 +21,7 @@
 
 #include <gdx/gdx.h>
 #include <gdx/file.h>
+#include <gdx/nvmf.h>
 #include <gdx/pipeline.h>
 
 #include "common/util.h"
@@ -753,6 +754,83 @@ static void file_load(void **state)
 	close(fd);
 }
 
+/* The NVMe-oF source: batches come off a namespace of a gdx target on loopback. */
+#define NQN "nqn.2026-11.io.gdx:pipeline"
+
+static struct tctx *make_nvmf_load(struct gdx_nvmf_ctrl *c, const struct gdx_pipeline_load_opts *lo)
+{
+	struct tstage st[2] = {
+		{ 'D', R_LOAD, 0, -1, false, false },	/* replaced by the built-in stage */
+		{ 'H', R_VERIFY, 0, -1, false, false },
+	};
+	struct tctx *t = make_ctx(st, 2);
+
+	make_pipe(t, 3, 2);
+	assert_int_equal(gdx_pipeline_add_nvmf_load(t->p, c, 1, lo), 0);
+	add_test_stage(t, 1);
+	return t;
+}
+
+static void nvmf_load(void **state)
+{
+	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	const size_t len = (size_t)10 * SZ;
+	struct gdx_nvmf_target_opts to;
+	struct gdx_nvmf_host_opts ho;
+	struct gdx_pipeline_load_opts lo;
+	struct gdx_pipeline_source src;
+	struct gdx_nvmf_target *tgt;
+	struct gdx_nvmf_ctrl *c;
+	unsigned char *data;
+	struct tctx *t;
+	char path[512], port[16];
+	int fd, bound;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/gdx_pipeline_ns_XXXXXX", dir);
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	data = malloc(len);
+	t_fill(data, len, 42);	/* the same bytes as every context's input */
+	assert_int_equal(pwrite(fd, data, len, 0), (ssize_t)len);
+	free(data);
+	close(fd);
+
+	gdx_nvmf_target_opts_init(&to, sizeof(to));
+	assert_int_equal(gdx_nvmf_target_create(&to, &tgt), 0);
+	assert_int_equal(gdx_nvmf_target_add_subsys(tgt, NQN, 1), 0);
+	assert_int_equal(gdx_nvmf_target_add_ns(tgt, NQN, 1, path, 512), 0);
+	assert_int_equal(gdx_nvmf_target_add_port(tgt, 1, "127.0.0.1", "0"), 0);
+	assert_int_equal(gdx_nvmf_target_link(tgt, 1, NQN), 0);
+	assert_int_equal(gdx_nvmf_target_start(tgt), 0);
+	bound = gdx_nvmf_target_bound_port(tgt, 1);
+	assert_true(bound > 0);
+	snprintf(port, sizeof(port), "%d", bound);
+	gdx_nvmf_host_opts_init(&ho, sizeof(ho));
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &ho, &c), 0);
+
+	assert_int_equal(gdx_pipeline_source_nvmf(NULL, 1, &src), -EINVAL);
+	assert_int_equal(gdx_pipeline_source_nvmf(c, 0, &src), -EINVAL);
+
+	/* Ten batches' worth of namespace, read round twice and a half. */
+	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
+	lo.wrap = len;
+	t = make_nvmf_load(c, &lo);
+	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
+	for (uint64_t b = 0; b < 25; b++)
+		assert_int_equal(t->got[b], t->want[b % 10]);
+	destroy(t);
+
+	/* Without wrap, batch 10 starts at the end of the namespace. */
+	t = make_nvmf_load(c, NULL);
+	expect_failure(t, GDX_ENVME, 0, 10, "nvmf read of 16384 bytes at offset 163840 failed");
+	destroy(t);
+
+	assert_int_equal(gdx_nvmf_disconnect(c), 0);
+	gdx_nvmf_target_destroy(tgt);
+	unlink(path);
+}
+
 /* A stage stops the pipeline: every admitted batch still goes all the way through. */
 static void stop_drains(void **state)
 {
@@ -992,6 +1070,7 @@ int main(void)
 		cmocka_unit_test(errors),
 		cmocka_unit_test(load_stage),
 		cmocka_unit_test(file_load),
+		cmocka_unit_test(nvmf_load),
 		cmocka_unit_test(stop_drains),
 		cmocka_unit_test(options),
 		cmocka_unit_test(bad_input),
