@@ -60,11 +60,11 @@ static void usage(FILE *f)
 		"                 (default: the current directory)\n"
 		"  --gpu GPU      recommendations for this GPU (GPU3, 3 or its PCI address;\n"
 		"                 default GPU0)\n"
-		"  --no-live      skip the checks that ask this machine (io_uring, O_DIRECT, memlock,\n"
-		"                 libraries); the default when a root is given\n"
+		"  --no-live      skip the checks that ask this machine (CUDA, io_uring, O_DIRECT,\n"
+		"                 memlock, libraries); the default when a root is given\n"
 		"  --require W    exit 1 unless W is ready; W is one of\n                ");
 	for (int i = 0; i < R_COUNT; i++)
-		fprintf(f, " %s", ready_names[i]);
+		fprintf(f, "%s%s", i && !(i % 6) ? "\n                 " : " ", ready_names[i]);
 	fprintf(f, "\n");
 }
 
