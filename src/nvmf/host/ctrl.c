@@ -159,6 +159,30 @@ static void park(struct nh_ctrl *c, struct nh_req *r)
 	c->pending_tail = &r->next;
 }
 
+/*
+ * The I/O queue with the fewest commands in flight, starting from the one this
+ * thread used last: a thread at depth 1 stays on one queue (one receiver to
+ * wake), deeper submissions spread over all of them.  Caller holds c->lock; the
+ * inflight counts are read racily, which only makes the choice less exact.
+ */
+static struct nh_queue *pick_queue(struct nh_ctrl *c)
+{
+	static __thread unsigned last;
+	unsigned best = last % c->nioq, best_n = UINT32_MAX;
+
+	for (unsigned k = 0; k < c->nioq && best_n; k++) {
+		unsigned i = (last + k) % c->nioq;
+		unsigned n = __atomic_load_n(&c->ioq[i]->inflight, __ATOMIC_RELAXED);
+
+		if (n < best_n) {
+			best = i;
+			best_n = n;
+		}
+	}
+	last = best;
+	return c->ioq[best];
+}
+
 void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r)
 {
 	for (;;) {
@@ -188,7 +212,7 @@ void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r)
 			pthread_mutex_unlock(&c->lock);
 			return;
 		}
-		q = r->admin ? c->admin : c->ioq[c->rr++ % c->nioq];
+		q = r->admin ? c->admin : pick_queue(c);
 		/* the queue stays allocated until recovery holds c->lock with no submitter inside */
 		c->users++;
 		pthread_mutex_unlock(&c->lock);

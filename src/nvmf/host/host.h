@@ -152,7 +152,6 @@ struct nh_ctrl {
 	unsigned nioq;
 	struct nh_req *pending;		/* waiting for a live connection */
 	struct nh_req **pending_tail;
-	unsigned rr;			/* queue round robin */
 	unsigned users;			/* submitters inside a queue; teardown waits for 0 */
 	struct gdx_counter retries;
 	struct nh_ns_cache {
