@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/loop.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -194,7 +196,8 @@ static uint16_t run_cmd(struct host *h, struct gdx_nvme_sqe *sqe, const void *ou
 				uint32_t hl;
 
 				n2 = left < n2 ? left : n2;
-				hl = gdx_tcp_data_init(&d, GDX_TCP_H2C_DATA, sqe->cid, pdu.r2t.ttag, off,
+				hl = gdx_tcp_data_init(&d, GDX_TCP_H2C_DATA, sqe->cid, pdu.r2t.ttag,
+						       off,
 						       n2, left == n2 ? GDX_TCP_F_DATA_LAST : 0,
 						       &h->p);
 				send_all(h->fd, &d, hl);
@@ -463,7 +466,8 @@ static void test_connect_errors(void **state)
 	/* anything but Connect first */
 	assert_int_equal(prop(&h, false, GDX_NVME_REG_CAP, 0, true, NULL),
 			 GDX_NVME_SC_INVALID_OPCODE | GDX_NVME_ST_DNR);
-	assert_int_equal(fab_connect(&h, "nqn.2024-01.io.gdx:nope", HOSTNQN, 0, 31, 0xffff, 0, &res),
+	assert_int_equal(fab_connect(&h, "nqn.2024-01.io.gdx:nope", HOSTNQN, 0, 31, 0xffff, 0,
+				     &res),
 			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
 	assert_int_equal(res & 0xffffffff, GDX_NVMF_IATTR_DATA | 256);
 	assert_int_equal(fab_connect(&h, NQN2, HOSTNQN, 0, 31, 0xffff, 0, &res),
@@ -856,6 +860,81 @@ static void test_json(void **state)
 	unlink(img);
 }
 
+/* A loop device over a scratch file, or -1 where loop devices are not available. */
+static int loop_attach(const char *file, char *dev, size_t n)
+{
+	int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC), nr, lfd = -1, ffd;
+
+	if (ctl < 0)
+		return -1;
+	nr = ioctl(ctl, LOOP_CTL_GET_FREE);
+	close(ctl);
+	if (nr < 0)
+		return -1;
+	snprintf(dev, n, "/dev/loop%d", nr);
+	ffd = open(file, O_RDWR | O_CLOEXEC);
+	if (ffd >= 0)
+		lfd = open(dev, O_RDWR | O_CLOEXEC);
+	if (lfd < 0 || ioctl(lfd, LOOP_SET_FD, ffd)) {
+		if (lfd >= 0)
+			close(lfd);
+		if (ffd >= 0)
+			close(ffd);
+		return -1;
+	}
+	close(ffd);
+	return lfd;
+}
+
+static void test_bdev(void **state)
+{
+	char img[64], dev[32];
+	struct host a, io;
+	uint8_t w[131072], r[131072];
+	int lfd, fd;
+
+	(void)state;
+	snprintf(img, sizeof(img), "/tmp/gdx-nvmf-bdev-%d", getpid());
+	fd = open(img, O_CREAT | O_RDWR | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 4 << 20), 0);
+	close(fd);
+	lfd = loop_attach(img, dev, sizeof(dev));
+	if (lfd < 0) {
+		unlink(img);
+		skip();
+	}
+	assert_int_equal(gdx_nvmf_target_add_ns(tgt, NQN, 5, dev, 4096), 0);
+	admin_up(&a, NQN, false, false, 5000);
+	assert_int_equal(set_nr_queues(&a, 1), 0);
+	io_up(&io, &a, false, false, 1);
+	t_fill(w, sizeof(w), 5);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_WRITE, 5, 3, 32, w, sizeof(w), false), 0);
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_FLUSH, .nsid = 5 };
+
+	assert_int_equal(run_cmd(&io, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 5, 3, 32, r, sizeof(r), false), 0);
+	assert_memory_equal(w, r, sizeof(w));
+	/* the data went through the block device into the file */
+	fd = open(img, O_RDONLY);
+	assert_int_equal(pread(fd, r, sizeof(r), 3 * 4096), (ssize_t)sizeof(r));
+	close(fd);
+	assert_memory_equal(w, r, sizeof(r));
+	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_CMD_WRITE_ZEROES, .nsid = 5, .cdw10 = 3,
+				     .cdw12 = 1 };
+	assert_int_equal(run_cmd(&io, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 5, 3, 2, r, 8192, false), 0);
+	for (unsigned i = 0; i < 8192; i++)
+		assert_int_equal(r[i], 0);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 5, 1024, 1, r, 4096, false),
+			 GDX_NVME_SC_LBA_RANGE | GDX_NVME_ST_DNR);
+	close(io.fd);
+	close(a.fd);
+	ioctl(lfd, LOOP_CLR_FD, 0);
+	close(lfd);
+	unlink(img);
+}
+
 static int setup(void **state)
 {
 	struct gdx_nvmf_target_opts o;
@@ -904,6 +983,7 @@ int main(void)
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_discovery),
 		cmocka_unit_test(test_aen_and_keepalive),
+		cmocka_unit_test(test_bdev),
 		cmocka_unit_test(test_json),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

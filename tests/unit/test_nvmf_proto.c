@@ -92,7 +92,8 @@ static void test_icresp(void **state)
 	(void)state;
 	gdx_tcp_icresp_init(&pdu.icresp, 3, 131072);
 	assert_int_equal(pdu.icresp.dgst, 3);
-	assert_int_equal(check(&pdu, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_IC, &plain, 0, &info, &err), 0);
+	assert_int_equal(check(&pdu, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_IC, &plain, 0, &info, &err),
+			 0);
 	pdu.icresp.maxdata = 1000;
 	assert_int_equal(check(&pdu, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_IC, &plain, 0, &info, &err),
 			 -EPROTO);

@@ -174,7 +174,8 @@ static uint16_t do_connect(struct nvmf_req *req)
 	if (!s || !port_exposes(sq->port, s)) {
 		GDX_WARN("nvmf", "connect from %s: unknown subsystem %s", hostnqn, subnqn);
 		st = connect_fail(req, GDX_NVME_SC_CONNECT_INVALID_PARAM,
-				  GDX_NVMF_IATTR_DATA | offsetof(struct gdx_nvmf_connect_data, subnqn));
+				  GDX_NVMF_IATTR_DATA | offsetof(struct gdx_nvmf_connect_data,
+								 subnqn));
 		goto out;
 	}
 	if (!nvmf_host_allowed(s, hostnqn)) {
@@ -205,7 +206,8 @@ static uint16_t do_connect(struct nvmf_req *req)
 		c->admin = sq;
 	} else {
 		for (c = t->ctrls; c; c = c->next)
-			if (c->subsys == s && c->cntlid == d->cntlid && !strcmp(c->hostnqn, hostnqn))
+			if (c->subsys == s && c->cntlid == d->cntlid &&
+			    !strcmp(c->hostnqn, hostnqn))
 				break;
 		if (!c || atomic_load(&c->fatal)) {
 			c = NULL;

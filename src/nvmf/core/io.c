@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "common/util.h"
 #include "nvmf/core/internal.h"
 
@@ -119,6 +120,9 @@ void nvmf_io_done(struct nvmf_req *req, int res)
 
 	if (res < 0) {
 		gdx_counter_add(&ns->ctr[NS_CTR_ERRORS], 1);
+		GDX_WARN("nvmf", "namespace %u (%s): opcode 0x%02x at byte %llu failed: %s",
+			 ns->nsid, ns->spec, req->cmd.opc, (unsigned long long)req->io_off,
+			 strerror(-res));
 		switch (req->cmd.opc) {
 		case GDX_NVME_CMD_READ:
 			st = GDX_NVME_SC_READ_ERROR;

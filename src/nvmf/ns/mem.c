@@ -32,7 +32,8 @@ static int ram_open(struct nvmf_ns *ns, const char *spec)
 	if (ret)
 		return ret;
 	/* untouched pages cost nothing and read as zeroes */
-	p = mmap(NULL, ns->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+	p = mmap(NULL, ns->size, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 		 -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
@@ -78,7 +79,8 @@ static void ram_submit(struct nvmf_ns *ns, struct nvmf_req *req)
 		const struct gdx_nvme_dsm_range *r = req->buf;
 
 		for (uint32_t i = 0; i <= (req->cmd.cdw10 & 0xff); i++)
-			ram_zero(ns, r[i].slba << ns->lba_shift, (uint64_t)r[i].nlb << ns->lba_shift);
+			ram_zero(ns, r[i].slba << ns->lba_shift,
+				 (uint64_t)r[i].nlb << ns->lba_shift);
 		break;
 	}
 	default:

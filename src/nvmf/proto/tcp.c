@@ -82,7 +82,8 @@ uint32_t gdx_tcp_hdr_len(const struct gdx_tcp_ch *ch, enum gdx_tcp_role role,
 	}
 	if (ic != (phase == GDX_TCP_PHASE_IC)) {
 		fail(err, GDX_TCP_FES_PDU_SEQ, offsetof(struct gdx_tcp_ch, type),
-		     ic ? "second connection initialization" : "PDU before connection initialization");
+		     ic ? "second connection initialization" :
+			  "PDU before connection initialization");
 		return 0;
 	}
 	if (ch->hlen != expected_hlen(ch->type)) {
@@ -104,7 +105,8 @@ static int check_data_layout(const struct gdx_tcp_ch *ch, const struct gdx_tcp_p
 		if (ch->pdo != 0 && ch->pdo != info->hdr_len)
 			return fail(err, GDX_TCP_FES_INVALID_HEADER, 3, "PDO set without data");
 		if (ch->flags & GDX_TCP_F_DDGST)
-			return fail(err, GDX_TCP_FES_INVALID_HEADER, 1, "data digest flag without data");
+			return fail(err, GDX_TCP_FES_INVALID_HEADER, 1,
+				    "data digest flag without data");
 		info->has_ddgst = false;
 		info->data_off = ch->plen;
 		return 0;
@@ -151,12 +153,14 @@ int gdx_tcp_pdu_check(const union gdx_tcp_pdu *pdu, enum gdx_tcp_role role,
 
 			memcpy(&got, pdu->raw + ch->hlen, sizeof(got));
 			if (want != got)
-				return fail(err, GDX_TCP_FES_HDGST, ch->hlen, "header digest mismatch");
+				return fail(err, GDX_TCP_FES_HDGST, ch->hlen,
+					    "header digest mismatch");
 			info->has_hdgst = true;
 		}
 		info->has_ddgst = p->ddgst;
 	} else if (ch->flags & (GDX_TCP_F_HDGST | GDX_TCP_F_DDGST)) {
-		return fail(err, GDX_TCP_FES_INVALID_HEADER, 1, "digest flag on a PDU without digests");
+		return fail(err, GDX_TCP_FES_INVALID_HEADER, 1,
+			    "digest flag on a PDU without digests");
 	}
 
 	switch (ch->type) {
@@ -166,7 +170,8 @@ int gdx_tcp_pdu_check(const union gdx_tcp_pdu *pdu, enum gdx_tcp_role role,
 		if (ch->pdo)
 			return fail(err, GDX_TCP_FES_INVALID_HEADER, 3, "ICReq PDO is not 0");
 		if (pdu->icreq.pfv != 0)
-			return fail(err, GDX_TCP_FES_UNSUPPORTED, 8, "unsupported PDU format version");
+			return fail(err, GDX_TCP_FES_UNSUPPORTED, 8,
+				    "unsupported PDU format version");
 		/* Data goes right after the header: no host alignment is honoured. */
 		if (pdu->icreq.hpda != 0)
 			return fail(err, GDX_TCP_FES_UNSUPPORTED, 10, "HPDA other than 0");
@@ -175,7 +180,8 @@ int gdx_tcp_pdu_check(const union gdx_tcp_pdu *pdu, enum gdx_tcp_role role,
 		if (ch->plen != sizeof(struct gdx_tcp_icresp))
 			return fail(err, GDX_TCP_FES_INVALID_HEADER, 4, "ICResp PLEN is not 128");
 		if (pdu->icresp.pfv != 0)
-			return fail(err, GDX_TCP_FES_UNSUPPORTED, 8, "unsupported PDU format version");
+			return fail(err, GDX_TCP_FES_UNSUPPORTED, 8,
+				    "unsupported PDU format version");
 		if (pdu->icresp.cpda != 0)
 			return fail(err, GDX_TCP_FES_UNSUPPORTED, 10, "CPDA other than 0");
 		if (pdu->icresp.maxdata < GDX_TCP_MIN_MAXH2CDATA || pdu->icresp.maxdata % 4)
@@ -185,7 +191,8 @@ int gdx_tcp_pdu_check(const union gdx_tcp_pdu *pdu, enum gdx_tcp_role role,
 	case GDX_TCP_C2H_TERM:
 		if (ch->plen < GDX_TCP_TERM_HLEN ||
 		    ch->plen > GDX_TCP_TERM_HLEN + GDX_TCP_TERM_MAX_DATA)
-			return fail(err, GDX_TCP_FES_INVALID_HEADER, 4, "TermReq PLEN out of range");
+			return fail(err, GDX_TCP_FES_INVALID_HEADER, 4,
+				    "TermReq PLEN out of range");
 		info->data_off = GDX_TCP_TERM_HLEN;
 		info->data_len = ch->plen - GDX_TCP_TERM_HLEN;
 		return 0;
@@ -194,12 +201,14 @@ int gdx_tcp_pdu_check(const union gdx_tcp_pdu *pdu, enum gdx_tcp_role role,
 		if (ret)
 			return ret;
 		if (info->data_len > max_data)
-			return fail(err, GDX_TCP_FES_DATA_LIMIT, 4, "in-capsule data over the limit");
+			return fail(err, GDX_TCP_FES_DATA_LIMIT, 4,
+				    "in-capsule data over the limit");
 		return 0;
 	case GDX_TCP_RSP:
 	case GDX_TCP_R2T:
 		if (ch->pdo)
-			return fail(err, GDX_TCP_FES_INVALID_HEADER, 3, "PDO set on a PDU without data");
+			return fail(err, GDX_TCP_FES_INVALID_HEADER, 3,
+				    "PDO set on a PDU without data");
 		if (ch->plen != info->hdr_len)
 			return fail(err, GDX_TCP_FES_INVALID_HEADER, 4, "PLEN does not match HLEN");
 		info->has_ddgst = false;
@@ -214,7 +223,8 @@ int gdx_tcp_pdu_check(const union gdx_tcp_pdu *pdu, enum gdx_tcp_role role,
 		if (ret)
 			return ret;
 		if (pdu->data.datal != info->data_len)
-			return fail(err, GDX_TCP_FES_INVALID_HEADER, 16, "DATAL does not match PLEN");
+			return fail(err, GDX_TCP_FES_INVALID_HEADER, 16,
+				    "DATAL does not match PLEN");
 		if (ch->type == GDX_TCP_H2C_DATA && pdu->data.datal > p->maxh2cdata)
 			return fail(err, GDX_TCP_FES_DATA_LIMIT, 16, "H2CData over MAXH2CDATA");
 		if (ch->type == GDX_TCP_C2H_DATA && (ch->flags & GDX_TCP_F_DATA_SUCCESS) &&

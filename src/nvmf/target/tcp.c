@@ -241,7 +241,8 @@ static int splice_data(struct tcp_conn *c, struct tx_item *it)
 		ssize_t n;
 
 		if (in_pipe_end < it->data_len) {
-			struct iovec v = { (char *)it->data + in_pipe_end, it->data_len - in_pipe_end };
+			struct iovec v = { (char *)it->data + in_pipe_end,
+					    it->data_len - in_pipe_end };
 
 			n = vmsplice(c->pipe[1], &v, 1, SPLICE_F_NONBLOCK);
 			if (n > 0)
@@ -249,7 +250,8 @@ static int splice_data(struct tcp_conn *c, struct tx_item *it)
 			else if (n < 0 && errno != EAGAIN)
 				return -errno;
 		}
-		n = splice(c->pipe[0], NULL, c->fd, NULL, c->piped, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+		n = splice(c->pipe[0], NULL, c->fd, NULL, c->piped,
+			   SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
 		if (n < 0)
 			return errno == EAGAIN ? -EAGAIN : -errno;
 		if (n == 0)
@@ -298,7 +300,8 @@ static void conn_flush(struct tcp_conn *c)
 				break;
 			}
 			if (off < it->data_len) {
-				iov[n++] = (struct iovec){ (char *)it->data + off, it->data_len - off };
+				iov[n++] = (struct iovec){ (char *)it->data + off,
+							   it->data_len - off };
 				off = it->data_len;
 			}
 			off -= it->data_len;
@@ -328,7 +331,8 @@ static void conn_flush(struct tcp_conn *c)
 		do {
 			struct tx_item *it = c->tx_head;
 			uint32_t total = it->hdr_len + it->data_len + (it->has_ddgst ? 4 : 0);
-			uint32_t take = (uint32_t)GDX_MIN((uint64_t)sent, (uint64_t)(total - it->sent));
+			uint32_t take = (uint32_t)GDX_MIN((uint64_t)sent,
+							  (uint64_t)(total - it->sent));
 
 			it->sent += take;
 			sent -= take;
@@ -528,8 +532,8 @@ static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
 
 		/* one R2T for the whole transfer; the host splits it by MAXH2CDATA */
 		t->state = REQ_R2T;
-		it->hdr_len = gdx_tcp_r2t_init((union gdx_tcp_pdu *)it->hdr, t->req.cmd.cid, t->ttag,
-					       0, t->req.len, &c->params);
+		it->hdr_len = gdx_tcp_r2t_init((union gdx_tcp_pdu *)it->hdr, t->req.cmd.cid,
+					       t->ttag, 0, t->req.len, &c->params);
 		it->data = NULL;
 		it->data_len = 0;
 		it->has_ddgst = false;
@@ -575,7 +579,8 @@ static void handle_icreq(struct tcp_conn *c)
 	c->params.cpda = 0;
 	c->phase = GDX_TCP_PHASE_READY;
 	memset(it, 0, sizeof(*it));
-	it->hdr_len = gdx_tcp_icresp_init((struct gdx_tcp_icresp *)it->hdr, dgst, c->tgt->maxh2cdata);
+	it->hdr_len = gdx_tcp_icresp_init((struct gdx_tcp_icresp *)it->hdr, dgst,
+					  c->tgt->maxh2cdata);
 	it->kind = TX_PLAIN;
 	tx_queue(c, it);
 	GDX_DBG("nvmf", "%s: ICReq digests hdr=%d data=%d", c->peer, c->params.hdgst,
