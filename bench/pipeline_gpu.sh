@@ -13,8 +13,9 @@
 # the cuda device, then train_step_cuda: the seed's 50/100/30 us shape, equal
 # stages, and the largest stage swept from 50 us to 50 ms (load = T/2,
 # compute = T, send = 0.3 T), each with a serial run (one slot) beside it;
-# two rows without the host send stage (--send none: device-only), and the
-# seed's shape sending through gdx's transport from GPU memory (no d2h stage).
+# two rows without the host send stage (--send none: device-only), the
+# seed's shape sending through gdx's transport from GPU memory (no d2h stage),
+# and that again loading from an NVMe-oF namespace on loopback.
 # Every row is checked end to end (the loopback peer recomputes results from
 # the data set).  Ends with a table: stage means, serial step (sum of stages,
 # and measured), pipelined step, efficiency = step / max(stage) (goal <= 1.05).
@@ -115,6 +116,8 @@ run devonly-50 25 50 0 3 2000 0 "--send none"
 run devonly-100 50 100 0 3 2000 0 "--send none"
 # The seed's shape with the results sent by gdx's transport straight from GPU memory.
 run xport-50-100-30 50 100 30 4 2000 32 "--send xport:tcp://127.0.0.1:0"
+# And loading from an NVMe-oF namespace (a gdx target on loopback serving the data set).
+run nvmf-xport-100 50 100 30 4 2000 32 "--load nvmf --send xport:tcp://127.0.0.1:0"
 for T in 50 100 500 1000 5000 50000; do
 	n=$((3000000 / T)); [ $n -gt 2000 ] && n=2000; [ $n -lt 60 ] && n=60
 	v=1; [ "$T" -lt 1000 ] && v=32

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <gdx/file.h>
+#include <gdx/nvmf.h>
 #include <gdx/xport.h>
 
 #include "train_step.h"
@@ -30,6 +31,7 @@ struct ts_opts {
 	const char *device;
 	const char *data;
 	const char *send;	/* "tcp", "xport:ADDR", "file:PATH", "none" */
+	const char *load;	/* "file", "nvmf" */
 	size_t in_bytes, out_bytes;
 	uint64_t data_bytes;
 	unsigned batches, slots, ahead, verify_every, warmup;
@@ -69,7 +71,10 @@ struct ts_ctx {
 	uint64_t wrap;
 	struct ts_slot slots[GDX_PIPELINE_MAX_SLOTS];
 	unsigned nslots;
+	/* The load stage's source: the data set file, or it as an NVMe-oF namespace. */
 	struct gdx_pipeline_source file_src;
+	struct gdx_nvmf_target *tgt;	/* --load nvmf: serves the data set on loopback */
+	struct gdx_nvmf_ctrl *ctrl;
 	/*
 	 * Pipeline index of each ST_* stage, -1 where absent: --send none has no
 	 * send stage (the pipeline ends on the device); --send xport sends
@@ -630,7 +635,6 @@ static int build(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct gdx_p
 	}
 
 	src = c->file_src;
-	src.name = "file";
 	src.read_async = load_read;
 	src.complete = load_complete;
 	src.release = NULL;
@@ -753,6 +757,42 @@ static int run_once(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct ts
 
 /* ---- main ----------------------------------------------------------------------------- */
 
+#define TS_NQN "nqn.2026-11.io.gdx:train-step"
+
+/*
+ * --load nvmf: a gdx NVMe-oF target in this process serves the data set file
+ * as namespace 1 on loopback, and the load stage reads it through the gdx
+ * host (the remote-NVMe path of the seeds, on one machine).
+ */
+static int nvmf_up(struct ts_ctx *c)
+{
+	struct gdx_nvmf_target_opts to;
+	struct gdx_nvmf_host_opts ho;
+	char port[16];
+	int ret, bound;
+
+	if (c->o.in_bytes % 512) {
+		fprintf(stderr, "train_step: --load nvmf needs --batch-bytes in 512-byte blocks\n");
+		return -EINVAL;
+	}
+	gdx_nvmf_target_opts_init(&to, sizeof(to));
+	ret = gdx_nvmf_target_create(&to, &c->tgt);
+	ret = ret ? ret : gdx_nvmf_target_add_subsys(c->tgt, TS_NQN, 1);
+	ret = ret ? ret : gdx_nvmf_target_add_ns(c->tgt, TS_NQN, 1, c->o.data, 512);
+	ret = ret ? ret : gdx_nvmf_target_add_port(c->tgt, 1, "127.0.0.1", "0");
+	ret = ret ? ret : gdx_nvmf_target_link(c->tgt, 1, TS_NQN);
+	ret = ret ? ret : gdx_nvmf_target_start(c->tgt);
+	if (ret)
+		return ret;
+	bound = gdx_nvmf_target_bound_port(c->tgt, 1);
+	if (bound <= 0)
+		return bound < 0 ? bound : -EADDRNOTAVAIL;
+	snprintf(port, sizeof(port), "%d", bound);
+	gdx_nvmf_host_opts_init(&ho, sizeof(ho));
+	ret = gdx_nvmf_connect("127.0.0.1", port, TS_NQN, &ho, &c->ctrl);
+	return ret ? ret : gdx_pipeline_source_nvmf(c->ctrl, 1, &c->file_src);
+}
+
 static double us(uint64_t ns)
 {
 	return (double)ns / 1e3;
@@ -765,6 +805,8 @@ static void usage(FILE *f)
 		"  --device SPEC        cuda[:N], emulated (default $GDX_DEVICE, else auto)\n"
 		"  --data PATH          data set file, made if missing (default $TMPDIR/gdx_train_step.dat)\n"
 		"  --data-bytes N       data set size (default 64M)\n"
+		"  --load file|nvmf     read batches from the file, or from it served as an NVMe-oF\n"
+		"                       namespace by a gdx target on loopback (default file)\n"
 		"  --batch-bytes N      input per batch, loaded into GPU memory (default 1M)\n"
 		"  --out-bytes N        result per batch, sent (default 64K)\n"
 		"  --batches N          (default 200)\n"
@@ -812,6 +854,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		{ "send-us", 1, NULL, 'S' }, { "spin-us", 1, NULL, 'P' },
 		{ "send", 1, NULL, 'x' }, { "verify-every", 1, NULL, 'v' },
 		{ "warmup", 1, NULL, 'w' }, { "serial", 0, NULL, 'z' },
+		{ "load", 1, NULL, 'l' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	static char data_path[512];
@@ -821,7 +864,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 
 	snprintf(data_path, sizeof(data_path), "%s/gdx_train_step.dat", tmp ? tmp : "/tmp");
 	*o = (struct ts_opts){
-		.data = data_path, .send = "tcp", .in_bytes = 1 << 20, .out_bytes = 64 << 10,
+		.data = data_path, .send = "tcp", .load = "file", .in_bytes = 1 << 20, .out_bytes = 64 << 10,
 		.data_bytes = 64ull << 20, .batches = 200, .slots = 3, .ahead = (unsigned)-1,
 		.verify_every = 1, .warmup = 8, .compute_us = 100,
 	};
@@ -832,6 +875,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		case 'd': o->device = optarg; break;
 		case 'f': o->data = optarg; break;
 		case 'x': o->send = optarg; break;
+		case 'l': o->load = optarg; break;
 		case 'D': bad = parse_size(optarg, &o->data_bytes); break;
 		case 'b': bad = parse_size(optarg, &v); o->in_bytes = (size_t)v; break;
 		case 'o': bad = parse_size(optarg, &v); o->out_bytes = (size_t)v; break;
@@ -854,7 +898,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 	if (optind != argc || !o->out_bytes || o->out_bytes % 4 || o->in_bytes % o->out_bytes ||
 	    o->data_bytes < o->in_bytes || o->batches <= o->warmup + 1 || !o->slots ||
 	    (strcmp(o->send, "tcp") && strcmp(o->send, "none") && strncmp(o->send, "file:", 5) &&
-	     strncmp(o->send, "xport:", 6)))
+	     strncmp(o->send, "xport:", 6)) || (strcmp(o->load, "file") && strcmp(o->load, "nvmf")))
 		return -EINVAL;
 	return 0;
 }
@@ -894,7 +938,10 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	}
 	ret = gdx_file_driver_open(c.dev, NULL, &c.drv);
 	ret = ret ? ret : gdx_file_open(c.drv, c.o.data, NULL, &c.data);
-	ret = ret ? ret : gdx_pipeline_source_file(c.data, &c.file_src);
+	if (!strcmp(c.o.load, "nvmf"))
+		ret = ret ? ret : nvmf_up(&c);
+	else
+		ret = ret ? ret : gdx_pipeline_source_file(c.data, &c.file_src);
 	if (!ret && !strncmp(c.o.send, "file:", 5)) {
 		struct gdx_file_opts fo;
 
@@ -903,7 +950,7 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 		ret = gdx_file_open(c.drv, c.o.send + 5, &fo, &c.sink);
 	}
 	if (ret) {
-		fprintf(stderr, "train_step: files: %s\n", gdx_strerror(ret));
+		fprintf(stderr, "train_step: data set: %s\n", gdx_strerror(ret));
 		goto out;
 	}
 	printf("train_step: device %s, compute on %s, %u batches of %zu bytes -> %zu bytes, "
@@ -924,8 +971,12 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 			goto out;
 		}
 	}
-	gdx_file_info(c.data, &info);
-	printf("load path: %s (%s)\n", gdx_file_path_name(info.path), info.why);
+	if (c.ctrl) {
+		printf("load path: nvmf (NVMe/TCP on loopback from a gdx target in this process)\n");
+	} else {
+		gdx_file_info(c.data, &info);
+		printf("load path: %s (%s)\n", gdx_file_path_name(info.path), info.why);
+	}
 	if (pipe_r.send_path)
 		printf("send path: %s (xport, straight from device memory)\n", pipe_r.send_path);
 
@@ -966,6 +1017,12 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	if (pipe_r.mismatches || (c.o.serial && ser_r.mismatches))
 		ret = -EIO;
 out:
+	if (c.file_src.release)
+		c.file_src.release(c.file_src.ctx);
+	if (c.ctrl)
+		gdx_nvmf_disconnect(c.ctrl);
+	if (c.tgt)
+		gdx_nvmf_target_destroy(c.tgt);
 	if (c.sink)
 		gdx_file_close(c.sink);
 	if (c.data)
