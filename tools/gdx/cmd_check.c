@@ -781,6 +781,7 @@ static void print_json(const struct report *rp)
 	jstr(root, "modules_root", x->modroot);
 	jstr(root, "kernel", x->kernel);
 	json_object_object_add(root, "live", json_object_new_boolean(x->live));
+	jint(root, "gpus", x->ngpu);
 	json_object_object_add(root, "devices", json_devices(x));
 	json_object_object_add(root, "matrix", json_matrix(x));
 	json_object_object_add(root, "nearest", json_nearest(x));
