@@ -1216,6 +1216,11 @@ int gdx_nvmf_abort(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io)
 		for (unsigned i = 0; i < c->nioq && rc; i++) {
 			rc = nh_queue_abort_lookup(c->ioq[i], io, &cid);
 			sqid = (uint16_t)(i + 1);
+			if (rc == -EINPROGRESS) {
+				/* only queued, never sent: cancelled without an Abort */
+				sqid = 0;
+				rc = 0;
+			}
 		}
 		pthread_mutex_lock(&c->lock);
 		if (!--c->users)

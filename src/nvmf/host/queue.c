@@ -964,20 +964,42 @@ void nh_queue_close(struct nh_queue *q, nh_reap_fn fn)
 
 int nh_queue_abort_lookup(struct nh_queue *q, const struct gdx_nvmf_io *io, uint16_t *cid)
 {
+	struct nh_req **pp, *r, *unsent = NULL;
 	int found = -ENOENT;
 
 	pthread_mutex_lock(&q->lock);
+	/* not sent yet: it simply never will be */
+	for (pp = &q->backlog; (r = *pp);) {
+		if (r->io == io) {
+			*pp = r->next;
+			r->next = unsent;
+			unsent = r;
+			continue;
+		}
+		pp = &r->next;
+	}
+	q->backlog_tail = &q->backlog;
+	for (r = q->backlog; r; r = r->next)
+		q->backlog_tail = &r->next;
 	for (unsigned i = 0; i < q->depth; i++) {
-		struct nh_req *r = q->slots[i].req;
+		struct nh_req *sr = q->slots[i].req;
 
-		if (r && r->io == io && !r->cancelled) {
-			r->cancelled = true;
+		if (sr && sr->io == io && !sr->cancelled) {
+			sr->cancelled = true;
 			*cid = q->slots[i].cid;
 			found = 0;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&q->lock);
+	while (unsent) {
+		r = unsent;
+		unsent = r->next;
+		r->cancelled = true;
+		nh_req_complete(r, -ECANCELED);
+		if (found)
+			found = -EINPROGRESS;	/* cancelled here, no Abort needed */
+	}
 	return found;
 }
 
