@@ -243,10 +243,14 @@ static struct tctx *make_ctx(const struct tstage *st, unsigned nst)
 	memcpy(t->st, st, nst * sizeof(*st));
 	pthread_mutex_init(&t->gm, NULL);
 	pthread_cond_init(&t->gc, NULL);
-	t->src = malloc((size_t)NB_MAX * SZ);
-	t->out = calloc(NB_MAX, SZ);
-	assert_non_null(t->src);
-	assert_non_null(t->out);
+	/*
+	 * Pinned: under CUDA an asynchronous copy into pageable memory returns
+	 * only once it has run, which would block the producer behind the very
+	 * stages it is enqueuing (and never return behind a closed gate).
+	 */
+	assert_int_equal(gdx_pinned_alloc(dev, (size_t)NB_MAX * SZ, (void **)&t->src), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, (size_t)NB_MAX * SZ, (void **)&t->out), 0);
+	memset(t->out, 0, (size_t)NB_MAX * SZ);
 	t_fill(t->src, (size_t)NB_MAX * SZ, 42);
 	for (unsigned k = 0; k < nst; k++) {
 		has_xform |= st[k].role == R_XFORM;
@@ -311,8 +315,8 @@ static void destroy(struct tctx *t)
 		gdx_pinned_free(dev, t->pin[i]);
 	for (unsigned k = 0; k < t->nst; k++)
 		free(t->tmp[k]);
-	free(t->src);
-	free(t->out);
+	gdx_pinned_free(dev, t->src);
+	gdx_pinned_free(dev, t->out);
 	free(t);
 }
 
