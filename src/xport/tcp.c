@@ -769,12 +769,18 @@ static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 	pthread_mutex_lock(&t->lock);
 	q = t->outst_head;
 	if (!q || (uint64_t)(uintptr_t)q->data != h->id ||
-	    (h->type == F_READ_RESP) != (q->req->op == GDX_XPORT_OP_READ) ||
-	    (h->type == F_READ_RESP && !st && h->len != q->req->buf.len) ||
-	    (st && (st > 0 || st < GDX_E_LAST))) {
+	    (h->type == F_READ_RESP) != (q->req->op == GDX_XPORT_OP_READ)) {
 		pthread_mutex_unlock(&t->lock);
-		GDX_ERR(SUBSYS, "response to an unknown request (id %llu)",
+		GDX_ERR(SUBSYS, "response to a request not outstanding (id %llu)",
 			(unsigned long long)h->id);
+		return GDX_EPROTO;
+	}
+	if ((h->type == F_READ_RESP && !st && h->len != q->req->buf.len) ||
+	    (st && (st > 0 || st <= GDX_E_LAST))) {
+		pthread_mutex_unlock(&t->lock);
+		GDX_ERR(SUBSYS, "response to request %llu: status %d, %llu bytes for a %zu-byte "
+			"read", (unsigned long long)h->id, st, (unsigned long long)h->len,
+			q->req->buf.len);
 		return GDX_EPROTO;
 	}
 	q_pop(&t->outst_head, &t->outst_tail);
@@ -815,6 +821,8 @@ static void *rx_main(void *arg)
 		if (ret)
 			break;
 		if (h.len > MAX_PAYLOAD) {
+			GDX_ERR(SUBSYS, "frame of type %u claims %llu bytes", h.type,
+				(unsigned long long)h.len);
 			ret = GDX_EPROTO;
 			break;
 		}

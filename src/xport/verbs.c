@@ -481,7 +481,8 @@ static int nearest_nic_addr(struct gdx_device *dev, struct sockaddr_in *out)
 	if (gdx_topo_open(&t, NULL))
 		return 0;
 	gpu = gdx_topo_find(t, GDX_TOPO_GPU, props.pci_bdf);
-	n = gpu < 0 ? -1 : gdx_topo_nearest(t, gpu, GDX_TOPO_NIC, &link);
+	/* Active ports only, hardware before Soft-RoCE, then PCIe distance (as gdx check says). */
+	n = gpu < 0 ? -1 : gdx_topo_rdma_nic(t, gpu, &link);
 	if (n >= 0 && !gdx_topo_get(t, n, &nic) && nic.rdma && nic.netdev[0] &&
 	    !getifaddrs(&ifa)) {
 		for (i = ifa; i; i = i->ifa_next) {
