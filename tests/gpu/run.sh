@@ -15,11 +15,12 @@
 # dma-buf of a cuMemMap range, properties), test_cuda_load (a missing or
 # GPU-less driver gives a clear error) and test_pool (bounce pools page-locked
 # with cuMemHostRegister on the GPU's NUMA node, copies through them),
-# test_file (gdx_file_* on every backend into cuda memory), then
-# prints `gdx check`.  Ends with "N passed, N failed, N skipped".
+# test_file (gdx_file_* on every backend into cuda memory),
+# test_xport_conformance (the transport suite over tcp loopback, cuda memory on
+# either end; GDX_TEST_XPORT picks another backend), then prints `gdx check`.  Ends with "N passed, N failed, N skipped".
 set -u
 
-PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool tests/func/test_file"
+PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool tests/func/test_file tests/func/test_xport_conformance"
 # Staged beside them and run after them, not counted: the readiness report.
 TOOLS="tools/gdx/gdx"
 GLIBC="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2"
@@ -54,7 +55,7 @@ fi
 
 dir=$(cd "${1:-.carry/cuda}" && pwd) || exit 2
 export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export GDX_BUILDDIR="$dir" GDX_DEVICE=cuda
+export GDX_BUILDDIR="$dir" GDX_DEVICE=cuda GDX_TEST_XPORT=${GDX_TEST_XPORT:-tcp}
 
 # The programs were linked against glibc 2.34+; an older system runs them under
 # the staged glibc (the driver, built for old glibc releases, loads under it too).
