@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: the NVMe/TCP host's receive path.  The first input byte
- * picks the negotiated digests; the rest is what a controller sends, fed
- * through a socketpair to the real receiver (nh_queue_rx_loop) of a queue that
- * has three commands in flight: a 4 KiB read, an 8 KiB write (R2T path) and a
- * command without data.  Beyond "no crash": no byte lands outside the read's
- * buffer, no command completes twice, and a read reported successful got all
- * of its data.
+ * picks the negotiated digests and whether the read lands in (emulated) device
+ * memory through a bounce ring of two 1 KiB chunks; the rest is what a
+ * controller sends, fed through a socketpair to the real receiver
+ * (nh_queue_rx_loop) of a queue that has three commands in flight: a 4 KiB
+ * read, an 8 KiB write (R2T path) and a command without data.  Beyond "no
+ * crash": no byte lands outside the read's buffer, no command completes twice
+ * (held device reads included), and a read reported successful got all of its
+ * data.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_INPUT (64 << 10)	/* fits the socket buffer: written before the receiver runs */
 
 static uint8_t rbuf[GUARD + 4096 + GUARD];
+static struct gdx_device *dev;
+static void *dbuf;		/* device twin of rbuf */
 static uint8_t wbuf[8192];
 static unsigned completions[3];
 
@@ -48,13 +53,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct nh_req r[3];
 	int sv[2], sb = 1 << 20;
 
+	bool on_dev = data && size && (data[0] & 4);
+
 	if (size < 1 || size > MAX_INPUT)
 		return 0;
 	gdx_log_set_callback(quiet, NULL);
+	if (on_dev && !dev) {
+		if (gdx_device_open("emulated", &dev) ||
+		    gdx_device_malloc(dev, sizeof(rbuf), &dbuf))
+			abort();
+	}
 	memset(&q, 0, sizeof(q));
 	if (nh_queue_init_mem(&q, 8))
 		abort();
 	q.ctrl = &ctrl;
+	ctrl.p.bounce_chunk = 1024;
+	ctrl.p.bounce_chunks = 2;
+	if (on_dev && (nh_queue_init_dev(&q, dev) || gdx_memset(dev, dbuf, 0xa5, sizeof(rbuf))))
+		abort();
 	q.tp.hdgst = data[0] & 1;
 	q.tp.ddgst = data[0] & 2;
 	q.tp.maxh2cdata = 4096;
@@ -75,9 +91,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		q.slots[i].req = &r[i];
 		q.slots[i].cid = (uint16_t)(0x400 | i);
 	}
-	r[0].buf = rbuf + GUARD;
+	r[0].buf = on_dev ? (char *)dbuf + GUARD : (void *)(rbuf + GUARD);
 	r[0].len = 4096;
-	r[0].mem = NH_MEM_HOST;
+	r[0].mem = on_dev ? NH_MEM_DEVICE : NH_MEM_HOST;
 	r[1].buf = wbuf;
 	r[1].len = sizeof(wbuf);
 	r[1].mem = NH_MEM_HOST;
@@ -88,6 +104,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	shutdown(sv[1], SHUT_WR);
 	nh_queue_rx_loop(&q);
+	/* what closing the queue does: held device reads complete once their copies landed */
+	if (on_dev) {
+		if (gdx_stream_synchronize(q.stream))
+			abort();
+		while (q.held) {
+			struct nh_req *h = q.held;
+
+			q.held = h->next;
+			completions[(uintptr_t)h->arg]++;
+		}
+		if (gdx_memcpy(dev, rbuf, dbuf, sizeof(rbuf)))
+			abort();
+	}
 	for (unsigned i = 0; i < GUARD; i++)
 		if (rbuf[i] != 0xa5 || rbuf[GUARD + 4096 + i] != 0xa5)
 			abort();	/* written outside the read's buffer */

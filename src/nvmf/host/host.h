@@ -194,6 +194,8 @@ bool nh_queue_check_timeouts(struct nh_queue *q, uint64_t now);
 /* Receives PDUs until the connection ends; returns why (fuzzing drives this directly). */
 int nh_queue_rx_loop(struct nh_queue *q);
 int nh_queue_init_mem(struct nh_queue *q, unsigned depth);
+/* The device-memory bounce ring (chunk size and count from the controller's params). */
+int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev);
 void nh_queue_free_mem(struct nh_queue *q);
 int nh_queue_counters_json(struct nh_queue *q, char *buf, size_t len);
 

@@ -224,7 +224,7 @@ void nh_queue_free_mem(struct nh_queue *q)
  * The ring holds nchunks receive chunks plus one transmit chunk (the last),
  * which stages device-memory writes under send_lock.
  */
-static int init_dev(struct nh_queue *q, struct gdx_device *dev)
+int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 {
 	size_t chunk = q->ctrl->p.bounce_chunk;
 	unsigned n = q->ctrl->p.bounce_chunks;
@@ -336,7 +336,7 @@ int nh_queue_open(struct nh_ctrl *c, uint16_t qid, unsigned depth, struct nh_que
 	if (rc)
 		goto fail;
 	if (c->p.dev) {
-		rc = init_dev(q, c->p.dev);
+		rc = nh_queue_init_dev(q, c->p.dev);
 		if (rc)
 			goto fail;
 	}
@@ -449,7 +449,7 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 
 			dev = gdx_device_of_ptr(r->buf, &a);
 		}
-		rc = dev ? init_dev(q, dev) : GDX_EBADPTR;
+		rc = dev ? nh_queue_init_dev(q, dev) : GDX_EBADPTR;
 		if (rc) {
 			pthread_mutex_unlock(&q->lock);
 			return rc;
