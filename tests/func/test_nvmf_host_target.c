@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The gdx host against the gdx target on loopback, both in this process:
- * discovery, identify, I/O of every kind and size into host and (emulated)
- * device memory with and without digests, many queues at depth, and the
- * target killed and restarted on the same port while reads are in flight.
+ * discovery, identify, I/O of every kind and size into host and device memory
+ * ($GDX_DEVICE: emulated in CI, cuda under tests/gpu/run.sh) with and without
+ * digests, many queues at depth, and the target killed and restarted on the
+ * same port while reads are in flight.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -166,7 +167,7 @@ static void device_memory(void **state)
 	void *d;
 
 	(void)state;
-	assert_int_equal(gdx_device_open("emulated", &dev), 0);
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
 	assert_int_equal(gdx_device_malloc(dev, 8 * n, &d), 0);
 	gdx_nvmf_host_opts_init(&o, sizeof(o));
 	o.dev = dev;
@@ -301,7 +302,7 @@ static void device_depth(void **state)
 	void *d;
 
 	(void)state;
-	assert_int_equal(gdx_device_open("emulated", &dev), 0);
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
 	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
 	assert_int_equal(gdx_memset(dev, d, 0, n), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
