@@ -151,8 +151,9 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 struct stream {
 	int fd;
 	size_t chunk;
-	uint64_t deadline;
+	double secs;
 	uint64_t bytes;
+	uint64_t t0, t1;	/* first and last byte */
 };
 
 static void *tcp_sender(void *arg)
@@ -170,13 +171,24 @@ static void *tcp_receiver(void *arg)
 {
 	struct stream *s = arg;
 	char *buf = malloc(s->chunk);
+	uint64_t deadline = 0;
 
-	while (gdx_now_ns() < s->deadline) {
+	for (;;) {
 		ssize_t r = recv(s->fd, buf, s->chunk, MSG_WAITALL);
+		uint64_t now = gdx_now_ns();
 
 		if (r <= 0)
 			break;
+		if (!deadline) {
+			/* the clock starts at the first byte: setup is not the stream's cost */
+			s->t0 = now;
+			deadline = now + (uint64_t)(s->secs * 1e9);
+			continue;
+		}
 		s->bytes += (uint64_t)r;
+		s->t1 = now;
+		if (now >= deadline)
+			break;
 	}
 	free(buf);
 	return NULL;
@@ -189,14 +201,13 @@ static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
 	int lfd = socket(AF_INET, SOCK_STREAM, 0);
 	struct stream *rx = calloc(streams, sizeof(*rx)), *tx = calloc(streams, sizeof(*tx));
 	pthread_t *t = calloc(2 * streams, sizeof(*t));
-	uint64_t t0, total = 0;
+	uint64_t t0 = UINT64_MAX, t1 = 0, total = 0;
 	double gbps = -1;
 
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 64) ||
 	    getsockname(lfd, (struct sockaddr *)&a, &al))
 		goto out;
-	t0 = gdx_now_ns();
 	for (unsigned i = 0; i < streams; i++) {
 		int one = 1;
 
@@ -206,7 +217,7 @@ static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
 		tx[i].fd = accept(lfd, NULL, NULL);
 		setsockopt(rx[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		rx[i].chunk = chunk;
-		rx[i].deadline = t0 + (uint64_t)(secs * 1e9);
+		rx[i].secs = secs;
 	}
 	for (unsigned i = 0; i < streams; i++) {
 		pthread_create(&t[2 * i], NULL, tcp_sender, &tx[i]);
@@ -218,8 +229,13 @@ static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
 		shutdown(rx[i].fd, SHUT_RDWR);
 		pthread_join(t[2 * i], NULL);
 		total += rx[i].bytes;
+		if (rx[i].bytes) {
+			t0 = GDX_MIN(t0, rx[i].t0);
+			t1 = GDX_MAX(t1, rx[i].t1);
+		}
 	}
-	gbps = (double)total / ((double)(gdx_now_ns() - t0) / 1e9) / 1e9;
+	if (t1 > t0)
+		gbps = (double)total / ((double)(t1 - t0) / 1e9) / 1e9;
 out:
 	for (unsigned i = 0; i < streams; i++) {
 		if (rx[i].fd > 0)
@@ -517,9 +533,10 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		       in.data_digest ? ", ddgst" : "", c.rounds, c.secs);
 	if (c.tcp_ceiling) {
 		/* one stream, and one per I/O queue: the better is the ceiling */
-		double one = tcp_ceiling(1, c.bw_bs, GDX_MIN(c.secs, 2.0));
-		double many = in.nr_io_queues > 1 ? tcp_ceiling(in.nr_io_queues, c.bw_bs,
-								 GDX_MIN(c.secs, 2.0)) : one;
+		double secs = GDX_MAX(1.0, GDX_MIN(c.secs, 2.0));
+		double one = tcp_ceiling(1, c.bw_bs, secs);
+		double many = in.nr_io_queues > 1 ? tcp_ceiling(in.nr_io_queues, c.bw_bs, secs)
+						  : one;
 
 		tcp = GDX_MAX(one, many);
 		if (!c.json)
