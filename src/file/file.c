@@ -591,9 +591,29 @@ static void io_record(struct gdx_file *f, struct gdx_file_io *io)
 /* Runs io on the handle's backend (host memory beside cufile: its fallback). */
 static ssize_t io_exec(struct gdx_file *f, struct gdx_file_io *io)
 {
+	struct gdx_file_be *px = &f->drv->be[GDX_FILE_BE_POSIX];
+	struct gdx_file_be *be = f->be;
+	char why[sizeof(io->info.why)];
+	ssize_t ret;
+
 	if (f->fb && io->attrs.kind != GDX_MEM_DEVICE)
 		return f->fb->ops->io(f->fb->priv, f, f->fb_priv, io);
-	return f->be->ops->io(f->be->priv, f, f->fpriv, io);
+	ret = be->ops->io(be->priv, f, f->fpriv, io);
+	/*
+	 * A backend that could not even start (no memory to pin, a ring refused)
+	 * hands the I/O to posix, which needs nothing per handle; the record says so.
+	 */
+	if (ret < 0 && io->untouched && be != px && px->priv && ret != GDX_ENOTDIRECT) {
+		memcpy(why, io->info.why, sizeof(why));
+		io->untouched = false;
+		ret = px->ops->io(px->priv, f, NULL, io);
+		if (ret >= 0) {
+			size_t n = strlen(io->info.why);
+
+			snprintf(io->info.why + n, sizeof(io->info.why) - n, " (%s)", why);
+		}
+	}
+	return ret;
 }
 
 static ssize_t io_run(struct gdx_file *f, struct gdx_file_io *io)

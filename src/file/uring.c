@@ -1031,8 +1031,11 @@ static ssize_t run_one(struct ur_drv *ud, struct gdx_file_io *io)
 	int ret;
 
 	ret = ctx_get(ud, POOL_SEQ, &e.c);
-	if (ret)
+	if (ret) {
+		gdx_file_why(&io->info, "uring: no I/O context: %s", gdx_strerror(ret));
+		io->untouched = true;
 		return io->result = ret;
+	}
 	req_setup(e.c, &r, io);
 	engine_add(&e, &r);
 	engine_run(&e);
@@ -1108,7 +1111,9 @@ static ssize_t run_split(struct ur_drv *ud, struct gdx_file_io *io, unsigned n)
 		pthread_cond_wait(&cond, &lock);
 	pthread_mutex_unlock(&lock);
 	/* Bytes count up to the first short part (end of file); any error wins. */
+	io->untouched = true;
 	for (k = 0; k < n; k++) {
+		io->untouched = io->untouched && parts[k].io.untouched;
 		struct gdx_file_io *p = &parts[k].io;
 
 		for (int q = 0; q < GDX_FILE_PATH_COUNT; q++)

@@ -715,6 +715,64 @@ static void driver_choice(void **state)
 	gdx_file_driver_close(d2);
 }
 
+/* Bytes of RAM plus swap, or 0 when unknown. */
+static uint64_t mem_total(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	unsigned long long kb, sum = 0;
+	char line[128];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemTotal: %llu", &kb) == 1 || sscanf(line, "SwapTotal: %llu", &kb) == 1)
+			sum += kb;
+	if (f)
+		fclose(f);
+	return (uint64_t)sum << 10;
+}
+
+/*
+ * When uring cannot set up an I/O context, the I/O goes by posix and says why.
+ * A context of 1024 x 256 MiB buffers is refused by the kernel's overcommit
+ * check on any machine with less than 256 GiB of memory and swap.
+ */
+static void context_failure(void **state)
+{
+	struct gdx_file_driver *d2;
+	struct gdx_file_io_info info;
+	unsigned char *host = malloc(FSIZE);
+	FILE *oc = fopen("/proc/sys/vm/overcommit_memory", "r");
+	int mode = -1;
+	struct gdx_file *f;
+	void *d;
+
+	(void)state;
+	if (oc) {
+		if (fscanf(oc, "%d", &mode) != 1)
+			mode = -1;
+		fclose(oc);
+	}
+	if (mode == 1 || !mem_total() || mem_total() >= (256ull << 30)) {
+		free(host);
+		skip();
+	}
+	assert_int_equal(gdx_file_driver_open(dev, NULL, &d2), 0);
+	assert_int_equal(gdx_config_set("file.chunk_size", "256M"), 0);
+	assert_int_equal(gdx_config_set("file.depth", "1024"), 0);
+	assert_int_equal(gdx_device_malloc(dev, FSIZE, &d), 0);
+	assert_int_equal(gdx_file_open(d2, shm_path, NULL, &f), 0);
+	assert_int_equal(gdx_file_read_ex(f, d, FSIZE, 0, &info), (ssize_t)FSIZE);
+	assert_int_equal(info.path, GDX_FILE_PATH_POSIX);
+	assert_non_null(strstr(info.why, "no I/O context"));
+	assert_int_equal(gdx_memcpy(dev, host, d, FSIZE), 0);
+	assert_memory_equal(host, ref, FSIZE);
+	gdx_file_close(f);
+	assert_int_equal(gdx_config_set("file.chunk_size", "1M"), 0);
+	assert_int_equal(gdx_config_set("file.depth", "16"), 0);
+	gdx_file_driver_close(d2);
+	gdx_device_free(dev, d);
+	free(host);
+}
+
 static void no_leaks(void **state)
 {
 	int before;
@@ -749,6 +807,7 @@ int main(void)
 		cmocka_unit_test(errors),
 		cmocka_unit_test(enospc),
 		cmocka_unit_test(buf_register),
+		cmocka_unit_test(context_failure),
 		cmocka_unit_test(no_leaks),
 	};
 

@@ -33,6 +33,8 @@ struct gdx_file_io {
 	bool strict;			/* device memory must go direct */
 	struct gdx_file_io_info info;	/* the backend fills bytes[] and why */
 	ssize_t result;			/* io_many: set before complete() */
+	/* Set with a failure that moved no byte (the backend could not start). */
+	bool untouched;
 	void *cookie;			/* the front end's: the caller's cookie */
 	void *owner;			/* the front end's: the batch running it */
 };
