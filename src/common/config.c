@@ -174,6 +174,7 @@ static struct knob *find(const char *name)
 	return NULL;
 }
 
+/* Caller holds cfg_lock: the name is filled in on first use. */
 static const char *env_name(struct knob *k)
 {
 	if (!k->env[0]) {
@@ -186,6 +187,16 @@ static const char *env_name(struct knob *k)
 	return k->env;
 }
 
+/* Decimal, or hex after 0x; never octal: "010" is ten, as a person writing it means. */
+static int num_base(const char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	if (*s == '+' || *s == '-')
+		s++;
+	return s[0] == '0' && (s[1] == 'x' || s[1] == 'X') ? 16 : 10;
+}
+
 int gdx_parse_size(const char *s, uint64_t *out)
 {
 	unsigned long long v;
@@ -195,7 +206,7 @@ int gdx_parse_size(const char *s, uint64_t *out)
 	if (!s || !isdigit((unsigned char)*s))
 		return -EINVAL;
 	errno = 0;
-	v = strtoull(s, &end, 0);
+	v = strtoull(s, &end, num_base(s));
 	if (errno)
 		return -EINVAL;
 	switch (*end) {
@@ -249,7 +260,7 @@ static int validate(const struct knob *k, const char *v)
 		long long x;
 
 		errno = 0;
-		x = strtoll(v, &end, 0);
+		x = strtoll(v, &end, num_base(v));
 		if (errno || end == v || *end)
 			return -EINVAL;
 		if ((k->min || k->max) && (x < k->min || x > k->max))
@@ -319,10 +330,12 @@ static struct knob *must_find(const char *name)
 int64_t gdx_cfg_int(const char *name)
 {
 	struct knob *k = must_find(name);
+	const char *text;
 	int64_t v;
 
 	pthread_mutex_lock(&cfg_lock);
-	v = strtoll(resolve(k), NULL, 0);
+	text = resolve(k);
+	v = strtoll(text, NULL, num_base(text));
 	pthread_mutex_unlock(&cfg_lock);
 	return v;
 }
@@ -401,7 +414,9 @@ GDX_API int gdx_config_get(const char *name, char *buf, size_t len)
 	pthread_mutex_lock(&cfg_lock);
 	n = snprintf(buf, len, "%s", resolve(k));
 	pthread_mutex_unlock(&cfg_lock);
-	return n >= (int)len ? -ENOSPC : n;
+	if (n < 0)
+		return -EINVAL;
+	return (size_t)n >= len ? -ENOSPC : n;
 }
 
 GDX_API int gdx_config_knob(unsigned i, struct gdx_config_knob_info *info)
@@ -411,8 +426,11 @@ GDX_API int gdx_config_knob(unsigned i, struct gdx_config_knob_info *info)
 	if (i < GDX_ARRAY_SIZE(knobs) && info) {
 		struct knob *k = &knobs[i];
 
-		info->name = k->name;
+		/* env_name() fills k->env on first use, which resolve() reads under the lock. */
+		pthread_mutex_lock(&cfg_lock);
 		info->env = env_name(k);
+		pthread_mutex_unlock(&cfg_lock);
+		info->name = k->name;
 		info->type = tnames[k->type];
 		info->def = k->def;
 		info->doc = k->doc;

@@ -8,8 +8,9 @@
 /*
  * Knob values, resolved on each call (set > env > JSON file > default) so a
  * test can change one between calls.  Unknown names are a programming error:
- * they abort in debug builds.  Values are validated when set; a bad value in
- * the environment or file is logged once and the default is used.
+ * they are logged and abort.  Values are validated when set; a bad value in
+ * the environment is logged once and ignored, a file with one is refused whole.
+ * Numbers are decimal or 0x hex, never octal.
  */
 int64_t gdx_cfg_int(const char *name);
 uint64_t gdx_cfg_size(const char *name);	/* accepts 4k, 1M, 2G suffixes */
@@ -27,7 +28,10 @@ const char *gdx_cfg_str(const char *name);
  */
 void gdx_config_reset(void);
 
-/* Parses "4096", "64k", "1M", "2G" (binary units); -EINVAL on garbage/overflow. */
+/*
+ * Parses "4096", "0x1000", "64k", "1M", "2G" (binary units); -EINVAL on garbage,
+ * -ERANGE when the suffix overflows 64 bits.
+ */
 int gdx_parse_size(const char *s, uint64_t *out);
 int gdx_parse_bool(const char *s, bool *out);
 

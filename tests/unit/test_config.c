@@ -25,6 +25,11 @@ static void sizes_parse(void **state)
 	assert_int_equal(v, 2ull << 30);
 	assert_int_equal(gdx_parse_size("0x10", &v), 0);
 	assert_int_equal(v, 16);
+	/* A leading zero is no octal prefix. */
+	assert_int_equal(gdx_parse_size("010k", &v), 0);
+	assert_int_equal(v, 10 << 10);
+	assert_int_equal(gdx_parse_size("08", &v), 0);
+	assert_int_equal(v, 8);
 	assert_int_equal(gdx_parse_size("", &v), -EINVAL);
 	assert_int_equal(gdx_parse_size("-1", &v), -EINVAL);
 	assert_int_equal(gdx_parse_size("12q", &v), -EINVAL);
@@ -64,6 +69,8 @@ static void set_env_file_default_precedence(void **state)
 	assert_int_equal(gdx_cfg_int("emulated.devices"), 2);
 	assert_int_equal(gdx_config_get("emulated.devices", buf, sizeof(buf)), 1);
 	assert_string_equal(buf, "2");
+	assert_int_equal(gdx_config_set("emulated.devices", "010"), 0);
+	assert_int_equal(gdx_cfg_int("emulated.devices"), 10);
 	assert_int_equal(gdx_config_set("emulated.devices", "0"), -ERANGE);
 	assert_int_equal(gdx_config_set("emulated.devices", "x"), -EINVAL);
 	assert_int_equal(gdx_config_set("no.such.knob", "1"), -ENOENT);
