@@ -134,33 +134,53 @@ static void range_del(struct emu_dev *d, size_t i)
 	d->nranges--;
 }
 
+/* Caller holds d->lock.  Index of the first range ending after p (nranges if none). */
+static size_t range_after(struct emu_dev *d, uintptr_t p)
+{
+	size_t lo = 0, hi = d->nranges;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (d->ranges[mid].base + d->ranges[mid].map_size <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /*
  * Resolves [p, p+n) to memory this thread may touch: the shadow view for
  * device memory, p itself for host memory.  A range that starts in device
- * memory must end inside the same allocation.
+ * memory must end inside the same allocation; one that starts in host memory
+ * must not reach into any device allocation.
  */
 static int resolve(struct emu_dev *d, const void *p, size_t n, void **out)
 {
 	uintptr_t a = (uintptr_t)p;
-	long i;
 	int ret = 0;
+	long i;
 
+	if (a + n < a)
+		return GDX_EBADPTR;
 	pthread_mutex_lock(&d->lock);
 	i = range_find(d, a);
 	if (i >= 0 && d->ranges[i].kind == R_DEVICE) {
 		struct range *r = &d->ranges[i];
 
-		if (a + n > r->base + r->size || a + n < a)
+		if (a + n > r->base + r->size)
 			ret = GDX_EBADPTR;
 		else
 			*out = r->shadow + (a - r->base);
 	} else {
-		/* Host memory must not run into a device allocation either. */
-		long j = n ? range_find(d, a + n - 1) : -1;
-
-		if (j >= 0 && d->ranges[j].kind == R_DEVICE)
-			ret = GDX_EBADPTR;
-		else
+		for (size_t j = range_after(d, a); j < d->nranges && d->ranges[j].base < a + n; j++) {
+			if (d->ranges[j].kind == R_DEVICE) {
+				ret = GDX_EBADPTR;
+				break;
+			}
+		}
+		if (!ret)
 			*out = (void *)p;
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -232,7 +252,7 @@ static int emu_malloc(void *priv, size_t size, void **dptr)
 	if (r.map_size < size)
 		return -ENOMEM;
 	pthread_mutex_lock(&d->lock);
-	if (d->mem_used + r.map_size > d->mem_limit) {
+	if (r.map_size > d->mem_limit - d->mem_used) {
 		pthread_mutex_unlock(&d->lock);
 		return -ENOMEM;
 	}
@@ -308,6 +328,8 @@ static int emu_pinned_alloc(void *priv, size_t size, void **p)
 	void *m;
 	int ret;
 
+	if (r.map_size < size)
+		return -ENOMEM;
 	m = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return -ENOMEM;
@@ -358,6 +380,8 @@ static int emu_host_register(void *priv, void *p, size_t size, unsigned flags)
 	int ret = 0;
 
 	(void)flags;
+	if (r.base + size < r.base)
+		return -EINVAL;
 	r.buffer_id = atomic_fetch_add(&next_buffer_id, 1);
 	pthread_mutex_lock(&d->lock);
 	/* Like cuMemHostRegister: overlapping an existing registration is an error. */

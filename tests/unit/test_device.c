@@ -133,6 +133,18 @@ static void bad_pointers_are_refused(void **state)
 	/* Past the end of the allocation. */
 	assert_int_not_equal(gdx_memcpy(dev, host, (char *)d + 4090, 64), 0);
 	assert_int_not_equal(gdx_memset(dev, (char *)d + 4000, 0, 200), 0);
+	if (!strcmp(gdx_device_kind(dev), "emulated")) {
+		/* A host range that runs over a device allocation, refused before any access. */
+		assert_int_equal(gdx_memcpy(dev, (char *)d - 4096, host, 3 * 4096), GDX_EBADPTR);
+		assert_int_equal(gdx_memcpy(dev, host, (char *)d - 4096, 3 * 4096), GDX_EBADPTR);
+		/* Ranges that wrap around the address space. */
+		assert_int_equal(gdx_memcpy(dev, host, d, SIZE_MAX), GDX_EBADPTR);
+		assert_int_equal(gdx_memcpy(dev, (void *)(UINTPTR_MAX - 10), host, 64), GDX_EBADPTR);
+	}
+	/* Registering a range that overlaps a registration. */
+	assert_int_equal(gdx_host_register(dev, host, sizeof(host), 0), 0);
+	assert_int_equal(gdx_host_register(dev, host + 8, 8, 0), -EEXIST);
+	assert_int_equal(gdx_host_unregister(dev, host), 0);
 	assert_int_equal(gdx_device_free(dev, d), 0);
 	/* Freed, and never allocated. */
 	assert_int_not_equal(gdx_device_free(dev, d), 0);
