@@ -177,12 +177,22 @@ struct gdx_device *gdx_device_of_ptr(const void *p, struct gdx_ptr_attrs *a)
 	for (int i = 0; i < MAX_OPEN && !found; i++) {
 		struct gdx_device *d = open_devs[i];
 
-		if (d && !d->ops->pointer_query(d->priv, p, a) &&
+		if (!d)
+			continue;
+		/* Backends fill what they know; nothing may leak over from the last one. */
+		memset(a, 0, sizeof(*a));
+		a->device_ordinal = -1;
+		if (!d->ops->pointer_query(d->priv, p, a) &&
 		    a->kind != GDX_MEM_HOST && a->kind != GDX_MEM_UNKNOWN &&
 		    (a->device_ordinal == d->ordinal || a->kind == GDX_MEM_PINNED))
 			found = d;
 	}
 	pthread_mutex_unlock(&open_lock);
+	if (!found) {
+		memset(a, 0, sizeof(*a));
+		a->kind = GDX_MEM_HOST;
+		a->device_ordinal = -1;
+	}
 	return found;
 }
 
@@ -230,12 +240,16 @@ GDX_API int gdx_device_malloc(struct gdx_device *dev, size_t size, void **dptr)
 	return dev->ops->malloc(dev->priv, size, dptr);
 }
 
-/* Drops registrations of the allocation at p from every cache first. */
+/*
+ * Drops registrations of the allocation at p from every cache first.  Only an
+ * allocation's start can be freed: a pointer inside one is refused by the
+ * backend, and must not cost a live allocation its cached registrations.
+ */
 static void release_ranges(struct gdx_device *dev, const void *p)
 {
-	struct gdx_ptr_attrs a;
+	struct gdx_ptr_attrs a = { .device_ordinal = -1 };
 
-	if (!dev->ops->pointer_query(dev->priv, p, &a) && a.size)
+	if (!dev->ops->pointer_query(dev->priv, p, &a) && a.size && a.base == p)
 		gdx_mem_notify_release(a.base, a.size);
 }
 

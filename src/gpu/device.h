@@ -33,7 +33,7 @@ extern const struct gdx_device_ops gdx_emulated_ops;
 /*
  * The device that owns p, if any device already opened in this process does:
  * lets layers that receive a bare pointer find the right device.  Returns a
- * borrowed reference or NULL.
+ * borrowed reference, with *a describing p, or NULL (*a: plain host memory).
  */
 struct gdx_device *gdx_device_of_ptr(const void *p, struct gdx_ptr_attrs *a);
 

@@ -80,6 +80,11 @@ static void no_stale_hit_after_free(void **state)
 	assert_true(r->buffer_id != 0);
 	gdx_regcache_put(rc, r);
 
+	/* A refused free (a pointer inside the allocation) leaves the entry alone. */
+	assert_int_equal(gdx_device_free(dev, (char *)d1 + 4096), GDX_EBADPTR);
+	assert_int_equal(gdx_regcache_count(rc), 1);
+	assert_int_equal(released, 0);
+
 	/* gdx's own free path invalidates at once. */
 	assert_int_equal(gdx_device_free(dev, d1), 0);
 	assert_int_equal(released, 1);
