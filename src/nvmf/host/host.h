@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include <gdx/mem.h>
 #include <gdx/nvmf.h>
 
 #include "common/stats.h"
@@ -97,6 +98,8 @@ struct nh_queue {
 	/* device-memory receive: pinned chunks, each with the event of its last H2D copy */
 	struct gdx_device *dev;
 	struct gdx_stream *stream;
+	struct gdx_bounce_pool *pool;	/* the ring's memory, on the device's NUMA node */
+	unsigned ntaken;
 	void *ring;
 	size_t chunk;
 	unsigned nchunks;

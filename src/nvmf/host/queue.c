@@ -199,8 +199,15 @@ static void free_dev(struct nh_queue *q)
 	}
 	if (q->stream)
 		gdx_stream_destroy(q->stream);
-	if (q->ring)
-		gdx_pinned_free(q->dev, q->ring);
+	if (q->pool) {
+		/* every buffer is handed back: all of them when the ring was complete */
+		for (unsigned i = 0; i < q->ntaken; i++)
+			gdx_bounce_put(q->pool, (char *)gdx_bounce_base(q->pool) +
+						(size_t)i * gdx_bounce_buf_size(q->pool));
+		gdx_bounce_pool_destroy(q->pool);
+	}
+	q->pool = NULL;
+	q->ntaken = 0;
 	free(q->ev);
 	free(q->chunk_seq);
 	q->ev = NULL;
@@ -239,9 +246,26 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 		rc = -ENOMEM;
 		goto fail;
 	}
-	rc = gdx_pinned_alloc(dev, chunk * (n + 1), &q->ring);
-	if (rc)
-		goto fail;
+	{
+		/* a pool places the ring on the device's NUMA node; the queue takes it whole */
+		struct gdx_bounce_pool_opts po;
+
+		gdx_bounce_pool_opts_init(&po, sizeof(po));
+		po.buf_size = chunk;
+		po.count = n + 1;
+		rc = gdx_bounce_pool_create(dev, &po, &q->pool);
+		if (rc)
+			goto fail;
+		q->chunk = gdx_bounce_buf_size(q->pool);
+		for (; q->ntaken <= n; q->ntaken++) {
+			void *b;
+
+			rc = gdx_bounce_get(q->pool, 0, &b);
+			if (rc)
+				goto fail;
+		}
+		q->ring = gdx_bounce_base(q->pool);
+	}
 	rc = gdx_stream_create(dev, &q->stream);
 	if (rc)
 		goto fail;
