@@ -20,6 +20,8 @@
 #include <gdx/gdx.h>
 #include <gdx/nvmf.h>
 
+#include <json-c/json.h>
+
 #include "common/util.h"
 
 #define NQN "nqn.2026-11.io.gdx:host-func"
@@ -253,6 +255,28 @@ static void callback_depth_on(struct gdx_nvmf_ctrl *c)
 	pthread_mutex_unlock(&st.m);
 	assert_int_equal(st.errors, 0);
 	assert_true(st.done >= st.target);
+	{
+		/* the counters add up: each I/O queue's Connect, then every read moving 4 KiB */
+		char js[4096];
+		json_object *root, *queues, *v;
+		uint64_t cmds = 0, bytes = 0;
+
+		assert_true(gdx_nvmf_ctrl_stats_json(c, js, sizeof(js)) > 0);
+		root = json_tokener_parse(js);
+		assert_non_null(root);
+		assert_true(json_object_object_get_ex(root, "queues", &queues));
+		for (size_t i = 1; i < json_object_array_length(queues); i++) {
+			json_object *q = json_object_array_get_idx(queues, i);
+
+			assert_true(json_object_object_get_ex(q, "cmds", &v));
+			cmds += (uint64_t)json_object_get_int64(v);
+			assert_true(json_object_object_get_ex(q, "bytes_in", &v));
+			bytes += (uint64_t)json_object_get_int64(v);
+		}
+		assert_int_equal(cmds, st.done + json_object_array_length(queues) - 1);
+		assert_int_equal(bytes, (uint64_t)st.done * 4096);
+		json_object_put(root);
+	}
 	/* a bad request is refused at once, the callback never runs */
 	io[0].offset = 1;
 	assert_int_equal(gdx_nvmf_submit_cb(st.c, &io[0], cb, &st), -EINVAL);

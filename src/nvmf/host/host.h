@@ -111,10 +111,10 @@ struct nh_queue {
 	struct nh_req *held;		/* device reads received, copies maybe still running */
 	struct nh_req **held_tail;
 
-	struct gdx_counter cnt[6];	/* cmds, bytes_in, bytes_out, errors, retries, timeouts */
+	struct gdx_counter cnt[6];	/* cmds, bytes_in, bytes_out, errors, waited_full, timeouts */
 };
 
-enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_RETRY, NH_CNT_TMO };
+enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO };
 
 struct nh_params {
 	char addr[256];

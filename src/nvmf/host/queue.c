@@ -34,7 +34,7 @@
 static __thread bool in_rx;
 
 static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "errors",
-					 "retries", "timeouts" };
+					 "queued_full", "timeouts" };
 
 /* ---- socket helpers ------------------------------------------------------- */
 
@@ -452,6 +452,7 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 			pthread_mutex_unlock(&q->lock);
 			return -EAGAIN;
 		}
+		gdx_counter_add(&q->cnt[NH_CNT_FULL], 1);
 		if (in_rx) {
 			r->next = NULL;
 			*q->backlog_tail = r;
