@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The host subcommands of `gdx nvmf` against the gdx target on loopback: discover,
+# id-ctrl and id-ns (text and JSON), write and read back through host, pinned and
+# device memory (with digests), and the exit codes of bad usage (2) and of a
+# refused I/O (1).
+set -u
+gdx=$(realpath "${1:?usage: test_nvmf_host_cli.sh path/to/gdx}") || exit 1
+tmp=$(mktemp -d)
+tpid=
+trap '[ -n "$tpid" ] && kill $tpid 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+NQN=nqn.2026-11.io.gdx:cli
+
+"$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N ram:16M,bs=4096 -v >"$tmp/target.log" 2>&1 &
+tpid=$!
+for i in $(seq 200); do grep -q 'target: ready' "$tmp/target.log" && break; sleep 0.05; done
+port=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$tmp/target.log" | head -1 | cut -d: -f2)
+[ -n "$port" ] || { cat "$tmp/target.log"; echo "FAIL: the target did not start"; exit 1; }
+A=(-a 127.0.0.1 -s "$port" -n $NQN)
+
+# rc expected, then the arguments; stdout lands in $out
+run() {
+  local want=$1 got
+  shift
+  out=$("$gdx" nvmf "$@" 2>"$tmp/err")
+  got=$?
+  [ "$got" = "$want" ] || fail "gdx nvmf $* exited $got, want $want: $(cat "$tmp/err")"
+}
+
+run 0 discover -a 127.0.0.1 -s "$port" --json
+grep -q "\"subnqn\": \"$NQN\"" <<<"$out" || fail "discover --json lacks $NQN: $out"
+run 0 discover -a 127.0.0.1 -s "$port"
+grep -q "subnqn:  $NQN" <<<"$out" || fail "discover text lacks $NQN: $out"
+run 0 id-ctrl "${A[@]}" --json
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["subnqn"] == sys.argv[2] and d["io_queues"] >= 1' \
+  "$out" $NQN || fail "id-ctrl --json: $out"
+run 0 id-ns "${A[@]}" --json
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["block_size"] == 4096 and d["bytes"] == 16 << 20' \
+  "$out" || fail "id-ns --json: $out"
+
+head -c 4M /dev/urandom >"$tmp/src"
+for mem in host pinned gpu:0; do
+  run 0 write "${A[@]}" -o 4M -l 4M -m $mem --from "$tmp/src" --json
+  grep -q '"path": "'"$([ $mem = gpu:0 ] && echo bounce || echo direct)"'"' <<<"$out" ||
+    fail "write from $mem: path: $out"
+  run 0 read "${A[@]}" -o 4M -l 4M -m $mem --hdr-digest --data-digest --to "$tmp/out.$mem"
+  cmp -s "$tmp/src" "$tmp/out.$mem" || fail "read back into $mem differs"
+done
+run 0 write "${A[@]}" -l 64k --from pattern:5
+run 0 read "${A[@]}" -l 64k --json
+crc=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["crc32c"])' "$out")
+run 0 write "${A[@]}" -l 64k --from pattern:5 --json
+[ "$crc" = "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["crc32c"])' "$out")" ] ||
+  fail "pattern read back has another crc32c"
+
+run 2 read
+run 2 read -a 127.0.0.1 -s "$port"
+run 2 write "${A[@]}" -l 4k
+run 2 frobnicate
+run 1 read "${A[@]}" -o 100 -l 4k
+run 1 read "${A[@]}" -o 16M -l 4k
+run 1 read "${A[@]}" -N 9 -l 4k
+run 1 id-ctrl -a 127.0.0.1 -s "$port" -n nqn.2026-11.io.gdx:nope
+exit $((fails > 0))
