@@ -90,6 +90,9 @@ struct ur_slot {
 	unsigned char *pc;	/* page-cache range to unregister after the copy */
 	size_t pc_len;
 	struct ur_slot *next;	/* free list or copy FIFO */
+	unsigned sidx;		/* index of st in the context's streams */
+	struct gdx_event *wait_ev;	/* the event that covers this slot's copy */
+	struct ur_slot *pend_next;	/* copies on the same stream not yet covered */
 };
 
 struct ur_ctx {
@@ -208,7 +211,8 @@ static int ctx_create(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 
 		s->idx = i;
 		s->buf = base + (size_t)i * c->chunk;
-		s->st = c->streams[i % c->nstreams];
+		s->sidx = i % c->nstreams;
+		s->st = c->streams[s->sidx];
 		ret = gdx_event_create(ud->dev, 0, &s->ev);
 		if (ret)
 			goto fail;
@@ -456,6 +460,8 @@ struct engine {
 	struct ur_req *list, **tailp;	/* requests not yet finished, oldest first */
 	unsigned active, kio;
 	struct ur_slot *fifo_head, *fifo_tail;	/* copies in flight, oldest first */
+	/* Per stream, copies enqueued since its last event record, newest first. */
+	struct ur_slot *pend[64];
 	gdx_file_io_more_fn more;	/* feeds further I/Os while the engine runs */
 	gdx_file_io_done_fn done;
 	void *arg;
@@ -538,16 +544,42 @@ static int copy_start(struct engine *e, struct ur_slot *s, void *dst, const void
 	struct gdx_device *dev = e->c->ud->dev;
 	int ret = gdx_memcpy_async(dev, dst, src, n, s->st);
 
-	if (!ret)
-		ret = gdx_event_record(s->ev, s->st);
 	if (ret) {
 		/* An enqueued copy may still run: wait for the stream before reuse. */
 		gdx_stream_synchronize(s->st);
 		req_fail(s->req, ret);
 		return ret;
 	}
+	s->pend_next = e->pend[s->sidx];
+	e->pend[s->sidx] = s;
 	fifo_push(e, s);
 	return 0;
+}
+
+/*
+ * One event record per stream covers every copy enqueued on it since the last
+ * flush: the newest copy's slot records its own event and the older ones wait
+ * on it.  Those sit ahead of it in the FIFO, so they retire before that slot
+ * (and its event) can be used again.  Saves a record per chunk on small I/O.
+ */
+static void engine_flush(struct engine *e)
+{
+	for (unsigned i = 0; i < e->c->nstreams; i++) {
+		struct ur_slot *last = e->pend[i];
+		int ret;
+
+		if (!last)
+			continue;
+		e->pend[i] = NULL;
+		ret = gdx_event_record(last->ev, last->st);
+		if (ret)
+			gdx_stream_synchronize(last->st);
+		for (struct ur_slot *x = last; x; x = x->pend_next) {
+			x->wait_ev = last->ev;
+			if (ret)
+				req_fail(x->req, ret);
+		}
+	}
 }
 
 /* Bytes of [ps, ps+len) in the page cache, counted from ps up to the first miss. */
@@ -953,7 +985,7 @@ static void engine_run(struct engine *e)
 			break;
 		while (e->fifo_head) {
 			struct ur_slot *s = e->fifo_head;
-			int q = gdx_event_query(s->ev);
+			int q = gdx_event_query(s->wait_ev);
 
 			if (q == -EBUSY)
 				break;
@@ -984,6 +1016,7 @@ static void engine_run(struct engine *e)
 			}
 			progress = true;
 		}
+		engine_flush(e);
 		engine_sweep(e);
 		if (!e->active)
 			continue;	/* one more look for fed I/O before leaving */
@@ -1007,8 +1040,9 @@ static void engine_run(struct engine *e)
 				seen++;
 			}
 			io_uring_cq_advance(&e->c->ring, seen);
+			engine_flush(e);
 		} else if (e->fifo_head && !progress) {
-			int q = gdx_event_synchronize(e->fifo_head->ev);
+			int q = gdx_event_synchronize(e->fifo_head->wait_ev);
 
 			if (q)
 				req_fail(e->fifo_head->req, q);
