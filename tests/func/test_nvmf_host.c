@@ -619,6 +619,13 @@ static void sqflow(void **state)
 	assert_int_equal(st.sqflow_off, m_refuses ? 0 : 2);
 }
 
+static void never_called(struct gdx_nvmf_io *io, void *arg)
+{
+	(void)io;
+	(void)arg;
+	fail();
+}
+
 static void give_up(void **state)
 {
 	struct gdx_nvmf_host_opts o;
@@ -636,6 +643,13 @@ static void give_up(void **state)
 	assert_int_equal(gdx_nvmf_read(c, 1, buf, sizeof(buf), 0), GDX_EDISCONNECTED);
 	assert_int_equal(gdx_nvmf_ctrl_state(c), GDX_NVMF_FAILED);
 	assert_int_equal(gdx_nvmf_read(c, 1, buf, sizeof(buf), 0), GDX_EDISCONNECTED);
+	{
+		/* a callback submission is refused up front, its callback never runs */
+		struct gdx_nvmf_io io = { .op = GDX_NVMF_OP_READ, .nsid = 1, .len = 4096,
+					  .buf = buf };
+
+		assert_int_equal(gdx_nvmf_submit_cb(c, &io, never_called, NULL), GDX_EDISCONNECTED);
+	}
 	gdx_nvmf_disconnect(c);
 }
 

@@ -299,6 +299,12 @@ int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io, gdx_n
 
 	if (!c || !io || !cb)
 		return -EINVAL;
+	/* refused here rather than through cb: a cb that resubmits on failure would recurse */
+	pthread_mutex_lock(&c->lock);
+	rc = c->stopping || c->state == GDX_NVMF_FAILED ? GDX_EDISCONNECTED : 0;
+	pthread_mutex_unlock(&c->lock);
+	if (rc)
+		return io->result = rc;
 	io->result = 0;
 	io->nvme_status = 0;
 	io->path = "none";
