@@ -44,9 +44,6 @@ struct nh_req {
 	void *arg;
 	struct gdx_nvmf_io *io;		/* user I/O this belongs to (abort, stats) */
 	struct nh_req *next;		/* pending list */
-	/* set while in a queue slot */
-	struct nh_queue *q;
-	uint16_t cid;
 	bool cancelled;			/* user abort */
 	bool timed_out;
 	/* device reads: the ring chunk use that carried the last data, and the result
@@ -80,7 +77,6 @@ struct nh_queue {
 	struct nh_slot *slots;
 	uint16_t *free_idx;
 	unsigned nfree;
-	uint16_t gen;
 	enum nh_qstate state;
 	int err;			/* why it died */
 	unsigned inflight;

@@ -487,8 +487,6 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	s->xfered = 0;
 	s->ddgst_err = false;
 	s->deadline = gdx_now_ns() + r->timeout_ns;
-	r->q = q;
-	r->cid = s->cid;
 	r->last_seq = 0;	/* ring uses of an earlier attempt on another queue mean nothing here */
 	q->inflight++;
 	pthread_mutex_unlock(&q->lock);
@@ -634,7 +632,6 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 	pthread_mutex_unlock(&q->lock);
 	if (result)
 		gdx_counter_add(&q->cnt[NH_CNT_ERR], 1);
-	r->q = NULL;
 	if (r->mem == NH_MEM_DEVICE && !r->write && r->last_seq > q->done_seq) {
 		r->held_result = result;
 		r->next = NULL;
@@ -972,7 +969,6 @@ void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn)
 		if (!r)
 			continue;
 		q->slots[i].req = NULL;
-		r->q = NULL;
 		fn(q->ctrl, r, err);
 	}
 }
