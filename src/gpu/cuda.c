@@ -45,6 +45,8 @@ struct cu_event {
 
 #define DPTR(p) ((CUdeviceptr)(uintptr_t)(p))
 #define CU(d, call, what) gdx_cu_status((d)->cu->call, what)
+#define STREAM(st) (((struct cu_stream *)(st))->s)
+#define EVENT(ev) (((struct cu_event *)(ev))->e)
 
 /* ---- context ----------------------------------------------------------- */
 
@@ -68,6 +70,18 @@ static void leave(struct cu_dev *d, CUcontext prev)
 	if (prev)
 		d->cu->cuCtxSetCurrent(prev);
 }
+
+/* One driver call fn(...) inside enter()/leave(), as a gdx code. */
+#define IN_CTX(d, fn, ...) ({						\
+	CUcontext prev_;						\
+	int ret_ = enter((d), &prev_);					\
+									\
+	if (!ret_) {							\
+		ret_ = gdx_cu_status((d)->cu->fn(__VA_ARGS__), #fn);	\
+		leave((d), prev_);					\
+	}								\
+	ret_;								\
+})
 
 /* ---- device ------------------------------------------------------------ */
 
@@ -282,13 +296,8 @@ static int cuda_malloc(void *priv, size_t size, void **dptr)
 {
 	struct cu_dev *d = priv;
 	CUdeviceptr p = 0;
-	CUcontext prev;
-	int ret = enter(d, &prev);
+	int ret = IN_CTX(d, cuMemAlloc, &p, size);
 
-	if (ret)
-		return ret;
-	ret = CU(d, cuMemAlloc(&p, size), "cuMemAlloc");
-	leave(d, prev);
 	if (!ret)
 		*dptr = (void *)(uintptr_t)p;
 	return ret;
@@ -326,16 +335,11 @@ static int cuda_malloc_async(void *priv, size_t size, void **dptr, void *stream)
 {
 	struct cu_dev *d = priv;
 	CUdeviceptr p = 0;
-	CUcontext prev;
 	int ret;
 
 	if (!d->pools)
 		return -EOPNOTSUPP;
-	ret = enter(d, &prev);
-	if (ret)
-		return ret;
-	ret = CU(d, cuMemAllocAsync(&p, size, ((struct cu_stream *)stream)->s), "cuMemAllocAsync");
-	leave(d, prev);
+	ret = IN_CTX(d, cuMemAllocAsync, &p, size, STREAM(stream));
 	if (!ret)
 		*dptr = (void *)(uintptr_t)p;
 	return ret;
@@ -354,24 +358,15 @@ static int cuda_free_async(void *priv, void *dptr, void *stream)
 		return ret;
 	ret = check_alloc(d, dptr, GDX_MEM_DEVICE);
 	if (!ret)
-		ret = CU(d, cuMemFreeAsync(DPTR(dptr), ((struct cu_stream *)stream)->s),
-			 "cuMemFreeAsync");
+		ret = CU(d, cuMemFreeAsync(DPTR(dptr), STREAM(stream)), "cuMemFreeAsync");
 	leave(d, prev);
 	return ret;
 }
 
 static int cuda_pinned_alloc(void *priv, size_t size, void **p)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
 	/* Portable: usable from every context, like the emulated device's. */
-	ret = CU(d, cuMemHostAlloc(p, size, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuMemHostAlloc, p, size, CU_MEMHOSTALLOC_PORTABLE);
 }
 
 static int cuda_pinned_free(void *priv, void *p)
@@ -393,29 +388,15 @@ static int cuda_host_register(void *priv, void *p, size_t size, unsigned flags)
 {
 	struct cu_dev *d = priv;
 	unsigned cf = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
-	CUcontext prev;
-	int ret = enter(d, &prev);
 
-	if (ret)
-		return ret;
 	if (flags & GDX_HOST_REGISTER_READONLY)
 		cf |= CU_MEMHOSTREGISTER_READ_ONLY;
-	ret = CU(d, cuMemHostRegister(p, size, cf), "cuMemHostRegister");
-	leave(d, prev);
-	return ret;
+	return IN_CTX(d, cuMemHostRegister, p, size, cf);
 }
 
 static int cuda_host_unregister(void *priv, void *p)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuMemHostUnregister(p), "cuMemHostUnregister");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuMemHostUnregister, p);
 }
 
 static int cuda_export_dmabuf(void *priv, void *dptr, size_t size, int *fd, uint64_t *offset)
@@ -466,7 +447,7 @@ out:
 static int cuda_memcpy(void *priv, void *dst, const void *src, size_t n, void *stream)
 {
 	struct cu_dev *d = priv;
-	CUstream s = stream ? ((struct cu_stream *)stream)->s : CU_STREAM_PER_THREAD;
+	CUstream s = stream ? STREAM(stream) : CU_STREAM_PER_THREAD;
 	CUcontext prev;
 	int ret = enter(d, &prev);
 
@@ -482,7 +463,7 @@ static int cuda_memcpy(void *priv, void *dst, const void *src, size_t n, void *s
 static int cuda_memset(void *priv, void *dst, int v, size_t n, void *stream)
 {
 	struct cu_dev *d = priv;
-	CUstream s = stream ? ((struct cu_stream *)stream)->s : CU_STREAM_PER_THREAD;
+	CUstream s = stream ? STREAM(stream) : CU_STREAM_PER_THREAD;
 	CUcontext prev;
 	int ret = enter(d, &prev);
 
@@ -545,133 +526,57 @@ static int cuda_stream_destroy(void *priv, void *stream)
 
 static int cuda_stream_synchronize(void *priv, void *stream)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuStreamSynchronize(((struct cu_stream *)stream)->s), "cuStreamSynchronize");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuStreamSynchronize, STREAM(stream));
 }
 
 static int cuda_stream_query(void *priv, void *stream)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuStreamQuery(((struct cu_stream *)stream)->s), "cuStreamQuery");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuStreamQuery, STREAM(stream));
 }
 
 static void *cuda_stream_native(void *priv, void *stream)
 {
 	(void)priv;
-	return ((struct cu_stream *)stream)->s;
+	return STREAM(stream);
 }
 
 static int cuda_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void *arg)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuLaunchHostFunc(((struct cu_stream *)stream)->s, fn, arg),
-		 "cuLaunchHostFunc");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuLaunchHostFunc, STREAM(stream), fn, arg);
 }
 
 static int cuda_stream_wait_event(void *priv, void *stream, void *event)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuStreamWaitEvent(((struct cu_stream *)stream)->s,
-				      ((struct cu_event *)event)->e, 0), "cuStreamWaitEvent");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuStreamWaitEvent, STREAM(stream), EVENT(event), 0);
 }
 
 /* ---- events ------------------------------------------------------------ */
 
 static int cuda_event_create(void *priv, void *event, unsigned flags)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
 	/* Timing costs a timestamp write per record: only where asked for. */
-	ret = CU(d, cuEventCreate(&((struct cu_event *)event)->e,
-				  (flags & GDX_EVENT_TIMING) ? CU_EVENT_DEFAULT :
-				  CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuEventCreate, &EVENT(event),
+		      (flags & GDX_EVENT_TIMING) ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING);
 }
 
 static int cuda_event_destroy(void *priv, void *event)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuEventDestroy(((struct cu_event *)event)->e), "cuEventDestroy");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuEventDestroy, EVENT(event));
 }
 
 static int cuda_event_record(void *priv, void *event, void *stream)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuEventRecord(((struct cu_event *)event)->e, ((struct cu_stream *)stream)->s),
-		 "cuEventRecord");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuEventRecord, EVENT(event), STREAM(stream));
 }
 
 static int cuda_event_synchronize(void *priv, void *event)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuEventSynchronize(((struct cu_event *)event)->e), "cuEventSynchronize");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuEventSynchronize, EVENT(event));
 }
 
 static int cuda_event_query(void *priv, void *event)
 {
-	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
-
-	if (ret)
-		return ret;
-	ret = CU(d, cuEventQuery(((struct cu_event *)event)->e), "cuEventQuery");
-	leave(d, prev);
-	return ret;
+	return IN_CTX((struct cu_dev *)priv, cuEventQuery, EVENT(event));
 }
 
 static int cuda_event_elapsed_ms(void *priv, void *start, void *end, float *ms)
@@ -683,8 +588,7 @@ static int cuda_event_elapsed_ms(void *priv, void *start, void *end, float *ms)
 
 	if (ret)
 		return ret;
-	r = d->cu->cuEventElapsedTime(ms, ((struct cu_event *)start)->e,
-				      ((struct cu_event *)end)->e);
+	r = d->cu->cuEventElapsedTime(ms, EVENT(start), EVENT(end));
 	/* An event never recorded is a bad argument, as on the emulated device. */
 	ret = r == CUDA_ERROR_INVALID_HANDLE ? -EINVAL : gdx_cu_status(r, "cuEventElapsedTime");
 	leave(d, prev);
