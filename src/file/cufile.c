@@ -189,6 +189,7 @@ static ssize_t cf_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 
 			gdx_file_why(&io->info, "cuFile %s failed: %zd", io->op == GDX_FILE_READ ?
 				     "read" : "write", n);
+			io->untouched = !done;
 			return done ? (ssize_t)done : err;
 		}
 		if (n == 0)

@@ -592,26 +592,32 @@ static void io_record(struct gdx_file *f, struct gdx_file_io *io)
 static ssize_t io_exec(struct gdx_file *f, struct gdx_file_io *io)
 {
 	struct gdx_file_be *px = &f->drv->be[GDX_FILE_BE_POSIX];
-	struct gdx_file_be *be = f->be;
+	struct gdx_file_be *be = f->be, *next;
 	char why[sizeof(io->info.why)];
+	void *next_priv;
 	ssize_t ret;
 
 	if (f->fb && io->attrs.kind != GDX_MEM_DEVICE)
 		return f->fb->ops->io(f->fb->priv, f, f->fb_priv, io);
 	ret = be->ops->io(be->priv, f, f->fpriv, io);
 	/*
-	 * A backend that could not even start (no memory to pin, a ring refused)
-	 * hands the I/O to posix, which needs nothing per handle; the record says so.
+	 * A backend that failed before moving a byte (cuFile refusing the I/O, no
+	 * memory to pin for uring) hands it to the next one: cufile's companion,
+	 * else posix, which needs nothing per handle.  Strict mode keeps the error.
 	 */
-	if (ret < 0 && io->untouched && be != px && px->priv && ret != GDX_ENOTDIRECT) {
-		memcpy(why, io->info.why, sizeof(why));
-		io->untouched = false;
-		ret = px->ops->io(px->priv, f, NULL, io);
-		if (ret >= 0) {
-			size_t n = strlen(io->info.why);
+	if (ret >= 0 || !io->untouched || io->strict)
+		return ret;
+	next = f->fb ? f->fb : px;
+	next_priv = f->fb ? f->fb_priv : NULL;
+	if (next == be || !next->priv)
+		return ret;
+	memcpy(why, io->info.why, sizeof(why));
+	io->untouched = false;
+	ret = next->ops->io(next->priv, f, next_priv, io);
+	if (ret >= 0) {
+		size_t n = strlen(io->info.why);
 
-			snprintf(io->info.why + n, sizeof(io->info.why) - n, " (%s)", why);
-		}
+		snprintf(io->info.why + n, sizeof(io->info.why) - n, " (%s)", why);
 	}
 	return ret;
 }
