@@ -68,7 +68,7 @@ GDX_API void gdx_bounce_pool_opts_init(struct gdx_bounce_pool_opts *o, size_t st
 static int bind_to_node(void *p, size_t len, int node)
 {
 	struct bitmask *mask;
-	long ret;
+	int ret;
 
 	if (numa_available() < 0)
 		return -EOPNOTSUPP;
@@ -79,9 +79,9 @@ static int bind_to_node(void *p, size_t len, int node)
 		return -ENOMEM;
 	numa_bitmask_setbit(mask, (unsigned)node);
 	/* libnuma passes size + 1: the kernel drops the last bit of maxnode. */
-	ret = mbind(p, len, MPOL_BIND, mask->maskp, mask->size + 1, 0);
+	ret = mbind(p, len, MPOL_BIND, mask->maskp, mask->size + 1, 0) ? -errno : 0;
 	numa_free_nodemask(mask);
-	return ret ? -errno : 0;
+	return ret;
 }
 
 /* The node the page at p sits on, or -1. */

@@ -65,6 +65,16 @@ static void log_callback_filters_by_level(void **state)
 	assert_int_equal(c.n, 1);
 	assert_int_equal(c.last, GDX_LOG_ERROR);
 	assert_non_null(strstr(c.msg, "emulated"));
+	/* Below the level nothing reaches the sink; at it, the message does. */
+	GDX_WARN("test", "quiet %d", 1);
+	GDX_DBG("test", "quiet %d", 2);
+	assert_int_equal(c.n, 1);
+	gdx_log_set_level(GDX_LOG_WARN);
+	GDX_WARN("test", "heard %d", 3);
+	GDX_INFO("test", "quiet %d", 4);
+	assert_int_equal(c.n, 2);
+	assert_int_equal(c.last, GDX_LOG_WARN);
+	assert_string_equal(c.msg, "heard 3");
 	gdx_log_set_level(GDX_LOG_ERROR);
 	gdx_log_set_callback(NULL, NULL);
 }
