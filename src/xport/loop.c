@@ -388,7 +388,7 @@ static void run_inbound(struct loop_ep *e)
 			break;
 		case GDX_XPORT_OP_WRITE:
 		case GDX_XPORT_OP_WRITE_IMM:
-			st = gdx_xport_rkey_get(req->key, req->raddr, len,
+			st = gdx_xport_rkey_get(e->fe, req->key, req->raddr, len,
 						GDX_XPORT_ACCESS_REMOTE_WRITE, &k, &p, &reg);
 			if (st)
 				break;
@@ -412,7 +412,7 @@ static void run_inbound(struct loop_ep *e)
 			}
 			break;
 		case GDX_XPORT_OP_READ:
-			st = gdx_xport_rkey_get(req->key, req->raddr, len,
+			st = gdx_xport_rkey_get(e->fe, req->key, req->raddr, len,
 						GDX_XPORT_ACCESS_REMOTE_READ, &k, &p, &reg);
 			if (st)
 				break;

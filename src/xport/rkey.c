@@ -2,7 +2,9 @@
 /*
  * Keys for regions served in software (tcp, loop).  A key is a slot index in
  * the low 32 bits and a random tag in the high 32, so a stale or guessed key
- * misses instead of reaching whatever took the slot over.
+ * misses instead of reaching whatever took the slot over.  A key works only
+ * for the peer of the endpoint it was registered on, as an rkey works only on
+ * the queue pairs of its protection domain.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -83,8 +85,9 @@ void gdx_xport_rkey_del(uint64_t key)
 	free(k);
 }
 
-int gdx_xport_rkey_get(uint64_t key, uint64_t addr, uint64_t len, unsigned access,
-		       struct gdx_xport_rkey **out, void **p, struct gdx_xport_region *r)
+int gdx_xport_rkey_get(const struct gdx_xport_ep *domain, uint64_t key, uint64_t addr,
+		       uint64_t len, unsigned access, struct gdx_xport_rkey **out, void **p,
+		       struct gdx_xport_region *r)
 {
 	uint32_t i = (uint32_t)key;
 	struct gdx_xport_rkey *k;
@@ -92,7 +95,7 @@ int gdx_xport_rkey_get(uint64_t key, uint64_t addr, uint64_t len, unsigned acces
 
 	pthread_mutex_lock(&lock);
 	if (i >= nslots || !(k = slots[i]) || k->tag != key >> 32 || k->dying ||
-	    (k->r.access & access) != access) {
+	    k->r.domain != domain || (k->r.access & access) != access) {
 		pthread_mutex_unlock(&lock);
 		return GDX_EREMOTE;
 	}

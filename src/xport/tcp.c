@@ -715,7 +715,8 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 	void *p;
 	int st, ret;
 
-	st = gdx_xport_rkey_get(h->key, h->raddr, h->len, GDX_XPORT_ACCESS_REMOTE_WRITE, &k, &p,
+	st = gdx_xport_rkey_get(t->fe, h->key, h->raddr, h->len, GDX_XPORT_ACCESS_REMOTE_WRITE,
+				&k, &p,
 				&reg);
 	if (st) {
 		GDX_DBG(SUBSYS, "write to key 0x%llx addr 0x%llx len %llu refused",
@@ -742,7 +743,8 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 	if (!x)
 		return -ENOMEM;
 	x->h = (struct hdr){ .type = F_READ_RESP, .id = h->id, .len = h->len };
-	st = gdx_xport_rkey_get(h->key, h->raddr, h->len, GDX_XPORT_ACCESS_REMOTE_READ, &x->k,
+	st = gdx_xport_rkey_get(t->fe, h->key, h->raddr, h->len, GDX_XPORT_ACCESS_REMOTE_READ,
+				&x->k,
 				(void **)&x->data, &reg);
 	if (st) {
 		x->h.status = st;

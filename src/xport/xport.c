@@ -408,6 +408,7 @@ static int reg_get(struct gdx_xport_ep *ep, void *p, size_t len, unsigned access
 	 */
 	/* A key must not reach past what the user exposed: remote regions are exact. */
 	classify(ep, p, len, &tmpl, !access);
+	tmpl.domain = ep;
 	if (!gdx_regcache_lookup(ep->rc, p, len, &g)) {
 		x = g->payload;
 		if ((x->r.access & access) == access && x->r.kind == tmpl.kind) {
@@ -432,6 +433,7 @@ static int reg_get(struct gdx_xport_ep *ep, void *p, size_t len, unsigned access
 		ep->ops->mr_dereg(ep->priv, &x->r);
 		free(x);
 		classify(ep, p, len, &tmpl, 0);
+		tmpl.domain = ep;
 		tmpl.access = access;
 		ret = xreg_new(ep, &tmpl, &x);
 		if (ret)

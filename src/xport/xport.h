@@ -47,9 +47,13 @@ struct gdx_xport_rkey;
 int gdx_xport_rkey_add(const struct gdx_xport_region *r, uint64_t *key);
 /* Waits until no lookup holds the region, then forgets the key. */
 void gdx_xport_rkey_del(uint64_t key);
-/* -> 0 with *out filled, or GDX_EREMOTE (unknown key, out of bounds, no access). */
-int gdx_xport_rkey_get(uint64_t key, uint64_t addr, uint64_t len, unsigned access,
-		       struct gdx_xport_rkey **out, void **p, struct gdx_xport_region *r);
+/*
+ * -> 0 with *out filled, or GDX_EREMOTE (unknown key, another endpoint's key,
+ * out of bounds, no access).  domain: the endpoint whose peer asks.
+ */
+int gdx_xport_rkey_get(const struct gdx_xport_ep *domain, uint64_t key, uint64_t addr,
+		       uint64_t len, unsigned access, struct gdx_xport_rkey **out, void **p,
+		       struct gdx_xport_region *r);
 void gdx_xport_rkey_put(struct gdx_xport_rkey *k);
 
 /* Parses "host:port" (host may be [v6]); port may be 0. */

@@ -453,6 +453,34 @@ static void bad_access(int write, uint64_t addr_off, size_t len, int key_delta,
 	free(local);
 }
 
+/* A key is good only for the peer of the endpoint that registered it. */
+static void other_connection(void)
+{
+	unsigned char region[256], local[256];
+	struct gdx_xport_mr *mr;
+	struct pair a, b;
+
+	memset(region, 0x5a, sizeof(region));
+	memset(local, 0xa5, sizeof(local));
+	pair_open(&a, NULL, NULL);
+	pair_open(&b, NULL, NULL);
+	assert_int_equal(gdx_xport_mr_reg(a.s, region, sizeof(region),
+					  GDX_XPORT_ACCESS_REMOTE_WRITE, &mr), 0);
+	assert_int_equal(gdx_xport_post_write(b.c, local, 16, gdx_xport_mr_addr(mr),
+					      gdx_xport_mr_key(mr), 1, 0), 0);
+	expect(b.cqc, 1, GDX_XPORT_OP_WRITE, GDX_EREMOTE, 0);
+	for (size_t i = 0; i < sizeof(region); i++)
+		assert_int_equal(region[i], 0x5a);
+	/* The right connection may. */
+	assert_int_equal(gdx_xport_post_write(a.c, local, 16, gdx_xport_mr_addr(mr),
+					      gdx_xport_mr_key(mr), 2, 0), 0);
+	expect(a.cqc, 2, GDX_XPORT_OP_WRITE, 0, 16);
+	assert_int_equal(region[0], 0xa5);
+	gdx_xport_mr_dereg(mr);
+	pair_close(&b);
+	pair_close(&a);
+}
+
 static void test_bad_access(void **state)
 {
 	const unsigned rw = GDX_XPORT_ACCESS_REMOTE_READ | GDX_XPORT_ACCESS_REMOTE_WRITE;
@@ -467,6 +495,7 @@ static void test_bad_access(void **state)
 	bad_access(0, 0, 16, 0, GDX_XPORT_ACCESS_REMOTE_WRITE, 0);	/* no read access */
 	bad_access(1, 0, 16, 0, GDX_XPORT_ACCESS_REMOTE_READ, 0);	/* no write access */
 	bad_access(1, 0, 16, 0, rw, 1);			/* deregistered */
+	other_connection();
 }
 
 static void test_recv_too_small(void **state)

@@ -50,6 +50,7 @@ struct gdx_xport_region {
 	enum gdx_mem_kind kind;
 	struct gdx_device *dev;
 	unsigned access;		/* GDX_XPORT_ACCESS_*; 0: local use only */
+	const struct gdx_xport_ep *domain;	/* keys work only for this endpoint's peer */
 	/* filled by the backend */
 	uint64_t key;
 	uint64_t addr;			/* the address the peer names p by */
