@@ -30,6 +30,14 @@ check "write a range for gdx" dd if=/share/c.src of=/dev/nvme0n1 bs=1M seek=8 co
   oflag=direct conv=fsync status=none
 check "disconnect" nvme disconnect -n "$NQN"
 touch /share/step2.done
+# the fault: the port drops the subsystem (nvmet ends every connection of it) and
+# takes it back half a second later, while the host's gdx is in the middle of a read
+if wait_flag fault.now; then
+  rm /sys/kernel/config/nvmet/ports/1/subsystems/$NQN
+  sleep 0.5
+  ln -s /sys/kernel/config/nvmet/subsystems/$NQN /sys/kernel/config/nvmet/ports/1/subsystems/$NQN
+  touch /share/fault.done
+fi
 wait_flag host.done
 echo "  nvmet:"; dmesg | grep -E 'nvmet' | tail -12 | sed 's/^/    /'
 finish

@@ -2,7 +2,8 @@
 # Host: the gdx NVMe/TCP host against the guest kernel's nvmet-tcp (VM_HOSTFWD):
 # discover, identify; gdx writes data (from host and device memory, with and without
 # digests) that the guest's own kernel host reads back, the kernel host writes data
-# that gdx reads back; every comparison is byte for byte.
+# that gdx reads back; every comparison is byte for byte.  Then the port drops the
+# subsystem mid-read and takes it back: the read completes after a reconnect.
 . "$(dirname "$0")/lib.sh"
 SHARE=$(mktemp -d) VMPID=
 trap '[ -n "$VMPID" ] && kill $VMPID 2>/dev/null; rm -rf "$SHARE"' EXIT
@@ -56,6 +57,19 @@ if wait_flag target.ready; then
     check "gdx reads into pinned memory" "${G[@]}" read "${A[@]}" -o 8M -l 1M -m pinned \
       --to "$SHARE/c.gdx3"
     check "  same bytes" cmp "$SHARE/c.src" "$SHARE/c.gdx3"
+    # the kernel target drops the association mid-read and comes back: gdx reconnects
+    check "gdx reads 16 MiB as a reference" "${G[@]}" read "${A[@]}" -l 16M --to "$SHARE/r1"
+    GDX_NVMF_HOST_RECONNECT_DELAY_MS=2000 "${G[@]}" read "${A[@]}" -l 16M --queues 2 --json \
+      --to "$SHARE/r2" >"$SHARE/r2.json" 2>"$SHARE/r2.err" &
+    rpid=$!
+    sleep 0.5
+    touch "$SHARE/fault.now"
+    wait $rpid; rc=$?
+    sed 's/^/  /' "$SHARE/r2.json" "$SHARE/r2.err" | tail -6
+    check "the read survives nvmet dropping the association" test $rc = 0
+    check "  after a reconnect" grep -q '"reconnects": [1-9]' "$SHARE/r2.json"
+    check "  same bytes" cmp "$SHARE/r1" "$SHARE/r2"
+    check "  the guest did drop it" test -e "$SHARE/fault.done"
   else
     echo "  FAILED: the guest never finished its part"; fails=$((fails + 1))
   fi
