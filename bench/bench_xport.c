@@ -13,7 +13,9 @@
  *            same size (the ceiling is the lower of the two)
  *
  * Bandwidth keeps `depth` requests of the operation in flight; latency is half
- * the round trip of a send answered by a send.
+ * the round trip of a send answered by a send, between the same two buffers.
+ * "dst path" is the path of the server's buffer (where writes and sends land,
+ * where reads come from).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -95,6 +97,7 @@ struct server {
 	size_t size;
 	void *buf;
 	int echo;		/* answer each receive with a send (latency) */
+	enum gdx_xport_path path;	/* of the last receive */
 	volatile int stop;
 	int err;
 };
@@ -136,6 +139,7 @@ static void *serve_main(void *arg)
 				return NULL;
 			}
 			if (e[i].op == GDX_XPORT_OP_RECV) {
+				s->path = e[i].path;
 				/*
 				 * Receive first: the answer makes the client send again at
 				 * once, and a message finding no receive waits for a
@@ -261,8 +265,6 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 				ret = e[i].status;
 				goto out;
 			}
-			if (c->op == OP_SEND)
-				*path = gdx_xport_path_name(e[i].path);
 			inflight--;
 			done += e[i].len;
 		}
@@ -273,8 +275,10 @@ out:
 	if (mr)
 		gdx_xport_mr_dereg(mr);
 	gdx_xport_disconnect(k.ep);
-	if (c->op == OP_SEND)
+	if (c->op == OP_SEND) {
 		pthread_join(k.th, NULL);
+		*path = gdx_xport_path_name(k.s.path);
+	}
 	if (!ret && k.s.err)
 		ret = k.s.err;
 	conn_close(&k);
@@ -706,7 +710,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 	       "perftest (ib_*_bw / ib_send_lat -R) on the same device" :
 	       "raw TCP socket on the same loopback", (c.src.dev || c.dst.dev) && !c.no_ceiling ?
 	       ", and pinned<->device copies (the lower)" : "");
-	printf("%8s %6s %11s %11s %6s %10s %10s %6s\n", "size", "path", "gdx GB/s", "ceil GB/s",
+	printf("%8s %8s %11s %11s %6s %10s %10s %6s\n", "size", "dst path", "gdx GB/s", "ceil GB/s",
 	       "ratio", "gdx us", "ceil us", "ratio");
 	for (int i = 0; i < c.nsizes; i++) {
 		size_t n = c.sizes[i];
@@ -736,7 +740,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			fails++;
 			continue;
 		}
-		printf("%8s %6s %11.3f ", sz, path, bw / 1e9);
+		printf("%8s %8s %11.3f ", sz, path, bw / 1e9);
 		if (cbw > 0)
 			printf("%11.3f %6.2f ", cbw / 1e9, bw / cbw);
 		else
