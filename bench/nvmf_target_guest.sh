@@ -4,9 +4,9 @@
 # the guest's loopback and both connected at once.  Each fio job runs ROUNDS
 # times against each target, alternating, so that load changes on the machine
 # hit both alike; every run prints one RESULT line.
-# Arguments: RUNTIME (seconds per run) REACTORS POLL_US (gdx target) ROUNDS
+# Arguments: RUNTIME (seconds per run) REACTORS POLL_US (gdx target) ROUNDS PIN (1: --pin)
 set -uo pipefail
-RUNTIME=${1:-4} REACTORS=${2:-1} POLL_US=${3:-0} ROUNDS=${4:-3} SIZE=1G
+RUNTIME=${1:-4} REACTORS=${2:-1} POLL_US=${3:-0} ROUNDS=${4:-3} PIN=${5:-1} SIZE=1G
 export LD_LIBRARY_PATH=/share/lib
 modprobe -a nvme-tcp nvmet-tcp
 modprobe null_blk nr_devices=1 gb=1
@@ -25,7 +25,7 @@ echo 127.0.0.1 > $C/ports/1/addr_traddr; echo 4420 > $C/ports/1/addr_trsvcid
 ln -s $C/subsystems/$NQN_K $C/ports/1/subsystems/$NQN_K
 # the gdx target, null namespace of the same size, port 4421
 /share/gdx nvmf target -l 127.0.0.1:4421 -n $NQN_G -N null:$SIZE -r "$REACTORS" \
-  --poll-us "$POLL_US" >/tmp/gdx.log 2>&1 & T=$!
+  --poll-us "$POLL_US" $([ "$PIN" = 1 ] && echo --pin) >/tmp/gdx.log 2>&1 & T=$!
 for i in $(seq 100); do grep -q ready /tmp/gdx.log && break; sleep 0.1; done
 
 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n $NQN_K >/dev/null || exit 1
@@ -44,7 +44,7 @@ dev_of() {
 }
 DEV_K=$(dev_of $NQN_K) || exit 1
 DEV_G=$(dev_of $NQN_G) || exit 1
-echo "nvmet: $DEV_K  gdx: $DEV_G  (${VM_CPUS:-?} vCPUs: $(nproc); reactors $REACTORS)"
+echo "nvmet: $DEV_K  gdx: $DEV_G  ($(nproc) vCPUs; gdx: $REACTORS reactors, pin $PIN, poll $POLL_US us)"
 
 # run LABEL DEV KEY fio-args...: one run, one RESULT line (IOPS, or KiB/s for bw)
 run() {

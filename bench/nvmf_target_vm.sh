@@ -7,7 +7,8 @@
 # bandwidth >= 1.0x.  Each job runs ROUNDS times per target, alternating; the
 # median of each side is reported.
 #   bench/nvmf_target_vm.sh [BUILD_DIR]    (env: RUNTIME seconds per run, ROUNDS;
-#       REACTORS and POLL_US for the gdx target; VM_CPUS, VM_CACHE as for tests/interop)
+#       REACTORS, PIN (1 = --pin) and POLL_US for the gdx target; VM_CPUS, VM_CACHE as
+#       for tests/interop)
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$top/build}
@@ -23,7 +24,7 @@ ldd "$gdx" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|l
 "$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
 VM_SHARE=$share VM_CPUS=${VM_CPUS:-2} VM_TIMEOUT=${VM_TIMEOUT:-600} \
   "$top/tests/interop/vm.sh" run "$share/nvmf_target_guest.sh" "${RUNTIME:-4}" \
-  "${REACTORS:-2}" "${POLL_US:-0}" "${ROUNDS:-3}" |
+  "${REACTORS:-2}" "${POLL_US:-0}" "${ROUNDS:-3}" "${PIN:-0}" |
   tee "$share/out.log" | grep -E 'nvmet:|rror|vm.sh\]'
 python3 - "$share/out.log" <<'PY'
 import statistics, sys

@@ -39,6 +39,13 @@ struct gdx_nvmf_target_opts {
 	 * core for latency, as SPDK does.
 	 */
 	uint32_t poll_us;
+	/*
+	 * Pin reactor i to the i-th CPU the process may run on.  I/O queue N is
+	 * served by reactor (N-1) % reactors either way; pinned, that is the
+	 * CPU a Linux host's queue N belongs to when host and target share a
+	 * machine.
+	 */
+	int pin_cpus;
 };
 
 GDX_API void gdx_nvmf_target_opts_init(struct gdx_nvmf_target_opts *o, size_t size);

@@ -36,6 +36,7 @@ static void target_usage(FILE *f)
 		"  -r, --reactors N       reactor threads (default 1)\n"
 		"      --inline BYTES     in-capsule data on I/O queues (default 16384)\n"
 		"      --poll-us US       keep polling US microseconds after each event\n"
+		"      --pin              pin reactor i to CPU i (I/O queue i+1 is on reactor i)\n"
 		"  -s, --stats FILE       write counters as JSON to FILE ('-' = stdout) at exit\n"
 		"      --stats-interval S also every S seconds\n"
 		"      --control PATH     unix socket: each connection receives the counters\n"
@@ -208,6 +209,7 @@ static int cmd_target(int argc, char **argv)
 		{ "reactors", required_argument, NULL, 'r' },
 		{ "inline", required_argument, NULL, 'I' },
 		{ "poll-us", required_argument, NULL, 'P' },
+		{ "pin", no_argument, NULL, 'p' },
 		{ "stats", required_argument, NULL, 's' },
 		{ "stats-interval", required_argument, NULL, 'i' },
 		{ "control", required_argument, NULL, 'C' },
@@ -260,6 +262,9 @@ static int cmd_target(int argc, char **argv)
 			break;
 		case 'P':
 			o.poll_us = (uint32_t)atoi(optarg);
+			break;
+		case 'p':
+			o.pin_cpus = 1;
 			break;
 		case 's':
 			stats = optarg;

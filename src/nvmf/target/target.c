@@ -55,6 +55,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t->nreactors = o.reactors;
 	t->maxh2cdata = o.maxh2cdata;
 	t->poll_ns = (uint64_t)o.poll_us * 1000;
+	t->pin = o.pin_cpus != 0;
 	for (unsigned i = 0; i < TGT_CTR_NR; i++)
 		t->ctr[i].name = names[i];
 	gdx_stats_create("nvmf.target", t->ctr, TGT_CTR_NR, &t->stats);

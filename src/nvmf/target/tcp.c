@@ -24,6 +24,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,7 @@ struct tcp_conn {
 	bool dirty;
 	bool dead;
 	bool unlinked;
+	struct tcp_reactor *move_to;	/* after Connect: the reactor for this QID */
 	bool local;
 	bool want_out;
 	unsigned inflight;	/* requests held by a backend or an AER */
@@ -143,6 +145,7 @@ struct tcp_reactor {
 	struct ev io_ev;
 	struct gdx_nvmf_target *tgt;
 	unsigned id;
+	int cpu;		/* pinned to, or -1 */
 	pthread_t thread;
 	int epfd;
 	int wakefd;
@@ -155,6 +158,7 @@ struct tcp_reactor {
 	struct handoff {
 		int fd;
 		struct nvmf_port *port;
+		struct tcp_conn *conn;	/* a connection moving here from another reactor */
 	} *handoff;
 	unsigned nhandoff, handoff_cap;
 	struct tcp_conn *conns;
@@ -463,6 +467,13 @@ static void req_done(struct nvmf_req *nr)
 		return;
 	}
 	t->state = REQ_TX;
+	if (nr->cmd.opc == GDX_NVME_OPC_FABRICS && nr->cmd.fctype == GDX_NVMF_FCTYPE_CONNECT &&
+	    !nr->cqe.status && c->sq.qid && !c->local) {
+		struct tcp_reactor *to = &c->tgt->reactors[(c->sq.qid - 1u) % c->tgt->nreactors];
+
+		if (to != c->r)
+			c->move_to = to;
+	}
 	if (c2h) {
 		struct tx_item *it = &t->tx_data;
 		bool success = c->sq.sqflow_disabled;
@@ -884,6 +895,17 @@ static void conn_free(struct tcp_conn *c)
 	free(c);
 }
 
+static void conn_link(struct tcp_reactor *r, struct tcp_conn *c)
+{
+	c->r = r;
+	c->sq.ioctx = r->ioctx;
+	c->prev = NULL;
+	c->next = r->conns;
+	if (r->conns)
+		r->conns->prev = c;
+	r->conns = c;
+}
+
 static void conn_unlink(struct tcp_conn *c)
 {
 	struct tcp_reactor *r = c->r;
@@ -960,8 +982,6 @@ static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
 		close(fd);
 		return;
 	}
-	c->r = r;
-	c->sq.ioctx = r->ioctx;
 	c->sq.port = port;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	getsockname(fd, (struct sockaddr *)&c->sq.local, &sl);
@@ -973,10 +993,7 @@ static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
 		close(fd);
 		return;
 	}
-	c->next = r->conns;
-	if (r->conns)
-		r->conns->prev = c;
-	r->conns = c;
+	conn_link(r, c);
 	gdx_counter_add(&t->ctr[TGT_CTR_CONNS], 1);
 	GDX_DBG("nvmf", "%s: accepted on reactor %u", c->peer, r->id);
 }
@@ -999,6 +1016,27 @@ static void aen_kick(void *handle)
 	reactor_wake(c->r);
 }
 
+/* Queues an accepted socket or a moving connection for reactor `to`. */
+static int handoff_push(struct tcp_reactor *to, struct handoff h)
+{
+	pthread_mutex_lock(&to->lock);
+	if (to->nhandoff == to->handoff_cap) {
+		unsigned cap = to->handoff_cap ? to->handoff_cap * 2 : 16;
+		struct handoff *p = realloc(to->handoff, cap * sizeof(*p));
+
+		if (!p) {
+			pthread_mutex_unlock(&to->lock);
+			return -ENOMEM;
+		}
+		to->handoff = p;
+		to->handoff_cap = cap;
+	}
+	to->handoff[to->nhandoff++] = h;
+	pthread_mutex_unlock(&to->lock);
+	reactor_wake(to);
+	return 0;
+}
+
 static void do_accept(struct tcp_reactor *r, struct listener *l)
 {
 	struct gdx_nvmf_target *t = r->tgt;
@@ -1017,30 +1055,27 @@ static void do_accept(struct tcp_reactor *r, struct listener *l)
 			conn_attach(r, fd, l->port);
 			continue;
 		}
-		pthread_mutex_lock(&to->lock);
-		if (to->nhandoff == to->handoff_cap) {
-			unsigned cap = to->handoff_cap ? to->handoff_cap * 2 : 16;
-			struct handoff *p = realloc(to->handoff, cap * sizeof(*p));
-
-			if (!p) {
-				pthread_mutex_unlock(&to->lock);
-				close(fd);
-				continue;
-			}
-			to->handoff = p;
-			to->handoff_cap = cap;
-		}
-		to->handoff[to->nhandoff++] = (struct handoff){ fd, l->port };
-		pthread_mutex_unlock(&to->lock);
-		reactor_wake(to);
+		if (handoff_push(to, (struct handoff){ fd, l->port, NULL }))
+			close(fd);
 	}
 }
 
 static void take_handoffs(struct tcp_reactor *r)
 {
 	pthread_mutex_lock(&r->lock);
-	for (unsigned i = 0; i < r->nhandoff; i++)
-		conn_attach(r, r->handoff[i].fd, r->handoff[i].port);
+	for (unsigned i = 0; i < r->nhandoff; i++) {
+		struct tcp_conn *c = r->handoff[i].conn;
+		struct epoll_event e = { .events = EPOLLIN };
+
+		if (!c) {
+			conn_attach(r, r->handoff[i].fd, r->handoff[i].port);
+			continue;
+		}
+		conn_link(r, c);
+		e.data.ptr = &c->ev;
+		if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, c->fd, &e))
+			conn_close(c, strerror(errno));
+	}
 	r->nhandoff = 0;
 	pthread_mutex_unlock(&r->lock);
 }
@@ -1073,6 +1108,29 @@ static void tick(struct tcp_reactor *r)
 	}
 }
 
+/*
+ * Hands a freshly connected I/O queue to the reactor its QID maps to, once
+ * nothing of it is in flight here.  With pinned reactors this keeps queue N's
+ * target work on the core where the host's queue N runs.
+ */
+static void conn_move(struct tcp_conn *c)
+{
+	struct tcp_reactor *to = c->move_to;
+	struct epoll_event e = { .events = EPOLLIN, .data.ptr = &c->ev };
+
+	c->move_to = NULL;
+	epoll_ctl(c->r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	c->want_out = false;
+	conn_unlink(c);
+	GDX_DBG("nvmf", "%s: qid %u moves to reactor %u", c->peer, c->sq.qid, to->id);
+	if (handoff_push(to, (struct handoff){ c->fd, c->sq.port, c })) {
+		/* no memory to hand it over: it stays */
+		conn_link(c->r, c);
+		if (epoll_ctl(c->r->epfd, EPOLL_CTL_ADD, c->fd, &e))
+			conn_close(c, strerror(errno));
+	}
+}
+
 static void flush_dirty(struct tcp_reactor *r)
 {
 	while (r->dirty) {
@@ -1084,6 +1142,8 @@ static void flush_dirty(struct tcp_reactor *r)
 			conn_flush(c);
 		if (c->dead && !c->inflight)
 			conn_free(c);
+		else if (c->move_to && !c->dead && !c->tx_head && !c->inflight)
+			conn_move(c);
 	}
 }
 
@@ -1095,6 +1155,14 @@ static void *reactor_main(void *arg)
 
 	snprintf(name, sizeof(name), "gdx-nvmf-%u", r->id);
 	pthread_setname_np(pthread_self(), name);
+	if (r->cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(r->cpu, &set);
+		if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+			GDX_WARN("nvmf", "reactor %u: cannot pin to CPU %d", r->id, r->cpu);
+	}
 	while (!atomic_load(&r->stop)) {
 		struct epoll_event evs[64];
 		uint64_t now = gdx_now_ns();
@@ -1228,6 +1296,13 @@ static int reactor_init(struct gdx_nvmf_target *t, struct tcp_reactor *r, unsign
 
 static void reactor_fini(struct tcp_reactor *r)
 {
+	for (unsigned i = 0; i < r->nhandoff; i++) {
+		if (r->handoff[i].conn)
+			conn_link(r, r->handoff[i].conn);
+		else
+			close(r->handoff[i].fd);
+	}
+	r->nhandoff = 0;
 	for (struct tcp_conn *c = r->conns, *n; c; c = n) {
 		n = c->next;
 		conn_close(c, "target stopping");
@@ -1245,8 +1320,6 @@ static void reactor_fini(struct tcp_reactor *r)
 		conn_close(c, NULL);
 	}
 	flush_dirty(r);
-	for (unsigned i = 0; i < r->nhandoff; i++)
-		close(r->handoff[i].fd);
 	free(r->handoff);
 	nvmf_ioctx_destroy(r->ioctx);
 	if (r->epfd >= 0)
@@ -1259,13 +1332,20 @@ static void reactor_fini(struct tcp_reactor *r)
 int nvmf_tcp_start(struct gdx_nvmf_target *t)
 {
 	struct tcp_reactor *r0;
-	int ret;
+	cpu_set_t allowed;
+	int ret, ncpu = 0, cpus[CPU_SETSIZE];
 
 	t->reactors = calloc(t->nreactors, sizeof(*t->reactors));
 	if (!t->reactors)
 		return -ENOMEM;
 	r0 = &t->reactors[0];
+	/* pinned: reactor i on the i-th CPU this process may use (I/O queue i+1 lands there) */
+	if (t->pin && !sched_getaffinity(0, sizeof(allowed), &allowed))
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &allowed))
+				cpus[ncpu++] = c;
 	for (unsigned i = 0; i < t->nreactors; i++) {
+		t->reactors[i].cpu = ncpu ? cpus[i % (unsigned)ncpu] : -1;
 		t->reactors[i].epfd = t->reactors[i].wakefd = -1;
 		ret = reactor_init(t, &t->reactors[i], i);
 		if (ret)

@@ -20,6 +20,7 @@ struct gdx_nvmf_target {
 	unsigned nreactors;
 	uint32_t maxh2cdata;
 	uint64_t poll_ns;
+	bool pin;
 	struct tcp_reactor *reactors;
 	int listen_fd[NVMF_MAX_PORTS];
 	int bound_port[NVMF_MAX_PORTS];
