@@ -142,6 +142,15 @@ GDX_API int gdx_stream_launch_host_func(struct gdx_stream *s, gdx_host_fn fn, vo
 /* Later work on s waits until e's recorded work is done. */
 GDX_API int gdx_stream_wait_event(struct gdx_stream *s, struct gdx_event *e);
 
+/*
+ * Later work on s waits until the 32-bit word at addr, in pinned memory, has
+ * reached value: (int32_t)(*addr - value) >= 0, so counters may wrap.  The
+ * CPU releases the stream by storing to the word (an atomic release store);
+ * this is how work done on a host thread -- which may call the device runtime,
+ * unlike a host function -- is put in stream order (cuStreamWaitValue32).
+ */
+GDX_API int gdx_stream_wait_value32(struct gdx_stream *s, const uint32_t *addr, uint32_t value);
+
 #define GDX_EVENT_TIMING 0x1u
 GDX_API int gdx_event_create(struct gdx_device *dev, unsigned flags, struct gdx_event **e);
 GDX_API int gdx_event_destroy(struct gdx_event *e);

@@ -138,6 +138,8 @@ GDX_API int gdx_file_driver_open(struct gdx_device *dev, const struct gdx_file_d
 		}
 	}
 	drv->wq_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+	pthread_mutex_init(&drv->gate_lock, NULL);
+	pthread_cond_init(&drv->gate_cond, NULL);
 	{
 		static const char *const names[GDX_FILE_CTR_COUNT] = {
 			"reads", "writes", "errors", "not_direct", "bytes_direct",
@@ -189,6 +191,8 @@ fail:
 			drv->be[i].ops->fini(drv->be[i].priv);
 	gdx_regcache_destroy(drv->regs);
 	gdx_stats_destroy(drv->stats);
+	pthread_mutex_destroy(&drv->gate_lock);
+	pthread_cond_destroy(&drv->gate_cond);
 	gdx_device_close(drv->dev);
 	free(drv);
 	return ret;
@@ -201,6 +205,11 @@ GDX_API void gdx_file_driver_close(struct gdx_file_driver *drv)
 	if (atomic_load(&drv->handles))
 		GDX_WARN("file", "driver closed with %u handles open", atomic_load(&drv->handles));
 	gdx_tpool_destroy(drv->wq);
+	if (drv->gates)
+		gdx_pinned_free(drv->dev, drv->gates);
+	free(drv->gate_free);
+	pthread_mutex_destroy(&drv->gate_lock);
+	pthread_cond_destroy(&drv->gate_cond);
 	/* Registrations go before the backends that made them. */
 	gdx_regcache_destroy(drv->regs);
 	for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
@@ -976,6 +985,8 @@ GDX_API int gdx_file_batch_wait(struct gdx_file_batch *b, unsigned min_nr,
 
 /* ---- stream-ordered I/O ------------------------------------------------ */
 
+#define GATE_COUNT 1024u	/* stream-ordered I/Os in flight per driver */
+
 struct async_op {
 	struct gdx_file *f;
 	enum gdx_file_op op;
@@ -983,83 +994,127 @@ struct async_op {
 	const size_t *size;
 	const off_t *off;
 	ssize_t *done;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool finished;
-	ssize_t result;
-	size_t n;
-	off_t at;
+	unsigned gate;
+	uint32_t gate_value;
 };
+
+static int gates_ready(struct gdx_file_driver *drv)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&drv->gate_lock);
+	if (!drv->gates) {
+		ret = gdx_pinned_alloc(drv->dev, GATE_COUNT * sizeof(uint32_t), (void **)&drv->gates);
+		drv->gate_free = ret ? NULL : calloc(GATE_COUNT, sizeof(unsigned));
+		if (!ret && !drv->gate_free) {
+			gdx_pinned_free(drv->dev, drv->gates);
+			ret = -ENOMEM;
+		}
+		if (ret) {
+			drv->gates = NULL;
+		} else {
+			for (unsigned i = 0; i < GATE_COUNT; i++) {
+				drv->gates[i] = 0;
+				drv->gate_free[i] = GATE_COUNT - 1 - i;
+			}
+			drv->ngate_free = GATE_COUNT;
+		}
+	}
+	pthread_mutex_unlock(&drv->gate_lock);
+	return ret;
+}
+
+/* Takes a free gate; a full table waits for a worker to give one back. */
+static unsigned gate_get(struct gdx_file_driver *drv)
+{
+	unsigned g;
+
+	pthread_mutex_lock(&drv->gate_lock);
+	while (!drv->ngate_free)
+		pthread_cond_wait(&drv->gate_cond, &drv->gate_lock);
+	g = drv->gate_free[--drv->ngate_free];
+	pthread_mutex_unlock(&drv->gate_lock);
+	return g;
+}
+
+/* Releases the waiting stream, then returns the gate: its word only grows. */
+static void gate_open(struct gdx_file_driver *drv, unsigned g, uint32_t value)
+{
+	__atomic_store_n(&drv->gates[g], value, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&drv->gate_lock);
+	drv->gate_free[drv->ngate_free++] = g;
+	pthread_cond_signal(&drv->gate_cond);
+	pthread_mutex_unlock(&drv->gate_lock);
+}
 
 static void async_job(void *arg)
 {
 	struct async_op *a = arg;
+	struct gdx_file_driver *drv = a->f->drv;
 
-	a->result = rw(a->f, a->op, a->buf, a->n, a->at, NULL);
-	pthread_mutex_lock(&a->lock);
-	a->finished = true;
-	pthread_cond_signal(&a->cond);
-	pthread_mutex_unlock(&a->lock);
+	*a->done = rw(a->f, a->op, a->buf, *a->size, *a->off, NULL);
+	gate_open(drv, a->gate, a->gate_value);
+	free(a);
 }
 
 /*
  * Runs in stream order on the device's host-function thread, which must not
- * call the device runtime: the I/O (and its copies, on streams of its own) runs
- * on a worker while this function holds the stream.
+ * call the device runtime nor wait for anything that does (CUDA runs host
+ * functions of all streams on one thread).  It only hands the I/O to a
+ * worker; the stream itself waits on the gate word the worker opens once the
+ * I/O and its copies are done.  Size and offset are read by the worker, after
+ * the stream got here.
  */
 static void async_host_fn(void *arg)
 {
 	struct async_op *a = arg;
-	int ret;
+	int ret = gdx_tpool_submit(a->f->drv->wq, async_job, a);
 
-	a->n = *a->size;
-	a->at = *a->off;
-	ret = gdx_tpool_submit(a->f->drv->wq, async_job, a);
 	if (ret) {
-		a->result = ret;
-	} else {
-		pthread_mutex_lock(&a->lock);
-		while (!a->finished)
-			pthread_cond_wait(&a->cond, &a->lock);
-		pthread_mutex_unlock(&a->lock);
+		*a->done = ret;
+		gate_open(a->f->drv, a->gate, a->gate_value);
+		free(a);
 	}
-	*a->done = a->result;
-	pthread_mutex_destroy(&a->lock);
-	pthread_cond_destroy(&a->cond);
-	free(a);
 }
 
 static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, const size_t *size,
 		    const off_t *off, ssize_t *done, struct gdx_stream *s)
 {
+	struct gdx_file_driver *drv;
 	struct async_op *a;
+	uint32_t value;
+	unsigned gate;
 	int ret;
 
 	if (!f || !size || !off || !done || !s)
 		return -EINVAL;
-	if (gdx_stream_device(s) != f->drv->dev)
+	drv = f->drv;
+	if (gdx_stream_device(s) != drv->dev)
 		return -EINVAL;
-	wq_start(f->drv);
-	if (f->drv->wq_err)
-		return f->drv->wq_err;
+	wq_start(drv);
+	if (drv->wq_err)
+		return drv->wq_err;
+	ret = gates_ready(drv);
+	if (ret)
+		return ret;
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return -ENOMEM;
-	a->f = f;
-	a->op = op;
-	a->buf = (void *)buf;
-	a->size = size;
-	a->off = off;
-	a->done = done;
-	pthread_mutex_init(&a->lock, NULL);
-	pthread_cond_init(&a->cond, NULL);
+	*a = (struct async_op){ .f = f, .op = op, .buf = (void *)buf, .size = size, .off = off,
+				.done = done, .gate = gate_get(drv) };
+	gate = a->gate;
+	value = a->gate_value = drv->gates[gate] + 1;
 	ret = gdx_stream_launch_host_func(s, async_host_fn, a);
 	if (ret) {
-		pthread_mutex_destroy(&a->lock);
-		pthread_cond_destroy(&a->cond);
+		gate_open(drv, gate, value);
 		free(a);
+		return ret;
 	}
-	return ret;
+	/*
+	 * The host function now owns a.  Should the wait fail to enqueue, the
+	 * stream runs ahead of the I/O: report it, the caller must synchronize.
+	 */
+	return gdx_stream_wait_value32(s, &drv->gates[gate], value);
 }
 
 GDX_API int gdx_file_read_async(struct gdx_file *f, void *buf, const size_t *size,

@@ -39,6 +39,15 @@ struct gdx_file_driver {
 	struct gdx_tpool *wq;
 	pthread_once_t wq_once;
 	int wq_err;
+	/*
+	 * Stream-ordered I/O: the stream waits on one word of this pinned page
+	 * until the worker that did the I/O stores the word's next value.
+	 */
+	pthread_mutex_t gate_lock;
+	pthread_cond_t gate_cond;
+	uint32_t *gates;
+	unsigned *gate_free;
+	unsigned ngate_free;
 	_Atomic unsigned handles;
 	_Atomic uint64_t next_id;
 	/* Reported by gdx_stats_dump_json under "file.N". */

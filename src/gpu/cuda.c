@@ -545,6 +545,24 @@ static int cuda_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void 
 	return IN_CTX((struct cu_dev *)priv, cuLaunchHostFunc, STREAM(stream), fn, arg);
 }
 
+static int cuda_stream_wait_value32(void *priv, void *stream, const uint32_t *addr,
+				    uint32_t value)
+{
+	struct cu_dev *d = priv;
+	CUdeviceptr dp;
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = CU(d, cuMemHostGetDevicePointer(&dp, (void *)addr, 0), "cuMemHostGetDevicePointer");
+	if (!ret)
+		ret = CU(d, cuStreamWaitValue32(((struct cu_stream *)stream)->s, dp, value,
+						CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
+	leave(d, prev);
+	return ret;
+}
+
 static int cuda_stream_wait_event(void *priv, void *stream, void *event)
 {
 	return IN_CTX((struct cu_dev *)priv, cuStreamWaitEvent, STREAM(stream), EVENT(event), 0);
@@ -622,6 +640,7 @@ const struct gdx_device_ops gdx_cuda_ops = {
 	.stream_native = cuda_stream_native,
 	.launch_host_func = cuda_launch_host_func,
 	.stream_wait_event = cuda_stream_wait_event,
+	.stream_wait_value32 = cuda_stream_wait_value32,
 	.event_create = cuda_event_create,
 	.event_destroy = cuda_event_destroy,
 	.event_record = cuda_event_record,

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -49,7 +50,7 @@ struct emu_dev {
 
 static _Atomic uint64_t next_buffer_id = 1;
 
-enum op_type { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_FREE };
+enum op_type { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_WAITVAL, OP_FREE };
 
 struct emu_event {
 	struct emu_dev *d;
@@ -68,6 +69,7 @@ struct op {
 		struct { gdx_host_fn fn; void *arg; } host;
 		struct { struct emu_event *ev; uint64_t gen; } ev;
 		struct { void *p; } free;
+		struct { const uint32_t *addr; uint32_t v; } wv;
 	};
 };
 
@@ -477,6 +479,11 @@ static void run_op(struct emu_stream_impl *st, struct op *op)
 		event_unref(op->ev.ev);
 		pthread_mutex_unlock(&d->ev_lock);
 		break;
+	case OP_WAITVAL:
+		/* The CPU releases the word with a plain store: poll it, as the GPU does. */
+		while ((int32_t)(__atomic_load_n(op->wv.addr, __ATOMIC_ACQUIRE) - op->wv.v) < 0)
+			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
+		break;
 	case OP_FREE:
 		emu_free(d, op->free.p);
 		break;
@@ -674,6 +681,13 @@ static int emu_free_async(void *priv, void *dptr, void *stream)
 	return enqueue(stream, &(struct op){ .type = OP_FREE, .free = { dptr } });
 }
 
+static int emu_stream_wait_value32(void *priv, void *stream, const uint32_t *addr,
+				   uint32_t value)
+{
+	(void)priv;
+	return enqueue(stream, &(struct op){ .type = OP_WAITVAL, .wv = { addr, value } });
+}
+
 static int emu_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void *arg)
 {
 	(void)priv;
@@ -828,6 +842,7 @@ const struct gdx_device_ops gdx_emulated_ops = {
 	.stream_native = emu_stream_native,
 	.launch_host_func = emu_launch_host_func,
 	.stream_wait_event = emu_stream_wait_event,
+	.stream_wait_value32 = emu_stream_wait_value32,
 	.event_create = emu_event_create,
 	.event_destroy = emu_event_destroy,
 	.event_record = emu_event_record,

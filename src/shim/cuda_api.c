@@ -70,6 +70,8 @@ static const struct entry entries[] = {
 	E(cuStreamWaitEvent, "cuStreamWaitEvent", 0),
 	E(cuStreamGetCtx, "cuStreamGetCtx", 0),
 	E(cuLaunchHostFunc, "cuLaunchHostFunc", 0),
+	E(cuStreamWaitValue32, "cuStreamWaitValue32_v2", 0),
+	E(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", 0),
 	E(cuEventCreate, "cuEventCreate", 0),
 	E(cuEventDestroy, "cuEventDestroy_v2", 0),
 	E(cuEventRecord, "cuEventRecord", 0),

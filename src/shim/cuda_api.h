@@ -54,6 +54,7 @@ enum { CU_GET_PROC_ADDRESS_SUCCESS = 0 };
 #define CU_EVENT_DISABLE_TIMING 0x2u
 
 #define CU_MEMHOSTALLOC_PORTABLE 0x01u
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0u
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01u
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02u
 #define CU_MEMHOSTREGISTER_READ_ONLY 0x08u
@@ -188,6 +189,8 @@ struct gdx_cu {
 	CUresult (*cuStreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
 	CUresult (*cuStreamGetCtx)(CUstream s, CUcontext *ctx);
 	CUresult (*cuLaunchHostFunc)(CUstream s, CUhostFn fn, void *arg);
+	CUresult (*cuStreamWaitValue32)(CUstream s, CUdeviceptr addr, uint32_t value, unsigned flags);
+	CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *d, void *p, unsigned flags);
 	CUresult (*cuEventCreate)(CUevent *e, unsigned flags);
 	CUresult (*cuEventDestroy)(CUevent e);
 	CUresult (*cuEventRecord)(CUevent e, CUstream s);

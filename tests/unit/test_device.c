@@ -378,6 +378,38 @@ static void wrapped_stream(void **state)
 	assert_int_equal(gdx_stream_destroy(s), 0);
 }
 
+/* Work done on a host thread joins stream order through a 32-bit word. */
+static void stream_waits_for_value(void **state)
+{
+	struct order_log log = { 0 };
+	struct gdx_stream *s;
+	uint32_t *flag, host_word = 0;
+
+	(void)state;
+	assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&flag), 0);
+	*flag = 0xfffffffeu;	/* the comparison is wrap-safe */
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	assert_int_equal(gdx_stream_wait_value32(s, flag, 0xffffffffu), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s, note_a, &log), 0);
+	assert_int_equal(gdx_stream_wait_value32(s, flag, 1), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s, note_b, &log), 0);
+	usleep(50000);
+	assert_int_equal(gdx_stream_query(s), -EBUSY);
+	assert_int_equal(atomic_load(&log.seq), 0);
+	__atomic_store_n(flag, 0xffffffffu, __ATOMIC_RELEASE);
+	usleep(50000);
+	assert_int_equal(atomic_load(&log.seq), 1);
+	assert_int_equal(gdx_stream_query(s), -EBUSY);
+	__atomic_store_n(flag, 2, __ATOMIC_RELEASE);	/* wrapped past 1 */
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(log.at[1], 1);
+	/* Only pinned memory can be waited on; the word must be aligned. */
+	assert_int_equal(gdx_stream_wait_value32(s, &host_word, 0), GDX_EBADPTR);
+	assert_int_equal(gdx_stream_wait_value32(s, (uint32_t *)((char *)flag + 1), 0), -EINVAL);
+	assert_int_equal(gdx_stream_destroy(s), 0);
+	assert_int_equal(gdx_pinned_free(dev, flag), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -391,6 +423,7 @@ int main(void)
 		cmocka_unit_test(events_order_streams),
 		cmocka_unit_test(stream_ordered_alloc),
 		cmocka_unit_test(wrapped_stream),
+		cmocka_unit_test(stream_waits_for_value),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -53,6 +53,7 @@ struct gdx_device_ops {
 	void *(*stream_native)(void *priv, void *stream);
 	int (*launch_host_func)(void *priv, void *stream, gdx_host_fn fn, void *arg);
 	int (*stream_wait_event)(void *priv, void *stream, void *event);
+	int (*stream_wait_value32)(void *priv, void *stream, const uint32_t *addr, uint32_t value);
 
 	int (*event_create)(void *priv, void *event, unsigned flags);
 	int (*event_destroy)(void *priv, void *event);
