@@ -40,6 +40,7 @@ struct gdx_xport_listener;
 struct gdx_xport_ep;
 struct gdx_xport_cq;
 struct gdx_xport_mr;
+struct gdx_xport_srq;
 
 struct gdx_xport_opts {
 	size_t struct_size;	/* sizeof(struct gdx_xport_opts) */
@@ -58,6 +59,11 @@ struct gdx_xport_opts {
 	 * nearest it on PCIe when the address leaves the choice open.  NULL: none.
 	 */
 	struct gdx_device *dev;
+	/*
+	 * Take receives from this shared receive queue instead of the endpoint's
+	 * own (gdx_xport_post_recv then fails with -EINVAL).  NULL: none.
+	 */
+	struct gdx_xport_srq *srq;
 };
 GDX_API void gdx_xport_opts_init(struct gdx_xport_opts *o, size_t struct_size);
 
@@ -161,6 +167,23 @@ GDX_API uint64_t gdx_xport_mr_addr(const struct gdx_xport_mr *mr);
 GDX_API enum gdx_xport_path gdx_xport_mr_path(const struct gdx_xport_mr *mr, const char **why);
 /* The key stops working once in-flight requests that use it finish. */
 GDX_API int gdx_xport_mr_dereg(struct gdx_xport_mr *mr);
+
+/* ---- shared receive queues --------------------------------------------- */
+
+/*
+ * Receives posted once and consumed by messages arriving on any endpoint that
+ * joined the queue (opts.srq): a server with many connections keeps one pool
+ * of receive buffers instead of one per connection.  A receive completes on the
+ * CQ of the endpoint its message arrived on (cqe.ep says which).  All endpoints
+ * of a queue use one backend (tcp or loop; verbs: -EOPNOTSUPP for now).
+ * Receives stay queued when an endpoint disconnects.
+ */
+GDX_API int gdx_xport_srq_create(unsigned depth, struct gdx_xport_srq **out);
+/* -EAGAIN when depth receives are waiting. */
+GDX_API int gdx_xport_srq_post_recv(struct gdx_xport_srq *srq, void *buf, size_t len,
+				    uint64_t wr_id);
+/* -EBUSY while endpoints use it; receives still queued are dropped. */
+GDX_API int gdx_xport_srq_destroy(struct gdx_xport_srq *srq);
 
 /* ---- requests ---------------------------------------------------------- */
 

@@ -136,6 +136,9 @@ static int lp_listener_fd(void *lpriv)
 	return ((struct loop_listener *)lpriv)->efd;
 }
 
+static void match_unexpected(struct loop_ep *e);
+static void run_inbound(struct loop_ep *e);
+
 static void complete_locked(struct gdx_xport_req *req, int status, uint64_t len)
 {
 	gdx_xport_complete(req, status, len);
@@ -234,8 +237,13 @@ static int lp_accept(void *lpriv, struct gdx_xport_ep *ep, int timeout_ms, void 
 		GDX_DBG(SUBSYS, "eventfd read: %s", strerror(errno));
 	e->fe = ep;
 	e->max_unexpected = ep->opts.max_unexpected;
-	if (e->pair->closed)
+	if (e->pair->closed) {
 		gdx_xport_ep_set_disconnected(ep);
+	} else if (ep->opts.srq) {
+		/* Messages sent before the accept may have shared receives waiting. */
+		match_unexpected(e);
+		run_inbound(e);
+	}
 	pthread_mutex_unlock(&lock);
 	*priv = e;
 	return 0;
@@ -317,15 +325,40 @@ static void lp_mr_dereg(void *priv, struct gdx_xport_region *r)
 		gdx_xport_rkey_del(r->key);
 }
 
-/* Delivers a send or an immediate into the receive at the head of e->recvs. */
+/* A receive is waiting for e's next message (its own, or in its SRQ).  Lock held. */
+static int have_recv(struct loop_ep *e)
+{
+	return e->fe && e->fe->opts.srq ? gdx_xport_srq_waiting(e->fe) > 0 : e->recvs.head != NULL;
+}
+
+/* The receive e's next message goes into, or NULL. */
+static struct gdx_xport_req *take_recv(struct loop_ep *e)
+{
+	struct gdx_xport_req *req = NULL;
+	struct qent *r;
+
+	if (e->fe && e->fe->opts.srq)
+		return gdx_xport_srq_take(e->fe, &req) ? NULL : req;
+	r = fifo_pop(&e->recvs);
+	if (r) {
+		req = r->req;
+		free(r);
+	}
+	return req;
+}
+
+/* Delivers a send or an immediate into the next receive (have_recv said there is one). */
 static void deliver(struct loop_ep *e, const void *src, struct gdx_device *src_dev,
 		    uint64_t len, int is_imm, uint32_t imm, int *status)
 {
-	struct qent *r = fifo_pop(&e->recvs);
-	struct gdx_xport_req *rreq = r->req;
+	struct gdx_xport_req *rreq = take_recv(e);
 	int st = 0;
 
-	free(r);
+	if (!rreq) {
+		/* The shared receive could not be used (its error completed it). */
+		*status = GDX_EREMOTE;
+		return;
+	}
 	if (is_imm) {
 		gdx_xport_complete_imm(rreq, 0, len, GDX_XPORT_OP_RECV_WRITE_IMM, imm);
 		*status = 0;
@@ -358,7 +391,7 @@ static void run_inbound(struct loop_ep *e)
 
 		switch (req->op) {
 		case GDX_XPORT_OP_SEND:
-			if (e->recvs.head && !e->unexpected.head) {
+			if (have_recv(e) && !e->unexpected.head) {
 				deliver(e, req->buf.p, req->buf.dev, len, 0, 0, &st);
 				break;
 			}
@@ -396,7 +429,7 @@ static void run_inbound(struct loop_ep *e)
 			gdx_xport_rkey_put(k);
 			if (st || req->op == GDX_XPORT_OP_WRITE)
 				break;
-			if (e->recvs.head && !e->unexpected.head) {
+			if (have_recv(e) && !e->unexpected.head) {
 				deliver(e, NULL, NULL, len, 1, req->imm, &st);
 			} else {
 				struct qent *u = calloc(1, sizeof(*u));
@@ -432,7 +465,7 @@ static void run_inbound(struct loop_ep *e)
 /* Matches receives posted on e with messages that arrived before them. */
 static void match_unexpected(struct loop_ep *e)
 {
-	while (e->recvs.head && e->unexpected.head) {
+	while (have_recv(e) && e->unexpected.head) {
 		struct qent *u = fifo_pop(&e->unexpected);
 		int st;
 
@@ -471,6 +504,18 @@ static int lp_post(void *priv, struct gdx_xport_req *req)
 	return 0;
 }
 
+static void lp_srq_kick(void *priv)
+{
+	struct loop_ep *e = priv;
+
+	pthread_mutex_lock(&lock);
+	if (!e->pair->closed) {
+		match_unexpected(e);
+		run_inbound(e);
+	}
+	pthread_mutex_unlock(&lock);
+}
+
 const struct gdx_xport_ops gdx_xport_loop_ops = {
 	.scheme = "loop",
 	.listen = lp_listen,
@@ -483,4 +528,5 @@ const struct gdx_xport_ops gdx_xport_loop_ops = {
 	.mr_reg = lp_mr_reg,
 	.mr_dereg = lp_mr_dereg,
 	.post = lp_post,
+	.srq_kick = lp_srq_kick,
 };

@@ -158,6 +158,52 @@ static struct qent *q_pop(struct qent **head, struct qent **tail)
 	return e;
 }
 
+/* The receive the next message goes into: the endpoint's own, or its SRQ's.  Lock held. */
+static struct qent *take_recv(struct tcp_ep *t)
+{
+	struct gdx_xport_req *req;
+	struct qent *q;
+
+	if (!t->fe->opts.srq)
+		return q_pop(&t->recv_head, &t->recv_tail);
+	if (gdx_xport_srq_take(t->fe, &req))
+		return NULL;
+	q = calloc(1, sizeof(*q));
+	if (!q) {
+		gdx_xport_complete(req, -ENOMEM, 0);
+		return NULL;
+	}
+	q->req = req;
+	return q;
+}
+
+static int have_recv(struct tcp_ep *t)
+{
+	return t->fe->opts.srq ? gdx_xport_srq_waiting(t->fe) > 0 : t->recv_head != NULL;
+}
+
+/* Completes receive req with message u, which arrived before it. */
+static void deliver_unexpected(struct gdx_xport_req *req, struct qent *u)
+{
+	if (u->is_imm) {
+		gdx_xport_complete_imm(req, 0, u->len, GDX_XPORT_OP_RECV_WRITE_IMM, u->imm);
+	} else if (u->len > req->buf.len) {
+		gdx_xport_complete(req, -EMSGSIZE, 0);
+	} else {
+		int st = 0;
+
+		if (u->len && req->buf.dev)
+			st = gdx_memcpy(req->buf.dev, req->buf.p, u->data, u->len);
+		else if (u->len)
+			memcpy(req->buf.p, u->data, u->len);
+		/* It sat in an intermediate buffer, whatever the memory kind. */
+		req->buf.path = GDX_XPORT_PATH_BOUNCE;
+		gdx_xport_complete(req, st, st ? 0 : u->len);
+	}
+	free(u->data);
+	free(u);
+}
+
 /* ---- staging ---------------------------------------------------------- */
 
 static void stager_fini(struct stager *st)
@@ -621,6 +667,30 @@ static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
 	return 0;
 }
 
+/* Hands messages that arrived before any shared receive to the ones posted since. */
+static void tcp_srq_kick(void *priv)
+{
+	struct tcp_ep *t = priv;
+
+	for (;;) {
+		struct qent *r, *u;
+
+		pthread_mutex_lock(&t->lock);
+		if (t->dead || !t->unexp_head || !(r = take_recv(t))) {
+			/* A sender stalled for want of a receive may go on. */
+			pthread_cond_broadcast(&t->rx_cond);
+			pthread_mutex_unlock(&t->lock);
+			return;
+		}
+		u = q_pop(&t->unexp_head, &t->unexp_tail);
+		if (!u->is_imm)
+			t->unexpected_bytes -= u->len;
+		pthread_mutex_unlock(&t->lock);
+		deliver_unexpected(r->req, u);
+		free(r);
+	}
+}
+
 /* ---- receive thread ------------------------------------------------------- */
 
 /* Hands a message to the oldest receive.  Lock held; may drop it to receive the payload. */
@@ -630,14 +700,14 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	int ret;
 
 	pthread_mutex_lock(&t->lock);
-	while (!t->dead && !t->recv_head && t->unexp_head &&
+	while (!t->dead && !have_recv(t) && t->unexp_head &&
 	       t->unexpected_bytes + h->len > t->max_unexpected)
 		pthread_cond_wait(&t->rx_cond, &t->lock);	/* receiver not ready */
 	if (t->dead) {
 		pthread_mutex_unlock(&t->lock);
 		return -ECONNRESET;
 	}
-	r = t->unexp_head ? NULL : q_pop(&t->recv_head, &t->recv_tail);
+	r = t->unexp_head ? NULL : take_recv(t);
 	pthread_mutex_unlock(&t->lock);
 
 	if (!r) {
@@ -659,6 +729,9 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		Q_PUSH(u, &t->unexp_head, &t->unexp_tail);
 		t->unexpected_bytes += h->len;
 		pthread_mutex_unlock(&t->lock);
+		/* A shared receive may have been posted while this one was read. */
+		if (t->fe->opts.srq)
+			tcp_srq_kick(t);
 		return tx_resp(t, F_RESP, h->id, 0);
 	}
 	if (h->len > r->req->buf.len) {
@@ -669,6 +742,12 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	}
 	ret = rx_into(t, r->req->buf.p, r->req->buf.dev, r->req->buf.kind, h->len);
 	if (ret == -ECONNRESET || ret == -EPIPE) {
+		if (t->fe->opts.srq) {
+			/* A shared receive taken for a message that never arrived whole. */
+			gdx_xport_complete(r->req, GDX_EDISCONNECTED, 0);
+			free(r);
+			return ret;
+		}
 		/* Back on the queue so the flush reports it. */
 		pthread_mutex_lock(&t->lock);
 		r->next = t->recv_head;
@@ -688,7 +767,7 @@ static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
 	struct qent *r;
 
 	pthread_mutex_lock(&t->lock);
-	r = t->unexp_head ? NULL : q_pop(&t->recv_head, &t->recv_tail);
+	r = t->unexp_head ? NULL : take_recv(t);
 	if (!r) {
 		struct qent *u = calloc(1, sizeof(*u));
 
@@ -705,6 +784,8 @@ static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
 	if (r) {
 		gdx_xport_complete_imm(r->req, 0, len, GDX_XPORT_OP_RECV_WRITE_IMM, imm);
 		free(r);
+	} else if (t->fe->opts.srq) {
+		tcp_srq_kick(t);
 	}
 }
 
@@ -1140,23 +1221,7 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 		pthread_cond_broadcast(&t->rx_cond);
 		pthread_mutex_unlock(&t->lock);
 		free(q);
-		if (u->is_imm) {
-			gdx_xport_complete_imm(req, 0, u->len, GDX_XPORT_OP_RECV_WRITE_IMM, u->imm);
-		} else if (u->len > req->buf.len) {
-			gdx_xport_complete(req, -EMSGSIZE, 0);
-		} else {
-			int st = 0;
-
-			if (u->len && req->buf.dev)
-				st = gdx_memcpy(req->buf.dev, req->buf.p, u->data, u->len);
-			else if (u->len)
-				memcpy(req->buf.p, u->data, u->len);
-			/* It sat in an intermediate buffer, whatever the memory kind. */
-			req->buf.path = GDX_XPORT_PATH_BOUNCE;
-			gdx_xport_complete(req, st, st ? 0 : u->len);
-		}
-		free(u->data);
-		free(u);
+		deliver_unexpected(req, u);
 		return 0;
 	}
 	q->data = (void *)(uintptr_t)++t->next_id;
@@ -1197,4 +1262,5 @@ const struct gdx_xport_ops gdx_xport_tcp_ops = {
 	.mr_reg = tcp_mr_reg,
 	.mr_dereg = tcp_mr_dereg,
 	.post = tcp_post,
+	.srq_kick = tcp_srq_kick,
 };

@@ -21,6 +21,9 @@
 
 #define SUBSYS "xport"
 
+/* Internal request flag: a receive taken from a shared receive queue. */
+#define F_SRQ 0x100u
+
 static const struct gdx_xport_ops *const backends[] = {
 	&gdx_xport_verbs_ops,
 	&gdx_xport_tcp_ops,
@@ -622,6 +625,11 @@ static int ep_alloc(const struct gdx_xport_ops *ops, const struct gdx_xport_opts
 	ep->ops = ops;
 	ep->cq = cq;
 	opts_resolve(o, &ep->opts);
+	if (ep->opts.srq && !ops->srq_kick) {
+		GDX_ERR(SUBSYS, "%s: no shared receive queues on this backend yet", ops->scheme);
+		free(ep);
+		return -EOPNOTSUPP;
+	}
 	ep->require_direct = ep->opts.require_direct;
 	pthread_mutex_init(&ep->lock, NULL);
 	pthread_cond_init(&ep->idle, NULL);
@@ -642,9 +650,18 @@ static void ep_free(struct gdx_xport_ep *ep)
 	free(ep);
 }
 
+static int srq_join(struct gdx_xport_ep *ep);
+static void srq_leave(struct gdx_xport_ep *ep);
+
 static int ep_start(struct gdx_xport_ep *ep, struct gdx_xport_ep **out)
 {
-	int ret = cq_attach(ep->cq, ep);
+	int ret = ep->opts.srq ? srq_join(ep) : 0;
+
+	if (!ret) {
+		ret = cq_attach(ep->cq, ep);
+		if (ret)
+			srq_leave(ep);
+	}
 
 	if (ret) {
 		ep->ops->disconnect(ep->priv);
@@ -798,6 +815,7 @@ GDX_API void gdx_xport_ep_destroy(struct gdx_xport_ep *ep)
 	while (ep->mrs)
 		mr_free_locked(ep, ep->mrs);
 	pthread_mutex_unlock(&ep->lock);
+	srq_leave(ep);
 	cq_detach(ep->cq, ep);
 	/* Registrations go before the backend state they were made on. */
 	gdx_regcache_destroy(ep->rc);
@@ -835,7 +853,8 @@ static void req_done(struct gdx_xport_req *req, int status, uint64_t len, enum g
 		reg_put(ep, x, req->be[3]);
 	if (status || !(req->flags & GDX_XPORT_UNSIGNALED))
 		cq_push(ep->cq, &e);
-	atomic_fetch_sub(req->op == GDX_XPORT_OP_RECV ? &ep->rq_used : &ep->sq_used, 1);
+	if (!(req->flags & F_SRQ))
+		atomic_fetch_sub(req->op == GDX_XPORT_OP_RECV ? &ep->rq_used : &ep->sq_used, 1);
 	free(req);
 	if (atomic_fetch_sub(&ep->inflight, 1) == 1) {
 		pthread_mutex_lock(&ep->lock);
@@ -855,6 +874,38 @@ void gdx_xport_complete_imm(struct gdx_xport_req *req, int status, uint64_t len,
 	req_done(req, status, len, op, GDX_XPORT_CQE_IMM, imm);
 }
 
+/* Finds the memory behind req's buffer: kind, registration, path; applies require_direct. */
+static int req_resolve(struct gdx_xport_req *req, void *buf, size_t len)
+{
+	struct gdx_xport_ep *ep = req->ep;
+	struct gdx_reg *ref;
+	struct xreg *x;
+	int ret;
+
+	req->buf.p = buf;
+	req->buf.len = len;
+	req->buf.kind = GDX_MEM_HOST;
+	if (!len)
+		return 0;
+	ret = reg_get(ep, buf, len, 0, &x, &ref);
+	if (ret)
+		return ret;
+	if (ep->require_direct && x->r.path != GDX_XPORT_PATH_DIRECT) {
+		GDX_ERR(SUBSYS, "%s %s of %zu bytes at %p would take the %s path (%s) and "
+			"require_direct is set", ep->ops->scheme, gdx_xport_op_name(req->op), len,
+			buf, gdx_xport_path_name(x->r.path), x->r.why ? x->r.why : "");
+		reg_put(ep, x, ref);
+		return GDX_ENOTDIRECT;
+	}
+	req->fe = x;
+	req->be[3] = ref;
+	req->buf.kind = x->r.kind;
+	req->buf.dev = x->r.dev;
+	req->buf.reg = x->r.priv;
+	req->buf.path = x->r.path;
+	return 0;
+}
+
 static int post(struct gdx_xport_ep *ep, enum gdx_xport_op op, void *buf, size_t len,
 		uint64_t raddr, uint64_t key, uint32_t imm, uint64_t wr_id, unsigned flags)
 {
@@ -864,7 +915,7 @@ static int post(struct gdx_xport_ep *ep, enum gdx_xport_op op, void *buf, size_t
 
 	if (!ep || (!buf && len) || (flags & ~(GDX_XPORT_UNSIGNALED | GDX_XPORT_FENCE)))
 		return -EINVAL;
-	if (op == GDX_XPORT_OP_RECV && flags)
+	if (op == GDX_XPORT_OP_RECV && (flags || ep->opts.srq))
 		return -EINVAL;
 	if (!atomic_load(&ep->connected))
 		return GDX_EDISCONNECTED;
@@ -881,34 +932,11 @@ static int post(struct gdx_xport_ep *ep, enum gdx_xport_op op, void *buf, size_t
 	}
 	*req = (struct gdx_xport_req){ .wr_id = wr_id, .op = op, .flags = flags, .raddr = raddr,
 				       .key = key, .imm = imm, .ep = ep };
-	req->buf.p = buf;
-	req->buf.len = len;
-	req->buf.kind = GDX_MEM_HOST;
-	if (len) {
-		struct gdx_reg *ref;
-		struct xreg *x;
-
-		ret = reg_get(ep, buf, len, 0, &x, &ref);
-		if (ret) {
-			free(req);
-			atomic_fetch_sub(used, 1);
-			return ret;
-		}
-		req->fe = x;
-		req->be[3] = ref;
-		req->buf.kind = x->r.kind;
-		req->buf.dev = x->r.dev;
-		req->buf.reg = x->r.priv;
-		req->buf.path = x->r.path;
-		if (ep->require_direct && x->r.path != GDX_XPORT_PATH_DIRECT) {
-			GDX_ERR(SUBSYS, "%s %s of %zu bytes at %p would take the %s path (%s) and "
-				"require_direct is set", ep->ops->scheme, gdx_xport_op_name(op), len,
-				buf, gdx_xport_path_name(x->r.path), x->r.why ? x->r.why : "");
-			reg_put(ep, x, ref);
-			free(req);
-			atomic_fetch_sub(used, 1);
-			return GDX_ENOTDIRECT;
-		}
+	ret = req_resolve(req, buf, len);
+	if (ret) {
+		free(req);
+		atomic_fetch_sub(used, 1);
+		return ret;
 	}
 	atomic_fetch_add(&ep->inflight, 1);
 	ret = ep->ops->post(ep->priv, req);
@@ -955,4 +983,183 @@ GDX_API int gdx_xport_post_write_imm(struct gdx_xport_ep *ep, const void *buf, s
 				     uint64_t wr_id, unsigned flags)
 {
 	return post(ep, GDX_XPORT_OP_WRITE_IMM, (void *)buf, len, raddr, key, imm, wr_id, flags);
+}
+
+/* ---- shared receive queues ------------------------------------------------------ */
+
+struct srq_ent {
+	void *buf;
+	size_t len;
+	uint64_t wr_id;
+	struct srq_ent *next;
+};
+
+struct gdx_xport_srq {
+	pthread_mutex_t lock;		/* the queue */
+	struct srq_ent *head, *tail;
+	unsigned depth, count;
+	pthread_mutex_t eps_lock;	/* eps; held while kicking them */
+	struct gdx_xport_ep *eps;
+	const struct gdx_xport_ops *ops;
+	int neps;
+};
+
+GDX_API int gdx_xport_srq_create(unsigned depth, struct gdx_xport_srq **out)
+{
+	struct gdx_xport_srq *q;
+
+	if (!depth || !out)
+		return -EINVAL;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->depth = depth;
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_mutex_init(&q->eps_lock, NULL);
+	*out = q;
+	return 0;
+}
+
+GDX_API int gdx_xport_srq_destroy(struct gdx_xport_srq *q)
+{
+	struct srq_ent *e;
+
+	if (!q)
+		return 0;
+	pthread_mutex_lock(&q->eps_lock);
+	if (q->neps) {
+		pthread_mutex_unlock(&q->eps_lock);
+		return -EBUSY;
+	}
+	pthread_mutex_unlock(&q->eps_lock);
+	while ((e = q->head)) {
+		q->head = e->next;
+		free(e);
+	}
+	pthread_mutex_destroy(&q->lock);
+	pthread_mutex_destroy(&q->eps_lock);
+	free(q);
+	return 0;
+}
+
+GDX_API int gdx_xport_srq_post_recv(struct gdx_xport_srq *q, void *buf, size_t len,
+				    uint64_t wr_id)
+{
+	struct srq_ent *e;
+
+	if (!q || (!buf && len))
+		return -EINVAL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	*e = (struct srq_ent){ .buf = buf, .len = len, .wr_id = wr_id };
+	pthread_mutex_lock(&q->lock);
+	if (q->count >= q->depth) {
+		pthread_mutex_unlock(&q->lock);
+		free(e);
+		return -EAGAIN;
+	}
+	if (q->tail)
+		q->tail->next = e;
+	else
+		q->head = e;
+	q->tail = e;
+	q->count++;
+	pthread_mutex_unlock(&q->lock);
+	/* Messages may be waiting on some endpoint for exactly this. */
+	pthread_mutex_lock(&q->eps_lock);
+	for (struct gdx_xport_ep *ep = q->eps; ep; ep = ep->srq_next)
+		ep->ops->srq_kick(ep->priv);
+	pthread_mutex_unlock(&q->eps_lock);
+	return 0;
+}
+
+unsigned gdx_xport_srq_waiting(const struct gdx_xport_ep *ep)
+{
+	/* opts.srq: a message may arrive before the endpoint has finished joining. */
+	struct gdx_xport_srq *q = ep->opts.srq;
+	unsigned n;
+
+	pthread_mutex_lock(&q->lock);
+	n = q->count;
+	pthread_mutex_unlock(&q->lock);
+	return n;
+}
+
+int gdx_xport_srq_take(struct gdx_xport_ep *ep, struct gdx_xport_req **out)
+{
+	struct gdx_xport_srq *q = ep->opts.srq;
+
+	for (;;) {
+		struct gdx_xport_req *req;
+		struct srq_ent *e;
+		int ret;
+
+		pthread_mutex_lock(&q->lock);
+		e = q->head;
+		if (e) {
+			q->head = e->next;
+			if (!q->head)
+				q->tail = NULL;
+			q->count--;
+		}
+		pthread_mutex_unlock(&q->lock);
+		if (!e)
+			return -EAGAIN;
+		req = calloc(1, sizeof(*req));
+		if (!req) {
+			GDX_ERR(SUBSYS, "out of memory: shared receive %llu dropped",
+				(unsigned long long)e->wr_id);
+			free(e);
+			continue;
+		}
+		*req = (struct gdx_xport_req){ .wr_id = e->wr_id, .op = GDX_XPORT_OP_RECV,
+					       .flags = F_SRQ, .ep = ep };
+		atomic_fetch_add(&ep->inflight, 1);
+		ret = req_resolve(req, e->buf, e->len);
+		free(e);
+		if (!ret) {
+			*out = req;
+			return 0;
+		}
+		req->buf.len = 0;
+		gdx_xport_complete(req, ret, 0);
+	}
+}
+
+static int srq_join(struct gdx_xport_ep *ep)
+{
+	struct gdx_xport_srq *q = ep->opts.srq;
+
+	pthread_mutex_lock(&q->eps_lock);
+	if (q->ops && q->ops != ep->ops) {
+		pthread_mutex_unlock(&q->eps_lock);
+		GDX_ERR(SUBSYS, "a shared receive queue serves one backend (%s), not %s",
+			q->ops->scheme, ep->ops->scheme);
+		return -EINVAL;
+	}
+	q->ops = ep->ops;
+	ep->srq = q;
+	ep->srq_next = q->eps;
+	q->eps = ep;
+	q->neps++;
+	pthread_mutex_unlock(&q->eps_lock);
+	return 0;
+}
+
+static void srq_leave(struct gdx_xport_ep *ep)
+{
+	struct gdx_xport_srq *q = ep->srq;
+
+	if (!q)
+		return;
+	pthread_mutex_lock(&q->eps_lock);
+	for (struct gdx_xport_ep **pp = &q->eps; *pp; pp = &(*pp)->srq_next) {
+		if (*pp == ep) {
+			*pp = ep->srq_next;
+			q->neps--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&q->eps_lock);
 }

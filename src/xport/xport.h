@@ -25,6 +25,8 @@ struct gdx_xport_ep {
 	pthread_mutex_t lock;		/* mrs, inflight wait */
 	pthread_cond_t idle;
 	struct gdx_xport_mr *mrs;	/* live explicit registrations */
+	struct gdx_xport_srq *srq;	/* opts.srq, once joined */
+	struct gdx_xport_ep *srq_next;
 };
 
 struct gdx_xport_listener {

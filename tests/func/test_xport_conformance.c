@@ -650,6 +650,106 @@ static void test_peer_death(void **state)
 	free(bigbuf);
 }
 
+/* ---- shared receive queue --------------------------------------------------------- */
+
+static void test_srq(void **state)
+{
+	enum { N = 6 };
+	unsigned char rx[N][64], tx[2][64];
+	struct gdx_xport_ep *s[2], *c[2];
+	struct gdx_xport_cq *cqs, *cqc;
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_xport_srq *q;
+	struct gdx_xport_cqe e;
+	char addr[160];
+
+	(void)state;
+	assert_int_equal(gdx_xport_srq_create(N, &q), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.srq = q;
+	if (!strcmp(backend, "loop"))
+		snprintf(addr, sizeof(addr), "%s-srq", listen_addr);
+	else
+		snprintf(addr, sizeof(addr), "%s", listen_addr);
+	assert_int_equal(gdx_xport_cq_create(&cqs), 0);
+	assert_int_equal(gdx_xport_cq_create(&cqc), 0);
+	if (!strcmp(backend, "rdma")) {
+		/* verbs has no shared receive queues yet: refused up front, before any wire. */
+		assert_int_equal(gdx_xport_connect(listen_addr, &o, cqc, &c[0]), -EOPNOTSUPP);
+		gdx_xport_cq_destroy(cqs);
+		gdx_xport_cq_destroy(cqc);
+		assert_int_equal(gdx_xport_srq_destroy(q), 0);
+		skip();
+	}
+	assert_int_equal(gdx_xport_listen(addr, &o, &l), 0);
+	{
+		for (int i = 0; i < 2; i++) {
+			struct acc a = { .l = l, .cq = cqs };
+			pthread_t th;
+
+			pthread_create(&th, NULL, accept_thread, &a);
+			assert_int_equal(gdx_xport_connect(gdx_xport_listener_addr(l), NULL, cqc,
+							   &c[i]), 0);
+			pthread_join(th, NULL);
+			assert_int_equal(a.ret, 0);
+			s[i] = a.ep;
+		}
+	}
+	/* Receives go to the queue, not to an endpoint that shares one. */
+	assert_int_equal(gdx_xport_post_recv(s[0], rx[0], 64, 1), -EINVAL);
+	assert_int_equal(gdx_xport_srq_destroy(q), -EBUSY);
+
+	/* A message before any receive is posted waits for one. */
+	t_fill(tx[1], 64, 100);
+	assert_int_equal(gdx_xport_post_send(c[1], tx[1], 40, 200, 0), 0);
+	usleep(20000);
+	expect_none(cqs);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_srq_post_recv(q, rx[i], 64, i), 0);
+	get_cqe(cqs, &e);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(e.wr_id, 0);		/* the oldest receive */
+	assert_ptr_equal(e.ep, s[1]);		/* on the endpoint it arrived on */
+	assert_int_equal(e.len, 40);
+	kcheck(K_HOST, rx[0], 40, 100);
+	/* N - 1 left: one more fits, then the queue is full. */
+	assert_int_equal(gdx_xport_srq_post_recv(q, rx[0], 64, 99), 0);
+	assert_int_equal(gdx_xport_srq_post_recv(q, rx[0], 64, 98), -EAGAIN);
+
+	/* Both connections draw from the one queue. */
+	t_fill(tx[0], 64, 101);
+	assert_int_equal(gdx_xport_post_send(c[0], tx[0], 64, 201, 0), 0);
+	get_cqe(cqs, &e);
+	assert_int_equal(e.status, 0);
+	assert_ptr_equal(e.ep, s[0]);
+	assert_int_equal(e.wr_id, 1);
+	kcheck(K_HOST, rx[1], 64, 101);
+	assert_int_equal(gdx_xport_post_send(c[1], tx[1], 8, 202, 0), 0);
+	get_cqe(cqs, &e);
+	assert_ptr_equal(e.ep, s[1]);
+	assert_int_equal(e.wr_id, 2);
+	for (int i = 0; i < 3; i++)
+		get_cqe(cqc, &e);
+
+	/* A disconnect leaves the queue's receives alone: the other connection still gets one. */
+	gdx_xport_disconnect(c[0]);
+	assert_int_equal(gdx_xport_post_send(c[1], tx[1], 8, 203, 0), 0);
+	get_cqe(cqs, &e);
+	assert_int_equal(e.status, 0);
+	assert_ptr_equal(e.ep, s[1]);
+	assert_int_equal(e.wr_id, 3);
+	for (int i = 0; i < 2; i++) {
+		gdx_xport_ep_destroy(c[i]);
+		gdx_xport_ep_destroy(s[i]);
+	}
+	gdx_xport_listener_close(l);
+	/* No endpoint left: the queue goes, with the receives still in it. */
+	assert_int_equal(gdx_xport_srq_destroy(q), 0);
+	gdx_xport_cq_destroy(cqs);
+	gdx_xport_cq_destroy(cqc);
+}
+
 /* ---- paths, strict mode, the CQ fd, addresses ---------------------------------- */
 
 static void test_paths_and_strict(void **state)
@@ -792,6 +892,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_recv_too_small),
 		cmocka_unit_test(test_disconnect),
 		cmocka_unit_test(test_peer_death),
+		cmocka_unit_test(test_srq),
 		cmocka_unit_test(test_paths_and_strict),
 		cmocka_unit_test(test_cq_fd),
 	};

@@ -79,6 +79,13 @@ struct gdx_xport_ops {
 	void (*mr_dereg)(void *priv, struct gdx_xport_region *r);
 	int (*post)(void *priv, struct gdx_xport_req *req);
 
+	/*
+	 * Shared receive queues (optional): receives were posted to the endpoint's
+	 * SRQ; hand waiting messages to them (gdx_xport_srq_take) and let a stalled
+	 * sender go on.
+	 */
+	void (*srq_kick)(void *priv);
+
 	/* Optional, for backends whose completions must be reaped by polling. */
 	int (*progress)(void *priv);
 	int (*arm)(void *priv);		/* 1: completions ready, 0: armed */
@@ -90,6 +97,14 @@ void gdx_xport_complete(struct gdx_xport_req *req, int status, uint64_t len);
 /* The same, for receives carrying immediate data. */
 void gdx_xport_complete_imm(struct gdx_xport_req *req, int status, uint64_t len,
 			    enum gdx_xport_op op, uint32_t imm);
+/*
+ * The oldest receive of ep's shared receive queue, as a request of ep; -EAGAIN
+ * when none is waiting.  A receive whose buffer cannot be used completes with
+ * the error at once and the next is taken.
+ */
+int gdx_xport_srq_take(struct gdx_xport_ep *ep, struct gdx_xport_req **out);
+/* Receives waiting in ep's shared receive queue. */
+unsigned gdx_xport_srq_waiting(const struct gdx_xport_ep *ep);
 /* Marks ep disconnected (posts then fail with GDX_EDISCONNECTED). */
 void gdx_xport_ep_set_disconnected(struct gdx_xport_ep *ep);
 const struct gdx_xport_opts *gdx_xport_ep_opts(const struct gdx_xport_ep *ep);
