@@ -307,7 +307,7 @@ static int cuda_malloc(void *priv, size_t size, void **dptr)
 static int check_alloc(struct cu_dev *d, void *p, enum gdx_mem_kind kind)
 {
 	struct gdx_ptr_attrs a = { 0 };
-	int ret = query(d, p, &a);
+	int ret = cuda_pointer_query(d, p, &a);
 
 	if (ret)
 		return ret;
@@ -319,16 +319,9 @@ static int check_alloc(struct cu_dev *d, void *p, enum gdx_mem_kind kind)
 static int cuda_free(void *priv, void *dptr)
 {
 	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
+	int ret = check_alloc(d, dptr, GDX_MEM_DEVICE);
 
-	if (ret)
-		return ret;
-	ret = check_alloc(d, dptr, GDX_MEM_DEVICE);
-	if (!ret)
-		ret = CU(d, cuMemFree(DPTR(dptr)), "cuMemFree");
-	leave(d, prev);
-	return ret;
+	return ret ? ret : IN_CTX(d, cuMemFree, DPTR(dptr));
 }
 
 static int cuda_malloc_async(void *priv, size_t size, void **dptr, void *stream)
@@ -348,19 +341,12 @@ static int cuda_malloc_async(void *priv, size_t size, void **dptr, void *stream)
 static int cuda_free_async(void *priv, void *dptr, void *stream)
 {
 	struct cu_dev *d = priv;
-	CUcontext prev;
 	int ret;
 
 	if (!d->pools)
 		return -EOPNOTSUPP;
-	ret = enter(d, &prev);
-	if (ret)
-		return ret;
 	ret = check_alloc(d, dptr, GDX_MEM_DEVICE);
-	if (!ret)
-		ret = CU(d, cuMemFreeAsync(DPTR(dptr), STREAM(stream)), "cuMemFreeAsync");
-	leave(d, prev);
-	return ret;
+	return ret ? ret : IN_CTX(d, cuMemFreeAsync, DPTR(dptr), STREAM(stream));
 }
 
 static int cuda_pinned_alloc(void *priv, size_t size, void **p)
@@ -372,16 +358,9 @@ static int cuda_pinned_alloc(void *priv, size_t size, void **p)
 static int cuda_pinned_free(void *priv, void *p)
 {
 	struct cu_dev *d = priv;
-	CUcontext prev;
-	int ret = enter(d, &prev);
+	int ret = check_alloc(d, p, GDX_MEM_PINNED);
 
-	if (ret)
-		return ret;
-	ret = check_alloc(d, p, GDX_MEM_PINNED);
-	if (!ret)
-		ret = CU(d, cuMemFreeHost(p), "cuMemFreeHost");
-	leave(d, prev);
-	return ret;
+	return ret ? ret : IN_CTX(d, cuMemFreeHost, p);
 }
 
 static int cuda_host_register(void *priv, void *p, size_t size, unsigned flags)
