@@ -61,6 +61,16 @@ static void insert_lookup_overlap(void **state)
 	assert_int_equal(released, 3);
 }
 
+/* An emulated device, a cache on it, and 1 MiB of device memory entered whole. */
+static void cache_with_device_entry(struct gdx_device **dev, struct gdx_regcache **rc, void **d)
+{
+	released = 0;
+	assert_int_equal(gdx_device_open("emulated", dev), 0);
+	assert_int_equal(gdx_regcache_create(*dev, on_release, NULL, rc), 0);
+	assert_int_equal(gdx_device_malloc(*dev, 1 << 20, d), 0);
+	assert_int_equal(gdx_regcache_insert(*rc, *d, 1 << 20, NULL, NULL), 0);
+}
+
 /* Device memory freed and re-allocated at the same address must not hit. */
 static void no_stale_hit_after_free(void **state)
 {
@@ -70,11 +80,7 @@ static void no_stale_hit_after_free(void **state)
 	void *d1, *d2;
 
 	(void)state;
-	released = 0;
-	assert_int_equal(gdx_device_open("emulated", &dev), 0);
-	assert_int_equal(gdx_regcache_create(dev, on_release, NULL, &rc), 0);
-	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d1), 0);
-	assert_int_equal(gdx_regcache_insert(rc, d1, 1 << 20, NULL, NULL), 0);
+	cache_with_device_entry(&dev, &rc, &d1);
 	assert_int_equal(gdx_regcache_lookup(rc, d1, 4096, &r), 0);
 	assert_int_equal(r->kind, GDX_MEM_DEVICE);
 	assert_true(r->buffer_id != 0);
@@ -319,11 +325,7 @@ static void stale_after_foreign_free(void **state)
 	void *d1, *d2;
 
 	(void)state;
-	released = 0;
-	assert_int_equal(gdx_device_open("emulated", &dev), 0);
-	assert_int_equal(gdx_regcache_create(dev, on_release, NULL, &rc), 0);
-	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d1), 0);
-	assert_int_equal(gdx_regcache_insert(rc, d1, 1 << 20, NULL, NULL), 0);
+	cache_with_device_entry(&dev, &rc, &d1);
 	assert_int_equal(dev->ops->free(dev->priv, d1), 0);	/* no notification */
 	assert_int_equal(gdx_regcache_count(rc), 1);
 	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d2), 0);
