@@ -46,6 +46,10 @@ struct emu_dev {
 	/* Event completion is broadcast on one condition per device. */
 	pthread_mutex_t ev_lock;
 	pthread_cond_t ev_cond;
+	/* The device's own streams, for the wait a synchronous free makes. */
+	pthread_mutex_t streams_lock;
+	struct emu_stream_impl **streams;
+	size_t nstreams, streams_cap;
 };
 
 static _Atomic uint64_t next_buffer_id = 1;
@@ -207,6 +211,7 @@ static int emu_open(int ordinal, void **priv)
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->ev_lock, NULL);
 	pthread_cond_init(&d->ev_cond, NULL);
+	pthread_mutex_init(&d->streams_lock, NULL);
 	*priv = d;
 	return 0;
 }
@@ -226,6 +231,8 @@ static void emu_close(void *priv)
 		}
 	}
 	free(d->ranges);
+	free(d->streams);
+	pthread_mutex_destroy(&d->streams_lock);
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->ev_lock);
 	pthread_cond_destroy(&d->ev_cond);
@@ -301,7 +308,7 @@ fail_unmapped:
 	return ret;
 }
 
-static int emu_free(void *priv, void *dptr)
+static int free_now(void *priv, void *dptr)
 {
 	struct emu_dev *d = priv;
 	struct range r;
@@ -364,7 +371,7 @@ static int del_host_range(struct emu_dev *d, void *p, enum range_kind kind, stru
 	return 0;
 }
 
-static int emu_pinned_free(void *priv, void *p)
+static int pinned_free_now(void *priv, void *p)
 {
 	struct range r;
 	int ret = del_host_range(priv, p, R_PINNED_ALLOC, &r);
@@ -485,15 +492,19 @@ static void run_op(struct emu_stream_impl *st, struct op *op)
 			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
 		break;
 	case OP_FREE:
-		emu_free(d, op->free.p);
+		free_now(d, op->free.p);
 		break;
 	}
 }
+
+/* The stream whose worker runs on this thread, if any. */
+static _Thread_local struct emu_stream_impl *worker_of;
 
 static void *stream_worker(void *arg)
 {
 	struct emu_stream_impl *st = arg;
 
+	worker_of = st;
 	pthread_mutex_lock(&st->lock);
 	for (;;) {
 		struct op *op;
@@ -540,6 +551,7 @@ static int enqueue(struct emu_stream *s, const struct op *tmpl)
 
 static int emu_stream_create(void *priv, void *stream, void *native)
 {
+	struct emu_dev *d = priv;
 	struct emu_stream *s = stream;
 	struct emu_stream_impl *st;
 	int ret;
@@ -552,44 +564,99 @@ static int emu_stream_create(void *priv, void *stream, void *native)
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return -ENOMEM;
-	st->d = priv;
+	st->d = d;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_cond_init(&st->cond, NULL);
-	ret = -pthread_create(&st->thread, NULL, stream_worker, st);
-	if (ret) {
-		pthread_mutex_destroy(&st->lock);
-		pthread_cond_destroy(&st->cond);
-		free(st);
-		return ret;
+	pthread_mutex_lock(&d->streams_lock);
+	ret = -ENOMEM;
+	if (d->nstreams == d->streams_cap) {
+		size_t cap = d->streams_cap ? d->streams_cap * 2 : 8;
+		struct emu_stream_impl **v = realloc(d->streams, cap * sizeof(*v));
+
+		if (!v)
+			goto fail;
+		d->streams = v;
+		d->streams_cap = cap;
 	}
+	ret = -pthread_create(&st->thread, NULL, stream_worker, st);
+	if (ret)
+		goto fail;
+	d->streams[d->nstreams++] = st;
+	pthread_mutex_unlock(&d->streams_lock);
 	s->impl = st;
 	s->owned = true;
 	return 0;
+fail:
+	pthread_mutex_unlock(&d->streams_lock);
+	pthread_mutex_destroy(&st->lock);
+	pthread_cond_destroy(&st->cond);
+	free(st);
+	return ret;
 }
 
-static int emu_stream_synchronize(void *priv, void *stream)
+/* Waits until everything enqueued on st so far has run. */
+static void impl_sync(struct emu_stream_impl *st)
 {
-	struct emu_stream_impl *st = ((struct emu_stream *)stream)->impl;
 	uint64_t target;
 
-	(void)priv;
 	pthread_mutex_lock(&st->lock);
 	target = st->enqueued;
 	while (st->completed < target)
 		pthread_cond_wait(&st->cond, &st->lock);
 	pthread_mutex_unlock(&st->lock);
+}
+
+static int emu_stream_synchronize(void *priv, void *stream)
+{
+	(void)priv;
+	impl_sync(((struct emu_stream *)stream)->impl);
 	return 0;
+}
+
+/*
+ * A synchronous free waits for the work already queued on the device's streams,
+ * as cuMemFree does (its implicit synchronisation): a queued copy must never
+ * run into memory that was unmapped, or mapped again for someone else, meanwhile.
+ */
+static void quiesce(struct emu_dev *d)
+{
+	pthread_mutex_lock(&d->streams_lock);
+	for (size_t i = 0; i < d->nstreams; i++)
+		if (d->streams[i] != worker_of)
+			impl_sync(d->streams[i]);
+	pthread_mutex_unlock(&d->streams_lock);
+}
+
+static int emu_free(void *priv, void *dptr)
+{
+	quiesce(priv);
+	return free_now(priv, dptr);
+}
+
+static int emu_pinned_free(void *priv, void *p)
+{
+	quiesce(priv);
+	return pinned_free_now(priv, p);
 }
 
 static int emu_stream_destroy(void *priv, void *stream)
 {
+	struct emu_dev *d = priv;
 	struct emu_stream *s = stream;
 	struct emu_stream_impl *st = s->impl;
 
 	if (!s->owned)
 		return 0;
 	/* Like cuStreamDestroy, pending work still runs to completion. */
-	emu_stream_synchronize(priv, stream);
+	impl_sync(st);
+	pthread_mutex_lock(&d->streams_lock);
+	for (size_t i = 0; i < d->nstreams; i++) {
+		if (d->streams[i] == st) {
+			d->streams[i] = d->streams[--d->nstreams];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&d->streams_lock);
 	pthread_mutex_lock(&st->lock);
 	st->stop = true;
 	pthread_cond_broadcast(&st->cond);

@@ -272,6 +272,38 @@ static void stream_order_and_host_funcs(void **state)
 	assert_int_equal(gdx_pinned_free(dev, dst), 0);
 }
 
+/*
+ * A synchronous free waits for work already queued on the memory, as cuMemFree
+ * synchronises: the queued copy still reads what was there.
+ */
+static void free_waits_for_queued_work(void **state)
+{
+	const size_t n = 1 << 20;
+	unsigned char *src, *dst;
+	struct gdx_stream *s;
+	_Atomic int slow_done = 0;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_pinned_alloc(dev, n, (void **)&src), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, n, (void **)&dst), 0);
+	t_fill(src, n, 11);
+	memset(dst, 0, n);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	assert_int_equal(gdx_memcpy(dev, d, src, n), 0);
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	assert_int_equal(gdx_stream_launch_host_func(s, slow_fn, &slow_done), 0);
+	assert_int_equal(gdx_memcpy_async(dev, dst, d, n, s), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	if (!strcmp(gdx_device_kind(dev), "emulated"))
+		assert_int_equal(slow_done, 1);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_memory_equal(dst, src, n);
+	assert_int_equal(gdx_stream_destroy(s), 0);
+	assert_int_equal(gdx_pinned_free(dev, src), 0);
+	assert_int_equal(gdx_pinned_free(dev, dst), 0);
+}
+
 static void events_order_streams(void **state)
 {
 	struct gdx_stream *s1, *s2;
@@ -420,6 +452,7 @@ int main(void)
 		cmocka_unit_test(cpu_access_to_device_memory_faults),
 		cmocka_unit_test(dmabuf_export),
 		cmocka_unit_test(stream_order_and_host_funcs),
+		cmocka_unit_test(free_waits_for_queued_work),
 		cmocka_unit_test(events_order_streams),
 		cmocka_unit_test(stream_ordered_alloc),
 		cmocka_unit_test(wrapped_stream),
