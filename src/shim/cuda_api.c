@@ -135,6 +135,7 @@ static void load(void)
 	if (!init || !version) {
 		snprintf(load_err, sizeof(load_err), "%s is not a CUDA driver (no cuInit)", lib);
 		load_ret = GDX_ENOLIB;
+		dlclose(h);	/* no driver call was made: safe to unload */
 		return;
 	}
 	r = init(0);
