@@ -423,36 +423,26 @@ out:
 
 /* ---- copies ------------------------------------------------------------ */
 
+/* A synchronous copy or fill (no stream) waits on the per-thread stream it went to. */
+static int finish(struct cu_dev *d, int ret, void *stream, CUstream s)
+{
+	return ret || stream ? ret : IN_CTX(d, cuStreamSynchronize, s);
+}
+
 static int cuda_memcpy(void *priv, void *dst, const void *src, size_t n, void *stream)
 {
 	struct cu_dev *d = priv;
 	CUstream s = stream ? STREAM(stream) : CU_STREAM_PER_THREAD;
-	CUcontext prev;
-	int ret = enter(d, &prev);
 
-	if (ret)
-		return ret;
-	ret = CU(d, cuMemcpyAsync(DPTR(dst), DPTR(src), n, s), "cuMemcpyAsync");
-	if (!ret && !stream)
-		ret = CU(d, cuStreamSynchronize(s), "cuStreamSynchronize");
-	leave(d, prev);
-	return ret;
+	return finish(d, IN_CTX(d, cuMemcpyAsync, DPTR(dst), DPTR(src), n, s), stream, s);
 }
 
 static int cuda_memset(void *priv, void *dst, int v, size_t n, void *stream)
 {
 	struct cu_dev *d = priv;
 	CUstream s = stream ? STREAM(stream) : CU_STREAM_PER_THREAD;
-	CUcontext prev;
-	int ret = enter(d, &prev);
 
-	if (ret)
-		return ret;
-	ret = CU(d, cuMemsetD8Async(DPTR(dst), (unsigned char)v, n, s), "cuMemsetD8Async");
-	if (!ret && !stream)
-		ret = CU(d, cuStreamSynchronize(s), "cuStreamSynchronize");
-	leave(d, prev);
-	return ret;
+	return finish(d, IN_CTX(d, cuMemsetD8Async, DPTR(dst), (unsigned char)v, n, s), stream, s);
 }
 
 /* ---- streams ----------------------------------------------------------- */
