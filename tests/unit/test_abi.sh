@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ABI hygiene of libgdx.so: it exports exactly the GDX_API functions that the
 # public headers declare, each under the version node GDX_0.1; every public
-# header compiles on its own as strict C11 and is in the install list.
+# header compiles on its own as strict C11 and is in the install list, as is
+# every man page.
 # Usage: test_abi.sh LIBGDX_SO SRCDIR CC
 set -uo pipefail
 lib=$1 src=$2 cc=$3
@@ -29,6 +30,9 @@ for h in $headers; do
 	echo "#include <$h>" | "$cc" -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only \
 		-I"$src/include" -x c - 2>&1 | head -5 | sed "s|^|$h: |" | grep . && bad "$h does not compile alone"
 	grep -q "'$h'" "$src/include/meson.build" || bad "$h is not installed (include/meson.build)"
+done
+for m in "$src"/man/*.[1-8]; do
+	grep -q "'${m##*/}'" "$src/man/meson.build" || bad "${m##*/} is not installed (man/meson.build)"
 done
 [ $fail = 0 ] && echo "test_abi: $(echo "$exports" | wc -l) exports, $(echo "$headers" | wc -w) headers: ok"
 exit $fail
