@@ -291,6 +291,33 @@ static void stream_ordered(void **state)
 	assert_int_equal(r.result, 0);
 	for (size_t i = 0; i < n; i++)
 		assert_int_equal(h[i], 0x77);
+
+	/*
+	 * More batches in flight than the controller has gates per device: the
+	 * later ones wait for a gate, and every one still lands in order.
+	 */
+	{
+		enum { NB = 300 };
+		struct gdx_nvmf_io *ios = calloc(NB, sizeof(*ios));
+
+		assert_non_null(ios);
+		assert_int_equal(gdx_memset_async(dev, d2, 0, n, s), 0);
+		for (unsigned i = 0; i < NB; i++) {
+			ios[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
+						       .offset = 65536 + (i % 128) * 512ull,
+						       .len = 512,
+						       .buf = (char *)d2 + (i % 128) * 512 };
+			assert_int_equal(gdx_nvmf_submit_async(c, &ios[i], 1, s), 0);
+		}
+		memset(h, 0, n);
+		assert_int_equal(gdx_memcpy_async(dev, h, d2, n, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		for (unsigned i = 0; i < NB; i++)
+			assert_int_equal(ios[i].result, 0);
+		for (size_t i = 0; i < n; i++)
+			assert_int_equal(h[i], i < 128 * 512 ? 0x77 : 0);
+		free(ios);
+	}
 	gdx_nvmf_disconnect(c);
 	gdx_stream_destroy(s);
 	gdx_device_free(dev, d);

@@ -171,9 +171,10 @@ struct nh_ctrl {
 
 	/* stream-ordered submissions: one worker thread per batch in flight */
 	pthread_mutex_t alock;
-	pthread_cond_t acv;
+	pthread_cond_t acv;	/* a worker ended, a gate came back */
 	unsigned async_live;
 	bool astop;
+	struct agate_tab *agates;	/* io.c: gate words, one table per device */
 };
 
 /* queue.c */

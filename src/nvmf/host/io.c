@@ -373,19 +373,38 @@ int gdx_nvmf_deallocate(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t offset,
 /* ---- stream-ordered ---------------------------------------------------------- */
 
 /*
- * The gate is a host function on the caller's stream: when it runs, the work
- * before it is done, so the worker may start; it returns once the I/O is
- * finished, which holds back the work after it.  It calls nothing in the
- * device runtime, only waits.  Gate and worker each hold a reference.
+ * A host function on the caller's stream marks the point where the work
+ * before it is done, and a worker then runs the I/O.  The work after it waits
+ * on a gate: a word of pinned memory the worker stores once the I/O is done
+ * (gdx_stream_wait_value32).  The host function itself never waits: CUDA
+ * runs the host functions of all streams on one thread, and one that waited
+ * for the worker -- whose copies call the device runtime -- would hold up
+ * every stream and may deadlock the runtime.
+ *
+ * Gates come from a table per device the controller was used with; a word
+ * only grows, so a gate can be handed out again as soon as it is stored.
  */
+#define AGATES 256
+
+struct agate_tab {
+	struct agate_tab *next;
+	struct gdx_device *dev;	/* a reference of ours */
+	uint32_t *words;	/* pinned */
+	unsigned nfree;
+	unsigned free[AGATES];
+};
+
 struct async_job {
 	struct nh_ctrl *c;
 	struct gdx_nvmf_io *ios;
 	unsigned n;
+	struct agate_tab *tab;
+	unsigned gate;
+	uint32_t value;
 	pthread_mutex_t m;
 	pthread_cond_t cv;
-	bool started, finished;
-	unsigned refs;
+	bool started;
+	unsigned refs;		/* the host function's and the worker's */
 };
 
 static void job_put(struct async_job *j)
@@ -402,15 +421,77 @@ static void job_put(struct async_job *j)
 	}
 }
 
-static void gate(void *arg)
+/* The caller's device's table, made on first use; c->alock held. */
+static int agate_tab(struct nh_ctrl *c, struct gdx_device *dev, struct agate_tab **out)
+{
+	struct agate_tab *t;
+	int rc;
+
+	for (t = c->agates; t; t = t->next) {
+		if (t->dev == dev) {
+			*out = t;
+			return 0;
+		}
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	rc = gdx_pinned_alloc(dev, AGATES * sizeof(uint32_t), (void **)&t->words);
+	if (rc) {
+		free(t);
+		return rc;
+	}
+	for (unsigned i = 0; i < AGATES; i++) {
+		t->words[i] = 0;
+		t->free[i] = AGATES - 1 - i;
+	}
+	t->nfree = AGATES;
+	atomic_fetch_add(&dev->refs, 1);
+	t->dev = dev;
+	t->next = c->agates;
+	c->agates = t;
+	*out = t;
+	return 0;
+}
+
+/* Takes a gate of dev's table; with all of them in flight, waits for one. */
+static int agate_get(struct nh_ctrl *c, struct gdx_device *dev, struct async_job *j)
+{
+	struct agate_tab *t;
+	int rc;
+
+	pthread_mutex_lock(&c->alock);
+	rc = agate_tab(c, dev, &t);
+	while (!rc && !t->nfree)
+		pthread_cond_wait(&c->acv, &c->alock);
+	if (!rc) {
+		j->tab = t;
+		j->gate = t->free[--t->nfree];
+		j->value = t->words[j->gate] + 1;
+	}
+	pthread_mutex_unlock(&c->alock);
+	return rc;
+}
+
+/* Releases the stream waiting on j's gate, then hands the gate back. */
+static void agate_open(struct async_job *j)
+{
+	struct nh_ctrl *c = j->c;
+
+	__atomic_store_n(&j->tab->words[j->gate], j->value, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&c->alock);
+	j->tab->free[j->tab->nfree++] = j->gate;
+	pthread_cond_broadcast(&c->acv);
+	pthread_mutex_unlock(&c->alock);
+}
+
+static void start_fn(void *arg)
 {
 	struct async_job *j = arg;
 
 	pthread_mutex_lock(&j->m);
 	j->started = true;
 	pthread_cond_broadcast(&j->cv);
-	while (!j->finished)
-		pthread_cond_wait(&j->cv, &j->m);
 	pthread_mutex_unlock(&j->m);
 	job_put(j);
 }
@@ -428,7 +509,7 @@ static void *async_main(void *arg)
 		pthread_mutex_unlock(&c->alock);
 		if (j->started || !go)
 			break;
-		/* re-check the stop flag now and then: the stream may never reach the gate */
+		/* re-check the stop flag now and then: the stream may never get here */
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -446,10 +527,7 @@ static void *async_main(void *arg)
 		for (unsigned i = 0; i < j->n; i++)
 			j->ios[i].result = -ECANCELED;
 	}
-	pthread_mutex_lock(&j->m);
-	j->finished = true;
-	pthread_cond_broadcast(&j->cv);
-	pthread_mutex_unlock(&j->m);
+	agate_open(j);
 	job_put(j);
 	pthread_mutex_lock(&c->alock);
 	if (!--c->async_live)
@@ -465,7 +543,7 @@ int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, u
 	struct async_job *j;
 	pthread_attr_t attr;
 	pthread_t t;
-	int rc;
+	int rc, wrc;
 
 	if (!c || !s || (!ios && n))
 		return -EINVAL;
@@ -478,17 +556,31 @@ int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, u
 	j->refs = 2;
 	pthread_mutex_init(&j->m, NULL);
 	pthread_cond_init(&j->cv, NULL);
-	for (unsigned i = 0; i < n; i++) {
-		ios[i].result = -EINPROGRESS;
-		ios[i].path = "none";
-	}
-	rc = gdx_stream_launch_host_func(s, gate, j);
+	rc = agate_get(c, gdx_stream_device(s), j);
 	if (rc) {
 		pthread_mutex_destroy(&j->m);
 		pthread_cond_destroy(&j->cv);
 		free(j);
 		return rc;
 	}
+	for (unsigned i = 0; i < n; i++) {
+		ios[i].result = -EINPROGRESS;
+		ios[i].path = "none";
+	}
+	rc = gdx_stream_launch_host_func(s, start_fn, j);
+	if (rc) {
+		agate_open(j);
+		pthread_mutex_destroy(&j->m);
+		pthread_cond_destroy(&j->cv);
+		free(j);
+		return rc;
+	}
+	/*
+	 * The host function now holds a reference.  Should the wait fail to
+	 * enqueue, the stream runs ahead of the I/O: report it, the caller must
+	 * synchronize before reading the results.
+	 */
+	wrc = gdx_stream_wait_value32(s, &j->tab->words[j->gate], j->value);
 	pthread_mutex_lock(&c->alock);
 	c->async_live++;
 	pthread_mutex_unlock(&c->alock);
@@ -497,26 +589,41 @@ int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, u
 	rc = pthread_create(&t, &attr, async_main, j);
 	pthread_attr_destroy(&attr);
 	if (rc) {
-		/* the gate is already enqueued: let it pass and report the failure there */
+		/* the host function is already enqueued: it drops its own reference */
 		for (unsigned i = 0; i < n; i++)
 			ios[i].result = -rc;
-		pthread_mutex_lock(&j->m);
-		j->finished = true;
-		pthread_mutex_unlock(&j->m);
+		agate_open(j);
 		job_put(j);
 		pthread_mutex_lock(&c->alock);
 		c->async_live--;
 		pthread_mutex_unlock(&c->alock);
 		return -rc;
 	}
-	return 0;
+	return wrc;
 }
 
+/*
+ * Every worker has stored its gate by now; the caller has synchronized the
+ * streams that waited on them (disconnecting with stream-ordered I/O still
+ * enqueued is a use after free, as for any buffer the I/O names).
+ */
 void nh_async_stop(struct nh_ctrl *c)
 {
+	struct agate_tab *t;
+
 	pthread_mutex_lock(&c->alock);
 	c->astop = true;
 	while (c->async_live)
 		pthread_cond_wait(&c->acv, &c->alock);
+	t = c->agates;
+	c->agates = NULL;
 	pthread_mutex_unlock(&c->alock);
+	while (t) {
+		struct agate_tab *next = t->next;
+
+		gdx_pinned_free(t->dev, t->words);
+		gdx_device_close(t->dev);
+		free(t);
+		t = next;
+	}
 }
