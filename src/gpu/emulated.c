@@ -162,7 +162,7 @@ static size_t range_after(struct emu_dev *d, uintptr_t p)
  * memory must end inside the same allocation; one that starts in host memory
  * must not reach into any device allocation.
  */
-static int resolve(struct emu_dev *d, const void *p, size_t n, void **out)
+static int resolve(struct emu_dev *d, const void *p, size_t n, void **out, bool *pageable)
 {
 	uintptr_t a = (uintptr_t)p;
 	int ret = 0;
@@ -172,6 +172,8 @@ static int resolve(struct emu_dev *d, const void *p, size_t n, void **out)
 		return GDX_EBADPTR;
 	pthread_mutex_lock(&d->lock);
 	i = range_find(d, a);
+	if (pageable)
+		*pageable = i < 0;
 	if (i >= 0 && d->ranges[i].kind == R_DEVICE) {
 		struct range *r = &d->ranges[i];
 
@@ -692,16 +694,26 @@ static int emu_memcpy(void *priv, void *dst, const void *src, size_t n, void *st
 	void *rd, *rs;
 	int ret;
 
-	ret = resolve(d, dst, n, &rd);
+	bool pg_dst, pg_src;
+
+	ret = resolve(d, dst, n, &rd, &pg_dst);
 	if (!ret)
-		ret = resolve(d, src, n, &rs);
+		ret = resolve(d, src, n, &rs, &pg_src);
 	if (ret)
 		return ret;
 	if (!stream) {
 		memmove(rd, rs, n);
 		return 0;
 	}
-	return enqueue(stream, &(struct op){ .type = OP_COPY, .copy = { rd, rs, n } });
+	ret = enqueue(stream, &(struct op){ .type = OP_COPY, .copy = { rd, rs, n } });
+	/*
+	 * CUDA stages pageable memory: an async copy into pageable memory returns
+	 * only once it is done, and one out of it may wait for the stream.  Do
+	 * the same, so code that would stall (or deadlock) on a GPU does here.
+	 */
+	if (!ret && (pg_dst || pg_src))
+		ret = emu_stream_synchronize(priv, stream);
+	return ret;
 }
 
 static int emu_memset(void *priv, void *dst, int v, size_t n, void *stream)
@@ -717,7 +729,7 @@ static int emu_memset(void *priv, void *dst, int v, size_t n, void *stream)
 	pthread_mutex_unlock(&d->lock);
 	if (i < 0)
 		return -EINVAL;
-	ret = resolve(d, dst, n, &rd);
+	ret = resolve(d, dst, n, &rd, NULL);
 	if (ret)
 		return ret;
 	if (!stream) {
