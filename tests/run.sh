@@ -56,5 +56,24 @@ else
   echo "=== fuzz targets (clang, libFuzzer), ${fuzz_secs}s each"
   if bash tests/fuzz/run.sh "$fuzz_secs"; then pass=$((pass + 1)); else fail=$((fail + 1)); rc=1; fi
 fi
+# Interop: qemu guests running Debian's stock kernel as peers (tests/interop), once,
+# against the release build; each guest test counts as one test.
+if [ "$GDX_TEST_VM" = 0 ]; then
+  echo "=== interop tests left out (GDX_TEST_VM=0)"
+elif [ ! -x build-test-release/tools/gdx/gdx ]; then
+  echo "=== interop tests: no release build"; fail=$((fail + 1)); rc=1
+else
+  echo "=== interop tests (qemu guest, Debian's stock kernel)"
+  ilog=$(mktemp)
+  GDX_BUILDDIR="$top/build-test-release" bash tests/interop/run.sh 2>&1 | tee "$ilog"
+  if read -r p f s < <(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' "$ilog" | tail -1) &&
+     [ -n "$p" ]; then
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+    [ "$f" = 0 ] || rc=1
+  else
+    echo "interop: no summary line"; fail=$((fail + 1)); rc=1
+  fi
+  rm -f "$ilog"
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 exit $rc
