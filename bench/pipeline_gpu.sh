@@ -84,7 +84,7 @@ $loader "$dir/tests/func/test_pipeline" 2>&1 | tee -a "$log"
 data="$work/train_step.dat"
 common="--device ${GDX_DEVICE} --data $data --data-bytes 256M --spin-us 300 --serial"
 
-echo "=== train_step (host compute through host functions) on the cuda device"
+echo "=== train_step (host compute on slot threads, in stream order) on the cuda device"
 $loader "$dir/examples/train_step/train_step" $common --batch-bytes 256K --out-bytes 16K \
 	--batches 100 --compute-us 200 2>&1 | tee -a "$log"
 grep -q '^RESULT .*mismatches=0' "$log" || failed=$((failed + 1))

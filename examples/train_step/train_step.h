@@ -16,8 +16,9 @@
  *                    the results against the file), or into a file
  *
  * The compute step comes from a provider: train_step.c computes on the host
- * (host functions on the stage's stream: runs on any device, CI uses the
- * emulated one); train_step.cu launches CUDA kernels.
+ * (a thread per slot, put in stream order with host functions and waits on a
+ * pinned word: runs on any device, CI uses the emulated one); train_step.cu
+ * launches CUDA kernels.
  */
 
 #include <stddef.h>
