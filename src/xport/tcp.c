@@ -65,6 +65,7 @@ enum {
 #define MAX_PAYLOAD (1ull << 40)
 #define ZC_MIN (64u << 10)
 #define RBUF_SIZE (64u << 10)
+#define RESP_BATCH 64
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)
 
@@ -95,6 +96,8 @@ struct txi {			/* one frame to transmit */
 	const void *data;		/* read responses: the region */
 	struct gdx_device *dev;		/* data's device, if device memory */
 	struct gdx_xport_rkey *k;
+	void *extra;			/* response batches: the frames after h */
+	size_t extra_len;
 	size_t off;			/* bytes of the frame already sent */
 	int counted;			/* a read counted in reads_in_flight */
 	struct txi *next;
@@ -128,6 +131,13 @@ struct tcp_ep {
 	int dead, flushed;
 	unsigned char *rbuf;
 	size_t rpos, rlen;
+	/*
+	 * Responses the receive thread owes, sent together when it next waits for
+	 * input (or before anything else it sends), so a burst of requests is
+	 * answered with one write instead of one each.
+	 */
+	struct hdr resp[RESP_BATCH];
+	unsigned nresp;
 	struct stager rxs, txs;
 };
 
@@ -271,6 +281,8 @@ static void zc_reap(struct tcp_ep *t)
 	}
 }
 
+static int resp_flush(struct tcp_ep *t);
+
 static ssize_t rx_fill(struct tcp_ep *t)
 {
 	ssize_t n;
@@ -282,6 +294,10 @@ static ssize_t rx_fill(struct tcp_ep *t)
 		t->rlen -= t->rpos;
 		t->rpos = 0;
 	}
+	/* About to wait for input: what is owed goes out first. */
+	n = resp_flush(t);
+	if (n)
+		return n;
 	do
 		n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, 0);
 	while (n < 0 && errno == EINTR);
@@ -323,6 +339,9 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 			n -= have;
 			continue;
 		}
+		r = resp_flush(t);
+		if (r)
+			return (int)r;
 		r = recv(t->fd, dst, n, MSG_WAITALL);
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -492,6 +511,11 @@ static void tx_payload(struct txi *x, const void **p, struct gdx_device **dev, s
 			*dev = b->dev;
 		return;
 	}
+	if (x->extra) {
+		*p = x->extra;
+		*n = x->extra_len;
+		return;
+	}
 	*p = x->data;
 	*n = x->h.len;
 	*dev = x->dev;
@@ -565,6 +589,7 @@ static void tx_free(struct txi *x)
 {
 	if (x->k)
 		gdx_xport_rkey_put(x->k);
+	free(x->extra);
 	free(x);
 }
 
@@ -650,25 +675,50 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		tx_free(x);
 }
 
-static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
+/* Sends the responses the receive thread owes, as one frame train. */
+static int resp_flush(struct tcp_ep *t)
 {
-	struct txi *x = calloc(1, sizeof(*x));
+	struct txi *x;
+	unsigned n = t->nresp;
 
+	if (!n)
+		return 0;
+	t->nresp = 0;
+	x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
-	x->h = (struct hdr){ .type = type, .id = id, .status = status };
+	x->h = t->resp[0];
+	if (n > 1) {
+		x->extra_len = (n - 1) * sizeof(struct hdr);
+		x->extra = malloc(x->extra_len);
+		if (!x->extra) {
+			free(x);
+			return -ENOMEM;
+		}
+		memcpy(x->extra, &t->resp[1], x->extra_len);
+	}
 	pthread_mutex_lock(&t->lock);
 	if (t->dead) {
 		pthread_mutex_unlock(&t->lock);
-		free(x);
+		tx_free(x);
 		return -ECONNRESET;
 	}
 	tx_submit_locked(t, x);
 	return 0;
 }
 
-/* Hands messages that arrived before any shared receive to the ones posted since. */
-static void tcp_srq_kick(void *priv)
+/* Owes the peer a response (receive thread only). */
+static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
+{
+	t->resp[t->nresp++] = (struct hdr){ .type = type, .id = id, .status = status };
+	return t->nresp == RESP_BATCH ? resp_flush(t) : 0;
+}
+
+/*
+ * Hands messages that arrived before a receive to receives posted since (the
+ * endpoint's own, or its shared receive queue's).
+ */
+static void tcp_match(void *priv)
 {
 	struct tcp_ep *t = priv;
 
@@ -699,6 +749,12 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	struct qent *r;
 	int ret;
 
+	if (!t->fe->opts.srq ? !t->recv_head : !gdx_xport_srq_waiting(t->fe)) {
+		/* Might wait for a receive: the peer must not wait for what is owed. */
+		ret = resp_flush(t);
+		if (ret)
+			return ret;
+	}
 	pthread_mutex_lock(&t->lock);
 	while (!t->dead && !have_recv(t) && t->unexp_head &&
 	       t->unexpected_bytes + h->len > t->max_unexpected)
@@ -729,9 +785,8 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		Q_PUSH(u, &t->unexp_head, &t->unexp_tail);
 		t->unexpected_bytes += h->len;
 		pthread_mutex_unlock(&t->lock);
-		/* A shared receive may have been posted while this one was read. */
-		if (t->fe->opts.srq)
-			tcp_srq_kick(t);
+		/* A receive may have been posted while the payload was read. */
+		tcp_match(t);
 		return tx_resp(t, F_RESP, h->id, 0);
 	}
 	if (h->len > r->req->buf.len) {
@@ -784,8 +839,6 @@ static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
 	if (r) {
 		gdx_xport_complete_imm(r->req, 0, len, GDX_XPORT_OP_RECV_WRITE_IMM, imm);
 		free(r);
-	} else if (t->fe->opts.srq) {
-		tcp_srq_kick(t);
 	}
 }
 
@@ -823,6 +876,12 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 
 	if (!x)
 		return -ENOMEM;
+	/* Responses go in request order: the ones owed before this one first. */
+	st = resp_flush(t);
+	if (st) {
+		free(x);
+		return st;
+	}
 	x->h = (struct hdr){ .type = F_READ_RESP, .id = h->id, .len = h->len };
 	st = gdx_xport_rkey_get(t->fe, h->key, h->raddr, h->len, GDX_XPORT_ACCESS_REMOTE_READ,
 				&x->k,
@@ -1262,5 +1321,5 @@ const struct gdx_xport_ops gdx_xport_tcp_ops = {
 	.mr_reg = tcp_mr_reg,
 	.mr_dereg = tcp_mr_dereg,
 	.post = tcp_post,
-	.srq_kick = tcp_srq_kick,
+	.srq_kick = tcp_match,
 };

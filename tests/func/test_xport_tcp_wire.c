@@ -246,11 +246,55 @@ static void test_bad_hello(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 }
 
+/*
+ * A receive posted while a message that found none is still arriving: the
+ * message must land in it once complete (it once stayed stranded among the
+ * unexpected messages while the receive waited for the next one).
+ */
+static void test_recv_posted_mid_message(void **state)
+{
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	static unsigned char payload[1 << 20], rx[1 << 20];
+	struct frame f;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	t_fill(payload, sizeof(payload), 7);
+	send_frame(fd, 2 /* SEND */, 1, sizeof(payload), 0);
+	assert_int_equal(send(fd, payload, 1000, MSG_NOSIGNAL), 1000);
+	usleep(50000);
+	assert_int_equal(gdx_xport_post_recv(ep, rx, sizeof(rx), 5), 0);
+	assert_int_equal(send(fd, payload + 1000, sizeof(payload) - 1000, MSG_NOSIGNAL),
+			 (ssize_t)(sizeof(payload) - 1000));
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(e.wr_id, 5);
+	assert_int_equal(e.len, sizeof(payload));
+	assert_memory_equal(rx, payload, sizeof(payload));
+	/* The peer is answered. */
+	assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	assert_int_equal(f.type, 5);
+	assert_int_equal(f.id, 1);
+	assert_int_equal(f.status, 0);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_hello),
 		cmocka_unit_test(test_malformed_frames),
+		cmocka_unit_test(test_recv_posted_mid_message),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
