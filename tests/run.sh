@@ -58,7 +58,7 @@ else
 fi
 # Interop: qemu guests running Debian's stock kernel as peers (tests/interop), once,
 # against the release build; each guest test counts as one test.
-if [ "$GDX_TEST_VM" = 0 ]; then
+if [ "${GDX_TEST_VM:-1}" = 0 ]; then
   echo "=== interop tests left out (GDX_TEST_VM=0)"
 elif [ ! -x build-test-release/tools/gdx/gdx ]; then
   echo "=== interop tests: no release build"; fail=$((fail + 1)); rc=1
