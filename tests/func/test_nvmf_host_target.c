@@ -365,7 +365,8 @@ struct reader {
 	struct gdx_nvmf_ctrl *c;
 	const uint8_t *want;
 	atomic_int stop;
-	int rounds, fails, mismatches;
+	atomic_int rounds;	/* the main thread watches it */
+	int fails, mismatches;
 };
 
 static void *reader_main(void *arg)

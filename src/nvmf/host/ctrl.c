@@ -337,10 +337,9 @@ static int fabrics_connect(struct nh_ctrl *c, struct nh_queue *q, unsigned sqsiz
 	return 0;
 }
 
-static void fill_info(struct nh_ctrl *c)
+static void fill_info(struct nh_ctrl *c, struct gdx_nvmf_ctrl_info *in)
 {
 	const struct gdx_nvme_id_ctrl *id = &c->idctrl;
-	struct gdx_nvmf_ctrl_info *in = &c->info;
 	uint32_t mdts_bytes = 0;
 
 	in->vid = id->vid;
@@ -366,7 +365,7 @@ static void fill_info(struct nh_ctrl *c)
 	in->data_digest = c->p.ddgst;
 }
 
-static int enable_ctrl(struct nh_ctrl *c, struct nh_queue *q)
+static int enable_ctrl(struct nh_queue *q, struct gdx_nvmf_ctrl_info *in)
 {
 	uint64_t cap, csts = 0, vs;
 	uint64_t deadline;
@@ -375,7 +374,7 @@ static int enable_ctrl(struct nh_ctrl *c, struct nh_queue *q)
 	rc = prop_get(q, GDX_NVME_REG_CAP, true, &cap);
 	if (rc)
 		return rc;
-	c->info.cap = cap;
+	in->cap = cap;
 	rc = prop_set(q, GDX_NVME_REG_CC, GDX_NVME_CC_DEFAULT | GDX_NVME_CC_EN);
 	if (rc)
 		return rc;
@@ -397,7 +396,7 @@ static int enable_ctrl(struct nh_ctrl *c, struct nh_queue *q)
 	}
 	rc = prop_get(q, GDX_NVME_REG_VS, false, &vs);
 	if (!rc)
-		c->info.ver = (uint32_t)vs;
+		in->ver = (uint32_t)vs;
 	return rc;
 }
 
@@ -430,11 +429,17 @@ static int set_num_queues(struct nh_queue *q, unsigned want, unsigned *got)
 	return 0;
 }
 
-/* Builds a whole association: admin queue, enable, identify, I/O queues. */
+/*
+ * Builds a whole association: admin queue, enable, identify, I/O queues.  On a
+ * reconnect, callers of gdx_nvmf_ctrl_info and submitters run meanwhile: what
+ * they read is published under c->lock once the association is complete.
+ */
 static int setup(struct nh_ctrl *c)
 {
 	struct nh_queue *admin = NULL, **ioq = NULL;
+	struct gdx_nvmf_ctrl_info info = { 0 };
 	unsigned nio = 0, depth = 0;
+	uint16_t cntlid = 0;
 	int rc;
 
 	rc = nh_queue_open(c, 0, ADMIN_DEPTH - 1, &admin);
@@ -442,27 +447,32 @@ static int setup(struct nh_ctrl *c)
 		return rc;
 	rc = nh_queue_start(admin);
 	if (!rc)
-		rc = fabrics_connect(c, admin, ADMIN_DEPTH - 1, &c->cntlid);
-	if (!rc)
-		rc = enable_ctrl(c, admin);
+		rc = fabrics_connect(c, admin, ADMIN_DEPTH - 1, &cntlid);
+	if (!rc) {
+		/* the I/O queues' Connect names it; stats readers take it under the lock */
+		pthread_mutex_lock(&c->lock);
+		c->cntlid = cntlid;
+		pthread_mutex_unlock(&c->lock);
+		rc = enable_ctrl(admin, &info);
+	}
 	if (!rc)
 		rc = identify_on(admin, GDX_NVME_CNS_CTRL, 0, &c->idctrl);
 	if (rc)
 		goto fail;
-	fill_info(c);
-	if (c->info.cntlid != c->cntlid)
-		GDX_WARN(SUB, "Identify says cntlid %u, Connect said %u", c->info.cntlid,
+	fill_info(c, &info);
+	if (info.cntlid != c->cntlid)
+		GDX_WARN(SUB, "Identify says cntlid %u, Connect said %u", info.cntlid,
 			 c->cntlid);
 	if (!c->p.discovery && c->p.nr_io_queues) {
-		uint64_t mqes = (c->info.cap & 0xffff) + 1;
+		uint64_t mqes = (info.cap & 0xffff) + 1;
 
 		rc = set_num_queues(admin, c->p.nr_io_queues, &nio);
 		if (rc)
 			goto fail;
 		nio = GDX_MIN(nio, c->p.nr_io_queues);
 		depth = GDX_MIN(c->p.queue_depth, (unsigned)mqes);
-		if (c->info.maxcmd)
-			depth = GDX_MIN(depth, c->info.maxcmd);
+		if (info.maxcmd)
+			depth = GDX_MIN(depth, info.maxcmd);
 		depth = GDX_MIN(depth, 1024u);
 		ioq = calloc(nio, sizeof(*ioq));
 		if (!ioq) {
@@ -493,7 +503,7 @@ static int setup(struct nh_ctrl *c)
 				goto fail_io;
 			}
 			/* Connect data always travels in-capsule; I/O after it within IOCCSZ */
-			ioq[i]->inline_max = c->info.ioccsz >= 4 ? c->info.ioccsz * 16 - 64 : 0;
+			ioq[i]->inline_max = info.ioccsz >= 4 ? info.ioccsz * 16 - 64 : 0;
 			continue;
 fail_io:
 			for (unsigned j = 0; j < i; j++)
@@ -507,8 +517,11 @@ fail_io:
 	c->admin = admin;
 	c->ioq = ioq;
 	c->nioq = nio;
-	c->info.nr_io_queues = nio;
-	c->info.queue_depth = nio ? depth - 1 : 0;
+	info.nr_io_queues = nio;
+	info.queue_depth = nio ? depth - 1 : 0;
+	info.reconnects = c->info.reconnects;
+	c->info = info;
+	__atomic_store_n(&c->max_xfer, info.max_xfer, __ATOMIC_RELAXED);
 	c->need_recovery = false;
 	pthread_mutex_unlock(&c->lock);
 	return 0;

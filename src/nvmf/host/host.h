@@ -160,7 +160,8 @@ struct nh_ctrl {
 	unsigned nns;
 	uint16_t cntlid;
 	struct gdx_nvme_id_ctrl idctrl;
-	struct gdx_nvmf_ctrl_info info;
+	struct gdx_nvmf_ctrl_info info;	/* c->lock; setup rebuilds it on a reconnect */
+	uint32_t max_xfer;		/* info.max_xfer, for submitters that do not lock */
 	uint64_t next_ka;
 	bool ka_inflight;
 	uint64_t loss_since;

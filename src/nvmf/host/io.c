@@ -113,8 +113,12 @@ static void sub_done(struct nh_req *r)
 		finish_cb(g);
 }
 
-/* How many commands io needs; validates it. */
-static int count_cmds(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t *bs_out)
+/*
+ * How many commands io needs; validates it.  max_xfer is read once per
+ * submission (a reconnect may change it) so that build splits io the same way.
+ */
+static int count_cmds(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t max_xfer,
+		      uint32_t *bs_out)
 {
 	uint32_t bs;
 	uint64_t blocks, per;
@@ -136,7 +140,7 @@ static int count_cmds(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t *bs_ou
 	switch (io->op) {
 	case GDX_NVMF_OP_READ:
 	case GDX_NVMF_OP_WRITE:
-		per = GDX_MIN((uint64_t)MAX_NLB, GDX_MAX(1u, c->info.max_xfer / bs));
+		per = GDX_MIN((uint64_t)MAX_NLB, GDX_MAX(1u, max_xfer / bs));
 		break;
 	case GDX_NVMF_OP_WRITE_ZEROES:
 		per = MAX_NLB;
@@ -150,8 +154,8 @@ static int count_cmds(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t *bs_ou
 	return (int)((blocks + per - 1) / per);
 }
 
-static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, struct sub *subs,
-		 unsigned n, struct group *g)
+static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, uint32_t max_xfer,
+		 struct sub *subs, unsigned n, struct group *g)
 {
 	static const uint8_t opc[] = { GDX_NVME_CMD_READ, GDX_NVME_CMD_WRITE, GDX_NVME_CMD_FLUSH,
 				       GDX_NVME_CMD_WRITE_ZEROES, GDX_NVME_CMD_DSM };
@@ -204,7 +208,7 @@ static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, struct 
 		nlb = io->op == GDX_NVMF_OP_WRITE_ZEROES
 			? GDX_MIN(left, (uint64_t)MAX_NLB)
 			: GDX_MIN(left, GDX_MIN((uint64_t)MAX_NLB,
-						GDX_MAX(1u, c->info.max_xfer / bs)));
+						GDX_MAX(1u, max_xfer / bs)));
 		r->sqe.cdw10 = (uint32_t)lba;
 		r->sqe.cdw11 = (uint32_t)(lba >> 32);
 		r->sqe.cdw12 = (uint32_t)(nlb - 1);
@@ -226,11 +230,12 @@ int gdx_nvmf_submit(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigne
 	struct group g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
 	struct sub *subs = NULL;
 	unsigned total = 0, *counts;
-	uint32_t *bss;
+	uint32_t *bss, max_xfer;
 	int rc = 0;
 
 	if (!c || (!ios && n))
 		return -EINVAL;
+	max_xfer = __atomic_load_n(&c->max_xfer, __ATOMIC_RELAXED);
 	counts = calloc(n ? n : 1, sizeof(*counts));
 	bss = calloc(n ? n : 1, sizeof(*bss));
 	if (!counts || !bss) {
@@ -243,7 +248,7 @@ int gdx_nvmf_submit(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigne
 		ios[i].result = 0;
 		ios[i].nvme_status = 0;
 		ios[i].path = "none";
-		k = count_cmds(c, &ios[i], &bss[i]);
+		k = count_cmds(c, &ios[i], max_xfer, &bss[i]);
 		if (k < 0) {
 			ios[i].result = k;
 			if (!rc)
@@ -261,7 +266,7 @@ int gdx_nvmf_submit(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigne
 		goto out;
 	}
 	for (unsigned i = 0, at = 0; i < n; at += counts[i], i++) {
-		int b = build(c, &ios[i], bss[i], subs + at, counts[i], &g);
+		int b = build(c, &ios[i], bss[i], max_xfer, subs + at, counts[i], &g);
 
 		if (b) {
 			ios[i].result = b;
@@ -294,7 +299,7 @@ int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io, gdx_n
 {
 	struct nh_ctrl *c = (struct nh_ctrl *)ctrl;
 	struct group *g;
-	uint32_t bs = 0;
+	uint32_t bs = 0, max_xfer;
 	int n, rc;
 
 	if (!c || !io || !cb)
@@ -308,7 +313,8 @@ int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io, gdx_n
 	io->result = 0;
 	io->nvme_status = 0;
 	io->path = "none";
-	n = count_cmds(c, io, &bs);
+	max_xfer = __atomic_load_n(&c->max_xfer, __ATOMIC_RELAXED);
+	n = count_cmds(c, io, max_xfer, &bs);
 	if (n < 0)
 		return io->result = n;
 	g = calloc(1, sizeof(*g) + (size_t)n * sizeof(struct sub));
@@ -320,7 +326,7 @@ int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io, gdx_n
 	g->cb_arg = arg;
 	g->io = io;
 	pthread_mutex_init(&g->m, NULL);
-	rc = build(c, io, bs, g->subs, (unsigned)n, g);
+	rc = build(c, io, bs, max_xfer, g->subs, (unsigned)n, g);
 	if (rc) {
 		for (int i = 0; i < n; i++)
 			free(g->subs[i].dsm);

@@ -488,7 +488,8 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	s->ddgst_err = false;
 	s->deadline = gdx_now_ns() + r->timeout_ns;
 	r->last_seq = 0;	/* ring uses of an earlier attempt on another queue mean nothing here */
-	q->inflight++;
+	/* changed under q->lock, read without it to pick a queue and to choose quick ACKs */
+	__atomic_store_n(&q->inflight, q->inflight + 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&q->lock);
 
 	inl = r->write && r->len && r->len <= q->inline_max;
@@ -622,12 +623,15 @@ static void drain_backlog(struct nh_queue *q)
 static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 {
 	struct nh_req *r;
+	bool backlog;
 
 	pthread_mutex_lock(&q->lock);
 	r = s->req;
 	s->req = NULL;
 	q->free_idx[q->nfree++] = (uint16_t)(s - q->slots);
-	q->inflight--;
+	__atomic_store_n(&q->inflight, q->inflight - 1, __ATOMIC_RELAXED);
+	/* other queues' receivers add to it */
+	backlog = q->backlog != NULL;
 	pthread_cond_signal(&q->slot_cv);
 	pthread_mutex_unlock(&q->lock);
 	if (result)
@@ -640,7 +644,7 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 	} else {
 		nh_req_complete(r, result);
 	}
-	if (q->backlog)
+	if (backlog)
 		drain_backlog(q);
 }
 
@@ -866,7 +870,7 @@ int nh_queue_rx_loop(struct nh_queue *q)
 		 * our delayed ACK (40 ms).  The kernel leaves quick-ack mode by
 		 * itself, so it is set again per PDU.
 		 */
-		if (q->inflight <= 2)
+		if (__atomic_load_n(&q->inflight, __ATOMIC_RELAXED) <= 2)
 			setsockopt(q->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
 		hl = gdx_tcp_hdr_len(&pdu.ch, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_READY, &q->tp, &e);
 		if (!hl) {
@@ -1055,7 +1059,7 @@ bool nh_queue_check_timeouts(struct nh_queue *q, uint64_t now)
 int nh_queue_counters_json(struct nh_queue *q, char *buf, size_t len)
 {
 	int n = snprintf(buf, len, "{\"qid\": %u, \"depth\": %u, \"inflight\": %u", q->qid,
-			 q->depth, q->inflight);
+			 q->depth, __atomic_load_n(&q->inflight, __ATOMIC_RELAXED));
 
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(q->cnt) && n > 0 && (size_t)n < len; i++)
 		n += snprintf(buf + n, len - (size_t)n, ", \"%s\": %llu", q->cnt[i].name,
