@@ -89,6 +89,28 @@ static void mem_free(struct mem *m, void *p)
 
 /* ---- gdx ----------------------------------------------------------------- */
 
+/*
+ * No completion for this long means one was lost: the run fails with a message
+ * rather than hanging (a round trip takes milliseconds even on a loaded host).
+ */
+#define STALL_NS (20ull * 1000000000ull)
+
+/* Waits (or spins) on cq a while; -ETIMEDOUT, said why, when nothing completed since `since`. */
+static int cq_wait_bounded(struct gdx_xport_cq *cq, int busy, uint64_t since, const char *what)
+{
+	if (!busy) {
+		int r = gdx_xport_cq_wait(cq, 1000);
+
+		if (r)
+			return r < 0 ? r : 0;
+	}
+	if (gdx_now_ns() - since < STALL_NS)
+		return 0;
+	fprintf(stderr, "gdx bench xport: %s: no completion for %llu s; a completion or message "
+		"was lost\n", what, STALL_NS / 1000000000ull);
+	return -ETIMEDOUT;
+}
+
 struct server {
 	struct gdx_xport_listener *l;
 	struct gdx_xport_cq *cq;
@@ -145,10 +167,16 @@ static void *serve_main(void *arg)
 				 * once, and a message finding no receive waits for a
 				 * receiver-not-ready retry on verbs.
 				 */
-				gdx_xport_post_recv(s->ep, s->buf, s->size, e[i].wr_id);
-				if (s->echo)
-					gdx_xport_post_send(s->ep, s->buf, e[i].len, 1000,
-							    GDX_XPORT_UNSIGNALED);
+				s->err = gdx_xport_post_recv(s->ep, s->buf, s->size, e[i].wr_id);
+				if (!s->err && s->echo)
+					s->err = gdx_xport_post_send(s->ep, s->buf, e[i].len, 1000,
+								     GDX_XPORT_UNSIGNALED);
+				if (s->err) {
+					/* The client hanging up at the end is no error. */
+					if (s->stop || s->err == GDX_EDISCONNECTED)
+						s->err = 0;
+					return NULL;
+				}
 			}
 		}
 	}
@@ -202,7 +230,7 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 	struct gdx_xport_cqe e[32];
 	struct conn k;
 	void *src, *dst;
-	uint64_t t0, deadline, done = 0, posted = 0;
+	uint64_t t0, deadline, done = 0, posted = 0, last;
 	unsigned inflight = 0;
 	double ret;
 	int r;
@@ -225,7 +253,7 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 			return r;
 		*path = gdx_xport_path_name(gdx_xport_mr_path(mr, NULL));
 	}
-	t0 = gdx_now_ns();
+	t0 = last = gdx_now_ns();
 	deadline = t0 + (uint64_t)(c->secs * 1e9);
 	ret = 0;
 	for (;;) {
@@ -258,10 +286,13 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 		}
 		if (!n) {
 			/* verbs spins like perftest; tcp sleeps (its threads need the CPUs). */
-			if (!c->busy)
-				gdx_xport_cq_wait(k.cq, 1000);
+			if ((r = cq_wait_bounded(k.cq, c->busy, last, "bandwidth"))) {
+				ret = r;
+				goto out;
+			}
 			continue;
 		}
+		last = gdx_now_ns();
 		for (int i = 0; i < n; i++) {
 			if (e[i].status) {
 				ret = e[i].status;
@@ -312,6 +343,7 @@ static double gdx_lat(struct cfg *c, size_t size)
 	t0 = gdx_now_ns();
 	deadline = t0 + (uint64_t)(c->secs * 1e9);
 	while (gdx_now_ns() < deadline) {
+		uint64_t sent = gdx_now_ns();
 		int got = 0;
 
 		if ((r = gdx_xport_post_recv(k.ep, src, size, 1)) ||
@@ -329,8 +361,10 @@ static double gdx_lat(struct cfg *c, size_t size)
 				ret = r < 0 ? r : e.status;
 				goto out;
 			}
-			if (!r && !c->busy)
-				gdx_xport_cq_wait(k.cq, 1000);
+			if (!r && (r = cq_wait_bounded(k.cq, c->busy, sent, "latency"))) {
+				ret = r;
+				goto out;
+			}
 			got = r == 1 && e.op == GDX_XPORT_OP_RECV;
 		}
 		iters++;
@@ -340,6 +374,8 @@ out:
 	k.s.stop = 1;
 	gdx_xport_disconnect(k.ep);
 	pthread_join(k.th, NULL);
+	if (ret >= 0 && k.s.err)
+		ret = k.s.err;
 	conn_close(&k);
 	mem_free(&c->src, src);
 	mem_free(&c->dst, dst);

@@ -512,6 +512,36 @@ static void test_recv_too_small(void **state)
 	pair_close(&p);
 }
 
+/*
+ * A receive posted while a message that found none is still arriving: the
+ * message must land in it.  On tcp the payload is then being read into an
+ * intermediate buffer, and the receive, finding no whole message waiting, used
+ * to be queued unmatched, leaving both to wait forever.  The delays put the
+ * post before, during and after that read.
+ */
+static void test_recv_posted_during_arrival(void **state)
+{
+	static const unsigned delay_us[] = { 0, 500, 2000, 10000 };
+	size_t n = GDX_MIN(max_msg, (size_t)32 << 20);
+	struct pair p;
+	void *src = kalloc(K_HOST, n), *dst = kalloc(K_HOST, n);
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	for (unsigned i = 0; i < GDX_ARRAY_SIZE(delay_us); i++) {
+		kfill(K_HOST, src, n, i + 1);
+		assert_int_equal(gdx_xport_post_send(p.c, src, n, 100 + i, 0), 0);
+		usleep(delay_us[i]);
+		assert_int_equal(gdx_xport_post_recv(p.s, dst, n, 200 + i), 0);
+		expect(p.cqs, 200 + i, GDX_XPORT_OP_RECV, 0, n);
+		expect(p.cqc, 100 + i, GDX_XPORT_OP_SEND, 0, n);
+		kcheck(K_HOST, dst, n, i + 1);
+	}
+	pair_close(&p);
+	kfree(K_HOST, src);
+	kfree(K_HOST, dst);
+}
+
 /* ---- disconnects --------------------------------------------------------------- */
 
 static void test_disconnect(void **state)
@@ -890,6 +920,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_imm_and_order),
 		cmocka_unit_test(test_bad_access),
 		cmocka_unit_test(test_recv_too_small),
+		cmocka_unit_test(test_recv_posted_during_arrival),
 		cmocka_unit_test(test_disconnect),
 		cmocka_unit_test(test_peer_death),
 		cmocka_unit_test(test_srq),
