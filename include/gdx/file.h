@@ -172,9 +172,12 @@ GDX_API int gdx_file_batch_wait(struct gdx_file_batch *b, unsigned min_nr,
 
 /*
  * Runs the I/O in order on stream s, like cuFileReadAsync: it starts after the
- * work enqueued before it and later work waits for it.  *size and *off are
- * read when the I/O runs, and *done is written then (bytes, or a negative
- * code); all three must stay valid until it has run.
+ * work enqueued before it and later work waits for it.  *size at the call is
+ * the I/O's maximum size (as cuFile's size_p); *size and *off are read again
+ * when the I/O runs, and *done is written then (bytes, or a negative code;
+ * -EINVAL for a *size above the maximum); all three must stay valid until it
+ * has run.  A read into device memory copies the maximum into buf from pinned
+ * staging: bytes of buf between *done and the maximum are undefined after it.
  */
 GDX_API int gdx_file_read_async(struct gdx_file *f, void *buf, const size_t *size,
 				const off_t *off, ssize_t *done, struct gdx_stream *s);

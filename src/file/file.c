@@ -198,6 +198,8 @@ fail:
 	return ret;
 }
 
+static void stages_free(struct gdx_file_driver *drv);
+
 GDX_API void gdx_file_driver_close(struct gdx_file_driver *drv)
 {
 	if (!drv)
@@ -208,6 +210,7 @@ GDX_API void gdx_file_driver_close(struct gdx_file_driver *drv)
 	if (drv->gates)
 		gdx_pinned_free(drv->dev, drv->gates);
 	free(drv->gate_free);
+	stages_free(drv);
 	pthread_mutex_destroy(&drv->gate_lock);
 	pthread_cond_destroy(&drv->gate_cond);
 	/* Registrations go before the backends that made them. */
@@ -987,16 +990,86 @@ GDX_API int gdx_file_batch_wait(struct gdx_file_batch *b, unsigned min_nr,
 
 #define GATE_COUNT 1024u	/* stream-ordered I/Os in flight per driver */
 
+/* Pinned staging for device buffers, recycled without device calls. */
+struct async_stage {
+	struct async_stage *next;
+	struct gdx_file_driver *drv;
+	size_t cap;
+	void *p;
+};
+
 struct async_op {
 	struct gdx_file *f;
 	enum gdx_file_op op;
-	void *buf;
+	void *buf;			/* the caller's, or the staging */
+	size_t max;			/* *size at submission */
 	const size_t *size;
 	const off_t *off;
 	ssize_t *done;
+	struct async_stage *wstage;	/* a write's staging, freed by the worker */
 	unsigned gate;
 	uint32_t gate_value;
 };
+
+/* Driver close: the caller has synchronized its streams, no stage is in use. */
+static void stages_free(struct gdx_file_driver *drv)
+{
+	struct async_stage *st;
+
+	while ((st = drv->stages)) {
+		drv->stages = st->next;
+		gdx_pinned_free(drv->dev, st->p);
+		free(st);
+	}
+}
+
+/* Smallest free stage that holds n bytes, else a new one (on the caller's thread). */
+static int stage_get(struct gdx_file_driver *drv, size_t n, struct async_stage **out)
+{
+	struct async_stage **pp, **best = NULL, *st;
+	int ret;
+
+	pthread_mutex_lock(&drv->gate_lock);
+	for (pp = &drv->stages; *pp; pp = &(*pp)->next)
+		if ((*pp)->cap >= n && (!best || (*pp)->cap < (*best)->cap))
+			best = pp;
+	if (best) {
+		st = *best;
+		*best = st->next;
+		pthread_mutex_unlock(&drv->gate_lock);
+		*out = st;
+		return 0;
+	}
+	pthread_mutex_unlock(&drv->gate_lock);
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	st->drv = drv;
+	st->cap = (n + 65535) & ~(size_t)65535;
+	ret = gdx_pinned_alloc(drv->dev, st->cap, &st->p);
+	if (ret) {
+		free(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
+/* Plain CPU work: safe in a host function. */
+static void stage_put(struct async_stage *st)
+{
+	struct gdx_file_driver *drv = st->drv;
+
+	pthread_mutex_lock(&drv->gate_lock);
+	st->next = drv->stages;
+	drv->stages = st;
+	pthread_mutex_unlock(&drv->gate_lock);
+}
+
+static void stage_put_fn(void *arg)
+{
+	stage_put(arg);
+}
 
 static int gates_ready(struct gdx_file_driver *drv)
 {
@@ -1047,12 +1120,20 @@ static void gate_open(struct gdx_file_driver *drv, unsigned g, uint32_t value)
 	pthread_mutex_unlock(&drv->gate_lock);
 }
 
+/*
+ * The worker touches only host memory (the caller's, or pinned staging): the
+ * stream's copies to and from device memory are its own, enqueued at
+ * submission, so nothing the gate releases depends on another stream.
+ */
 static void async_job(void *arg)
 {
 	struct async_op *a = arg;
 	struct gdx_file_driver *drv = a->f->drv;
+	size_t n = *a->size;
 
-	*a->done = rw(a->f, a->op, a->buf, *a->size, *a->off, NULL);
+	*a->done = n > a->max ? -EINVAL : rw(a->f, a->op, a->buf, n, *a->off, NULL);
+	if (a->wstage)
+		stage_put(a->wstage);
 	gate_open(drv, a->gate, a->gate_value);
 	free(a);
 }
@@ -1062,8 +1143,8 @@ static void async_job(void *arg)
  * call the device runtime nor wait for anything that does (CUDA runs host
  * functions of all streams on one thread).  It only hands the I/O to a
  * worker; the stream itself waits on the gate word the worker opens once the
- * I/O and its copies are done.  Size and offset are read by the worker, after
- * the stream got here.
+ * I/O is done.  Size and offset are read by the worker, after the stream got
+ * here.
  */
 static void async_host_fn(void *arg)
 {
@@ -1072,18 +1153,28 @@ static void async_host_fn(void *arg)
 
 	if (ret) {
 		*a->done = ret;
+		if (a->wstage)
+			stage_put(a->wstage);
 		gate_open(a->f->drv, a->gate, a->gate_value);
 		free(a);
 	}
 }
 
+/*
+ * Device buffers go through pinned staging of *size (the maximum) bytes:
+ * a write copies buf to it on the stream before the I/O, a read copies it to
+ * buf on the stream after the gate.
+ */
 static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, const size_t *size,
 		    const off_t *off, ssize_t *done, struct gdx_stream *s)
 {
 	struct gdx_file_driver *drv;
+	struct async_stage *st = NULL;
+	struct gdx_ptr_attrs attrs;
 	struct async_op *a;
 	uint32_t value;
 	unsigned gate;
+	size_t max;
 	int ret;
 
 	if (!f || !size || !off || !done || !s)
@@ -1091,30 +1182,66 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 	drv = f->drv;
 	if (gdx_stream_device(s) != drv->dev)
 		return -EINVAL;
+	max = *size;
+	if (max > (size_t)SSIZE_MAX || (max && !buf))
+		return -EINVAL;
 	wq_start(drv);
 	if (drv->wq_err)
 		return drv->wq_err;
 	ret = gates_ready(drv);
 	if (ret)
 		return ret;
+	if (max) {
+		ret = gdx_pointer_query(drv->dev, buf, &attrs);
+		if (ret)
+			return ret;
+		if (attrs.kind == GDX_MEM_DEVICE || attrs.kind == GDX_MEM_MANAGED) {
+			ret = stage_get(drv, max, &st);
+			if (ret)
+				return ret;
+		}
+	}
 	a = calloc(1, sizeof(*a));
-	if (!a)
-		return -ENOMEM;
-	*a = (struct async_op){ .f = f, .op = op, .buf = (void *)buf, .size = size, .off = off,
-				.done = done, .gate = gate_get(drv) };
+	if (!a) {
+		ret = -ENOMEM;
+		goto fail_stage;
+	}
+	*a = (struct async_op){ .f = f, .op = op, .buf = st ? st->p : (void *)buf, .max = max,
+				.size = size, .off = off, .done = done,
+				.wstage = op == GDX_FILE_WRITE ? st : NULL };
+	if (st && op == GDX_FILE_WRITE) {
+		ret = gdx_memcpy_async(drv->dev, st->p, buf, max, s);
+		if (ret)
+			goto fail_op;
+	}
+	a->gate = gate_get(drv);
 	gate = a->gate;
 	value = a->gate_value = drv->gates[gate] + 1;
 	ret = gdx_stream_launch_host_func(s, async_host_fn, a);
 	if (ret) {
 		gate_open(drv, gate, value);
-		free(a);
-		return ret;
+		goto fail_op;
 	}
 	/*
-	 * The host function now owns a.  Should the wait fail to enqueue, the
-	 * stream runs ahead of the I/O: report it, the caller must synchronize.
+	 * The host function now owns a (and a write's stage).  Should the wait
+	 * fail to enqueue, the stream runs ahead of the I/O: report it, the
+	 * caller must synchronize; a read's stage is then left to the worker's
+	 * writes, so it is not recycled.
 	 */
-	return gdx_stream_wait_value32(s, &drv->gates[gate], value);
+	ret = gdx_stream_wait_value32(s, &drv->gates[gate], value);
+	if (ret || !st || op != GDX_FILE_READ)
+		return ret;
+	ret = gdx_memcpy_async(drv->dev, (void *)buf, st->p, max, s);
+	if (!ret)
+		ret = gdx_stream_launch_host_func(s, stage_put_fn, st);
+	return ret;
+
+fail_op:
+	free(a);
+fail_stage:
+	if (st)
+		stage_put(st);
+	return ret;
 }
 
 GDX_API int gdx_file_read_async(struct gdx_file *f, void *buf, const size_t *size,

@@ -48,6 +48,7 @@ struct gdx_file_driver {
 	uint32_t *gates;
 	unsigned *gate_free;
 	unsigned ngate_free;
+	struct async_stage *stages;	/* free pinned staging, under gate_lock */
 	_Atomic unsigned handles;
 	_Atomic uint64_t next_id;
 	/* Reported by gdx_stats_dump_json under "file.N". */

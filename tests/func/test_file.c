@@ -529,7 +529,7 @@ static void stream_ordered(void **state)
 	struct gdx_file *f = open_path(disk_path, O_RDWR, 0, NULL);
 	unsigned char *h;
 	struct gdx_stream *s;
-	size_t size = 1;
+	size_t size = 400000;	/* the maximum; the final size is set below */
 	off_t off = 0;
 	ssize_t done = 12345, wdone = 0;
 	size_t wsize;
@@ -578,6 +578,26 @@ static void stream_ordered(void **state)
 	assert_int_equal(gdx_file_read_async(f, d, &size, &off, &done, s), 0);
 	assert_int_equal(gdx_stream_synchronize(s), 0);
 	assert_int_equal(done, -EINVAL);
+	/* A size above the one given at submission is refused when the I/O runs. */
+	off = 0;
+	size = 100;
+	assert_int_equal(gdx_file_read_async(f, d, &size, &off, &done, s), 0);
+	size = 101;
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(done, -EINVAL);
+	wsize = 100;
+	assert_int_equal(gdx_file_write_async(f, d, &wsize, &off, &wdone, s), 0);
+	wsize = 4096;
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(wdone, -EINVAL);
+	/* Pinned buffers are read into directly, in stream order. */
+	size = 777;
+	off = 1000;
+	memset(h, 0, 777);
+	assert_int_equal(gdx_file_read_async(f, h, &size, &off, &done, s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(done, 777);
+	assert_memory_equal(h, ref + 1000, 777);
 	gdx_stream_destroy(s);
 	gdx_file_close(f);
 	gdx_device_free(dev, d);
