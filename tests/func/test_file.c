@@ -581,15 +581,22 @@ static void stream_ordered(void **state)
 	/* A size above the one given at submission is refused when the I/O runs. */
 	off = 0;
 	size = 100;
+	wsize = 100;
+	woff = FSIZE;
+	gate_open = 0;
+	assert_int_equal(gdx_stream_launch_host_func(s, gate, NULL), 0);
 	assert_int_equal(gdx_file_read_async(f, d, &size, &off, &done, s), 0);
+	assert_int_equal(gdx_file_write_async(f, d, &wsize, &woff, &wdone, s), 0);
 	size = 101;
+	wsize = 4096;
+	pthread_mutex_lock(&gate_lock);
+	gate_open = 1;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
 	assert_int_equal(gdx_stream_synchronize(s), 0);
 	assert_int_equal(done, -EINVAL);
-	wsize = 100;
-	assert_int_equal(gdx_file_write_async(f, d, &wsize, &off, &wdone, s), 0);
-	wsize = 4096;
-	assert_int_equal(gdx_stream_synchronize(s), 0);
 	assert_int_equal(wdone, -EINVAL);
+	assert_int_equal(ftruncate(gdx_file_fd(f), FSIZE), 0);
 	/* Pinned buffers are read into directly, in stream order. */
 	size = 777;
 	off = 1000;
