@@ -22,7 +22,7 @@
 set -u
 
 PROGS="examples/train_step/train_step_cuda examples/train_step/train_step tests/func/test_pipeline"
-GLIBC="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2"
+. "$(dirname "$0")/gpu_lib.sh"
 
 stage() {
 	build=$1 dir=$2
@@ -39,10 +39,7 @@ stage() {
 			esac
 		done || exit 1
 	done
-	for lib in $GLIBC; do
-		cp -L "/lib/x86_64-linux-gnu/$lib" "$dir/glibc/" 2>/dev/null ||
-			cp -L "/lib64/$lib" "$dir/glibc/" || exit 1
-	done
+	gpu_stage_glibc "$dir"
 	du -sh "$dir"
 	exit 0
 }
@@ -63,13 +60,8 @@ export TMPDIR="$work"
 log="$out/pipeline_gpu.log"
 : >"$log"
 
-loader=
-glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
-case $glibc in
-2.[0-9]|2.[12][0-9]|2.3[0-3])
-	loader="$dir/glibc/ld-linux-x86-64.so.2 --library-path $dir:$dir/glibc:/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu"
-	echo "# glibc $glibc is older than the build's: using the staged one" ;;
-esac
+gpu_loader "$dir"
+[ -z "$loader" ] || echo "# glibc $glibc is older than the build's: using the staged one"
 echo "# $(uname -sr); glibc $glibc; $(nproc) CPUs"
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader \
 	2>/dev/null | sed 's/^/# /' || echo "# nvidia-smi: not found"

@@ -15,20 +15,8 @@
 set -u
 
 GDX=${1:-}
-if [ -z "$GDX" ]; then
-	if [ -x .carry/cuda/tools/gdx/gdx ]; then GDX=.carry/cuda/tools/gdx/gdx; else GDX=build/tools/gdx/gdx; fi
-fi
-[ -x "$GDX" ] || { echo "gdx not found at $GDX" >&2; exit 2; }
-stage=$(cd "$(dirname "$GDX")/../.." && pwd)
-export GDX_DEVICE=${GDX_DEVICE:-cuda}
-export LD_LIBRARY_PATH="$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-loader=
-glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
-case $glibc in
-2.[0-9]|2.[12][0-9]|2.3[0-3])
-	[ -d "$stage/glibc" ] && loader="$stage/glibc/ld-linux-x86-64.so.2 --library-path $stage:$stage/glibc:/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu" ;;
-esac
-gdx() { $loader "$GDX" "$@"; }
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_gdx "$GDX"
 
 out=${OUT:-/tmp}/xport_gpu.txt
 : >"$out"

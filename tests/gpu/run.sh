@@ -25,7 +25,7 @@ set -u
 PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool tests/func/test_file tests/func/test_xport_conformance tests/func/test_nvmf_host_target"
 # Staged beside them and run after them, not counted: the readiness report.
 TOOLS="tools/gdx/gdx"
-GLIBC="libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2"
+. "$(dirname "$0")/../../bench/gpu_lib.sh"
 
 stage() {
 	build=$1 dir=$2
@@ -42,10 +42,7 @@ stage() {
 		done || exit 1
 	done
 	cp "$build/tests/unit/libfake_cuda.so" "$dir/tests/unit/" || exit 1
-	for lib in $GLIBC; do
-		cp -L "/lib/x86_64-linux-gnu/$lib" "$dir/glibc/" 2>/dev/null ||
-			cp -L "/lib64/$lib" "$dir/glibc/" || exit 1
-	done
+	gpu_stage_glibc "$dir"
 	ls -l "$dir" "$dir/tests/unit" "$dir/tests/gpu"
 	exit 0
 }
@@ -61,13 +58,8 @@ export GDX_BUILDDIR="$dir" GDX_DEVICE=cuda GDX_TEST_XPORT=${GDX_TEST_XPORT:-tcp}
 
 # The programs were linked against glibc 2.34+; an older system runs them under
 # the staged glibc (the driver, built for old glibc releases, loads under it too).
-loader=
-glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
-case $glibc in
-2.[0-9]|2.[12][0-9]|2.3[0-3])
-	loader="$dir/glibc/ld-linux-x86-64.so.2 --library-path $dir:$dir/glibc:/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu"
-	echo "# glibc $glibc is older than the build's: using the staged one" ;;
-esac
+gpu_loader "$dir"
+[ -z "$loader" ] || echo "# glibc $glibc is older than the build's: using the staged one"
 
 echo "# $(uname -sr); glibc $glibc"
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader \
