@@ -219,18 +219,33 @@ static int connect_h(struct hopts *h, struct gdx_nvmf_ctrl **c)
 	return rc;
 }
 
+/*
+ * The id-* commands: parse, then connect with one I/O queue unless asked for more (they only
+ * identify).  False when there is nothing to identify, with *status the command's exit status.
+ */
+static bool parse_connect(int argc, char **argv, struct hopts *h, struct gdx_nvmf_ctrl **c,
+			  int *status)
+{
+	int rc = parse(argc, argv, h, false);
+
+	if (rc) {
+		*status = parse_done(rc);
+		return false;
+	}
+	h->o.nr_io_queues = h->o.nr_io_queues ? h->o.nr_io_queues : 1;
+	*status = 1;
+	return connect_h(h, c) == 0;
+}
+
 int cmd_nvmf_id_ctrl(int argc, char **argv)
 {
 	struct gdx_nvmf_ctrl_info in;
 	struct gdx_nvmf_ctrl *c;
 	struct hopts h;
-	int rc = parse(argc, argv, &h, false);
+	int rc;
 
-	if (rc)
-		return parse_done(rc);
-	h.o.nr_io_queues = h.o.nr_io_queues ? h.o.nr_io_queues : 1;
-	if (connect_h(&h, &c))
-		return 1;
+	if (!parse_connect(argc, argv, &h, &c, &rc))
+		return rc;
 	gdx_nvmf_ctrl_info(c, &in);
 	if (h.json) {
 		printf("{\"vid\": %u, \"cntlid\": %u, \"sn\": ", in.vid, in.cntlid);
@@ -268,13 +283,10 @@ int cmd_nvmf_id_ns(int argc, char **argv)
 	struct gdx_nvmf_ns_info ns;
 	struct gdx_nvmf_ctrl *c;
 	struct hopts h;
-	int rc = parse(argc, argv, &h, false);
+	int rc;
 
-	if (rc)
-		return parse_done(rc);
-	h.o.nr_io_queues = h.o.nr_io_queues ? h.o.nr_io_queues : 1;
-	if (connect_h(&h, &c))
-		return 1;
+	if (!parse_connect(argc, argv, &h, &c, &rc))
+		return rc;
 	rc = gdx_nvmf_identify_ns(c, h.nsid, &ns);
 	gdx_nvmf_disconnect(c);
 	if (rc) {
