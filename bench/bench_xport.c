@@ -438,19 +438,29 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
+/* A connected loopback pair and a buffer of size bytes of fill to send over it; NULL if not. */
+static char *raw_tcp_open(struct sockpair *p, size_t size, int fill)
+{
+	char *buf = malloc(size);
+
+	if (!buf || tcp_pair(p)) {
+		free(buf);
+		return NULL;
+	}
+	memset(buf, fill, size);
+	return buf;
+}
+
 static double raw_tcp_bw(struct cfg *c, size_t size)
 {
 	struct sockpair p;
 	struct sink s;
 	pthread_t th;
-	char *buf = malloc(size);
+	char *buf = raw_tcp_open(&p, size, 1);
 	uint64_t t0, deadline;
 
-	if (!buf || tcp_pair(&p)) {
-		free(buf);
+	if (!buf)
 		return -EIO;
-	}
-	memset(buf, 1, size);
 	s = (struct sink){ .fd = p.b, .size = size };
 	pthread_create(&th, NULL, sink_main, &s);
 	t0 = gdx_now_ns();
@@ -488,14 +498,11 @@ static double raw_tcp_lat(struct cfg *c, size_t size)
 	struct sockpair p;
 	struct echo e;
 	pthread_t th;
-	char *buf = malloc(size);
+	char *buf = raw_tcp_open(&p, size, 2);
 	uint64_t t0, deadline, iters = 0;
 
-	if (!buf || tcp_pair(&p)) {
-		free(buf);
+	if (!buf)
 		return -EIO;
-	}
-	memset(buf, 2, size);
 	e = (struct echo){ .fd = p.b, .size = size };
 	pthread_create(&th, NULL, echo_main, &e);
 	t0 = gdx_now_ns();
