@@ -566,7 +566,8 @@ static void teardown(struct nh_ctrl *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-static void fail_pending(struct nh_ctrl *c, int err)
+/* Detaches the whole pending list, so that it is walked without the lock. */
+static struct nh_req *take_pending(struct nh_ctrl *c)
 {
 	struct nh_req *r;
 
@@ -575,6 +576,13 @@ static void fail_pending(struct nh_ctrl *c, int err)
 	c->pending = NULL;
 	c->pending_tail = &c->pending;
 	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+static void fail_pending(struct nh_ctrl *c, int err)
+{
+	struct nh_req *r = take_pending(c);
+
 	while (r) {
 		struct nh_req *next = r->next;
 
@@ -585,13 +593,8 @@ static void fail_pending(struct nh_ctrl *c, int err)
 
 static void resubmit_pending(struct nh_ctrl *c)
 {
-	struct nh_req *r;
+	struct nh_req *r = take_pending(c);
 
-	pthread_mutex_lock(&c->lock);
-	r = c->pending;
-	c->pending = NULL;
-	c->pending_tail = &c->pending;
-	pthread_mutex_unlock(&c->lock);
 	while (r) {
 		struct nh_req *next = r->next;
 
