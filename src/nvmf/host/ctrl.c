@@ -27,6 +27,17 @@
 #define ADMIN_DEPTH 32
 #define TICK_MS 50
 
+/* One tick from now, as the CLOCK_REALTIME deadline pthread_cond_timedwait wants. */
+static void tick_deadline(struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_nsec += TICK_MS * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
 /* ---- requests ------------------------------------------------------------- */
 
 struct nh_wait {
@@ -113,12 +124,7 @@ static int queue_exec(struct nh_queue *q, struct nh_req *r)
 	while (!w.done) {
 		bool dead;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += TICK_MS * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		tick_deadline(&ts);
 		if (!pthread_cond_timedwait(&w.cv, &w.m, &ts) || w.done)
 			continue;
 		pthread_mutex_lock(&q->lock);
@@ -726,12 +732,7 @@ static void *ctrl_main(void *arg)
 		struct timespec ts;
 		uint64_t now;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += TICK_MS * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		tick_deadline(&ts);
 		if (!(c->need_recovery && c->state == GDX_NVMF_LIVE))
 			pthread_cond_timedwait(&c->cv, &c->lock, &ts);
 		if (c->stopping)
