@@ -267,7 +267,9 @@ GDX_API int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *io,
  * is done, and work enqueued on s afterwards waits for them.  Results are in
  * ios[] once the stream has passed that point (gdx_stream_synchronize).  The
  * stream waits on a word of pinned memory (gdx_stream_wait_value32), never in
- * a host function.  Synchronize s before disconnecting.
+ * a host function.  Device buffers move through pinned staging whose copies
+ * run on s itself (len and buf are read at the call).  Synchronize s before
+ * disconnecting.
  */
 GDX_API int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *ios, unsigned n,
 				  struct gdx_stream *s);

@@ -289,8 +289,26 @@ static void stream_ordered(void **state)
 	assert_int_equal(gdx_stream_synchronize(s), 0);
 	assert_int_equal(w.result, 0);
 	assert_int_equal(r.result, 0);
+	assert_string_equal(w.path, "bounce");
+	assert_string_equal(r.path, "bounce");
 	for (size_t i = 0; i < n; i++)
 		assert_int_equal(h[i], 0x77);
+	/* Pinned memory is read into directly. */
+	{
+		uint8_t *p;
+
+		assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&p), 0);
+		memset(p, 0, 4096);
+		r = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1, .offset = 65536,
+					  .len = 4096, .buf = p };
+		assert_int_equal(gdx_nvmf_submit_async(c, &r, 1, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_int_equal(r.result, 0);
+		assert_string_equal(r.path, "direct");
+		for (size_t i = 0; i < 4096; i++)
+			assert_int_equal(p[i], 0x77);
+		gdx_pinned_free(dev, p);
+	}
 
 	/*
 	 * More batches in flight than the controller has gates per device: the

@@ -384,18 +384,32 @@ int gdx_nvmf_deallocate(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t offset,
  * on a gate: a word of pinned memory the worker stores once the I/O is done
  * (gdx_stream_wait_value32).  The host function itself never waits: CUDA
  * runs the host functions of all streams on one thread, and one that waited
- * for the worker -- whose copies call the device runtime -- would hold up
- * every stream and may deadlock the runtime.
+ * for the worker would hold up every stream.  Nor does the worker touch
+ * device memory: streams may share a hardware queue, so a copy on a stream
+ * of the worker's could queue behind the very wait it should release.  A
+ * device buffer therefore moves through pinned staging whose copies are
+ * enqueued at submission on the caller's stream: before the host function
+ * for a write, after the wait for a read.
  *
  * Gates come from a table per device the controller was used with; a word
  * only grows, so a gate can be handed out again as soon as it is stored.
  */
 #define AGATES 256
 
+struct astage {
+	struct astage *next;	/* in the free list, or a read's chain in flight */
+	struct agate_tab *tab;
+	size_t cap;
+	void *p;		/* pinned, of tab->dev */
+};
+
 struct agate_tab {
 	struct agate_tab *next;
 	struct gdx_device *dev;	/* a reference of ours */
 	uint32_t *words;	/* pinned */
+	struct astage *stages;	/* free staging, under c->alock */
+	struct astage *retired;	/* copies may still be enqueued: freed at disconnect */
+	struct nh_ctrl *c;
 	unsigned nfree;
 	unsigned free[AGATES];
 };
@@ -403,6 +417,8 @@ struct agate_tab {
 struct async_job {
 	struct nh_ctrl *c;
 	struct gdx_nvmf_io *ios;
+	struct gdx_nvmf_io *sh;	/* what the worker submits: staging for device buffers */
+	struct astage **wst;	/* a write's staging, recycled by the worker */
 	unsigned n;
 	struct agate_tab *tab;
 	unsigned gate;
@@ -423,6 +439,8 @@ static void job_put(struct async_job *j)
 	if (last) {
 		pthread_mutex_destroy(&j->m);
 		pthread_cond_destroy(&j->cv);
+		free(j->sh);
+		free(j->wst);
 		free(j);
 	}
 }
@@ -454,6 +472,7 @@ static int agate_tab(struct nh_ctrl *c, struct gdx_device *dev, struct agate_tab
 	t->nfree = AGATES;
 	atomic_fetch_add(&dev->refs, 1);
 	t->dev = dev;
+	t->c = c;
 	t->next = c->agates;
 	c->agates = t;
 	*out = t;
@@ -488,6 +507,67 @@ static void agate_open(struct async_job *j)
 	pthread_mutex_lock(&c->alock);
 	j->tab->free[j->tab->nfree++] = j->gate;
 	pthread_cond_broadcast(&c->acv);
+	pthread_mutex_unlock(&c->alock);
+}
+
+/* Smallest free stage of t holding n bytes, else a new one (caller's thread). */
+static int astage_get(struct nh_ctrl *c, struct agate_tab *t, size_t n, struct astage **out)
+{
+	struct astage **pp, **best = NULL, *st;
+	int rc;
+
+	pthread_mutex_lock(&c->alock);
+	for (pp = &t->stages; *pp; pp = &(*pp)->next)
+		if ((*pp)->cap >= n && (!best || (*pp)->cap < (*best)->cap))
+			best = pp;
+	st = best ? *best : NULL;
+	if (st)
+		*best = st->next;
+	pthread_mutex_unlock(&c->alock);
+	if (!st) {
+		st = calloc(1, sizeof(*st));
+		if (!st)
+			return -ENOMEM;
+		st->tab = t;
+		st->cap = (n + 65535) & ~(size_t)65535;
+		rc = gdx_pinned_alloc(t->dev, st->cap, &st->p);
+		if (rc) {
+			free(st);
+			return rc;
+		}
+	}
+	st->next = NULL;
+	*out = st;
+	return 0;
+}
+
+/* Returns a chain of stages to their table: plain CPU work, fit for a host function. */
+static void astage_put_chain(void *arg)
+{
+	struct astage *st = arg, *next;
+
+	for (; st; st = next) {
+		struct nh_ctrl *c = st->tab->c;
+
+		next = st->next;
+		pthread_mutex_lock(&c->alock);
+		st->next = st->tab->stages;
+		st->tab->stages = st;
+		pthread_mutex_unlock(&c->alock);
+	}
+}
+
+/* Stages a failed submission may have enqueued copies for: never reused. */
+static void astage_retire(struct astage *st)
+{
+	struct nh_ctrl *c;
+
+	if (!st)
+		return;
+	c = st->tab->c;
+	pthread_mutex_lock(&c->alock);
+	st->next = st->tab->retired;
+	st->tab->retired = st;
 	pthread_mutex_unlock(&c->alock);
 }
 
@@ -528,10 +608,18 @@ static void *async_main(void *arg)
 	}
 	pthread_mutex_unlock(&j->m);
 	if (j->started) {
-		gdx_nvmf_submit((struct gdx_nvmf_ctrl *)c, j->ios, j->n);
+		gdx_nvmf_submit((struct gdx_nvmf_ctrl *)c, j->sh, j->n);
 	} else {
 		for (unsigned i = 0; i < j->n; i++)
-			j->ios[i].result = -ECANCELED;
+			j->sh[i].result = -ECANCELED;
+	}
+	for (unsigned i = 0; i < j->n; i++) {
+		j->ios[i].result = j->sh[i].result;
+		j->ios[i].nvme_status = j->sh[i].nvme_status;
+		j->ios[i].path = j->sh[i].buf == j->ios[i].buf ? j->sh[i].path :
+				 j->ios[i].result ? "none" : "bounce";
+		if (j->wst && j->wst[i])
+			astage_put_chain(j->wst[i]);
 	}
 	agate_open(j);
 	job_put(j);
@@ -542,10 +630,57 @@ static void *async_main(void *arg)
 	return NULL;
 }
 
+static bool staged(const struct gdx_nvmf_io *io)
+{
+	return io->op <= GDX_NVMF_OP_WRITE && io->len && io->buf &&
+	       mem_kind(io->buf) == NH_MEM_DEVICE;
+}
+
+static void job_free(struct async_job *j)
+{
+	pthread_mutex_destroy(&j->m);
+	pthread_cond_destroy(&j->cv);
+	free(j->sh);
+	free(j->wst);
+	free(j);
+}
+
+/*
+ * Gives each device buffer of j a stage: a write's is filled on s now and
+ * recycled by the worker, a read's joins *rchain, to be copied out on s
+ * after the wait.
+ */
+static int stage_all(struct async_job *j, struct gdx_stream *s, struct astage **rchain)
+{
+	struct gdx_device *dev = j->tab->dev;
+	struct astage *st;
+	int rc;
+
+	for (unsigned i = 0; i < j->n; i++) {
+		if (!staged(&j->ios[i]))
+			continue;
+		rc = astage_get(j->c, j->tab, j->ios[i].len, &st);
+		if (rc)
+			return rc;
+		j->sh[i].buf = st->p;
+		if (j->ios[i].op == GDX_NVMF_OP_READ) {
+			st->next = *rchain;
+			*rchain = st;
+			continue;
+		}
+		j->wst[i] = st;
+		rc = gdx_memcpy_async(dev, st->p, j->ios[i].buf, j->ios[i].len, s);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigned n,
 			  struct gdx_stream *s)
 {
 	struct nh_ctrl *c = (struct nh_ctrl *)ctrl;
+	struct astage *rchain = NULL;
 	struct async_job *j;
 	pthread_attr_t attr;
 	pthread_t t;
@@ -562,31 +697,48 @@ int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, u
 	j->refs = 2;
 	pthread_mutex_init(&j->m, NULL);
 	pthread_cond_init(&j->cv, NULL);
+	j->sh = calloc(n ? n : 1, sizeof(*j->sh));
+	j->wst = calloc(n ? n : 1, sizeof(*j->wst));
+	if (!j->sh || !j->wst) {
+		job_free(j);
+		return -ENOMEM;
+	}
 	rc = agate_get(c, gdx_stream_device(s), j);
 	if (rc) {
-		pthread_mutex_destroy(&j->m);
-		pthread_cond_destroy(&j->cv);
-		free(j);
+		job_free(j);
 		return rc;
 	}
 	for (unsigned i = 0; i < n; i++) {
 		ios[i].result = -EINPROGRESS;
 		ios[i].path = "none";
+		j->sh[i] = ios[i];
 	}
-	rc = gdx_stream_launch_host_func(s, start_fn, j);
+	rc = stage_all(j, s, &rchain);
+	if (!rc)
+		rc = gdx_stream_launch_host_func(s, start_fn, j);
 	if (rc) {
 		agate_open(j);
-		pthread_mutex_destroy(&j->m);
-		pthread_cond_destroy(&j->cv);
-		free(j);
+		for (unsigned i = 0; i < n; i++)
+			astage_retire(j->wst[i]);
+		astage_put_chain(rchain);
+		job_free(j);
 		return rc;
 	}
 	/*
 	 * The host function now holds a reference.  Should the wait fail to
 	 * enqueue, the stream runs ahead of the I/O: report it, the caller must
-	 * synchronize before reading the results.
+	 * synchronize before reading the results; a read's stages are then left
+	 * to the worker's writes, so they are not recycled.
 	 */
 	wrc = gdx_stream_wait_value32(s, &j->tab->words[j->gate], j->value);
+	if (!wrc && rchain) {
+		for (unsigned i = 0; i < n && !wrc; i++)
+			if (staged(&ios[i]) && ios[i].op == GDX_NVMF_OP_READ)
+				wrc = gdx_memcpy_async(j->tab->dev, ios[i].buf, j->sh[i].buf,
+						       ios[i].len, s);
+		if (!wrc)
+			wrc = gdx_stream_launch_host_func(s, astage_put_chain, rchain);
+	}
 	pthread_mutex_lock(&c->alock);
 	c->async_live++;
 	pthread_mutex_unlock(&c->alock);
@@ -596,8 +748,10 @@ int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, u
 	pthread_attr_destroy(&attr);
 	if (rc) {
 		/* the host function is already enqueued: it drops its own reference */
-		for (unsigned i = 0; i < n; i++)
+		for (unsigned i = 0; i < n; i++) {
 			ios[i].result = -rc;
+			astage_retire(j->wst[i]);
+		}
 		agate_open(j);
 		job_put(j);
 		pthread_mutex_lock(&c->alock);
@@ -606,6 +760,17 @@ int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, u
 		return -rc;
 	}
 	return wrc;
+}
+
+static void astages_free(struct gdx_device *dev, struct astage *st)
+{
+	struct astage *next;
+
+	for (; st; st = next) {
+		next = st->next;
+		gdx_pinned_free(dev, st->p);
+		free(st);
+	}
 }
 
 /*
@@ -628,6 +793,8 @@ void nh_async_stop(struct nh_ctrl *c)
 		struct agate_tab *next = t->next;
 
 		gdx_pinned_free(t->dev, t->words);
+		astages_free(t->dev, t->stages);
+		astages_free(t->dev, t->retired);
 		gdx_device_close(t->dev);
 		free(t);
 		t = next;
