@@ -1064,21 +1064,16 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	return 0;
 }
 
-static int resolve(const char *hostport, int passive, struct addrinfo **res)
+/* Handshakes on a fresh connection and starts the endpoint on it; closes fd on failure. */
+static int ep_open(struct gdx_xport_ep *ep, int fd, void **priv)
 {
-	char host[256], port[8];
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = passive ? AI_PASSIVE : 0 };
-	int r = gdx_xport_split_hostport(hostport, host, sizeof(host), port, sizeof(port));
+	int ret = handshake(fd, ep->opts.timeout_ms);
 
-	if (r)
-		return r;
-	r = getaddrinfo(!strcmp(host, "*") ? NULL : host, port, &hints, res);
-	if (r) {
-		GDX_ERR(SUBSYS, "%s: %s", hostport, gai_strerror(r));
-		return -EHOSTUNREACH;
-	}
-	return 0;
+	if (!ret)
+		ret = ep_start(ep, fd, priv);
+	if (ret)
+		close(fd);
+	return ret;
 }
 
 static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void **priv,
@@ -1088,7 +1083,7 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 	struct tcp_listener *tl;
 	int fd = -1, one = 1, ret = -EADDRNOTAVAIL;
 
-	ret = resolve(hostport, 1, &ai);
+	ret = gdx_xport_resolve(hostport, AF_UNSPEC, 1, &ai);
 	if (ret)
 		return ret;
 	for (a = ai; a; a = a->ai_next) {
@@ -1135,7 +1130,7 @@ static int tcp_accept(void *lpriv, struct gdx_xport_ep *ep, int timeout_ms, void
 {
 	struct tcp_listener *tl = lpriv;
 	struct pollfd pfd = { .fd = tl->fd, .events = POLLIN };
-	int fd, r, ret;
+	int fd, r;
 
 	r = poll(&pfd, 1, timeout_ms);
 	if (r == 0)
@@ -1145,12 +1140,7 @@ static int tcp_accept(void *lpriv, struct gdx_xport_ep *ep, int timeout_ms, void
 	fd = accept4(tl->fd, NULL, NULL, SOCK_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	ret = handshake(fd, ep->opts.timeout_ms);
-	if (!ret)
-		ret = ep_start(ep, fd, priv);
-	if (ret)
-		close(fd);
-	return ret;
+	return ep_open(ep, fd, priv);
 }
 
 static void tcp_listener_close(void *lpriv)
@@ -1166,7 +1156,7 @@ static int tcp_connect(struct gdx_xport_ep *ep, const char *hostport, void **pri
 	struct addrinfo *ai, *a;
 	int fd = -1, ret;
 
-	ret = resolve(hostport, 0, &ai);
+	ret = gdx_xport_resolve(hostport, AF_UNSPEC, 0, &ai);
 	if (ret)
 		return ret;
 	ret = -ECONNREFUSED;
@@ -1183,12 +1173,7 @@ static int tcp_connect(struct gdx_xport_ep *ep, const char *hostport, void **pri
 	freeaddrinfo(ai);
 	if (fd < 0)
 		return ret;
-	ret = handshake(fd, ep->opts.timeout_ms);
-	if (!ret)
-		ret = ep_start(ep, fd, priv);
-	if (ret)
-		close(fd);
-	return ret;
+	return ep_open(ep, fd, priv);
 }
 
 static void tcp_disconnect(void *priv)

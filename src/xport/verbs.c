@@ -446,21 +446,21 @@ static int start_cm(struct vb_ep *v)
 	return ret;
 }
 
-static int resolve(const char *hostport, int passive, struct addrinfo **res)
+/* Sets up the queue pair, accepts (passive) or connects, and waits until established. */
+static int establish(struct vb_ep *v, struct gdx_xport_ep *fe, int passive)
 {
-	char host[256], port[8];
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = passive ? AI_PASSIVE : 0 };
-	int r = gdx_xport_split_hostport(hostport, host, sizeof(host), port, sizeof(port));
+	struct rdma_conn_param p;
+	int ret = setup_qp(v, fe);
 
-	if (r)
-		return r;
-	r = getaddrinfo(!strcmp(host, "*") ? NULL : host, port, &hints, res);
-	if (r) {
-		GDX_ERR(SUBSYS, "%s: %s", hostport, gai_strerror(r));
-		return -EHOSTUNREACH;
-	}
-	return 0;
+	if (ret)
+		return ret;
+	conn_param(v, &p);
+	if (passive ? rdma_accept(v->id, &p) : rdma_connect(v->id, &p))
+		return -errno;
+	ret = wait_event(v->ch, RDMA_CM_EVENT_ESTABLISHED, fe->opts.timeout_ms, NULL);
+	if (!ret)
+		ret = start_cm(v);
+	return ret;
 }
 
 /*
@@ -512,7 +512,7 @@ static int vb_listen(struct gdx_xport_listener *l, const char *hostport, void **
 
 	if (!vl)
 		return -ENOMEM;
-	ret = resolve(hostport, 1, &ai);
+	ret = gdx_xport_resolve(hostport, AF_INET, 1, &ai);
 	if (ret) {
 		free(vl);
 		return ret;
@@ -563,7 +563,6 @@ static int vb_accept(void *lpriv, struct gdx_xport_ep *fe, int timeout_ms, void 
 {
 	struct vb_listener *vl = lpriv;
 	struct rdma_cm_event *ev = NULL;
-	struct rdma_conn_param p;
 	struct vb_ep *v;
 	int ret;
 
@@ -583,17 +582,7 @@ static int vb_accept(void *lpriv, struct gdx_xport_ep *fe, int timeout_ms, void 
 		ret = -errno;
 		goto fail;
 	}
-	ret = setup_qp(v, fe);
-	if (ret)
-		goto fail;
-	conn_param(v, &p);
-	if (rdma_accept(v->id, &p)) {
-		ret = -errno;
-		goto fail;
-	}
-	ret = wait_event(v->ch, RDMA_CM_EVENT_ESTABLISHED, fe->opts.timeout_ms, NULL);
-	if (!ret)
-		ret = start_cm(v);
+	ret = establish(v, fe, 1);
 	if (ret)
 		goto fail;
 	*priv = v;
@@ -608,14 +597,13 @@ fail:
 static int vb_connect(struct gdx_xport_ep *fe, const char *hostport, void **priv)
 {
 	struct vb_ep *v = calloc(1, sizeof(*v));
-	struct rdma_conn_param p;
 	struct sockaddr_in src;
 	struct addrinfo *ai;
 	int ret, have_src;
 
 	if (!v)
 		return -ENOMEM;
-	ret = resolve(hostport, 0, &ai);
+	ret = gdx_xport_resolve(hostport, AF_INET, 0, &ai);
 	if (ret) {
 		free(v);
 		return ret;
@@ -641,17 +629,7 @@ static int vb_connect(struct gdx_xport_ep *fe, const char *hostport, void **priv
 	ret = wait_event(v->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, RESOLVE_MS + 1000, NULL);
 	if (ret)
 		goto fail;
-	ret = setup_qp(v, fe);
-	if (ret)
-		goto fail;
-	conn_param(v, &p);
-	if (rdma_connect(v->id, &p)) {
-		ret = -errno;
-		goto fail;
-	}
-	ret = wait_event(v->ch, RDMA_CM_EVENT_ESTABLISHED, fe->opts.timeout_ms, NULL);
-	if (!ret)
-		ret = start_cm(v);
+	ret = establish(v, fe, 0);
 	if (ret)
 		goto fail;
 	freeaddrinfo(ai);

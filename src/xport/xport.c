@@ -5,12 +5,14 @@
  * path, require_direct) and argument checks.  Backends only move bytes.
  */
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -611,6 +613,23 @@ int gdx_xport_split_hostport(const char *hp, char *host, size_t hlen, char *port
 	memcpy(host, h, n);
 	host[n] = 0;
 	strcpy(port, colon + 1);
+	return 0;
+}
+
+int gdx_xport_resolve(const char *hostport, int family, int passive, struct addrinfo **res)
+{
+	char host[256], port[8];
+	struct addrinfo hints = { .ai_family = family, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = passive ? AI_PASSIVE : 0 };
+	int r = gdx_xport_split_hostport(hostport, host, sizeof(host), port, sizeof(port));
+
+	if (r)
+		return r;
+	r = getaddrinfo(!strcmp(host, "*") ? NULL : host, port, &hints, res);
+	if (r) {
+		GDX_ERR(SUBSYS, "%s: %s", hostport, gai_strerror(r));
+		return -EHOSTUNREACH;
+	}
 	return 0;
 }
 

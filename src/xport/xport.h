@@ -61,4 +61,12 @@ void gdx_xport_rkey_put(struct gdx_xport_rkey *k);
 /* Parses "host:port" (host may be [v6]); port may be 0. */
 int gdx_xport_split_hostport(const char *hp, char *host, size_t hlen, char *port, size_t plen);
 
+struct addrinfo;
+/*
+ * Resolves "host:port" ("*" = any address) to stream-socket addresses of the given
+ * family (AF_UNSPEC for any); passive asks for addresses to bind to.  Free *res
+ * with freeaddrinfo().
+ */
+int gdx_xport_resolve(const char *hostport, int family, int passive, struct addrinfo **res);
+
 #endif
