@@ -1081,15 +1081,18 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 {
 	struct addrinfo *ai, *a;
 	struct tcp_listener *tl;
-	int fd = -1, one = 1, ret = -EADDRNOTAVAIL;
+	int fd = -1, one = 1, ret;
 
 	ret = gdx_xport_resolve(hostport, AF_UNSPEC, 1, &ai);
 	if (ret)
 		return ret;
+	ret = -EADDRNOTAVAIL;
 	for (a = ai; a; a = a->ai_next) {
 		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-		if (fd < 0)
+		if (fd < 0) {
+			ret = -errno;
 			continue;
+		}
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (!bind(fd, a->ai_addr, a->ai_addrlen) && !listen(fd, 64))
 			break;
