@@ -675,6 +675,19 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		tx_free(x);
 }
 
+/* Queues x unless the endpoint died, in which case x is dropped. */
+static int tx_submit(struct tcp_ep *t, struct txi *x)
+{
+	pthread_mutex_lock(&t->lock);
+	if (t->dead) {
+		pthread_mutex_unlock(&t->lock);
+		tx_free(x);
+		return -ECONNRESET;
+	}
+	tx_submit_locked(t, x);
+	return 0;
+}
+
 /* Sends the responses the receive thread owes, as one frame train. */
 static int resp_flush(struct tcp_ep *t)
 {
@@ -697,14 +710,7 @@ static int resp_flush(struct tcp_ep *t)
 		}
 		memcpy(x->extra, &t->resp[1], x->extra_len);
 	}
-	pthread_mutex_lock(&t->lock);
-	if (t->dead) {
-		pthread_mutex_unlock(&t->lock);
-		tx_free(x);
-		return -ECONNRESET;
-	}
-	tx_submit_locked(t, x);
-	return 0;
+	return tx_submit(t, x);
 }
 
 /* Owes the peer a response (receive thread only). */
@@ -892,14 +898,7 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 	} else if (reg.kind != GDX_MEM_HOST && reg.kind != GDX_MEM_PINNED) {
 		x->dev = reg.dev;
 	}
-	pthread_mutex_lock(&t->lock);
-	if (t->dead) {
-		pthread_mutex_unlock(&t->lock);
-		tx_free(x);
-		return -ECONNRESET;
-	}
-	tx_submit_locked(t, x);
-	return 0;
+	return tx_submit(t, x);
 }
 
 /* The response at the head of the outstanding queue must be for id. */
