@@ -52,9 +52,11 @@ fi
 dir=$(cd "${1:-.carry/pipeline}" && pwd) || exit 2
 export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GDX_DEVICE=${GDX_DEVICE_OVERRIDE:-cuda}
-# Logs go to $OUT (what the GPU tool brings back), the data set to /tmp.
+# Logs go to $OUT (what the GPU tool brings back).  The data set goes to
+# tmpfs, like a training set held in memory, so that the load stage can be as
+# short as the seed's 50 us; GDX_PIPELINE_WORK=DIR puts it on a disk instead.
 out=${OUT:-/tmp/pipeline_gpu}
-work=/tmp/gdx_pipeline_gpu
+work=${GDX_PIPELINE_WORK:-/dev/shm/gdx_pipeline_gpu}
 mkdir -p "$out" "$work"
 export TMPDIR="$work"
 log="$out/pipeline_gpu.log"
