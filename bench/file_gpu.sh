@@ -10,7 +10,7 @@
 # the machine's disk (default /var/tmp).  Creates a 4 GiB file on tmpfs and on
 # the disk, drops caches where allowed, runs `gdx bench file` for each target
 # (every line carries its own ceilings, measured in the same run), a small knob
-# sweep, KvikIO where its Python package is installed, and ends with a table of
+# sweep, KvikIO where bench/kvikio_gpu.sh staged it, and ends with a table of
 # the targets.  Raw JSON lines go to $OUT (or /tmp)/file_gpu.jsonl.
 set -u
 
@@ -72,34 +72,11 @@ for d in 8 32; do
 	run sweep_depth GDX_FILE_DEPTH=$d -- --file "$disk" --cache cold --io-size 64M
 done
 
-if python3 -c 'import kvikio, cupy' 2>/dev/null; then
-	echo "=== KvikIO on the same files"
-	for f in "$shm" "$disk"; do
-		python3 - "$f" <<'PY'
-import os, sys, time
-import cupy, kvikio
-path = sys.argv[1]
-n = os.path.getsize(path)
-buf = cupy.empty(n, dtype=cupy.uint8)
-for cache in ("hot", "cold"):
-    fd = os.open(path, os.O_RDONLY)
-    if cache == "cold":
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    else:
-        while os.read(fd, 1 << 24):
-            pass
-    os.close(fd)
-    with kvikio.CuFile(path, "r") as f:
-        t = time.perf_counter()
-        got = f.read(buf)
-        cupy.cuda.runtime.deviceSynchronize()
-        dt = time.perf_counter() - t
-    print(f"kvikio {path} {cache}: {got / dt / 1e9:.2f} GB/s (compat mode: {kvikio.defaults.is_compat_mode_preferred() if hasattr(kvikio.defaults, 'is_compat_mode_preferred') else '?'})")
-PY
-	done
-else
-	echo "=== KvikIO: python3 with kvikio and cupy not found; no comparison"
-fi
+# KvikIO (its C++ library, staged by `bench/kvikio_gpu.sh stage .carry/kvikio`).
+echo "=== KvikIO on the same files"
+for f in "$shm" "$disk"; do
+	sh "$(dirname "$0")/kvikio_gpu.sh" run "${KVIKIO_DIR:-$stage/../kvikio}" "$f" "$SIZE"
+done
 
 echo "=== targets (ratios against ceilings measured in the same run)"
 if command -v python3 >/dev/null; then
