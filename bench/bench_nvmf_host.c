@@ -349,11 +349,44 @@ struct ref {
 	double val;
 };
 
+/*
+ * Device runtime calls the bounce ring made, summed over the I/O queues, from
+ * gdx_nvmf_ctrl_stats_json: what each device-memory read cost besides the socket.
+ */
+static const char *const call_names[] = { "cmds", "h2d_copies", "event_records", "dev_queries",
+					  "dev_waits" };
+#define NCALLS GDX_ARRAY_SIZE(call_names)
+
+static void dev_calls(struct gdx_nvmf_ctrl *ctrl, uint64_t v[NCALLS])
+{
+	char buf[32768];
+	struct json_object *root, *qs;
+
+	memset(v, 0, NCALLS * sizeof(*v));
+	if (gdx_nvmf_ctrl_stats_json(ctrl, buf, sizeof(buf)) < 0)
+		return;
+	root = json_tokener_parse(buf);
+	if (root && json_object_object_get_ex(root, "queues", &qs)) {
+		/* queue 0 is the admin queue: its Keep Alives are no reads */
+		for (size_t i = 1; i < json_object_array_length(qs); i++) {
+			struct json_object *q = json_object_array_get_idx(qs, i), *x;
+
+			for (unsigned k = 0; k < NCALLS; k++)
+				if (json_object_object_get_ex(q, call_names[k], &x))
+					v[k] += (uint64_t)json_object_get_int64(x);
+		}
+	}
+	json_object_put(root);
+}
+
 /* One line: a result, then each reference it is judged against, with the ratio. */
 static void report(const struct cfg *c, const char *mem, const char *what, unsigned qd,
-		   double iops, double gbps, bool by_gbps, const struct ref *refs, unsigned nrefs)
+		   double iops, double gbps, bool by_gbps, const struct ref *refs, unsigned nrefs,
+		   const uint64_t *calls)
 {
 	double val = by_gbps ? gbps : iops;
+	/* per command, where the ring was used (calls[1]: copies) */
+	bool per = calls && calls[0] && calls[1];
 
 	if (c->json) {
 		printf("{\"bench\": \"nvmf-host\", \"test\": \"%s\", \"mem\": \"%s\", \"qd\": %u, "
@@ -363,6 +396,9 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 			if (refs[i].val > 0)
 				printf(", \"%s\": %.4f, \"ratio_%s\": %.3f", refs[i].name, refs[i].val,
 				       refs[i].name, val / refs[i].val);
+		for (unsigned k = 1; per && k < NCALLS; k++)
+			printf(", \"%s_per_cmd\": %.3f", call_names[k],
+			       (double)calls[k] / (double)calls[0]);
 		printf("}\n");
 		fflush(stdout);
 		return;
@@ -372,6 +408,10 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 		if (refs[i].val > 0)
 			printf("  | %s %.*f -> %.2fx", refs[i].name, by_gbps ? 3 : 0, refs[i].val,
 			       val / refs[i].val);
+	if (per)
+		printf("  | per cmd: copy %.2f rec %.2f query %.2f wait %.2f",
+		       (double)calls[1] / (double)calls[0], (double)calls[2] / (double)calls[0],
+		       (double)calls[3] / (double)calls[0], (double)calls[4] / (double)calls[0]);
 	printf("\n");
 	fflush(stdout);
 }
@@ -550,7 +590,10 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		uint32_t bs = bw ? (uint32_t)c.bw_bs : 4096;
 		const char *what = bw ? "bw-randread" : "4k-randread";
 		double kio[16], kgb[16], gio[8][16], ggb[8][16], kiops = 0, kgbps = 0;
+		uint64_t calls[8][NCALLS], after[NCALLS];
 
+		for (unsigned m = 0; m < c.nmem; m++)
+			dev_calls(mems[m].ctrl, calls[m]);
 		for (unsigned r = 0; r < c.rounds; r++) {
 			if (c.fio_dev) {
 				kgb[r] = 0;
@@ -578,7 +621,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		if (c.fio_dev) {
 			kiops = median(kio, c.rounds);
 			kgbps = median(kgb, c.rounds);
-			report(&c, "kernel", what, qd, kiops, kgbps, bw, NULL, 0);
+			report(&c, "kernel", what, qd, kiops, kgbps, bw, NULL, 0, NULL);
 		}
 		for (unsigned m = 0; m < c.nmem; m++) {
 			double iops = median(gio[m], c.rounds), gbps = median(ggb[m], c.rounds);
@@ -589,7 +632,10 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 				{ "tcp_ceiling", bw ? tcp : 0 },
 			};
 
-			report(&c, mems[m].name, what, qd, iops, gbps, bw, refs, 3);
+			dev_calls(mems[m].ctrl, after);
+			for (unsigned k = 0; k < NCALLS; k++)
+				calls[m][k] = after[k] - calls[m][k];
+			report(&c, mems[m].name, what, qd, iops, gbps, bw, refs, 3, calls[m]);
 		}
 	}
 out:

@@ -107,10 +107,12 @@ struct nh_queue {
 	struct nh_req *held;		/* device reads received, copies maybe still running */
 	struct nh_req **held_tail;
 
-	struct gdx_counter cnt[6];	/* cmds, bytes_in, bytes_out, errors, waited_full, timeouts */
+	struct gdx_counter cnt[10];
 };
 
-enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO };
+/* per queue; the last four count device runtime calls of the bounce ring */
+enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO, NH_CNT_COPY,
+       NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT };
 
 struct nh_params {
 	char addr[256];

@@ -34,7 +34,8 @@
 static __thread bool in_rx;
 
 static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "errors",
-					 "queued_full", "timeouts" };
+					 "queued_full", "timeouts", "h2d_copies", "event_records",
+					 "dev_queries", "dev_waits" };
 
 /* ---- socket helpers ------------------------------------------------------- */
 
@@ -574,12 +575,14 @@ static int poll_copies(struct nh_queue *q, bool wait)
 	if (!r)
 		return 0;
 	if (wait) {
+		gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
 		rc = gdx_stream_synchronize(q->stream);
 		if (!rc)
 			q->done_seq = q->seq;
-	} else if (q->chunk_seq[r->last_chunk] == r->last_seq &&
-		   !gdx_event_query(q->ev[r->last_chunk])) {
-		q->done_seq = GDX_MAX(q->done_seq, r->last_seq);
+	} else if (q->chunk_seq[r->last_chunk] == r->last_seq) {
+		gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
+		if (!gdx_event_query(q->ev[r->last_chunk]))
+			q->done_seq = GDX_MAX(q->done_seq, r->last_seq);
 	}
 	release_held(q);
 	return rc;
@@ -678,6 +681,7 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 
 		q->next_chunk = (i + 1) % q->nchunks;
 		if (q->chunk_seq[i] > q->done_seq) {
+			gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
 			rc = gdx_event_synchronize(q->ev[i]);
 			if (rc)
 				return rc;
@@ -688,6 +692,8 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 			return rc;
 		if (q->tp.ddgst)
 			*crc = gdx_crc32c_update(*crc, chunk, piece);
+		gdx_counter_add(&q->cnt[NH_CNT_COPY], 1);
+		gdx_counter_add(&q->cnt[NH_CNT_RECORD], 1);
 		rc = gdx_memcpy_async(q->dev, dst, chunk, piece, q->stream);
 		if (!rc)
 			rc = gdx_event_record(q->ev[i], q->stream);
