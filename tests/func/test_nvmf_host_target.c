@@ -361,6 +361,128 @@ static void device_depth(void **state)
 	free(b);
 }
 
+/* Sums a per-queue counter over the I/O queues of c (queue 0, the admin queue, left out). */
+static uint64_t io_counter(struct gdx_nvmf_ctrl *c, const char *name)
+{
+	char buf[16384], key[64];
+	uint64_t sum = 0;
+	const char *p;
+	bool admin = true;
+
+	assert_true(gdx_nvmf_ctrl_stats_json(c, buf, sizeof(buf)) > 0);
+	snprintf(key, sizeof(key), "\"%s\": ", name);
+	for (p = strstr(buf, key); p; p = strstr(p + 1, key)) {
+		if (!admin)
+			sum += strtoull(p + strlen(key), NULL, 10);
+		admin = false;
+	}
+	return sum;
+}
+
+struct pstate {
+	struct gdx_nvmf_ctrl *c;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	unsigned next, total, outstanding;
+	int errors;
+	char *dbase;
+	uint64_t *off;
+	uint32_t *len;
+};
+
+static void pcb(struct gdx_nvmf_io *io, void *arg)
+{
+	struct pstate *st = arg;
+	unsigned k;
+
+	pthread_mutex_lock(&st->m);
+	st->errors += io->result != 0;
+	k = st->next < st->total ? st->next++ : UINT32_MAX;
+	if (k == UINT32_MAX && !--st->outstanding)
+		pthread_cond_signal(&st->cv);
+	pthread_mutex_unlock(&st->m);
+	if (k == UINT32_MAX)
+		return;
+	io->offset = st->off[k];
+	io->len = st->len[k];
+	io->buf = st->dbase + io->offset;
+	if (gdx_nvmf_submit_cb(st->c, io, pcb, st))
+		abort();
+}
+
+/*
+ * Device reads of mixed sizes share a 24 KiB ring of 8 KiB pieces: they are
+ * packed back to back, split at the ring's end, and every byte lands where
+ * it belongs -- with the idle receiver blocking on the copies at once and
+ * polling them first.  Events are recorded per 8 KiB of ring, not per read.
+ */
+static void device_ring_packing(void **state)
+{
+	static const uint32_t sizes[] = { 512, 4096, 1536, 12800, 8192, 3584, 1024 };
+	const size_t n = 2 << 20;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	struct gdx_nvmf_host_opts o;
+	struct gdx_nvmf_io io[32];
+	struct gdx_device *dev;
+	unsigned total = 0;
+	uint64_t *off = calloc(n / 512, sizeof(*off));
+	uint32_t *len = calloc(n / 512, sizeof(*len));
+	void *d;
+
+	(void)state;
+	for (uint64_t at = 0; at < n; total++) {
+		off[total] = at;
+		len[total] = (uint32_t)GDX_MIN((uint64_t)sizes[total % GDX_ARRAY_SIZE(sizes)],
+					       n - at);
+		at += len[total];
+	}
+	assert_true(total > 32);
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
+	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunks", "3"), 0);
+	for (int poll = 0; poll < 2; poll++) {
+		struct pstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
+				     .cv = PTHREAD_COND_INITIALIZER, .total = total, .next = 32,
+				     .outstanding = 32, .dbase = d, .off = off, .len = len };
+
+		assert_int_equal(gdx_config_set("nvmf.host.copy_poll_us", poll ? "50" : "0"), 0);
+		assert_int_equal(gdx_memset(dev, d, 0, n), 0);
+		gdx_nvmf_host_opts_init(&o, sizeof(o));
+		o.dev = dev;
+		o.nr_io_queues = 2;
+		assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
+		t_fill(a, n, 91 + (unsigned)poll);
+		assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
+		for (unsigned i = 0; i < 32; i++) {
+			io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
+						      .offset = off[i], .len = len[i],
+						      .buf = (char *)d + off[i] };
+			assert_int_equal(gdx_nvmf_submit_cb(st.c, &io[i], pcb, &st), 0);
+		}
+		pthread_mutex_lock(&st.m);
+		while (st.outstanding)
+			pthread_cond_wait(&st.cv, &st.m);
+		pthread_mutex_unlock(&st.m);
+		assert_int_equal(st.errors, 0);
+		assert_string_equal(io[0].path, "bounce");
+		assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
+		assert_memory_equal(a, b, n);
+		assert_true(io_counter(st.c, "h2d_copies") >= total);
+		assert_true(io_counter(st.c, "event_records") <= n / 8192);
+		gdx_nvmf_disconnect(st.c);
+	}
+	gdx_config_set("nvmf.host.copy_poll_us", "0");
+	gdx_config_set("nvmf.host.bounce_chunk", "256k");
+	gdx_config_set("nvmf.host.bounce_chunks", "4");
+	gdx_device_free(dev, d);
+	gdx_device_close(dev);
+	free(off);
+	free(len);
+	free(a);
+	free(b);
+}
+
 struct reader {
 	struct gdx_nvmf_ctrl *c;
 	const uint8_t *want;
@@ -440,6 +562,7 @@ int main(void)
 		cmocka_unit_test(device_memory),
 		cmocka_unit_test(callback_depth),
 		cmocka_unit_test(device_depth),
+		cmocka_unit_test(device_ring_packing),
 		cmocka_unit_test(target_restart),
 	};
 

@@ -46,10 +46,9 @@ struct nh_req {
 	struct nh_req *next;		/* pending list */
 	bool cancelled;			/* user abort */
 	bool timed_out;
-	/* device reads: the ring chunk use that carried the last data, and the result
-	 * held back until the H2D copies up to that use have landed */
-	uint64_t last_seq;
-	unsigned last_chunk;
+	/* device reads: the ring position after the copy of the last data received,
+	 * and the result held back until the H2D copies up to there have landed */
+	uint64_t ring_end;
 	int held_result;
 };
 
@@ -91,19 +90,29 @@ struct nh_queue {
 	pthread_t rx;
 	bool rx_started;
 
-	/* device-memory receive: pinned chunks, each with the event of its last H2D copy */
+	/*
+	 * Device-memory receive: a byte ring of pinned memory (nchunks * chunk) that
+	 * C2H data is received into back to back, each piece's H2D copy enqueued on
+	 * the queue's stream.  Positions count ring bytes since the queue opened.
+	 * Marks (events) recorded every chunk bytes tell how far the copies got
+	 * when the ring needs room; otherwise the stream itself is asked.
+	 */
 	struct gdx_device *dev;
 	struct gdx_stream *stream;
 	struct gdx_bounce_pool *pool;	/* the ring's memory, on the device's NUMA node */
 	unsigned ntaken;
 	void *ring;
-	size_t chunk;
+	size_t chunk;			/* largest single copy, and the spacing of marks */
 	unsigned nchunks;
-	unsigned next_chunk;
-	struct gdx_event **ev;
-	uint64_t *chunk_seq;		/* use number of each chunk's last copy; 0: unused */
-	uint64_t seq;			/* chunk uses so far */
-	uint64_t done_seq;		/* copies up to this use have landed */
+	size_t ring_size;
+	uint64_t head;			/* ring bytes handed to copies so far */
+	uint64_t done;			/* the copies of the bytes before this have landed */
+	uint64_t marked;		/* head when the last mark was recorded */
+	struct nh_mark {
+		struct gdx_event *ev;
+		uint64_t pos;		/* head when recorded */
+	} *marks;			/* FIFO of nmarks; nmarked from mark0 not yet landed */
+	unsigned nmarks, mark0, nmarked;
 	struct nh_req *held;		/* device reads received, copies maybe still running */
 	struct nh_req **held_tail;
 
@@ -135,6 +144,7 @@ struct nh_params {
 	size_t max_io;
 	size_t bounce_chunk;
 	unsigned bounce_chunks;
+	uint64_t copy_poll_ns;
 };
 
 struct nh_ctrl {

@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,10 +194,10 @@ int nh_queue_init_mem(struct nh_queue *q, unsigned depth)
 
 static void free_dev(struct nh_queue *q)
 {
-	if (q->ev) {
-		for (unsigned i = 0; i < q->nchunks; i++)
-			if (q->ev[i])
-				gdx_event_destroy(q->ev[i]);
+	if (q->marks) {
+		for (unsigned i = 0; i < q->nmarks; i++)
+			if (q->marks[i].ev)
+				gdx_event_destroy(q->marks[i].ev);
 	}
 	if (q->stream)
 		gdx_stream_destroy(q->stream);
@@ -209,10 +210,8 @@ static void free_dev(struct nh_queue *q)
 	}
 	q->pool = NULL;
 	q->ntaken = 0;
-	free(q->ev);
-	free(q->chunk_seq);
-	q->ev = NULL;
-	q->chunk_seq = NULL;
+	free(q->marks);
+	q->marks = NULL;
 	q->stream = NULL;
 	q->ring = NULL;
 	q->dev = NULL;
@@ -229,8 +228,9 @@ void nh_queue_free_mem(struct nh_queue *q)
 }
 
 /*
- * The ring holds nchunks receive chunks plus one transmit chunk (the last),
- * which stages device-memory writes under send_lock.
+ * The pool holds nchunks chunks of receive ring plus one transmit chunk (the
+ * last), which stages device-memory writes under send_lock.  Marks land at
+ * least chunk bytes apart, so nchunks + 1 of them cover a full ring.
  */
 int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 {
@@ -241,9 +241,11 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	q->dev = dev;
 	q->chunk = chunk;
 	q->nchunks = n;
-	q->ev = calloc(n, sizeof(*q->ev));
-	q->chunk_seq = calloc(n, sizeof(*q->chunk_seq));
-	if (!q->ev || !q->chunk_seq) {
+	q->head = q->done = q->marked = 0;
+	q->mark0 = q->nmarked = 0;
+	q->nmarks = n + 1;
+	q->marks = calloc(q->nmarks, sizeof(*q->marks));
+	if (!q->marks) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -258,6 +260,7 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 		if (rc)
 			goto fail;
 		q->chunk = gdx_bounce_buf_size(q->pool);
+		q->ring_size = q->chunk * n;
 		for (; q->ntaken <= n; q->ntaken++) {
 			void *b;
 
@@ -270,8 +273,8 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	rc = gdx_stream_create(dev, &q->stream);
 	if (rc)
 		goto fail;
-	for (unsigned i = 0; i < n; i++) {
-		rc = gdx_event_create(dev, 0, &q->ev[i]);
+	for (unsigned i = 0; i < q->nmarks; i++) {
+		rc = gdx_event_create(dev, 0, &q->marks[i].ev);
 		if (rc)
 			goto fail;
 	}
@@ -285,7 +288,7 @@ fail:
 
 static void *txbuf(struct nh_queue *q)
 {
-	return (char *)q->ring + q->chunk * q->nchunks;
+	return (char *)q->ring + q->ring_size;
 }
 
 /* ---- connection setup ----------------------------------------------------- */
@@ -488,7 +491,7 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	s->xfered = 0;
 	s->ddgst_err = false;
 	s->deadline = gdx_now_ns() + r->timeout_ns;
-	r->last_seq = 0;	/* ring uses of an earlier attempt on another queue mean nothing here */
+	r->ring_end = 0;	/* ring positions of an earlier attempt on another queue mean nothing here */
 	/* changed under q->lock, read without it to pick a queue and to choose quick ACKs */
 	__atomic_store_n(&q->inflight, q->inflight + 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&q->lock);
@@ -556,7 +559,7 @@ static struct nh_slot *find_slot(struct nh_queue *q, uint16_t cid)
 /* Completes the device reads whose H2D copies have all landed, oldest first. */
 static void release_held(struct nh_queue *q)
 {
-	while (q->held && q->held->last_seq <= q->done_seq) {
+	while (q->held && q->held->ring_end <= q->done) {
 		struct nh_req *r = q->held;
 
 		q->held = r->next;
@@ -566,26 +569,100 @@ static void release_held(struct nh_queue *q)
 	}
 }
 
-/* Learns without blocking how far the copies got; blocks too when wait. */
-static int poll_copies(struct nh_queue *q, bool wait)
+/* The copies of the ring bytes before pos have landed. */
+static void ring_landed(struct nh_queue *q, uint64_t pos)
 {
-	struct nh_req *r = q->held;
-	int rc = 0;
-
-	if (!r)
-		return 0;
-	if (wait) {
-		gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
-		rc = gdx_stream_synchronize(q->stream);
-		if (!rc)
-			q->done_seq = q->seq;
-	} else if (q->chunk_seq[r->last_chunk] == r->last_seq) {
-		gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
-		if (!gdx_event_query(q->ev[r->last_chunk]))
-			q->done_seq = GDX_MAX(q->done_seq, r->last_seq);
+	if (pos > q->done)
+		q->done = pos;
+	while (q->nmarked && q->marks[q->mark0].pos <= q->done) {
+		q->mark0 = (q->mark0 + 1) % q->nmarks;
+		q->nmarked--;
 	}
-	release_held(q);
+}
+
+/* Waits for every copy enqueued so far. */
+static int ring_wait_all(struct nh_queue *q)
+{
+	int rc;
+
+	if (q->done == q->head)
+		return 0;
+	gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
+	rc = gdx_stream_synchronize(q->stream);
+	if (!rc)
+		ring_landed(q, q->head);
 	return rc;
+}
+
+/* Waits for the copies before the oldest mark. */
+static int ring_wait_mark(struct nh_queue *q)
+{
+	int rc;
+
+	gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
+	rc = gdx_event_synchronize(q->marks[q->mark0].ev);
+	if (!rc)
+		ring_landed(q, q->marks[q->mark0].pos);
+	return rc;
+}
+
+/*
+ * Learns without blocking how far the copies got: the marks oldest first, and
+ * once they all landed the stream as a whole (a query, no event to record).
+ */
+static int ring_progress(struct nh_queue *q)
+{
+	int rc;
+
+	while (q->nmarked) {
+		gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
+		rc = gdx_event_query(q->marks[q->mark0].ev);
+		if (rc)
+			return rc == -EBUSY ? 0 : rc;
+		ring_landed(q, q->marks[q->mark0].pos);
+	}
+	if (q->done == q->head)
+		return 0;
+	gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
+	rc = gdx_stream_query(q->stream);
+	if (rc)
+		return rc == -EBUSY ? 0 : rc;
+	ring_landed(q, q->head);
+	return 0;
+}
+
+/* Makes room for n bytes at the head: the oldest mark's copies, else all of them. */
+static int ring_reserve(struct nh_queue *q, size_t n)
+{
+	while (q->head + n - q->done > q->ring_size) {
+		int rc = q->nmarked ? ring_wait_mark(q) : ring_wait_all(q);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Records a mark after the copies enqueued so far. */
+static int ring_mark(struct nh_queue *q)
+{
+	struct nh_mark *m;
+	int rc;
+
+	if (q->nmarked == q->nmarks) {
+		rc = ring_wait_mark(q);
+		if (rc)
+			return rc;
+	}
+	m = &q->marks[(q->mark0 + q->nmarked) % q->nmarks];
+	gdx_counter_add(&q->cnt[NH_CNT_RECORD], 1);
+	rc = gdx_event_record(m->ev, q->stream);
+	if (rc)
+		return rc;
+	m->pos = q->head;
+	q->nmarked++;
+	q->marked = q->head;
+	return 0;
 }
 
 /* Sends what receivers queued while this queue was full, as far as slots allow. */
@@ -639,7 +716,7 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 	pthread_mutex_unlock(&q->lock);
 	if (result)
 		gdx_counter_add(&q->cnt[NH_CNT_ERR], 1);
-	if (r->mem == NH_MEM_DEVICE && !r->write && r->last_seq > q->done_seq) {
+	if (r->mem == NH_MEM_DEVICE && !r->write && r->ring_end > q->done) {
 		r->held_result = result;
 		r->next = NULL;
 		*q->held_tail = r;
@@ -667,45 +744,49 @@ static int skip_bytes(struct nh_queue *q, size_t n)
 }
 
 /*
- * Receives n bytes of a read into device memory through the pinned ring: each
- * chunk's H2D copy runs while the next chunk is received; a chunk is reused
- * once its previous copy landed.
+ * Receives n bytes of a read into device memory through the pinned ring:
+ * pieces of at most a chunk go in back to back, each one's H2D copy enqueued
+ * as soon as it is in, so small reads share the ring instead of taking a
+ * chunk each and large ones overlap receiving with copying.  The copies are
+ * not waited for here: the read is held (complete_slot) until they landed.
+ * Reads held so far are checked once per piece, before its copy is added,
+ * which costs one query and no event.
  */
 static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n, uint32_t *crc)
 {
 	while (n) {
-		unsigned i = q->next_chunk;
-		char *chunk = (char *)q->ring + (size_t)i * q->chunk;
-		size_t piece = GDX_MIN(n, q->chunk);
+		size_t off = (size_t)(q->head % q->ring_size);
+		size_t piece = GDX_MIN(GDX_MIN(n, q->chunk), q->ring_size - off);
+		char *p = (char *)q->ring + off;
 		int rc;
 
-		q->next_chunk = (i + 1) % q->nchunks;
-		if (q->chunk_seq[i] > q->done_seq) {
-			gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
-			rc = gdx_event_synchronize(q->ev[i]);
-			if (rc)
-				return rc;
-			q->done_seq = q->chunk_seq[i];
-		}
-		rc = recv_full(q->fd, chunk, piece);
+		rc = ring_reserve(q, piece);
+		if (!rc)
+			rc = recv_full(q->fd, p, piece);
 		if (rc)
 			return rc;
 		if (q->tp.ddgst)
-			*crc = gdx_crc32c_update(*crc, chunk, piece);
+			*crc = gdx_crc32c_update(*crc, p, piece);
+		if (q->held) {
+			rc = ring_progress(q);
+			if (rc)
+				return rc;
+			release_held(q);
+		}
 		gdx_counter_add(&q->cnt[NH_CNT_COPY], 1);
-		gdx_counter_add(&q->cnt[NH_CNT_RECORD], 1);
-		rc = gdx_memcpy_async(q->dev, dst, chunk, piece, q->stream);
-		if (!rc)
-			rc = gdx_event_record(q->ev[i], q->stream);
+		rc = gdx_memcpy_async(q->dev, dst, p, piece, q->stream);
 		if (rc)
 			return rc;
-		q->chunk_seq[i] = ++q->seq;
-		r->last_seq = q->seq;
-		r->last_chunk = i;
+		q->head += piece;
+		r->ring_end = q->head;
+		if (q->head - q->marked >= q->chunk) {
+			rc = ring_mark(q);
+			if (rc)
+				return rc;
+		}
 		dst += piece;
 		n -= piece;
 	}
-	release_held(q);
 	return 0;
 }
 
@@ -845,6 +926,51 @@ static int handle_r2t(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct g
 	return rc;
 }
 
+/*
+ * Receives a PDU header while device reads are held.  When the socket has
+ * something, the same call took the header and the reads stay held a little
+ * longer.  When it has nothing, the reads must complete before the receiver
+ * blocks: it polls the socket and the copies in turn for up to copy_poll_ns
+ * (a PDU that arrives meanwhile is received at once rather than after a
+ * wait for the GPU), then waits for the copies.
+ */
+static int recv_hdr_held(struct nh_queue *q, void *buf, size_t n)
+{
+	uint64_t until = 0;
+	int rc;
+
+	for (;;) {
+		ssize_t r = recv(q->fd, buf, n, MSG_DONTWAIT);
+
+		if (r > 0)
+			return (size_t)r == n ? 0 : recv_full(q->fd, (char *)buf + r, n - (size_t)r);
+		if (r == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		if (!until)
+			until = gdx_now_ns() + q->ctrl->p.copy_poll_ns;
+		if (q->ctrl->p.copy_poll_ns && gdx_now_ns() < until) {
+			rc = ring_progress(q);
+			if (rc)
+				return rc;
+			release_held(q);
+			if (q->held) {
+				sched_yield();
+				continue;
+			}
+		} else {
+			rc = ring_wait_all(q);
+			if (rc)
+				return rc;
+			release_held(q);
+		}
+		return recv_full(q->fd, buf, n);
+	}
+}
+
 int nh_queue_rx_loop(struct nh_queue *q)
 {
 	union gdx_tcp_pdu pdu;
@@ -854,20 +980,14 @@ int nh_queue_rx_loop(struct nh_queue *q)
 	int rc, one = 1;
 
 	for (;;) {
-		/* device reads held back: finish them now if the socket has nothing for us */
-		if (q->held) {
-			struct pollfd p = { .fd = q->fd, .events = POLLIN };
-
-			rc = poll_copies(q, poll(&p, 1, 0) == 0);
-			if (rc)
-				return rc;
-		}
 		/*
 		 * Every controller PDU after ICResp has a 24-byte header, so one
 		 * receive takes it whole (with its digest); a shorter PDU is
 		 * malformed anyway and shows as such once the CH is checked.
 		 */
-		rc = recv_full(q->fd, &pdu, GDX_TCP_TERM_HLEN + (q->tp.hdgst ? GDX_TCP_DGST_LEN : 0));
+		size_t hlen = GDX_TCP_TERM_HLEN + (q->tp.hdgst ? GDX_TCP_DGST_LEN : 0);
+
+		rc = q->held ? recv_hdr_held(q, &pdu, hlen) : recv_full(q->fd, &pdu, hlen);
 		if (rc)
 			return rc;
 		/*
@@ -956,14 +1076,19 @@ void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn)
 	if (q->rx_started)
 		pthread_join(q->rx, NULL);
 	q->rx_started = false;
-	/* their data arrived in full: once the copies landed they are done */
-	if (q->held && poll_copies(q, true))
+	/*
+	 * Held reads got all their data: once the copies landed they are done.
+	 * The wait also keeps copies of this queue from landing in a buffer
+	 * after its read was handed back for a retry elsewhere.
+	 */
+	if (q->stream && ring_wait_all(q))
 		while (q->held) {
 			struct nh_req *r = q->held;
 
 			q->held = r->next;
 			nh_req_complete(r, GDX_EDRIVER);
 		}
+	release_held(q);
 	q->held_tail = &q->held;
 	err = q->err ? q->err : GDX_EDISCONNECTED;
 	while (q->backlog) {
