@@ -91,6 +91,9 @@ static struct knob knobs[] = {
 	KNOB("file.pagecache_depth", K_INT, "3",
 	     "page-cache ranges registered at once (one copies while the next registers)",
 	     .min = 1, .max = 64),
+	KNOB("file.pagecache_threads", K_INT, "1",
+	     "workers of a split I/O that register page-cache ranges (the rest copy hot data "
+	     "with the CPU)", .min = 1, .max = 64),
 	KNOB("file.workers", K_INT, "4",
 	     "threads running batch and stream-ordered file I/O", .min = 1, .max = 256),
 	KNOB("file.posix_threads", K_INT, "8",

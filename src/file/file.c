@@ -141,10 +141,16 @@ GDX_API int gdx_file_driver_open(struct gdx_device *dev, const struct gdx_file_d
 	pthread_mutex_init(&drv->gate_lock, NULL);
 	pthread_cond_init(&drv->gate_cond, NULL);
 	{
-		static const char *const names[GDX_FILE_CTR_COUNT] = {
+		static const char *const names[] = {
 			"reads", "writes", "errors", "not_direct", "bytes_direct",
 			"bytes_pagecache", "bytes_bounce", "bytes_host", "bytes_posix",
+			"pc_ranges", "pc_refused", "pc_map_ns", "pc_register_ns",
+			"pc_unregister_ns", "copies", "copy_submit_ns", "engine_ns",
+			"engine_cpu_ns", "engine_wait_ns", "storage_ios", "storage_depth_sum",
+			"engine_active_sum",
 		};
+		_Static_assert(sizeof(names) / sizeof(names[0]) == GDX_FILE_CTR_COUNT,
+			       "a name for every file counter");
 		static _Atomic unsigned seq;
 		char scope[32];
 

@@ -20,7 +20,22 @@
 enum {
 	GDX_FILE_CTR_READS, GDX_FILE_CTR_WRITES, GDX_FILE_CTR_ERRORS, GDX_FILE_CTR_NOTDIRECT,
 	GDX_FILE_CTR_BYTES,	/* one per path from here, path order */
-	GDX_FILE_CTR_COUNT = GDX_FILE_CTR_BYTES + GDX_FILE_PATH_COUNT - 1,
+	/*
+	 * Where the uring backend's time goes, so one run on a machine says
+	 * which step bounds it: page-cache ranges registered (and refused), the
+	 * nanoseconds spent mapping, registering and unregistering them, device
+	 * copies enqueued and the time spent enqueueing them, the engine
+	 * loops' wall, CPU and blocked time, and storage I/Os completed with the
+	 * sums, at each, of the storage I/Os in flight (their mean queue depth)
+	 * and of the requests the engine held (the rest of a batch's depth was
+	 * with the caller or queued for the engine).
+	 */
+	GDX_FILE_CTR_PC_RANGES = GDX_FILE_CTR_BYTES + GDX_FILE_PATH_COUNT - 1,
+	GDX_FILE_CTR_PC_REFUSED, GDX_FILE_CTR_PC_MAP_NS, GDX_FILE_CTR_PC_REG_NS,
+	GDX_FILE_CTR_PC_UNREG_NS, GDX_FILE_CTR_COPIES, GDX_FILE_CTR_COPY_NS,
+	GDX_FILE_CTR_ENGINE_NS, GDX_FILE_CTR_ENGINE_CPU_NS, GDX_FILE_CTR_ENGINE_WAIT_NS,
+	GDX_FILE_CTR_KIOS, GDX_FILE_CTR_KIO_DEPTH, GDX_FILE_CTR_KIO_ACTIVE,
+	GDX_FILE_CTR_COUNT,
 };
 
 enum { GDX_FILE_BE_CUFILE, GDX_FILE_BE_URING, GDX_FILE_BE_POSIX, GDX_FILE_BE_COUNT };

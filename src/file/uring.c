@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -55,6 +56,7 @@ struct ur_drv {
 	unsigned nctx[POOL_COUNT];
 	unsigned max_ctx;
 	struct gdx_tpool *split;	/* runs the parts of large I/Os beside the caller */
+	struct gdx_counter *ctr;	/* the driver's counters */
 };
 
 struct ur_file {
@@ -66,7 +68,7 @@ struct ur_file {
 	char dio_why[96];
 	/* Knobs as they were when the handle opened: read once, not per I/O. */
 	size_t pc_min, pc_chunk, split_min;
-	unsigned pc_depth, threads;
+	unsigned pc_depth, threads, pc_threads;
 };
 
 enum slot_state { S_FREE, S_KIO, S_COPY };
@@ -129,7 +131,8 @@ struct ur_req {
 	unsigned char *vec;
 	unsigned pc_inflight, pc_depth;
 	size_t pc_chunk;
-	bool pc_on;
+	bool pc_on;		/* the range is mapped: mincore tells hot from cold */
+	bool pc_reg;		/* hot ranges may be registered with the device */
 	char pc_why[80];
 	unsigned kdirect_chunks, kbuffered_chunks;
 	struct ur_req *next;
@@ -367,6 +370,7 @@ static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t w
 	if (!ud)
 		return -ENOMEM;
 	ud->dev = gdx_file_driver_device(drv);
+	ud->ctr = drv->ctr;
 	ud->max_ctx = (unsigned)gdx_cfg_int("file.contexts");
 	pthread_mutex_init(&ud->lock, NULL);
 	pthread_cond_init(&ud->cond, NULL);
@@ -418,6 +422,7 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	uf->pc_depth = (unsigned)gdx_cfg_int("file.pagecache_depth");
 	uf->split_min = gdx_cfg_size("file.split_min");
 	uf->threads = (unsigned)gdx_cfg_int("file.threads");
+	uf->pc_threads = (unsigned)gdx_cfg_int("file.pagecache_threads");
 	uf->memfs = gdx_file_fd_is_memfs(uf->fd);
 	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)uf->fd << 48);
 	fl = fcntl(uf->fd, F_GETFL);
@@ -455,6 +460,19 @@ static void ur_close(void *priv, struct gdx_file *f, void *fpriv)
 
 /* ---- the engine ---------------------------------------------------------- */
 
+static void ctr_add(struct ur_ctx *c, int which, uint64_t n)
+{
+	gdx_counter_add(&c->ud->ctr[which], n);
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 struct engine {
 	struct ur_ctx *c;
 	struct ur_req *list, **tailp;	/* requests not yet finished, oldest first */
@@ -466,6 +484,8 @@ struct engine {
 	gdx_file_io_done_fn done;
 	void *arg;
 	bool owned;			/* requests were allocated here */
+	bool no_register;		/* hot data goes by CPU copy: see run_split */
+	size_t whole_size;		/* of the I/O the requests are pieces of, or 0 */
 };
 
 static struct ur_slot *slot_take(struct ur_ctx *c)
@@ -542,8 +562,11 @@ static void fifo_push(struct engine *e, struct ur_slot *s)
 static int copy_start(struct engine *e, struct ur_slot *s, void *dst, const void *src, size_t n)
 {
 	struct gdx_device *dev = e->c->ud->dev;
+	uint64_t t0 = gdx_now_ns();
 	int ret = gdx_memcpy_async(dev, dst, src, n, s->st);
 
+	ctr_add(e->c, GDX_FILE_CTR_COPY_NS, gdx_now_ns() - t0);
+	ctr_add(e->c, GDX_FILE_CTR_COPIES, 1);
 	if (ret) {
 		/* An enqueued copy may still run: wait for the stream before reuse. */
 		gdx_stream_synchronize(s->st);
@@ -583,11 +606,14 @@ static void engine_flush(struct engine *e)
 }
 
 /* Bytes of [ps, ps+len) in the page cache, counted from ps up to the first miss. */
-static size_t pc_resident(struct ur_req *r, off_t ps, size_t len)
+static size_t pc_resident(struct ur_ctx *c, struct ur_req *r, off_t ps, size_t len)
 {
 	size_t np = GDX_ALIGN_UP(len, (size_t)PG) / PG;
+	uint64_t t0 = gdx_now_ns();
+	int ret = mincore(r->map + (ps - r->map_off), np * PG, r->vec);
 
-	if (mincore(r->map + (ps - r->map_off), np * PG, r->vec))
+	ctr_add(c, GDX_FILE_CTR_PC_MAP_NS, gdx_now_ns() - t0);
+	if (ret)
 		return 0;
 	for (size_t i = 0; i < np; i++)
 		if (!(r->vec[i] & 1))
@@ -607,12 +633,13 @@ static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	off_t pe = GDX_MIN(GDX_MIN(ps + (off_t)r->pc_chunk, r->end), r->fsize);
 	size_t rlen = GDX_ALIGN_UP((size_t)(pe - ps), (size_t)PG);
 	unsigned char *p = r->map + (ps - r->map_off);
+	uint64_t t0;
 	size_t hot;
 	int ret;
 
-	if (!r->pc_on || r->cur >= r->fsize)
+	if (!r->pc_reg || r->cur >= r->fsize)
 		return 0;
-	hot = pc_resident(r, ps, (size_t)(pe - ps));
+	hot = pc_resident(e->c, r, ps, (size_t)(pe - ps));
 	if (hot < (size_t)(pe - ps)) {
 		/* A hot stretch long enough to be worth a registration goes alone. */
 		snprintf(r->pc_why, sizeof(r->pc_why), "some data not in the page cache");
@@ -623,11 +650,14 @@ static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	}
 	if (r->pc_inflight >= r->pc_depth)
 		return -EAGAIN;
+	t0 = gdx_now_ns();
 	ret = gdx_host_register(dev, p, rlen, GDX_HOST_REGISTER_READONLY);
+	ctr_add(e->c, GDX_FILE_CTR_PC_REG_NS, gdx_now_ns() - t0);
+	ctr_add(e->c, ret ? GDX_FILE_CTR_PC_REFUSED : GDX_FILE_CTR_PC_RANGES, 1);
 	if (ret) {
 		snprintf(r->pc_why, sizeof(r->pc_why), "registering the mapping failed: %s",
 			 gdx_strerror(ret));
-		r->pc_on = false;
+		r->pc_reg = false;
 		return 0;
 	}
 	s->req = r;
@@ -667,7 +697,7 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 			off_t ps = GDX_ALIGN_DOWN(c, (off_t)PG);
 			size_t n = (size_t)(GDX_MIN(GDX_MIN(ps + (off_t)chunk, r->end), r->fsize) - ps);
 
-			if (pc_resident(r, ps, n) == n)
+			if (pc_resident(e->c, r, ps, n) == n)
 				direct = false;
 		}
 	}
@@ -766,6 +796,9 @@ static void cqe_handle(struct engine *e, struct ur_slot *s, int res)
 {
 	struct ur_req *r = s->req;
 
+	ctr_add(e->c, GDX_FILE_CTR_KIOS, 1);
+	ctr_add(e->c, GDX_FILE_CTR_KIO_DEPTH, e->kio);
+	ctr_add(e->c, GDX_FILE_CTR_KIO_ACTIVE, e->active);
 	e->kio--;
 	if (res == -EINTR || res == -EAGAIN) {
 		kio_submit(e, s);
@@ -814,7 +847,10 @@ static void copy_retired(struct engine *e, struct ur_slot *s)
 	struct ur_req *r = s->req;
 
 	if (s->pc) {
+		uint64_t t0 = gdx_now_ns();
+
 		gdx_host_unregister(e->c->ud->dev, s->pc);
+		ctr_add(e->c, GDX_FILE_CTR_PC_UNREG_NS, gdx_now_ns() - t0);
 		s->pc = NULL;
 		r->pc_inflight--;
 		slot_release(e, s);
@@ -830,10 +866,12 @@ static bool req_more(const struct ur_req *r)
 	return !r->err && r->cur < r->end && r->cur < r->eof;
 }
 
-static void req_setup(struct ur_ctx *c, struct ur_req *r, struct gdx_file_io *io)
+static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io)
 {
+	struct ur_ctx *c = e->c;
 	unsigned flags = gdx_file_flags(io->file);
 	struct stat st;
+	uint64_t t0;
 
 	memset(r, 0, sizeof(*r));
 	r->io = io;
@@ -854,10 +892,18 @@ static void req_setup(struct ur_ctx *c, struct ur_req *r, struct gdx_file_io *io
 		snprintf(r->pc_why, sizeof(r->pc_why), "page-cache path turned off");
 		return;
 	}
-	if (io->size < r->uf->pc_min) {
+	if ((e->whole_size ? e->whole_size : io->size) < r->uf->pc_min) {
 		snprintf(r->pc_why, sizeof(r->pc_why), "read below file.pagecache_min");
 		return;
 	}
+	if (e->no_register) {
+		snprintf(r->pc_why, sizeof(r->pc_why), "copied by the CPU beside %u registering "
+			 "thread%s", r->uf->pc_threads, r->uf->pc_threads == 1 ? "" : "s");
+		/* On a memory filesystem every chunk goes buffered: nothing to tell apart. */
+		if (r->uf->memfs)
+			return;
+	}
+	t0 = gdx_now_ns();
 	if (fstat(r->uf->fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= io->off)
 		return;
 	r->fsize = st.st_size;
@@ -868,6 +914,7 @@ static void req_setup(struct ur_ctx *c, struct ur_req *r, struct gdx_file_io *io
 	/* mincore() vector for a page-cache range or a bounce chunk, whichever is longer. */
 	r->vec = malloc(GDX_MAX(r->pc_chunk, c->chunk) / PG + 1);
 	r->map = mmap(NULL, r->map_len, PROT_READ, MAP_SHARED, r->uf->fd, r->map_off);
+	ctr_add(c, GDX_FILE_CTR_PC_MAP_NS, gdx_now_ns() - t0);
 	if (r->map == MAP_FAILED || !r->vec) {
 		snprintf(r->pc_why, sizeof(r->pc_why), "cannot map the file: %s",
 			 r->vec ? strerror(errno) : "no memory");
@@ -879,6 +926,7 @@ static void req_setup(struct ur_ctx *c, struct ur_req *r, struct gdx_file_io *io
 		return;
 	}
 	r->pc_on = true;
+	r->pc_reg = !e->no_register;
 }
 
 static void req_finish(struct engine *e, struct ur_req *r)
@@ -891,8 +939,12 @@ static void req_finish(struct engine *e, struct ur_req *r)
 
 	ftab_put(e->c, r->fslot[0]);
 	ftab_put(e->c, r->fslot[1]);
-	if (r->map)
+	if (r->map) {
+		uint64_t t0 = gdx_now_ns();
+
 		munmap(r->map, r->map_len);
+		ctr_add(e->c, GDX_FILE_CTR_PC_MAP_NS, gdx_now_ns() - t0);
+	}
 	free(r->vec);
 	r->map = NULL;
 	r->vec = NULL;
@@ -949,7 +1001,7 @@ static void engine_feed(struct engine *e)
 			e->done(ios[i], e->arg);
 			continue;
 		}
-		req_setup(e->c, r, ios[i]);
+		req_setup(e, r, ios[i]);
 		engine_add(e, r);
 	}
 }
@@ -975,9 +1027,11 @@ static void engine_sweep(struct engine *e)
 
 static void engine_run(struct engine *e)
 {
+	uint64_t t0 = gdx_now_ns(), cpu0 = thread_cpu_ns(), tw;
 	struct io_uring_cqe *cqe;
 
 	for (;;) {
+		struct gdx_event *fired = NULL;
 		bool progress = false;
 
 		engine_feed(e);
@@ -985,10 +1039,13 @@ static void engine_run(struct engine *e)
 			break;
 		while (e->fifo_head) {
 			struct ur_slot *s = e->fifo_head;
-			int q = gdx_event_query(s->wait_ev);
+			/* Slots of one flush share an event: one query answers for all. */
+			int q = s->wait_ev == fired ? 0 : gdx_event_query(s->wait_ev);
 
 			if (q == -EBUSY)
 				break;
+			if (!q)
+				fired = s->wait_ev;
 			/* A failed copy (or query) fails its request; the buffer still returns. */
 			if (q)
 				req_fail(s->req, q);
@@ -1025,6 +1082,7 @@ static void engine_run(struct engine *e)
 
 			io_uring_submit(&e->c->ring);
 			if (!progress) {
+				tw = gdx_now_ns();
 				if (e->fifo_head || e->more) {
 					struct __kernel_timespec ts = { .tv_nsec = 50000 };
 
@@ -1032,6 +1090,7 @@ static void engine_run(struct engine *e)
 				} else {
 					io_uring_wait_cqe(&e->c->ring, &cqe);
 				}
+				ctr_add(e->c, GDX_FILE_CTR_ENGINE_WAIT_NS, gdx_now_ns() - tw);
 			}
 			io_uring_for_each_cqe(&e->c->ring, head, cqe) {
 				/* Kernels without EXT_ARG report the wait's own timeout here. */
@@ -1042,12 +1101,17 @@ static void engine_run(struct engine *e)
 			io_uring_cq_advance(&e->c->ring, seen);
 			engine_flush(e);
 		} else if (e->fifo_head && !progress) {
-			int q = gdx_event_synchronize(e->fifo_head->wait_ev);
+			int q;
 
+			tw = gdx_now_ns();
+			q = gdx_event_synchronize(e->fifo_head->wait_ev);
+			ctr_add(e->c, GDX_FILE_CTR_ENGINE_WAIT_NS, gdx_now_ns() - tw);
 			if (q)
 				req_fail(e->fifo_head->req, q);
 		}
 	}
+	ctr_add(e->c, GDX_FILE_CTR_ENGINE_NS, gdx_now_ns() - t0);
+	ctr_add(e->c, GDX_FILE_CTR_ENGINE_CPU_NS, thread_cpu_ns() - cpu0);
 }
 
 static ssize_t strict_refuse(struct gdx_file_io *io)
@@ -1070,86 +1134,148 @@ static ssize_t run_one(struct ur_drv *ud, struct gdx_file_io *io)
 		io->untouched = true;
 		return io->result = ret;
 	}
-	req_setup(e.c, &r, io);
+	req_setup(&e, &r, io);
 	engine_add(&e, &r);
 	engine_run(&e);
 	ctx_put(e.c);
 	return io->result;
 }
 
-struct part {
-	struct ur_drv *ud;
+/*
+ * A large I/O runs as pieces that several workers, each on its own context,
+ * take in order from a shared cursor, up to file.pagecache_depth at a time
+ * each: more storage I/O in flight, more copy streams, and the CPU work spread
+ * over cores, with no worker left idle while another still has a long part.
+ *
+ * Only the first file.pagecache_threads workers register page-cache ranges
+ * with the device.  On the lent H200 the driver serialises registration and
+ * unregistration across threads (docs/storage.md): a second registering
+ * thread only queues behind the first, while a worker copying hot data with
+ * the CPU (buffered reads into its bounce ring) adds its own bandwidth.
+ *
+ * The caller is the first worker and holds no context while it waits for the
+ * others, so workers queued behind other callers always find one.
+ */
+struct piece {
 	struct gdx_file_io io;
-	pthread_mutex_t *lock;
-	pthread_cond_t *cond;
-	unsigned *pending;
 };
 
-static void part_job(void *arg)
-{
-	struct part *p = arg;
+struct split {
+	struct ur_drv *ud;
+	size_t size;			/* of the whole I/O */
+	struct piece *pieces;
+	unsigned npieces, ahead;
+	_Atomic unsigned next;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned pending;		/* workers on the pool that have not returned */
+};
 
-	run_one(p->ud, &p->io);
-	pthread_mutex_lock(p->lock);
-	if (--*p->pending == 0)
-		pthread_cond_signal(p->cond);
-	pthread_mutex_unlock(p->lock);
+struct worker {
+	struct split *sp;
+	unsigned active;		/* pieces on this worker's engine */
+};
+
+static unsigned worker_more(void *arg, struct gdx_file_io **ios, unsigned max)
+{
+	struct worker *w = arg;
+	struct split *sp = w->sp;
+	unsigned n = 0;
+
+	while (n < max && w->active < sp->ahead) {
+		unsigned k = atomic_fetch_add(&sp->next, 1);
+
+		if (k >= sp->npieces)
+			break;
+		ios[n++] = &sp->pieces[k].io;
+		w->active++;
+	}
+	return n;
 }
 
-/*
- * A large I/O runs as contiguous parts on several contexts at once: more
- * storage I/O in flight, more copy streams, and page-cache registration (a
- * CPU cost per page) spread over several cores.  The caller runs the first
- * part and holds no context while it waits for the others, so parts queued
- * behind other callers always find one.
- */
-static ssize_t run_split(struct ur_drv *ud, struct gdx_file_io *io, unsigned n)
+static void worker_done(struct gdx_file_io *io, void *arg)
 {
-	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-	size_t psz = GDX_ALIGN_UP((io->size + n - 1) / n, (size_t)1 << 20);
-	struct part *parts = calloc(n, sizeof(*parts));
-	unsigned pending = 0, k;
+	(void)io;
+	((struct worker *)arg)->active--;
+}
+
+static void worker_run(struct split *sp, bool reg)
+{
+	struct worker w = { .sp = sp };
+	struct engine e = { .tailp = &e.list, .more = worker_more, .done = worker_done, .arg = &w,
+			    .owned = true, .no_register = !reg, .whole_size = sp->size };
+
+	/* Without a context this worker takes no piece; the caller runs what is left. */
+	if (ctx_get(sp->ud, POOL_SEQ, &e.c))
+		return;
+	engine_run(&e);
+	ctx_put(e.c);
+}
+
+static void worker_end(struct split *sp)
+{
+	pthread_mutex_lock(&sp->lock);
+	if (--sp->pending == 0)
+		pthread_cond_signal(&sp->cond);
+	pthread_mutex_unlock(&sp->lock);
+}
+
+static void worker_job(void *arg)
+{
+	worker_run(arg, false);
+	worker_end(arg);
+}
+
+static void worker_job_reg(void *arg)
+{
+	worker_run(arg, true);
+	worker_end(arg);
+}
+
+static ssize_t run_split(struct ur_drv *ud, struct ur_file *uf, struct gdx_file_io *io,
+			 unsigned n, size_t psz)
+{
+	struct split sp = { .ud = ud, .size = io->size, .ahead = GDX_MAX(uf->pc_depth, 1u),
+			    .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+	unsigned k, nreg = GDX_MAX(uf->pc_threads, 1u);
 	ssize_t total = 0;
 	bool short_seen = false;
 
-	if (!parts)
+	sp.npieces = (unsigned)((io->size + psz - 1) / psz);
+	sp.pieces = calloc(sp.npieces, sizeof(*sp.pieces));
+	if (!sp.pieces)
 		return run_one(ud, io);
-	for (k = 0; k < n && (size_t)k * psz < io->size; k++) {
-		struct part *p = &parts[k];
+	atomic_init(&sp.next, 0);
+	for (k = 0; k < sp.npieces; k++) {
+		struct gdx_file_io *p = &sp.pieces[k].io;
 
-		p->ud = ud;
-		p->io = *io;
-		p->io.off = io->off + (off_t)((size_t)k * psz);
-		p->io.buf = (char *)io->buf + (size_t)k * psz;
-		p->io.size = GDX_MIN(psz, io->size - (size_t)k * psz);
-		p->lock = &lock;
-		p->cond = &cond;
-		p->pending = &pending;
-		if (k) {
-			pthread_mutex_lock(&lock);
-			pending++;
-			pthread_mutex_unlock(&lock);
-			if (gdx_tpool_submit(ud->split, part_job, p)) {
-				pthread_mutex_lock(&lock);
-				pending--;
-				pthread_mutex_unlock(&lock);
-				run_one(ud, &p->io);
-			}
+		*p = *io;
+		p->off = io->off + (off_t)((size_t)k * psz);
+		p->buf = (char *)io->buf + (size_t)k * psz;
+		p->size = GDX_MIN(psz, io->size - (size_t)k * psz);
+	}
+	sp.pending = n - 1;
+	for (k = 1; k < n; k++) {
+		if (gdx_tpool_submit(ud->split, k < nreg ? worker_job_reg : worker_job, &sp)) {
+			pthread_mutex_lock(&sp.lock);
+			sp.pending--;
+			pthread_mutex_unlock(&sp.lock);
 		}
 	}
-	n = k;
-	run_one(ud, &parts[0].io);
-	pthread_mutex_lock(&lock);
-	while (pending)
-		pthread_cond_wait(&cond, &lock);
-	pthread_mutex_unlock(&lock);
-	/* Bytes count up to the first short part (end of file); any error wins. */
+	worker_run(&sp, true);
+	pthread_mutex_lock(&sp.lock);
+	while (sp.pending)
+		pthread_cond_wait(&sp.cond, &sp.lock);
+	pthread_mutex_unlock(&sp.lock);
+	/* Pieces no worker could take (no context): each fails or falls back alone. */
+	for (k = atomic_load(&sp.next); k < sp.npieces; k++)
+		run_one(ud, &sp.pieces[k].io);
+	/* Bytes count up to the first short piece (end of file); any error wins. */
 	io->untouched = true;
-	for (k = 0; k < n; k++) {
-		io->untouched = io->untouched && parts[k].io.untouched;
-		struct gdx_file_io *p = &parts[k].io;
+	for (k = 0; k < sp.npieces; k++) {
+		struct gdx_file_io *p = &sp.pieces[k].io;
 
+		io->untouched = io->untouched && p->untouched;
 		for (int q = 0; q < GDX_FILE_PATH_COUNT; q++)
 			io->info.bytes[q] += p->info.bytes[q];
 		if (total >= 0 && p->result < 0)
@@ -1159,17 +1285,19 @@ static ssize_t run_split(struct ur_drv *ud, struct gdx_file_io *io, unsigned n)
 		total += p->result;
 		short_seen = (size_t)p->result < p->size;
 	}
-	/* Parts that went different ways each say so. */
+	/* Pieces that went different ways each say so. */
 	io->info.why[0] = 0;
-	for (k = 0; k < n; k++) {
-		const char *w = parts[k].io.info.why;
+	for (k = 0; k < sp.npieces; k++) {
+		const char *w = sp.pieces[k].io.info.why;
 		size_t len = strlen(io->info.why);
 
 		if (!strstr(io->info.why, w))
 			snprintf(io->info.why + len, sizeof(io->info.why) - len, "%s%s",
 				 len ? " | " : "", w);
 	}
-	free(parts);
+	free(sp.pieces);
+	pthread_mutex_destroy(&sp.lock);
+	pthread_cond_destroy(&sp.cond);
 	return io->result = total;
 }
 
@@ -1184,9 +1312,11 @@ static ssize_t ur_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 	if (io->strict && io->attrs.kind == GDX_MEM_DEVICE)
 		return strict_refuse(io);
 	if (ud->split && n > 1 && io->size >= split_min) {
-		n = (unsigned)GDX_MIN((size_t)n, io->size / GDX_MAX(split_min / 4, (size_t)1 << 20));
+		size_t psz = GDX_ALIGN_UP(GDX_MAX(split_min / 4, (size_t)1 << 20), (size_t)1 << 20);
+
+		n = (unsigned)GDX_MIN((size_t)n, (io->size + psz - 1) / psz);
 		if (n > 1)
-			return run_split(ud, io, n);
+			return run_split(ud, uf, io, n, psz);
 	}
 	return run_one(ud, io);
 }
