@@ -68,6 +68,8 @@ enum {
 #define RESP_BATCH 64
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)
+#define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
+#define TX_TRAIN_BYTES (256u << 10)
 
 struct hdr {
 	uint8_t type;
@@ -99,6 +101,9 @@ struct txi {			/* one frame to transmit */
 	void *extra;			/* response batches: the frames after h */
 	size_t extra_len;
 	size_t off;			/* bytes of the frame already sent */
+	const void *pp;			/* the payload (host memory when small) */
+	size_t plen;
+	int small;			/* host payload of at most DIRECT_MAX: goes in trains */
 	int counted;			/* a read counted in reads_in_flight */
 	struct txi *next;
 };
@@ -294,6 +299,25 @@ static ssize_t rx_fill(struct tcp_ep *t)
 		t->rlen -= t->rpos;
 		t->rpos = 0;
 	}
+	/* Completions of everything read so far wake their waiter, once. */
+	gdx_xport_complete_flush();
+	if (t->nresp) {
+		/*
+		 * Responses owed wait for the next frames if those are already here:
+		 * a burst of requests is answered with one write.
+		 */
+		do
+			n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n > 0) {
+			t->rlen += (size_t)n;
+			return n;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+	}
 	/* About to wait for input: what is owed goes out first. */
 	n = resp_flush(t);
 	if (n)
@@ -339,6 +363,17 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 			n -= have;
 			continue;
 		}
+		/* Blocks only if the payload is not all here: then what is owed goes first. */
+		r = recv(t->fd, dst, n, MSG_DONTWAIT);
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			r = 0;
+		else if (r <= 0)
+			return r ? -errno : -ECONNRESET;
+		dst = (char *)dst + r;
+		n -= (size_t)r;
+		if (!n)
+			break;
+		gdx_xport_complete_flush();
 		r = resp_flush(t);
 		if (r)
 			return (int)r;
@@ -523,6 +558,25 @@ static void tx_payload(struct txi *x, const void **p, struct gdx_device **dev, s
 
 /* ---- connection teardown ------------------------------------------------ */
 
+static void tx_free(struct txi *x)
+{
+	if (x->k)
+		gdx_xport_rkey_put(x->k);
+	free(x->extra);
+	free(x);
+}
+
+static void tx_free_list(struct txi *x)
+{
+	while (x) {
+		struct txi *next = x->next;
+
+		tx_free(x);
+		x = next;
+	}
+}
+
+
 static void kill_conn(struct tcp_ep *t, int why)
 {
 	if (!t->dead) {
@@ -543,13 +597,9 @@ static void flush_all(struct tcp_ep *t)
 	struct qent *q;
 
 	pthread_mutex_lock(&t->lock);
-	while ((x = t->txq_head)) {
-		t->txq_head = x->next;
-		if (x->k)
-			gdx_xport_rkey_put(x->k);
-		free(x);
-	}
-	t->txq_tail = NULL;
+	x = t->txq_head;
+	t->txq_head = t->txq_tail = NULL;
+	tx_free_list(x);
 	while ((q = q_pop(&t->outst_head, &t->outst_tail))) {
 		gdx_xport_complete(q->req, GDX_EDISCONNECTED, 0);
 		free(q);
@@ -563,6 +613,8 @@ static void flush_all(struct tcp_ep *t)
 		free(q);
 	}
 	t->unexpected_bytes = 0;
+	/* The CQ may go once the endpoint is flushed: its wake-up goes now. */
+	gdx_xport_complete_flush();
 	t->flushed = 1;
 	pthread_cond_broadcast(&t->flushed_cond);
 	pthread_mutex_unlock(&t->lock);
@@ -585,18 +637,94 @@ static void tx_begin(struct tcp_ep *t, struct txi *x)
 	}
 }
 
-static void tx_free(struct txi *x)
+/*
+ * Gathers a train of small host frames from the head of the queue into iov,
+ * for one sendmsg: the part of each not yet sent.  Stops at a frame that
+ * needs the transmit thread (large, device memory) or waits for a fence.
+ * Lock held; returns the number of iovecs.
+ */
+static int tx_gather(struct tcp_ep *t, struct iovec *iov)
 {
-	if (x->k)
-		gdx_xport_rkey_put(x->k);
-	free(x->extra);
-	free(x);
+	const size_t hl = sizeof(struct hdr);
+	size_t bytes = 0;
+	int cnt = 0;
+
+	for (struct txi *x = t->txq_head; x && x->small && cnt + 2 <= TX_TRAIN_IOV &&
+	     bytes < TX_TRAIN_BYTES && !fence_blocked(t, x); x = x->next) {
+		if (x->h.type == F_READ && !x->counted) {
+			x->counted = 1;
+			t->reads_in_flight++;
+		}
+		if (x->off < hl)
+			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
+		if (x->plen) {
+			size_t o = x->off > hl ? x->off - hl : 0;
+
+			iov[cnt++] = (struct iovec){ (char *)x->pp + o, x->plen - o };
+		}
+		bytes += hl + x->plen - x->off;
+	}
+	return cnt;
+}
+
+/*
+ * Accounts sent bytes to the train at the head of the queue; frames sent whole
+ * are unlinked onto *done (their requests may complete, and be freed, as soon
+ * as the peer has them: nothing here looks at x->req).  Lock held.
+ */
+static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done)
+{
+	while (sent) {
+		struct txi *x = t->txq_head;
+		size_t left = sizeof(x->h) + x->plen - x->off;
+
+		if (sent < left) {
+			x->off += sent;
+			return;
+		}
+		sent -= left;
+		t->txq_head = x->next;
+		if (!t->txq_head)
+			t->txq_tail = NULL;
+		x->next = *done;
+		*done = x;
+	}
+}
+
+/*
+ * Sends one train from the head of the queue: without blocking for the posting
+ * and receive threads, blocking for the transmit thread.  Lock held (dropped
+ * around the sendmsg); -EAGAIN when the socket was full, 1 when the head is not
+ * a small frame (or is fenced).
+ */
+static int tx_train(struct tcp_ep *t, int nonblock, struct txi **done)
+{
+	struct iovec iov[TX_TRAIN_IOV];
+	size_t sent = 0;
+	int cnt = tx_gather(t, iov), ret;
+
+	if (!cnt)
+		return 1;
+	t->sending = 1;
+	pthread_mutex_unlock(&t->lock);
+	ret = send_iov(t, iov, cnt, nonblock ? MSG_DONTWAIT : 0, &sent);
+	pthread_mutex_lock(&t->lock);
+	t->sending = 0;
+	if (ret == -EWOULDBLOCK)
+		ret = -EAGAIN;
+	if (ret && ret != -EAGAIN)
+		kill_conn(t, ret);
+	else
+		tx_retire(t, sent, done);
+	return ret;
 }
 
 static void *tx_main(void *arg)
 {
 	struct tcp_ep *t = arg;
+	struct txi *done = NULL;
 
+	pthread_mutex_lock(&t->lock);
 	for (;;) {
 		const void *p;
 		struct gdx_device *dev;
@@ -604,12 +732,21 @@ static void *tx_main(void *arg)
 		size_t n;
 		int ret;
 
-		pthread_mutex_lock(&t->lock);
-		while (!t->dead && (t->sending || !t->txq_head || fence_blocked(t, t->txq_head)))
+		while (!t->dead && (t->sending || !t->txq_head || fence_blocked(t, t->txq_head))) {
+			if (done) {
+				pthread_mutex_unlock(&t->lock);
+				tx_free_list(done);
+				done = NULL;
+				pthread_mutex_lock(&t->lock);
+				continue;
+			}
 			pthread_cond_wait(&t->tx_cond, &t->lock);
-		if (t->dead) {
-			pthread_mutex_unlock(&t->lock);
-			return NULL;
+		}
+		if (t->dead)
+			break;
+		if (t->txq_head->small) {
+			tx_train(t, 0, &done);
+			continue;
 		}
 		x = t->txq_head;
 		t->txq_head = x->next;
@@ -626,53 +763,34 @@ static void *tx_main(void *arg)
 		t->sending = 0;
 		if (ret)
 			kill_conn(t, ret);
-		pthread_mutex_unlock(&t->lock);
-		if (ret)
-			return NULL;
 	}
+	pthread_mutex_unlock(&t->lock);
+	tx_free_list(done);
+	return NULL;
 }
 
 /*
- * Sends frame x.  When nothing is queued or being sent and the payload is
- * small host memory, the calling thread writes it itself without blocking
- * (no hand-off to the transmit thread: this is what keeps latency low);
- * otherwise, or for what did not fit in the socket, the transmit thread does.
+ * Queues frame x and, unless another thread holds the socket (it sends what
+ * is queued before letting go), sends the queue from the calling thread as
+ * trains of small frames, one sendmsg each, without blocking.  Only a large or
+ * device-memory frame, a fenced one, or what did not fit in the socket wakes
+ * the transmit thread: a burst of small posts costs no thread hand-off.
  * Called with the lock held; returns with it released.
  */
 static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 {
-	const void *p;
 	struct gdx_device *dev;
-	size_t n;
-	int ret;
+	struct txi *done = NULL;
 
-	tx_payload(x, &p, &dev, &n);
-	if (t->sending || t->txq_head || dev || n > DIRECT_MAX || fence_blocked(t, x)) {
-		Q_PUSH(x, &t->txq_head, &t->txq_tail);
-		pthread_cond_broadcast(&t->tx_cond);
-		pthread_mutex_unlock(&t->lock);
-		return;
-	}
-	tx_begin(t, x);
-	pthread_mutex_unlock(&t->lock);
-	ret = tx_host(t, x, p, n, 1);
-	pthread_mutex_lock(&t->lock);
-	t->sending = 0;
-	if (ret == -EAGAIN) {
-		/* The rest goes first, by the transmit thread. */
-		x->next = t->txq_head;
-		t->txq_head = x;
-		if (!t->txq_tail)
-			t->txq_tail = x;
-		x = NULL;
-	} else if (ret) {
-		kill_conn(t, ret);
-	}
-	if (t->txq_head)
+	tx_payload(x, &x->pp, &dev, &x->plen);
+	x->small = !dev && x->plen <= DIRECT_MAX;
+	Q_PUSH(x, &t->txq_head, &t->txq_tail);
+	while (!t->dead && !t->sending && t->txq_head && !tx_train(t, 1, &done))
+		;
+	if (!t->dead && !t->sending && t->txq_head)
 		pthread_cond_broadcast(&t->tx_cond);
 	pthread_mutex_unlock(&t->lock);
-	if (x)
-		tx_free(x);
+	tx_free_list(done);
 }
 
 /* Queues x unless the endpoint died, in which case x is dropped. */
@@ -757,6 +875,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 
 	if (!t->fe->opts.srq ? !t->recv_head : !gdx_xport_srq_waiting(t->fe)) {
 		/* Might wait for a receive: the peer must not wait for what is owed. */
+		gdx_xport_complete_flush();
 		ret = resp_flush(t);
 		if (ret)
 			return ret;
@@ -955,6 +1074,7 @@ static void *rx_main(void *arg)
 	struct tcp_ep *t = arg;
 	int ret = 0;
 
+	gdx_xport_complete_defer();
 	while (!ret) {
 		struct hdr h;
 

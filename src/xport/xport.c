@@ -96,7 +96,9 @@ struct gdx_xport_cq {
 	pthread_mutex_t lock;		/* ring */
 	struct gdx_xport_cqe *ring;
 	size_t cap, head, count;
-	int efd;			/* readable while the ring is not empty */
+	int efd;			/* readable once signaled, until the ring is emptied */
+	int armed;			/* a waiter sleeps on efd: the next completion signals */
+	int signaled;			/* efd was written and not read yet */
 	int epfd;			/* efd + each polled endpoint's event fd */
 	pthread_mutex_t eps_lock;	/* eps; held across backend progress */
 	struct gdx_xport_ep *eps;
@@ -150,6 +152,46 @@ GDX_API int gdx_xport_cq_destroy(struct gdx_xport_cq *cq)
 	return 0;
 }
 
+/*
+ * Wake-ups are paid only by waiters: a completion writes the eventfd only when
+ * a waiter armed the CQ (gdx_xport_cq_arm, which cq_wait calls before it
+ * sleeps), so a caller that polls gets its completions without a syscall on
+ * either side.  A progress thread completing a burst defers even that to the
+ * end of the burst (gdx_xport_complete_defer/flush): one wake per burst.
+ */
+#define DEFER_MAX 4
+
+static _Thread_local struct {
+	int on;
+	unsigned n;
+	struct gdx_xport_cq *cq[DEFER_MAX];
+} defer;
+
+static void cq_signal_locked(struct gdx_xport_cq *cq)
+{
+	uint64_t one = 1;
+
+	if (cq->signaled)
+		return;
+	if (write(cq->efd, &one, sizeof(one)) < 0)
+		GDX_DBG(SUBSYS, "eventfd write: %s", strerror(errno));
+	cq->signaled = 1;
+}
+
+/* Leaves cq's signal to this thread's next flush; 0 when the thread does not defer. */
+static int defer_add(struct gdx_xport_cq *cq)
+{
+	if (!defer.on)
+		return 0;
+	for (unsigned i = 0; i < defer.n; i++)
+		if (defer.cq[i] == cq)
+			return 1;
+	if (defer.n == DEFER_MAX)
+		return 0;
+	defer.cq[defer.n++] = cq;
+	return 1;
+}
+
 static int cq_push(struct gdx_xport_cq *cq, const struct gdx_xport_cqe *e)
 {
 	pthread_mutex_lock(&cq->lock);
@@ -171,14 +213,33 @@ static int cq_push(struct gdx_xport_cq *cq, const struct gdx_xport_cqe *e)
 		cq->head = 0;
 	}
 	cq->ring[(cq->head + cq->count) % cq->cap] = *e;
-	if (cq->count++ == 0) {
-		uint64_t one = 1;
-
-		if (write(cq->efd, &one, sizeof(one)) < 0)
-			GDX_DBG(SUBSYS, "eventfd write: %s", strerror(errno));
+	cq->count++;
+	if (cq->armed) {
+		cq->armed = 0;
+		if (!defer_add(cq))
+			cq_signal_locked(cq);
 	}
 	pthread_mutex_unlock(&cq->lock);
 	return 0;
+}
+
+void gdx_xport_complete_defer(void)
+{
+	defer.on = 1;
+}
+
+void gdx_xport_complete_flush(void)
+{
+	for (unsigned i = 0; i < defer.n; i++) {
+		struct gdx_xport_cq *cq = defer.cq[i];
+
+		pthread_mutex_lock(&cq->lock);
+		/* A poller may have taken them meanwhile: then nobody needs waking. */
+		if (cq->count)
+			cq_signal_locked(cq);
+		pthread_mutex_unlock(&cq->lock);
+	}
+	defer.n = 0;
 }
 
 static void cq_progress(struct gdx_xport_cq *cq)
@@ -213,12 +274,13 @@ GDX_API int gdx_xport_cq_poll(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe
 		cq->head = (cq->head + 1) % cq->cap;
 		cq->count--;
 	}
-	if (!cq->count) {
+	if (!cq->count && cq->signaled) {
 		uint64_t v;
 
 		/* Nothing left: the eventfd stops being readable. */
 		if (read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			GDX_DBG(SUBSYS, "eventfd read: %s", strerror(errno));
+		cq->signaled = 0;
 	}
 	pthread_mutex_unlock(&cq->lock);
 	return (int)got;
@@ -242,7 +304,13 @@ GDX_API int gdx_xport_cq_arm(struct gdx_xport_cq *cq)
 	pthread_mutex_unlock(&cq->eps_lock);
 	/* Completions that arrived before arming are reaped here, not waited for. */
 	cq_progress(cq);
-	return ready || cq_pending(cq) ? 1 : 0;
+	pthread_mutex_lock(&cq->lock);
+	if (cq->count)
+		ready = 1;
+	else if (!ready)
+		cq->armed = 1;
+	pthread_mutex_unlock(&cq->lock);
+	return ready;
 }
 
 GDX_API int gdx_xport_cq_wait(struct gdx_xport_cq *cq, int timeout_ms)

@@ -98,6 +98,14 @@ void gdx_xport_complete(struct gdx_xport_req *req, int status, uint64_t len);
 void gdx_xport_complete_imm(struct gdx_xport_req *req, int status, uint64_t len,
 			    enum gdx_xport_op op, uint32_t imm);
 /*
+ * Batches wake-ups for a progress thread: once this thread has called defer,
+ * the completions it queues wake a CQ's waiter only at its next flush, once
+ * per CQ however many there were.  The thread must flush before it blocks
+ * (and before it reports an endpoint flushed).
+ */
+void gdx_xport_complete_defer(void);
+void gdx_xport_complete_flush(void);
+/*
  * The oldest receive of ep's shared receive queue, as a request of ep; -EAGAIN
  * when none is waiting.  A receive whose buffer cannot be used completes with
  * the error at once and the next is taken.
