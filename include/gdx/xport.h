@@ -175,11 +175,12 @@ GDX_API int gdx_xport_mr_dereg(struct gdx_xport_mr *mr);
  * joined the queue (opts.srq): a server with many connections keeps one pool
  * of receive buffers instead of one per connection.  A receive completes on the
  * CQ of the endpoint its message arrived on (cqe.ep says which).  All endpoints
- * of a queue use one backend (tcp or loop; verbs: -EOPNOTSUPP for now).
- * Receives stay queued when an endpoint disconnects.
+ * of a queue use one backend (on verbs, one device; they then share one
+ * protection domain, so their keys work for each other's peers).  Receives
+ * stay queued when an endpoint disconnects.
  */
 GDX_API int gdx_xport_srq_create(unsigned depth, struct gdx_xport_srq **out);
-/* -EAGAIN when depth receives are waiting. */
+/* -EAGAIN while depth receives are posted and not completed. */
 GDX_API int gdx_xport_srq_post_recv(struct gdx_xport_srq *srq, void *buf, size_t len,
 				    uint64_t wr_id);
 /* -EBUSY while endpoints use it; receives still queued are dropped. */

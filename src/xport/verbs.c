@@ -50,11 +50,29 @@ struct vb_reg {
 	int dmabuf_fd;
 };
 
+/*
+ * A shared receive queue: one ibv_srq on one PD that every member endpoint
+ * uses (rxe, like the spec, checks a receive's lkey against the QP's PD), so
+ * the members share a registration domain: their keys work for each other's
+ * peers.  Receives are registered through the queue's anchor endpoint, whose
+ * backend state this is (hence pd first, as in vb_ep: mr_reg takes either).
+ */
+struct vb_srq {
+	struct ibv_pd *pd;
+	struct gdx_xport_ep *anchor;
+	struct ibv_context *ctx;
+	struct ibv_srq *srq;
+	pthread_mutex_t lock;		/* posted; keeps the queue's order into the hardware */
+	struct gdx_xport_req **posted;	/* in the hardware, by slot (req->be[2] - 1) */
+	unsigned depth;
+};
+
 struct vb_ep {
+	struct ibv_pd *pd;		/* first: see vb_srq */
+	struct vb_srq *srq;		/* opts.srq's, whose pd this is */
 	struct gdx_xport_ep *fe;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
-	struct ibv_pd *pd;
 	struct ibv_comp_channel *cc;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
@@ -95,7 +113,7 @@ static int status_of(enum ibv_wc_status s)
 
 /* ---- bounce buffers for device memory without a direct path ---------------- */
 
-static int bounce_get(struct vb_ep *v, struct gdx_xport_req *req)
+static int bounce_get(struct ibv_pd *pd, struct gdx_xport_req *req)
 {
 	struct gdx_device *dev = req->buf.dev;
 	struct ibv_mr *mr;
@@ -104,7 +122,7 @@ static int bounce_get(struct vb_ep *v, struct gdx_xport_req *req)
 
 	if (ret)
 		return ret;
-	mr = ibv_reg_mr(v->pd, b, req->buf.len, IBV_ACCESS_LOCAL_WRITE);
+	mr = ibv_reg_mr(pd, b, req->buf.len, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr) {
 		ret = -errno;
 		gdx_pinned_free(dev, b);
@@ -136,6 +154,141 @@ static void finish(struct gdx_xport_req *req, int st, uint64_t len, const struct
 				       ntohl(wc->imm_data));
 	else
 		gdx_xport_complete(req, st, st ? 0 : len);
+}
+
+/* ---- shared receive queues ----------------------------------------------- */
+
+/* Hands receive req (of the queue's anchor) to the hardware queue.  s->lock held. */
+static int srq_post(struct vb_srq *s, struct gdx_xport_req *req)
+{
+	struct vb_reg *g = req->buf.reg;
+	struct ibv_sge sge = { .addr = (uintptr_t)req->buf.p, .length = (uint32_t)req->buf.len };
+	struct ibv_recv_wr wr = { .wr_id = (uintptr_t)req, .sg_list = &sge,
+				  .num_sge = req->buf.len ? 1 : 0 }, *bad;
+	unsigned slot;
+	int ret;
+
+	if (req->buf.len > UINT32_MAX)
+		return -EMSGSIZE;
+	for (slot = 0; slot < s->depth && s->posted[slot]; slot++)
+		;
+	if (slot == s->depth)
+		return -EAGAIN;	/* the front end keeps depth: cannot happen */
+	if (req->buf.len && req->buf.path == GDX_XPORT_PATH_BOUNCE) {
+		ret = bounce_get(s->pd, req);
+		if (ret)
+			return ret;
+		sge.addr = (uintptr_t)req->be[0];
+		sge.lkey = ((struct ibv_mr *)req->be[1])->lkey;
+	} else if (req->buf.len) {
+		sge.lkey = g->mr->lkey;
+	}
+	ret = ibv_post_srq_recv(s->srq, &wr, &bad);
+	if (ret) {
+		bounce_put(req);
+		return -ret;
+	}
+	s->posted[slot] = req;
+	req->be[2] = (void *)(uintptr_t)(slot + 1);
+	return 0;
+}
+
+/* Moves the receives waiting in the front end's queue to the hardware; via: a member. */
+static void srq_fill(struct vb_srq *s, struct gdx_xport_ep *via)
+{
+	struct gdx_xport_req *req;
+
+	pthread_mutex_lock(&s->lock);
+	while (!gdx_xport_srq_take(via, &req)) {
+		int ret = srq_post(s, req);
+
+		if (ret) {
+			GDX_ERR(SUBSYS, "posting a shared receive: %s", gdx_strerror(ret));
+			gdx_xport_complete(req, ret, 0);
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* A receive of the hardware queue completed on v: it is v's now. */
+static void srq_arrived(struct vb_ep *v, struct gdx_xport_req *r)
+{
+	struct vb_srq *s = v->srq;
+
+	pthread_mutex_lock(&s->lock);
+	s->posted[(uintptr_t)r->be[2] - 1] = NULL;
+	pthread_mutex_unlock(&s->lock);
+	r->ep = v->fe;
+}
+
+static int vb_srq_open(struct gdx_xport_ep *anchor, void *arg, unsigned depth, void **priv)
+{
+	struct vb_ep *v = arg;
+	struct ibv_srq_init_attr a = { .attr = { .max_wr = depth, .max_sge = 1 } };
+	struct vb_srq *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->posted = calloc(depth, sizeof(*s->posted));
+	s->ctx = v->id->verbs;
+	s->pd = ibv_alloc_pd(s->ctx);
+	if (!s->posted || !s->pd) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	s->srq = ibv_create_srq(s->pd, &a);
+	if (!s->srq) {
+		ret = -errno;
+		GDX_ERR(SUBSYS, "ibv_create_srq (%u receives) on %s: %s", depth,
+			ibv_get_device_name(s->ctx->device), strerror(errno));
+		goto fail;
+	}
+	s->anchor = anchor;
+	s->depth = depth;
+	pthread_mutex_init(&s->lock, NULL);
+	*priv = s;
+	return 0;
+fail:
+	if (s->pd)
+		ibv_dealloc_pd(s->pd);
+	free(s->posted);
+	free(s);
+	return ret;
+}
+
+static void vb_srq_close(void *priv)
+{
+	struct vb_srq *s = priv;
+
+	/* No QP uses it any more: what is posted is never going to complete. */
+	ibv_destroy_srq(s->srq);
+	s->srq = NULL;
+	for (unsigned i = 0; i < s->depth; i++) {
+		if (s->posted[i]) {
+			bounce_put(s->posted[i]);
+			gdx_xport_req_drop(s->posted[i]);
+			s->posted[i] = NULL;
+		}
+	}
+}
+
+static void vb_srq_free(void *priv)
+{
+	struct vb_srq *s = priv;
+
+	if (ibv_dealloc_pd(s->pd))
+		GDX_WARN(SUBSYS, "shared receive queue's PD still in use");
+	pthread_mutex_destroy(&s->lock);
+	free(s->posted);
+	free(s);
+}
+
+static void vb_srq_kick(void *priv)
+{
+	struct vb_ep *v = priv;
+
+	srq_fill(v->srq, v->fe);
 }
 
 /* ---- completions --------------------------------------------------------- */
@@ -207,6 +360,9 @@ static int vb_progress(void *priv)
 			/* Flushed completions have no opcode: the request says which queue. */
 			if (r != (void *)&drain_marker && r->op == GDX_XPORT_OP_RECV) {
 				int st = status_of(wc[i].status);
+
+				if (v->srq)
+					srq_arrived(v, r);
 
 				/* rxe reports a message longer than the receive this way. */
 				if (wc[i].status == IBV_WC_LOC_QP_OP_ERR)
@@ -353,15 +509,33 @@ static int setup_qp(struct vb_ep *v, struct gdx_xport_ep *fe)
 {
 	const struct gdx_xport_opts *o = gdx_xport_ep_opts(fe);
 	struct ibv_qp_init_attr qa = { 0 };
+	unsigned rq = o->rq_depth;
 	int ret;
 
 	v->fe = fe;
-	v->pd = ibv_alloc_pd(v->id->verbs);
+	if (o->srq) {
+		ret = gdx_xport_srq_priv(fe, v, (void **)&v->srq);
+		if (ret)
+			return ret;
+		if (v->srq->ctx != v->id->verbs) {
+			GDX_ERR(SUBSYS, "a shared receive queue serves one device (%s), not %s",
+				ibv_get_device_name(v->srq->ctx->device),
+				ibv_get_device_name(v->id->verbs->device));
+			v->srq = NULL;
+			return -EINVAL;
+		}
+		v->pd = v->srq->pd;
+		/* Every receive of the queue may complete here. */
+		rq = GDX_MAX(rq, v->srq->depth);
+		qa.srq = v->srq->srq;
+	} else {
+		v->pd = ibv_alloc_pd(v->id->verbs);
+	}
 	v->cc = ibv_create_comp_channel(v->id->verbs);
 	if (!v->pd || !v->cc)
 		return -errno ? -errno : -ENOMEM;
 	fcntl(v->cc->fd, F_SETFL, fcntl(v->cc->fd, F_GETFL) | O_NONBLOCK);
-	v->cq = ibv_create_cq(v->id->verbs, (int)(o->sq_depth + o->rq_depth + 1), v, v->cc, 0);
+	v->cq = ibv_create_cq(v->id->verbs, (int)(o->sq_depth + rq + 1), v, v->cc, 0);
 	if (!v->cq)
 		return -errno;
 	qa.qp_type = IBV_QPT_RC;
@@ -423,7 +597,7 @@ static void vb_free(struct vb_ep *v)
 		ibv_destroy_cq(v->cq);
 	if (v->cc)
 		ibv_destroy_comp_channel(v->cc);
-	if (v->pd)
+	if (v->pd && !v->srq)
 		ibv_dealloc_pd(v->pd);
 	if (v->id)
 		rdma_destroy_id(v->id);
@@ -666,7 +840,8 @@ static int peermem_loaded(void)
 
 static int vb_mr_reg(void *priv, struct gdx_xport_region *r)
 {
-	struct vb_ep *v = priv;
+	/* An endpoint's or a shared receive queue's anchor's: both start with their PD. */
+	struct ibv_pd *pd = *(struct ibv_pd **)priv;
 	struct vb_reg *g = calloc(1, sizeof(*g));
 	int acc = IBV_ACCESS_LOCAL_WRITE;
 
@@ -680,7 +855,7 @@ static int vb_mr_reg(void *priv, struct gdx_xport_region *r)
 	r->addr = (uint64_t)(uintptr_t)r->p;
 	r->priv = g;
 	if (r->kind == GDX_MEM_HOST || r->kind == GDX_MEM_PINNED) {
-		g->mr = ibv_reg_mr(v->pd, r->p, r->len, acc);
+		g->mr = ibv_reg_mr(pd, r->p, r->len, acc);
 		if (!g->mr) {
 			int err = -errno;
 
@@ -699,7 +874,7 @@ static int vb_mr_reg(void *priv, struct gdx_xport_region *r)
 		uint64_t off;
 
 		if (!gdx_device_export_dmabuf(r->dev, (void *)s, e - s, &g->dmabuf_fd, &off)) {
-			g->mr = ibv_reg_dmabuf_mr(v->pd, off + ((uintptr_t)r->p - s), r->len,
+			g->mr = ibv_reg_dmabuf_mr(pd, off + ((uintptr_t)r->p - s), r->len,
 						  r->addr, g->dmabuf_fd, acc);
 			if (g->mr) {
 				r->key = g->mr->rkey;
@@ -712,7 +887,7 @@ static int vb_mr_reg(void *priv, struct gdx_xport_region *r)
 			g->dmabuf_fd = -1;
 		}
 		if (peermem_loaded()) {
-			g->mr = ibv_reg_mr(v->pd, r->p, r->len, acc);
+			g->mr = ibv_reg_mr(pd, r->p, r->len, acc);
 			if (g->mr) {
 				r->key = g->mr->rkey;
 				r->path = GDX_XPORT_PATH_DIRECT;
@@ -759,7 +934,7 @@ static int vb_post(void *priv, struct gdx_xport_req *req)
 	if (req->buf.len > UINT32_MAX)
 		return -EMSGSIZE;
 	if (req->buf.len && req->buf.path == GDX_XPORT_PATH_BOUNCE) {
-		ret = bounce_get(v, req);
+		ret = bounce_get(v->pd, req);
 		if (ret)
 			return ret;
 		if (req->op != GDX_XPORT_OP_RECV && req->op != GDX_XPORT_OP_READ) {
@@ -838,6 +1013,10 @@ const struct gdx_xport_ops gdx_xport_verbs_ops = {
 	.mr_reg = vb_mr_reg,
 	.mr_dereg = vb_mr_dereg,
 	.post = vb_post,
+	.srq_kick = vb_srq_kick,
+	.srq_open = vb_srq_open,
+	.srq_close = vb_srq_close,
+	.srq_free = vb_srq_free,
 	.progress = vb_progress,
 	.arm = vb_arm,
 	.event_fd = vb_event_fd,

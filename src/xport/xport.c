@@ -925,10 +925,14 @@ GDX_API int gdx_xport_ep_connected(const struct gdx_xport_ep *ep)
 
 /* ---- requests -------------------------------------------------------------- */
 
-static void req_done(struct gdx_xport_req *req, int status, uint64_t len, enum gdx_xport_op op,
-		     unsigned flags, uint32_t imm)
+static void srq_done(struct gdx_xport_srq *q);
+
+/* report: queue a completion (else the request is dropped silently). */
+static void req_done(struct gdx_xport_req *req, int report, int status, uint64_t len,
+		     enum gdx_xport_op op, unsigned flags, uint32_t imm)
 {
-	struct gdx_xport_ep *ep = req->ep;
+	/* ep: where it completes; own: whose registration and counters it used. */
+	struct gdx_xport_ep *ep = req->ep, *own = req->owner ? req->owner : ep;
 	struct gdx_xport_cqe e = {
 		.wr_id = req->wr_id, .ep = ep, .status = status, .op = op,
 		.path = req->buf.len ? req->buf.path : GDX_XPORT_PATH_NONE,
@@ -937,28 +941,36 @@ static void req_done(struct gdx_xport_req *req, int status, uint64_t len, enum g
 	struct xreg *x = req->fe;
 
 	if (x)
-		reg_put(ep, x, req->be[3]);
-	if (status || !(req->flags & GDX_XPORT_UNSIGNALED))
-		cq_push(ep->cq, &e);
-	if (!(req->flags & F_SRQ))
+		reg_put(own, x, req->be[3]);
+	/* Room in the queue before the completion is seen: the poller may post at once. */
+	if (req->flags & F_SRQ)
+		srq_done(own->opts.srq);
+	else
 		atomic_fetch_sub(req->op == GDX_XPORT_OP_RECV ? &ep->rq_used : &ep->sq_used, 1);
+	if (report && (status || !(req->flags & GDX_XPORT_UNSIGNALED)))
+		cq_push(ep->cq, &e);
 	free(req);
-	if (atomic_fetch_sub(&ep->inflight, 1) == 1) {
-		pthread_mutex_lock(&ep->lock);
-		pthread_cond_broadcast(&ep->idle);
-		pthread_mutex_unlock(&ep->lock);
+	if (atomic_fetch_sub(&own->inflight, 1) == 1) {
+		pthread_mutex_lock(&own->lock);
+		pthread_cond_broadcast(&own->idle);
+		pthread_mutex_unlock(&own->lock);
 	}
 }
 
 void gdx_xport_complete(struct gdx_xport_req *req, int status, uint64_t len)
 {
-	req_done(req, status, len, req->op, 0, 0);
+	req_done(req, 1, status, len, req->op, 0, 0);
+}
+
+void gdx_xport_req_drop(struct gdx_xport_req *req)
+{
+	req_done(req, 0, 0, 0, req->op, 0, 0);
 }
 
 void gdx_xport_complete_imm(struct gdx_xport_req *req, int status, uint64_t len,
 			    enum gdx_xport_op op, uint32_t imm)
 {
-	req_done(req, status, len, op, GDX_XPORT_CQE_IMM, imm);
+	req_done(req, 1, status, len, op, GDX_XPORT_CQE_IMM, imm);
 }
 
 /* Finds the memory behind req's buffer: kind, registration, path; applies require_direct. */
@@ -1084,11 +1096,18 @@ struct srq_ent {
 struct gdx_xport_srq {
 	pthread_mutex_t lock;		/* the queue */
 	struct srq_ent *head, *tail;
-	unsigned depth, count;
-	pthread_mutex_t eps_lock;	/* eps; held while kicking them */
+	unsigned depth, count;		/* count: waiting here, not yet taken */
+	unsigned outstanding;		/* posted and not completed: against depth */
+	pthread_mutex_t eps_lock;	/* eps, anchor; held while kicking them */
 	struct gdx_xport_ep *eps;
 	const struct gdx_xport_ops *ops;
 	int neps;
+	/*
+	 * Backends whose queue is in the hardware (ops->srq_open): an endpoint of
+	 * the queue's own, never connected, that owns the receives handed to the
+	 * hardware and their registrations, so they outlive any member.
+	 */
+	struct gdx_xport_ep *anchor;
 };
 
 GDX_API int gdx_xport_srq_create(unsigned depth, struct gdx_xport_srq **out)
@@ -1119,6 +1138,16 @@ GDX_API int gdx_xport_srq_destroy(struct gdx_xport_srq *q)
 		return -EBUSY;
 	}
 	pthread_mutex_unlock(&q->eps_lock);
+	if (q->anchor) {
+		struct gdx_xport_ep *a = q->anchor;
+
+		/* The hardware queue goes first, then the registrations, then the domain. */
+		a->ops->srq_close(a->priv);
+		gdx_regcache_destroy(a->rc);
+		a->rc = NULL;
+		a->ops->srq_free(a->priv);
+		ep_free(a);
+	}
 	while ((e = q->head)) {
 		q->head = e->next;
 		free(e);
@@ -1141,7 +1170,7 @@ GDX_API int gdx_xport_srq_post_recv(struct gdx_xport_srq *q, void *buf, size_t l
 		return -ENOMEM;
 	*e = (struct srq_ent){ .buf = buf, .len = len, .wr_id = wr_id };
 	pthread_mutex_lock(&q->lock);
-	if (q->count >= q->depth) {
+	if (q->outstanding >= q->depth) {
 		pthread_mutex_unlock(&q->lock);
 		free(e);
 		return -EAGAIN;
@@ -1152,6 +1181,7 @@ GDX_API int gdx_xport_srq_post_recv(struct gdx_xport_srq *q, void *buf, size_t l
 		q->head = e;
 	q->tail = e;
 	q->count++;
+	q->outstanding++;
 	pthread_mutex_unlock(&q->lock);
 	/* Messages may be waiting on some endpoint for exactly this. */
 	pthread_mutex_lock(&q->eps_lock);
@@ -1173,9 +1203,18 @@ unsigned gdx_xport_srq_waiting(const struct gdx_xport_ep *ep)
 	return n;
 }
 
+static void srq_done(struct gdx_xport_srq *q)
+{
+	pthread_mutex_lock(&q->lock);
+	q->outstanding--;
+	pthread_mutex_unlock(&q->lock);
+}
+
 int gdx_xport_srq_take(struct gdx_xport_ep *ep, struct gdx_xport_req **out)
 {
 	struct gdx_xport_srq *q = ep->opts.srq;
+	/* A hardware queue's receives belong to its anchor; errors show on ep. */
+	struct gdx_xport_ep *own = q->anchor ? q->anchor : ep;
 
 	for (;;) {
 		struct gdx_xport_req *req;
@@ -1198,12 +1237,15 @@ int gdx_xport_srq_take(struct gdx_xport_ep *ep, struct gdx_xport_req **out)
 			GDX_ERR(SUBSYS, "out of memory: shared receive %llu dropped",
 				(unsigned long long)e->wr_id);
 			free(e);
+			srq_done(q);
 			continue;
 		}
 		*req = (struct gdx_xport_req){ .wr_id = e->wr_id, .op = GDX_XPORT_OP_RECV,
-					       .flags = F_SRQ, .ep = ep };
-		atomic_fetch_add(&ep->inflight, 1);
+					       .flags = F_SRQ, .ep = own,
+					       .owner = q->anchor };
+		atomic_fetch_add(&own->inflight, 1);
 		ret = req_resolve(req, e->buf, e->len);
+		req->ep = ep;
 		free(e);
 		if (!ret) {
 			*out = req;
@@ -1212,6 +1254,35 @@ int gdx_xport_srq_take(struct gdx_xport_ep *ep, struct gdx_xport_req **out)
 		req->buf.len = 0;
 		gdx_xport_complete(req, ret, 0);
 	}
+}
+
+int gdx_xport_srq_priv(struct gdx_xport_ep *ep, void *arg, void **out)
+{
+	struct gdx_xport_srq *q = ep->opts.srq;
+	struct gdx_xport_ep *a;
+	int ret = 0;
+
+	pthread_mutex_lock(&q->eps_lock);
+	if (q->ops && q->ops != ep->ops) {
+		GDX_ERR(SUBSYS, "a shared receive queue serves one backend (%s), not %s",
+			q->ops->scheme, ep->ops->scheme);
+		ret = -EINVAL;
+	} else if (!q->anchor) {
+		ret = ep_alloc(ep->ops, &ep->opts, NULL, &a);
+		if (!ret) {
+			ret = ep->ops->srq_open(a, arg, q->depth, &a->priv);
+			if (ret)
+				ep_free(a);
+		}
+		if (!ret) {
+			q->ops = ep->ops;
+			q->anchor = a;
+		}
+	}
+	if (!ret)
+		*out = q->anchor->priv;
+	pthread_mutex_unlock(&q->eps_lock);
+	return ret;
 }
 
 static int srq_join(struct gdx_xport_ep *ep)
@@ -1230,6 +1301,8 @@ static int srq_join(struct gdx_xport_ep *ep)
 	ep->srq_next = q->eps;
 	q->eps = ep;
 	q->neps++;
+	/* Receives posted while no member could take them. */
+	ep->ops->srq_kick(ep->priv);
 	pthread_mutex_unlock(&q->eps_lock);
 	return 0;
 }

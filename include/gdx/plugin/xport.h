@@ -38,7 +38,8 @@ struct gdx_xport_req {
 	struct gdx_xport_buf buf;
 	uint64_t raddr, key;
 	uint32_t imm;
-	struct gdx_xport_ep *ep;
+	struct gdx_xport_ep *ep;		/* where it completes */
+	struct gdx_xport_ep *owner;	/* front end: a hardware SRQ's anchor, else NULL */
 	void *fe;			/* front end: the cache entry to release */
 	void *be[4];			/* scratch for the backend */
 };
@@ -85,6 +86,19 @@ struct gdx_xport_ops {
 	 * sender go on.
 	 */
 	void (*srq_kick)(void *priv);
+	/*
+	 * Shared receive queues in the hardware (optional, with srq_kick): made
+	 * on first use through gdx_xport_srq_priv.  anchor is an endpoint of the
+	 * queue's own (never connected) that owns the receives handed to the
+	 * hardware: gdx_xport_srq_take gives them with their registration made
+	 * through anchor (mr_reg on the priv srq_open returns), so they outlive
+	 * any member.  The backend sets req->ep to the member a receive arrived
+	 * on before completing it.  srq_close: no member is left; drop what is
+	 * posted (gdx_xport_req_drop).  srq_free: after the anchor's registrations.
+	 */
+	int (*srq_open)(struct gdx_xport_ep *anchor, void *arg, unsigned depth, void **priv);
+	void (*srq_close)(void *priv);
+	void (*srq_free)(void *priv);
 
 	/* Optional, for backends whose completions must be reaped by polling. */
 	int (*progress)(void *priv);
@@ -111,6 +125,14 @@ void gdx_xport_complete_flush(void);
  * the error at once and the next is taken.
  */
 int gdx_xport_srq_take(struct gdx_xport_ep *ep, struct gdx_xport_req **out);
+/*
+ * The backend state of ep's (hardware) shared receive queue, made by
+ * ops->srq_open(anchor, arg, depth, &priv) on first use; -EINVAL when the
+ * queue serves another backend.
+ */
+int gdx_xport_srq_priv(struct gdx_xport_ep *ep, void *arg, void **out);
+/* Releases a request without a completion (a queue destroyed with it posted). */
+void gdx_xport_req_drop(struct gdx_xport_req *req);
 /* Receives waiting in ep's shared receive queue. */
 unsigned gdx_xport_srq_waiting(const struct gdx_xport_ep *ep);
 /* Marks ep disconnected (posts then fail with GDX_EDISCONNECTED). */
