@@ -28,5 +28,12 @@ int gdx_tpool_submit(struct gdx_tpool *tp, gdx_job_fn fn, void *arg);
  */
 void gdx_tpool_drain(struct gdx_tpool *tp);
 unsigned gdx_tpool_size(const struct gdx_tpool *tp);
+/*
+ * A worker that finishes a job polls the queue for spin_us before it sleeps,
+ * up to max_spin workers at a time (spin_us 0, the default, never polls).
+ * Trades that much CPU after each job for a start without a thread wake-up;
+ * two spinners keep one job running while the next is already picked up.
+ */
+void gdx_tpool_set_spin(struct gdx_tpool *tp, unsigned spin_us, unsigned max_spin);
 
 #endif

@@ -73,6 +73,26 @@ static void count_job(void *arg)
 	atomic_fetch_add(&counter, 1);
 }
 
+/* Like gate_wait_for_waiters, but gives up after ms: false then. */
+static bool gate_wait_for_waiters_ms(int n, int ms)
+{
+	struct timespec dl;
+	bool ok = true;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += ms / 1000;
+	dl.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&gate.lock);
+	while (ok && gate.waiting < n)
+		ok = pthread_cond_timedwait(&gate.cond, &gate.lock, &dl) == 0 || gate.waiting >= n;
+	pthread_mutex_unlock(&gate.lock);
+	return ok;
+}
+
 static void bad_arguments(void **state)
 {
 	struct gdx_tpool *tp;
@@ -279,6 +299,49 @@ static void drain_from_job_is_refused(void **state)
 	gdx_log_set_callback(NULL, NULL);
 }
 
+/*
+ * A spinning worker takes a job without a wake, but jobs beyond what it can
+ * take must still wake the sleepers: three jobs that only finish together
+ * need all three workers at once.
+ */
+static void spinning_worker(void **state)
+{
+	struct gdx_tpool *tp;
+
+	(void)state;
+	gdx_tpool_set_spin(NULL, 10, 1);
+	assert_int_equal(gdx_tpool_create(3, "spin", &tp), 0);
+	for (int round = 0; round < 4; round++) {
+		/* One spinner, then two: the third job needs the sleeper either way. */
+		gdx_tpool_set_spin(tp, 5000000, 1 + round % 2);
+		atomic_store(&counter, 0);
+		assert_int_equal(gdx_tpool_submit(tp, count_job, NULL), 0);
+		gdx_tpool_drain(tp);
+		assert_int_equal(atomic_load(&counter), 1);
+		sleep_ms(5);	/* the worker that ran it now spins */
+		if (round % 2) {
+			/* Two jobs at once, so that two workers come out of them spinning. */
+			gate_reset();
+			assert_int_equal(gdx_tpool_submit(tp, gate_job, NULL), 0);
+			assert_int_equal(gdx_tpool_submit(tp, gate_job, NULL), 0);
+			assert_true(gate_wait_for_waiters_ms(2, 10000));
+			gate_open();
+			gdx_tpool_drain(tp);
+			sleep_ms(5);
+		}
+		gate_reset();
+		for (int i = 0; i < 3; i++)
+			assert_int_equal(gdx_tpool_submit(tp, gate_job, NULL), 0);
+		assert_true(gate_wait_for_waiters_ms(3, 10000));
+		gate_open();
+		gdx_tpool_drain(tp);
+	}
+	/* Destroy does not wait out a spin (5 s here). */
+	assert_int_equal(gdx_tpool_submit(tp, count_job, NULL), 0);
+	gdx_tpool_drain(tp);
+	gdx_tpool_destroy(tp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -288,6 +351,7 @@ int main(void)
 		cmocka_unit_test(drain_waits),
 		cmocka_unit_test(destroy_runs_queued_jobs),
 		cmocka_unit_test(drain_from_job_is_refused),
+		cmocka_unit_test(spinning_worker),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
