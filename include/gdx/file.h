@@ -184,6 +184,27 @@ GDX_API int gdx_file_read_async(struct gdx_file *f, void *buf, const size_t *siz
 GDX_API int gdx_file_write_async(struct gdx_file *f, const void *buf, const size_t *size,
 				 const off_t *off, ssize_t *done, struct gdx_stream *s);
 
+/*
+ * Early: the storage read starts at the call, on a worker, into pinned
+ * staging; the stream still copies the data into buf in stream order (after
+ * the work enqueued before it, and before later work).  *size (the exact size)
+ * and *off are read at the call, and *done is written when the storage read
+ * finishes, possibly before the stream gets there (final once it has).  The
+ * read sees the file as it is at the call, not when the stream reaches it:
+ * use it for files nothing writes while the read is in flight (a data set).
+ * It never overtakes a stream-ordered write to the same file issued before
+ * it (while one is pending the read runs in stream order).  Device memory
+ * only: into host memory the read runs in stream order (with CUDA a copy
+ * between two host buffers returns only once it is done, which would wait for
+ * the stream at the call).
+ */
+#define GDX_FILE_ASYNC_EARLY	0x1u
+
+/* gdx_file_read_async() with flags (GDX_FILE_ASYNC_*); -EINVAL for unknown flags. */
+GDX_API int gdx_file_read_async_ex(struct gdx_file *f, void *buf, const size_t *size,
+				   const off_t *off, ssize_t *done, struct gdx_stream *s,
+				   unsigned flags);
+
 #ifdef __cplusplus
 }
 #endif

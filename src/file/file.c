@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "file/ahead.h"
 #include "file/file_int.h"
 #include "gpu/device.h"
 
@@ -140,6 +141,7 @@ GDX_API int gdx_file_driver_open(struct gdx_device *dev, const struct gdx_file_d
 	drv->wq_once = (pthread_once_t)PTHREAD_ONCE_INIT;
 	pthread_mutex_init(&drv->gate_lock, NULL);
 	pthread_cond_init(&drv->gate_cond, NULL);
+	pthread_cond_init(&drv->ahead_cond, NULL);
 	{
 		static const char *const names[] = {
 			"reads", "writes", "errors", "not_direct", "bytes_direct",
@@ -199,6 +201,7 @@ fail:
 	gdx_stats_destroy(drv->stats);
 	pthread_mutex_destroy(&drv->gate_lock);
 	pthread_cond_destroy(&drv->gate_cond);
+	pthread_cond_destroy(&drv->ahead_cond);
 	gdx_device_close(drv->dev);
 	free(drv);
 	return ret;
@@ -219,6 +222,7 @@ GDX_API void gdx_file_driver_close(struct gdx_file_driver *drv)
 	stages_free(drv);
 	pthread_mutex_destroy(&drv->gate_lock);
 	pthread_cond_destroy(&drv->gate_cond);
+	pthread_cond_destroy(&drv->ahead_cond);
 	/* Registrations go before the backends that made them. */
 	gdx_regcache_destroy(drv->regs);
 	for (int i = 0; i < GDX_FILE_BE_COUNT; i++)
@@ -254,6 +258,8 @@ GDX_API int gdx_file_driver_describe(struct gdx_file_driver *drv, char *buf, siz
 }
 
 static void wq_start(struct gdx_file_driver *drv);
+static void ahead_forget(struct gdx_file *f);
+static void ahead_drop(struct gdx_file *f);
 static __thread struct gdx_file_driver *wq_starting;
 
 static void wq_start_once(void)
@@ -262,6 +268,8 @@ static void wq_start_once(void)
 
 	drv->wq_err = gdx_tpool_create((unsigned)gdx_cfg_int("file.workers"), "gdx-file",
 					 &drv->wq);
+	if (!drv->wq_err)
+		gdx_tpool_set_spin(drv->wq, (unsigned)gdx_cfg_int("file.spin_us"), 2);
 }
 
 static void wq_start(struct gdx_file_driver *drv)
@@ -376,6 +384,12 @@ static int handle_new(struct gdx_file_driver *drv, int fd, bool own, const struc
 	if (gdx_cfg_bool("require_direct"))
 		f->flags |= GDX_FILE_REQUIRE_DIRECT;
 	f->id = atomic_fetch_add(&drv->next_id, 1);
+	{
+		struct stat st;
+		uint64_t key = fstat(fd, &st) ? f->id : (uint64_t)st.st_ino * 31u + st.st_dev;
+
+		f->wbucket = (unsigned)(key % GDX_FILE_WBUCKETS);
+	}
 	pthread_mutex_init(&f->info_lock, NULL);
 
 	want = backend_index(o->backend ? o->backend : gdx_cfg_str("file.backend"));
@@ -486,6 +500,7 @@ GDX_API int gdx_file_close(struct gdx_file *f)
 
 	if (!f)
 		return 0;
+	ahead_forget(f);
 	f->be->ops->close(f->be->priv, f, f->fpriv);
 	if (f->fb)
 		f->fb->ops->close(f->fb->priv, f, f->fb_priv);
@@ -557,6 +572,8 @@ static int io_prep(struct gdx_file *f, enum gdx_file_op op, const void *buf, siz
 		return -EBADF;
 	if (op == GDX_FILE_WRITE && f->accmode == O_RDONLY)
 		return -EBADF;
+	if (op == GDX_FILE_WRITE)
+		ahead_drop(f);
 	if (!size)
 		return 0;
 	if (!gdx_regcache_lookup(f->drv->regs, buf, size, &r)) {
@@ -996,10 +1013,18 @@ GDX_API int gdx_file_batch_wait(struct gdx_file_batch *b, unsigned min_nr,
 
 #define GATE_COUNT 1024u	/* stream-ordered I/Os in flight per driver */
 
-/* Pinned staging for device buffers, recycled without device calls. */
+/*
+ * Pinned staging for device buffers.  A read's staging is free again once the
+ * event recorded after the stream's copy out of it has completed, which the
+ * next submission asks on its own thread: nothing on the stream after the
+ * copy has to run on the host.
+ */
 struct async_stage {
 	struct async_stage *next;
 	struct gdx_file_driver *drv;
+	struct gdx_event *ev;		/* recorded after the stream's copy out of it */
+	bool busy;			/* held by an I/O */
+	bool copying;			/* ev recorded, not yet seen complete */
 	size_t cap;
 	void *p;
 };
@@ -1013,8 +1038,33 @@ struct async_op {
 	const off_t *off;
 	ssize_t *done;
 	struct async_stage *wstage;	/* a write's staging, freed by the worker */
+	bool early;			/* size and offset taken at submission */
+	size_t n;
+	off_t o;
+	struct async_ahead *ahead;	/* a read ahead: the result goes there */
 	unsigned gate;
 	uint32_t gate_value;
+};
+
+/*
+ * A read started ahead of its stream-ordered read (gdx_file_read_ahead): an
+ * early read of the same range on the same handle claims it, and its stream
+ * only waits for the gate and copies the staging.  On the driver's list until
+ * claimed; dropped when the handle writes (stale) or closes.
+ */
+#define AHEAD_MAX 16u
+
+struct async_ahead {
+	struct async_ahead *next;
+	struct gdx_file *f;
+	off_t off;
+	size_t len;
+	struct async_stage *st;
+	unsigned gate;
+	uint32_t gate_value;
+	ssize_t result;
+	ssize_t *done;		/* the claimant's, when claimed before the read finished */
+	bool finished, claimed, stale;
 };
 
 /* Driver close: the caller has synchronized its streams, no stage is in use. */
@@ -1024,26 +1074,35 @@ static void stages_free(struct gdx_file_driver *drv)
 
 	while ((st = drv->stages)) {
 		drv->stages = st->next;
+		gdx_event_destroy(st->ev);
 		gdx_pinned_free(drv->dev, st->p);
 		free(st);
 	}
 }
 
-/* Smallest free stage that holds n bytes, else a new one (on the caller's thread). */
+/*
+ * Smallest idle stage that holds n bytes, else a new one.  On the caller's
+ * thread, which may ask the device whether a stage's copy has completed.
+ */
 static int stage_get(struct gdx_file_driver *drv, size_t n, struct async_stage **out)
 {
-	struct async_stage **pp, **best = NULL, *st;
+	struct async_stage *st, *best = NULL;
 	int ret;
 
 	pthread_mutex_lock(&drv->gate_lock);
-	for (pp = &drv->stages; *pp; pp = &(*pp)->next)
-		if ((*pp)->cap >= n && (!best || (*pp)->cap < (*best)->cap))
-			best = pp;
+	for (st = drv->stages; st; st = st->next) {
+		if (st->busy || st->cap < n || (best && st->cap >= best->cap))
+			continue;
+		/* A failed query means the stream failed: nothing reads the stage any more. */
+		if (st->copying && gdx_event_query(st->ev) == -EBUSY)
+			continue;
+		st->copying = false;
+		best = st;
+	}
 	if (best) {
-		st = *best;
-		*best = st->next;
+		best->busy = true;
 		pthread_mutex_unlock(&drv->gate_lock);
-		*out = st;
+		*out = best;
 		return 0;
 	}
 	pthread_mutex_unlock(&drv->gate_lock);
@@ -1052,29 +1111,52 @@ static int stage_get(struct gdx_file_driver *drv, size_t n, struct async_stage *
 		return -ENOMEM;
 	st->drv = drv;
 	st->cap = (n + 65535) & ~(size_t)65535;
-	ret = gdx_pinned_alloc(drv->dev, st->cap, &st->p);
+	ret = gdx_event_create(drv->dev, 0, &st->ev);
+	if (!ret) {
+		ret = gdx_pinned_alloc(drv->dev, st->cap, &st->p);
+		if (ret)
+			gdx_event_destroy(st->ev);
+	}
 	if (ret) {
 		free(st);
 		return ret;
 	}
+	st->busy = true;
+	pthread_mutex_lock(&drv->gate_lock);
+	st->next = drv->stages;
+	drv->stages = st;
+	pthread_mutex_unlock(&drv->gate_lock);
 	*out = st;
 	return 0;
 }
 
-/* Plain CPU work: safe in a host function. */
+/* Plain CPU work: safe on a worker. */
 static void stage_put(struct async_stage *st)
 {
 	struct gdx_file_driver *drv = st->drv;
 
 	pthread_mutex_lock(&drv->gate_lock);
-	st->next = drv->stages;
-	drv->stages = st;
+	st->busy = false;
 	pthread_mutex_unlock(&drv->gate_lock);
 }
 
-static void stage_put_fn(void *arg)
+/*
+ * A read's stage is free once the stream's copy out of it is done.  If the
+ * event cannot be recorded the stage stays busy until the driver closes: a
+ * worker may still write it, the stream may still read it.
+ */
+static int stage_put_after(struct async_stage *st, struct gdx_stream *s)
 {
-	stage_put(arg);
+	struct gdx_file_driver *drv = st->drv;
+	int ret = gdx_event_record(st->ev, s);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&drv->gate_lock);
+	st->copying = true;
+	st->busy = false;
+	pthread_mutex_unlock(&drv->gate_lock);
+	return 0;
 }
 
 static int gates_ready(struct gdx_file_driver *drv)
@@ -1126,6 +1208,134 @@ static void gate_open(struct gdx_file_driver *drv, unsigned g, uint32_t value)
 	pthread_mutex_unlock(&drv->gate_lock);
 }
 
+/* The I/O is over (done or failed): what the worker or the host function owned goes back. */
+static void async_finish(struct async_op *a)
+{
+	struct gdx_file_driver *drv = a->f->drv;
+
+	if (a->wstage)
+		stage_put(a->wstage);
+	if (a->op == GDX_FILE_WRITE)
+		atomic_fetch_sub(&drv->writes_pending[a->f->wbucket], 1);
+	gate_open(drv, a->gate, a->gate_value);
+	free(a);
+}
+
+/* Caller holds gate_lock. */
+static void ahead_unlink(struct gdx_file_driver *drv, struct async_ahead *e)
+{
+	struct async_ahead **pp = &drv->ahead;
+
+	while (*pp != e)
+		pp = &(*pp)->next;
+	*pp = e->next;
+	drv->nahead--;
+}
+
+/* On the worker, before the gate opens: the claimant's *done, or the entry waits. */
+static void ahead_finish(struct gdx_file_driver *drv, struct async_ahead *e, ssize_t ret)
+{
+	bool gone = false;
+
+	pthread_mutex_lock(&drv->gate_lock);
+	e->result = ret;
+	e->finished = true;
+	if (e->claimed) {
+		__atomic_store_n(e->done, ret, __ATOMIC_RELEASE);
+		gone = true;
+	} else if (e->stale) {
+		ahead_unlink(drv, e);
+		e->st->busy = false;
+		gone = true;
+	}
+	pthread_cond_broadcast(&drv->ahead_cond);
+	pthread_mutex_unlock(&drv->gate_lock);
+	if (gone)
+		free(e);
+}
+
+/* The handle writes: what was read ahead of it may be old. */
+static void ahead_drop(struct gdx_file *f)
+{
+	struct gdx_file_driver *drv = f->drv;
+	struct async_ahead *e, *next, *dead = NULL;
+
+	if (!__atomic_load_n(&drv->nahead, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&drv->gate_lock);
+	for (e = drv->ahead; e; e = next) {
+		next = e->next;
+		if (e->f != f)
+			continue;
+		e->stale = true;
+		if (e->finished) {
+			ahead_unlink(drv, e);
+			e->st->busy = false;
+			e->next = dead;
+			dead = e;
+		}
+	}
+	pthread_mutex_unlock(&drv->gate_lock);
+	for (; dead; dead = next) {
+		next = dead->next;
+		free(dead);
+	}
+}
+
+/* Handle close: waits for the handle's reads ahead, then drops them. */
+static void ahead_forget(struct gdx_file *f)
+{
+	struct gdx_file_driver *drv = f->drv;
+
+	for (;;) {
+		bool pending = false;
+
+		ahead_drop(f);
+		pthread_mutex_lock(&drv->gate_lock);
+		for (struct async_ahead *e = drv->ahead; e; e = e->next)
+			pending |= e->f == f;
+		if (pending)
+			pthread_cond_wait(&drv->ahead_cond, &drv->gate_lock);
+		pthread_mutex_unlock(&drv->gate_lock);
+		if (!pending)
+			return;
+	}
+}
+
+/*
+ * Takes the read ahead of [off, off + len) on f, if there is one: its stage
+ * and gate become the caller's, and *done is written now or by the worker.
+ */
+static bool ahead_claim(struct gdx_file *f, off_t off, size_t len, ssize_t *done,
+			struct async_stage **st, unsigned *gate, uint32_t *value)
+{
+	struct gdx_file_driver *drv = f->drv;
+	struct async_ahead *e;
+	bool finished = false;
+
+	if (!__atomic_load_n(&drv->nahead, __ATOMIC_RELAXED))
+		return false;
+	pthread_mutex_lock(&drv->gate_lock);
+	for (e = drv->ahead; e; e = e->next)
+		if (e->f == f && e->off == off && e->len == len && !e->stale)
+			break;
+	if (e) {
+		ahead_unlink(drv, e);
+		finished = e->finished;
+		e->claimed = true;
+		e->done = done;
+		*st = e->st;
+		*gate = e->gate;
+		*value = e->gate_value;
+		if (finished)
+			__atomic_store_n(done, e->result, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&drv->gate_lock);
+	if (finished)
+		free(e);
+	return e != NULL;
+}
+
 /*
  * The worker touches only host memory (the caller's, or pinned staging): the
  * stream's copies to and from device memory are its own, enqueued at
@@ -1134,14 +1344,15 @@ static void gate_open(struct gdx_file_driver *drv, unsigned g, uint32_t value)
 static void async_job(void *arg)
 {
 	struct async_op *a = arg;
-	struct gdx_file_driver *drv = a->f->drv;
-	size_t n = *a->size;
+	size_t n = a->early ? a->n : *a->size;
+	off_t off = a->early ? a->o : *a->off;
+	ssize_t ret = n > a->max ? -EINVAL : rw(a->f, a->op, a->buf, n, off, NULL);
 
-	*a->done = n > a->max ? -EINVAL : rw(a->f, a->op, a->buf, n, *a->off, NULL);
-	if (a->wstage)
-		stage_put(a->wstage);
-	gate_open(drv, a->gate, a->gate_value);
-	free(a);
+	if (a->ahead)
+		ahead_finish(a->f->drv, a->ahead, ret);
+	else	/* an early read's caller may look at *done before its stream gets there */
+		__atomic_store_n(a->done, ret, __ATOMIC_RELEASE);
+	async_finish(a);
 }
 
 /*
@@ -1159,31 +1370,29 @@ static void async_host_fn(void *arg)
 
 	if (ret) {
 		*a->done = ret;
-		if (a->wstage)
-			stage_put(a->wstage);
-		gate_open(a->f->drv, a->gate, a->gate_value);
-		free(a);
+		async_finish(a);
 	}
 }
 
 /*
  * Device buffers go through pinned staging of *size (the maximum) bytes:
  * a write copies buf to it on the stream before the I/O, a read copies it to
- * buf on the stream after the gate.
+ * buf on the stream after the gate, also for an early read.
  */
 static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, const size_t *size,
-		    const off_t *off, ssize_t *done, struct gdx_stream *s)
+		    const off_t *off, ssize_t *done, struct gdx_stream *s, unsigned flags)
 {
 	struct gdx_file_driver *drv;
 	struct async_stage *st = NULL;
 	struct gdx_ptr_attrs attrs;
 	struct async_op *a;
+	bool early = false;
 	uint32_t value;
 	unsigned gate;
 	size_t max;
 	int ret;
 
-	if (!f || !size || !off || !done || !s)
+	if (!f || !size || !off || !done || !s || (flags & ~GDX_FILE_ASYNC_EARLY))
 		return -EINVAL;
 	drv = f->drv;
 	if (gdx_stream_device(s) != drv->dev)
@@ -1201,6 +1410,17 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 		ret = gdx_pointer_query(drv->dev, buf, &attrs);
 		if (ret)
 			return ret;
+		/*
+		 * Early only into device memory, whose copy from staging the stream
+		 * runs in its order (a copy between two host buffers returns only
+		 * once done: it would wait for the stream at submission), and never
+		 * past a stream-ordered write to the file that has not run yet.
+		 */
+		early = (flags & GDX_FILE_ASYNC_EARLY) && op == GDX_FILE_READ &&
+			attrs.kind == GDX_MEM_DEVICE &&
+			!atomic_load(&drv->writes_pending[f->wbucket]);
+		if (early && ahead_claim(f, *off, max, done, &st, &gate, &value))
+			goto wait;
 		if (attrs.kind == GDX_MEM_DEVICE || attrs.kind == GDX_MEM_MANAGED) {
 			ret = stage_get(drv, max, &st);
 			if (ret)
@@ -1214,7 +1434,10 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 	}
 	*a = (struct async_op){ .f = f, .op = op, .buf = st ? st->p : (void *)buf, .max = max,
 				.size = size, .off = off, .done = done,
-				.wstage = op == GDX_FILE_WRITE ? st : NULL };
+				.wstage = op == GDX_FILE_WRITE ? st : NULL,
+				.early = early, .n = max, .o = *off };
+	if (op == GDX_FILE_WRITE)
+		atomic_fetch_add(&drv->writes_pending[f->wbucket], 1);
 	if (st && op == GDX_FILE_WRITE) {
 		ret = gdx_memcpy_async(drv->dev, st->p, buf, max, s);
 		if (ret)
@@ -1223,26 +1446,28 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 	a->gate = gate_get(drv);
 	gate = a->gate;
 	value = a->gate_value = drv->gates[gate] + 1;
-	ret = gdx_stream_launch_host_func(s, async_host_fn, a);
+	ret = early ? gdx_tpool_submit(drv->wq, async_job, a) :
+		gdx_stream_launch_host_func(s, async_host_fn, a);
 	if (ret) {
 		gate_open(drv, gate, value);
 		goto fail_op;
 	}
 	/*
-	 * The host function now owns a (and a write's stage).  Should the wait
-	 * fail to enqueue, the stream runs ahead of the I/O: report it, the
-	 * caller must synchronize; a read's stage is then left to the worker's
-	 * writes, so it is not recycled.
+	 * The worker or the host function now owns a (and a write's stage).
+	 * Should the wait fail to enqueue, the stream runs ahead of the I/O:
+	 * report it, the caller must synchronize; a read's stage is then left
+	 * to the worker's writes, so it stays busy.
 	 */
+wait:
 	ret = gdx_stream_wait_value32(s, &drv->gates[gate], value);
 	if (ret || !st || op != GDX_FILE_READ)
 		return ret;
 	ret = gdx_memcpy_async(drv->dev, (void *)buf, st->p, max, s);
-	if (!ret)
-		ret = gdx_stream_launch_host_func(s, stage_put_fn, st);
-	return ret;
+	return ret ? ret : stage_put_after(st, s);
 
 fail_op:
+	if (op == GDX_FILE_WRITE)
+		atomic_fetch_sub(&drv->writes_pending[f->wbucket], 1);
 	free(a);
 fail_stage:
 	if (st)
@@ -1250,14 +1475,105 @@ fail_stage:
 	return ret;
 }
 
+int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
+{
+	struct gdx_file_driver *drv;
+	struct async_stage *st;
+	struct async_ahead *e;
+	struct async_op *a;
+	bool dup = false, full;
+	int ret;
+
+	if (!f || !len || off < 0 || len > (size_t)SSIZE_MAX || f->accmode == O_WRONLY)
+		return -EINVAL;
+	drv = f->drv;
+	wq_start(drv);
+	if (drv->wq_err)
+		return drv->wq_err;
+	ret = gates_ready(drv);
+	if (ret)
+		return ret;
+	if (atomic_load(&drv->writes_pending[f->wbucket]))
+		return -EBUSY;
+	pthread_mutex_lock(&drv->gate_lock);
+	for (e = drv->ahead; e && !dup; e = e->next)
+		dup = e->f == f && e->off == off && e->len == len && !e->stale;
+	full = drv->nahead >= AHEAD_MAX;
+	pthread_mutex_unlock(&drv->gate_lock);
+	if (dup)
+		return 0;
+	if (full)
+		return -EBUSY;
+	ret = stage_get(drv, len, &st);
+	if (ret)
+		return ret;
+	a = calloc(1, sizeof(*a));
+	e = calloc(1, sizeof(*e));
+	if (!a || !e) {
+		free(a);
+		free(e);
+		stage_put(st);
+		return -ENOMEM;
+	}
+	*e = (struct async_ahead){ .f = f, .off = off, .len = len, .st = st };
+	*a = (struct async_op){ .f = f, .op = GDX_FILE_READ, .buf = st->p, .max = len,
+				.early = true, .n = len, .o = off, .ahead = e };
+	a->gate = e->gate = gate_get(drv);
+	a->gate_value = e->gate_value = drv->gates[e->gate] + 1;
+	pthread_mutex_lock(&drv->gate_lock);
+	e->next = drv->ahead;
+	drv->ahead = e;
+	drv->nahead++;
+	pthread_mutex_unlock(&drv->gate_lock);
+	ret = gdx_tpool_submit(drv->wq, async_job, a);
+	if (ret) {
+		pthread_mutex_lock(&drv->gate_lock);
+		ahead_unlink(drv, e);
+		pthread_mutex_unlock(&drv->gate_lock);
+		gate_open(drv, a->gate, a->gate_value);
+		stage_put(st);
+		free(e);
+		free(a);
+	}
+	return ret;
+}
+
+unsigned gdx_file_ahead_wait(struct gdx_file *f)
+{
+	struct gdx_file_driver *drv = f->drv;
+	unsigned held;
+	bool pending;
+
+	pthread_mutex_lock(&drv->gate_lock);
+	do {
+		held = 0;
+		pending = false;
+		for (struct async_ahead *e = drv->ahead; e; e = e->next) {
+			held += e->f == f;
+			pending |= e->f == f && !e->finished;
+		}
+		if (pending)
+			pthread_cond_wait(&drv->ahead_cond, &drv->gate_lock);
+	} while (pending);
+	pthread_mutex_unlock(&drv->gate_lock);
+	return held;
+}
+
 GDX_API int gdx_file_read_async(struct gdx_file *f, void *buf, const size_t *size,
 				const off_t *off, ssize_t *done, struct gdx_stream *s)
 {
-	return rw_async(f, GDX_FILE_READ, buf, size, off, done, s);
+	return rw_async(f, GDX_FILE_READ, buf, size, off, done, s, 0);
+}
+
+GDX_API int gdx_file_read_async_ex(struct gdx_file *f, void *buf, const size_t *size,
+				   const off_t *off, ssize_t *done, struct gdx_stream *s,
+				   unsigned flags)
+{
+	return rw_async(f, GDX_FILE_READ, buf, size, off, done, s, flags);
 }
 
 GDX_API int gdx_file_write_async(struct gdx_file *f, const void *buf, const size_t *size,
 				 const off_t *off, ssize_t *done, struct gdx_stream *s)
 {
-	return rw_async(f, GDX_FILE_WRITE, buf, size, off, done, s);
+	return rw_async(f, GDX_FILE_WRITE, buf, size, off, done, s, 0);
 }

@@ -46,6 +46,8 @@ struct gdx_file_be {
 	char why[160];
 };
 
+#define GDX_FILE_WBUCKETS 64u
+
 struct gdx_file_driver {
 	struct gdx_device *dev;
 	struct gdx_file_be be[GDX_FILE_BE_COUNT];
@@ -63,7 +65,16 @@ struct gdx_file_driver {
 	uint32_t *gates;
 	unsigned *gate_free;
 	unsigned ngate_free;
-	struct async_stage *stages;	/* free pinned staging, under gate_lock */
+	struct async_stage *stages;	/* all pinned staging, under gate_lock */
+	/*
+	 * Stream-ordered writes not yet done, by a hash of the file's inode: an
+	 * early read of a file with one pending runs in stream order instead.
+	 */
+	_Atomic unsigned writes_pending[GDX_FILE_WBUCKETS];
+	/* Reads started ahead (gdx_file_read_ahead), under gate_lock. */
+	struct async_ahead *ahead;
+	unsigned nahead;
+	pthread_cond_t ahead_cond;	/* an entry's read finished */
 	_Atomic unsigned handles;
 	_Atomic uint64_t next_id;
 	/* Reported by gdx_stats_dump_json under "file.N". */
@@ -83,6 +94,7 @@ struct gdx_file {
 	int accmode;		/* O_RDONLY, O_WRONLY or O_RDWR */
 	unsigned flags;
 	uint64_t id;		/* unique per handle, never reused */
+	unsigned wbucket;	/* the file's writes_pending counter */
 	char chosen_why[256];	/* why this backend (and why not the ones before it) */
 	pthread_mutex_t info_lock;
 	struct gdx_file_io_info last;

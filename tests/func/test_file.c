@@ -18,6 +18,7 @@
 #include "test.h"
 
 #include "common/stats.h"
+#include "file/ahead.h"
 
 #include <gdx/gdx.h>
 #include <gdx/plugin/file.h>
@@ -631,6 +632,243 @@ static void stream_ordered(void **state)
 	gdx_pinned_free(dev, h);
 }
 
+static void hold_release(uint32_t *word, uint32_t v)
+{
+	__atomic_store_n(word, v, __ATOMIC_RELEASE);
+}
+
+/* Waits up to 10 s for *done to leave its sentinel; true if it did. */
+static bool done_changes(ssize_t *done, ssize_t sentinel)
+{
+	for (int i = 0; i < 10000; i++) {
+		if (__atomic_load_n(done, __ATOMIC_ACQUIRE) != sentinel)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/*
+ * GDX_FILE_ASYNC_EARLY: the storage read runs at the call while the stream is
+ * held, but buf is written only in stream order; a stream-ordered write to
+ * the file still pending keeps the read in order, and so does host memory.
+ */
+static void stream_ordered_early(void **state)
+{
+	struct gdx_file *f = open_path(disk_path, O_RDWR, 0, NULL);
+	unsigned char *h, *pg = malloc(4096);
+	uint32_t *hold;
+	struct gdx_stream *s[2];
+	size_t size, wsize;
+	off_t off, woff;
+	ssize_t done, wdone;
+	void *d;
+
+	(void)state;
+	assert_non_null(pg);
+	assert_int_equal(gdx_pinned_alloc(dev, 1 << 20, (void **)&h), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&hold), 0);
+	*hold = 0;
+	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
+	assert_int_equal(gdx_stream_create(dev, &s[0]), 0);
+	assert_int_equal(gdx_stream_create(dev, &s[1]), 0);
+	size = 1;
+	assert_int_equal(gdx_file_read_async_ex(f, h, &size, &off, &done, s[0], 0x80), -EINVAL);
+
+	/*
+	 * *done comes while the stream is held, the bytes only in stream order:
+	 * a copy of buf enqueued before the read still sees the old bytes.
+	 */
+	memset(h, 0xee, 300000);
+	assert_int_equal(gdx_memcpy(dev, d, h, 300000), 0);
+	size = 300000;
+	off = 54321;
+	done = -7777;
+	assert_int_equal(gdx_stream_wait_value32(s[0], hold, 1), 0);
+	assert_int_equal(gdx_memcpy_async(dev, h + 400000, d, 300000, s[0]), 0);
+	assert_int_equal(gdx_file_read_async_ex(f, d, &size, &off, &done, s[0],
+						GDX_FILE_ASYNC_EARLY), 0);
+	assert_int_equal(gdx_memcpy_async(dev, h, d, 300000, s[0]), 0);
+	size = 1;	/* taken at the call */
+	off = 0;
+	assert_true(done_changes(&done, -7777));
+	assert_int_equal(done, 300000);
+	hold_release(hold, 1);
+	assert_int_equal(gdx_stream_synchronize(s[0]), 0);
+	for (size_t i = 0; i < 300000; i++)
+		assert_int_equal(h[400000 + i], 0xee);
+	assert_memory_equal(h, ref + 54321, 300000);
+
+	/* Pinned memory: in stream order (*done not before the stream gets there). */
+	size = 777;
+	off = 1000;
+	done = -7777;
+	memset(h, 0, 777);
+	assert_int_equal(gdx_stream_wait_value32(s[0], hold, 2), 0);
+	assert_int_equal(gdx_file_read_async_ex(f, h, &size, &off, &done, s[0],
+						GDX_FILE_ASYNC_EARLY), 0);
+	usleep(20000);
+	assert_int_equal(__atomic_load_n(&done, __ATOMIC_ACQUIRE), -7777);
+	hold_release(hold, 2);
+	assert_int_equal(gdx_stream_synchronize(s[0]), 0);
+	assert_int_equal(done, 777);
+	assert_memory_equal(h, ref + 1000, 777);
+
+	/* A write queued behind the hold is not overtaken by an early read. */
+	for (size_t i = 0; i < 8192; i++)
+		h[i] = (unsigned char)~ref[100000 + i];
+	assert_int_equal(gdx_memcpy(dev, d, h, 8192), 0);
+	wsize = 8192;
+	woff = 100000;
+	size = 8192;
+	off = 100000;
+	done = -7777;
+	wdone = 0;
+	assert_int_equal(gdx_stream_wait_value32(s[0], hold, 3), 0);
+	assert_int_equal(gdx_file_write_async(f, d, &wsize, &woff, &wdone, s[0]), 0);
+	assert_int_equal(gdx_file_read_async_ex(f, (char *)d + 500000, &size, &off, &done, s[0],
+						GDX_FILE_ASYNC_EARLY), 0);
+	usleep(20000);
+	assert_int_equal(__atomic_load_n(&done, __ATOMIC_ACQUIRE), -7777);
+	hold_release(hold, 3);
+	assert_int_equal(gdx_stream_synchronize(s[0]), 0);
+	assert_int_equal(wdone, 8192);
+	assert_int_equal(done, 8192);
+	assert_int_equal(gdx_memcpy(dev, h + 500000, (char *)d + 500000, 8192), 0);
+	assert_memory_equal(h + 500000, h, 8192);
+	assert_int_equal(pwrite(gdx_file_fd(f), ref + 100000, 8192, 100000), 8192);
+
+	/* Pageable memory: in stream order. */
+	size = 4096;
+	off = 4096;
+	done = -7777;
+	assert_int_equal(gdx_stream_wait_value32(s[0], hold, 4), 0);
+	assert_int_equal(gdx_file_read_async_ex(f, pg, &size, &off, &done, s[0],
+						GDX_FILE_ASYNC_EARLY), 0);
+	usleep(20000);
+	assert_int_equal(__atomic_load_n(&done, __ATOMIC_ACQUIRE), -7777);
+	hold_release(hold, 4);
+	assert_int_equal(gdx_stream_synchronize(s[0]), 0);
+	assert_int_equal(done, 4096);
+	assert_memory_equal(pg, ref + 4096, 4096);
+
+	/*
+	 * Staging comes back once the stream's copy out of it is done: two
+	 * streams, early and in-order reads of varied sizes, every result checked.
+	 */
+	for (unsigned i = 0; i < 48; i++) {
+		static size_t sz[2];
+		static off_t of[2];
+		static ssize_t dn[2];
+		unsigned k = i % 2;
+
+		sz[k] = 1000 + (size_t)i * 4111;
+		of[k] = (off_t)i * 997;
+		dn[k] = 0;
+		assert_int_equal(gdx_file_read_async_ex(f, (char *)d + k * 400000, &sz[k], &of[k],
+							&dn[k], s[k], i % 3 ? GDX_FILE_ASYNC_EARLY : 0), 0);
+		assert_int_equal(gdx_memcpy_async(dev, h + k * 400000, (char *)d + k * 400000, sz[k],
+						  s[k]), 0);
+		if (!k)
+			continue;
+		for (unsigned j = 0; j < 2; j++) {
+			assert_int_equal(gdx_stream_synchronize(s[j]), 0);
+			assert_int_equal(dn[j], (ssize_t)sz[j]);
+			assert_memory_equal(h + j * 400000, ref + of[j], sz[j]);
+		}
+	}
+	gdx_stream_destroy(s[0]);
+	gdx_stream_destroy(s[1]);
+	gdx_file_close(f);
+	gdx_device_free(dev, d);
+	gdx_pinned_free(dev, hold);
+	gdx_pinned_free(dev, h);
+	free(pg);
+}
+
+/*
+ * Reads ahead (the pipeline's file source starts them for the next batches):
+ * an early read of exactly that range takes the data read ahead, anything
+ * else reads the file; a write through the handle drops them.
+ */
+static void read_ahead(void **state)
+{
+	struct gdx_file *f = open_path(disk_path, O_RDWR, 0, NULL);
+	unsigned char *h, junk[65536];
+	uint32_t *hold;
+	struct gdx_stream *s;
+	size_t size, wsize;
+	off_t off, woff;
+	ssize_t done, wdone;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_pinned_alloc(dev, 1 << 20, (void **)&h), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&hold), 0);
+	*hold = 0;
+	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	memset(junk, 0x5a, sizeof(junk));
+	assert_int_equal(gdx_file_read_ahead(f, 0, 0), -EINVAL);
+	assert_int_equal(gdx_file_read_ahead(f, 10, -1), -EINVAL);
+
+	/* Claimed: the data as it was when read ahead, though the file changed since. */
+	assert_int_equal(gdx_file_read_ahead(f, 65536, 200000), 0);
+	assert_int_equal(gdx_file_read_ahead(f, 65536, 200000), 0);	/* already there */
+	assert_int_equal(gdx_file_ahead_wait(f), 1);
+	assert_int_equal(pwrite(gdx_file_fd(f), junk, sizeof(junk), 200000), (ssize_t)sizeof(junk));
+	size = 65536;
+	off = 200000;
+	done = 0;
+	assert_int_equal(gdx_file_read_async_ex(f, d, &size, &off, &done, s, GDX_FILE_ASYNC_EARLY),
+			 0);
+	assert_int_equal(gdx_memcpy_async(dev, h, d, 65536, s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(done, 65536);
+	assert_memory_equal(h, ref + 200000, 65536);
+	assert_int_equal(gdx_file_ahead_wait(f), 0);
+	/* Not read ahead any more: the file as it is now. */
+	assert_int_equal(gdx_file_read_async_ex(f, d, &size, &off, &done, s, GDX_FILE_ASYNC_EARLY),
+			 0);
+	assert_int_equal(gdx_memcpy_async(dev, h, d, 65536, s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_memory_equal(h, junk, 65536);
+	assert_int_equal(pwrite(gdx_file_fd(f), ref + 200000, 65536, 200000), 65536);
+
+	/* Another range, or an in-order read, leaves it; a write through the handle drops it. */
+	assert_int_equal(gdx_file_read_ahead(f, 65536, 300000), 0);
+	off = 300001;
+	assert_int_equal(gdx_file_read_async_ex(f, d, &size, &off, &done, s, GDX_FILE_ASYNC_EARLY),
+			 0);
+	off = 300000;
+	assert_int_equal(gdx_file_read_async(f, d, &size, &off, &done, s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(gdx_file_ahead_wait(f), 1);
+	assert_int_equal(gdx_file_write(f, ref + 300000, 100, 300000), 100);
+	assert_int_equal(gdx_file_ahead_wait(f), 0);
+
+	/* While a stream-ordered write to the file is pending, nothing is read ahead. */
+	wsize = 100;
+	woff = 300000;
+	assert_int_equal(gdx_memcpy(dev, d, ref + 300000, 100), 0);
+	assert_int_equal(gdx_stream_wait_value32(s, hold, 1), 0);
+	assert_int_equal(gdx_file_write_async(f, d, &wsize, &woff, &wdone, s), 0);
+	assert_int_equal(gdx_file_read_ahead(f, 4096, 0), -EBUSY);
+	hold_release(hold, 1);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(wdone, 100);
+
+	/* At most 16 unclaimed; closing the handle drops them (nothing leaks). */
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(gdx_file_read_ahead(f, 4096, (off_t)i * 8192), 0);
+	assert_int_equal(gdx_file_read_ahead(f, 4096, 1 << 20), -EBUSY);
+	gdx_stream_destroy(s);
+	gdx_file_close(f);
+	gdx_device_free(dev, d);
+	gdx_pinned_free(dev, hold);
+	gdx_pinned_free(dev, h);
+}
+
 static void errors(void **state)
 {
 	struct gdx_file_opts o;
@@ -856,6 +1094,8 @@ int main(void)
 		cmocka_unit_test(many_threads),
 		cmocka_unit_test(batch),
 		cmocka_unit_test(stream_ordered),
+		cmocka_unit_test(stream_ordered_early),
+		cmocka_unit_test(read_ahead),
 		cmocka_unit_test(errors),
 		cmocka_unit_test(enospc),
 		cmocka_unit_test(buf_register),
