@@ -9,8 +9,10 @@
 #   bench/pipeline_gpu.sh [DIR]            (GPU machine) runs them; DIR defaults to
 #                                          .carry/pipeline.  Needs only the driver there.
 #
-# Runs test_pipeline with GDX_DEVICE=cuda, the host-compute train_step once on
-# the cuda device, then train_step_cuda: the seed's 50/100/30 us shape, equal
+# Runs test_pipeline with GDX_DEVICE=cuda, bench_stream_read (the latency of
+# one stream-ordered read, hop by hop), the host-compute train_step once on
+# the cuda device, then train_step_cuda: the seed's 50/100/30 us shape (also
+# with each read in stream order: --load-in-order, workers polling or not), equal
 # stages, and the largest stage swept from 50 us to 50 ms (load = T/2,
 # compute = T, send = 0.3 T), each with a serial run (one slot) beside it;
 # two rows without the host send stage (--send none: device-only), the
@@ -21,12 +23,13 @@
 # and measured), pipelined step, efficiency = step / max(stage) (goal <= 1.05).
 set -u
 
-PROGS="examples/train_step/train_step_cuda examples/train_step/train_step tests/func/test_pipeline"
+PROGS="examples/train_step/train_step_cuda examples/train_step/train_step tests/func/test_pipeline
+	bench/bench_stream_read"
 . "$(dirname "$0")/gpu_lib.sh"
 
 stage() {
 	build=$1 dir=$2
-	mkdir -p "$dir/examples/train_step" "$dir/tests/func" "$dir/glibc" || exit 1
+	mkdir -p "$dir/examples/train_step" "$dir/tests/func" "$dir/bench" "$dir/glibc" || exit 1
 	for p in $PROGS; do
 		[ -x "$build/$p" ] || { echo "$build/$p missing (nvcc not found at setup?)" >&2; exit 1; }
 		cp "$build/$p" "$dir/$p" || exit 1
@@ -75,6 +78,10 @@ echo "=== test_pipeline on the cuda device"
 $loader "$dir/tests/func/test_pipeline" 2>&1 | tee -a "$log"
 [ "$(tail -1 "$log" | grep -c PASSED)" -eq 1 ] || { failed=$((failed + 1)); echo "=== test_pipeline: FAILED"; }
 
+echo "=== bench_stream_read: one stream-ordered read of 256 KiB from tmpfs, hop by hop"
+$loader "$dir/bench/bench_stream_read" --size 256K --iters 300 2>&1 | tee -a "$log" ||
+	failed=$((failed + 1))
+
 data="$work/train_step.dat"
 common="--device ${GDX_DEVICE} --data $data --data-bytes 256M --spin-us 300 --serial"
 
@@ -104,6 +111,12 @@ run() {
 }
 
 run seed-50-100-30 50 100 30 4 2000 32
+# Each read started only when the stream reaches the load (cuFile's order),
+# with the file workers polling for the next read (file.spin_us), and sleeping.
+run seed-in-order 50 100 30 4 2000 32 "--load-in-order"
+export GDX_FILE_SPIN_US=0
+run seed-in-order-s0 50 100 30 4 2000 32 "--load-in-order"
+unset GDX_FILE_SPIN_US
 run equal-100 100 100 100 5 2000 32
 # No host stage: the pipeline ends on the device, slots come back by event waits.
 run devonly-50 25 50 0 3 2000 0 "--send none"

@@ -36,7 +36,7 @@ struct ts_opts {
 	uint64_t data_bytes;
 	unsigned batches, slots, ahead, verify_every, warmup;
 	double load_us, compute_us, send_us, spin_us;
-	bool serial;
+	bool serial, load_in_order;
 };
 
 struct peer {
@@ -496,6 +496,14 @@ static int load_read(void *ctx, struct gdx_pipeline_read *rd, struct gdx_stream 
 	return ret;
 }
 
+static void load_prefetch(void *ctx, uint64_t off, size_t len)
+{
+	struct ts_ctx *c = ctx;
+
+	if (c->file_src.prefetch)
+		c->file_src.prefetch(c->file_src.ctx, off, len);
+}
+
 static void load_complete(void *ctx, struct gdx_pipeline_read *rd)
 {
 	struct ts_ctx *c = ctx;
@@ -637,11 +645,14 @@ static int build(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct gdx_p
 	src = c->file_src;
 	src.read_async = load_read;
 	src.complete = load_complete;
+	src.prefetch = load_prefetch;
 	src.release = NULL;
 	src.ctx = c;
 	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
 	lo.batch_bytes = c->o.in_bytes;
 	lo.wrap = c->wrap;
+	if (c->o.load_in_order)
+		lo.flags |= GDX_PIPELINE_LOAD_IN_ORDER;
 	if (!ret && gdx_pipeline_add_load(p, &src, &lo) < 0)
 		ret = -EINVAL;
 
@@ -807,6 +818,8 @@ static void usage(FILE *f)
 		"  --data-bytes N       data set size (default 64M)\n"
 		"  --load file|nvmf     read batches from the file, or from it served as an NVMe-oF\n"
 		"                       namespace by a gdx target on loopback (default file)\n"
+		"  --load-in-order      start each file read when the stream reaches the load, not\n"
+		"                       when the batch is submitted (GDX_PIPELINE_LOAD_IN_ORDER)\n"
 		"  --batch-bytes N      input per batch, loaded into GPU memory (default 1M)\n"
 		"  --out-bytes N        result per batch, sent (default 64K)\n"
 		"  --batches N          (default 200)\n"
@@ -854,7 +867,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		{ "send-us", 1, NULL, 'S' }, { "spin-us", 1, NULL, 'P' },
 		{ "send", 1, NULL, 'x' }, { "verify-every", 1, NULL, 'v' },
 		{ "warmup", 1, NULL, 'w' }, { "serial", 0, NULL, 'z' },
-		{ "load", 1, NULL, 'l' },
+		{ "load", 1, NULL, 'l' }, { "load-in-order", 0, NULL, 'I' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	static char data_path[512];
@@ -889,6 +902,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		case 'S': o->send_us = atof(optarg); break;
 		case 'P': o->spin_us = atof(optarg); break;
 		case 'z': o->serial = true; break;
+		case 'I': o->load_in_order = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: return -EINVAL;
 		}
@@ -956,8 +970,8 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	printf("train_step: device %s, compute on %s, %u batches of %zu bytes -> %zu bytes, "
 	       "send %s\n", gdx_device_name(c.dev), prov->name, c.o.batches, c.o.in_bytes,
 	       c.o.out_bytes, c.o.send);
-	printf("targets: load >= %.0f us, compute %.0f us, send >= %.0f us\n", c.o.load_us,
-	       c.o.compute_us, c.o.send_us);
+	printf("targets: load >= %.0f us%s, compute %.0f us, send >= %.0f us\n", c.o.load_us,
+	       c.o.load_in_order ? " (read in stream order)" : "", c.o.compute_us, c.o.send_us);
 
 	ret = run_once(&c, c.o.slots, c.o.ahead, &pipe_r);
 	if (ret) {

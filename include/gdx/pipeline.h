@@ -216,6 +216,7 @@ struct gdx_pipeline_read {
 	 */
 	int64_t done;
 	void *priv;		/* source.priv_size bytes for the source, per read */
+	unsigned flags;		/* the load's GDX_PIPELINE_LOAD_* flags */
 };
 
 /*
@@ -235,6 +236,12 @@ struct gdx_pipeline_source {
 	void (*complete)(void *ctx, struct gdx_pipeline_read *rd);
 	void (*release)(void *ctx);	/* optional: on gdx_pipeline_destroy */
 	void *ctx;
+	/*
+	 * Optional: may start reading [off, off + len) now, for a read_async of
+	 * that range soon (the load stage calls it for the next batches unless
+	 * GDX_PIPELINE_LOAD_IN_ORDER is set).  Must not block on the device.
+	 */
+	void (*prefetch)(void *ctx, uint64_t off, size_t len);
 };
 
 struct gdx_pipeline_load_opts {
@@ -248,7 +255,20 @@ struct gdx_pipeline_load_opts {
 	 * batch that runs past the end of the source fails with -ENODATA.
 	 */
 	uint64_t wrap;
+	unsigned flags;		/* GDX_PIPELINE_LOAD_* */
 };
+/*
+ * Read each batch as the source is when the stream reaches the load, not
+ * ahead of it.  By default a source may start its storage read when the batch
+ * is submitted, and the stage asks it to prefetch the next
+ * GDX_PIPELINE_LOAD_READ_AHEAD batches then (the file source does both:
+ * gdx_file_read_async_ex with GDX_FILE_ASYNC_EARLY, and reads ahead into
+ * pinned staging); the data still reaches the slot's buffer in stream order.
+ * Set this when an earlier stage or anyone else may change the data of a
+ * batch after it (or the batch before it) was submitted.
+ */
+#define GDX_PIPELINE_LOAD_READ_AHEAD	2
+#define GDX_PIPELINE_LOAD_IN_ORDER	0x1u
 GDX_API void gdx_pipeline_load_opts_init(struct gdx_pipeline_load_opts *o, size_t struct_size);
 /*
  * Adds a device stage that reads each batch into its slot's buffer from src.

@@ -1,11 +1,19 @@
 /* SPDX-License-Identifier: MIT */
-/* The load stage's file source: a thin adapter over gdx_file_read_async. */
+/*
+ * The load stage's file source: a thin adapter over gdx_file_read_async_ex.
+ * The stage fixes each batch's offset at submission, so the storage read can
+ * start then (GDX_FILE_ASYNC_EARLY), or a batch or two before as a read ahead,
+ * and be done before the stream reaches the load: what is left in stream
+ * order is the copy into the slot's buffer.
+ */
 #include <errno.h>
 #include <string.h>
 #include <sys/types.h>
 
 #include <gdx/file.h>
 #include <gdx/pipeline.h>
+
+#include "file/ahead.h"
 
 /* Never a result of the file layer (bytes, an errno, or a gdx code). */
 #define FILE_PENDING ((ssize_t)-0x7fff0000)
@@ -22,7 +30,15 @@ static int file_read_async(void *ctx, struct gdx_pipeline_read *rd, struct gdx_s
 
 	fr->off = (off_t)rd->off;
 	fr->done = FILE_PENDING;
-	return gdx_file_read_async(ctx, rd->dst, &rd->len, &fr->off, &fr->done, s);
+	return gdx_file_read_async_ex(ctx, rd->dst, &rd->len, &fr->off, &fr->done, s,
+				      rd->flags & GDX_PIPELINE_LOAD_IN_ORDER ? 0 :
+				      GDX_FILE_ASYNC_EARLY);
+}
+
+/* Best effort: a read ahead refused (too many, a write pending) is just not there. */
+static void file_prefetch(void *ctx, uint64_t off, size_t len)
+{
+	(void)gdx_file_read_ahead(ctx, len, (off_t)off);
 }
 
 static void file_read_complete(void *ctx, struct gdx_pipeline_read *rd)
@@ -43,6 +59,7 @@ int gdx_pipeline_source_file(struct gdx_file *f, struct gdx_pipeline_source *src
 	src->priv_size = sizeof(struct file_read);
 	src->read_async = file_read_async;
 	src->complete = file_read_complete;
+	src->prefetch = file_prefetch;
 	src->ctx = f;
 	return 0;
 }

@@ -22,6 +22,8 @@ struct load {
 	struct gdx_pipeline_source src;
 	uint64_t offset, stride, wrap;
 	size_t bytes;
+	unsigned flags;
+	uint64_t next_ahead;	/* first batch not yet prefetched */
 	size_t priv_off;	/* of the source's bytes in the job's scratch */
 };
 
@@ -42,13 +44,23 @@ static int load_enqueue(const struct gdx_pipeline_job *job, struct gdx_stream *s
 {
 	struct load *l = arg;
 	struct gdx_pipeline_read *rd = job_read(job);
+	int ret;
 
 	rd->dst = job->buf;
 	rd->len = l->bytes;
 	rd->off = load_offset(l, job->batch);
 	rd->done = LOAD_PENDING;
 	rd->priv = l->src.priv_size ? (char *)job->scratch + l->priv_off : NULL;
-	return l->src.read_async(l->src.ctx, rd, s);
+	rd->flags = l->flags;
+	ret = l->src.read_async(l->src.ctx, rd, s);
+	/* One thread feeds the stage's stream, batches in order: next_ahead needs no lock. */
+	if (ret || !l->src.prefetch || (l->flags & GDX_PIPELINE_LOAD_IN_ORDER))
+		return ret;
+	for (uint64_t b = GDX_MAX(job->batch + 1, l->next_ahead);
+	     b <= job->batch + GDX_PIPELINE_LOAD_READ_AHEAD; b++)
+		l->src.prefetch(l->src.ctx, load_offset(l, b), l->bytes);
+	l->next_ahead = job->batch + GDX_PIPELINE_LOAD_READ_AHEAD + 1;
+	return 0;
 }
 
 static int load_check(const struct gdx_pipeline_job *job, void *arg)
@@ -110,7 +122,7 @@ int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_sour
 		goto release;
 	if (!opts.batch_bytes)
 		opts.batch_bytes = slot_bytes;
-	if (opts.batch_bytes > slot_bytes)
+	if (opts.batch_bytes > slot_bytes || (opts.flags & ~GDX_PIPELINE_LOAD_IN_ORDER))
 		goto release;
 	if (!opts.stride)
 		opts.stride = opts.batch_bytes;
@@ -126,6 +138,7 @@ int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_sour
 	l->stride = opts.stride;
 	l->wrap = opts.wrap;
 	l->bytes = opts.batch_bytes;
+	l->flags = opts.flags;
 	l->priv_off = GDX_ALIGN_UP(sizeof(struct gdx_pipeline_read), (size_t)16);
 
 	gdx_stage_desc_init(&d, sizeof(d));

@@ -637,6 +637,7 @@ struct msrc {
 	size_t len;
 	uint64_t eio_off;
 	bool released;
+	unsigned flags;		/* or of every read's rd->flags */
 };
 
 static void hf_done(void *arg)
@@ -655,6 +656,7 @@ static int msrc_read(void *ctx, struct gdx_pipeline_read *rd, struct gdx_stream 
 	int ret = 0;
 
 	*v = rd->off == m->eio_off ? -EIO : (int64_t)n;
+	m->flags |= rd->flags;
 	if (n && *v >= 0)
 		ret = gdx_memcpy_async(dev, rd->dst, m->base + rd->off, n, s);
 	return ret ? ret : gdx_stream_launch_host_func(s, hf_done, rd);
@@ -698,6 +700,17 @@ static void load_stage(void **state)
 		assert_int_equal(t->got[b], t->want[b % 10]);
 	destroy(t);
 	assert_true(m.released);
+	assert_int_equal(m.flags, 0);
+
+	/* The load's flags reach the source with every read. */
+	m.released = false;
+	lo.flags = GDX_PIPELINE_LOAD_IN_ORDER;
+	t = make_load(&m, &lo);
+	assert_int_equal(gdx_pipeline_run(t->p, 5), 0);
+	for (uint64_t b = 0; b < 5; b++)
+		assert_int_equal(t->got[b], t->want[b]);
+	destroy(t);
+	assert_int_equal(m.flags, GDX_PIPELINE_LOAD_IN_ORDER);
 
 	/* No wrap: batch 10 is short (100 bytes). */
 	m.released = false;
@@ -765,6 +778,14 @@ static void file_load(void **state)
 	destroy(t);
 	assert_int_equal(gdx_file_info(f, &info), 0);
 	print_message("file load took path %s: %s\n", gdx_file_path_name(info.path), info.why);
+
+	/* The same, each read started when the stream reaches the load. */
+	lo.flags = GDX_PIPELINE_LOAD_IN_ORDER;
+	t = make_file_load(f, &lo);
+	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
+	for (uint64_t b = 0; b < 25; b++)
+		assert_int_equal(t->got[b], t->want[b % 10]);
+	destroy(t);
 
 	/* Without wrap, batch 10 ends 16284 bytes past the end of the file. */
 	t = make_file_load(f, NULL);
@@ -1058,6 +1079,11 @@ static void bad_input(void **state)
 	assert_int_equal(gdx_pipeline_create(dev, &o, &p), 0);
 	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
 	lo.batch_bytes = 8192;	/* larger than a slot */
+	m.released = false;
+	assert_int_equal(gdx_pipeline_add_load(p, &src, &lo), -EINVAL);
+	assert_true(m.released);
+	lo.batch_bytes = 0;
+	lo.flags = 0x80;	/* unknown */
 	m.released = false;
 	assert_int_equal(gdx_pipeline_add_load(p, &src, &lo), -EINVAL);
 	assert_true(m.released);
