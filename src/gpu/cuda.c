@@ -251,12 +251,15 @@ static int query(struct cu_dev *d, const void *p, struct gdx_ptr_attrs *a)
 		 * for cuMemMap is wider than the memory mapped into it; the
 		 * mapped extent is what a NIC may register.  Allocations that are
 		 * neither cuMemAlloc (legacy IPC capable) nor from a memory pool
-		 * were mapped with cuMemMap.
+		 * were mapped with cuMemMap.  For cuMemAlloc memory the range is
+		 * the allocation, so the second driver call, on the path of every
+		 * I/O that names a device buffer, is saved.
 		 */
 		a->is_vmm = !(uint32_t)v[A_IPC] && !v[A_POOL];
 		/* Pool memory, and cuMemCreate memory without the flag, are not. */
 		a->gdr_capable = (uint32_t)v[A_GDR] != 0;
-		if (!d->cu->cuMemGetAddressRange(&base, &size, DPTR(p)) && size) {
+		if (!(uint32_t)v[A_IPC] && !d->cu->cuMemGetAddressRange(&base, &size, DPTR(p)) &&
+		    size) {
 			a->base = (void *)(uintptr_t)base;
 			a->size = size;
 		}

@@ -21,7 +21,13 @@ static const struct gdx_device_ops *const backends[] = {
 };
 
 #define MAX_OPEN 64
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+/*
+ * Opening and closing write the table; pointer lookups, which every I/O on a
+ * bare pointer makes from any thread, only read it and run their driver
+ * queries side by side.  Writers go first, so a stream of lookups cannot keep
+ * an open or a close waiting.
+ */
+static pthread_rwlock_t open_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static struct gdx_device *open_devs[MAX_OPEN];
 
 static const struct gdx_device_ops *find_backend(const char *kind, size_t len)
@@ -74,7 +80,7 @@ static int open_one(const struct gdx_device_ops *ops, int ordinal, struct gdx_de
 	struct gdx_device *dev = NULL;
 	int free_slot = -1, ret;
 
-	pthread_mutex_lock(&open_lock);
+	pthread_rwlock_wrlock(&open_lock);
 	for (int i = 0; i < MAX_OPEN; i++) {
 		struct gdx_device *d = open_devs[i];
 
@@ -86,7 +92,7 @@ static int open_one(const struct gdx_device_ops *ops, int ordinal, struct gdx_de
 		if (d->ops == ops && d->ordinal == ordinal) {
 			atomic_fetch_add(&d->refs, 1);
 			*out = d;
-			pthread_mutex_unlock(&open_lock);
+			pthread_rwlock_unlock(&open_lock);
 			return 0;
 		}
 	}
@@ -123,7 +129,7 @@ static int open_one(const struct gdx_device_ops *ops, int ordinal, struct gdx_de
 	*out = dev;
 	GDX_INFO("device", "opened %s", dev->name);
 out:
-	pthread_mutex_unlock(&open_lock);
+	pthread_rwlock_unlock(&open_lock);
 	return ret;
 }
 
@@ -158,7 +164,7 @@ GDX_API void gdx_device_close(struct gdx_device *dev)
 {
 	if (!dev)
 		return;
-	pthread_mutex_lock(&open_lock);
+	pthread_rwlock_wrlock(&open_lock);
 	if (atomic_fetch_sub(&dev->refs, 1) == 1) {
 		for (int i = 0; i < MAX_OPEN; i++)
 			if (open_devs[i] == dev)
@@ -166,14 +172,14 @@ GDX_API void gdx_device_close(struct gdx_device *dev)
 		dev->ops->close(dev->priv);
 		free(dev);
 	}
-	pthread_mutex_unlock(&open_lock);
+	pthread_rwlock_unlock(&open_lock);
 }
 
 struct gdx_device *gdx_device_of_ptr(const void *p, struct gdx_ptr_attrs *a)
 {
 	struct gdx_device *found = NULL;
 
-	pthread_mutex_lock(&open_lock);
+	pthread_rwlock_rdlock(&open_lock);
 	for (int i = 0; i < MAX_OPEN && !found; i++) {
 		struct gdx_device *d = open_devs[i];
 
@@ -187,7 +193,7 @@ struct gdx_device *gdx_device_of_ptr(const void *p, struct gdx_ptr_attrs *a)
 		    (a->device_ordinal == d->ordinal || a->kind == GDX_MEM_PINNED))
 			found = d;
 	}
-	pthread_mutex_unlock(&open_lock);
+	pthread_rwlock_unlock(&open_lock);
 	if (!found) {
 		memset(a, 0, sizeof(*a));
 		a->kind = GDX_MEM_HOST;
