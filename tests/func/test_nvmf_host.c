@@ -247,10 +247,12 @@ static void device_memory(void **state)
 	assert_string_equal(io.path, "bounce");
 	assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
 	assert_memory_equal(a, b, n);
-	/* strict mode refuses the bounce */
+	/* strict mode (read at connect, as the other knobs) refuses the bounce */
+	gdx_nvmf_disconnect(c);
 	assert_int_equal(gdx_config_set("require_direct", "1"), 0);
-	assert_int_equal(gdx_nvmf_read(c, 1, d, 4096, 0), GDX_ENOTDIRECT);
+	c = conn(2, 1, 1);
 	assert_int_equal(gdx_config_set("require_direct", "0"), 0);
+	assert_int_equal(gdx_nvmf_read(c, 1, d, 4096, 0), GDX_ENOTDIRECT);
 	gdx_nvmf_disconnect(c);
 	gdx_config_set("nvmf.host.bounce_chunk", "256k");
 	gdx_config_set("nvmf.host.bounce_chunks", "4");

@@ -145,6 +145,7 @@ struct nh_params {
 	size_t bounce_chunk;
 	unsigned bounce_chunks;
 	uint64_t copy_poll_ns;
+	bool require_direct;		/* device memory may not bounce */
 };
 
 struct nh_ctrl {
