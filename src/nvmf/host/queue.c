@@ -606,9 +606,14 @@ static int ring_wait_mark(struct nh_queue *q)
 	return rc;
 }
 
+static int ring_mark(struct nh_queue *q);
+
 /*
  * Learns without blocking how far the copies got: the marks oldest first, and
  * once they all landed the stream as a whole (a query, no event to record).
+ * A stream still busy gets a mark, so that with copies enqueued back to back
+ * the reads held now still finish when theirs have landed, not when the
+ * stream first runs dry.
  */
 static int ring_progress(struct nh_queue *q)
 {
@@ -625,10 +630,11 @@ static int ring_progress(struct nh_queue *q)
 		return 0;
 	gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
 	rc = gdx_stream_query(q->stream);
-	if (rc)
-		return rc == -EBUSY ? 0 : rc;
-	ring_landed(q, q->head);
-	return 0;
+	if (rc == -EBUSY)
+		return ring_mark(q);
+	if (!rc)
+		ring_landed(q, q->head);
+	return rc;
 }
 
 /* Makes room for n bytes at the head: the oldest mark's copies, else all of them. */
