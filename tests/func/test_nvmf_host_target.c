@@ -412,7 +412,7 @@ static void pcb(struct gdx_nvmf_io *io, void *arg)
 
 /*
  * Device reads of mixed sizes share a 24 KiB ring of 8 KiB pieces: they are
- * packed back to back, split at the ring's end, and every byte lands where
+ * packed back to back, wrap at the ring's end, and every byte lands where
  * it belongs -- with the idle receiver blocking on the copies at once and
  * polling them first.  One read at a time records an event per 8 KiB of
  * ring, not per read, and waits once per read.

@@ -753,22 +753,26 @@ static int skip_bytes(struct nh_queue *q, size_t n)
  * Receives n bytes of a read into device memory through the pinned ring:
  * pieces of at most a chunk go in back to back, each one's H2D copy enqueued
  * as soon as it is in, so small reads share the ring instead of taking a
- * chunk each and large ones overlap receiving with copying.  The copies are
- * not waited for here: the read is held (complete_slot) until they landed.
- * Reads held so far are checked once per piece, before its copy is added,
- * which costs one query and no event.
+ * chunk each and large ones overlap receiving with copying.  A piece that
+ * would run past the ring's end starts over at its beginning instead (the
+ * tail is skipped: one copy, not two).  The copies are not waited for here:
+ * the read is held (complete_slot) until they landed.  Reads held so far
+ * are checked once per piece, before its copy is added.
  */
 static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n, uint32_t *crc)
 {
 	while (n) {
 		size_t off = (size_t)(q->head % q->ring_size);
-		size_t piece = GDX_MIN(GDX_MIN(n, q->chunk), q->ring_size - off);
-		char *p = (char *)q->ring + off;
+		size_t piece = GDX_MIN(n, q->chunk);
+		size_t skip = off + piece > q->ring_size ? q->ring_size - off : 0;
+		char *p = (char *)q->ring + (skip ? 0 : off);
 		int rc;
 
-		rc = ring_reserve(q, piece);
-		if (!rc)
-			rc = recv_full(q->fd, p, piece);
+		rc = ring_reserve(q, skip + piece);
+		if (rc)
+			return rc;
+		q->head += skip;
+		rc = recv_full(q->fd, p, piece);
 		if (rc)
 			return rc;
 		if (q->tp.ddgst)
