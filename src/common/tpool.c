@@ -94,13 +94,13 @@ static inline void cpu_relax(void)
  */
 static void spin_for_work(struct gdx_tpool *tp)
 {
-	uint64_t until;
+	uint64_t spin_ns = tp->spin_ns, until;
 
-	if (!tp->spin_ns || tp->spinning >= tp->max_spin || tp->stop)
+	if (!spin_ns || tp->spinning >= tp->max_spin || tp->stop)
 		return;
 	tp->spinning++;
 	pthread_mutex_unlock(&tp->lock);
-	until = now_ns() + tp->spin_ns;
+	until = now_ns() + spin_ns;
 	for (unsigned i = 0;; i++) {
 		if (__atomic_load_n(&tp->queued, __ATOMIC_ACQUIRE) ||
 		    __atomic_load_n(&tp->stop, __ATOMIC_RELAXED))

@@ -1229,7 +1229,7 @@ static void ahead_unlink(struct gdx_file_driver *drv, struct async_ahead *e)
 	while (*pp != e)
 		pp = &(*pp)->next;
 	*pp = e->next;
-	drv->nahead--;
+	__atomic_store_n(&drv->nahead, drv->nahead - 1, __ATOMIC_RELAXED);
 }
 
 /* On the worker, before the gate opens: the claimant's *done, or the entry waits. */
@@ -1523,7 +1523,7 @@ int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
 	pthread_mutex_lock(&drv->gate_lock);
 	e->next = drv->ahead;
 	drv->ahead = e;
-	drv->nahead++;
+	__atomic_store_n(&drv->nahead, drv->nahead + 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&drv->gate_lock);
 	ret = gdx_tpool_submit(drv->wq, async_job, a);
 	if (ret) {
