@@ -167,17 +167,19 @@ static int post(struct ts_ctx *c, struct ts_slot *s, enum host_work w, enum ts_m
 {
 	struct host_slot *hs = s->priv;
 	struct host_call *hc = call(c, s, w, m, batch, us);
+	uint32_t value;
 	int ret;
 
 	if (!hc)
 		return -ENOMEM;
-	hc->value = __atomic_add_fetch(&hs->seq, 1, __ATOMIC_RELAXED);
+	value = hc->value = __atomic_add_fetch(&hs->seq, 1, __ATOMIC_RELAXED);
 	ret = gdx_stream_launch_host_func(st, hf_post, hc);
 	if (ret) {
 		free(hc);
 		return ret;
 	}
-	return gdx_stream_wait_value32(st, hs->gate, hc->value);
+	/* hc is the slot thread's now, which may already have freed it. */
+	return gdx_stream_wait_value32(st, hs->gate, value);
 }
 
 static int host_mark(struct ts_ctx *c, struct ts_slot *s, enum ts_mark m, struct gdx_stream *st)
