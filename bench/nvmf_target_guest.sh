@@ -2,11 +2,13 @@
 # Guest side of bench/nvmf_target_vm.sh: the kernel host reads from the kernel's
 # nvmet-tcp target and from the gdx target, both serving a null namespace over
 # the guest's loopback and both connected at once.  Each fio job runs ROUNDS
-# times against each target, alternating, so that load changes on the machine
-# hit both alike; every run prints one RESULT line.
-# Arguments: RUNTIME (seconds per run) REACTORS POLL_US (gdx target) ROUNDS PIN (1: --pin)
+# times against each target, alternating (and alternating which goes first), so
+# that load changes on the machine hit both alike; every run prints one RESULT line.
+# Arguments: RUNTIME (seconds per run) ROUNDS JOBS (subset of "qd1 qd32 qd128 bw")
+#   FIO_CPUS (fio's --cpus_allowed for both targets, "" = anywhere) GDX-TARGET-OPTIONS...
 set -uo pipefail
-RUNTIME=${1:-4} REACTORS=${2:-1} POLL_US=${3:-0} ROUNDS=${4:-3} PIN=${5:-1} SIZE=1G
+RUNTIME=${1:-4} ROUNDS=${2:-3} JOBS=${3:-qd1 qd32 qd128 bw} FIO_CPUS=${4:-} SIZE=1G
+shift 4
 export LD_LIBRARY_PATH=/share/lib
 modprobe -a nvme-tcp nvmet-tcp
 modprobe null_blk nr_devices=1 gb=1
@@ -24,8 +26,7 @@ echo tcp > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
 echo 127.0.0.1 > $C/ports/1/addr_traddr; echo 4420 > $C/ports/1/addr_trsvcid
 ln -s $C/subsystems/$NQN_K $C/ports/1/subsystems/$NQN_K
 # the gdx target, null namespace of the same size, port 4421
-/share/gdx nvmf target -l 127.0.0.1:4421 -n $NQN_G -N null:$SIZE -r "$REACTORS" \
-  --poll-us "$POLL_US" $([ "$PIN" = 1 ] && echo --pin) >/tmp/gdx.log 2>&1 & T=$!
+/share/gdx nvmf target -l 127.0.0.1:4421 -n $NQN_G -N null:$SIZE "$@" >/tmp/gdx.log 2>&1 & T=$!
 for i in $(seq 100); do grep -q ready /tmp/gdx.log && break; sleep 0.1; done
 
 nvme connect -t tcp -a 127.0.0.1 -s 4420 -n $NQN_K >/dev/null || exit 1
@@ -44,7 +45,7 @@ dev_of() {
 }
 DEV_K=$(dev_of $NQN_K) || exit 1
 DEV_G=$(dev_of $NQN_G) || exit 1
-echo "nvmet: $DEV_K  gdx: $DEV_G  ($(nproc) vCPUs; gdx: $REACTORS reactors, pin $PIN, poll $POLL_US us)"
+echo "nvmet: $DEV_K  gdx: $DEV_G  ($(nproc) vCPUs; gdx options: $*; fio on CPUs '$FIO_CPUS')"
 
 # run LABEL DEV KEY fio-args...: one run, one RESULT line (IOPS, or KiB/s for bw)
 run() {
@@ -52,15 +53,20 @@ run() {
   case $key in bw*) field=7 ;; *) field=8 ;; esac
   echo "RESULT $label $key $(fio --name=j --filename="$dev" --direct=1 --ioengine=libaio \
     --runtime=$RUNTIME --time_based --size=$SIZE --output-format=terse --terse-version=3 \
-    "$@" 2>/dev/null | awk -F';' -v f=$field '{print $f}')"
+    ${FIO_CPUS:+--cpus_allowed=$FIO_CPUS} "$@" 2>/dev/null | awk -F';' -v f=$field '{print $f}')"
 }
 for r in $(seq "$ROUNDS"); do
-  for qd in 1 32 128; do
-    run nvmet $DEV_K iops_qd$qd --rw=randread --bs=4k --iodepth=$qd
-    run gdx $DEV_G iops_qd$qd --rw=randread --bs=4k --iodepth=$qd
+  for job in $JOBS; do
+    case $job in
+      qd*) set -- iops_$job --rw=randread --bs=4k --iodepth=${job#qd} ;;
+      bw) set -- bw_128k_kib --rw=read --bs=128k --iodepth=32 ;;
+    esac
+    if [ $((r % 2)) = 1 ]; then
+      run nvmet $DEV_K "$@"; run gdx $DEV_G "$@"
+    else
+      run gdx $DEV_G "$@"; run nvmet $DEV_K "$@"
+    fi
   done
-  run nvmet $DEV_K bw_128k_kib --rw=read --bs=128k --iodepth=32
-  run gdx $DEV_G bw_128k_kib --rw=read --bs=128k --iodepth=32
 done
 nvme disconnect -n $NQN_K >/dev/null
 nvme disconnect -n $NQN_G >/dev/null

@@ -34,9 +34,10 @@ struct gdx_nvmf_target_opts {
 	uint16_t max_io_queues;	/* per controller (default 64, at most 128) */
 	uint16_t max_qdepth;	/* entries per queue (default 256) */
 	/*
-	 * Poll mode: a reactor keeps polling its sockets this long after the
-	 * last event before it sleeps (default 0: sleep at once).  Trades a
-	 * core for latency, as SPDK does.
+	 * Poll mode: after an event a reactor keeps polling its sockets instead
+	 * of sleeping, for a window that adapts to the gaps it sees between
+	 * events, up to poll_us (0: sleep at once).  A command that arrives
+	 * within the window is served without a wake-up of the reactor's core.
 	 */
 	uint32_t poll_us;
 	/*
@@ -46,6 +47,20 @@ struct gdx_nvmf_target_opts {
 	 * machine.
 	 */
 	int pin_cpus;
+	/*
+	 * Pin reactor i to the i-th CPU of this list ("1", "2,3", "0-3"; reused
+	 * round-robin when there are more reactors); overrides pin_cpus.  NULL:
+	 * no list.
+	 */
+	const char *cpus;
+	/*
+	 * Follow mode: while a reactor's busiest connection keeps at most 2
+	 * commands in flight, the reactor runs on the CPU that connection's
+	 * packets arrive on (no cross-core wake-up per command, as nvmet-tcp
+	 * runs a queue's work on that CPU); deeper, it returns to its CPUs
+	 * (cpus / pin_cpus, or any) so that it works beside the host.
+	 */
+	int follow;
 };
 
 GDX_API void gdx_nvmf_target_opts_init(struct gdx_nvmf_target_opts *o, size_t size);

@@ -7,11 +7,13 @@
  * right C2HTermReq.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "common/util.h"
 
 #include <gdx/nvmf.h>
 
@@ -79,6 +82,9 @@ static size_t recv_all(int fd, void *buf, size_t n)
 	while (got < n) {
 		ssize_t r = recv(fd, p + got, n - got, 0);
 
+		/* with SO_RCVTIMEO set, a stop and continue of the process ends a wait in EINTR */
+		if (r < 0 && errno == EINTR)
+			continue;
 		if (r <= 0)
 			break;
 		got += (size_t)r;
@@ -940,6 +946,129 @@ static void test_bdev(void **state)
 	unlink(img);
 }
 
+/* The CPUs reactor 0 of the running target may use (CPU_COUNT 0: not found). */
+static cpu_set_t reactor0_cpus(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strcmp(comm, "gdx-nvmf-0\n"))
+			assert_int_equal(sched_getaffinity(atoi(e->d_name), sizeof(set), &set), 0);
+		fclose(f);
+	}
+	closedir(d);
+	return set;
+}
+
+/* QD1 reads until reactor 0 runs on exactly `cpu` (or 5 s pass). */
+static bool follow_until(struct host *io, int cpu, unsigned depth)
+{
+	uint8_t buf[8 * 4096];
+	uint64_t end = gdx_now_ns() + 5000000000ull;
+
+	while (gdx_now_ns() < end) {
+		cpu_set_t now = reactor0_cpus();
+
+		if (CPU_COUNT(&now) == 1 && CPU_ISSET(cpu, &now))
+			return true;
+		/* depth commands at once, then their data and responses */
+		for (unsigned i = 0; i < depth; i++) {
+			struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_READ, .nsid = 1,
+						    .cdw10 = i * 8, .cdw12 = 7 };
+
+			sqe.cid = io->cid++;
+			sqe.dptr.type = GDX_NVME_SGL_TRANSPORT;
+			sqe.dptr.length = 4096;
+			send_cmd(io, &sqe, NULL, 0);
+		}
+		for (unsigned rsps = 0; rsps < depth;) {
+			union gdx_tcp_pdu pdu;
+
+			assert_true(recv_pdu(io, &pdu, buf, sizeof(buf)) >= 0);
+			if (pdu.ch.type == GDX_TCP_RSP) {
+				assert_int_equal(pdu.rsp.cqe.status >> 1, 0);
+				rsps++;
+			}
+		}
+	}
+	return false;
+}
+
+/*
+ * --cpus, --follow and polling: bad CPU lists are refused; a following
+ * reactor moves to the CPU the host sends from while the host keeps one
+ * command in flight, and back home when it keeps several.  Runs last: it
+ * replaces the shared target with its own.
+ */
+static void test_placement(void **state)
+{
+	static const char *const bad[] = { "", "x", "1-0", "3,", "0,,1", "-1", "100000", "0-",
+					   "1 " };
+	struct gdx_nvmf_target_opts o;
+	struct gdx_nvmf_target *t2 = NULL;
+	struct host a, io;
+	cpu_set_t mine, one;
+	char home[16];
+	int x = -1, y = -1;
+
+	(void)state;
+	gdx_nvmf_target_opts_init(&o, sizeof(o));
+	for (unsigned i = 0; i < GDX_ARRAY_SIZE(bad); i++) {
+		o.cpus = bad[i];
+		assert_int_equal(gdx_nvmf_target_create(&o, &t2), -EINVAL);
+	}
+	assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &mine))
+			continue;
+		if (x < 0)
+			x = c;
+		else if (y < 0)
+			y = c;
+	}
+	/* home on a second CPU where there is one; the host side runs on x */
+	snprintf(home, sizeof(home), "%d", y >= 0 ? y : x);
+	o.cpus = home;
+	o.reactors = 1;
+	o.follow = 1;
+	o.poll_us = 500;
+	gdx_nvmf_target_destroy(tgt);
+	assert_int_equal(gdx_nvmf_target_create(&o, &tgt), 0);
+	assert_int_equal(gdx_nvmf_target_add_subsys(tgt, NQN, 1), 0);
+	assert_int_equal(gdx_nvmf_target_add_ns(tgt, NQN, 1, "null:8M", 512), 0);
+	assert_int_equal(gdx_nvmf_target_add_port(tgt, 1, "127.0.0.1", "0"), 0);
+	assert_int_equal(gdx_nvmf_target_link(tgt, 1, NQN), 0);
+	assert_int_equal(gdx_nvmf_target_start(tgt), 0);
+	port = gdx_nvmf_target_bound_port(tgt, 1);
+	one = reactor0_cpus();
+	assert_int_equal(CPU_COUNT(&one), 1);
+	assert_true(CPU_ISSET(y >= 0 ? y : x, &one));
+
+	CPU_ZERO(&one);
+	CPU_SET(x, &one);
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	admin_up(&a, NQN, false, false, 5000);
+	assert_int_equal(set_nr_queues(&a, 1), 0);
+	io_up(&io, &a, false, false, 1);
+	assert_true(follow_until(&io, x, 1));
+	if (y >= 0)
+		assert_true(follow_until(&io, y, 8));
+	assert_int_equal(sched_setaffinity(0, sizeof(mine), &mine), 0);
+	close(io.fd);
+	close(a.fd);
+}
+
 static int setup(void **state)
 {
 	struct gdx_nvmf_target_opts o;
@@ -990,6 +1119,7 @@ int main(void)
 		cmocka_unit_test(test_aen_and_keepalive),
 		cmocka_unit_test(test_bdev),
 		cmocka_unit_test(test_json),
+		cmocka_unit_test(test_placement),	/* last: replaces the target */
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -35,8 +35,12 @@ static void target_usage(FILE *f)
 		"  -H, --allow-host NQN   admit only the named hosts (default: any host)\n"
 		"  -r, --reactors N       reactor threads (default 1)\n"
 		"      --inline BYTES     in-capsule data on I/O queues (default 16384)\n"
-		"      --poll-us US       keep polling US microseconds after each event\n"
+		"      --poll-us US       poll instead of sleeping, adaptively, up to US microseconds\n"
+		"                         after each event (0: never)\n"
 		"      --pin              pin reactor i to CPU i (I/O queue i+1 is on reactor i)\n"
+		"      --cpus LIST        pin reactor i to the i-th CPU of LIST (\"1\", \"0,2\", \"2-3\")\n"
+		"      --follow           at depth <= 2 a reactor runs on the CPU its traffic comes\n"
+		"                         from; deeper, on its own CPUs (--cpus)\n"
 		"  -s, --stats FILE       write counters as JSON to FILE ('-' = stdout) at exit\n"
 		"      --stats-interval S also every S seconds\n"
 		"      --control PATH     unix socket: each connection receives the counters\n"
@@ -210,6 +214,8 @@ static int cmd_target(int argc, char **argv)
 		{ "inline", required_argument, NULL, 'I' },
 		{ "poll-us", required_argument, NULL, 'P' },
 		{ "pin", no_argument, NULL, 'p' },
+		{ "cpus", required_argument, NULL, 'U' },
+		{ "follow", no_argument, NULL, 'F' },
 		{ "stats", required_argument, NULL, 's' },
 		{ "stats-interval", required_argument, NULL, 'i' },
 		{ "control", required_argument, NULL, 'C' },
@@ -265,6 +271,12 @@ static int cmd_target(int argc, char **argv)
 			break;
 		case 'p':
 			o.pin_cpus = 1;
+			break;
+		case 'U':
+			o.cpus = optarg;
+			break;
+		case 'F':
+			o.follow = 1;
 			break;
 		case 's':
 			stats = optarg;

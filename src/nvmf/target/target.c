@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Public target API: construction, nvmetcli JSON, start/stop, statistics. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,37 @@ GDX_API void gdx_nvmf_target_opts_init(struct gdx_nvmf_target_opts *o, size_t si
 	memcpy(o, &d, GDX_MIN(size, sizeof(d)));
 }
 
+/* "1", "2,3", "0-3,6": the CPUs reactors are pinned to, in order. */
+static int parse_cpus(const char *spec, struct gdx_nvmf_target *t)
+{
+	const char *p = spec;
+
+	while (*p) {
+		char *end;
+		long lo = strtol(p, &end, 10), hi = lo;
+
+		if (end == p || lo < 0 || lo >= CPU_SETSIZE)
+			return -EINVAL;
+		p = end;
+		if (*p == '-') {
+			hi = strtol(p + 1, &end, 10);
+			if (end == p + 1 || hi < lo || hi >= CPU_SETSIZE)
+				return -EINVAL;
+			p = end;
+		}
+		for (long c = lo; c <= hi; c++) {
+			if (t->ncpus == GDX_ARRAY_SIZE(t->cpus))
+				return -EINVAL;
+			t->cpus[t->ncpus++] = (int)c;
+		}
+		if (*p == ',' && p[1])
+			p++;
+		else if (*p)
+			return -EINVAL;
+	}
+	return t->ncpus ? 0 : -EINVAL;
+}
+
 GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 				   struct gdx_nvmf_target **out)
 {
@@ -47,6 +79,11 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	if (o.cpus && parse_cpus(o.cpus, t)) {
+		GDX_ERR("nvmf", "bad CPU list '%s'", o.cpus);
+		free(t);
+		return -EINVAL;
+	}
 	nvmf_tgt_init(&t->core);
 	t->core.max_io = o.max_io;
 	t->core.inline_data = o.inline_data;
@@ -56,6 +93,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t->maxh2cdata = o.maxh2cdata;
 	t->poll_ns = (uint64_t)o.poll_us * 1000;
 	t->pin = o.pin_cpus != 0;
+	t->follow = o.follow != 0;
 	for (unsigned i = 0; i < TGT_CTR_NR; i++)
 		t->ctr[i].name = names[i];
 	gdx_stats_create("nvmf.target", t->ctr, TGT_CTR_NR, &t->stats);

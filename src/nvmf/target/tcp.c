@@ -48,6 +48,8 @@
 #define CONNECT_TIMEOUT_NS (60ull * 1000000000ull)
 #define SPLICE_MIN (64 * 1024)	/* reads this large leave namespace memory without a copy */
 #define PIPE_SIZE (1 << 20)
+#define PLACE_NS (20ull * 1000000)	/* how often a following reactor reconsiders its CPU */
+#define SHALLOW_DEPTH 2		/* commands in flight up to which a reactor follows */
 
 enum ev_kind { EV_LISTEN, EV_WAKE, EV_IOCTX, EV_CONN };
 
@@ -107,6 +109,7 @@ struct tcp_conn {
 	bool local;
 	bool want_out;
 	unsigned inflight;	/* requests held by a backend or an AER */
+	unsigned win_cmds, win_depth;	/* commands and deepest queue since the last placement */
 	char peer[64];
 	uint64_t born_ns;
 	struct nvmf_sq sq;
@@ -146,6 +149,8 @@ struct tcp_reactor {
 	struct gdx_nvmf_target *tgt;
 	unsigned id;
 	int cpu;		/* pinned to, or -1 */
+	int at;			/* following: the CPU the traffic comes from; -1: at home */
+	cpu_set_t home;
 	pthread_t thread;
 	int epfd;
 	int wakefd;
@@ -610,6 +615,8 @@ static void handle_cmd(struct tcp_conn *c)
 		return;
 	}
 	c->rx_req = t;
+	c->win_cmds++;
+	c->win_depth = GDX_MAX(c->win_depth, c->nused);
 	t->state = REQ_RX_CAPSULE;
 	t->req.cmd = c->hdr.cmd.sqe;
 	st = gdx_nvme_sgl_parse(&t->req.cmd, &sgl);
@@ -1147,34 +1154,93 @@ static void flush_dirty(struct tcp_reactor *r)
 	}
 }
 
+/*
+ * Follow mode.  While its busiest connection keeps at most SHALLOW_DEPTH
+ * commands in flight, a reactor runs on the CPU that connection's packets
+ * arrive on (where a host on this machine submits, or where the NIC's receive
+ * queue is served): the round trip then needs no wake-up of another core,
+ * which is also where nvmet-tcp runs a queue's work.  Deeper queues send it
+ * home (--cpus, or the CPUs it may run on), so that target and host work
+ * proceed in parallel.
+ */
+static void place(struct tcp_reactor *r)
+{
+	struct tcp_conn *busiest = NULL;
+	unsigned depth = 0;
+	int want = -1, cpu = -1;
+	socklen_t sl = sizeof(cpu);
+	cpu_set_t set;
+
+	for (struct tcp_conn *c = r->conns; c; c = c->next) {
+		if (!c->dead && c->win_cmds && (!busiest || c->win_cmds > busiest->win_cmds))
+			busiest = c;
+		depth = GDX_MAX(depth, c->win_depth);
+		c->win_cmds = c->win_depth = 0;
+	}
+	if (!busiest)
+		return;		/* idle: no reason to move */
+	if (depth <= SHALLOW_DEPTH &&
+	    !getsockopt(busiest->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &sl) && cpu >= 0 &&
+	    cpu < CPU_SETSIZE)
+		want = cpu;
+	if (want == r->at)
+		return;
+	if (want >= 0) {
+		CPU_ZERO(&set);
+		CPU_SET(want, &set);
+	} else {
+		set = r->home;
+	}
+	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set)) {
+		GDX_DBG("nvmf", "reactor %u: cannot move to CPU %d", r->id, want);
+		return;
+	}
+	GDX_DBG("nvmf", "reactor %u: %s %d (depth %u)", r->id, want >= 0 ? "follows to CPU" : "home from",
+		want >= 0 ? want : r->at, depth);
+	r->at = want;
+}
+
+/*
+ * Poll window, adapted as guest halt-polling does: a sleep that ended sooner
+ * than the cap means polling a little longer would have caught the event
+ * without a wake-up, so the window grows to cover that gap; a gap longer
+ * than the cap means polling would only have burnt the core, so it halves.
+ */
+static uint64_t poll_adapt(uint64_t window, uint64_t gap, uint64_t cap)
+{
+	if (gap > cap)
+		return window / 2;
+	return GDX_MIN(cap, GDX_MAX(window, gap + gap / 4));
+}
+
 static void *reactor_main(void *arg)
 {
 	struct tcp_reactor *r = arg;
-	uint64_t next_tick = gdx_now_ns() + 1000000000ull, last_event = 0;
-	char name[16];
+	uint64_t next_tick = gdx_now_ns() + 1000000000ull, last_event = 0, window = 0;
+	uint64_t next_place = 0, cap = r->tgt->poll_ns;
 
-	snprintf(name, sizeof(name), "gdx-nvmf-%u", r->id);
-	pthread_setname_np(pthread_self(), name);
-	if (r->cpu >= 0) {
-		cpu_set_t set;
-
-		CPU_ZERO(&set);
-		CPU_SET(r->cpu, &set);
-		if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
-			GDX_WARN("nvmf", "reactor %u: cannot pin to CPU %d", r->id, r->cpu);
-	}
+	r->at = -1;
+	pthread_getaffinity_np(pthread_self(), sizeof(r->home), &r->home);
 	while (!atomic_load(&r->stop)) {
 		struct epoll_event evs[64];
 		uint64_t now = gdx_now_ns();
 		int timeout = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1;
 		int n;
 
-		/* poll mode: keep spinning for a while after the last event */
-		if (r->tgt->poll_ns && now - last_event < r->tgt->poll_ns)
+		/* a following reactor shares its CPU with the host: it never spins */
+		if (r->at < 0 && now - last_event < window)
 			timeout = 0;
 		n = epoll_wait(r->epfd, evs, 64, timeout);
-		if (n > 0)
-			last_event = gdx_now_ns();
+		/* gaps count from the end of the last busy iteration; an event caught
+		 * while polling leaves the window as it is */
+		if (cap && timeout) {
+			uint64_t gap = gdx_now_ns() - last_event;
+
+			if (n > 0)
+				window = poll_adapt(window, gap, cap);
+			else if (gap > cap)
+				window /= 2;
+		}
 
 		for (int i = 0; i < n; i++) {
 			struct ev *ev = evs[i].data.ptr;
@@ -1215,7 +1281,14 @@ static void *reactor_main(void *arg)
 		}
 		nvmf_ioctx_flush(r->ioctx);
 		flush_dirty(r);
-		if (gdx_now_ns() >= next_tick) {
+		now = gdx_now_ns();
+		if (n > 0)
+			last_event = now;
+		if (r->tgt->follow && now >= next_place) {
+			place(r);
+			next_place = now + PLACE_NS;
+		}
+		if (now >= next_tick) {
 			tick(r);
 			flush_dirty(r);
 			next_tick = gdx_now_ns() + 1000000000ull;
@@ -1340,10 +1413,14 @@ int nvmf_tcp_start(struct gdx_nvmf_target *t)
 		return -ENOMEM;
 	r0 = &t->reactors[0];
 	/* pinned: reactor i on the i-th CPU this process may use (I/O queue i+1 lands there) */
-	if (t->pin && !sched_getaffinity(0, sizeof(allowed), &allowed))
+	if (t->ncpus) {
+		memcpy(cpus, t->cpus, t->ncpus * sizeof(cpus[0]));
+		ncpu = (int)t->ncpus;
+	} else if (t->pin && !sched_getaffinity(0, sizeof(allowed), &allowed)) {
 		for (int c = 0; c < CPU_SETSIZE; c++)
 			if (CPU_ISSET(c, &allowed))
 				cpus[ncpu++] = c;
+	}
 	for (unsigned i = 0; i < t->nreactors; i++) {
 		t->reactors[i].cpu = ncpu ? cpus[i % (unsigned)ncpu] : -1;
 		t->reactors[i].epfd = t->reactors[i].wakefd = -1;
@@ -1371,7 +1448,32 @@ int nvmf_tcp_start(struct gdx_nvmf_target *t)
 		}
 	}
 	for (unsigned i = 0; i < t->nreactors; i++) {
-		ret = -pthread_create(&t->reactors[i].thread, NULL, reactor_main, &t->reactors[i]);
+		struct tcp_reactor *r = &t->reactors[i];
+		pthread_attr_t attr;
+
+		/* pinned from its first instruction: no window in which it runs elsewhere */
+		pthread_attr_init(&attr);
+		if (r->cpu >= 0) {
+			cpu_set_t set;
+
+			CPU_ZERO(&set);
+			CPU_SET(r->cpu, &set);
+			pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+		}
+		ret = -pthread_create(&r->thread, &attr, reactor_main, r);
+		if (ret == -EINVAL && r->cpu >= 0) {
+			/* a CPU this process may not use */
+			GDX_WARN("nvmf", "reactor %u: cannot pin to CPU %d", i, r->cpu);
+			r->cpu = -1;
+			ret = -pthread_create(&r->thread, NULL, reactor_main, r);
+		}
+		pthread_attr_destroy(&attr);
+		if (!ret) {
+			char name[16];
+
+			snprintf(name, sizeof(name), "gdx-nvmf-%u", i % 256u); /* reactors <= 256 */
+			pthread_setname_np(r->thread, name);
+		}
 		if (ret) {
 			for (unsigned j = 0; j < i; j++) {
 				atomic_store(&t->reactors[j].stop, true);

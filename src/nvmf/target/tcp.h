@@ -21,6 +21,9 @@ struct gdx_nvmf_target {
 	uint32_t maxh2cdata;
 	uint64_t poll_ns;
 	bool pin;
+	bool follow;
+	int cpus[256];		/* --cpus: reactor i runs on cpus[i % ncpus] */
+	unsigned ncpus;
 	struct tcp_reactor *reactors;
 	int listen_fd[NVMF_MAX_PORTS];
 	int bound_port[NVMF_MAX_PORTS];
