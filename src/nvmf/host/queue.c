@@ -950,16 +950,20 @@ static int recv_hdr_held(struct nh_queue *q, void *buf, size_t n)
 	int rc;
 
 	for (;;) {
-		ssize_t r = recv(q->fd, buf, n, MSG_DONTWAIT);
+		/* with nothing in flight here (depth 1) no PDU can come: no need to look */
+		if (__atomic_load_n(&q->inflight, __ATOMIC_RELAXED)) {
+			ssize_t r = recv(q->fd, buf, n, MSG_DONTWAIT);
 
-		if (r > 0)
-			return (size_t)r == n ? 0 : recv_full(q->fd, (char *)buf + r, n - (size_t)r);
-		if (r == 0)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return -errno;
+			if (r > 0)
+				return (size_t)r == n ? 0 :
+				       recv_full(q->fd, (char *)buf + r, n - (size_t)r);
+			if (r == 0)
+				return -ECONNRESET;
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				return -errno;
+		}
 		if (!until)
 			until = gdx_now_ns() + q->ctrl->p.copy_poll_ns;
 		if (q->ctrl->p.copy_poll_ns && gdx_now_ns() < until) {
