@@ -114,6 +114,15 @@ GDX_API int gdx_device_export_dmabuf(struct gdx_device *dev, void *dptr, size_t 
 GDX_API int gdx_memcpy(struct gdx_device *dev, void *dst, const void *src, size_t n);
 GDX_API int gdx_memcpy_async(struct gdx_device *dev, void *dst, const void *src, size_t n,
 			     struct gdx_stream *s);
+/*
+ * n copies enqueued on s in one call, in order, each as gdx_memcpy_async
+ * would make it.  Where the device takes them together (CUDA 12.8 and later:
+ * cuMemcpyBatchAsync) that is one driver call instead of n: for many small
+ * copies enqueued back to back.
+ */
+GDX_API int gdx_memcpy_batch_async(struct gdx_device *dev, void *const *dsts,
+				   const void *const *srcs, const size_t *sizes, size_t n,
+				   struct gdx_stream *s);
 /* Fills device (or pinned) memory with the byte v. */
 GDX_API int gdx_memset(struct gdx_device *dev, void *dst, int v, size_t n);
 GDX_API int gdx_memset_async(struct gdx_device *dev, void *dst, int v, size_t n,

@@ -440,6 +440,47 @@ static int cuda_memcpy(void *priv, void *dst, const void *src, size_t n, void *s
 	return finish(d, IN_CTX(d, cuMemcpyAsync, DPTR(dst), DPTR(src), n, s), stream, s);
 }
 
+/* Up to BATCH copies per driver call (the driver reads the arrays during the call). */
+#define BATCH 64
+
+static int cuda_memcpy_batch(void *priv, void *const *dsts, const void *const *srcs,
+			     const size_t *sizes, size_t n, void *stream)
+{
+	struct cu_dev *d = priv;
+	CUmemcpyAttributes attr = { .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM };
+	CUdeviceptr dv[BATCH], sv[BATCH];
+	size_t sz[BATCH], attr_idx = 0, fail;
+	CUcontext prev;
+	int ret;
+
+	if (!d->cu->cuMemcpyBatchAsync) {
+		for (size_t i = 0; i < n; i++) {
+			ret = cuda_memcpy(d, dsts[i], srcs[i], sizes[i], stream);
+			if (ret)
+				return ret;
+		}
+		return 0;
+	}
+	ret = enter(d, &prev);
+	if (ret)
+		return ret;
+	for (size_t at = 0; !ret && at < n;) {
+		size_t k = GDX_MIN(n - at, (size_t)BATCH);
+
+		for (size_t i = 0; i < k; i++) {
+			dv[i] = DPTR(dsts[at + i]);
+			sv[i] = DPTR(srcs[at + i]);
+			sz[i] = sizes[at + i];
+		}
+		fail = SIZE_MAX;
+		ret = CU(d, cuMemcpyBatchAsync(dv, sv, sz, k, &attr, &attr_idx, 1, &fail,
+					       STREAM(stream)), "cuMemcpyBatchAsync");
+		at += k;
+	}
+	leave(d, prev);
+	return ret;
+}
+
 static int cuda_memset(void *priv, void *dst, int v, size_t n, void *stream)
 {
 	struct cu_dev *d = priv;
@@ -605,6 +646,7 @@ const struct gdx_device_ops gdx_cuda_ops = {
 	.export_dmabuf = cuda_export_dmabuf,
 	.memcpy = cuda_memcpy,
 	.memset = cuda_memset,
+	.memcpy_batch = cuda_memcpy_batch,
 	.stream_create = cuda_stream_create,
 	.stream_destroy = cuda_stream_destroy,
 	.stream_synchronize = cuda_stream_synchronize,

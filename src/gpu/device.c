@@ -363,6 +363,32 @@ GDX_API int gdx_memcpy_async(struct gdx_device *dev, void *dst, const void *src,
 	return dev->ops->memcpy(dev->priv, dst, src, n, s->priv);
 }
 
+GDX_API int gdx_memcpy_batch_async(struct gdx_device *dev, void *const *dsts,
+				   const void *const *srcs, const size_t *sizes, size_t n,
+				   struct gdx_stream *s)
+{
+	bool whole = n > 1 && dev && dev->ops->memcpy_batch;
+	int ret;
+
+	if (!dev || !s || s->dev != dev || (n && (!dsts || !srcs || !sizes)))
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if ((!dsts[i] || !srcs[i]) && sizes[i])
+			return -EINVAL;
+		whole = whole && sizes[i];
+	}
+	if (whole)
+		return dev->ops->memcpy_batch(dev->priv, dsts, srcs, sizes, n, s->priv);
+	for (size_t i = 0; i < n; i++) {
+		if (!sizes[i])
+			continue;
+		ret = dev->ops->memcpy(dev->priv, dsts[i], srcs[i], sizes[i], s->priv);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 GDX_API int gdx_memset(struct gdx_device *dev, void *dst, int v, size_t n)
 {
 	if (!dev || (!dst && n))

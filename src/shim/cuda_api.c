@@ -62,6 +62,7 @@ static const struct entry entries[] = {
 	E(cuMemGetAddressRange, "cuMemGetAddressRange_v2", 0),
 	E(cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange", 1),
 	E(cuMemcpyAsync, "cuMemcpyAsync", 0),
+	E(cuMemcpyBatchAsync, "cuMemcpyBatchAsync", 1, 12080),
 	E(cuMemsetD8Async, "cuMemsetD8Async", 0),
 	E(cuStreamCreate, "cuStreamCreate", 0),
 	E(cuStreamDestroy, "cuStreamDestroy_v2", 0),

@@ -142,6 +142,15 @@ typedef struct {
 	CUmemAccess_flags flags;
 } CUmemAccessDesc;
 
+/* cuMemcpyBatchAsync (12.8): the source is read in stream order */
+#define CU_MEMCPY_SRC_ACCESS_ORDER_STREAM 0x1
+typedef struct {
+	unsigned srcAccessOrder;
+	CUmemLocation srcLocHint;
+	CUmemLocation dstLocHint;
+	unsigned flags;
+} CUmemcpyAttributes;
+
 /*
  * The loaded entry points.  Those marked optional may be NULL on older
  * drivers; the features that need them then report -EOPNOTSUPP.
@@ -180,6 +189,10 @@ struct gdx_cu {
 						  CUmemRangeHandleType type,
 						  unsigned long long flags);	/* optional */
 	CUresult (*cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+	/* optional; the 12.8 flavour, with failIdx (13.0's _v2 dropped it) */
+	CUresult (*cuMemcpyBatchAsync)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+				       size_t count, CUmemcpyAttributes *attrs, size_t *attr_idx,
+				       size_t nattrs, size_t *fail_idx, CUstream s);
 	CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char v, size_t n, CUstream s);
 
 	CUresult (*cuStreamCreate)(CUstream *s, unsigned flags);

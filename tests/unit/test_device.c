@@ -387,6 +387,66 @@ static void stream_ordered_alloc(void **state)
 	assert_int_equal(gdx_stream_destroy(s), 0);
 }
 
+/*
+ * A batch of copies: pinned pieces scattered into device memory in one call
+ * (one driver call on CUDA 12.8+), a zero-size entry among them, in stream
+ * order with the copies before and after it; bad arguments are refused.
+ */
+static void batched_copies(void **state)
+{
+	enum { N = 70, PIECE = 512 };	/* more than one driver batch of 64 */
+	void *dsts[N], *srcs[N];
+	size_t sizes[N];
+	struct gdx_stream *s;
+	unsigned char *pin, back[N * PIECE], want[N * PIECE];
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	assert_int_equal(gdx_device_malloc(dev, sizeof(back), &d), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, sizeof(back), (void **)&pin), 0);
+	t_fill(pin, sizeof(back), 11);
+	assert_int_equal(gdx_memset_async(dev, d, 0x5a, sizeof(back), s), 0);
+	for (unsigned i = 0; i < N; i++) {
+		/* piece i of the source lands at piece N-1-i of the destination */
+		dsts[i] = (char *)d + (size_t)(N - 1 - i) * PIECE;
+		srcs[i] = pin + (size_t)i * PIECE;
+		sizes[i] = i == 7 ? 0 : PIECE;
+	}
+	assert_int_equal(gdx_memcpy_batch_async(dev, dsts, (const void *const *)srcs, sizes, N, s),
+			 0);
+	assert_int_equal(gdx_memcpy_async(dev, back, d, sizeof(back), s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	for (unsigned i = 0; i < N; i++) {
+		if (i == 7)
+			memset(want + (size_t)(N - 1 - i) * PIECE, 0x5a, PIECE);
+		else
+			memcpy(want + (size_t)(N - 1 - i) * PIECE, pin + (size_t)i * PIECE, PIECE);
+	}
+	assert_memory_equal(back, want, sizeof(back));
+	/* without the zero-size entry: the whole batch goes to the device at once */
+	sizes[7] = PIECE;
+	assert_int_equal(gdx_memset_async(dev, d, 0, sizeof(back), s), 0);
+	assert_int_equal(gdx_memcpy_batch_async(dev, dsts, (const void *const *)srcs, sizes, N, s),
+			 0);
+	assert_int_equal(gdx_memcpy_async(dev, back, d, sizeof(back), s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	memcpy(want + (size_t)(N - 8) * PIECE, pin + 7 * PIECE, PIECE);
+	assert_memory_equal(back, want, sizeof(back));
+	assert_int_equal(gdx_memcpy_batch_async(dev, dsts, (const void *const *)srcs, sizes, 0, s),
+			 0);
+	assert_int_equal(gdx_memcpy_batch_async(dev, NULL, (const void *const *)srcs, sizes, 2, s),
+			 -EINVAL);
+	assert_int_equal(gdx_memcpy_batch_async(NULL, dsts, (const void *const *)srcs, sizes, 2, s),
+			 -EINVAL);
+	dsts[1] = NULL;
+	assert_int_equal(gdx_memcpy_batch_async(dev, dsts, (const void *const *)srcs, sizes, 2, s),
+			 -EINVAL);
+	assert_int_equal(gdx_stream_destroy(s), 0);
+	assert_int_equal(gdx_pinned_free(dev, pin), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+}
+
 static void wrapped_stream(void **state)
 {
 	struct gdx_stream *s, *w;
@@ -455,6 +515,7 @@ int main(void)
 		cmocka_unit_test(free_waits_for_queued_work),
 		cmocka_unit_test(events_order_streams),
 		cmocka_unit_test(stream_ordered_alloc),
+		cmocka_unit_test(batched_copies),
 		cmocka_unit_test(wrapped_stream),
 		cmocka_unit_test(stream_waits_for_value),
 	};

@@ -44,6 +44,9 @@ struct gdx_device_ops {
 	/* stream == NULL: synchronous. */
 	int (*memcpy)(void *priv, void *dst, const void *src, size_t n, void *stream);
 	int (*memset)(void *priv, void *dst, int v, size_t n, void *stream);
+	/* Optional (NULL: the front end makes n memcpy calls); n > 1, no size 0. */
+	int (*memcpy_batch)(void *priv, void *const *dsts, const void *const *srcs,
+			    const size_t *sizes, size_t n, void *stream);
 
 	/* stream: points at stream_priv_size bytes. native != NULL: wrap it. */
 	int (*stream_create)(void *priv, void *stream, void *native);
