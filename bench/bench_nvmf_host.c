@@ -353,8 +353,8 @@ struct ref {
  * Device runtime calls the bounce ring made, summed over the I/O queues, from
  * gdx_nvmf_ctrl_stats_json: what each device-memory read cost besides the socket.
  */
-static const char *const call_names[] = { "cmds", "h2d_copies", "event_records", "dev_queries",
-					  "dev_waits" };
+static const char *const call_names[] = { "cmds", "h2d_copies", "copy_calls", "event_records",
+					  "dev_queries", "dev_waits" };
 #define NCALLS GDX_ARRAY_SIZE(call_names)
 
 static void dev_calls(struct gdx_nvmf_ctrl *ctrl, uint64_t v[NCALLS])
@@ -409,9 +409,10 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 			printf("  | %s %.*f -> %.2fx", refs[i].name, by_gbps ? 3 : 0, refs[i].val,
 			       val / refs[i].val);
 	if (per)
-		printf("  | per cmd: copy %.2f rec %.2f query %.2f wait %.2f",
+		printf("  | per cmd: copy %.2f in %.2f calls, rec %.2f query %.2f wait %.2f",
 		       (double)calls[1] / (double)calls[0], (double)calls[2] / (double)calls[0],
-		       (double)calls[3] / (double)calls[0], (double)calls[4] / (double)calls[0]);
+		       (double)calls[3] / (double)calls[0], (double)calls[4] / (double)calls[0],
+		       (double)calls[5] / (double)calls[0]);
 	printf("\n");
 	fflush(stdout);
 }

@@ -76,6 +76,8 @@ run() {
 run main -- -m host,pinned,gpu:0 --queues 8 --qd 1,32,128 --bw-qd 64 -r 1
 run poll20 GDX_NVMF_HOST_COPY_POLL_US=20 -- -m host,gpu:0 --queues 8 --qd 1,32 --bw-qd 64 -r 1 \
 	--no-tcp
+run batch16 GDX_NVMF_HOST_COPY_BATCH=16 -- -m host,gpu:0 --queues 8 --qd 32,128 --bw-qd 64 -r 1 \
+	--no-tcp
 run queues16 -- -m host,gpu:0 --queues 16 --qd 32,128 --bw-qd 64 -r 1 --no-tcp
 run digests -- -m host,gpu:0 --queues 8 --qd 32 --bw-qd 64 --hdr-digest --data-digest -r 1 --no-tcp
 
@@ -84,13 +86,14 @@ python3 - "$jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 print(f"{'run':9} {'test':12} {'qd':>4} {'gpu:0':>10} {'host':>10} {'ratio':>6} {'need':>5}  "
-      f"device calls per command (copy rec query wait)")
+      f"per command: copies, copy calls, event records, queries, waits")
 for r in rows:
     if r["mem"] != "gpu:0" or "ratio_host" not in r:
         continue
     v, h = (r["gbps"], r["host"]) if r["test"] == "bw-randread" else (r["iops"], r["host"])
     calls = " ".join(f"{r.get(k + '_per_cmd', 0):.2f}" for k in
-                     ("h2d_copies", "event_records", "dev_queries", "dev_waits"))
+                     ("h2d_copies", "copy_calls", "event_records", "dev_queries",
+                      "dev_waits"))
     print(f"{r['run']:9} {r['test']:12} {r['qd']:4} {v:10.3f} {h:10.3f} {r['ratio_host']:6.2f} "
           f"{0.9:5.2f}  {calls}")
 for mem in ("host", "gpu:0"):

@@ -413,9 +413,10 @@ static void pcb(struct gdx_nvmf_io *io, void *arg)
 /*
  * Device reads of mixed sizes share a 24 KiB ring of 8 KiB pieces: they are
  * packed back to back, wrap at the ring's end, and every byte lands where
- * it belongs -- with the idle receiver blocking on the copies at once and
- * polling them first.  One read at a time records an event per 8 KiB of
- * ring, not per read, and waits once per read.
+ * it belongs -- with the idle receiver blocking on the copies at once,
+ * polling them first, and with copies enqueued in batches of up to 8.  One
+ * read at a time records an event per 8 KiB of ring, not per read, and
+ * waits once per read.
  */
 static void device_ring_packing(void **state)
 {
@@ -442,18 +443,19 @@ static void device_ring_packing(void **state)
 	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunks", "3"), 0);
-	for (int poll = 0; poll < 2; poll++) {
+	for (int mode = 0; mode < 3; mode++) {
 		struct pstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
 				     .cv = PTHREAD_COND_INITIALIZER, .total = total, .next = 32,
 				     .outstanding = 32, .dbase = d, .off = off, .len = len };
 
-		assert_int_equal(gdx_config_set("nvmf.host.copy_poll_us", poll ? "50" : "0"), 0);
+		assert_int_equal(gdx_config_set("nvmf.host.copy_poll_us", mode == 1 ? "50" : "0"), 0);
+		assert_int_equal(gdx_config_set("nvmf.host.copy_batch", mode == 2 ? "8" : "1"), 0);
 		assert_int_equal(gdx_memset(dev, d, 0, n), 0);
 		gdx_nvmf_host_opts_init(&o, sizeof(o));
 		o.dev = dev;
 		o.nr_io_queues = 2;
 		assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
-		t_fill(a, n, 91 + (unsigned)poll);
+		t_fill(a, n, 91 + (unsigned)mode);
 		assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
 		for (unsigned i = 0; i < 32; i++) {
 			io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
@@ -470,7 +472,7 @@ static void device_ring_packing(void **state)
 		assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
 		assert_memory_equal(a, b, n);
 		assert_true(io_counter(st.c, "h2d_copies") >= total);
-		if (!poll) {
+		if (!mode) {
 			uint64_t rec = io_counter(st.c, "event_records");
 			uint64_t waits = io_counter(st.c, "dev_waits");
 
@@ -485,6 +487,7 @@ static void device_ring_packing(void **state)
 		gdx_nvmf_disconnect(st.c);
 	}
 	gdx_config_set("nvmf.host.copy_poll_us", "0");
+	gdx_config_set("nvmf.host.copy_batch", "1");
 	gdx_config_set("nvmf.host.bounce_chunk", "256k");
 	gdx_config_set("nvmf.host.bounce_chunks", "4");
 	gdx_device_free(dev, d);

@@ -105,9 +105,16 @@ struct nh_queue {
 	size_t chunk;			/* largest single copy, and the spacing of marks */
 	unsigned nchunks;
 	size_t ring_size;
-	uint64_t head;			/* ring bytes handed to copies so far */
-	uint64_t done;			/* the copies of the bytes before this have landed */
-	uint64_t marked;		/* head when the last mark was recorded */
+	uint64_t head;			/* ring bytes received so far */
+	uint64_t enq;			/* ... whose copies are enqueued */
+	uint64_t done;			/* ... whose copies have landed */
+	uint64_t marked;		/* enq when the last mark was recorded */
+	/* copies held back to be enqueued together (nvmf.host.copy_batch > 1) */
+	void **pend_dst;
+	const void **pend_src;
+	size_t *pend_len;
+	unsigned npend, batch;
+	size_t pend_bytes;
 	struct nh_mark {
 		struct gdx_event *ev;
 		uint64_t pos;		/* head when recorded */
@@ -116,12 +123,12 @@ struct nh_queue {
 	struct nh_req *held;		/* device reads received, copies maybe still running */
 	struct nh_req **held_tail;
 
-	struct gdx_counter cnt[10];
+	struct gdx_counter cnt[11];
 };
 
-/* per queue; the last four count device runtime calls of the bounce ring */
+/* per queue; the last five count the bounce ring's copies and device runtime calls */
 enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO, NH_CNT_COPY,
-       NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT };
+       NH_CNT_COPY_CALL, NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT };
 
 struct nh_params {
 	char addr[256];
@@ -145,6 +152,7 @@ struct nh_params {
 	size_t bounce_chunk;
 	unsigned bounce_chunks;
 	uint64_t copy_poll_ns;
+	unsigned copy_batch;
 	bool require_direct;		/* device memory may not bounce */
 };
 

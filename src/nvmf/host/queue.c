@@ -35,8 +35,8 @@
 static __thread bool in_rx;
 
 static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "errors",
-					 "queued_full", "timeouts", "h2d_copies", "event_records",
-					 "dev_queries", "dev_waits" };
+					 "queued_full", "timeouts", "h2d_copies", "copy_calls",
+					 "event_records", "dev_queries", "dev_waits" };
 
 /* ---- socket helpers ------------------------------------------------------- */
 
@@ -211,7 +211,13 @@ static void free_dev(struct nh_queue *q)
 	q->pool = NULL;
 	q->ntaken = 0;
 	free(q->marks);
+	free(q->pend_dst);
+	free(q->pend_src);
+	free(q->pend_len);
 	q->marks = NULL;
+	q->pend_dst = NULL;
+	q->pend_src = NULL;
+	q->pend_len = NULL;
 	q->stream = NULL;
 	q->ring = NULL;
 	q->dev = NULL;
@@ -241,11 +247,17 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	q->dev = dev;
 	q->chunk = chunk;
 	q->nchunks = n;
-	q->head = q->done = q->marked = 0;
+	q->head = q->enq = q->done = q->marked = 0;
 	q->mark0 = q->nmarked = 0;
 	q->nmarks = n + 1;
 	q->marks = calloc(q->nmarks, sizeof(*q->marks));
-	if (!q->marks) {
+	q->npend = 0;
+	q->pend_bytes = 0;
+	q->batch = GDX_MAX(1u, q->ctrl->p.copy_batch);
+	q->pend_dst = calloc(q->batch, sizeof(*q->pend_dst));
+	q->pend_src = calloc(q->batch, sizeof(*q->pend_src));
+	q->pend_len = calloc(q->batch, sizeof(*q->pend_len));
+	if (!q->marks || !q->pend_dst || !q->pend_src || !q->pend_len) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -580,17 +592,33 @@ static void ring_landed(struct nh_queue *q, uint64_t pos)
 	}
 }
 
-/* Waits for every copy enqueued so far. */
-static int ring_wait_all(struct nh_queue *q)
+/* Enqueues the copies held back for a batch, in one call. */
+static int ring_flush(struct nh_queue *q)
 {
 	int rc;
 
-	if (q->done == q->head)
+	if (!q->npend)
 		return 0;
+	gdx_counter_add(&q->cnt[NH_CNT_COPY_CALL], 1);
+	rc = gdx_memcpy_batch_async(q->dev, q->pend_dst, q->pend_src, q->pend_len, q->npend,
+				    q->stream);
+	q->npend = 0;
+	q->pend_bytes = 0;
+	q->enq = q->head;
+	return rc;
+}
+
+/* Waits for every copy of the bytes received so far. */
+static int ring_wait_all(struct nh_queue *q)
+{
+	int rc = ring_flush(q);
+
+	if (rc || q->done == q->enq)
+		return rc;
 	gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
 	rc = gdx_stream_synchronize(q->stream);
 	if (!rc)
-		ring_landed(q, q->head);
+		ring_landed(q, q->enq);
 	return rc;
 }
 
@@ -626,14 +654,14 @@ static int ring_progress(struct nh_queue *q)
 			return rc == -EBUSY ? 0 : rc;
 		ring_landed(q, q->marks[q->mark0].pos);
 	}
-	if (q->done == q->head)
+	if (q->done == q->enq)
 		return 0;
 	gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
 	rc = gdx_stream_query(q->stream);
 	if (rc == -EBUSY)
 		return ring_mark(q);
 	if (!rc)
-		ring_landed(q, q->head);
+		ring_landed(q, q->enq);
 	return rc;
 }
 
@@ -665,9 +693,9 @@ static int ring_mark(struct nh_queue *q)
 	rc = gdx_event_record(m->ev, q->stream);
 	if (rc)
 		return rc;
-	m->pos = q->head;
+	m->pos = q->enq;
 	q->nmarked++;
-	q->marked = q->head;
+	q->marked = q->enq;
 	return 0;
 }
 
@@ -784,12 +812,22 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 			release_held(q);
 		}
 		gdx_counter_add(&q->cnt[NH_CNT_COPY], 1);
-		rc = gdx_memcpy_async(q->dev, dst, p, piece, q->stream);
-		if (rc)
-			return rc;
 		q->head += piece;
 		r->ring_end = q->head;
-		if (q->head - q->marked >= q->chunk) {
+		if (q->batch > 1) {
+			q->pend_dst[q->npend] = dst;
+			q->pend_src[q->npend] = p;
+			q->pend_len[q->npend++] = piece;
+			q->pend_bytes += piece;
+			rc = q->npend == q->batch || q->pend_bytes >= q->chunk ? ring_flush(q) : 0;
+		} else {
+			gdx_counter_add(&q->cnt[NH_CNT_COPY_CALL], 1);
+			rc = gdx_memcpy_async(q->dev, dst, p, piece, q->stream);
+			q->enq = q->head;
+		}
+		if (rc)
+			return rc;
+		if (q->enq - q->marked >= q->chunk) {
 			rc = ring_mark(q);
 			if (rc)
 				return rc;
@@ -937,14 +975,15 @@ static int handle_r2t(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct g
 }
 
 /*
- * Receives a PDU header while device reads are held.  When the socket has
- * something, the same call took the header and the reads stay held a little
- * longer.  When it has nothing, the reads must complete before the receiver
- * blocks: it polls the socket and the copies in turn for up to copy_poll_ns
- * (a PDU that arrives meanwhile is received at once rather than after a
- * wait for the GPU), then waits for the copies.
+ * Receives a PDU header while device reads are held or copies are held back
+ * for a batch.  When the socket has something, the same call took the header
+ * and they stay so a little longer.  When it has nothing, the copies are
+ * enqueued and the reads must complete before the receiver blocks: it polls
+ * the socket and the copies in turn for up to copy_poll_ns (a PDU that
+ * arrives meanwhile is received at once rather than after a wait for the
+ * GPU), then waits for the copies.
  */
-static int recv_hdr_held(struct nh_queue *q, void *buf, size_t n)
+static int recv_hdr_idle(struct nh_queue *q, void *buf, size_t n)
 {
 	uint64_t until = 0;
 	int rc;
@@ -964,6 +1003,11 @@ static int recv_hdr_held(struct nh_queue *q, void *buf, size_t n)
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				return -errno;
 		}
+		rc = ring_flush(q);
+		if (rc)
+			return rc;
+		if (!q->held)
+			break;
 		if (!until)
 			until = gdx_now_ns() + q->ctrl->p.copy_poll_ns;
 		if (q->ctrl->p.copy_poll_ns && gdx_now_ns() < until) {
@@ -981,8 +1025,9 @@ static int recv_hdr_held(struct nh_queue *q, void *buf, size_t n)
 				return rc;
 			release_held(q);
 		}
-		return recv_full(q->fd, buf, n);
+		break;
 	}
+	return recv_full(q->fd, buf, n);
 }
 
 int nh_queue_rx_loop(struct nh_queue *q)
@@ -1001,7 +1046,8 @@ int nh_queue_rx_loop(struct nh_queue *q)
 		 */
 		size_t hlen = GDX_TCP_TERM_HLEN + (q->tp.hdgst ? GDX_TCP_DGST_LEN : 0);
 
-		rc = q->held ? recv_hdr_held(q, &pdu, hlen) : recv_full(q->fd, &pdu, hlen);
+		rc = q->held || q->npend ? recv_hdr_idle(q, &pdu, hlen) :
+		     recv_full(q->fd, &pdu, hlen);
 		if (rc)
 			return rc;
 		/*
