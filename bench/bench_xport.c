@@ -62,6 +62,7 @@ struct cfg {
 	int nsizes;
 	int no_ceiling;
 	int busy;		/* spin on the CQ instead of sleeping */
+	int runs;		/* measurements of each figure, interleaved; the median counts */
 };
 
 static void *mem_alloc(struct mem *m, size_t n)
@@ -682,7 +683,50 @@ static void usage(void)
 		"  --depth N         requests in flight for bandwidth (default 16)\n"
 		"  --secs S          seconds per measurement (default 1)\n"
 		"  --busy | --sleep  spin on the CQ (rdma default) or sleep on it (tcp default)\n"
+		"  --runs N          measure each figure N times, gdx and ceiling in turn,\n"
+		"                    and report the medians (default 1)\n"
 		"  --no-ceiling      skip the ceilings\n");
+}
+
+#define MAX_RUNS 31
+
+static int dbl_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The median of n figures; a failure (negative) if any run failed. */
+static double median(double *v, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (v[i] < 0)
+			return v[i];
+	qsort(v, (size_t)n, sizeof(*v), dbl_cmp);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double ceil_bw(struct cfg *c, const char *host, size_t n)
+{
+	static const char *const bwtool[] = { "ib_write_bw", "ib_read_bw", "ib_send_bw" };
+	double cbw = host[0] ? perftest(bwtool[c->op], host, n, c->secs) : raw_tcp_bw(c, n);
+
+	if (c->src.dev || c->dst.dev) {
+		double cp = copy_bw(c, n);
+
+		if (cp > 0 && (cbw <= 0 || cp < cbw))
+			cbw = cp;
+	}
+	/* A ceiling that could not be measured is left out (n/a), not a failure. */
+	return cbw > 0 ? cbw : 0;
+}
+
+static double ceil_lat(struct cfg *c, const char *host, size_t n)
+{
+	double clat = host[0] ? perftest("ib_send_lat", host, n, c->secs) : raw_tcp_lat(c, n);
+
+	return clat > 0 ? clat : 0;
 }
 
 static void fmt_size(size_t n, char *buf, size_t len)
@@ -703,8 +747,9 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		{ "sizes", required_argument, NULL, 'z' }, { "depth", required_argument, NULL, 'q' },
 		{ "secs", required_argument, NULL, 't' }, { "no-ceiling", no_argument, NULL, 'n' },
 		{ "busy", no_argument, NULL, 'b' }, { "sleep", no_argument, NULL, 'S' },
-		{ "help", no_argument, NULL, 'h' }, { 0 } };
-	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0,
+		{ "runs", required_argument, NULL, 'r' }, { "help", no_argument, NULL, 'h' },
+		{ 0 } };
+	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0, .runs = 1,
 			 .sizes = { 4096, 65536, 1u << 20, 4u << 20 }, .nsizes = 4 };
 	char host[64] = "";
 	int opt, fails = 0, busy = -1;
@@ -736,10 +781,11 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		case 'n': c.no_ceiling = 1; break;
 		case 'b': busy = 1; break;
 		case 'S': busy = 0; break;
+		case 'r': c.runs = atoi(optarg); break;
 		default: usage(); return opt == 'h' ? 0 : 2;
 		}
 	}
-	if (!c.depth || c.secs <= 0) {
+	if (!c.depth || c.secs <= 0 || c.runs < 1 || c.runs > MAX_RUNS) {
 		usage();
 		return 2;
 	}
@@ -749,8 +795,9 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 
 		snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - h) : (int)strlen(h), h);
 	}
-	printf("gdx bench xport: %s op=%s src=%s dst=%s depth=%u secs=%.1f cq=%s\n", c.addr,
-	       op_names[c.op], c.src.name, c.dst.name, c.depth, c.secs, c.busy ? "busy" : "sleep");
+	printf("gdx bench xport: %s op=%s src=%s dst=%s depth=%u secs=%.1f cq=%s runs=%d\n",
+	       c.addr, op_names[c.op], c.src.name, c.dst.name, c.depth, c.secs,
+	       c.busy ? "busy" : "sleep", c.runs);
 	printf("ceiling: %s%s\n", c.no_ceiling ? "none" : host[0] ?
 	       "perftest (ib_*_bw / ib_send_lat -R) on the same device" :
 	       "raw TCP socket on the same loopback", (c.src.dev || c.dst.dev) && !c.no_ceiling ?
@@ -760,25 +807,20 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 	for (int i = 0; i < c.nsizes; i++) {
 		size_t n = c.sizes[i];
 		const char *path = "?";
-		double bw = gdx_bw(&c, n, &path), lat = gdx_lat(&c, n);
-		double cbw = 0, clat = 0;
+		double bw, lat, cbw = 0, clat = 0, v[4][MAX_RUNS];
 		char sz[32];
 
-		if (!c.no_ceiling) {
-			static const char *const bwtool[] = { "ib_write_bw", "ib_read_bw",
-							      "ib_send_bw" };
-
-			cbw = host[0] ? perftest(bwtool[c.op], host, n, c.secs)
-				      : raw_tcp_bw(&c, n);
-			clat = host[0] ? perftest("ib_send_lat", host, n, c.secs)
-				       : raw_tcp_lat(&c, n);
-			if (c.src.dev || c.dst.dev) {
-				double cp = copy_bw(&c, n);
-
-				if (cp > 0 && (cbw <= 0 || cp < cbw))
-					cbw = cp;
-			}
+		/* Each figure beside its ceiling, in turn, so load that comes and goes hits both. */
+		for (int r = 0; r < c.runs; r++) {
+			v[0][r] = gdx_bw(&c, n, &path);
+			v[1][r] = c.no_ceiling ? 0 : ceil_bw(&c, host, n);
+			v[2][r] = gdx_lat(&c, n);
+			v[3][r] = c.no_ceiling ? 0 : ceil_lat(&c, host, n);
 		}
+		bw = median(v[0], c.runs);
+		cbw = median(v[1], c.runs);
+		lat = median(v[2], c.runs);
+		clat = median(v[3], c.runs);
 		fmt_size(n, sz, sizeof(sz));
 		if (bw < 0 || lat < 0) {
 			printf("%8s  failed: %s\n", sz, gdx_strerror((int)(bw < 0 ? bw : lat)));

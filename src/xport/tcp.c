@@ -301,10 +301,11 @@ static ssize_t rx_fill(struct tcp_ep *t)
 	}
 	/* Completions of everything read so far wake their waiter, once. */
 	gdx_xport_complete_flush();
-	if (t->nresp) {
+	if (t->nresp > 1) {
 		/*
-		 * Responses owed wait for the next frames if those are already here:
-		 * a burst of requests is answered with one write.
+		 * In a burst (more than one request since the last answer), responses
+		 * owed wait for the next frames if those are already here: the burst
+		 * is answered with one write.  A lone request is answered at once.
 		 */
 		do
 			n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);

@@ -98,7 +98,8 @@ struct gdx_xport_cq {
 	size_t cap, head, count;
 	int efd;			/* readable once signaled, until the ring is emptied */
 	int armed;			/* a waiter sleeps on efd: the next completion signals */
-	int signaled;			/* efd was written and not read yet */
+	int signaled;			/* a signal is due or written, and not read yet */
+	int stale;			/* the ring was emptied before that signal's write landed */
 	int epfd;			/* efd + each polled endpoint's event fd */
 	pthread_mutex_t eps_lock;	/* eps; held across backend progress */
 	struct gdx_xport_ep *eps;
@@ -167,15 +168,34 @@ static _Thread_local struct {
 	struct gdx_xport_cq *cq[DEFER_MAX];
 } defer;
 
-static void cq_signal_locked(struct gdx_xport_cq *cq)
+/* Lock held: 1 when the caller is to write the eventfd (cq_signal), after unlocking. */
+static int cq_signal_due(struct gdx_xport_cq *cq)
 {
-	uint64_t one = 1;
-
 	if (cq->signaled)
-		return;
-	if (write(cq->efd, &one, sizeof(one)) < 0)
-		GDX_DBG(SUBSYS, "eventfd write: %s", strerror(errno));
+		return 0;
 	cq->signaled = 1;
+	return 1;
+}
+
+/*
+ * Writes the eventfd outside the lock, so the waiter it wakes does not block on
+ * the lock at once.  A poller may have emptied the ring before the write landed
+ * (its read found nothing): then the write is stale and is read back here.
+ */
+static void cq_signal(struct gdx_xport_cq *cq)
+{
+	uint64_t v = 1;
+
+	if (write(cq->efd, &v, sizeof(v)) < 0)
+		GDX_DBG(SUBSYS, "eventfd write: %s", strerror(errno));
+	pthread_mutex_lock(&cq->lock);
+	if (cq->stale) {
+		cq->stale = 0;
+		/* Signaled again since: the write stands for that signal too. */
+		if (!cq->signaled && read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			GDX_DBG(SUBSYS, "eventfd read: %s", strerror(errno));
+	}
+	pthread_mutex_unlock(&cq->lock);
 }
 
 /* Leaves cq's signal to this thread's next flush; 0 when the thread does not defer. */
@@ -194,6 +214,8 @@ static int defer_add(struct gdx_xport_cq *cq)
 
 static int cq_push(struct gdx_xport_cq *cq, const struct gdx_xport_cqe *e)
 {
+	int wake = 0;
+
 	pthread_mutex_lock(&cq->lock);
 	if (cq->count == cq->cap) {
 		size_t cap = cq->cap ? cq->cap * 2 : 256;
@@ -217,9 +239,11 @@ static int cq_push(struct gdx_xport_cq *cq, const struct gdx_xport_cqe *e)
 	if (cq->armed) {
 		cq->armed = 0;
 		if (!defer_add(cq))
-			cq_signal_locked(cq);
+			wake = cq_signal_due(cq);
 	}
 	pthread_mutex_unlock(&cq->lock);
+	if (wake)
+		cq_signal(cq);
 	return 0;
 }
 
@@ -232,12 +256,14 @@ void gdx_xport_complete_flush(void)
 {
 	for (unsigned i = 0; i < defer.n; i++) {
 		struct gdx_xport_cq *cq = defer.cq[i];
+		int wake;
 
 		pthread_mutex_lock(&cq->lock);
 		/* A poller may have taken them meanwhile: then nobody needs waking. */
-		if (cq->count)
-			cq_signal_locked(cq);
+		wake = cq->count && cq_signal_due(cq);
 		pthread_mutex_unlock(&cq->lock);
+		if (wake)
+			cq_signal(cq);
 	}
 	defer.n = 0;
 }
@@ -278,8 +304,12 @@ GDX_API int gdx_xport_cq_poll(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe
 		uint64_t v;
 
 		/* Nothing left: the eventfd stops being readable. */
-		if (read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-			GDX_DBG(SUBSYS, "eventfd read: %s", strerror(errno));
+		if (read(cq->efd, &v, sizeof(v)) < 0) {
+			if (errno != EAGAIN)
+				GDX_DBG(SUBSYS, "eventfd read: %s", strerror(errno));
+			/* The signal's write has not landed yet: its writer reads it back. */
+			cq->stale = 1;
+		}
 		cq->signaled = 0;
 	}
 	pthread_mutex_unlock(&cq->lock);
