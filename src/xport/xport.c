@@ -192,8 +192,12 @@ static void cq_signal(struct gdx_xport_cq *cq)
 	if (cq->stale) {
 		cq->stale = 0;
 		/* Signaled again since: the write stands for that signal too. */
-		if (!cq->signaled && read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-			GDX_DBG(SUBSYS, "eventfd read: %s", strerror(errno));
+		if (!cq->signaled) {
+			if (read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				GDX_DBG(SUBSYS, "eventfd read: %s", strerror(errno));
+			/* The waiter this was for may still sleep: the next completion wakes it. */
+			cq->armed = 1;
+		}
 	}
 	pthread_mutex_unlock(&cq->lock);
 }
@@ -259,8 +263,13 @@ void gdx_xport_complete_flush(void)
 		int wake;
 
 		pthread_mutex_lock(&cq->lock);
-		/* A poller may have taken them meanwhile: then nobody needs waking. */
+		/*
+		 * A poller may have taken them meanwhile: then nobody needs waking yet,
+		 * but the waiter that armed may still sleep, for the next one.
+		 */
 		wake = cq->count && cq_signal_due(cq);
+		if (!cq->count)
+			cq->armed = 1;
 		pthread_mutex_unlock(&cq->lock);
 		if (wake)
 			cq_signal(cq);
