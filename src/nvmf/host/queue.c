@@ -1030,7 +1030,7 @@ static int recv_hdr_idle(struct nh_queue *q, void *buf, size_t n)
 	return recv_full(q->fd, buf, n);
 }
 
-int nh_queue_rx_loop(struct nh_queue *q)
+static int rx_loop(struct nh_queue *q)
 {
 	union gdx_tcp_pdu pdu;
 	struct gdx_tcp_pdu_info info;
@@ -1095,6 +1095,16 @@ fatal:
 		gdx_tcp_fes_str(e.fes), e.fei);
 	send_term(q, &e, &pdu, pdu.ch.hlen && pdu.ch.hlen <= hl ? pdu.ch.hlen : sizeof(pdu.ch));
 	return GDX_EPROTO;
+}
+
+int nh_queue_rx_loop(struct nh_queue *q)
+{
+	int rc = rx_loop(q);
+
+	/* copies held back for a batch go out now: held reads wait for nothing else */
+	if (q->npend && ring_flush(q))
+		GDX_WARN(SUB, "queue %u: copies of received data failed to enqueue", q->qid);
+	return rc;
 }
 
 static void *rx_main(void *arg)
