@@ -21,6 +21,10 @@
 # Every row is checked end to end (the loopback peer recomputes results from
 # the data set).  Ends with a table: stage means, serial step (sum of stages,
 # and measured), pipelined step, efficiency = step / max(stage) (goal <= 1.05).
+#
+# PIPELINE_ROWS="sweep-50 devonly-50 ..." runs only the train_step_cuda rows
+# named (test_pipeline, bench_stream_read and the host-compute run are left
+# out unless PIPELINE_ROWS also names "tests").
 set -u
 
 PROGS="examples/train_step/train_step_cuda examples/train_step/train_step tests/func/test_pipeline
@@ -71,30 +75,41 @@ echo "# $(uname -sr); glibc $glibc; $(nproc) CPUs"
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader \
 	2>/dev/null | sed 's/^/# /' || echo "# nvidia-smi: not found"
 
+rows=${PIPELINE_ROWS:-}
+# True when the row is to run: every row without PIPELINE_ROWS, else those named.
+want() {
+	[ -z "$rows" ] && return 0
+	case " $rows " in *" $1 "*) return 0 ;; esac
+	return 1
+}
+
 failed=0
-echo "=== test_pipeline on the cuda device"
-# Overlap is read off host functions; where CUDA runs two streams' host
-# functions one at a time the test says so and skips that one check.
-$loader "$dir/tests/func/test_pipeline" 2>&1 | tee -a "$log"
-[ "$(tail -1 "$log" | grep -c PASSED)" -eq 1 ] || { failed=$((failed + 1)); echo "=== test_pipeline: FAILED"; }
-
-echo "=== bench_stream_read: one stream-ordered read of 256 KiB from tmpfs, hop by hop"
-$loader "$dir/bench/bench_stream_read" --size 256K --iters 300 2>&1 | tee -a "$log" ||
-	failed=$((failed + 1))
-
 data="$work/train_step.dat"
 common="--device ${GDX_DEVICE} --data $data --data-bytes 256M --spin-us 300 --serial"
 
-echo "=== train_step (host compute on slot threads, in stream order) on the cuda device"
-$loader "$dir/examples/train_step/train_step" $common --batch-bytes 256K --out-bytes 16K \
-	--batches 100 --compute-us 200 2>&1 | tee -a "$log"
-grep -q '^RESULT .*mismatches=0' "$log" || failed=$((failed + 1))
+if want tests; then
+	echo "=== test_pipeline on the cuda device"
+	# Overlap is read off host functions; where CUDA runs two streams' host
+	# functions one at a time the test says so and skips that one check.
+	$loader "$dir/tests/func/test_pipeline" 2>&1 | tee -a "$log"
+	[ "$(tail -1 "$log" | grep -c PASSED)" -eq 1 ] || { failed=$((failed + 1)); echo "=== test_pipeline: FAILED"; }
+
+	echo "=== bench_stream_read: one stream-ordered read of 256 KiB from tmpfs, hop by hop"
+	$loader "$dir/bench/bench_stream_read" --size 256K --iters 300 2>&1 | tee -a "$log" ||
+		failed=$((failed + 1))
+
+	echo "=== train_step (host compute on slot threads, in stream order) on the cuda device"
+	$loader "$dir/examples/train_step/train_step" $common --batch-bytes 256K --out-bytes 16K \
+		--batches 100 --compute-us 200 2>&1 | tee -a "$log"
+	grep -q '^RESULT .*mismatches=0' "$log" || failed=$((failed + 1))
+fi
 
 results="$out/results.txt"
 : >"$results"
 # name load compute send slots batches verify-every [extra options]
 run() {
 	name=$1; shift
+	want "$name" || return 0
 	echo "=== $name: train_step_cuda --load-us $1 --compute-us $2 --send-us $3 --slots $4" \
 		"--batches $5 ${7:-}"
 	$loader "$dir/examples/train_step/train_step_cuda" $common --batch-bytes 256K --out-bytes 16K \
@@ -130,6 +145,13 @@ for T in 50 100 500 1000 5000 50000; do
 	v=1; [ "$T" -lt 1000 ] && v=32
 	run "sweep-$T" $((T / 2)) "$T" $((T * 3 / 10)) 4 "$n" "$v"
 done
+# The 50 us step again with the pipeline's threads sleeping whenever they wait
+# (pipeline.spin_us 0), and with the file workers sleeping as well.
+export GDX_PIPELINE_SPIN_US=0
+run sweep-50-spin0 25 50 15 4 2000 32
+export GDX_FILE_SPIN_US=0
+run sweep-50-spin0-file0 25 50 15 4 2000 32
+unset GDX_PIPELINE_SPIN_US GDX_FILE_SPIN_US
 
 {
 echo
@@ -137,13 +159,14 @@ echo "=== pipeline on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev
 	"times in us; eff = step / max(stage), goal <= 1.05"
 awk '
 function v(k,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } return "-" }
-BEGIN { printf "%-16s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s\n", "case", "load", "compute",
-	"d2h", "send", "max_stage", "serial_sum", "serial", "step", "eff", "goal" }
-$2 ~ /^FAILED/ { printf "%-16s %s\n", $1, $2; next }
+BEGIN { printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s\n", "case", "load",
+	"compute", "d2h", "send", "max_stage", "serial_sum", "serial", "step", "eff", "goal",
+	"slept" }
+$2 ~ /^FAILED/ { printf "%-20s %s\n", $1, $2; next }
 { e = v("efficiency"); g = (e + 0 <= 1.05 && v("mismatches") == 0) ? "ok" : "MISS"
-  printf "%-16s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s\n", $1, v("load_us"), v("compute_us"),
-	v("d2h_us"), v("send_us"), v("max_stage_us"), v("serial_sum_us"), v("serial_us"),
-	v("step_us"), e, g }' "$results"
+  printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s\n", $1, v("load_us"),
+	v("compute_us"), v("d2h_us"), v("send_us"), v("max_stage_us"), v("serial_sum_us"),
+	v("serial_us"), v("step_us"), e, g, v("long_waits") }' "$results"
 echo "$failed failed"
 } | tee -a "$log"
 [ "$failed" -eq 0 ]

@@ -919,9 +919,10 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 
 static void print_result(const char *what, const struct ts_result *r)
 {
-	printf("%s: %llu batches, step %.1f us, max stage %.1f us, efficiency %.3f\n", what,
+	printf("%s: %llu batches, step %.1f us, max stage %.1f us, efficiency %.3f, "
+	       "in flight <= %u, waits past the spin %llu\n", what,
 	       (unsigned long long)r->ps.completed, us(r->ps.step_ns), us(r->ps.max_stage_ns),
-	       r->ps.overlap);
+	       r->ps.overlap, r->ps.inflight_max, (unsigned long long)r->ps.long_waits);
 }
 
 int ts_main(int argc, char **argv, const struct ts_provider *prov)
@@ -1025,8 +1026,9 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	for (unsigned k = 0; k < NSTAGES; k++)
 		printf(" %s_us=%.1f", stage_names[k], us(pipe_r.st[k].mean_ns));	/* 0: no such stage */
 	printf(" max_stage_us=%.1f serial_sum_us=%.1f serial_us=%.1f step_us=%.1f efficiency=%.3f"
-	       " mismatches=%llu\n", us(pipe_r.ps.max_stage_ns), serial_sum,
+	       " long_waits=%llu mismatches=%llu\n", us(pipe_r.ps.max_stage_ns), serial_sum,
 	       c.o.serial ? us(ser_r.ps.step_ns) : 0.0, us(pipe_r.ps.step_ns), pipe_r.ps.overlap,
+	       (unsigned long long)pipe_r.ps.long_waits,
 	       (unsigned long long)(pipe_r.mismatches + (c.o.serial ? ser_r.mismatches : 0)));
 	if (pipe_r.mismatches || (c.o.serial && ser_r.mismatches))
 		ret = -EIO;

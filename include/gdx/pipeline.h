@@ -102,6 +102,14 @@ struct gdx_pipeline_opts {
 	int timing;		/* per-stage timing with timed events; default 1 */
 	/* Batches left out of the timing figures (start-up); default -1: nstages. */
 	int warmup;
+	/*
+	 * Microseconds a waiting pipeline thread (the producer, a host stage)
+	 * polls before it sleeps, 0..100000; default -1: the knob
+	 * pipeline.spin_us (GDX_PIPELINE_SPIN_US, 200).  A wait that polls
+	 * costs its thread's CPU for that long; one that sleeps costs a wake-up
+	 * (tens of microseconds on a virtual machine) when it ends.
+	 */
+	int spin_us;
 };
 GDX_API void gdx_pipeline_opts_init(struct gdx_pipeline_opts *o, size_t struct_size);
 
@@ -195,6 +203,12 @@ struct gdx_pipeline_stats {
 	uint64_t max_stage_ns;	/* the largest stage mean */
 	double overlap;		/* step / max_stage; 1.0 is perfect overlap */
 	double speedup;		/* serial / step */
+	/*
+	 * Waits of the producer and the host stages that outlasted the spin
+	 * time and blocked (a sleep and a wake-up, or the device's own event
+	 * synchronisation).
+	 */
+	uint64_t long_waits;
 };
 GDX_API int gdx_pipeline_stats(struct gdx_pipeline *p, struct gdx_pipeline_stats *st);
 

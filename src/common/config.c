@@ -103,6 +103,9 @@ static struct knob knobs[] = {
 	     "threads of the posix backend's pread/pwrite pool", .min = 1, .max = 256),
 	KNOB("file.cufile_lib", K_STRING, "libcufile.so.0",
 	     "the cuFile library the cufile backend loads"),
+	KNOB("pipeline.spin_us", K_INT, "200",
+	     "microseconds a pipeline thread (producer, host stage) polls for its next batch or "
+	     "event before it sleeps", .min = 0, .max = 100000),
 	KNOB("xport.tcp_zerocopy", K_BOOL, "1",
 	     "tcp transport: send large host payloads with MSG_ZEROCOPY where the kernel has it"),
 	KNOB("nvmf.host.queues", K_INT, "0",

@@ -19,6 +19,15 @@
  * re-recorded only when the entry is reused, which the producer does only
  * after harvesting the batch that last used it; so a wait on an entry's
  * event always refers to the batch it was enqueued for.
+ *
+ * A slot comes back to a device first stage without any CPU thread on the
+ * way: after a device last stage through an event wait, after a tail of host
+ * stages through a stream wait on a pinned counter of released batches that
+ * the last stage's thread stores (see released_word_safe).  The producer
+ * then runs S + ahead batches ahead and its wake-ups stay off the step.  Every
+ * thread that waits (for a job in its queue, an event, a released batch)
+ * first polls for spin_ns: on a virtual machine a sleeping thread takes tens
+ * of microseconds to wake, which a 50 us step cannot absorb.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,10 +40,12 @@
 
 #include <gdx/pipeline.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 
 #define NSTAGE GDX_PIPELINE_MAX_STAGES
+#define SPIN_US_MAX 100000
 
 struct job;
 
@@ -61,7 +72,8 @@ struct job {
 	unsigned checked;	/* device checks done for stages < checked */
 	struct gdx_event *wait_ev;	/* what the next host stage waits for */
 	void *scratch[NSTAGE];
-	bool released;		/* p->lock: past the last stage (see advance) */
+	/* Past the last stage (see advance); set under p->lock, polled without it. */
+	bool released;
 };
 
 struct gdx_pipeline;
@@ -79,7 +91,7 @@ struct stage {
 	pthread_mutex_t qlock;
 	pthread_cond_t qcond;
 	struct job **q;
-	unsigned qhead, qcount;
+	unsigned qhead, qcount;	/* qlock; qcount and quit also polled without it */
 	bool quit;
 	/* p->lock */
 	uint64_t batches, skipped, errors, timed, total_ns, min_ns, max_ns, wait_ns;
@@ -97,6 +109,13 @@ struct gdx_pipeline {
 	struct stage stages[NSTAGE];
 	struct job *jobs;
 	bool started;
+	uint64_t spin_ns;
+	/*
+	 * Pinned: batches that have left a host last stage (low 32 bits), for
+	 * a device first stage's stream to wait on; NULL in other shapes.
+	 */
+	uint32_t *released_word;
+	_Atomic uint64_t long_waits;
 
 	/* producer side */
 	pthread_mutex_t submit_lock;
@@ -129,6 +148,75 @@ static bool skipped(struct gdx_pipeline *p, const struct job *j)
 	return atomic_load(&p->failed) && j->pub.batch >= atomic_load(&p->skip_from);
 }
 
+/* ---- waiting ---------------------------------------------------------------- */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* Polls ready(arg) for up to p->spin_ns; true once it holds. */
+static bool spin_for(struct gdx_pipeline *p, bool (*ready)(void *), void *arg)
+{
+	uint64_t until;
+
+	if (ready(arg))
+		return true;
+	if (!p->spin_ns)
+		return false;
+	until = gdx_now_ns() + p->spin_ns;
+	for (unsigned i = 1;; i++) {
+		if (ready(arg))
+			return true;
+		if ((i & 15) == 0 && gdx_now_ns() >= until)
+			return false;
+		cpu_relax();
+	}
+}
+
+static bool job_released(void *arg)
+{
+	return __atomic_load_n(&((struct job *)arg)->released, __ATOMIC_ACQUIRE);
+}
+
+/* Waits (p->lock held on return) until j is released, or only polls with nowait. */
+static void wait_released_locked(struct gdx_pipeline *p, struct job *j, bool nowait)
+{
+	if (!nowait && !spin_for(p, job_released, j))
+		atomic_fetch_add(&p->long_waits, 1);
+	pthread_mutex_lock(&p->lock);
+	while (!j->released && !nowait)
+		pthread_cond_wait(&p->cond, &p->lock);
+}
+
+struct ev_poll {
+	struct gdx_event *e;
+	int ret;
+};
+
+static bool event_done(void *arg)
+{
+	struct ev_poll *ep = arg;
+
+	ep->ret = gdx_event_query(ep->e);
+	return ep->ret != -EBUSY;
+}
+
+/* gdx_event_synchronize, after polling the event for the spin time. */
+static int wait_event(struct gdx_pipeline *p, struct gdx_event *e)
+{
+	struct ev_poll ep = { e, 0 };
+
+	if (spin_for(p, event_done, &ep))
+		return ep.ret;
+	atomic_fetch_add(&p->long_waits, 1);
+	return gdx_event_synchronize(e);
+}
+
 void gdx_stage_desc_init(struct gdx_stage_desc *d, size_t struct_size)
 {
 	memset(d, 0, struct_size);
@@ -146,6 +234,7 @@ void gdx_pipeline_opts_init(struct gdx_pipeline_opts *o, size_t struct_size)
 		.ahead = (unsigned)-1,
 		.timing = 1,
 		.warmup = -1,
+		.spin_us = -1,
 	};
 
 	memcpy(o, &def, GDX_MIN(struct_size, sizeof(def)));
@@ -234,7 +323,7 @@ static void queue_push(struct stage *st, struct job *j)
 {
 	pthread_mutex_lock(&st->qlock);
 	st->q[(st->qhead + st->qcount) % st->p->nring] = j;
-	st->qcount++;
+	__atomic_store_n(&st->qcount, st->qcount + 1, __ATOMIC_RELEASE);
 	pthread_cond_signal(&st->qcond);
 	pthread_mutex_unlock(&st->qlock);
 }
@@ -261,6 +350,10 @@ static void advance(struct gdx_pipeline *p, struct job *j, unsigned k, struct gd
 		if (skipped(p, j))
 			continue;
 		ret = w ? gdx_stream_wait_event(st->stream, w) : 0;
+		/* The slot's previous batch must have left the host last stage. */
+		if (!ret && k == 0 && p->released_word && j->pub.batch >= p->nslots)
+			ret = gdx_stream_wait_value32(st->stream, p->released_word,
+						      (uint32_t)(j->pub.batch - p->nslots + 1));
 		if (!ret && p->timing)
 			ret = gdx_event_record(j->start[k], st->stream);
 		if (ret) {
@@ -283,10 +376,12 @@ static void advance(struct gdx_pipeline *p, struct job *j, unsigned k, struct gd
 	/*
 	 * A device last stage has been enqueued, which is all the next batch in
 	 * this slot needs: it waits on end[] on the device.  A host last stage
-	 * has finished.
+	 * has finished; it sees the batches in order, so the counter only grows.
 	 */
+	if (p->released_word)
+		__atomic_store_n(p->released_word, (uint32_t)(j->pub.batch + 1), __ATOMIC_RELEASE);
 	pthread_mutex_lock(&p->lock);
-	j->released = true;
+	__atomic_store_n(&j->released, true, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -309,6 +404,14 @@ static void run_checks(struct gdx_pipeline *p, struct job *j, unsigned upto)
 		j->checked = upto;
 }
 
+static bool queue_ready(void *arg)
+{
+	struct stage *st = arg;
+
+	return __atomic_load_n(&st->qcount, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&st->quit, __ATOMIC_ACQUIRE);
+}
+
 static void *host_stage_main(void *arg)
 {
 	struct stage *st = arg;
@@ -320,6 +423,8 @@ static void *host_stage_main(void *arg)
 		uint64_t t;
 		int ret;
 
+		if (!spin_for(p, queue_ready, st))
+			atomic_fetch_add(&p->long_waits, 1);
 		pthread_mutex_lock(&st->qlock);
 		while (!st->qcount && !st->quit)
 			pthread_cond_wait(&st->qcond, &st->qlock);
@@ -329,12 +434,12 @@ static void *host_stage_main(void *arg)
 		}
 		j = st->q[st->qhead];
 		st->qhead = (st->qhead + 1) % p->nring;
-		st->qcount--;
+		__atomic_store_n(&st->qcount, st->qcount - 1, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&st->qlock);
 
 		t = gdx_now_ns();
 		if (j->wait_ev) {
-			ret = gdx_event_synchronize(j->wait_ev);
+			ret = wait_event(p, j->wait_ev);
 			if (ret)
 				fail_job(p, j, k, ret, "waiting for the previous stage failed");
 		}
@@ -344,7 +449,7 @@ static void *host_stage_main(void *arg)
 		st->wait_ns += j->t0[k] - t;
 		pthread_mutex_unlock(&p->lock);
 		if (!skipped(p, j)) {
-				j->ran[k] = true;
+			j->ran[k] = true;
 			ret = st->d.run(&j->view[k].pub, st->d.arg);
 			j->t1[k] = gdx_now_ns();
 			if (ret < 0)
@@ -378,6 +483,10 @@ int gdx_pipeline_create(struct gdx_device *dev, const struct gdx_pipeline_opts *
 		opts.ahead = opts.nslots;
 	if (opts.ahead > 4 * GDX_PIPELINE_MAX_SLOTS)
 		return -EINVAL;
+	if (opts.spin_us < -1 || opts.spin_us > SPIN_US_MAX)
+		return -EINVAL;
+	if (opts.spin_us == -1)
+		opts.spin_us = (int)gdx_cfg_int("pipeline.spin_us");
 
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -388,6 +497,7 @@ int gdx_pipeline_create(struct gdx_device *dev, const struct gdx_pipeline_opts *
 	p->timing = opts.timing != 0;
 	p->warmup_opt = opts.warmup;
 	p->slot_bytes = opts.slot_bytes;
+	p->spin_ns = (uint64_t)opts.spin_us * 1000;
 	pthread_mutex_init(&p->submit_lock, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
@@ -426,6 +536,31 @@ int gdx_pipeline_add_stage(struct gdx_pipeline *p, const struct gdx_stage_desc *
 	snprintf(st->name, sizeof(st->name), "%s", d->name ? d->name : "stage");
 	st->min_ns = UINT64_MAX;
 	return (int)p->nstages++;
+}
+
+/*
+ * Whether a device first stage may wait for a host last stage on a pinned
+ * word.  That order is invisible to the device, which may serialise streams
+ * that share a hardware queue in the order their work was enqueued; so every
+ * piece of device work the release depends on must be enqueued before the
+ * wait.  It is when the host stages form the tail: the producer enqueues all
+ * device work, batch by batch.  A device stage after a host stage would be
+ * enqueued by that stage's thread, possibly after the wait, and could end up
+ * queued behind it: those shapes keep the slot on the producer.
+ */
+static bool released_word_safe(const struct gdx_pipeline *p)
+{
+	bool host_seen = false;
+
+	if (!is_dev(p, 0) || is_dev(p, p->nstages - 1))
+		return false;
+	for (unsigned k = 0; k < p->nstages; k++) {
+		if (!is_dev(p, k))
+			host_seen = true;
+		else if (host_seen)
+			return false;
+	}
+	return true;
 }
 
 static int start(struct gdx_pipeline *p)
@@ -468,6 +603,13 @@ static int start(struct gdx_pipeline *p)
 			if (ret)
 				return ret;
 		}
+	}
+	if (released_word_safe(p)) {
+		ret = gdx_pinned_alloc(p->dev, sizeof(*p->released_word),
+				       (void **)&p->released_word);
+		if (ret)
+			return ret;
+		*p->released_word = 0;
 	}
 	for (unsigned k = 0; k < p->nstages; k++) {
 		struct stage *st = &p->stages[k];
@@ -582,22 +724,16 @@ static int wait_done(struct gdx_pipeline *p, struct job *j, bool nowait)
 	unsigned last = p->nstages - 1;
 	int ret;
 
-	pthread_mutex_lock(&p->lock);
-	while (!j->released) {
-		if (nowait) {
-			pthread_mutex_unlock(&p->lock);
-			return -EAGAIN;
-		}
-		pthread_cond_wait(&p->cond, &p->lock);
-	}
+	wait_released_locked(p, j, nowait);
+	ret = j->released ? 0 : -EAGAIN;
 	pthread_mutex_unlock(&p->lock);
-	if (!is_dev(p, last) || !j->recorded[last])
-		return 0;
+	if (ret || !is_dev(p, last) || !j->recorded[last])
+		return ret;
 	if (nowait) {
 		ret = gdx_event_query(j->end[last]);
 		return ret == -EBUSY ? -EAGAIN : ret;
 	}
-	ret = gdx_event_synchronize(j->end[last]);
+	ret = wait_event(p, j->end[last]);
 	if (ret)
 		fail_job(p, j, last, ret, "waiting for the last stage failed");
 	return 0;
@@ -656,15 +792,16 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 		if (ret)
 			return ret;
 	}
-	/* The slot's previous batch must be past its last stage (see advance). */
-	if (b >= p->nslots) {
+	/*
+	 * The slot's previous batch must be past its last stage (see advance),
+	 * unless a device first stage waits for that on the released word.
+	 */
+	if (b >= p->nslots && !p->released_word) {
 		struct job *prev = &p->jobs[(b - p->nslots) % p->nring];
 
 		if (!t && !nowait)
 			t = gdx_now_ns();
-		pthread_mutex_lock(&p->lock);
-		while (!prev->released && !nowait)
-			pthread_cond_wait(&p->cond, &p->lock);
+		wait_released_locked(p, prev, nowait);
 		ret = prev->released ? 0 : -EAGAIN;
 		pthread_mutex_unlock(&p->lock);
 		if (ret)
@@ -785,7 +922,7 @@ void gdx_pipeline_destroy(struct gdx_pipeline *p)
 
 		if (st->thread_up) {
 			pthread_mutex_lock(&st->qlock);
-			st->quit = true;
+			__atomic_store_n(&st->quit, true, __ATOMIC_RELEASE);
 			pthread_cond_signal(&st->qcond);
 			pthread_mutex_unlock(&st->qlock);
 			pthread_join(st->thread, NULL);
@@ -809,6 +946,8 @@ void gdx_pipeline_destroy(struct gdx_pipeline *p)
 	}
 	if (p->ref)
 		gdx_event_destroy(p->ref);
+	if (p->released_word)
+		gdx_pinned_free(p->dev, p->released_word);
 	for (unsigned i = 0; i < p->nslots; i++) {
 		if (p->slot_buf[i])
 			gdx_device_free(p->dev, p->slot_buf[i]);
@@ -903,6 +1042,7 @@ int gdx_pipeline_stats(struct gdx_pipeline *p, struct gdx_pipeline_stats *out)
 	s.completed = p->harvested;
 	s.inflight_max = p->inflight_max;
 	s.producer_wait_ns = p->producer_wait_ns;
+	s.long_waits = atomic_load(&p->long_waits);
 	if (p->steady_n)
 		s.step_ns = (uint64_t)((p->t_last - p->t_first) / (double)p->steady_n);
 	for (unsigned k = 0; k < p->nstages; k++) {

@@ -24,6 +24,7 @@
 #include <gdx/nvmf.h>
 #include <gdx/pipeline.h>
 
+#include "common/config.h"
 #include "common/util.h"
 
 #define NB_MAX 48
@@ -291,7 +292,7 @@ static void add_test_stage(struct tctx *t, unsigned k)
 	assert_int_equal(gdx_pipeline_add_stage(t->p, &d), (int)k);
 }
 
-static void make_pipe(struct tctx *t, unsigned nslots, unsigned ahead)
+static void make_pipe_spin(struct tctx *t, unsigned nslots, unsigned ahead, int spin_us)
 {
 	struct gdx_pipeline_opts o;
 
@@ -299,9 +300,15 @@ static void make_pipe(struct tctx *t, unsigned nslots, unsigned ahead)
 	o.nslots = nslots;
 	o.ahead = ahead;
 	o.slot_bytes = SZ;
+	o.spin_us = spin_us;
 	assert_int_equal(gdx_pipeline_create(dev, &o, &t->p), 0);
 	for (unsigned i = 0; i < nslots; i++)
 		assert_int_equal(gdx_pinned_alloc(dev, SZ, &t->pin[i]), 0);
+}
+
+static void make_pipe(struct tctx *t, unsigned nslots, unsigned ahead)
+{
+	make_pipe_spin(t, nslots, ahead, -1);
 }
 
 static struct tctx *make(const struct tstage *st, unsigned nst, unsigned nslots, unsigned ahead)
@@ -533,20 +540,33 @@ static void slot_reuse(void **state)
  */
 static void back_pressure(void **state)
 {
-	static const char *const shapes[] = { "DD", "DH", "HH" };
+	/*
+	 * A device first stage takes a slot back on the device (an event, or
+	 * the released word a host tail stores), so S + ahead are in flight;
+	 * where the producer hands the slot back (a host first stage, or a
+	 * device stage after a host stage), only S.
+	 */
+	static const struct {
+		const char *shape;
+		bool on_device;
+	} shapes[] = { { "DD", true }, { "DH", true }, { "DHH", true }, { "HH", false },
+		       { "DHDH", false } };
 
 	(void)state;
 	for (size_t i = 0; i < GDX_ARRAY_SIZE(shapes); i++) {
-		struct tstage st[2] = {
-			{ shapes[i][0], R_LOAD, 0, -1, false, false },
-			{ shapes[i][1], R_VERIFY, 0, -1, true, false },
-		};
+		const unsigned nst = (unsigned)strlen(shapes[i].shape), last = nst - 1;
 		const unsigned S = 2, ahead = 3;
-		/* A host last stage gives its slot back only when done: S in flight. */
-		const unsigned R = shapes[i][1] == 'D' ? S + ahead : S;
-		struct tctx *t = make(st, 2, S, ahead);
+		const unsigned R = shapes[i].on_device ? S + ahead : S;
 		struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
 		unsigned admitted = 0;
+		struct tstage st[4];
+		struct tctx *t;
+
+		for (unsigned k = 0; k < nst; k++)
+			st[k] = (struct tstage){ shapes[i].shape[k],
+						 k == 0 ? R_LOAD : k == last ? R_VERIFY : R_NONE,
+						 0, -1, k == last, false };
+		t = make(st, nst, S, ahead);
 
 		for (unsigned b = 0; b < R; b++) {
 			assert_int_equal(gdx_pipeline_submit(t->p, NULL, GDX_PIPELINE_NOWAIT), 0);
@@ -560,7 +580,7 @@ static void back_pressure(void **state)
 		for (unsigned ms = 0; t->ran[0] < S && ms < 10000; ms++)
 			sleep_us(1000);
 		assert_int_equal(t->ran[0], S);
-		assert_int_equal(t->ts1[1][0], 0);
+		assert_int_equal(t->ts1[last][0], 0);
 		for (unsigned b = S; b < R; b++)
 			assert_int_equal(t->ts0[0][b], 0);
 		gate_open(t);
@@ -574,6 +594,75 @@ static void back_pressure(void **state)
 		check_order(t, 20);
 		check_slot_reuse(t, 20);
 		destroy(t);
+	}
+}
+
+/*
+ * Runs a three-stage shape whose last stage takes 1 ms over 2 slots with the
+ * given spin time (-1: the knob); the data, the order and the slot reuse
+ * must not depend on it.  Returns the waits that outlasted the spin.
+ */
+static uint64_t run_spin(const char *shape, int spin_us)
+{
+	struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+	struct tstage st[3];
+	const uint64_t n = 16;
+	struct tctx *t;
+
+	for (unsigned k = 0; k < 3; k++)
+		st[k] = (struct tstage){ shape[k], (enum role)(R_LOAD + k), k == 2 ? 1000 : 0, -1,
+					 false, false };
+	t = make_ctx(st, 3);
+	make_pipe_spin(t, 2, 2, spin_us);
+	for (unsigned k = 0; k < 3; k++)
+		add_test_stage(t, k);
+	assert_int_equal(gdx_pipeline_run(t->p, n), 0);
+	check_data(t, n);
+	check_order(t, n);
+	check_slot_reuse(t, n);
+	assert_int_equal(gdx_pipeline_stats(t->p, &ps), 0);
+	destroy(t);
+	return ps.long_waits;
+}
+
+/*
+ * The spin time: its bounds (option and knob), results independent of it,
+ * and waiting threads that poll for longer than their waits last do not
+ * sleep, where with no spin they do.
+ */
+static void spin(void **state)
+{
+	static const char *const shapes[] = { "DDH", "HHH", "DHD" };
+	struct gdx_pipeline_opts o;
+	struct gdx_pipeline *p;
+
+	(void)state;
+	gdx_pipeline_opts_init(&o, sizeof(o));
+	assert_int_equal(o.spin_us, -1);
+	o.spin_us = -2;
+	assert_int_equal(gdx_pipeline_create(dev, &o, &p), -EINVAL);
+	o.spin_us = 100001;
+	assert_int_equal(gdx_pipeline_create(dev, &o, &p), -EINVAL);
+	o.spin_us = 100000;
+	assert_int_equal(gdx_pipeline_create(dev, &o, &p), 0);
+	gdx_pipeline_destroy(p);
+	assert_int_not_equal(gdx_config_set("pipeline.spin_us", "100001"), 0);
+	assert_int_not_equal(gdx_config_set("pipeline.spin_us", "-1"), 0);
+	assert_int_equal(gdx_cfg_int("pipeline.spin_us"), 200);
+
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(shapes); i++) {
+		uint64_t slept, polled;
+
+		/* The knob is where the default comes from. */
+		assert_int_equal(gdx_config_set("pipeline.spin_us", "0"), 0);
+		slept = run_spin(shapes[i], -1);
+		gdx_config_reset();
+		polled = run_spin(shapes[i], 20000);
+		print_message("%s: waits past the spin: %llu with none, %llu with 20 ms\n",
+			      shapes[i], (unsigned long long)slept, (unsigned long long)polled);
+		assert_true(slept > 0);
+		assert_true(polled < slept);
+		run_spin(shapes[i], 200);
 	}
 }
 
@@ -609,7 +698,7 @@ static void expect_failure(struct tctx *t, int err, int stage, uint64_t batch, c
 
 static void errors(void **state)
 {
-	static const char *const shapes[] = { "DDD", "DHD", "HHH" };
+	static const char *const shapes[] = { "DDD", "DHD", "DDH", "HHH" };
 
 	(void)state;
 	for (size_t i = 0; i < GDX_ARRAY_SIZE(shapes); i++) {
@@ -1115,6 +1204,7 @@ int main(void)
 		cmocka_unit_test(order_overlap_mixed),
 		cmocka_unit_test(slot_reuse),
 		cmocka_unit_test(back_pressure),
+		cmocka_unit_test(spin),
 		cmocka_unit_test(errors),
 		cmocka_unit_test(load_stage),
 		cmocka_unit_test(file_load),
