@@ -150,6 +150,7 @@ struct tcp_reactor {
 	unsigned id;
 	int cpu;		/* pinned to, or -1 */
 	int at;			/* following: the CPU the traffic comes from; -1: at home */
+	bool shares_home;	/* following: the traffic comes from the home CPU */
 	cpu_set_t home;
 	pthread_t thread;
 	int epfd;
@@ -1179,9 +1180,12 @@ static void place(struct tcp_reactor *r)
 	}
 	if (!busiest)
 		return;		/* idle: no reason to move */
-	if (depth <= SHALLOW_DEPTH &&
-	    !getsockopt(busiest->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &sl) && cpu >= 0 &&
-	    cpu < CPU_SETSIZE)
+	if (getsockopt(busiest->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &sl) || cpu < 0 ||
+	    cpu >= CPU_SETSIZE)
+		cpu = -1;
+	/* home is the host's CPU too (a one-CPU machine): spinning there starves it */
+	r->shares_home = cpu >= 0 && CPU_COUNT(&r->home) == 1 && CPU_ISSET(cpu, &r->home);
+	if (depth <= SHALLOW_DEPTH)
 		want = cpu;
 	if (want == r->at)
 		return;
@@ -1195,8 +1199,8 @@ static void place(struct tcp_reactor *r)
 		GDX_DBG("nvmf", "reactor %u: cannot move to CPU %d", r->id, want);
 		return;
 	}
-	GDX_DBG("nvmf", "reactor %u: %s %d (depth %u)", r->id, want >= 0 ? "follows to CPU" : "home from",
-		want >= 0 ? want : r->at, depth);
+	GDX_DBG("nvmf", "reactor %u: %s %d (depth %u)", r->id,
+		want >= 0 ? "follows to CPU" : "home from", want >= 0 ? want : r->at, depth);
 	r->at = want;
 }
 
@@ -1228,8 +1232,8 @@ static void *reactor_main(void *arg)
 		int timeout = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1;
 		int n;
 
-		/* a following reactor shares its CPU with the host: it never spins */
-		if (r->at < 0 && now - last_event < window)
+		/* a reactor sharing its CPU with the host never spins */
+		if (r->at < 0 && !r->shares_home && now - last_event < window)
 			timeout = 0;
 		n = epoll_wait(r->epfd, evs, 64, timeout);
 		/* gaps count from the end of the last busy iteration; an event caught
