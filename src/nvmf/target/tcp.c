@@ -109,7 +109,7 @@ struct tcp_conn {
 	bool local;
 	bool want_out;
 	unsigned inflight;	/* requests held by a backend or an AER */
-	unsigned win_cmds, win_depth;	/* commands and deepest queue since the last placement */
+	unsigned win_cmds, win_depth;	/* commands, deepest queue since the last placement */
 	char peer[64];
 	uint64_t born_ns;
 	struct nvmf_sq sq;
