@@ -62,8 +62,13 @@ run write -- --file "$disk" --write --cache cold --io-size 1M,64M --threads 1,4
 for c in 4M 64M; do
 	run sweep_pc GDX_FILE_PAGECACHE_CHUNK=$c -- --file "$shm" --cache hot --io-size "$SIZE"
 done
-for t in 1 8; do
+for t in 4 16; do
 	run sweep_threads GDX_FILE_THREADS=$t -- --file "$shm" --cache hot --io-size "$SIZE"
+done
+# Registering workers beside CPU copiers (default: 2 on tmpfs, 0 elsewhere).
+for p in 0 1 2; do
+	run sweep_pcthreads GDX_FILE_PAGECACHE_THREADS=$p -- --file "$shm" --cache hot --io-size "$SIZE"
+	run sweep_pcthreads GDX_FILE_PAGECACHE_THREADS=$p -- --file "$disk" --cache hot --io-size 1G
 done
 for c in 512k 4M; do
 	run sweep_chunk GDX_FILE_CHUNK_SIZE=$c -- --file "$disk" --cache cold --io-size 64M

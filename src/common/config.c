@@ -55,6 +55,9 @@ static struct knob knobs[] = {
 	     "number of emulated devices", .min = 1, .max = 16),
 	KNOB("emulated.mem_limit", K_SIZE, "16G",
 	     "emulated device memory per device", .min = 1 << 20, .max = INT64_MAX),
+	KNOB("emulated.host_register_fail_after", K_INT, "0",
+	     "for tests: host registrations that succeed before the rest fail with ENOMEM "
+	     "(0: none fail; setting it to 0 restarts the count)", .min = 0, .max = INT32_MAX),
 	KNOB("file.backend", K_ENUM, "auto",
 	     "storage backend for file handles: auto (by priority), cufile, uring or posix",
 	     .choices = "auto|cufile|uring|posix"),
@@ -73,8 +76,8 @@ static struct knob knobs[] = {
 	     .min = 1, .max = 4096),
 	KNOB("file.batch_chunk", K_SIZE, "256k",
 	     "bounce buffer size of batch I/O contexts", .min = 4096, .max = 256 << 20),
-	KNOB("file.threads", K_INT, "4",
-	     "contexts one large I/O is spread over (its parts run on that many threads)",
+	KNOB("file.threads", K_INT, "12",
+	     "workers (each with its own context and thread) one large I/O is spread over",
 	     .min = 1, .max = 64),
 	KNOB("file.split_min", K_SIZE, "64M",
 	     "smallest I/O that is split over file.threads contexts", .min = 1 << 20,
@@ -91,9 +94,9 @@ static struct knob knobs[] = {
 	KNOB("file.pagecache_depth", K_INT, "3",
 	     "page-cache ranges registered at once (one copies while the next registers)",
 	     .min = 1, .max = 64),
-	KNOB("file.pagecache_threads", K_INT, "1",
-	     "workers of a split I/O that register page-cache ranges (the rest copy hot data "
-	     "with the CPU)", .min = 1, .max = 64),
+	KNOB("file.pagecache_threads", K_INT, "-1",
+	     "workers of a split I/O that register page-cache ranges, the rest copy hot data "
+	     "with the CPU (-1: 2 on tmpfs/ramfs, 0 elsewhere)", .min = -1, .max = 64),
 	KNOB("file.workers", K_INT, "4",
 	     "threads running batch and stream-ordered file I/O", .min = 1, .max = 256),
 	KNOB("file.spin_us", K_INT, "200",

@@ -50,6 +50,8 @@ struct emu_dev {
 	pthread_mutex_t streams_lock;
 	struct emu_stream_impl **streams;
 	size_t nstreams, streams_cap;
+	/* Host registrations counted while emulated.host_register_fail_after is set. */
+	_Atomic long regs_counted;
 };
 
 static _Atomic uint64_t next_buffer_id = 1;
@@ -388,11 +390,17 @@ static int emu_host_register(void *priv, void *p, size_t size, unsigned flags)
 	struct emu_dev *d = priv;
 	struct range r = { .base = (uintptr_t)p, .size = size, .map_size = size,
 			   .kind = R_PINNED_REG };
+	long fail_after = (long)gdx_cfg_int("emulated.host_register_fail_after");
 	int ret = 0;
 
 	(void)flags;
 	if (r.base + size < r.base)
 		return -EINVAL;
+	/* Fault injection, so tests can see every fallback from a refused pin. */
+	if (!fail_after)
+		atomic_store(&d->regs_counted, 0);
+	else if (atomic_fetch_add(&d->regs_counted, 1) >= fail_after)
+		return -ENOMEM;
 	r.buffer_id = atomic_fetch_add(&next_buffer_id, 1);
 	pthread_mutex_lock(&d->lock);
 	/* Like cuMemHostRegister: overlapping an existing registration is an error. */

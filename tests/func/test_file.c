@@ -19,6 +19,7 @@
 
 #include "common/stats.h"
 #include "file/ahead.h"
+#include "file/file_int.h"
 
 #include <gdx/gdx.h>
 #include <gdx/plugin/file.h>
@@ -247,7 +248,63 @@ static void path_reporting(void **state)
 			assert_non_null(strstr(info.why, "copied by the CPU"));
 	}
 	gdx_file_close(f);
+	/* No registering worker: every piece is copied by the CPU, and says so. */
+	assert_int_equal(gdx_config_set("file.pagecache_threads", "0"), 0);
+	f = open_path(shm_path, O_RDONLY, 0, "uring");
+	check_dev_read(f, d, host, 1, FSIZE - 1, &info);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_PAGECACHE], 0);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], FSIZE - 1);
+	assert_non_null(strstr(info.why, "copied by the CPU"));
+	gdx_file_close(f);
+	assert_int_equal(gdx_config_set("file.pagecache_threads", "1"), 0);
 
+	gdx_device_free(dev, d);
+	free(host);
+}
+
+/*
+ * A registration refused part way through a read (the emulated device's
+ * fault injection): the rest goes by bounce, the data stays whole, and the
+ * record and the counters say why.
+ */
+static void register_refused(void **state)
+{
+	struct gdx_file_io_info info;
+	unsigned char *host = malloc(FSIZE);
+	struct gdx_file *f;
+	uint64_t refused;
+	void *d;
+
+	(void)state;
+	if (strncmp(gdx_device_name(dev), "emulated", 8)) {
+		free(host);
+		skip();
+	}
+	assert_int_equal(gdx_device_malloc(dev, FSIZE, &d), 0);
+	/* One engine registers the ranges in order: no split. */
+	assert_int_equal(gdx_config_set("file.split_min", "1G"), 0);
+	f = open_path(shm_path, O_RDONLY, 0, "uring");
+	/* Its context exists before the count starts. */
+	check_dev_read(f, d, host, 0, FSIZE, &info);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_PAGECACHE], FSIZE);
+	refused = gdx_counter_get(&drv->ctr[GDX_FILE_CTR_PC_REFUSED]);
+	assert_int_equal(gdx_config_set("emulated.host_register_fail_after", "2"), 0);
+	check_dev_read(f, d, host, 0, FSIZE, &info);
+	assert_int_equal(info.path, GDX_FILE_PATH_BOUNCE);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_PAGECACHE], 2u << 20);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], FSIZE - (2u << 20));
+	assert_non_null(strstr(info.why, "registering the mapping failed"));
+	assert_int_equal(gdx_counter_get(&drv->ctr[GDX_FILE_CTR_PC_REFUSED]), refused + 1);
+	/* Refused from the first range on: all of it by bounce. */
+	check_dev_read(f, d, host, 4097, FSIZE - 4097, &info);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_PAGECACHE], 0);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], FSIZE - 4097);
+	assert_non_null(strstr(info.why, "registering the mapping failed"));
+	assert_int_equal(gdx_config_set("emulated.host_register_fail_after", "0"), 0);
+	check_dev_read(f, d, host, 0, FSIZE, &info);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_PAGECACHE], FSIZE);
+	gdx_file_close(f);
+	assert_int_equal(gdx_config_set("file.split_min", "2M"), 0);
 	gdx_device_free(dev, d);
 	free(host);
 }
@@ -1087,6 +1144,7 @@ int main(void)
 		cmocka_unit_test(reads_uring_tmpfs),
 		cmocka_unit_test(reads_posix),
 		cmocka_unit_test(path_reporting),
+		cmocka_unit_test(register_refused),
 		cmocka_unit_test(strict_mode),
 		cmocka_unit_test(writes),
 		cmocka_unit_test(sparse_4g),
