@@ -1208,11 +1208,13 @@ static void gate_open(struct gdx_file_driver *drv, unsigned g, uint32_t value)
 	pthread_mutex_unlock(&drv->gate_lock);
 }
 
-/* The I/O is over (done or failed): what the worker or the host function owned goes back. */
-static void async_finish(struct async_op *a)
+/*
+ * The I/O is over (done or failed): what the worker or the host function owned
+ * goes back.  drv is passed in: once an early read's *done is stored its caller
+ * may close the handle, so a->f must not be read here for reads.
+ */
+static void async_finish(struct async_op *a, struct gdx_file_driver *drv)
 {
-	struct gdx_file_driver *drv = a->f->drv;
-
 	if (a->wstage)
 		stage_put(a->wstage);
 	if (a->op == GDX_FILE_WRITE)
@@ -1344,15 +1346,16 @@ static bool ahead_claim(struct gdx_file *f, off_t off, size_t len, ssize_t *done
 static void async_job(void *arg)
 {
 	struct async_op *a = arg;
+	struct gdx_file_driver *drv = a->f->drv;
 	size_t n = a->early ? a->n : *a->size;
 	off_t off = a->early ? a->o : *a->off;
 	ssize_t ret = n > a->max ? -EINVAL : rw(a->f, a->op, a->buf, n, off, NULL);
 
 	if (a->ahead)
-		ahead_finish(a->f->drv, a->ahead, ret);
+		ahead_finish(drv, a->ahead, ret);
 	else	/* an early read's caller may look at *done before its stream gets there */
 		__atomic_store_n(a->done, ret, __ATOMIC_RELEASE);
-	async_finish(a);
+	async_finish(a, drv);
 }
 
 /*
@@ -1370,7 +1373,7 @@ static void async_host_fn(void *arg)
 
 	if (ret) {
 		*a->done = ret;
-		async_finish(a);
+		async_finish(a, a->f->drv);
 	}
 }
 
