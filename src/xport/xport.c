@@ -100,6 +100,8 @@ struct gdx_xport_cq {
 	int armed;			/* a waiter sleeps on efd: the next completion signals */
 	int signaled;			/* a signal is due or written, and not read yet */
 	int stale;			/* the ring was emptied before that signal's write landed */
+	int sleepers;			/* threads in cq_wait's epoll_wait */
+	int ext_armed;			/* armed through gdx_xport_cq_arm by the user */
 	int epfd;			/* efd + each polled endpoint's event fd */
 	pthread_mutex_t eps_lock;	/* eps; held across backend progress */
 	struct gdx_xport_ep *eps;
@@ -320,6 +322,12 @@ GDX_API int gdx_xport_cq_poll(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe
 			cq->stale = 1;
 		}
 		cq->signaled = 0;
+		/*
+		 * A waiter woken by that signal may not have seen it before it was
+		 * read here, and sleeps on: the next completion must wake it.
+		 */
+		if (cq->sleepers || cq->ext_armed)
+			cq->armed = 1;
 	}
 	pthread_mutex_unlock(&cq->lock);
 	return (int)got;
@@ -330,12 +338,11 @@ GDX_API int gdx_xport_cq_fd(struct gdx_xport_cq *cq)
 	return cq ? cq->epfd : -EINVAL;
 }
 
-GDX_API int gdx_xport_cq_arm(struct gdx_xport_cq *cq)
+/* ext: the user arms (for its own epoll); else cq_wait, counted as a sleeper when 0. */
+static int cq_arm(struct gdx_xport_cq *cq, int ext)
 {
 	int ready = 0;
 
-	if (!cq)
-		return -EINVAL;
 	pthread_mutex_lock(&cq->eps_lock);
 	for (struct gdx_xport_ep *ep = cq->eps; ep; ep = ep->cq_next)
 		if (ep->ops->arm && ep->ops->arm(ep->priv) > 0)
@@ -348,8 +355,17 @@ GDX_API int gdx_xport_cq_arm(struct gdx_xport_cq *cq)
 		ready = 1;
 	else if (!ready)
 		cq->armed = 1;
+	if (ext)
+		cq->ext_armed = 1;
+	else if (!ready)
+		cq->sleepers++;
 	pthread_mutex_unlock(&cq->lock);
 	return ready;
+}
+
+GDX_API int gdx_xport_cq_arm(struct gdx_xport_cq *cq)
+{
+	return cq ? cq_arm(cq, 1) : -EINVAL;
 }
 
 GDX_API int gdx_xport_cq_wait(struct gdx_xport_cq *cq, int timeout_ms)
@@ -365,9 +381,6 @@ GDX_API int gdx_xport_cq_wait(struct gdx_xport_cq *cq, int timeout_ms)
 		cq_progress(cq);
 		if (cq_pending(cq))
 			return 1;
-		r = gdx_xport_cq_arm(cq);
-		if (r)
-			return r < 0 ? r : 1;
 		if (timeout_ms >= 0) {
 			uint64_t now = gdx_now_ns();
 
@@ -375,9 +388,18 @@ GDX_API int gdx_xport_cq_wait(struct gdx_xport_cq *cq, int timeout_ms)
 				return 0;
 			left = (int)((deadline - now + 999999) / 1000000);
 		}
+		/* Armed and counted a sleeper in one step: a poller's drain then re-arms for us. */
+		r = cq_arm(cq, 0);
+		if (r)
+			return r < 0 ? r : 1;
 		r = epoll_wait(cq->epfd, ev, 8, left);
-		if (r < 0 && errno != EINTR)
-			return -errno;
+		if (r < 0)
+			r = -errno;
+		pthread_mutex_lock(&cq->lock);
+		cq->sleepers--;
+		pthread_mutex_unlock(&cq->lock);
+		if (r < 0 && r != -EINTR)
+			return r;
 	}
 }
 

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -888,6 +889,79 @@ static void test_cq_fd(void **state)
 	pair_close(&p);
 }
 
+struct waiter {
+	struct gdx_xport_cq *cq;
+	sem_t woke, go;
+	int rounds, ret;
+};
+
+/* Sleeps in cq_wait until something is pending, rounds times; never polls. */
+static void *waiter_main(void *arg)
+{
+	struct waiter *w = arg;
+
+	for (int i = 0; i < w->rounds; i++) {
+		w->ret = gdx_xport_cq_wait(w->cq, 20000);
+		sem_post(&w->woke);
+		if (w->ret != 1)
+			break;
+		sem_wait(&w->go);
+	}
+	return NULL;
+}
+
+/*
+ * A thread sleeping in cq_wait while another polls the same CQ: the poller
+ * takes the completion the sleeper was woken (or about to be woken) for; the
+ * sleeper must still wake for the next one.
+ */
+static void test_cq_waiter_and_poller(void **state)
+{
+	enum { ROUNDS = 20 };
+	unsigned char a[32] = { 1 }, b[32];
+	struct gdx_xport_cqe e;
+	struct waiter w;
+	struct timespec ts;
+	struct pair p;
+	pthread_t th;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	w = (struct waiter){ .cq = p.cqs, .rounds = ROUNDS };
+	sem_init(&w.woke, 0, 0);
+	sem_init(&w.go, 0, 0);
+	pthread_create(&th, NULL, waiter_main, &w);
+	for (int i = 0; i < ROUNDS; i++) {
+		int n = 0;
+
+		usleep(2000);	/* the waiter is asleep by now, most rounds */
+		assert_int_equal(gdx_xport_post_recv(p.s, b, sizeof(b), 1), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, a, sizeof(a), 2, 0), 0);
+		/* Race the waiter for it. */
+		while (!n) {
+			n = gdx_xport_cq_poll(p.cqs, &e, 1);
+			assert_true(n >= 0);
+		}
+		assert_int_equal(e.wr_id, 1);
+		expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, sizeof(a));
+		/* The next one is the waiter's (or it already returned for the first). */
+		assert_int_equal(gdx_xport_post_recv(p.s, b, sizeof(b), 3), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, a, sizeof(a), 4, 0), 0);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 10;
+		assert_int_equal(sem_timedwait(&w.woke, &ts), 0);
+		assert_int_equal(w.ret, 1);
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, 3);
+		expect(p.cqc, 4, GDX_XPORT_OP_SEND, 0, sizeof(a));
+		sem_post(&w.go);
+	}
+	pthread_join(th, NULL);
+	sem_destroy(&w.woke);
+	sem_destroy(&w.go);
+	pair_close(&p);
+}
+
 static void test_addresses(void **state)
 {
 	struct gdx_xport_listener *l;
@@ -936,6 +1010,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_srq),
 		cmocka_unit_test(test_paths_and_strict),
 		cmocka_unit_test(test_cq_fd),
+		cmocka_unit_test(test_cq_waiter_and_poller),
 	};
 	const char *v;
 	int ret;
