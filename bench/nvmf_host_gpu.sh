@@ -12,8 +12,11 @@
 # namespace on 127.0.0.1 (GDX_BENCH_NS, default ram:8G with 4 KiB blocks,
 # GDX_BENCH_REACTORS reactors, default 8) and runs `gdx bench nvmf-host` reading it
 # into host, pinned and GPU memory (GDX_BENCH_SECS per point, default 2): 8 queues at
-# depths 1/32/128 and 128 KiB reads beside the loopback TCP ceiling; the same with
-# the idle receiver polling its copies (nvmf.host.copy_poll_us=20); 16 queues; digests.
+# depths 1/32/128 and 128 KiB reads beside the loopback TCP ceiling; then one copy
+# per read (copy_batch=1), batches of 16 through the gather kernel and through the
+# copy engine (cuda.gather_max=0), batches of 64, 16 queues, the idle receiver
+# polling its copies (copy_poll_us=20), digests.  GDX_BENCH_RUNS="main batch1 ..."
+# picks runs; GDX_BENCH_TEST=0 skips the test program.
 # Each GPU line carries its ratio to host memory in the same run and the device
 # calls per command.  Ends with a table of the target (device-memory reads >= 0.9 x
 # host-memory reads).  About 2 minutes.  Raw JSON lines go to $OUT (or
@@ -35,7 +38,7 @@ tlog=$out/nvmf_host_gpu.target.log
 
 echo "# $(uname -sr); $(nproc) CPUs; $(nvidia-smi --query-gpu=name,pci.bus_id,driver_version --format=csv,noheader 2>/dev/null)"
 t=$stage/tests/func/test_nvmf_host_target
-if [ -x "$t" ]; then
+if [ -x "$t" ] && [ "${GDX_BENCH_TEST:-1}" = 1 ]; then
 	echo "=== test_nvmf_host_target ($GDX_DEVICE)"
 	# shellcheck disable=SC2086
 	timeout 90 $loader "$t" >"$out/nvmf_host_gpu.test.log" 2>&1
@@ -61,6 +64,7 @@ echo "# gdx target on 127.0.0.1:$PORT: $NS, ${GDX_BENCH_REACTORS:-8} reactors"
 # run TAG [env assignments...] -- bench arguments
 run() {
 	tag=$1; shift
+	case " ${GDX_BENCH_RUNS:-$tag} " in *" $tag "*) ;; *) return 0 ;; esac
 	envs=
 	while [ "$1" != -- ]; do envs="$envs $1"; shift; done
 	shift
@@ -74,11 +78,14 @@ run() {
 }
 
 run main -- -m host,pinned,gpu:0 --queues 8 --qd 1,32,128 --bw-qd 64 -r 1
-run poll20 GDX_NVMF_HOST_COPY_POLL_US=20 -- -m host,gpu:0 --queues 8 --qd 1,32 --bw-qd 64 -r 1 \
+run batch1 GDX_NVMF_HOST_COPY_BATCH=1 -- -m host,gpu:0 --queues 8 --qd 1,32,128 -r 1 --no-tcp
+run batch16 GDX_NVMF_HOST_COPY_BATCH=16 -- -m host,gpu:0 --queues 8 --qd 1,32,128 --bw-qd 64 -r 1 \
 	--no-tcp
-run batch16 GDX_NVMF_HOST_COPY_BATCH=16 -- -m host,gpu:0 --queues 8 --qd 32,128 --bw-qd 64 -r 1 \
-	--no-tcp
+run batch16dma GDX_NVMF_HOST_COPY_BATCH=16 GDX_CUDA_GATHER_MAX=0 -- -m host,gpu:0 --queues 8 \
+	--qd 32,128 -r 1 --no-tcp
+run batch64 GDX_NVMF_HOST_COPY_BATCH=64 -- -m host,gpu:0 --queues 8 --qd 32,128 -r 1 --no-tcp
 run queues16 -- -m host,gpu:0 --queues 16 --qd 32,128 --bw-qd 64 -r 1 --no-tcp
+run poll20 GDX_NVMF_HOST_COPY_POLL_US=20 -- -m host,gpu:0 --queues 8 --qd 1,32 -r 1 --no-tcp
 run digests -- -m host,gpu:0 --queues 8 --qd 32 --bw-qd 64 --hdr-digest --data-digest -r 1 --no-tcp
 
 echo "=== targets (ratios against what the same run measured)"

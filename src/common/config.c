@@ -47,6 +47,10 @@ static struct knob knobs[] = {
 	     "root of the sysfs tree gdx check and the topology walk read"),
 	KNOB("cuda.lib", K_STRING, "libcuda.so.1",
 	     "the CUDA driver library, loaded at run time"),
+	KNOB("cuda.gather_max", K_SIZE, "64k",
+	     "largest pinned-to-device piece of a copy batch that the gather kernel copies "
+	     "instead of the copy engine (0: the copy engine for all)",
+	     .min = 0, .max = 64 << 10),
 	KNOB("procfs_root", K_STRING, "/proc",
 	     "root of the procfs tree gdx check reads (modules, driver version, cmdline, meminfo)"),
 	KNOB("modules_root", K_STRING, "/lib/modules",

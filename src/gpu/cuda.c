@@ -11,15 +11,23 @@
  * default stream and wait for it: unlike the legacy NULL stream that cuMemcpy
  * uses, it neither waits for nor blocks other streams, and unlike cuMemcpy a
  * device-to-device copy is complete when the call returns.
+ *
+ * A batch of copies sends its small pinned-to-device pieces through one
+ * launch of the gather kernel (src/gpu/gather.cu, committed as PTX that the
+ * driver compiles for the GPU at first use) rather than one copy-engine DMA
+ * each: an H200 stream runs about 40k small DMAs a second, whatever the API
+ * they were enqueued with.
  */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "gpu/device.h"
@@ -32,6 +40,11 @@ struct cu_dev {
 	CUcontext ctx;
 	bool pools;		/* cuMemAllocAsync usable */
 	bool dmabuf;		/* cuMemGetHandleForAddressRange gives dma-bufs */
+	size_t gather_max;	/* largest piece for the gather kernel; 0: none */
+	pthread_mutex_t gather_lock;
+	int gather_state;	/* 0 not loaded yet, 1 loaded, -1 unusable */
+	CUmodule gather_mod;
+	CUfunction gather_fn;
 };
 
 struct cu_stream {
@@ -133,6 +146,11 @@ static int cuda_open(int ordinal, void **priv)
 		   attr(d, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
 	d->dmabuf = cu->cuMemGetHandleForAddressRange &&
 		    attr(d, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED);
+	d->gather_max = gdx_cfg_size("cuda.gather_max");
+	if (!cu->cuModuleLoadData || !cu->cuModuleGetFunction || !cu->cuLaunchKernel ||
+	    !cu->cuModuleUnload)
+		d->gather_max = 0;
+	pthread_mutex_init(&d->gather_lock, NULL);
 	*priv = d;
 	return 0;
 fail:
@@ -145,10 +163,16 @@ static void cuda_close(void *priv)
 	struct cu_dev *d = priv;
 	CUcontext cur = NULL;
 
+	if (d->gather_state == 1 && !d->cu->cuCtxGetCurrent(&cur) &&
+	    !d->cu->cuCtxSetCurrent(d->ctx)) {
+		d->cu->cuModuleUnload(d->gather_mod);
+		d->cu->cuCtxSetCurrent(cur);
+	}
 	/* Never leave a released context current on this thread. */
 	if (!d->cu->cuCtxGetCurrent(&cur) && cur == d->ctx)
 		d->cu->cuCtxSetCurrent(NULL);
 	d->cu->cuDevicePrimaryCtxRelease(d->dev);
+	pthread_mutex_destroy(&d->gather_lock);
 	free(d);
 }
 
@@ -443,27 +467,21 @@ static int cuda_memcpy(void *priv, void *dst, const void *src, size_t n, void *s
 /* Up to BATCH copies per driver call (the driver reads the arrays during the call). */
 #define BATCH 64
 
-static int cuda_memcpy_batch(void *priv, void *const *dsts, const void *const *srcs,
-			     const size_t *sizes, size_t n, void *stream)
+/* The copy engine: cuMemcpyBatchAsync where the driver has it, else one copy each. */
+static int copy_engine(struct cu_dev *d, void *const *dsts, const void *const *srcs,
+		       const size_t *sizes, size_t n, void *stream)
 {
-	struct cu_dev *d = priv;
 	CUmemcpyAttributes attr = { .srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM };
 	CUdeviceptr dv[BATCH], sv[BATCH];
 	size_t sz[BATCH], attr_idx = 0, fail;
-	CUcontext prev;
-	int ret;
+	int ret = 0;
 
-	if (!d->cu->cuMemcpyBatchAsync) {
-		for (size_t i = 0; i < n; i++) {
-			ret = cuda_memcpy(d, dsts[i], srcs[i], sizes[i], stream);
-			if (ret)
-				return ret;
-		}
-		return 0;
-	}
-	ret = enter(d, &prev);
-	if (ret)
+	if (!d->cu->cuMemcpyBatchAsync || n == 1) {
+		for (size_t i = 0; !ret && i < n; i++)
+			ret = CU(d, cuMemcpyAsync(DPTR(dsts[i]), DPTR(srcs[i]), sizes[i],
+						  STREAM(stream)), "cuMemcpyAsync");
 		return ret;
+	}
 	for (size_t at = 0; !ret && at < n;) {
 		size_t k = GDX_MIN(n - at, (size_t)BATCH);
 
@@ -475,6 +493,212 @@ static int cuda_memcpy_batch(void *priv, void *const *dsts, const void *const *s
 		fail = SIZE_MAX;
 		ret = CU(d, cuMemcpyBatchAsync(dv, sv, sz, k, &attr, &attr_idx, 1, &fail,
 					       STREAM(stream)), "cuMemcpyBatchAsync");
+		at += k;
+	}
+	return ret;
+}
+
+/*
+ * The gather kernel's parameter, as src/gpu/gather.cu declares it: the
+ * driver copies it at launch, so the descriptors need no memory of their own.
+ */
+#define GATHER_MAX 64
+#define GATHER_SPAN 8192
+#define GATHER_THREADS 256
+
+struct gather_args {
+	uint32_t n;
+	struct {
+		uint64_t dst, src, len;
+	} p[GATHER_MAX];
+};
+_Static_assert(sizeof(struct gather_args) == 1544, "the kernel's parameter is 1544 bytes");
+
+#include "gpu/gather_ptx.h"
+
+/* Loads the kernel into the primary context (current) on first use; false where it cannot. */
+static bool gather_ready(struct cu_dev *d)
+{
+	int st = __atomic_load_n(&d->gather_state, __ATOMIC_ACQUIRE);
+
+	if (st)
+		return st > 0;
+	pthread_mutex_lock(&d->gather_lock);
+	st = d->gather_state;
+	if (!st) {
+		CUresult r = d->cu->cuModuleLoadData(&d->gather_mod, gdx_gather_ptx);
+
+		if (!r) {
+			r = d->cu->cuModuleGetFunction(&d->gather_fn, d->gather_mod, "gdx_gather");
+			if (r)
+				d->cu->cuModuleUnload(d->gather_mod);
+		}
+		st = r ? -1 : 1;
+		if (r)
+			GDX_WARN("cuda", "cuda:%d: the gather kernel did not load (CUDA error %d); "
+				 "small copies of a batch go to the copy engine", d->ordinal, r);
+		__atomic_store_n(&d->gather_state, st, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&d->gather_lock);
+	return st > 0;
+}
+
+/*
+ * What a pointer query said about an allocation, kept for the following
+ * pieces of the same call only: an allocation freed after the call returns
+ * must never be taken for a live one.
+ */
+struct span {
+	uintptr_t base, end;
+	int64_t dev_off;	/* device address minus host address (pinned memory) */
+	bool ok;		/* the kernel may read (src) or write (dst) it */
+};
+
+/* Pinned host memory the device reads under UVA, and where the device sees it. */
+static void query_src(struct cu_dev *d, const void *p, struct span *sp)
+{
+	CUpointer_attribute at[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+		CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+		CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE };
+	uint64_t v[GDX_ARRAY_SIZE(at)] = { 0 };
+	void *data[GDX_ARRAY_SIZE(at)];
+
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(at); i++)
+		data[i] = &v[i];
+	*sp = (struct span){ 0 };
+	if (d->cu->cuPointerGetAttributes(GDX_ARRAY_SIZE(at), at, data, DPTR(p)))
+		return;
+	sp->base = (uintptr_t)v[3];
+	sp->end = sp->base + (uintptr_t)v[4];
+	sp->dev_off = (int64_t)(v[2] - (uintptr_t)p);
+	sp->ok = (uint32_t)v[0] == CU_MEMORYTYPE_HOST && !(uint32_t)v[1] && v[2] && v[4];
+}
+
+/*
+ * Device memory of this device from cuMemAlloc or a pool.  cuMemMap memory
+ * stays on the copy engine: its range attributes name the reservation, which
+ * may hold unmapped holes or mappings this device has no access to, where a
+ * copy fails cleanly and a kernel would fault the context.
+ */
+static void query_dst(struct cu_dev *d, const void *p, struct span *sp)
+{
+	CUpointer_attribute at[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+		CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+		CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+		CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+		CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE };
+	uint64_t v[GDX_ARRAY_SIZE(at)] = { 0 };
+	void *data[GDX_ARRAY_SIZE(at)];
+
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(at); i++)
+		data[i] = &v[i];
+	*sp = (struct span){ 0 };
+	if (d->cu->cuPointerGetAttributes(GDX_ARRAY_SIZE(at), at, data, DPTR(p)))
+		return;
+	sp->base = (uintptr_t)v[3];
+	sp->end = sp->base + (uintptr_t)v[4];
+	sp->ok = (uint32_t)v[0] == CU_MEMORYTYPE_DEVICE && !(uint32_t)v[1] &&
+		 (int32_t)v[2] == d->ordinal && v[4] && ((uint32_t)v[5] || v[6]);
+}
+
+static bool inside(const struct span *sp, const void *p, size_t n)
+{
+	uintptr_t a = (uintptr_t)p;
+
+	return sp->end && a >= sp->base && a < sp->end && n <= sp->end - a;
+}
+
+/* Whether the kernel may copy this piece; *dev_src is where it reads. */
+static bool gatherable(struct cu_dev *d, void *dst, const void *src, size_t n,
+		       struct span *ss, struct span *ds, uint64_t *dev_src)
+{
+	if (n > d->gather_max)
+		return false;
+	if (!inside(ss, src, 1))
+		query_src(d, src, ss);
+	if (!ss->ok || !inside(ss, src, n))
+		return false;
+	if (!inside(ds, dst, 1))
+		query_dst(d, dst, ds);
+	if (!ds->ok || !inside(ds, dst, n))
+		return false;
+	*dev_src = (uint64_t)((int64_t)(uintptr_t)src + ss->dev_off);
+	return true;
+}
+
+/*
+ * The blocks of one launch run in no order: a piece whose destination
+ * overlaps one already in the launch goes into the next, so that the later
+ * copy still lands last.
+ */
+static bool overlaps_run(const struct gather_args *a, const void *dst, size_t n)
+{
+	uint64_t lo = DPTR(dst), hi = lo + n;
+
+	for (uint32_t i = 0; i < a->n; i++)
+		if (lo < a->p[i].dst + a->p[i].len && a->p[i].dst < hi)
+			return true;
+	return false;
+}
+
+static int gather_launch(struct cu_dev *d, struct gather_args *a, size_t maxlen, void *stream)
+{
+	void *params[] = { a };
+	unsigned gy = (unsigned)((maxlen + GATHER_SPAN - 1) / GATHER_SPAN);
+
+	return CU(d, cuLaunchKernel(d->gather_fn, a->n, gy, 1, GATHER_THREADS, 1, 1, 0,
+				    STREAM(stream), params, NULL), "cuLaunchKernel(gdx_gather)");
+}
+
+/*
+ * Runs of pieces the kernel may copy go out in one launch each (up to
+ * GATHER_MAX pieces with disjoint destinations), the rest in runs to the
+ * copy engine; either way in the order given, on one stream, so they order
+ * as one copy after another would.
+ */
+static int cuda_memcpy_batch(void *priv, void *const *dsts, const void *const *srcs,
+			     const size_t *sizes, size_t n, void *stream)
+{
+	struct cu_dev *d = priv;
+	struct span ss = { 0 }, ds = { 0 };
+	struct gather_args a;
+	uint64_t dev_src;
+	size_t maxlen;
+	CUcontext prev;
+	bool gather;
+	int ret;
+
+	ret = enter(d, &prev);
+	if (ret)
+		return ret;
+	gather = d->gather_max && gather_ready(d);
+	for (size_t at = 0; !ret && at < n;) {
+		size_t k = 0;
+
+		a.n = 0;
+		maxlen = 0;
+		while (gather && at + k < n && a.n < GATHER_MAX &&
+		       !overlaps_run(&a, dsts[at + k], sizes[at + k]) &&
+		       gatherable(d, dsts[at + k], srcs[at + k], sizes[at + k], &ss, &ds,
+				  &dev_src)) {
+			a.p[a.n].dst = DPTR(dsts[at + k]);
+			a.p[a.n].src = dev_src;
+			a.p[a.n++].len = sizes[at + k];
+			maxlen = GDX_MAX(maxlen, sizes[at + k]);
+			k++;
+		}
+		if (k) {
+			ret = gather_launch(d, &a, maxlen, stream);
+			at += k;
+			continue;
+		}
+		/* the piece just refused, and those after it the kernel cannot take */
+		k = 1;
+		while (at + k < n && k < BATCH &&
+		       !(gather && gatherable(d, dsts[at + k], srcs[at + k], sizes[at + k], &ss,
+					      &ds, &dev_src)))
+			k++;
+		ret = copy_engine(d, dsts + at, srcs + at, sizes + at, k, stream);
 		at += k;
 	}
 	leave(d, prev);

@@ -21,6 +21,8 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 typedef void (*CUhostFn)(void *user_data);
 
 enum {
@@ -210,6 +212,14 @@ struct gdx_cu {
 	CUresult (*cuEventSynchronize)(CUevent e);
 	CUresult (*cuEventQuery)(CUevent e);
 	CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
+
+	/* Kernels: optional; without them batches of small copies stay on the copy engine. */
+	CUresult (*cuModuleLoadData)(CUmodule *m, const void *image);
+	CUresult (*cuModuleUnload)(CUmodule m);
+	CUresult (*cuModuleGetFunction)(CUfunction *f, CUmodule m, const char *name);
+	CUresult (*cuLaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+				   unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+				   CUstream s, void **params, void **extra);
 
 	/* Virtual memory management: optional, used by tests and callers that map memory. */
 	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *h, size_t size,

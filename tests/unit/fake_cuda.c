@@ -13,6 +13,8 @@
 #define EXPORT __attribute__((visibility("default")))
 
 EXPORT int fake_cuda_max_version, fake_cuda_memalloc_version, fake_cuda_lookups;
+/* versions the gather kernel's entry points were asked for */
+EXPORT int fake_cuda_module_version, fake_cuda_launch_version;
 EXPORT int cuInit(unsigned flags);
 EXPORT int cuDriverGetVersion(int *v);
 EXPORT int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st);
@@ -52,6 +54,10 @@ int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, in
 	fake_cuda_lookups++;
 	if (!strcmp(sym, "cuMemAlloc"))
 		fake_cuda_memalloc_version = ver;
+	if (!strcmp(sym, "cuModuleLoadData"))
+		fake_cuda_module_version = ver;
+	if (!strcmp(sym, "cuLaunchKernel"))
+		fake_cuda_launch_version = ver;
 	if (ver > fake_cuda_max_version)
 		fake_cuda_max_version = ver;
 	*pfn = !strcmp(sym, "cuDeviceGetCount") ? (void *)device_count : (void *)unsupported;

@@ -129,7 +129,7 @@ static void stub_library(void **state)
 static void zero_devices_and_versioned_lookup(void **state)
 {
 	char path[4096];
-	int *memalloc, *maxv, *lookups;
+	int *memalloc, *maxv, *lookups, *module, *launch;
 	void *h;
 
 	(void)state;
@@ -146,7 +146,11 @@ static void zero_devices_and_versioned_lookup(void **state)
 	memalloc = dlsym(h, "fake_cuda_memalloc_version");
 	maxv = dlsym(h, "fake_cuda_max_version");
 	lookups = dlsym(h, "fake_cuda_lookups");
+	module = dlsym(h, "fake_cuda_module_version");
+	launch = dlsym(h, "fake_cuda_launch_version");
 	assert_non_null(memalloc);
+	assert_non_null(module);
+	assert_non_null(launch);
 	assert_true(*lookups > 30);
 	/*
 	 * cuMemAlloc at 12.0 is cuMemAlloc_v2; nothing is asked for past 12.0 but
@@ -154,6 +158,9 @@ static void zero_devices_and_versioned_lookup(void **state)
 	 */
 	assert_int_equal(*memalloc, 12000);
 	assert_int_equal(*maxv, 12080);
+	/* the gather kernel's module and launch calls, in their classic flavours */
+	assert_int_equal(*module, 12000);
+	assert_int_equal(*launch, 12000);
 	dlclose(h);
 }
 

@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -16,6 +18,8 @@
 #include <gdx/gdx.h>
 
 static struct gdx_device *dev;
+
+#define GDX_T_ALIGN(x, a) (((x) + (a) - 1) / (a) * (a))
 
 static int setup(void **state)
 {
@@ -447,6 +451,92 @@ static void batched_copies(void **state)
 	assert_int_equal(gdx_device_free(dev, d), 0);
 }
 
+/*
+ * Many pieces of every size and alignment from pinned, registered and
+ * pageable host memory in one batch: on cuda the small pinned ones go
+ * through the gather kernel (up to 64 per launch), the rest to the copy
+ * engine, and the result must be that of copying them one after another:
+ * first laid out apart (long runs for the kernel), then at random places
+ * that overlap, where a later piece must win wherever it lands.
+ */
+static void gathered_copies(void **state)
+{
+	enum { N = 400, DST = 1 << 20, SRC = 1 << 20 };
+	uint64_t seed = (uint64_t)time(NULL), rs;
+	unsigned char *src[3], *mirror, *back;
+	void **dsts, **srcs;
+	size_t *sizes;
+	struct gdx_stream *s;
+	char *d;
+
+	(void)state;
+	print_message("gathered_copies: seed %llu\n", (unsigned long long)seed);
+	rs = seed;
+	dsts = calloc(N, sizeof(*dsts));
+	srcs = calloc(N, sizeof(*srcs));
+	sizes = calloc(N, sizeof(*sizes));
+	mirror = malloc(DST);
+	back = malloc(DST);
+	assert_non_null(dsts && srcs && sizes && mirror && back);
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	assert_int_equal(gdx_device_malloc(dev, DST, (void **)&d), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, SRC, (void **)&src[0]), 0);
+	src[1] = aligned_alloc(4096, SRC);
+	src[2] = malloc(SRC);
+	assert_non_null(src[1] && src[2]);
+	assert_int_equal(gdx_host_register(dev, src[1], SRC, 0), 0);
+	for (int k = 0; k < 3; k++)
+		t_fill(src[k], SRC, seed + (uint64_t)k);
+	for (int round = 0; round < 2; round++) {
+		size_t at = 0;
+
+		memset(mirror, 0xa5, DST);
+		assert_int_equal(gdx_memset_async(dev, d, 0xa5, DST, s), 0);
+		for (unsigned i = 0; i < N; i++) {
+			uint64_t r = t_rand(&rs);
+			int kind = r % 8 == 0 ? 2 : r % 8 == 1 ? 1 : 0;	/* mostly pinned */
+			size_t len, soff, doff;
+
+			switch (r >> 8 & 7) {
+			case 0: len = 70000 + (r >> 16) % 200000; break;	/* over the kernel's limit */
+			case 1: len = 1 + (r >> 16) % 64; break;
+			case 2: len = 65536; break;
+			default: len = (r >> 11 & 1) ? 4096 : 1 + (r >> 16) % 9000; break;
+			}
+			soff = (r >> 12 & 1) ? GDX_T_ALIGN((r >> 24) % (SRC - len), 16) :
+			       (r >> 24) % (SRC - len);
+			if (round == 0 && at + len <= DST) {
+				doff = at;
+				at = GDX_T_ALIGN(at + len + (r >> 40) % 3 * 7, (r >> 13 & 1) ? 16 : 1);
+			} else {
+				doff = (r >> 40) % (DST - len);
+				if (r >> 14 & 1)
+					doff &= ~(size_t)15;
+			}
+			dsts[i] = d + doff;
+			srcs[i] = src[kind] + soff;
+			sizes[i] = len;
+			memcpy(mirror + doff, src[kind] + soff, len);
+		}
+		assert_int_equal(gdx_memcpy_batch_async(dev, dsts, (const void *const *)srcs, sizes,
+							N, s), 0);
+		assert_int_equal(gdx_memcpy_async(dev, back, d, DST, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_memory_equal(back, mirror, DST);
+	}
+	assert_int_equal(gdx_stream_destroy(s), 0);
+	assert_int_equal(gdx_host_unregister(dev, src[1]), 0);
+	assert_int_equal(gdx_pinned_free(dev, src[0]), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	free(src[1]);
+	free(src[2]);
+	free(mirror);
+	free(back);
+	free(dsts);
+	free(srcs);
+	free(sizes);
+}
+
 static void wrapped_stream(void **state)
 {
 	struct gdx_stream *s, *w;
@@ -516,6 +606,7 @@ int main(void)
 		cmocka_unit_test(events_order_streams),
 		cmocka_unit_test(stream_ordered_alloc),
 		cmocka_unit_test(batched_copies),
+		cmocka_unit_test(gathered_copies),
 		cmocka_unit_test(wrapped_stream),
 		cmocka_unit_test(stream_waits_for_value),
 	};
