@@ -42,7 +42,7 @@ struct cu_dev {
 	bool dmabuf;		/* cuMemGetHandleForAddressRange gives dma-bufs */
 	size_t gather_max;	/* largest piece for the gather kernel; 0: none */
 	pthread_mutex_t gather_lock;
-	int gather_state;	/* 0 not loaded yet, 1 loaded, -1 unusable */
+	int gather_state;	/* 0 not loaded yet, 1 loaded, 2 launched, -1 unusable */
 	CUmodule gather_mod;
 	CUfunction gather_fn;
 };
@@ -163,7 +163,7 @@ static void cuda_close(void *priv)
 	struct cu_dev *d = priv;
 	CUcontext cur = NULL;
 
-	if (d->gather_state == 1 && !d->cu->cuCtxGetCurrent(&cur) &&
+	if (d->gather_state > 0 && !d->cu->cuCtxGetCurrent(&cur) &&
 	    !d->cu->cuCtxSetCurrent(d->ctx)) {
 		d->cu->cuModuleUnload(d->gather_mod);
 		d->cu->cuCtxSetCurrent(cur);
@@ -646,8 +646,14 @@ static int gather_launch(struct cu_dev *d, struct gather_args *a, size_t maxlen,
 	void *params[] = { a };
 	unsigned gy = (unsigned)((maxlen + GATHER_SPAN - 1) / GATHER_SPAN);
 
-	return CU(d, cuLaunchKernel(d->gather_fn, a->n, gy, 1, GATHER_THREADS, 1, 1, 0,
-				    STREAM(stream), params, NULL), "cuLaunchKernel(gdx_gather)");
+	int ret = CU(d, cuLaunchKernel(d->gather_fn, a->n, gy, 1, GATHER_THREADS, 1, 1, 0,
+					STREAM(stream), params, NULL), "cuLaunchKernel(gdx_gather)");
+
+	/* once per device, so a log shows which path batches took */
+	if (!ret && __atomic_load_n(&d->gather_state, __ATOMIC_RELAXED) == 1 &&
+	    __atomic_exchange_n(&d->gather_state, 2, __ATOMIC_RELAXED) == 1)
+		GDX_INFO("cuda", "cuda:%d: first gather launch, %u pieces", d->ordinal, a->n);
+	return ret;
 }
 
 /*
