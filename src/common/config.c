@@ -152,8 +152,8 @@ static struct knob knobs[] = {
 	     "NVMe/TCP host: chunks per bounce ring (receives overlap H2D copies)",
 	     .min = 1, .max = 64),
 	KNOB("nvmf.host.copy_batch", K_INT, "1",
-	     "NVMe/TCP host: H2D copies of PDUs received back to back enqueued in one call, "
-	     "up to this many (1: each at once)",
+	     "NVMe/TCP host: H2D copies of PDUs received while the queue's stream is busy "
+	     "enqueued in one call, up to this many (1: each at once)",
 	     .min = 1, .max = 64),
 	KNOB("nvmf.host.copy_poll_us", K_INT, "0",
 	     "NVMe/TCP host: an idle receiver polls its socket and its H2D copies this long "

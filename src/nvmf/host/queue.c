@@ -805,7 +805,7 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 			return rc;
 		if (q->tp.ddgst)
 			*crc = gdx_crc32c_update(*crc, p, piece);
-		if (q->held) {
+		if (q->held || q->npend) {
 			rc = ring_progress(q);
 			if (rc)
 				return rc;
@@ -819,7 +819,14 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 			q->pend_src[q->npend] = p;
 			q->pend_len[q->npend++] = piece;
 			q->pend_bytes += piece;
-			rc = q->npend == q->batch || q->pend_bytes >= q->chunk ? ring_flush(q) : 0;
+			/*
+			 * A stream with nothing of ours in flight takes the batch at
+			 * once (at depth 1, every piece); a busy one lets it grow
+			 * until its copies have landed, so the batch size follows
+			 * the stream's pace and no copy waits for a full batch.
+			 */
+			rc = q->npend == q->batch || q->pend_bytes >= q->chunk || q->done == q->enq ?
+			     ring_flush(q) : 0;
 		} else {
 			gdx_counter_add(&q->cnt[NH_CNT_COPY_CALL], 1);
 			rc = gdx_memcpy_async(q->dev, dst, p, piece, q->stream);
