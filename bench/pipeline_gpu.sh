@@ -20,7 +20,9 @@
 # and that again loading from an NVMe-oF namespace on loopback.
 # Every row is checked end to end (the loopback peer recomputes results from
 # the data set).  Ends with a table: stage means, serial step (sum of stages,
-# and measured), pipelined step, efficiency = step / max(stage) (goal <= 1.05).
+# and measured), pipelined step, efficiency = step / max(stage) (goal <= 1.05),
+# and what else may bound the step: the storage read per batch on the file
+# workers (and how many ran at once), and the producer's own time per batch.
 #
 # PIPELINE_ROWS="sweep-50 devonly-50 ..." runs only the train_step_cuda rows
 # named (test_pipeline, bench_stream_read and the host-compute run are left
@@ -159,14 +161,18 @@ echo "=== pipeline on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev
 	"times in us; eff = step / max(stage), goal <= 1.05"
 awk '
 function v(k,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } return "-" }
-BEGIN { printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s\n", "case", "load",
-	"compute", "d2h", "send", "max_stage", "serial_sum", "serial", "step", "eff", "goal",
-	"slept" }
+BEGIN { printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s %6s %3s %4s %6s\n", "case",
+	"load", "compute", "d2h", "send", "max_stage", "serial_sum", "serial", "step", "eff",
+	"goal", "slept", "read", "par", "late", "prod" }
 $2 ~ /^FAILED/ { printf "%-20s %s\n", $1, $2; next }
 { e = v("efficiency"); g = (e + 0 <= 1.05 && v("mismatches") == 0) ? "ok" : "MISS"
-  printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s\n", $1, v("load_us"),
-	v("compute_us"), v("d2h_us"), v("send_us"), v("max_stage_us"), v("serial_sum_us"),
-	v("serial_us"), v("step_us"), e, g, v("long_waits") }' "$results"
+  printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s %6s %3s %4s %6s\n", $1,
+	v("load_us"), v("compute_us"), v("d2h_us"), v("send_us"), v("max_stage_us"),
+	v("serial_sum_us"), v("serial_us"), v("step_us"), e, g, v("long_waits"), v("read_us"),
+	v("reads_at_once"), v("reads_late"), v("producer_us") }' "$results"
+echo "read: mean storage read on a file worker (off the stream unless in order); par: most"
+echo "reads at once; late: reads ahead still running when their batch was submitted; prod:"
+echo "the producer's own time per batch (enqueue + harvest), which bounds the step when ~ it"
 echo "$failed failed"
 } | tee -a "$log"
 [ "$failed" -eq 0 ]

@@ -55,6 +55,10 @@ struct peer {
 struct ts_result {
 	struct gdx_pipeline_stage_stats st[NSTAGES];	/* by ST_*; zero where absent */
 	struct gdx_pipeline_stats ps;
+	/* The load's storage reads on the file workers (file source only: have_reads). */
+	struct gdx_file_async_stats reads;
+	bool have_reads;
+	uint64_t submit_ns;	/* wall time of the submit loop */
 	uint64_t verified, mismatches;
 	int err;
 	char errtext[320];
@@ -734,7 +738,18 @@ static int run_once(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct ts
 		peers_stop(c, &pe);
 		return ret;
 	}
-	r->err = gdx_pipeline_run(p, c->o.batches);
+	r->reads.struct_size = sizeof(r->reads);
+	r->have_reads = !c->ctrl &&
+		!gdx_file_async_stats(c->data, &r->reads, GDX_FILE_STATS_RESET);
+	/* gdx_pipeline_run(), with the submit loop timed for the producer's figure. */
+	r->submit_ns = ts_now_ns();
+	for (unsigned b = 0; b < c->o.batches && !r->err; b++)
+		r->err = gdx_pipeline_submit(p, NULL, 0);
+	r->submit_ns = ts_now_ns() - r->submit_ns;
+	ret = gdx_pipeline_drain(p);
+	r->err = r->err && r->err != -ECANCELED ? r->err : ret;
+	if (r->have_reads)
+		gdx_file_async_stats(c->data, &r->reads, 0);
 	if (r->err)
 		gdx_pipeline_strerror(p, r->errtext, sizeof(r->errtext));
 	for (unsigned k = 0; k < NSTAGES; k++) {
@@ -917,12 +932,42 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 	return 0;
 }
 
+/* The producer's own time per batch: enqueueing and harvesting, its waits left out. */
+static double producer_us(const struct ts_result *r)
+{
+	uint64_t busy = r->submit_ns > r->ps.producer_wait_ns ?
+		r->submit_ns - r->ps.producer_wait_ns : 0;
+
+	return r->ps.submitted ? us(busy) / (double)r->ps.submitted : 0;
+}
+
+static double read_us(const struct ts_result *r)
+{
+	return r->reads.reads ? us(r->reads.read_ns) / (double)r->reads.reads : 0;
+}
+
 static void print_result(const char *what, const struct ts_result *r)
 {
 	printf("%s: %llu batches, step %.1f us, max stage %.1f us, efficiency %.3f, "
 	       "in flight <= %u, waits past the spin %llu\n", what,
 	       (unsigned long long)r->ps.completed, us(r->ps.step_ns), us(r->ps.max_stage_ns),
 	       r->ps.overlap, r->ps.inflight_max, (unsigned long long)r->ps.long_waits);
+	printf("  producer: %.1f us a batch of its own work (enqueue, harvest), %.1f us waiting\n",
+	       producer_us(r), r->ps.submitted ?
+	       us(r->ps.producer_wait_ns) / (double)r->ps.submitted : 0.0);
+	if (!r->have_reads)
+		return;
+	/*
+	 * The storage reads run on the file workers, off the load stage's
+	 * stream: the stage's time is the wait for the read and the copy.
+	 */
+	printf("  storage reads: %llu on the file workers, %.1f us each (max %.1f), busy %.1f us "
+	       "a read, up to %u at once; %llu of %llu early reads read ahead, %llu of those "
+	       "still running at submission\n", (unsigned long long)r->reads.reads, read_us(r),
+	       us(r->reads.max_read_ns), r->reads.reads ?
+	       us(r->reads.busy_ns) / (double)r->reads.reads : 0.0, r->reads.max_inflight,
+	       (unsigned long long)r->reads.ahead_hits, (unsigned long long)r->reads.early,
+	       (unsigned long long)r->reads.ahead_late);
 }
 
 int ts_main(int argc, char **argv, const struct ts_provider *prov)
@@ -1026,9 +1071,12 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 	for (unsigned k = 0; k < NSTAGES; k++)
 		printf(" %s_us=%.1f", stage_names[k], us(pipe_r.st[k].mean_ns));	/* 0: no such stage */
 	printf(" max_stage_us=%.1f serial_sum_us=%.1f serial_us=%.1f step_us=%.1f efficiency=%.3f"
-	       " long_waits=%llu mismatches=%llu\n", us(pipe_r.ps.max_stage_ns), serial_sum,
+	       " long_waits=%llu read_us=%.1f reads_at_once=%u reads_late=%llu producer_us=%.1f"
+	       " mismatches=%llu\n", us(pipe_r.ps.max_stage_ns), serial_sum,
 	       c.o.serial ? us(ser_r.ps.step_ns) : 0.0, us(pipe_r.ps.step_ns), pipe_r.ps.overlap,
-	       (unsigned long long)pipe_r.ps.long_waits,
+	       (unsigned long long)pipe_r.ps.long_waits, read_us(&pipe_r),
+	       pipe_r.reads.max_inflight, (unsigned long long)pipe_r.reads.ahead_late,
+	       producer_us(&pipe_r),
 	       (unsigned long long)(pipe_r.mismatches + (c.o.serial ? ser_r.mismatches : 0)));
 	if (pipe_r.mismatches || (c.o.serial && ser_r.mismatches))
 		ret = -EIO;

@@ -205,6 +205,29 @@ GDX_API int gdx_file_read_async_ex(struct gdx_file *f, void *buf, const size_t *
 				   const off_t *off, ssize_t *done, struct gdx_stream *s,
 				   unsigned flags);
 
+/*
+ * How the handle's stream-ordered reads ran on the driver's workers (plain,
+ * early and read ahead): the storage read each one paid, off the stream when
+ * early or ahead, and how far they overlapped.  busy_ns / reads is the time
+ * per read the workers delivered; below read_ns / reads when reads overlap,
+ * and it bounds the step of a loop that needs one read per step.
+ */
+struct gdx_file_async_stats {
+	size_t struct_size;	/* sizeof(struct gdx_file_async_stats) */
+	uint64_t reads;		/* finished on a worker */
+	uint64_t read_ns;	/* their summed time on the workers */
+	uint64_t max_read_ns;
+	uint64_t busy_ns;	/* wall time with at least one of them in flight */
+	unsigned max_inflight;	/* most of them in flight at once */
+	uint64_t early;		/* GDX_FILE_ASYNC_EARLY reads submitted */
+	uint64_t ahead_hits;	/* of those, taking over a read ahead of their range */
+	uint64_t ahead_late;	/* of the hits, read ahead not yet finished at submission */
+};
+/* Zero the figures after reading them (reads in flight stay counted as such). */
+#define GDX_FILE_STATS_RESET	0x1u
+GDX_API int gdx_file_async_stats(struct gdx_file *f, struct gdx_file_async_stats *st,
+				 unsigned flags);
+
 #ifdef __cplusplus
 }
 #endif

@@ -193,7 +193,13 @@ struct gdx_pipeline_stats {
 	size_t struct_size;
 	uint64_t submitted, completed;
 	unsigned inflight_max;	/* most batches in flight at once */
-	uint64_t producer_wait_ns;	/* time gdx_pipeline_submit spent blocked */
+	/*
+	 * Time gdx_pipeline_submit spent waiting for earlier batches (a ring
+	 * entry, a slot), not counting its own work: enqueueing, and reading
+	 * the harvested batches' times.  A producer that never waits is what
+	 * bounds the step.
+	 */
+	uint64_t producer_wait_ns;
 	/*
 	 * Steady-state step: mean time between consecutive batches leaving the
 	 * last stage, after the warm-up; 0 until two such batches are done.
@@ -270,19 +276,26 @@ struct gdx_pipeline_load_opts {
 	 */
 	uint64_t wrap;
 	unsigned flags;		/* GDX_PIPELINE_LOAD_* */
+	/*
+	 * Batches after the one submitted that the source is asked to prefetch
+	 * (their reads then run at once, on as many workers as the file layer
+	 * has); default (unsigned)-1: the pipeline's slot count.  0 prefetches
+	 * nothing; at most GDX_PIPELINE_LOAD_READ_AHEAD_MAX.
+	 */
+	unsigned read_ahead;
 };
 /*
  * Read each batch as the source is when the stream reaches the load, not
  * ahead of it.  By default a source may start its storage read when the batch
- * is submitted, and the stage asks it to prefetch the next
- * GDX_PIPELINE_LOAD_READ_AHEAD batches then (the file source does both:
- * gdx_file_read_async_ex with GDX_FILE_ASYNC_EARLY, and reads ahead into
- * pinned staging); the data still reaches the slot's buffer in stream order.
- * Set this when an earlier stage or anyone else may change the data of a
- * batch after it (or the batch before it) was submitted.
+ * is submitted, and the stage asks it to prefetch the next read_ahead batches
+ * then (the file source does both: gdx_file_read_async_ex with
+ * GDX_FILE_ASYNC_EARLY, and reads ahead into pinned staging); the data still
+ * reaches the slot's buffer in stream order.  Set this when an earlier stage
+ * or anyone else may change the data of a batch after it (or the read_ahead
+ * batches before it) was submitted.
  */
-#define GDX_PIPELINE_LOAD_READ_AHEAD	2
 #define GDX_PIPELINE_LOAD_IN_ORDER	0x1u
+#define GDX_PIPELINE_LOAD_READ_AHEAD_MAX	16u
 GDX_API void gdx_pipeline_load_opts_init(struct gdx_pipeline_load_opts *o, size_t struct_size);
 /*
  * Adds a device stage that reads each batch into its slot's buffer from src.

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 struct gdx_file;
+struct gdx_file_driver;
 
 /*
  * Starts reading [off, off + len) of f into pinned staging on a driver
@@ -20,5 +21,11 @@ struct gdx_file;
 int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off);
 /* Waits until every read ahead on f has finished; returns how many are unclaimed. */
 unsigned gdx_file_ahead_wait(struct gdx_file *f);
+/*
+ * Tests: fn(arg) runs on the worker as each stream-ordered read of the
+ * driver's handles starts, already counted in flight; NULL removes it.  Set
+ * while no such read is in flight.
+ */
+void gdx_file_set_read_hook(struct gdx_file_driver *drv, void (*fn)(void *arg), void *arg);
 
 #endif

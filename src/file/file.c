@@ -1335,7 +1335,74 @@ static bool ahead_claim(struct gdx_file *f, off_t off, size_t len, ssize_t *done
 	pthread_mutex_unlock(&drv->gate_lock);
 	if (finished)
 		free(e);
+	if (e) {
+		pthread_mutex_lock(&f->info_lock);
+		f->astats.early++;
+		f->astats.ahead_hits++;
+		f->astats.ahead_late += !finished;
+		pthread_mutex_unlock(&f->info_lock);
+	}
 	return e != NULL;
+}
+
+/* A stream-ordered read starts on a worker: counted in flight, then the test hook. */
+static uint64_t read_begin(struct gdx_file *f)
+{
+	struct gdx_file_async_stats *st = &f->astats;
+	uint64_t now = gdx_now_ns();
+	void (*hook)(void *) = f->drv->read_hook;
+
+	pthread_mutex_lock(&f->info_lock);
+	if (!f->ainflight++)
+		f->abusy_since = now;
+	st->max_inflight = GDX_MAX(st->max_inflight, f->ainflight);
+	pthread_mutex_unlock(&f->info_lock);
+	if (hook)
+		hook(f->drv->read_hook_arg);
+	return now;
+}
+
+static void read_end(struct gdx_file *f, uint64_t t0)
+{
+	struct gdx_file_async_stats *st = &f->astats;
+	uint64_t now = gdx_now_ns();
+
+	pthread_mutex_lock(&f->info_lock);
+	st->reads++;
+	st->read_ns += now - t0;
+	st->max_read_ns = GDX_MAX(st->max_read_ns, now - t0);
+	if (!--f->ainflight)
+		st->busy_ns += now - f->abusy_since;
+	pthread_mutex_unlock(&f->info_lock);
+}
+
+GDX_API int gdx_file_async_stats(struct gdx_file *f, struct gdx_file_async_stats *st,
+				 unsigned flags)
+{
+	struct gdx_file_async_stats cur;
+	uint64_t now = gdx_now_ns();
+
+	if (!f || !st || st->struct_size < sizeof(size_t) || (flags & ~GDX_FILE_STATS_RESET))
+		return -EINVAL;
+	pthread_mutex_lock(&f->info_lock);
+	cur = f->astats;
+	if (f->ainflight)	/* the busy time so far, as if the reads in flight ended now */
+		cur.busy_ns += now - f->abusy_since;
+	if (flags & GDX_FILE_STATS_RESET) {
+		memset(&f->astats, 0, sizeof(f->astats));
+		f->astats.max_inflight = f->ainflight;
+		f->abusy_since = now;
+	}
+	pthread_mutex_unlock(&f->info_lock);
+	cur.struct_size = GDX_MIN(st->struct_size, sizeof(cur));
+	memcpy(st, &cur, cur.struct_size);
+	return 0;
+}
+
+void gdx_file_set_read_hook(struct gdx_file_driver *drv, void (*fn)(void *arg), void *arg)
+{
+	drv->read_hook_arg = arg;
+	drv->read_hook = fn;
 }
 
 /*
@@ -1349,7 +1416,12 @@ static void async_job(void *arg)
 	struct gdx_file_driver *drv = a->f->drv;
 	size_t n = a->early ? a->n : *a->size;
 	off_t off = a->early ? a->o : *a->off;
+	bool rd = a->op == GDX_FILE_READ;
+	uint64_t t0 = rd ? read_begin(a->f) : 0;
 	ssize_t ret = n > a->max ? -EINVAL : rw(a->f, a->op, a->buf, n, off, NULL);
+
+	if (rd)
+		read_end(a->f, t0);
 
 	if (a->ahead)
 		ahead_finish(drv, a->ahead, ret);
@@ -1424,6 +1496,11 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 			!atomic_load(&drv->writes_pending[f->wbucket]);
 		if (early && ahead_claim(f, *off, max, done, &st, &gate, &value))
 			goto wait;
+		if (early) {
+			pthread_mutex_lock(&f->info_lock);
+			f->astats.early++;
+			pthread_mutex_unlock(&f->info_lock);
+		}
 		if (attrs.kind == GDX_MEM_DEVICE || attrs.kind == GDX_MEM_MANAGED) {
 			ret = stage_get(drv, max, &st);
 			if (ret)

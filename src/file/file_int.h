@@ -77,6 +77,9 @@ struct gdx_file_driver {
 	pthread_cond_t ahead_cond;	/* an entry's read finished */
 	_Atomic unsigned handles;
 	_Atomic uint64_t next_id;
+	/* Tests: runs on the worker as each stream-ordered read starts (ahead.h). */
+	void (*read_hook)(void *arg);
+	void *read_hook_arg;
 	/* Reported by gdx_stats_dump_json under "file.N". */
 	struct gdx_counter ctr[GDX_FILE_CTR_COUNT];
 	struct gdx_stats *stats;
@@ -100,6 +103,10 @@ struct gdx_file {
 	struct gdx_file_io_info last;
 	uint64_t bytes[GDX_FILE_PATH_COUNT];
 	bool any_io;
+	/* Its reads on the workers (gdx_file_async_stats), under info_lock. */
+	struct gdx_file_async_stats astats;
+	unsigned ainflight;
+	uint64_t abusy_since;
 };
 
 extern const struct gdx_file_backend_ops gdx_file_cufile_ops;

@@ -23,6 +23,7 @@ struct load {
 	uint64_t offset, stride, wrap;
 	size_t bytes;
 	unsigned flags;
+	unsigned read_ahead;
 	uint64_t next_ahead;	/* first batch not yet prefetched */
 	size_t priv_off;	/* of the source's bytes in the job's scratch */
 };
@@ -56,10 +57,16 @@ static int load_enqueue(const struct gdx_pipeline_job *job, struct gdx_stream *s
 	/* One thread feeds the stage's stream, batches in order: next_ahead needs no lock. */
 	if (ret || !l->src.prefetch || (l->flags & GDX_PIPELINE_LOAD_IN_ORDER))
 		return ret;
+	/*
+	 * Each read then starts read_ahead batches before its own is submitted:
+	 * it may take that many steps, on one of the file layer's workers while
+	 * the reads of the batches around it run on others, before its stream
+	 * has to wait for it.
+	 */
 	for (uint64_t b = GDX_MAX(job->batch + 1, l->next_ahead);
-	     b <= job->batch + GDX_PIPELINE_LOAD_READ_AHEAD; b++)
+	     b <= job->batch + l->read_ahead; b++)
 		l->src.prefetch(l->src.ctx, load_offset(l, b), l->bytes);
-	l->next_ahead = job->batch + GDX_PIPELINE_LOAD_READ_AHEAD + 1;
+	l->next_ahead = GDX_MAX(l->next_ahead, job->batch + l->read_ahead + 1);
 	return 0;
 }
 
@@ -96,8 +103,14 @@ static void load_fini(void *arg)
 
 void gdx_pipeline_load_opts_init(struct gdx_pipeline_load_opts *o, size_t struct_size)
 {
+	struct gdx_pipeline_load_opts def = {
+		.struct_size = sizeof(def),
+		.read_ahead = (unsigned)-1,
+	};
+
 	memset(o, 0, struct_size);
-	o->struct_size = GDX_MIN(struct_size, sizeof(*o));
+	memcpy(o, &def, GDX_MIN(struct_size, sizeof(def)));
+	o->struct_size = GDX_MIN(struct_size, sizeof(def));
 }
 
 int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_source *src,
@@ -126,6 +139,10 @@ int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_sour
 		goto release;
 	if (!opts.stride)
 		opts.stride = opts.batch_bytes;
+	if (opts.read_ahead == (unsigned)-1)
+		opts.read_ahead = GDX_MIN(gdx_pipeline_nslots(p), GDX_PIPELINE_LOAD_READ_AHEAD_MAX);
+	if (opts.read_ahead > GDX_PIPELINE_LOAD_READ_AHEAD_MAX)
+		goto release;
 	l = calloc(1, sizeof(*l));
 	if (!l) {
 		ret = -ENOMEM;
@@ -139,6 +156,7 @@ int gdx_pipeline_add_load(struct gdx_pipeline *p, const struct gdx_pipeline_sour
 	l->wrap = opts.wrap;
 	l->bytes = opts.batch_bytes;
 	l->flags = opts.flags;
+	l->read_ahead = opts.read_ahead;
 	l->priv_off = GDX_ALIGN_UP(sizeof(struct gdx_pipeline_read), (size_t)16);
 
 	gdx_stage_desc_init(&d, sizeof(d));

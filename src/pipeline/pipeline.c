@@ -739,11 +739,15 @@ static int wait_done(struct gdx_pipeline *p, struct job *j, bool nowait)
 	return 0;
 }
 
-static int harvest_one(struct gdx_pipeline *p, bool nowait)
+/* waited: where to add the time spent waiting for the batch (not its harvest), or NULL. */
+static int harvest_one(struct gdx_pipeline *p, bool nowait, uint64_t *waited)
 {
 	struct job *j = &p->jobs[p->harvested % p->nring];
+	uint64_t t = waited ? gdx_now_ns() : 0;
 	int ret = wait_done(p, j, nowait);
 
+	if (waited)
+		*waited += gdx_now_ns() - t;
 	if (ret)
 		return ret;
 	run_checks(p, j, p->nstages);
@@ -768,7 +772,7 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 {
 	bool nowait = flags & GDX_PIPELINE_NOWAIT;
 	struct gdx_event *wait0 = NULL;
-	uint64_t b = p->submitted, t = 0;
+	uint64_t b = p->submitted, waited = 0;
 	struct job *j;
 	int ret;
 
@@ -786,9 +790,7 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 	}
 	/* Back-pressure: the ring entry must be free, i.e. batch b - R harvested. */
 	while (p->harvested + p->nring <= b) {
-		if (!t && !nowait)
-			t = gdx_now_ns();
-		ret = harvest_one(p, nowait);
+		ret = harvest_one(p, nowait, nowait ? NULL : &waited);
 		if (ret)
 			return ret;
 	}
@@ -798,12 +800,13 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 	 */
 	if (b >= p->nslots && !p->released_word) {
 		struct job *prev = &p->jobs[(b - p->nslots) % p->nring];
+		uint64_t t = gdx_now_ns();
 
-		if (!t && !nowait)
-			t = gdx_now_ns();
 		wait_released_locked(p, prev, nowait);
 		ret = prev->released ? 0 : -EAGAIN;
 		pthread_mutex_unlock(&p->lock);
+		if (!nowait)
+			waited += gdx_now_ns() - t;
 		if (ret)
 			return ret;
 		if (is_dev(p, p->nstages - 1) && prev->recorded[p->nstages - 1])
@@ -814,7 +817,7 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 		return ret;
 
 	/* Collect what is already done, so the figures and in-flight count stay current. */
-	while (p->harvested < b && harvest_one(p, true) == 0)
+	while (p->harvested < b && harvest_one(p, true, NULL) == 0)
 		;
 
 	j = &p->jobs[b % p->nring];
@@ -841,8 +844,7 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 	}
 	pthread_mutex_lock(&p->lock);
 	p->submitted++;
-	if (t)
-		p->producer_wait_ns += gdx_now_ns() - t;
+	p->producer_wait_ns += waited;
 	p->inflight_max = GDX_MAX(p->inflight_max, (unsigned)(p->submitted - p->harvested));
 	pthread_mutex_unlock(&p->lock);
 	advance(p, j, 0, wait0);
@@ -869,7 +871,7 @@ int gdx_pipeline_drain(struct gdx_pipeline *p)
 		return -EINVAL;
 	pthread_mutex_lock(&p->submit_lock);
 	while (p->harvested < p->submitted)
-		harvest_one(p, false);
+		harvest_one(p, false, NULL);
 	/*
 	 * After a failure, stages may have been skipped while earlier device
 	 * work of the same batch still runs: wait for all of it.

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -926,6 +927,94 @@ static void read_ahead(void **state)
 	gdx_pinned_free(dev, h);
 }
 
+/* Holds each read until two have started: returns only if two run at once, else gives up. */
+struct meet {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned in;
+	bool met, gave_up;
+};
+
+static void meet_hook(void *arg)
+{
+	struct meet *m = arg;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&m->lock);
+	if (++m->in >= 2) {
+		m->met = true;
+		pthread_cond_broadcast(&m->cond);
+	}
+	while (!m->met && !m->gave_up)
+		m->gave_up = pthread_cond_timedwait(&m->cond, &m->lock, &ts) == ETIMEDOUT;
+	pthread_mutex_unlock(&m->lock);
+}
+
+/*
+ * Reads ahead of different ranges run on different workers at once, and the
+ * handle's figures say how its reads ran.
+ */
+static void read_ahead_concurrent(void **state)
+{
+	struct gdx_file *f = open_path(shm_path, O_RDONLY, 0, NULL);
+	struct meet m = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false, false };
+	struct gdx_file_async_stats as = { .struct_size = sizeof(as) };
+	struct gdx_stream *s;
+	unsigned char *h;
+	ssize_t done[3];
+	size_t size = 65536;
+	off_t off[3];
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_file_async_stats(NULL, &as, 0), -EINVAL);
+	assert_int_equal(gdx_file_async_stats(f, NULL, 0), -EINVAL);
+	assert_int_equal(gdx_file_async_stats(f, &as, 0x80), -EINVAL);
+	as.struct_size = 0;
+	assert_int_equal(gdx_file_async_stats(f, &as, 0), -EINVAL);
+	as.struct_size = sizeof(as);
+	assert_int_equal(gdx_file_async_stats(f, &as, 0), 0);
+	assert_int_equal(as.reads, 0);
+	assert_int_equal(gdx_pinned_alloc(dev, 3 * size, (void **)&h), 0);
+	assert_int_equal(gdx_device_malloc(dev, 3 * size, &d), 0);
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+
+	gdx_file_set_read_hook(drv, meet_hook, &m);
+	assert_int_equal(gdx_file_read_ahead(f, size, 0), 0);
+	assert_int_equal(gdx_file_read_ahead(f, size, 100000), 0);
+	assert_int_equal(gdx_file_ahead_wait(f), 2);
+	gdx_file_set_read_hook(drv, NULL, NULL);
+	assert_false(m.gave_up);
+	assert_true(m.met);
+	for (int i = 0; i < 3; i++) {
+		off[i] = i == 2 ? 200000 : i * 100000;
+		assert_int_equal(gdx_file_read_async_ex(f, (char *)d + i * size, &size, &off[i],
+							&done[i], s, GDX_FILE_ASYNC_EARLY), 0);
+	}
+	assert_int_equal(gdx_memcpy_async(dev, h, d, 3 * size, s), 0);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(done[i], (ssize_t)size);
+		assert_memory_equal(h + i * size, ref + off[i], size);
+	}
+	assert_int_equal(gdx_file_async_stats(f, &as, GDX_FILE_STATS_RESET), 0);
+	assert_int_equal(as.reads, 3);
+	assert_true(as.max_inflight >= 2);
+	assert_int_equal(as.early, 3);
+	assert_int_equal(as.ahead_hits, 2);
+	assert_int_equal(as.ahead_late, 0);
+	assert_true(as.busy_ns > 0 && as.busy_ns <= as.read_ns);
+	assert_int_equal(gdx_file_async_stats(f, &as, 0), 0);
+	assert_int_equal(as.reads, 0);
+	assert_int_equal(as.busy_ns, 0);
+	gdx_stream_destroy(s);
+	gdx_file_close(f);
+	gdx_device_free(dev, d);
+	gdx_pinned_free(dev, h);
+}
+
 static void errors(void **state)
 {
 	struct gdx_file_opts o;
@@ -1154,6 +1243,7 @@ int main(void)
 		cmocka_unit_test(stream_ordered),
 		cmocka_unit_test(stream_ordered_early),
 		cmocka_unit_test(read_ahead),
+		cmocka_unit_test(read_ahead_concurrent),
 		cmocka_unit_test(errors),
 		cmocka_unit_test(enospc),
 		cmocka_unit_test(buf_register),

@@ -25,6 +25,7 @@
 #include <gdx/pipeline.h>
 
 #include "common/config.h"
+#include "file/ahead.h"
 #include "common/util.h"
 
 #define NB_MAX 48
@@ -831,10 +832,41 @@ static struct tctx *make_file_load(struct gdx_file *f, const struct gdx_pipeline
 	return t;
 }
 
+/*
+ * A file read hook that holds each read until `want` reads have started: it
+ * returns only if that many run at once (on as many workers), else it gives
+ * up after 10 s and says so.
+ */
+struct meet {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned in, want;
+	bool met, gave_up;
+};
+
+static void meet_hook(void *arg)
+{
+	struct meet *m = arg;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&m->lock);
+	if (++m->in >= m->want) {
+		m->met = true;
+		pthread_cond_broadcast(&m->cond);
+	}
+	while (!m->met && !m->gave_up)
+		m->gave_up = pthread_cond_timedwait(&m->cond, &m->lock, &ts) == ETIMEDOUT;
+	pthread_mutex_unlock(&m->lock);
+}
+
 static void file_load(void **state)
 {
 	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	const size_t len = (size_t)10 * SZ + 100;
+	struct meet m = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2, false, false };
+	struct gdx_file_async_stats as = { .struct_size = sizeof(as) };
 	struct gdx_file_driver *drv;
 	struct gdx_file_io_info info;
 	struct gdx_pipeline_load_opts lo;
@@ -857,16 +889,58 @@ static void file_load(void **state)
 	assert_int_equal(gdx_file_driver_open(dev, NULL, &drv), 0);
 	assert_int_equal(gdx_file_open_fd(drv, fd, NULL, &f), 0);
 
-	/* Ten whole batches, then again from the start: 25 batches in all. */
+	/*
+	 * Ten whole batches, then again from the start: 25 batches in all.
+	 * Batch 0 reads early, and the next read_ahead (the 3 slots) batches
+	 * are read ahead at once: the hook holds the first read until a second
+	 * one runs beside it.  Every later batch takes over its read ahead, and
+	 * the last batch's reads ahead (25..27) are never claimed.
+	 */
 	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
+	assert_int_equal(lo.read_ahead, (unsigned)-1);
 	lo.wrap = (uint64_t)10 * SZ;
+	gdx_file_set_read_hook(drv, meet_hook, &m);
+	assert_int_equal(gdx_file_async_stats(f, &as, GDX_FILE_STATS_RESET), 0);
 	t = make_file_load(f, &lo);
 	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
 	for (uint64_t b = 0; b < 25; b++)
 		assert_int_equal(t->got[b], t->want[b % 10]);
 	destroy(t);
+	assert_int_equal(gdx_file_ahead_wait(f), 3);
+	gdx_file_set_read_hook(drv, NULL, NULL);
+	assert_false(m.gave_up);
+	assert_true(m.met);
+	assert_int_equal(gdx_file_async_stats(f, &as, GDX_FILE_STATS_RESET), 0);
+	assert_int_equal(as.reads, 28);
+	assert_true(as.max_inflight >= 2);
+	assert_int_equal(as.early, 25);
+	assert_int_equal(as.ahead_hits, 24);
+	assert_true(as.ahead_late <= as.ahead_hits);
+	assert_true(as.busy_ns > 0 && as.busy_ns <= as.read_ns);
+	assert_true(as.max_read_ns > 0 && as.max_read_ns <= as.read_ns);
 	assert_int_equal(gdx_file_info(f, &info), 0);
-	print_message("file load took path %s: %s\n", gdx_file_path_name(info.path), info.why);
+	print_message("file load took path %s: %s; %u reads in flight at most, %llu of 24 "
+		      "reads ahead not done at their batch's submission\n",
+		      gdx_file_path_name(info.path), info.why, as.max_inflight,
+		      (unsigned long long)as.ahead_late);
+
+	/*
+	 * Without reads ahead every batch reads early, on its own, but for
+	 * batches 5..7, whose ranges are those the run before read ahead for
+	 * its batches 25..27: they take those over.
+	 */
+	lo.read_ahead = 0;
+	t = make_file_load(f, &lo);
+	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
+	for (uint64_t b = 0; b < 25; b++)
+		assert_int_equal(t->got[b], t->want[b % 10]);
+	destroy(t);
+	assert_int_equal(gdx_file_ahead_wait(f), 0);
+	assert_int_equal(gdx_file_async_stats(f, &as, GDX_FILE_STATS_RESET), 0);
+	assert_int_equal(as.reads, 22);
+	assert_int_equal(as.early, 25);
+	assert_int_equal(as.ahead_hits, 3);
+	lo.read_ahead = (unsigned)-1;
 
 	/* The same, each read started when the stream reaches the load. */
 	lo.flags = GDX_PIPELINE_LOAD_IN_ORDER;
@@ -875,6 +949,9 @@ static void file_load(void **state)
 	for (uint64_t b = 0; b < 25; b++)
 		assert_int_equal(t->got[b], t->want[b % 10]);
 	destroy(t);
+	assert_int_equal(gdx_file_async_stats(f, &as, 0), 0);
+	assert_int_equal(as.reads, 25);
+	assert_int_equal(as.early, 0);
 
 	/* Without wrap, batch 10 ends 16284 bytes past the end of the file. */
 	t = make_file_load(f, NULL);
@@ -1173,6 +1250,11 @@ static void bad_input(void **state)
 	assert_true(m.released);
 	lo.batch_bytes = 0;
 	lo.flags = 0x80;	/* unknown */
+	m.released = false;
+	assert_int_equal(gdx_pipeline_add_load(p, &src, &lo), -EINVAL);
+	assert_true(m.released);
+	lo.flags = 0;
+	lo.read_ahead = GDX_PIPELINE_LOAD_READ_AHEAD_MAX + 1;
 	m.released = false;
 	assert_int_equal(gdx_pipeline_add_load(p, &src, &lo), -EINVAL);
 	assert_true(m.released);
