@@ -147,6 +147,9 @@ for T in 50 100 500 1000 5000 50000; do
 	v=1; [ "$T" -lt 1000 ] && v=32
 	run "sweep-$T" $((T / 2)) "$T" $((T * 3 / 10)) 4 "$n" "$v"
 done
+# The 50 us rows with reads ahead 2 deep (before they went as deep as the slots).
+run devonly-50-ra2 25 50 0 3 2000 0 "--send none --read-ahead 2"
+run sweep-50-ra2 25 50 15 4 2000 32 "--read-ahead 2"
 # The 50 us step again with the pipeline's threads sleeping whenever they wait
 # (pipeline.spin_us 0), and with the file workers sleeping as well.
 export GDX_PIPELINE_SPIN_US=0

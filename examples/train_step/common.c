@@ -35,6 +35,7 @@ struct ts_opts {
 	size_t in_bytes, out_bytes;
 	uint64_t data_bytes;
 	unsigned batches, slots, ahead, verify_every, warmup;
+	unsigned read_ahead;	/* batches the file source reads ahead; -1: the slots */
 	double load_us, compute_us, send_us, spin_us;
 	bool serial, load_in_order;
 };
@@ -657,6 +658,7 @@ static int build(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct gdx_p
 	lo.wrap = c->wrap;
 	if (c->o.load_in_order)
 		lo.flags |= GDX_PIPELINE_LOAD_IN_ORDER;
+	lo.read_ahead = c->o.read_ahead;
 	if (!ret && gdx_pipeline_add_load(p, &src, &lo) < 0)
 		ret = -EINVAL;
 
@@ -835,6 +837,8 @@ static void usage(FILE *f)
 		"                       namespace by a gdx target on loopback (default file)\n"
 		"  --load-in-order      start each file read when the stream reaches the load, not\n"
 		"                       when the batch is submitted (GDX_PIPELINE_LOAD_IN_ORDER)\n"
+		"  --read-ahead N       batches whose file reads start ahead, on the file workers\n"
+		"                       at once (default the slots; 0: each at its batch's submission)\n"
 		"  --batch-bytes N      input per batch, loaded into GPU memory (default 1M)\n"
 		"  --out-bytes N        result per batch, sent (default 64K)\n"
 		"  --batches N          (default 200)\n"
@@ -883,6 +887,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		{ "send", 1, NULL, 'x' }, { "verify-every", 1, NULL, 'v' },
 		{ "warmup", 1, NULL, 'w' }, { "serial", 0, NULL, 'z' },
 		{ "load", 1, NULL, 'l' }, { "load-in-order", 0, NULL, 'I' },
+		{ "read-ahead", 1, NULL, 'R' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	static char data_path[512];
@@ -894,6 +899,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 	*o = (struct ts_opts){
 		.data = data_path, .send = "tcp", .load = "file", .in_bytes = 1 << 20, .out_bytes = 64 << 10,
 		.data_bytes = 64ull << 20, .batches = 200, .slots = 3, .ahead = (unsigned)-1,
+		.read_ahead = (unsigned)-1,
 		.verify_every = 1, .warmup = 8, .compute_us = 100,
 	};
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -918,6 +924,10 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		case 'P': o->spin_us = atof(optarg); break;
 		case 'z': o->serial = true; break;
 		case 'I': o->load_in_order = true; break;
+		case 'R':
+			o->read_ahead = (unsigned)strtoul(optarg, NULL, 0);
+			bad = o->read_ahead > GDX_PIPELINE_LOAD_READ_AHEAD_MAX;
+			break;
 		case 'h': usage(stdout); exit(0);
 		default: return -EINVAL;
 		}
