@@ -150,6 +150,11 @@ done
 # The 50 us rows with reads ahead 2 deep (before they went as deep as the slots).
 run devonly-50-ra2 25 50 0 3 2000 0 "--send none --read-ahead 2"
 run sweep-50-ra2 25 50 15 4 2000 32 "--read-ahead 2"
+# And with the threads polling device events back to back (pipeline.poll_ns 0, as before).
+export GDX_PIPELINE_POLL_NS=0
+run devonly-50-poll0 25 50 0 3 2000 0 "--send none"
+run sweep-50-poll0 25 50 15 4 2000 32
+unset GDX_PIPELINE_POLL_NS
 # The 50 us step again with the pipeline's threads sleeping whenever they wait
 # (pipeline.spin_us 0), and with the file workers sleeping as well.
 export GDX_PIPELINE_SPIN_US=0

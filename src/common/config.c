@@ -113,6 +113,9 @@ static struct knob knobs[] = {
 	KNOB("pipeline.spin_us", K_INT, "200",
 	     "microseconds a pipeline thread (producer, host stage) polls for its next batch or "
 	     "event before it sleeps", .min = 0, .max = 100000),
+	KNOB("pipeline.poll_ns", K_INT, "1000",
+	     "least nanoseconds between two queries of a device event by a polling pipeline thread",
+	     .min = 0, .max = 1000000),
 	KNOB("xport.tcp_zerocopy", K_BOOL, "1",
 	     "tcp transport: send large host payloads with MSG_ZEROCOPY where the kernel has it"),
 	KNOB("nvmf.host.queues", K_INT, "0",

@@ -110,6 +110,7 @@ struct gdx_pipeline {
 	struct job *jobs;
 	bool started;
 	uint64_t spin_ns;
+	uint64_t poll_ns;	/* least time between two queries of a device event */
 	/*
 	 * Pinned: batches that have left a host last stage (low 32 bits), for
 	 * a device first stage's stream to wait on; NULL in other shapes.
@@ -159,22 +160,33 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Polls ready(arg) for up to p->spin_ns; true once it holds. */
-static bool spin_for(struct gdx_pipeline *p, bool (*ready)(void *), void *arg)
+/*
+ * Polls ready(arg) for up to p->spin_ns, at most once per gap_ns; true once
+ * it holds.  A gap keeps a thread polling a device event from calling into
+ * the driver back to back, where it competes for the driver's locks with the
+ * producer's enqueues.
+ */
+static bool spin_for(struct gdx_pipeline *p, bool (*ready)(void *), void *arg, uint64_t gap_ns)
 {
-	uint64_t until;
+	uint64_t now, until, next;
 
 	if (ready(arg))
 		return true;
 	if (!p->spin_ns)
 		return false;
-	until = gdx_now_ns() + p->spin_ns;
-	for (unsigned i = 1;; i++) {
-		if (ready(arg))
-			return true;
-		if ((i & 15) == 0 && gdx_now_ns() >= until)
-			return false;
+	now = gdx_now_ns();
+	until = now + p->spin_ns;
+	next = now + gap_ns;
+	for (;;) {
 		cpu_relax();
+		now = gdx_now_ns();
+		if (now >= next) {
+			if (ready(arg))
+				return true;
+			next = now + gap_ns;
+		}
+		if (now >= until)
+			return false;
 	}
 }
 
@@ -186,7 +198,7 @@ static bool job_released(void *arg)
 /* Waits (p->lock held on return) until j is released, or only polls with nowait. */
 static void wait_released_locked(struct gdx_pipeline *p, struct job *j, bool nowait)
 {
-	if (!nowait && !spin_for(p, job_released, j))
+	if (!nowait && !spin_for(p, job_released, j, 0))
 		atomic_fetch_add(&p->long_waits, 1);
 	pthread_mutex_lock(&p->lock);
 	while (!j->released && !nowait)
@@ -211,7 +223,7 @@ static int wait_event(struct gdx_pipeline *p, struct gdx_event *e)
 {
 	struct ev_poll ep = { e, 0 };
 
-	if (spin_for(p, event_done, &ep))
+	if (spin_for(p, event_done, &ep, p->poll_ns))
 		return ep.ret;
 	atomic_fetch_add(&p->long_waits, 1);
 	return gdx_event_synchronize(e);
@@ -423,7 +435,7 @@ static void *host_stage_main(void *arg)
 		uint64_t t;
 		int ret;
 
-		if (!spin_for(p, queue_ready, st))
+		if (!spin_for(p, queue_ready, st, 0))
 			atomic_fetch_add(&p->long_waits, 1);
 		pthread_mutex_lock(&st->qlock);
 		while (!st->qcount && !st->quit)
@@ -498,6 +510,7 @@ int gdx_pipeline_create(struct gdx_device *dev, const struct gdx_pipeline_opts *
 	p->warmup_opt = opts.warmup;
 	p->slot_bytes = opts.slot_bytes;
 	p->spin_ns = (uint64_t)opts.spin_us * 1000;
+	p->poll_ns = (uint64_t)gdx_cfg_int("pipeline.poll_ns");
 	pthread_mutex_init(&p->submit_lock, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
