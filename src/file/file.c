@@ -1422,7 +1422,6 @@ static void async_job(void *arg)
 
 	if (rd)
 		read_end(a->f, t0);
-
 	if (a->ahead)
 		ahead_finish(drv, a->ahead, ret);
 	else	/* an early read's caller may look at *done before its stream gets there */
