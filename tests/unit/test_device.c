@@ -457,7 +457,8 @@ static void batched_copies(void **state)
  * through the gather kernel (up to 64 per launch), the rest to the copy
  * engine, and the result must be that of copying them one after another:
  * first laid out apart (long runs for the kernel), then at random places
- * that overlap, where a later piece must win wherever it lands.
+ * that overlap, where a later piece must win wherever it lands; then again
+ * after the sources were rewritten in place (no stale bytes may land).
  */
 static void gathered_copies(void **state)
 {
@@ -487,8 +488,13 @@ static void gathered_copies(void **state)
 	assert_int_equal(gdx_host_register(dev, src[1], SRC, 0), 0);
 	for (int k = 0; k < 3; k++)
 		t_fill(src[k], SRC, seed + (uint64_t)k);
-	for (int round = 0; round < 2; round++) {
+	for (int round = 0; round < 3; round++) {
 		size_t at = 0;
+
+		/* new bytes at the same host addresses: what a reused ring sees */
+		if (round == 2)
+			for (int k = 0; k < 3; k++)
+				t_fill(src[k], SRC, seed + 7 + (uint64_t)k);
 
 		memset(mirror, 0xa5, DST);
 		assert_int_equal(gdx_memset_async(dev, d, 0xa5, DST, s), 0);
@@ -505,7 +511,7 @@ static void gathered_copies(void **state)
 			}
 			soff = (r >> 12 & 1) ? GDX_T_ALIGN((r >> 24) % (SRC - len), 16) :
 			       (r >> 24) % (SRC - len);
-			if (round == 0 && at + len <= DST) {
+			if (round != 1 && at + len <= DST) {
 				doff = at;
 				at = GDX_T_ALIGN(at + len + (r >> 40) % 3 * 7, (r >> 13 & 1) ? 16 : 1);
 			} else {
