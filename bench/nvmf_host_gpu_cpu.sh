@@ -9,7 +9,7 @@
 # GDX as for bench/nvmf_host_gpu.sh (default .carry/cuda/tools/gdx/gdx).  Starts the
 # gdx target with a RAM namespace on 127.0.0.1, then for each setting runs `gdx bench
 # nvmf-host` at depth 128 (2 s, then 128 KiB reads at depth 64) and samples
-# /proc/PID/task/*/stat for one second inside the depth-128 point: per line the
+# /proc/PID/task/*/stat for 0.9 s inside the depth-128 point: per line the
 # IOPS, the ratio to host memory with as many queues, the CPU of the bench process
 # (threads over 20% by name, with their count) and of the target, and the device
 # calls per command.  A receiver near 100% is bound by its own work (driver calls
@@ -54,9 +54,9 @@ run() {
 		-m "$mem" --queues "$q" --qd 128 --bw-qd 64 --no-tcp --json >"$O/cpu.$tag.log" \
 		2>"$O/cpu.$tag.err" &
 	bp=$!
-	sleep 0.7
+	sleep 1.0
 	ticks $bp >"$O/cpu.t0"; ticks $tpid >"$O/cpu.u0"; s0=$(date +%s.%N)
-	sleep 1
+	sleep 0.9
 	ticks $bp >"$O/cpu.t1"; ticks $tpid >"$O/cpu.u1"; s1=$(date +%s.%N)
 	wait $bp
 	dt=$(awk "BEGIN { print $s1 - $s0 }")
