@@ -92,7 +92,7 @@ GDX_API int gdx_file_buf_deregister(struct gdx_file_driver *drv, void *buf);
 
 #define GDX_FILE_REQUIRE_DIRECT	0x1u	/* strict mode for this handle */
 #define GDX_FILE_NO_ODIRECT	0x2u	/* never open the file with O_DIRECT */
-#define GDX_FILE_NO_PAGECACHE	0x4u	/* never copy out of the page cache */
+#define GDX_FILE_NO_PAGECACHE	0x4u	/* never register page-cache pages with the device */
 
 struct gdx_file_opts {
 	size_t struct_size;	/* sizeof(struct gdx_file_opts) */

@@ -49,7 +49,8 @@
 
 struct ur_ctx;
 
-enum ur_pool { POOL_SEQ, POOL_BATCH, POOL_COUNT };
+/* Single I/Os, the workers of split I/Os and batches each tune their own contexts. */
+enum ur_pool { POOL_SEQ, POOL_SPLIT, POOL_BATCH, POOL_COUNT };
 
 struct ur_drv {
 	struct gdx_device *dev;
@@ -178,14 +179,18 @@ static int ctx_create(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 	c->pool = pool;
 	c->ring.ring_fd = -1;
 	pthread_mutex_init(&c->ftab_lock, NULL);
+	c->nstreams = (unsigned)gdx_cfg_int("file.streams");
 	if (pool == POOL_BATCH) {
 		c->nslots = (unsigned)gdx_cfg_int("file.batch_depth");
 		c->chunk = GDX_ALIGN_UP(gdx_cfg_size("file.batch_chunk"), (size_t)PG);
+	} else if (pool == POOL_SPLIT) {
+		c->nslots = (unsigned)gdx_cfg_int("file.split_depth");
+		c->chunk = GDX_ALIGN_UP(gdx_cfg_size("file.split_chunk"), (size_t)PG);
+		c->nstreams = (unsigned)gdx_cfg_int("file.split_streams");
 	} else {
 		c->nslots = (unsigned)gdx_cfg_int("file.depth");
 		c->chunk = GDX_ALIGN_UP(gdx_cfg_size("file.chunk_size"), (size_t)PG);
 	}
-	c->nstreams = (unsigned)gdx_cfg_int("file.streams");
 	while (entries < c->nslots)
 		entries <<= 1;
 	ret = io_uring_queue_init(entries, &c->ring, 0);
@@ -411,7 +416,7 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	unsigned flags = gdx_file_flags(f);
 	struct ur_file *uf;
 	char path[64];
-	int fl, acc, pc_threads;
+	int fl, acc;
 
 	(void)priv;
 	(void)why;
@@ -427,13 +432,7 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	uf->split_min = gdx_cfg_size("file.split_min");
 	uf->threads = (unsigned)gdx_cfg_int("file.threads");
 	uf->memfs = gdx_file_fd_is_memfs(uf->fd);
-	/*
-	 * Measured on the H200 (docs/storage.md): on tmpfs, whose 4 KiB pages
-	 * the CPU copies slowly, two registering workers beside CPU copiers were
-	 * best; on ext4 (large folios) registration only stalled the copiers.
-	 */
-	pc_threads = gdx_cfg_int("file.pagecache_threads");
-	uf->pc_threads = pc_threads >= 0 ? (unsigned)pc_threads : uf->memfs ? 2 : 0;
+	uf->pc_threads = (unsigned)gdx_cfg_int("file.pagecache_threads");
 	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)uf->fd << 48);
 	fl = fcntl(uf->fd, F_GETFL);
 	acc = fl & O_ACCMODE;
@@ -894,6 +893,7 @@ static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io
 	struct ur_ctx *c = e->c;
 	unsigned flags = gdx_file_flags(io->file);
 	struct stat st;
+	bool small, reg;
 	uint64_t t0;
 
 	memset(r, 0, sizeof(*r));
@@ -911,21 +911,25 @@ static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io
 	r->pc_why[0] = 0;
 	if (!r->dev || io->op != GDX_FILE_READ)
 		return;
-	if (flags & GDX_FILE_NO_PAGECACHE) {
-		snprintf(r->pc_why, sizeof(r->pc_why), "page-cache path turned off");
-		return;
-	}
-	if ((e->whole_size ? e->whole_size : io->size) < r->uf->pc_min) {
+	small = (e->whole_size ? e->whole_size : io->size) < r->uf->pc_min;
+	reg = !(flags & GDX_FILE_NO_PAGECACHE) && !e->no_register;
+	if (flags & GDX_FILE_NO_PAGECACHE)
+		snprintf(r->pc_why, sizeof(r->pc_why), "registration turned off");
+	else if (small)
 		snprintf(r->pc_why, sizeof(r->pc_why), "read below file.pagecache_min");
-		return;
-	}
-	if (e->no_register) {
+	else if (e->no_register)
 		snprintf(r->pc_why, sizeof(r->pc_why), "copied by the CPU (file.pagecache_threads "
 			 "= %u of the workers register)", r->uf->pc_threads);
-		/* On a memory filesystem every chunk goes buffered: nothing to tell apart. */
-		if (r->uf->memfs)
-			return;
-	}
+	/*
+	 * Without registration the mapping still tells cached chunks, read
+	 * buffered (a memory copy), from cold ones, read with O_DIRECT: turning
+	 * the page-cache path off must not send hot data back to the disk (on
+	 * the H200 that took a hot ext4 read from 30 to 2 GB/s).  Without
+	 * O_DIRECT every chunk goes buffered anyway, and small reads are not
+	 * worth a mapping.
+	 */
+	if (small || (!reg && !atomic_load(&r->uf->direct_ok)))
+		return;
 	t0 = gdx_now_ns();
 	if (fstat(r->uf->fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= io->off)
 		return;
@@ -949,7 +953,7 @@ static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io
 		return;
 	}
 	r->pc_on = true;
-	r->pc_reg = !e->no_register;
+	r->pc_reg = reg;
 }
 
 static void req_finish(struct engine *e, struct ur_req *r)
@@ -958,6 +962,10 @@ static void req_finish(struct engine *e, struct ur_req *r)
 	struct gdx_file_io_info *in = &io->info;
 	const char *how = r->kdirect_chunks ? (r->kbuffered_chunks ? "O_DIRECT and buffered" :
 					       "O_DIRECT") : "buffered";
+	/* Why no chunk went O_DIRECT: the file refused it, or (reads) it was all cached. */
+	const char *dio = r->kdirect_chunks ? "" : r->uf->dio_why[0] ? r->uf->dio_why :
+			  io->op == GDX_FILE_READ && r->kbuffered_chunks ?
+			  "cached data read buffered, not O_DIRECT" : "";
 	off_t last = GDX_MIN(r->end, r->eof);
 
 	ftab_put(e->c, r->fslot[0]);
@@ -986,7 +994,7 @@ static void req_finish(struct engine *e, struct ur_req *r)
 		gdx_file_why(in, "%s %s through pinned bounce buffers%s%s%s%s",
 			     how, io->op == GDX_FILE_READ ? "reads" : "writes",
 			     r->pc_why[0] ? "; page cache: " : "", r->pc_why,
-			     r->kdirect_chunks ? "" : "; ", r->kdirect_chunks ? "" : r->uf->dio_why);
+			     dio[0] ? "; " : "", dio);
 	e->active--;
 	if (e->done)
 		e->done(io, e->arg);
@@ -1238,7 +1246,7 @@ static void worker_run(struct split *sp, bool reg)
 			    .owned = true, .no_register = !reg, .whole_size = sp->size };
 
 	/* Without a context this worker takes no piece; the caller runs what is left. */
-	if (ctx_get(sp->ud, POOL_SEQ, &e.c))
+	if (ctx_get(sp->ud, POOL_SPLIT, &e.c))
 		return;
 	engine_run(&e);
 	ctx_put(e.c);

@@ -206,12 +206,41 @@ static void path_reporting(void **state)
 	assert_int_equal(hinfo.bytes[GDX_FILE_PATH_HOST], 5000);
 	gdx_file_close(f);
 
-	/* Disk without the page-cache path: O_DIRECT into the bounce ring. */
-	f = open_path(disk_path, O_RDONLY, GDX_FILE_NO_PAGECACHE, "uring");
-	check_dev_read(f, d, host, 777, FSIZE - 777, &info);
-	assert_int_equal(info.path, GDX_FILE_PATH_BOUNCE);
-	assert_non_null(strstr(info.why, "O_DIRECT"));
-	gdx_file_close(f);
+	/*
+	 * Disk with file.pagecache=0: registration is off, but a hot range is
+	 * still read buffered (a memory copy), split or not, never O_DIRECT
+	 * from the disk again; once dropped from the cache it goes O_DIRECT.
+	 */
+	{
+		int fd = open(disk_path, O_RDONLY), dfd = open(disk_path, O_RDONLY | O_DIRECT);
+		bool odirect = dfd >= 0;
+		const size_t sizes[] = { FSIZE - 777, 1u << 20 };
+
+		if (dfd >= 0)
+			close(dfd);
+		assert_true(fd >= 0);
+		assert_int_equal(pread(fd, host, FSIZE, 0), (ssize_t)FSIZE);
+		assert_int_equal(gdx_config_set("file.pagecache", "0"), 0);
+		f = open_path(disk_path, O_RDONLY, 0, "uring");
+		assert_int_equal(gdx_config_set("file.pagecache", "1"), 0);
+		for (int i = 0; i < 2; i++) {
+			check_dev_read(f, d, host, 777, sizes[i], &info);
+			assert_int_equal(info.path, GDX_FILE_PATH_BOUNCE);
+			assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], sizes[i]);
+			assert_non_null(strstr(info.why, "registration turned off"));
+			assert_null(strstr(info.why, "O_DIRECT reads"));
+			assert_null(strstr(info.why, "O_DIRECT and buffered"));
+			if (odirect)
+				assert_non_null(strstr(info.why, "cached data read buffered"));
+		}
+		assert_int_equal(fdatasync(fd), 0);
+		assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+		check_dev_read(f, d, host, 777, FSIZE - 777, &info);
+		assert_int_equal(info.path, GDX_FILE_PATH_BOUNCE);
+		assert_non_null(strstr(info.why, odirect ? "O_DIRECT reads" : "O_DIRECT refused"));
+		close(fd);
+		gdx_file_close(f);
+	}
 
 	/* Half hot, half cold: each part goes its own way, the data stays whole. */
 	{
@@ -1194,6 +1223,9 @@ static void context_failure(void **state)
 	assert_int_equal(gdx_file_driver_open(dev, NULL, &d2), 0);
 	assert_int_equal(gdx_config_set("file.chunk_size", "256M"), 0);
 	assert_int_equal(gdx_config_set("file.depth", "1024"), 0);
+	/* The read is split: its workers' contexts are sized by their own knobs. */
+	assert_int_equal(gdx_config_set("file.split_chunk", "256M"), 0);
+	assert_int_equal(gdx_config_set("file.split_depth", "1024"), 0);
 	assert_int_equal(gdx_device_malloc(dev, FSIZE, &d), 0);
 	assert_int_equal(gdx_file_open(d2, shm_path, NULL, &f), 0);
 	assert_int_equal(gdx_file_read_ex(f, d, FSIZE, 0, &info), (ssize_t)FSIZE);
@@ -1204,6 +1236,8 @@ static void context_failure(void **state)
 	gdx_file_close(f);
 	assert_int_equal(gdx_config_set("file.chunk_size", "1M"), 0);
 	assert_int_equal(gdx_config_set("file.depth", "16"), 0);
+	assert_int_equal(gdx_config_set("file.split_chunk", NULL), 0);
+	assert_int_equal(gdx_config_set("file.split_depth", NULL), 0);
 	gdx_file_driver_close(d2);
 	gdx_device_free(dev, d);
 	free(host);
