@@ -62,13 +62,19 @@ run write -- --file "$disk" --write --cache cold --io-size 1M,64M --threads 1,4
 for c in 4M 64M; do
 	run sweep_pc GDX_FILE_PAGECACHE_CHUNK=$c -- --file "$shm" --cache hot --io-size "$SIZE"
 done
-for t in 4 16; do
+for t in 8 12; do
 	run sweep_threads GDX_FILE_THREADS=$t -- --file "$shm" --cache hot --io-size "$SIZE"
 done
-# Registering workers beside CPU copiers (default: 2 on tmpfs, 0 elsewhere).
+# Registering workers beside CPU copiers (default: none).
 for p in 0 1 2; do
 	run sweep_pcthreads GDX_FILE_PAGECACHE_THREADS=$p -- --file "$shm" --cache hot --io-size "$SIZE"
 	run sweep_pcthreads GDX_FILE_PAGECACHE_THREADS=$p -- --file "$disk" --cache hot --io-size 1G
+done
+# The split workers' contexts (defaults 4M x 2, one stream), hot and cold.
+for k in SPLIT_CHUNK=2M SPLIT_CHUNK=8M SPLIT_DEPTH=4 SPLIT_STREAMS=2; do
+	run sweep_split GDX_FILE_$k -- --file "$shm" --cache hot --io-size "$SIZE"
+	run sweep_split GDX_FILE_$k -- --file "$disk" --cache hot --io-size 1G
+	run sweep_split GDX_FILE_$k -- --file "$disk" --cache cold --io-size 64M
 done
 for c in 512k 4M; do
 	run sweep_chunk GDX_FILE_CHUNK_SIZE=$c -- --file "$disk" --cache cold --io-size 64M
