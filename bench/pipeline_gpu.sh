@@ -150,6 +150,8 @@ done
 # The 50 us rows with reads ahead 2 deep (before they went as deep as the slots).
 run devonly-50-ra2 25 50 0 3 2000 0 "--send none --read-ahead 2"
 run sweep-50-ra2 25 50 15 4 2000 32 "--read-ahead 2"
+# And 8 deep: a read may then take 8 producer steps before its load waits for it.
+run sweep-50-ra8 25 50 15 4 2000 32 "--read-ahead 8"
 # Without the load's mark and pad kernels (two launches fewer a batch for the producer).
 run devonly-50-nopad 0 50 0 3 2000 0 "--send none"
 # And with the threads polling device events back to back (pipeline.poll_ns 0, as before).
