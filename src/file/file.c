@@ -1143,11 +1143,15 @@ static void stage_put(struct async_stage *st)
 /*
  * A read's stage is free once the stream's copy out of it is done.  If the
  * event cannot be recorded the stage stays busy until the driver closes: a
- * worker may still write it, the stream may still read it.
+ * worker may still write it, the stream may still read it.  The stage goes to
+ * the end of the list, so the list holds pending copies oldest first and
+ * stage_get's first query is about the copy most likely done: each query is a
+ * call into the driver on the submitting thread.
  */
 static int stage_put_after(struct async_stage *st, struct gdx_stream *s)
 {
 	struct gdx_file_driver *drv = st->drv;
+	struct async_stage **pp = &drv->stages;
 	int ret = gdx_event_record(st->ev, s);
 
 	if (ret)
@@ -1155,6 +1159,13 @@ static int stage_put_after(struct async_stage *st, struct gdx_stream *s)
 	pthread_mutex_lock(&drv->gate_lock);
 	st->copying = true;
 	st->busy = false;
+	while (*pp != st)
+		pp = &(*pp)->next;
+	*pp = st->next;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = st;
+	st->next = NULL;
 	pthread_mutex_unlock(&drv->gate_lock);
 	return 0;
 }
