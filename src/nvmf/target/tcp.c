@@ -50,6 +50,7 @@
 #define PIPE_SIZE (1 << 20)
 #define PLACE_NS (20ull * 1000000)	/* how often a following reactor reconsiders its CPU */
 #define SHALLOW_DEPTH 2		/* commands in flight up to which a reactor follows */
+#define FOLLOW_AFTER 5		/* ...for this many placement periods in a row */
 
 enum ev_kind { EV_LISTEN, EV_WAKE, EV_IOCTX, EV_CONN };
 
@@ -151,6 +152,7 @@ struct tcp_reactor {
 	int cpu;		/* pinned to, or -1 */
 	int at;			/* following: the CPU the traffic comes from; -1: at home */
 	bool shares_home;	/* following: the traffic comes from the home CPU */
+	unsigned shallow;	/* placement periods in a row at SHALLOW_DEPTH or less */
 	cpu_set_t home;
 	pthread_t thread;
 	int epfd;
@@ -1157,7 +1159,7 @@ static void flush_dirty(struct tcp_reactor *r)
 
 /*
  * Follow mode.  While its busiest connection keeps at most SHALLOW_DEPTH
- * commands in flight, a reactor runs on the CPU that connection's packets
+ * commands in flight (for FOLLOW_AFTER periods in a row), a reactor runs on the CPU that connection's packets
  * arrive on (where a host on this machine submits, or where the NIC's receive
  * queue is served): the round trip then needs no wake-up of another core,
  * which is also where nvmet-tcp runs a queue's work.  Deeper queues send it
@@ -1185,7 +1187,13 @@ static void place(struct tcp_reactor *r)
 		cpu = -1;
 	/* home is the host's CPU too (a one-CPU machine): spinning there starves it */
 	r->shares_home = cpu >= 0 && CPU_COUNT(&r->home) == 1 && CPU_ISSET(cpu, &r->home);
-	if (depth <= SHALLOW_DEPTH)
+	/*
+	 * A target faster than its host sees few commands in flight even when
+	 * the host queues many, now and then none: follow only after a run of
+	 * shallow periods, go home at the first deep one.
+	 */
+	r->shallow = depth > SHALLOW_DEPTH ? 0 : GDX_MIN(r->shallow + 1, (unsigned)FOLLOW_AFTER);
+	if (r->shallow >= FOLLOW_AFTER)
 		want = cpu;
 	if (want == r->at)
 		return;
