@@ -18,10 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/log.h"
 #include "common/tpool.h"
+#include "common/util.h"
 
 #define TPOOL_MAX_THREADS 1024
 
@@ -69,23 +69,6 @@ static bool done_upto(const struct gdx_tpool *tp, uint64_t upto)
 	return true;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /*
  * Caller holds tp->lock and has just run a job.  Polls the queue for up to
  * spin_ns without the lock; returns with the lock held again.  A submit made
@@ -100,14 +83,14 @@ static void spin_for_work(struct gdx_tpool *tp)
 		return;
 	tp->spinning++;
 	pthread_mutex_unlock(&tp->lock);
-	until = now_ns() + spin_ns;
+	until = gdx_now_ns() + spin_ns;
 	for (unsigned i = 0;; i++) {
 		if (__atomic_load_n(&tp->queued, __ATOMIC_ACQUIRE) ||
 		    __atomic_load_n(&tp->stop, __ATOMIC_RELAXED))
 			break;
-		if ((i & 63) == 63 && now_ns() >= until)
+		if ((i & 63) == 63 && gdx_now_ns() >= until)
 			break;
-		cpu_relax();
+		gdx_cpu_relax();
 	}
 	pthread_mutex_lock(&tp->lock);
 	tp->spinning--;

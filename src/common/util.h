@@ -26,4 +26,14 @@ static inline uint64_t gdx_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* One step of a spin-wait: lets the sibling hyperthread run and saves power. */
+static inline void gdx_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
 #endif

@@ -151,15 +151,6 @@ static bool skipped(struct gdx_pipeline *p, const struct job *j)
 
 /* ---- waiting ---------------------------------------------------------------- */
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /*
  * Polls ready(arg) for up to p->spin_ns, at most once per gap_ns; true once
  * it holds.  A gap keeps a thread polling a device event from calling into
@@ -178,7 +169,7 @@ static bool spin_for(struct gdx_pipeline *p, bool (*ready)(void *), void *arg, u
 	until = now + p->spin_ns;
 	next = now + gap_ns;
 	for (;;) {
-		cpu_relax();
+		gdx_cpu_relax();
 		now = gdx_now_ns();
 		if (now >= next) {
 			if (ready(arg))
