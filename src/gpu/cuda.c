@@ -554,22 +554,42 @@ struct span {
 	bool ok;		/* the kernel may read (src) or write (dst) it */
 };
 
+#define SPAN_ATTRS_MAX 8
+
+/*
+ * Reads n attributes of p into v (each widened to 64 bits, zero where the
+ * driver leaves it alone) and sets sp's range from the range attributes,
+ * which the caller puts at index 3 (start) and 4 (size).  False, with sp
+ * cleared, when the query fails.
+ */
+static bool query_span(struct cu_dev *d, const void *p, CUpointer_attribute *at, unsigned n,
+		       uint64_t *v, struct span *sp)
+{
+	void *data[SPAN_ATTRS_MAX];
+
+	for (unsigned i = 0; i < n; i++) {
+		v[i] = 0;
+		data[i] = &v[i];
+	}
+	*sp = (struct span){ 0 };
+	if (d->cu->cuPointerGetAttributes(n, at, data, DPTR(p)))
+		return false;
+	sp->base = (uintptr_t)v[3];
+	sp->end = sp->base + (uintptr_t)v[4];
+	return true;
+}
+
 /* Pinned host memory the device reads under UVA, and where the device sees it. */
 static void query_src(struct cu_dev *d, const void *p, struct span *sp)
 {
 	CUpointer_attribute at[] = { CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
 		CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
 		CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE };
-	uint64_t v[GDX_ARRAY_SIZE(at)] = { 0 };
-	void *data[GDX_ARRAY_SIZE(at)];
+	uint64_t v[GDX_ARRAY_SIZE(at)];
 
-	for (size_t i = 0; i < GDX_ARRAY_SIZE(at); i++)
-		data[i] = &v[i];
-	*sp = (struct span){ 0 };
-	if (d->cu->cuPointerGetAttributes(GDX_ARRAY_SIZE(at), at, data, DPTR(p)))
+	_Static_assert(GDX_ARRAY_SIZE(at) <= SPAN_ATTRS_MAX, "query_span takes at most 8");
+	if (!query_span(d, p, at, GDX_ARRAY_SIZE(at), v, sp))
 		return;
-	sp->base = (uintptr_t)v[3];
-	sp->end = sp->base + (uintptr_t)v[4];
 	sp->dev_off = (int64_t)(v[2] - (uintptr_t)p);
 	sp->ok = (uint32_t)v[0] == CU_MEMORYTYPE_HOST && !(uint32_t)v[1] && v[2] && v[4];
 }
@@ -587,16 +607,11 @@ static void query_dst(struct cu_dev *d, const void *p, struct span *sp)
 		CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
 		CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
 		CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE };
-	uint64_t v[GDX_ARRAY_SIZE(at)] = { 0 };
-	void *data[GDX_ARRAY_SIZE(at)];
+	uint64_t v[GDX_ARRAY_SIZE(at)];
 
-	for (size_t i = 0; i < GDX_ARRAY_SIZE(at); i++)
-		data[i] = &v[i];
-	*sp = (struct span){ 0 };
-	if (d->cu->cuPointerGetAttributes(GDX_ARRAY_SIZE(at), at, data, DPTR(p)))
+	_Static_assert(GDX_ARRAY_SIZE(at) <= SPAN_ATTRS_MAX, "query_span takes at most 8");
+	if (!query_span(d, p, at, GDX_ARRAY_SIZE(at), v, sp))
 		return;
-	sp->base = (uintptr_t)v[3];
-	sp->end = sp->base + (uintptr_t)v[4];
 	sp->ok = (uint32_t)v[0] == CU_MEMORYTYPE_DEVICE && !(uint32_t)v[1] &&
 		 (int32_t)v[2] == d->ordinal && v[4] && ((uint32_t)v[5] || v[6]);
 }
