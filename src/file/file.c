@@ -1196,6 +1196,13 @@ static int gates_ready(struct gdx_file_driver *drv)
 	return ret;
 }
 
+/* The worker pool and the gate table that every stream-ordered call needs. */
+static int async_ready(struct gdx_file_driver *drv)
+{
+	wq_start(drv);
+	return drv->wq_err ? drv->wq_err : gates_ready(drv);
+}
+
 /* Takes a free gate; a full table waits for a worker to give one back. */
 static unsigned gate_get(struct gdx_file_driver *drv)
 {
@@ -1485,10 +1492,7 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 	max = *size;
 	if (max > (size_t)SSIZE_MAX || (max && !buf))
 		return -EINVAL;
-	wq_start(drv);
-	if (drv->wq_err)
-		return drv->wq_err;
-	ret = gates_ready(drv);
+	ret = async_ready(drv);
 	if (ret)
 		return ret;
 	if (max) {
@@ -1577,10 +1581,7 @@ int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
 	if (!f || !len || off < 0 || len > (size_t)SSIZE_MAX || f->accmode == O_WRONLY)
 		return -EINVAL;
 	drv = f->drv;
-	wq_start(drv);
-	if (drv->wq_err)
-		return drv->wq_err;
-	ret = gates_ready(drv);
+	ret = async_ready(drv);
 	if (ret)
 		return ret;
 	if (atomic_load(&drv->writes_pending[f->wbucket]))
