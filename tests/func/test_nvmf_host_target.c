@@ -284,6 +284,7 @@ static void callback_depth_on(struct gdx_nvmf_ctrl *c)
 	free(buf);
 }
 
+/* Reads of pieces into device memory at dbase, a fixed number in flight. */
 struct dstate {
 	struct gdx_nvmf_ctrl *c;
 	pthread_mutex_t m;
@@ -291,9 +292,18 @@ struct dstate {
 	unsigned next, total, outstanding;
 	int errors;
 	char *dbase;
+	uint64_t *off;	/* piece k is off[k], len[k]; without them, the k-th 16 KiB */
+	uint32_t *len;
 };
 
-/* Each completion moves its io to the next 16 KiB piece until all are read. */
+static void dpiece(const struct dstate *st, struct gdx_nvmf_io *io, unsigned k)
+{
+	io->offset = st->off ? st->off[k] : (uint64_t)k * 16384;
+	io->len = st->len ? st->len[k] : 16384;
+	io->buf = st->dbase + io->offset;
+}
+
+/* Each completion moves its io to the next piece until all are read. */
 static void dcb(struct gdx_nvmf_io *io, void *arg)
 {
 	struct dstate *st = arg;
@@ -307,10 +317,31 @@ static void dcb(struct gdx_nvmf_io *io, void *arg)
 	pthread_mutex_unlock(&st->m);
 	if (k == UINT32_MAX)
 		return;
-	io->offset = (uint64_t)k * 16384;
-	io->buf = st->dbase + io->offset;
+	dpiece(st, io, k);
 	if (gdx_nvmf_submit_cb(st->c, io, dcb, st))
 		abort();
+}
+
+/* Reads every piece, 32 at a time, then checks that the device memory holds a (n bytes). */
+static void dread_check(struct dstate *st, struct gdx_device *dev, const uint8_t *a, uint8_t *b,
+			size_t n)
+{
+	struct gdx_nvmf_io io[32];
+
+	st->next = st->outstanding = 32;
+	for (unsigned i = 0; i < 32; i++) {
+		io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1 };
+		dpiece(st, &io[i], i);
+		assert_int_equal(gdx_nvmf_submit_cb(st->c, &io[i], dcb, st), 0);
+	}
+	pthread_mutex_lock(&st->m);
+	while (st->outstanding)
+		pthread_cond_wait(&st->cv, &st->m);
+	pthread_mutex_unlock(&st->m);
+	assert_int_equal(st->errors, 0);
+	assert_string_equal(io[0].path, "bounce");
+	assert_int_equal(gdx_memcpy(dev, b, st->dbase, n), 0);
+	assert_memory_equal(a, b, n);
 }
 
 /* Many device reads in flight: completions are held until their copies land. */
@@ -320,7 +351,6 @@ static void device_depth(void **state)
 	struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
 			     .total = (unsigned)(n / 16384) };
 	struct gdx_nvmf_host_opts o;
-	struct gdx_nvmf_io io[32];
 	struct gdx_device *dev;
 	uint8_t *a = malloc(n), *b = malloc(n);
 	void *d;
@@ -337,22 +367,7 @@ static void device_depth(void **state)
 	t_fill(a, n, 77);
 	assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
 	st.dbase = d;
-	st.outstanding = 32;
-	st.next = 32;
-	for (unsigned i = 0; i < 32; i++) {
-		io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
-					      .offset = (uint64_t)i * 16384, .len = 16384,
-					      .buf = (char *)d + i * 16384 };
-		assert_int_equal(gdx_nvmf_submit_cb(st.c, &io[i], dcb, &st), 0);
-	}
-	pthread_mutex_lock(&st.m);
-	while (st.outstanding)
-		pthread_cond_wait(&st.cv, &st.m);
-	pthread_mutex_unlock(&st.m);
-	assert_int_equal(st.errors, 0);
-	assert_string_equal(io[0].path, "bounce");
-	assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
-	assert_memory_equal(a, b, n);
+	dread_check(&st, dev, a, b, n);
 	gdx_nvmf_disconnect(st.c);
 	gdx_config_set("nvmf.host.bounce_chunk", "256k");
 	gdx_device_free(dev, d);
@@ -379,37 +394,6 @@ static uint64_t io_counter(struct gdx_nvmf_ctrl *c, const char *name)
 	return sum;
 }
 
-struct pstate {
-	struct gdx_nvmf_ctrl *c;
-	pthread_mutex_t m;
-	pthread_cond_t cv;
-	unsigned next, total, outstanding;
-	int errors;
-	char *dbase;
-	uint64_t *off;
-	uint32_t *len;
-};
-
-static void pcb(struct gdx_nvmf_io *io, void *arg)
-{
-	struct pstate *st = arg;
-	unsigned k;
-
-	pthread_mutex_lock(&st->m);
-	st->errors += io->result != 0;
-	k = st->next < st->total ? st->next++ : UINT32_MAX;
-	if (k == UINT32_MAX && !--st->outstanding)
-		pthread_cond_signal(&st->cv);
-	pthread_mutex_unlock(&st->m);
-	if (k == UINT32_MAX)
-		return;
-	io->offset = st->off[k];
-	io->len = st->len[k];
-	io->buf = st->dbase + io->offset;
-	if (gdx_nvmf_submit_cb(st->c, io, pcb, st))
-		abort();
-}
-
 /*
  * Device reads of mixed sizes share a 24 KiB ring of 8 KiB pieces: they are
  * packed back to back, wrap at the ring's end, and every byte lands where
@@ -424,7 +408,6 @@ static void device_ring_packing(void **state)
 	const size_t n = 2 << 20;
 	uint8_t *a = malloc(n), *b = malloc(n);
 	struct gdx_nvmf_host_opts o;
-	struct gdx_nvmf_io io[32];
 	struct gdx_device *dev;
 	unsigned total = 0;
 	uint64_t *off = calloc(n / 512, sizeof(*off));
@@ -444,9 +427,9 @@ static void device_ring_packing(void **state)
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunks", "3"), 0);
 	for (int mode = 0; mode < 3; mode++) {
-		struct pstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
-				     .cv = PTHREAD_COND_INITIALIZER, .total = total, .next = 32,
-				     .outstanding = 32, .dbase = d, .off = off, .len = len };
+		struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
+				     .cv = PTHREAD_COND_INITIALIZER, .total = total, .dbase = d,
+				     .off = off, .len = len };
 
 		assert_int_equal(gdx_config_set("nvmf.host.copy_poll_us", mode == 1 ? "50" : "0"), 0);
 		assert_int_equal(gdx_config_set("nvmf.host.copy_batch", mode == 2 ? "8" : "1"), 0);
@@ -457,20 +440,7 @@ static void device_ring_packing(void **state)
 		assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
 		t_fill(a, n, 91 + (unsigned)mode);
 		assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
-		for (unsigned i = 0; i < 32; i++) {
-			io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
-						      .offset = off[i], .len = len[i],
-						      .buf = (char *)d + off[i] };
-			assert_int_equal(gdx_nvmf_submit_cb(st.c, &io[i], pcb, &st), 0);
-		}
-		pthread_mutex_lock(&st.m);
-		while (st.outstanding)
-			pthread_cond_wait(&st.cv, &st.m);
-		pthread_mutex_unlock(&st.m);
-		assert_int_equal(st.errors, 0);
-		assert_string_equal(io[0].path, "bounce");
-		assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
-		assert_memory_equal(a, b, n);
+		dread_check(&st, dev, a, b, n);
 		assert_true(io_counter(st.c, "h2d_copies") >= total);
 		if (!mode) {
 			uint64_t rec = io_counter(st.c, "event_records");
