@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "meet.h"
 #include "test.h"
 
 #include "common/stats.h"
@@ -956,31 +957,6 @@ static void read_ahead(void **state)
 	gdx_pinned_free(dev, h);
 }
 
-/* Holds each read until two have started: returns only if two run at once, else gives up. */
-struct meet {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	unsigned in;
-	bool met, gave_up;
-};
-
-static void meet_hook(void *arg)
-{
-	struct meet *m = arg;
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 10;
-	pthread_mutex_lock(&m->lock);
-	if (++m->in >= 2) {
-		m->met = true;
-		pthread_cond_broadcast(&m->cond);
-	}
-	while (!m->met && !m->gave_up)
-		m->gave_up = pthread_cond_timedwait(&m->cond, &m->lock, &ts) == ETIMEDOUT;
-	pthread_mutex_unlock(&m->lock);
-}
-
 /*
  * Reads ahead of different ranges run on different workers at once, and the
  * handle's figures say how its reads ran.
@@ -988,7 +964,7 @@ static void meet_hook(void *arg)
 static void read_ahead_concurrent(void **state)
 {
 	struct gdx_file *f = open_path(shm_path, O_RDONLY, 0, NULL);
-	struct meet m = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false, false };
+	struct meet m = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2, false, false };
 	struct gdx_file_async_stats as = { .struct_size = sizeof(as) };
 	struct gdx_stream *s;
 	unsigned char *h;

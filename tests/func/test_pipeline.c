@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "meet.h"
 #include "test.h"
 
 #include <fcntl.h>
@@ -830,35 +831,6 @@ static struct tctx *make_file_load(struct gdx_file *f, const struct gdx_pipeline
 	assert_int_equal(gdx_pipeline_add_file_load(t->p, f, lo), 0);
 	add_test_stage(t, 1);
 	return t;
-}
-
-/*
- * A file read hook that holds each read until `want` reads have started: it
- * returns only if that many run at once (on as many workers), else it gives
- * up after 10 s and says so.
- */
-struct meet {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	unsigned in, want;
-	bool met, gave_up;
-};
-
-static void meet_hook(void *arg)
-{
-	struct meet *m = arg;
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 10;
-	pthread_mutex_lock(&m->lock);
-	if (++m->in >= m->want) {
-		m->met = true;
-		pthread_cond_broadcast(&m->cond);
-	}
-	while (!m->met && !m->gave_up)
-		m->gave_up = pthread_cond_timedwait(&m->cond, &m->lock, &ts) == ETIMEDOUT;
-	pthread_mutex_unlock(&m->lock);
 }
 
 static void file_load(void **state)
