@@ -775,6 +775,15 @@ static struct tctx *make_load(struct msrc *m, const struct gdx_pipeline_load_opt
 	return t;
 }
 
+/* Runs 25 batches of an input that wraps every 10, checks each, and frees t. */
+static void run_wrapped(struct tctx *t)
+{
+	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
+	for (uint64_t b = 0; b < 25; b++)
+		assert_int_equal(t->got[b], t->want[b % 10]);
+	destroy(t);
+}
+
 static void load_stage(void **state)
 {
 	struct msrc m = { .len = (size_t)10 * SZ + 100, .eio_off = UINT64_MAX };
@@ -786,10 +795,7 @@ static void load_stage(void **state)
 	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
 	lo.wrap = (uint64_t)10 * SZ;
 	t = make_load(&m, &lo);
-	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
-	for (uint64_t b = 0; b < 25; b++)
-		assert_int_equal(t->got[b], t->want[b % 10]);
-	destroy(t);
+	run_wrapped(t);
 	assert_true(m.released);
 	assert_int_equal(m.flags, 0);
 
@@ -874,10 +880,7 @@ static void file_load(void **state)
 	gdx_file_set_read_hook(drv, meet_hook, &m);
 	assert_int_equal(gdx_file_async_stats(f, &as, GDX_FILE_STATS_RESET), 0);
 	t = make_file_load(f, &lo);
-	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
-	for (uint64_t b = 0; b < 25; b++)
-		assert_int_equal(t->got[b], t->want[b % 10]);
-	destroy(t);
+	run_wrapped(t);
 	assert_int_equal(gdx_file_ahead_wait(f), 3);
 	gdx_file_set_read_hook(drv, NULL, NULL);
 	assert_false(m.gave_up);
@@ -903,10 +906,7 @@ static void file_load(void **state)
 	 */
 	lo.read_ahead = 0;
 	t = make_file_load(f, &lo);
-	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
-	for (uint64_t b = 0; b < 25; b++)
-		assert_int_equal(t->got[b], t->want[b % 10]);
-	destroy(t);
+	run_wrapped(t);
 	assert_int_equal(gdx_file_ahead_wait(f), 0);
 	assert_int_equal(gdx_file_async_stats(f, &as, GDX_FILE_STATS_RESET), 0);
 	assert_int_equal(as.reads, 22);
@@ -917,10 +917,7 @@ static void file_load(void **state)
 	/* The same, each read started when the stream reaches the load. */
 	lo.flags = GDX_PIPELINE_LOAD_IN_ORDER;
 	t = make_file_load(f, &lo);
-	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
-	for (uint64_t b = 0; b < 25; b++)
-		assert_int_equal(t->got[b], t->want[b % 10]);
-	destroy(t);
+	run_wrapped(t);
 	assert_int_equal(gdx_file_async_stats(f, &as, 0), 0);
 	assert_int_equal(as.reads, 25);
 	assert_int_equal(as.early, 0);
@@ -997,10 +994,7 @@ static void nvmf_load(void **state)
 	gdx_pipeline_load_opts_init(&lo, sizeof(lo));
 	lo.wrap = len;
 	t = make_nvmf_load(c, &lo);
-	assert_int_equal(gdx_pipeline_run(t->p, 25), 0);
-	for (uint64_t b = 0; b < 25; b++)
-		assert_int_equal(t->got[b], t->want[b % 10]);
-	destroy(t);
+	run_wrapped(t);
 
 	/* Without wrap, batch 10 starts at the end of the namespace. */
 	t = make_nvmf_load(c, NULL);
