@@ -59,6 +59,7 @@ struct thr {
 	unsigned idx;
 	int err;
 	pthread_barrier_t *bar;
+	uint64_t t_start;	/* when the work began, after the common barrier */
 	uint64_t t_end;		/* when the work was done, before any teardown */
 	struct gdx_file_io_info info;
 };
@@ -106,6 +107,7 @@ static int run_storage(struct thr *t, uint64_t n_io)
 	}
 	memset(buf, 0x5a, c->io * qd);
 	pthread_barrier_wait(t->bar);
+	t->t_start = gdx_now_ns();
 	while (done < n_io && !ret) {
 		struct io_uring_cqe *cqe;
 
@@ -154,6 +156,7 @@ static int run_copy(struct thr *t, uint64_t n_io)
 	}
 	memset(h, 1, c->io);
 	pthread_barrier_wait(t->bar);
+	t->t_start = gdx_now_ns();
 	for (uint64_t k = 0; k < n_io && !ret; k++)
 		ret = c->write ? gdx_memcpy_async(c->dev, h, d, c->io, s) :
 				 gdx_memcpy_async(c->dev, d, h, c->io, s);
@@ -183,6 +186,7 @@ static int run_naive(struct thr *t, uint64_t n_io)
 	ret = gdx_device_malloc(c->dev, c->io, &d);
 	memset(h, 3, c->io);
 	pthread_barrier_wait(t->bar);
+	t->t_start = gdx_now_ns();
 	for (uint64_t k = 0; k < n_io && !ret; k++) {
 		off_t off = io_off(c, t->idx, k, &seed);
 		ssize_t n;
@@ -231,6 +235,7 @@ static int run_gdx(struct thr *t, uint64_t n_io)
 	if (!ret && c->depth > 1)
 		ret = gdx_file_batch_create(c->drv, c->depth, &b);
 	pthread_barrier_wait(t->bar);
+	t->t_start = gdx_now_ns();
 	if (!b) {
 		for (uint64_t k = 0; k < n_io && !ret; k++) {
 			off_t off = io_off(c, t->idx, k, &seed);
@@ -318,7 +323,7 @@ static double measure(struct cfg *c, enum mode m, struct gdx_file_io_info *info)
 	pthread_t *th = calloc(c->threads, sizeof(*th));
 	struct thr *ts = calloc(c->threads, sizeof(*ts));
 	pthread_barrier_t bar;
-	uint64_t t0, t1 = 0, n_io = GDX_MAX(c->bytes / c->threads / c->io, 1);
+	uint64_t t0 = UINT64_MAX, t1 = 0, n_io = GDX_MAX(c->bytes / c->threads / c->io, 1);
 	double r;
 	int err = 0;
 
@@ -335,13 +340,17 @@ static double measure(struct cfg *c, enum mode m, struct gdx_file_io_info *info)
 		pthread_create(&th[i], NULL, thr_main, &ts[i]);
 	}
 	pthread_barrier_wait(&bar);
-	t0 = gdx_now_ns();
+	/*
+	 * Each thread stamps its own start: on a loaded machine this thread may
+	 * run again only after the workers are done.
+	 */
 	for (unsigned i = 0; i < c->threads; i++) {
 		pthread_join(th[i], NULL);
 		if (ts[i].err && !err)
 			err = ts[i].err;
 		if (info)
 			add_info(info, &ts[i].info);
+		t0 = GDX_MIN(t0, ts[i].t_start);
 		t1 = GDX_MAX(t1, ts[i].t_end);
 	}
 	/*
