@@ -13,7 +13,8 @@ struct gdx_file_driver;
  * worker, for a later gdx_file_read_async_ex(GDX_FILE_ASYNC_EARLY) of exactly
  * that range on f, into device memory, to take over: its stream then only
  * waits for the read to be done and copies.  The data is the file as it is
- * now; a write through f drops what was read ahead, and so does closing f.
+ * now; a write to the file through any handle of f's driver drops what was
+ * read ahead, and so does closing f.
  * 0 (also when that range is already being read ahead), -EBUSY while a
  * stream-ordered write to the file is pending or 16 reads ahead are
  * unclaimed, or another negative code.

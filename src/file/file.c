@@ -259,7 +259,7 @@ GDX_API int gdx_file_driver_describe(struct gdx_file_driver *drv, char *buf, siz
 
 static void wq_start(struct gdx_file_driver *drv);
 static void ahead_forget(struct gdx_file *f);
-static void ahead_drop(struct gdx_file *f);
+static void ahead_drop(struct gdx_file *f, bool any_handle);
 static __thread struct gdx_file_driver *wq_starting;
 
 static void wq_start_once(void)
@@ -573,7 +573,7 @@ static int io_prep(struct gdx_file *f, enum gdx_file_op op, const void *buf, siz
 	if (op == GDX_FILE_WRITE && f->accmode == O_RDONLY)
 		return -EBADF;
 	if (op == GDX_FILE_WRITE)
-		ahead_drop(f);
+		ahead_drop(f, true);
 	if (!size)
 		return 0;
 	if (!gdx_regcache_lookup(f->drv->regs, buf, size, &r)) {
@@ -1274,8 +1274,12 @@ static void ahead_finish(struct gdx_file_driver *drv, struct async_ahead *e, ssi
 		free(e);
 }
 
-/* The handle writes: what was read ahead of it may be old. */
-static void ahead_drop(struct gdx_file *f)
+/*
+ * What was read ahead of f may be old.  any_handle: a write to the file, which
+ * makes old what any handle of it read ahead (same wbucket; a collision only
+ * costs a read ahead); else f's own, as it closes.
+ */
+static void ahead_drop(struct gdx_file *f, bool any_handle)
 {
 	struct gdx_file_driver *drv = f->drv;
 	struct async_ahead *e, *next, *dead = NULL;
@@ -1285,7 +1289,7 @@ static void ahead_drop(struct gdx_file *f)
 	pthread_mutex_lock(&drv->gate_lock);
 	for (e = drv->ahead; e; e = next) {
 		next = e->next;
-		if (e->f != f)
+		if (any_handle ? e->f->wbucket != f->wbucket : e->f != f)
 			continue;
 		e->stale = true;
 		if (e->finished) {
@@ -1310,7 +1314,7 @@ static void ahead_forget(struct gdx_file *f)
 	for (;;) {
 		bool pending = false;
 
-		ahead_drop(f);
+		ahead_drop(f, false);
 		pthread_mutex_lock(&drv->gate_lock);
 		for (struct async_ahead *e = drv->ahead; e; e = e->next)
 			pending |= e->f == f;

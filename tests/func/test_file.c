@@ -946,6 +946,34 @@ static void read_ahead(void **state)
 	assert_int_equal(gdx_stream_synchronize(s), 0);
 	assert_int_equal(wdone, 100);
 
+	/*
+	 * A finished stream-ordered write through another handle of the file
+	 * drops them too: an early read issued after it must see its bytes.
+	 */
+	{
+		struct gdx_file *g = open_path(disk_path, O_RDWR, 0, NULL);
+
+		assert_int_equal(gdx_file_read_ahead(f, 65536, 200000), 0);
+		assert_int_equal(gdx_file_ahead_wait(f), 1);
+		wsize = 65536;
+		woff = 200000;
+		assert_int_equal(gdx_memcpy(dev, d, junk, 65536), 0);
+		assert_int_equal(gdx_file_write_async(g, d, &wsize, &woff, &wdone, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_int_equal(wdone, 65536);
+		assert_int_equal(gdx_file_ahead_wait(f), 0);
+		size = 65536;
+		off = 200000;
+		assert_int_equal(gdx_file_read_async_ex(f, d, &size, &off, &done, s,
+							GDX_FILE_ASYNC_EARLY), 0);
+		assert_int_equal(gdx_memcpy_async(dev, h, d, 65536, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_int_equal(done, 65536);
+		assert_memory_equal(h, junk, 65536);
+		assert_int_equal(gdx_file_write(g, ref + 200000, 65536, 200000), 65536);
+		gdx_file_close(g);
+	}
+
 	/* At most 16 unclaimed; closing the handle drops them (nothing leaks). */
 	for (int i = 0; i < 16; i++)
 		assert_int_equal(gdx_file_read_ahead(f, 4096, (off_t)i * 8192), 0);
