@@ -496,6 +496,51 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
+/*
+ * A one-chunk ring: after a read that leaves the ring part full, a full-chunk
+ * piece can fit neither in the tail nor, with the tail skipped, in the ring:
+ * it must be split at the ring's end rather than wait for room forever.
+ */
+static void device_ring_one_chunk(void **state)
+{
+	static const uint32_t sizes[] = { 512, 8192, 4096, 8192, 1536, 16384 };
+	const size_t n = 64 << 10;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	struct gdx_nvmf_host_opts o;
+	struct gdx_nvmf_ctrl *c;
+	struct gdx_device *dev;
+	uint64_t at = 0;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
+	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunks", "1"), 0);
+	assert_int_equal(gdx_memset(dev, d, 0, n), 0);
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	o.nr_io_queues = 1;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &c), 0);
+	t_fill(a, n, 57);
+	assert_int_equal(gdx_nvmf_write(c, 1, a, n, 0), 0);
+	for (unsigned i = 0; at < n; i++) {
+		uint32_t len = (uint32_t)GDX_MIN((uint64_t)sizes[i % GDX_ARRAY_SIZE(sizes)], n - at);
+
+		assert_int_equal(gdx_nvmf_read(c, 1, (char *)d + at, len, at), 0);
+		at += len;
+	}
+	assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
+	assert_memory_equal(a, b, n);
+	gdx_nvmf_disconnect(c);
+	gdx_config_set("nvmf.host.bounce_chunk", "256k");
+	gdx_config_set("nvmf.host.bounce_chunks", "4");
+	gdx_device_free(dev, d);
+	gdx_device_close(dev);
+	free(a);
+	free(b);
+}
+
 /* The target dies and comes back on the same port; the reads in flight are resubmitted. */
 static void target_restart(void **state)
 {
@@ -548,6 +593,7 @@ int main(void)
 		cmocka_unit_test(callback_depth),
 		cmocka_unit_test(device_depth),
 		cmocka_unit_test(device_ring_packing),
+		cmocka_unit_test(device_ring_one_chunk),
 		cmocka_unit_test(target_restart),
 	};
 

@@ -793,9 +793,15 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 		size_t off = (size_t)(q->head % q->ring_size);
 		size_t piece = GDX_MIN(n, q->chunk);
 		size_t skip = off + piece > q->ring_size ? q->ring_size - off : 0;
-		char *p = (char *)q->ring + (skip ? 0 : off);
+		char *p;
 		int rc;
 
+		/* a one-chunk ring cannot hold the skipped tail and the piece: split it there */
+		if (skip + piece > q->ring_size) {
+			piece = skip;
+			skip = 0;
+		}
+		p = (char *)q->ring + (skip ? 0 : off);
 		rc = ring_reserve(q, skip + piece);
 		if (rc)
 			return rc;
