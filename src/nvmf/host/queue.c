@@ -251,7 +251,8 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	q->mark0 = q->nmarked = 0;
 	q->nmarks = n + 1;
 	q->marks = calloc(q->nmarks, sizeof(*q->marks));
-	q->npend = 0;
+	/* npend is not reset: the receiver, running already, reads it; it is 0 whenever
+	 * the receiver is outside recv_device */
 	q->pend_bytes = 0;
 	q->batch = GDX_MAX(1u, q->ctrl->p.copy_batch);
 	q->pend_dst = calloc(q->batch, sizeof(*q->pend_dst));
