@@ -613,6 +613,9 @@ static void flush_all(struct tcp_ep *t)
 	struct qent *q;
 
 	pthread_mutex_lock(&t->lock);
+	/* A posting thread may still be sending a train: its iovecs point into the queue. */
+	while (t->sending)
+		pthread_cond_wait(&t->tx_cond, &t->lock);
 	x = t->txq_head;
 	t->txq_head = t->txq_tail = NULL;
 	tx_free_list(x);
@@ -726,6 +729,8 @@ static int tx_train(struct tcp_ep *t, int nonblock, struct txi **done)
 	ret = send_iov(t, iov, cnt, nonblock ? MSG_DONTWAIT : 0, &sent);
 	pthread_mutex_lock(&t->lock);
 	t->sending = 0;
+	if (t->dead)
+		pthread_cond_broadcast(&t->tx_cond);	/* flush_all may wait for the queue */
 	if (ret == -EWOULDBLOCK)
 		ret = -EAGAIN;
 	if (ret && ret != -EAGAIN)
