@@ -278,7 +278,7 @@ static int ctx_get(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 	pthread_mutex_lock(&ud->lock);
 	if (ret) {
 		ud->nctx[pool]--;
-		pthread_cond_signal(&ud->cond);
+		pthread_cond_broadcast(&ud->cond);
 	} else {
 		c->next_all = ud->all;
 		ud->all = c;
@@ -295,7 +295,11 @@ static void ctx_put(struct ur_ctx *c)
 	pthread_mutex_lock(&ud->lock);
 	c->next_idle = ud->idle[c->pool];
 	ud->idle[c->pool] = c;
-	pthread_cond_signal(&ud->cond);
+	/*
+	 * Waiters of every pool share the condition: a signal could wake one of
+	 * another pool, which sleeps again, while this pool's waiter never wakes.
+	 */
+	pthread_cond_broadcast(&ud->cond);
 	pthread_mutex_unlock(&ud->lock);
 }
 
