@@ -239,9 +239,10 @@ static int vb_srq_open(struct gdx_xport_ep *anchor, void *arg, unsigned depth, v
 	}
 	s->srq = ibv_create_srq(s->pd, &a);
 	if (!s->srq) {
-		ret = -errno;
+		/* Providers do not all set errno: never report success here. */
+		ret = errno ? -errno : -ENOMEM;
 		GDX_ERR(SUBSYS, "ibv_create_srq (%u receives) on %s: %s", depth,
-			ibv_get_device_name(s->ctx->device), strerror(errno));
+			ibv_get_device_name(s->ctx->device), strerror(-ret));
 		goto fail;
 	}
 	s->anchor = anchor;

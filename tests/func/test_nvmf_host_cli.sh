@@ -13,6 +13,13 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 NQN=nqn.2026-11.io.gdx:cli
 
+# The target's numeric options refuse what is not a number in range (usage: 2).
+for bad in "--poll-us -1" "--poll-us x" "-r 5000" "--inline 12abc" "--stats-interval -5"; do
+	# shellcheck disable=SC2086
+	timeout 10 "$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N null:1G $bad >/dev/null 2>&1
+	[ $? = 2 ] || fail "target $bad should be 2"
+done
+
 "$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N ram:16M,bs=4096 -v >"$tmp/target.log" 2>&1 &
 tpid=$!
 for i in $(seq 200); do grep -q 'target: ready' "$tmp/target.log" && break; sleep 0.05; done

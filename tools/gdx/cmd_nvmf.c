@@ -7,6 +7,8 @@
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,22 @@ struct listen_arg {
 	char addr[64];
 	char port[16];
 };
+
+/* A whole decimal number in [0, max]; atoi would take "-1" as 4294967295. */
+static bool parse_count(const char *s, unsigned long max, uint32_t *v)
+{
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = strtoul(s, &end, 10);
+	if (end == s || *end || errno || *s == '-' || n > max) {
+		fprintf(stderr, "gdx nvmf target: '%s' is not a number from 0 to %lu\n", s, max);
+		return false;
+	}
+	*v = (uint32_t)n;
+	return true;
+}
 
 static int parse_listen(const char *s, struct listen_arg *l)
 {
@@ -230,6 +248,7 @@ static int cmd_target(int argc, char **argv)
 	unsigned nlisten = 0, nns = 0, nhosts = 0;
 	const char *config = NULL, *nqn = NULL, *stats = NULL, *control = NULL;
 	int interval = 0, c, ret, rc = 1;
+	uint32_t n;
 
 	gdx_nvmf_target_opts_init(&o, sizeof(o));
 	if (!getenv("GDX_LOG_LEVEL"))
@@ -261,13 +280,17 @@ static int cmd_target(int argc, char **argv)
 			hosts[nhosts++] = optarg;
 			break;
 		case 'r':
-			o.reactors = (unsigned)atoi(optarg);
+			if (!parse_count(optarg, 1024, &n))
+				return 2;
+			o.reactors = n;
 			break;
 		case 'I':
-			o.inline_data = (uint32_t)atoi(optarg);
+			if (!parse_count(optarg, UINT32_MAX, &o.inline_data))
+				return 2;
 			break;
 		case 'P':
-			o.poll_us = (uint32_t)atoi(optarg);
+			if (!parse_count(optarg, 1000000, &o.poll_us))
+				return 2;
 			break;
 		case 'p':
 			o.pin_cpus = 1;
@@ -282,7 +305,9 @@ static int cmd_target(int argc, char **argv)
 			stats = optarg;
 			break;
 		case 'i':
-			interval = atoi(optarg);
+			if (!parse_count(optarg, 86400, &n))
+				return 2;
+			interval = (int)n;
 			break;
 		case 'C':
 			control = optarg;
