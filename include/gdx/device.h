@@ -159,6 +159,14 @@ GDX_API int gdx_stream_wait_event(struct gdx_stream *s, struct gdx_event *e);
  * unlike a host function -- is put in stream order (cuStreamWaitValue32).
  */
 GDX_API int gdx_stream_wait_value32(struct gdx_stream *s, const uint32_t *addr, uint32_t value);
+/*
+ * Stores value to the 32-bit word at addr, in pinned memory, once the work
+ * enqueued on s before it is done, its writes (copies into host memory
+ * included) visible first (cuStreamWriteValue32): a host thread sees how far
+ * the stream got by reading the word, with no call into the driver.
+ * -EOPNOTSUPP where the device cannot.
+ */
+GDX_API int gdx_stream_write_value32(struct gdx_stream *s, uint32_t *addr, uint32_t value);
 
 #define GDX_EVENT_TIMING 0x1u
 GDX_API int gdx_event_create(struct gdx_device *dev, unsigned flags, struct gdx_event **e);

@@ -33,6 +33,9 @@
 #include "gpu/device.h"
 #include "shim/cuda_api.h"
 
+#define PIN_KNOWN 64
+#define PIN_KNOWN_MAX_SIZE (64u << 10)
+
 struct cu_dev {
 	const struct gdx_cu *cu;
 	int ordinal;
@@ -45,6 +48,13 @@ struct cu_dev {
 	int gather_state;	/* 0 not loaded yet, 1 loaded, 2 launched, -1 unusable */
 	CUmodule gather_mod;
 	CUfunction gather_fn;
+	/*
+	 * Small allocations of gdx_pinned_alloc (words that streams wait on
+	 * live in them), while they exist: a stream may wait on a word in one
+	 * with no question to the driver about it (cuda_stream_wait_value32).
+	 */
+	pthread_rwlock_t pin_lock;
+	struct { uintptr_t base, end; } pins[PIN_KNOWN];
 };
 
 struct cu_stream {
@@ -151,6 +161,7 @@ static int cuda_open(int ordinal, void **priv)
 	    !cu->cuModuleUnload)
 		d->gather_max = 0;
 	pthread_mutex_init(&d->gather_lock, NULL);
+	pthread_rwlock_init(&d->pin_lock, NULL);
 	*priv = d;
 	return 0;
 fail:
@@ -173,6 +184,7 @@ static void cuda_close(void *priv)
 		d->cu->cuCtxSetCurrent(NULL);
 	d->cu->cuDevicePrimaryCtxRelease(d->dev);
 	pthread_mutex_destroy(&d->gather_lock);
+	pthread_rwlock_destroy(&d->pin_lock);
 	free(d);
 }
 
@@ -231,6 +243,13 @@ static int cuda_props(void *priv, struct gdx_device_props *p)
  * pointer to the driver (every attribute reads as for host memory), so it is
  * reported as host memory, which no device operation accepts either.
  */
+/* cuMemGetAddressRange, whose refusal only means "no range here": true when it answered. */
+static bool addr_range(struct cu_dev *d, const void *p, CUdeviceptr *base, size_t *size)
+{
+	gdx_device_calls_add(1);
+	return !d->cu->cuMemGetAddressRange(base, size, DPTR(p));
+}
+
 enum { A_TYPE, A_ORDINAL, A_ID, A_MANAGED, A_START, A_SIZE, A_IPC, A_POOL, A_GDR, A_N };
 
 static int query(struct cu_dev *d, const void *p, struct gdx_ptr_attrs *a)
@@ -282,15 +301,14 @@ static int query(struct cu_dev *d, const void *p, struct gdx_ptr_attrs *a)
 		a->is_vmm = !(uint32_t)v[A_IPC] && !v[A_POOL];
 		/* Pool memory, and cuMemCreate memory without the flag, are not. */
 		a->gdr_capable = (uint32_t)v[A_GDR] != 0;
-		if (!(uint32_t)v[A_IPC] && !d->cu->cuMemGetAddressRange(&base, &size, DPTR(p)) &&
-		    size) {
+		if (!(uint32_t)v[A_IPC] && addr_range(d, p, &base, &size) && size) {
 			a->base = (void *)(uintptr_t)base;
 			a->size = size;
 		}
 	} else if (type == CU_MEMORYTYPE_HOST) {
 		a->kind = GDX_MEM_PINNED;
 		a->device_ordinal = -1;
-		if (!a->size && !d->cu->cuMemGetAddressRange(&base, &size, DPTR(p))) {
+		if (!a->size && addr_range(d, p, &base, &size)) {
 			a->base = (void *)(uintptr_t)base;
 			a->size = size;
 		}
@@ -378,8 +396,22 @@ static int cuda_free_async(void *priv, void *dptr, void *stream)
 
 static int cuda_pinned_alloc(void *priv, size_t size, void **p)
 {
+	struct cu_dev *d = priv;
 	/* Portable: usable from every context, like the emulated device's. */
-	return IN_CTX((struct cu_dev *)priv, cuMemHostAlloc, p, size, CU_MEMHOSTALLOC_PORTABLE);
+	int ret = IN_CTX(d, cuMemHostAlloc, p, size, CU_MEMHOSTALLOC_PORTABLE);
+
+	if (ret || size > PIN_KNOWN_MAX_SIZE)
+		return ret;
+	pthread_rwlock_wrlock(&d->pin_lock);
+	for (unsigned i = 0; i < PIN_KNOWN; i++) {
+		if (!d->pins[i].base) {
+			d->pins[i].base = (uintptr_t)*p;
+			d->pins[i].end = (uintptr_t)*p + size;
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&d->pin_lock);
+	return 0;
 }
 
 static int cuda_pinned_free(void *priv, void *p)
@@ -387,7 +419,28 @@ static int cuda_pinned_free(void *priv, void *p)
 	struct cu_dev *d = priv;
 	int ret = check_alloc(d, p, GDX_MEM_PINNED);
 
-	return ret ? ret : IN_CTX(d, cuMemFreeHost, p);
+	if (ret)
+		return ret;
+	pthread_rwlock_wrlock(&d->pin_lock);
+	for (unsigned i = 0; i < PIN_KNOWN; i++) {
+		if (d->pins[i].base == (uintptr_t)p)
+			d->pins[i].base = d->pins[i].end = 0;
+	}
+	pthread_rwlock_unlock(&d->pin_lock);
+	return IN_CTX(d, cuMemFreeHost, p);
+}
+
+/* Whether [p, p + n) lies in a known pinned allocation (see cu_dev.pins). */
+static bool pin_known(struct cu_dev *d, const void *p, size_t n)
+{
+	uintptr_t a = (uintptr_t)p;
+	bool found = false;
+
+	pthread_rwlock_rdlock(&d->pin_lock);
+	for (unsigned i = 0; i < PIN_KNOWN && !found; i++)
+		found = a >= d->pins[i].base && a < d->pins[i].end && n <= d->pins[i].end - a;
+	pthread_rwlock_unlock(&d->pin_lock);
+	return found;
 }
 
 static int cuda_host_register(void *priv, void *p, size_t size, unsigned flags)
@@ -572,6 +625,7 @@ static bool query_span(struct cu_dev *d, const void *p, CUpointer_attribute *at,
 		data[i] = &v[i];
 	}
 	*sp = (struct span){ 0 };
+	gdx_device_calls_add(1);
 	if (d->cu->cuPointerGetAttributes(n, at, data, DPTR(p)))
 		return false;
 	sp->base = (uintptr_t)v[3];
@@ -803,6 +857,21 @@ static int cuda_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void 
 	return IN_CTX((struct cu_dev *)priv, cuLaunchHostFunc, STREAM(stream), fn, arg);
 }
 
+/*
+ * Where the device sees a word of pinned memory; GDX_EBADPTR outside it.
+ * Memory from cuMemHostAlloc has the same address on the device as on the
+ * host under unified addressing (which cuda_open requires).  Any other word
+ * is looked up, which also refuses one outside pinned memory.
+ */
+static int pinned_word(struct cu_dev *d, const uint32_t *addr, CUdeviceptr *dp)
+{
+	*dp = DPTR(addr);
+	if (pin_known(d, addr, sizeof(*addr)))
+		return 0;
+	return CU(d, cuMemHostGetDevicePointer(dp, (void *)addr, 0),
+		  "cuMemHostGetDevicePointer") ? GDX_EBADPTR : 0;
+}
+
 static int cuda_stream_wait_value32(void *priv, void *stream, const uint32_t *addr,
 				    uint32_t value)
 {
@@ -813,10 +882,31 @@ static int cuda_stream_wait_value32(void *priv, void *stream, const uint32_t *ad
 
 	if (ret)
 		return ret;
-	ret = CU(d, cuMemHostGetDevicePointer(&dp, (void *)addr, 0), "cuMemHostGetDevicePointer");
+	ret = pinned_word(d, addr, &dp);
 	if (!ret)
-		ret = CU(d, cuStreamWaitValue32(((struct cu_stream *)stream)->s, dp, value,
+		ret = CU(d, cuStreamWaitValue32(STREAM(stream), dp, value,
 						CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
+	leave(d, prev);
+	return ret;
+}
+
+/* Flags 0: the store waits for the stream's earlier writes to be visible (a fence). */
+static int cuda_stream_write_value32(void *priv, void *stream, uint32_t *addr, uint32_t value)
+{
+	struct cu_dev *d = priv;
+	CUdeviceptr dp;
+	CUcontext prev;
+	int ret;
+
+	if (!d->cu->cuStreamWriteValue32)
+		return -EOPNOTSUPP;
+	ret = enter(d, &prev);
+	if (ret)
+		return ret;
+	ret = pinned_word(d, addr, &dp);
+	if (!ret)
+		ret = CU(d, cuStreamWriteValue32(STREAM(stream), dp, value, 0),
+			 "cuStreamWriteValue32");
 	leave(d, prev);
 	return ret;
 }
@@ -906,4 +996,5 @@ const struct gdx_device_ops gdx_cuda_ops = {
 	.event_synchronize = cuda_event_synchronize,
 	.event_query = cuda_event_query,
 	.event_elapsed_ms = cuda_event_elapsed_ms,
+	.stream_write_value32 = cuda_stream_write_value32,
 };

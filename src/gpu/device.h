@@ -3,6 +3,7 @@
 #define GDX_GPU_DEVICE_H
 
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include <gdx/device.h>
 #include <gdx/plugin/device.h>
@@ -36,6 +37,24 @@ extern const struct gdx_device_ops gdx_emulated_ops;
  * borrowed reference, with *a describing p, or NULL (*a: plain host memory).
  */
 struct gdx_device *gdx_device_of_ptr(const void *p, struct gdx_ptr_attrs *a);
+
+/*
+ * Calls into the device driver made by the calling thread so far (cuda:
+ * driver API calls, context switches left out; emulated: its operations).
+ * The pipeline counts the ones on its threads per batch: at steps of tens of
+ * microseconds a call of one or two is a share of the step.
+ */
+extern _Thread_local uint64_t gdx_dev_calls_tls;
+
+static inline void gdx_device_calls_add(unsigned n)
+{
+	gdx_dev_calls_tls += n;
+}
+
+static inline uint64_t gdx_device_calls(void)
+{
+	return gdx_dev_calls_tls;
+}
 
 /* Why the cuda device cannot run here ("libcuda.so.1: cannot open ..."), for messages. */
 const char *gdx_cuda_load_error(void);

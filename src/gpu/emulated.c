@@ -56,7 +56,7 @@ struct emu_dev {
 
 static _Atomic uint64_t next_buffer_id = 1;
 
-enum op_type { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_WAITVAL, OP_FREE };
+enum op_type { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_WAITVAL, OP_WRITEVAL, OP_FREE };
 
 struct emu_event {
 	struct emu_dev *d;
@@ -430,6 +430,7 @@ static int emu_pointer_query(void *priv, const void *p, struct gdx_ptr_attrs *a)
 	struct emu_dev *d = priv;
 	long i;
 
+	gdx_device_calls_add(1);
 	pthread_mutex_lock(&d->lock);
 	i = range_find(d, (uintptr_t)p);
 	if (i >= 0 && (uintptr_t)p < d->ranges[i].base + d->ranges[i].size) {
@@ -501,6 +502,10 @@ static void run_op(struct emu_stream_impl *st, struct op *op)
 		while ((int32_t)(__atomic_load_n(op->wv.addr, __ATOMIC_ACQUIRE) - op->wv.v) < 0)
 			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
 		break;
+	case OP_WRITEVAL:
+		/* Earlier copies ran on this thread: a release store orders them first. */
+		__atomic_store_n((uint32_t *)op->wv.addr, op->wv.v, __ATOMIC_RELEASE);
+		break;
 	case OP_FREE:
 		free_now(d, op->free.p);
 		break;
@@ -543,6 +548,7 @@ static int enqueue(struct emu_stream *s, const struct op *tmpl)
 	struct emu_stream_impl *st = s->impl;
 	struct op *op = malloc(sizeof(*op));
 
+	gdx_device_calls_add(1);
 	if (!op)
 		return -ENOMEM;
 	*op = *tmpl;
@@ -768,11 +774,33 @@ static int emu_free_async(void *priv, void *dptr, void *stream)
 	return enqueue(stream, &(struct op){ .type = OP_FREE, .free = { dptr } });
 }
 
+static bool pinned_word(struct emu_dev *d, const uint32_t *addr)
+{
+	bool pinned;
+	long i;
+
+	pthread_mutex_lock(&d->lock);
+	i = range_find(d, (uintptr_t)addr);
+	pinned = i >= 0 && d->ranges[i].kind != R_DEVICE &&
+		 (uintptr_t)addr + sizeof(*addr) <= d->ranges[i].base + d->ranges[i].size;
+	pthread_mutex_unlock(&d->lock);
+	return pinned;
+}
+
 static int emu_stream_wait_value32(void *priv, void *stream, const uint32_t *addr,
 				   uint32_t value)
 {
-	(void)priv;
+	if (!pinned_word(priv, addr))
+		return GDX_EBADPTR;
 	return enqueue(stream, &(struct op){ .type = OP_WAITVAL, .wv = { addr, value } });
+}
+
+static int emu_stream_write_value32(void *priv, void *stream, uint32_t *addr, uint32_t value)
+{
+	if (!pinned_word(priv, addr))
+		return GDX_EBADPTR;
+	return enqueue(stream, &(struct op){ .type = OP_WRITEVAL,
+					     .wv = { addr, value } });
 }
 
 static int emu_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void *arg)
@@ -865,6 +893,7 @@ static int emu_event_synchronize(void *priv, void *event)
 	struct emu_event *ev = ((struct emu_event_h *)event)->ev;
 	struct emu_dev *d = priv;
 
+	gdx_device_calls_add(1);
 	pthread_mutex_lock(&d->ev_lock);
 	while (ev->done < ev->recorded)
 		pthread_cond_wait(&d->ev_cond, &d->ev_lock);
@@ -878,6 +907,7 @@ static int emu_event_query(void *priv, void *event)
 	struct emu_dev *d = priv;
 	int ret;
 
+	gdx_device_calls_add(1);
 	pthread_mutex_lock(&d->ev_lock);
 	ret = ev->done >= ev->recorded ? 0 : -EBUSY;
 	pthread_mutex_unlock(&d->ev_lock);
@@ -891,6 +921,7 @@ static int emu_event_elapsed_ms(void *priv, void *start, void *end, float *ms)
 	struct emu_dev *d = priv;
 	int ret = 0;
 
+	gdx_device_calls_add(1);
 	pthread_mutex_lock(&d->ev_lock);
 	if (!a->recorded || !b->recorded)
 		ret = -EINVAL;		/* CUDA: invalid resource handle */
@@ -936,4 +967,5 @@ const struct gdx_device_ops gdx_emulated_ops = {
 	.event_synchronize = emu_event_synchronize,
 	.event_query = emu_event_query,
 	.event_elapsed_ms = emu_event_elapsed_ms,
+	.stream_write_value32 = emu_stream_write_value32,
 };

@@ -14,6 +14,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gpu/device.h"
 #include "shim/cuda_api.h"
 
 typedef CUresult (*get_proc_v2_fn)(const char *sym, void **pfn, int ver, uint64_t flags,
@@ -72,6 +73,7 @@ static const struct entry entries[] = {
 	E(cuStreamGetCtx, "cuStreamGetCtx", 0),
 	E(cuLaunchHostFunc, "cuLaunchHostFunc", 0),
 	E(cuStreamWaitValue32, "cuStreamWaitValue32_v2", 0),
+	E(cuStreamWriteValue32, "cuStreamWriteValue32_v2", 1),
 	E(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", 0),
 	E(cuEventCreate, "cuEventCreate", 0),
 	E(cuEventDestroy, "cuEventDestroy_v2", 0),
@@ -206,6 +208,7 @@ int gdx_cu_status(CUresult r, const char *call)
 	const char *name = NULL;
 	int ret;
 
+	gdx_device_calls_add(1);
 	switch (r) {
 	case CUDA_SUCCESS:
 		return 0;

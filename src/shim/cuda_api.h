@@ -205,6 +205,7 @@ struct gdx_cu {
 	CUresult (*cuStreamGetCtx)(CUstream s, CUcontext *ctx);
 	CUresult (*cuLaunchHostFunc)(CUstream s, CUhostFn fn, void *arg);
 	CUresult (*cuStreamWaitValue32)(CUstream s, CUdeviceptr addr, uint32_t value, unsigned flags);
+	CUresult (*cuStreamWriteValue32)(CUstream s, CUdeviceptr addr, uint32_t value, unsigned flags);
 	CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *d, void *p, unsigned flags);
 	CUresult (*cuEventCreate)(CUevent *e, unsigned flags);
 	CUresult (*cuEventDestroy)(CUevent e);

@@ -598,6 +598,55 @@ static void stream_waits_for_value(void **state)
 	assert_int_equal(gdx_pinned_free(dev, flag), 0);
 }
 
+/* A stream reports how far it got through a word it stores after its earlier work. */
+static void stream_writes_value(void **state)
+{
+	const size_t n = 64 << 10;
+	struct gdx_stream *s;
+	uint32_t *words, host_word = 0;
+	unsigned char *src, *dst;
+	void *d;
+	int i;
+
+	(void)state;
+	assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&words), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, n, (void **)&src), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, n, (void **)&dst), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	memset(words, 0, 4096);
+	for (size_t k = 0; k < n; k++)
+		src[k] = (unsigned char)(k * 7 + 1);
+	memset(dst, 0, n);
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	/* words[0] holds the stream; words[1] says when the copies behind it are done. */
+	assert_int_equal(gdx_stream_wait_value32(s, &words[0], 1), 0);
+	assert_int_equal(gdx_memcpy_async(dev, d, src, n, s), 0);
+	assert_int_equal(gdx_memcpy_async(dev, dst, d, n, s), 0);
+	assert_int_equal(gdx_stream_write_value32(s, &words[1], 7), 0);
+	usleep(50000);
+	assert_int_equal(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE), 0);
+	__atomic_store_n(&words[0], 1, __ATOMIC_RELEASE);
+	for (i = 0; i < 5000 && __atomic_load_n(&words[1], __ATOMIC_ACQUIRE) != 7; i++)
+		usleep(1000);
+	assert_int_equal(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE), 7);
+	/* The copy into host memory is visible once the word is. */
+	assert_memory_equal(dst, src, n);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	/* Only pinned memory: not plain host memory, not device memory; aligned words. */
+	assert_int_equal(gdx_stream_write_value32(s, &host_word, 1), GDX_EBADPTR);
+	assert_int_equal(gdx_stream_write_value32(s, d, 1), GDX_EBADPTR);
+	assert_int_equal(gdx_stream_wait_value32(s, d, 1), GDX_EBADPTR);
+	assert_int_equal(gdx_stream_write_value32(s, (uint32_t *)((char *)words + 2), 1), -EINVAL);
+	assert_int_equal(gdx_stream_write_value32(NULL, words, 1), -EINVAL);
+	assert_int_equal(gdx_stream_synchronize(s), 0);
+	assert_int_equal(host_word, 0);
+	assert_int_equal(gdx_stream_destroy(s), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_int_equal(gdx_pinned_free(dev, dst), 0);
+	assert_int_equal(gdx_pinned_free(dev, src), 0);
+	assert_int_equal(gdx_pinned_free(dev, words), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -615,6 +664,7 @@ int main(void)
 		cmocka_unit_test(gathered_copies),
 		cmocka_unit_test(wrapped_stream),
 		cmocka_unit_test(stream_waits_for_value),
+		cmocka_unit_test(stream_writes_value),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -56,6 +56,7 @@ struct gdx_device_ops {
 	void *(*stream_native)(void *priv, void *stream);
 	int (*launch_host_func)(void *priv, void *stream, gdx_host_fn fn, void *arg);
 	int (*stream_wait_event)(void *priv, void *stream, void *event);
+	/* addr is 4-byte aligned; GDX_EBADPTR unless it is in pinned memory. */
 	int (*stream_wait_value32)(void *priv, void *stream, const uint32_t *addr, uint32_t value);
 
 	int (*event_create)(void *priv, void *event, unsigned flags);
@@ -64,6 +65,9 @@ struct gdx_device_ops {
 	int (*event_synchronize)(void *priv, void *event);
 	int (*event_query)(void *priv, void *event);
 	int (*event_elapsed_ms)(void *priv, void *start, void *end, float *ms);
+
+	/* Optional (NULL: -EOPNOTSUPP); as stream_wait_value32 for addr. */
+	int (*stream_write_value32)(void *priv, void *stream, uint32_t *addr, uint32_t value);
 };
 
 #ifdef __cplusplus
