@@ -99,7 +99,13 @@ struct gdx_pipeline_opts {
 	 */
 	unsigned ahead;
 	size_t slot_bytes;	/* device buffer per slot; 0: none */
-	int timing;		/* per-stage timing with timed events; default 1 */
+	/*
+	 * Per-stage timing with timed events, of every timing-th batch (1: each
+	 * batch, 0: none); default 1.  Timing a device stage costs the producer
+	 * two calls into the driver for each batch timed (an event record, and
+	 * reading the elapsed time), a share of a step of tens of microseconds.
+	 */
+	int timing;
 	/* Batches left out of the timing figures (start-up); default -1: nstages. */
 	int warmup;
 	/*
@@ -185,6 +191,12 @@ struct gdx_pipeline_stage_stats {
 	uint64_t timed;		/* batches in the time figures */
 	uint64_t total_ns, min_ns, max_ns, mean_ns;
 	uint64_t wait_ns;	/* host stages: time spent waiting for earlier stages */
+	/*
+	 * Host stages: calls into the device driver on the stage's thread
+	 * (waiting for the batch's earlier stages, the callback, enqueueing the
+	 * device stages after it); see gdx_pipeline_stats.producer_calls.
+	 */
+	uint64_t calls;
 };
 GDX_API int gdx_pipeline_stage_stats(struct gdx_pipeline *p, unsigned stage,
 				     struct gdx_pipeline_stage_stats *st);
@@ -215,6 +227,15 @@ struct gdx_pipeline_stats {
 	 * synchronisation).
 	 */
 	uint64_t long_waits;
+	/*
+	 * Calls into the device driver that gdx_pipeline_submit made (cuda:
+	 * driver API calls; the emulated device: its operations), the stage
+	 * callbacks' calls through gdx included but not those they make to a
+	 * runtime of their own (kernel launches); producer_poll_calls of them
+	 * were made while it waited for earlier batches.  At steps of tens of
+	 * microseconds each call (about a microsecond) is a share of the step.
+	 */
+	uint64_t producer_calls, producer_poll_calls;
 };
 GDX_API int gdx_pipeline_stats(struct gdx_pipeline *p, struct gdx_pipeline_stats *st);
 

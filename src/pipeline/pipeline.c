@@ -37,17 +37,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <gdx/pipeline.h>
 
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gpu/device.h"
 
 #define NSTAGE GDX_PIPELINE_MAX_STAGES
 #define SPIN_US_MAX 100000
 
 struct job;
+
+/*
+ * A wait of a CPU thread for a device stage's work: its end event, and the
+ * stage's done word where its stream stores one (word NULL otherwise).
+ * other: the stage is another batch's, whose ring entry may be reused and
+ * its event re-recorded for a later batch before the wait ends.
+ */
+struct dev_wait {
+	struct gdx_event *ev;	/* NULL: nothing to wait for */
+	const uint32_t *word;
+	uint32_t value;
+	bool other;
+};
 
 /*
  * What stage k's callbacks see of a job.  One per stage, filled at admission
@@ -67,10 +82,11 @@ struct job {
 	struct gdx_event *end[NSTAGE];		/* device stages: work done */
 	uint64_t t0[NSTAGE], t1[NSTAGE];	/* host stages: host clock */
 	bool recorded[NSTAGE];	/* end[k] recorded for this batch */
+	bool wrote[NSTAGE];	/* done_words[k] is to reach batch + 1 after end[k] */
 	bool ran[NSTAGE];	/* stage k's work was run or enqueued */
 	unsigned err_mask;	/* stages whose failure was counted */
 	unsigned checked;	/* device checks done for stages < checked */
-	struct gdx_event *wait_ev;	/* what the next host stage waits for */
+	struct dev_wait wait;	/* what the next host stage waits for */
 	void *scratch[NSTAGE];
 	/* Past the last stage (see advance); set under p->lock, polled without it. */
 	bool released;
@@ -95,6 +111,7 @@ struct stage {
 	bool quit;
 	/* p->lock */
 	uint64_t batches, skipped, errors, timed, total_ns, min_ns, max_ns, wait_ns;
+	_Atomic uint64_t calls;	/* host stages: device calls on the thread */
 };
 
 struct gdx_pipeline {
@@ -102,7 +119,7 @@ struct gdx_pipeline {
 	unsigned nslots, nring, nstages;
 	uint64_t warmup;
 	int warmup_opt;
-	bool timing;
+	unsigned time_every;	/* opts.timing */
 	size_t slot_bytes;
 	void *slot_buf[GDX_PIPELINE_MAX_SLOTS];
 	void *slot_user[GDX_PIPELINE_MAX_SLOTS];
@@ -116,6 +133,13 @@ struct gdx_pipeline {
 	 * a device first stage's stream to wait on; NULL in other shapes.
 	 */
 	uint32_t *released_word;
+	/*
+	 * Pinned, where the device can store to it: word k counts the batches
+	 * whose device stage k is done, for a device stage followed by a host
+	 * stage or last; its stream stores batch + 1 after the stage's work, so
+	 * the thread waiting for it polls memory instead of querying the event.
+	 */
+	uint32_t *done_words;
 	_Atomic uint64_t long_waits;
 
 	/* producer side */
@@ -133,14 +157,21 @@ struct gdx_pipeline {
 	uint64_t ref_host_ns;	/* host clock origin */
 	bool have_first;
 	double t_first, t_last;	/* ns since the origins */
-	uint64_t steady_n;
+	uint64_t b_first, steady_n;	/* batches from b_first to the one done at t_last */
 	unsigned inflight_max;
 	uint64_t producer_wait_ns;
+	_Atomic uint64_t producer_calls, producer_poll_calls;
 };
 
 static bool is_dev(const struct gdx_pipeline *p, unsigned k)
 {
 	return p->stages[k].d.kind == GDX_STAGE_DEVICE;
+}
+
+/* Whether batch b's device stages are timed with events. */
+static bool timed_batch(const struct gdx_pipeline *p, uint64_t b)
+{
+	return p->time_every && b % p->time_every == 0;
 }
 
 /* After a failure, batches before the failed one still finish; the rest are skipped. */
@@ -209,15 +240,64 @@ static bool event_done(void *arg)
 	return ep->ret != -EBUSY;
 }
 
-/* gdx_event_synchronize, after polling the event for the spin time. */
-static int wait_event(struct gdx_pipeline *p, struct gdx_event *e)
-{
-	struct ev_poll ep = { e, 0 };
+struct word_poll {
+	const uint32_t *w;
+	uint32_t v;
+};
 
-	if (spin_for(p, event_done, &ep, p->poll_ns))
-		return ep.ret;
+static bool word_reached(void *arg)
+{
+	struct word_poll *wp = arg;
+
+	return (int32_t)(__atomic_load_n(wp->w, __ATOMIC_ACQUIRE) - wp->v) >= 0;
+}
+
+/* Sleep between two looks at a done word once the spin time is over. */
+#define WORD_SLEEP_NS 20000
+
+/* What waiting for device stage k of job j takes; on the thread that enqueued it. */
+static struct dev_wait stage_wait(struct gdx_pipeline *p, struct job *j, unsigned k, bool other)
+{
+	struct dev_wait w = { NULL, NULL, 0, other };
+
+	if (!is_dev(p, k) || !j->recorded[k])
+		return w;
+	w.ev = j->end[k];
+	if (j->wrote[k]) {
+		w.word = &p->done_words[k];
+		w.value = (uint32_t)(j->pub.batch + 1);
+	}
+	return w;
+}
+
+/*
+ * Waits for w: polls the done word (no call into the driver), else the
+ * event (a query per poll_ns), for the spin time; then gdx_event_synchronize.
+ * The word names the batch, so a wait for another batch's stage (a host
+ * first stage's, for the slot's previous batch) never asks the event whether
+ * it is done, which may by then stand for a later batch that waits for this
+ * one: only whether the stream failed, sleeping between looks at the word.
+ */
+static int wait_dev(struct gdx_pipeline *p, const struct dev_wait *w)
+{
+	struct word_poll wp = { w->word, w->value };
+	struct ev_poll ep = { w->ev, 0 };
+	int ret;
+
+	if (w->word ? spin_for(p, word_reached, &wp, 0) :
+	    spin_for(p, event_done, &ep, p->poll_ns))
+		return w->word ? 0 : ep.ret;
 	atomic_fetch_add(&p->long_waits, 1);
-	return gdx_event_synchronize(e);
+	if (!w->other || !w->word)
+		return gdx_event_synchronize(w->ev);
+	for (;;) {
+		if (word_reached(&wp))
+			return 0;
+		ret = gdx_event_query(w->ev);
+		if (ret && ret != -EBUSY)
+			return ret;
+		nanosleep(&(struct timespec){ .tv_nsec = WORD_SLEEP_NS }, NULL);
+	}
 }
 
 void gdx_stage_desc_init(struct gdx_stage_desc *d, size_t struct_size)
@@ -333,31 +413,34 @@ static void queue_push(struct stage *st, struct job *j)
 
 /*
  * Starts stage k and the device stages after it, up to the next host stage,
- * which gets the job through its queue.  wait0 is what stage 0 must wait for
- * (the last stage of the slot's previous batch), NULL for k > 0.
+ * which gets the job through its queue.  prev is the slot's previous batch,
+ * whose last stage stage 0 must wait for, or NULL; unused for k > 0.
  */
-static void advance(struct gdx_pipeline *p, struct job *j, unsigned k, struct gdx_event *wait0)
+static void advance(struct gdx_pipeline *p, struct job *j, unsigned k, struct job *prev)
 {
 	for (; k < p->nstages; k++) {
 		struct stage *st = &p->stages[k];
-		struct gdx_event *w = wait0;
+		/* Stage k waits for stage k - 1, or stage 0 for the slot's previous batch. */
+		struct dev_wait w = { NULL, NULL, 0, false };
 		int ret;
 
 		if (k > 0)
-			w = is_dev(p, k - 1) && j->recorded[k - 1] ? j->end[k - 1] : NULL;
+			w = stage_wait(p, j, k - 1, false);
+		else if (prev)
+			w = stage_wait(p, prev, p->nstages - 1, true);
 		if (!is_dev(p, k)) {
-			j->wait_ev = w;
+			j->wait = w;
 			queue_push(st, j);
 			return;
 		}
 		if (skipped(p, j))
 			continue;
-		ret = w ? gdx_stream_wait_event(st->stream, w) : 0;
+		ret = w.ev ? gdx_stream_wait_event(st->stream, w.ev) : 0;
 		/* The slot's previous batch must have left the host last stage. */
 		if (!ret && k == 0 && p->released_word && j->pub.batch >= p->nslots)
 			ret = gdx_stream_wait_value32(st->stream, p->released_word,
 						      (uint32_t)(j->pub.batch - p->nslots + 1));
-		if (!ret && p->timing)
+		if (!ret && timed_batch(p, j->pub.batch))
 			ret = gdx_event_record(j->start[k], st->stream);
 		if (ret) {
 			fail_job(p, j, k, ret, "cannot enqueue on the stage's stream");
@@ -375,6 +458,10 @@ static void advance(struct gdx_pipeline *p, struct job *j, unsigned k, struct gd
 			continue;
 		}
 		j->recorded[k] = true;
+		/* Best effort: without the word, the waiter polls the event. */
+		if (p->done_words && (k == p->nstages - 1 || !is_dev(p, k + 1)))
+			j->wrote[k] = !gdx_stream_write_value32(st->stream, &p->done_words[k],
+								(uint32_t)(j->pub.batch + 1));
 	}
 	/*
 	 * A device last stage has been enqueued, which is all the next batch in
@@ -423,7 +510,7 @@ static void *host_stage_main(void *arg)
 
 	for (;;) {
 		struct job *j;
-		uint64_t t;
+		uint64_t t, calls;
 		int ret;
 
 		if (!spin_for(p, queue_ready, st, 0))
@@ -440,9 +527,10 @@ static void *host_stage_main(void *arg)
 		__atomic_store_n(&st->qcount, st->qcount - 1, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&st->qlock);
 
+		calls = gdx_device_calls();
 		t = gdx_now_ns();
-		if (j->wait_ev) {
-			ret = wait_event(p, j->wait_ev);
+		if (j->wait.ev) {
+			ret = wait_dev(p, &j->wait);
 			if (ret)
 				fail_job(p, j, k, ret, "waiting for the previous stage failed");
 		}
@@ -459,6 +547,8 @@ static void *host_stage_main(void *arg)
 				fail_job(p, j, k, ret, NULL);
 		}
 		advance(p, j, k + 1, NULL);
+		atomic_fetch_add_explicit(&st->calls, gdx_device_calls() - calls,
+					  memory_order_relaxed);
 	}
 	return NULL;
 }
@@ -480,7 +570,8 @@ int gdx_pipeline_create(struct gdx_device *dev, const struct gdx_pipeline_opts *
 			return -EINVAL;
 		memcpy(&opts, o, GDX_MIN(o->struct_size, sizeof(opts)));
 	}
-	if (opts.nslots < 1 || opts.nslots > GDX_PIPELINE_MAX_SLOTS || opts.warmup < -1)
+	if (opts.nslots < 1 || opts.nslots > GDX_PIPELINE_MAX_SLOTS || opts.warmup < -1 ||
+	    opts.timing < 0)
 		return -EINVAL;
 	if (opts.ahead == (unsigned)-1)
 		opts.ahead = opts.nslots;
@@ -497,7 +588,7 @@ int gdx_pipeline_create(struct gdx_device *dev, const struct gdx_pipeline_opts *
 	p->dev = dev;
 	p->nslots = opts.nslots;
 	p->nring = opts.nslots + opts.ahead;
-	p->timing = opts.timing != 0;
+	p->time_every = (unsigned)opts.timing;
 	p->warmup_opt = opts.warmup;
 	p->slot_bytes = opts.slot_bytes;
 	p->spin_ns = (uint64_t)opts.spin_us * 1000;
@@ -569,7 +660,7 @@ static bool released_word_safe(const struct gdx_pipeline *p)
 
 static int start(struct gdx_pipeline *p)
 {
-	unsigned flags = p->timing ? GDX_EVENT_TIMING : 0;
+	unsigned flags = p->time_every ? GDX_EVENT_TIMING : 0;
 	int ret, first_dev = -1;
 
 	if (!p->nstages)
@@ -602,11 +693,20 @@ static int start(struct gdx_pipeline *p)
 			struct job *j = &p->jobs[e];
 
 			ret = gdx_event_create(p->dev, flags, &j->end[k]);
-			if (!ret && p->timing)
+			if (!ret && p->time_every)
 				ret = gdx_event_create(p->dev, flags, &j->start[k]);
 			if (ret)
 				return ret;
 		}
+	}
+	for (unsigned k = 0; k < p->nstages && !p->done_words; k++) {
+		if (!is_dev(p, k) || (k + 1 < p->nstages && is_dev(p, k + 1)))
+			continue;
+		ret = gdx_pinned_alloc(p->dev, NSTAGE * sizeof(*p->done_words),
+				       (void **)&p->done_words);
+		if (ret)
+			return ret;
+		memset(p->done_words, 0, NSTAGE * sizeof(*p->done_words));
 	}
 	if (released_word_safe(p)) {
 		ret = gdx_pinned_alloc(p->dev, sizeof(*p->released_word),
@@ -630,7 +730,7 @@ static int start(struct gdx_pipeline *p)
 			return ret;
 		st->thread_up = true;
 	}
-	if (first_dev >= 0 && p->timing) {
+	if (first_dev >= 0 && p->time_every) {
 		ret = gdx_event_create(p->dev, flags, &p->ref);
 		if (!ret)
 			ret = gdx_event_record(p->ref, p->stages[first_dev].stream);
@@ -671,7 +771,7 @@ static void collect(struct gdx_pipeline *p, struct job *j)
 			}
 			continue;
 		}
-		if (!p->timing || !j->recorded[k])
+		if (!timed_batch(p, j->pub.batch) || !j->recorded[k])
 			continue;
 		/*
 		 * A batch that went through every stage is done everywhere (each
@@ -685,7 +785,7 @@ static void collect(struct gdx_pipeline *p, struct job *j)
 		}
 	}
 	if (complete && is_dev(p, last) && p->ref && j->recorded[last] &&
-	    gdx_event_elapsed_ms(p->ref, j->end[last], &ms) == 0)
+	    timed_batch(p, j->pub.batch) && gdx_event_elapsed_ms(p->ref, j->end[last], &ms) == 0)
 		t_done = ms_to_ns(ms);
 	else if (complete && !is_dev(p, last))
 		t_done = (double)(j->t1[last] - p->ref_host_ns);
@@ -710,9 +810,10 @@ static void collect(struct gdx_pipeline *p, struct job *j)
 		if (!p->have_first) {
 			p->have_first = true;
 			p->t_first = t_done;
+			p->b_first = j->pub.batch;
 		} else {
 			p->t_last = t_done;
-			p->steady_n++;
+			p->steady_n = j->pub.batch - p->b_first;
 		}
 	}
 	p->harvested++;
@@ -726,6 +827,7 @@ static void collect(struct gdx_pipeline *p, struct job *j)
 static int wait_done(struct gdx_pipeline *p, struct job *j, bool nowait)
 {
 	unsigned last = p->nstages - 1;
+	struct dev_wait w;
 	int ret;
 
 	wait_released_locked(p, j, nowait);
@@ -733,11 +835,18 @@ static int wait_done(struct gdx_pipeline *p, struct job *j, bool nowait)
 	pthread_mutex_unlock(&p->lock);
 	if (ret || !is_dev(p, last) || !j->recorded[last])
 		return ret;
+	w = stage_wait(p, j, last, false);
+	if (nowait && w.word) {
+		struct word_poll wp = { w.word, w.value };
+
+		/* A failed stream never stores it: the blocking wait finds the error. */
+		return word_reached(&wp) ? 0 : -EAGAIN;
+	}
 	if (nowait) {
 		ret = gdx_event_query(j->end[last]);
 		return ret == -EBUSY ? -EAGAIN : ret;
 	}
-	ret = wait_event(p, j->end[last]);
+	ret = wait_dev(p, &w);
 	if (ret)
 		fail_job(p, j, last, ret, "waiting for the last stage failed");
 	return 0;
@@ -747,11 +856,14 @@ static int wait_done(struct gdx_pipeline *p, struct job *j, bool nowait)
 static int harvest_one(struct gdx_pipeline *p, bool nowait, uint64_t *waited)
 {
 	struct job *j = &p->jobs[p->harvested % p->nring];
-	uint64_t t = waited ? gdx_now_ns() : 0;
+	uint64_t t = waited ? gdx_now_ns() : 0, calls = gdx_device_calls();
 	int ret = wait_done(p, j, nowait);
 
-	if (waited)
+	if (waited) {
 		*waited += gdx_now_ns() - t;
+		atomic_fetch_add_explicit(&p->producer_poll_calls, gdx_device_calls() - calls,
+					  memory_order_relaxed);
+	}
 	if (ret)
 		return ret;
 	run_checks(p, j, p->nstages);
@@ -775,9 +887,8 @@ static int pipeline_status(struct gdx_pipeline *p)
 static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 {
 	bool nowait = flags & GDX_PIPELINE_NOWAIT;
-	struct gdx_event *wait0 = NULL;
 	uint64_t b = p->submitted, waited = 0;
-	struct job *j;
+	struct job *j, *prev = NULL;
 	int ret;
 
 	ret = pipeline_status(p);
@@ -803,9 +914,9 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 	 * unless a device first stage waits for that on the released word.
 	 */
 	if (b >= p->nslots && !p->released_word) {
-		struct job *prev = &p->jobs[(b - p->nslots) % p->nring];
 		uint64_t t = gdx_now_ns();
 
+		prev = &p->jobs[(b - p->nslots) % p->nring];
 		wait_released_locked(p, prev, nowait);
 		ret = prev->released ? 0 : -EAGAIN;
 		pthread_mutex_unlock(&p->lock);
@@ -813,8 +924,6 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 			waited += gdx_now_ns() - t;
 		if (ret)
 			return ret;
-		if (is_dev(p, p->nstages - 1) && prev->recorded[p->nstages - 1])
-			wait0 = prev->end[p->nstages - 1];
 	}
 	ret = pipeline_status(p);
 	if (ret)
@@ -829,7 +938,8 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 	memset(j->ran, 0, sizeof(j->ran));
 	j->err_mask = 0;
 	j->checked = 0;
-	j->wait_ev = NULL;
+	memset(j->wrote, 0, sizeof(j->wrote));
+	j->wait.ev = NULL;
 	j->released = false;
 	j->pub = (struct gdx_pipeline_job){
 		.pipe = p,
@@ -851,18 +961,22 @@ static int submit_locked(struct gdx_pipeline *p, void *arg, unsigned flags)
 	p->producer_wait_ns += waited;
 	p->inflight_max = GDX_MAX(p->inflight_max, (unsigned)(p->submitted - p->harvested));
 	pthread_mutex_unlock(&p->lock);
-	advance(p, j, 0, wait0);
+	advance(p, j, 0, prev);
 	return 0;
 }
 
 int gdx_pipeline_submit(struct gdx_pipeline *p, void *batch_arg, unsigned flags)
 {
+	uint64_t calls;
 	int ret;
 
 	if (!p || (flags & ~GDX_PIPELINE_NOWAIT))
 		return -EINVAL;
 	pthread_mutex_lock(&p->submit_lock);
+	calls = gdx_device_calls();
 	ret = submit_locked(p, batch_arg, flags);
+	atomic_fetch_add_explicit(&p->producer_calls, gdx_device_calls() - calls,
+				  memory_order_relaxed);
 	pthread_mutex_unlock(&p->submit_lock);
 	return ret;
 }
@@ -954,6 +1068,8 @@ void gdx_pipeline_destroy(struct gdx_pipeline *p)
 		gdx_event_destroy(p->ref);
 	if (p->released_word)
 		gdx_pinned_free(p->dev, p->released_word);
+	if (p->done_words)
+		gdx_pinned_free(p->dev, p->done_words);
 	for (unsigned i = 0; i < p->nslots; i++) {
 		if (p->slot_buf[i])
 			gdx_device_free(p->dev, p->slot_buf[i]);
@@ -1031,6 +1147,7 @@ int gdx_pipeline_stage_stats(struct gdx_pipeline *p, unsigned stage,
 	s.max_ns = st->max_ns;
 	s.mean_ns = st->timed ? st->total_ns / st->timed : 0;
 	s.wait_ns = st->wait_ns;
+	s.calls = atomic_load(&st->calls);
 	pthread_mutex_unlock(&p->lock);
 	s.struct_size = GDX_MIN(out->struct_size, sizeof(s));
 	memcpy(out, &s, s.struct_size);
@@ -1049,6 +1166,8 @@ int gdx_pipeline_stats(struct gdx_pipeline *p, struct gdx_pipeline_stats *out)
 	s.inflight_max = p->inflight_max;
 	s.producer_wait_ns = p->producer_wait_ns;
 	s.long_waits = atomic_load(&p->long_waits);
+	s.producer_calls = atomic_load(&p->producer_calls);
+	s.producer_poll_calls = atomic_load(&p->producer_poll_calls);
 	if (p->steady_n)
 		s.step_ns = (uint64_t)((p->t_last - p->t_first) / (double)p->steady_n);
 	for (unsigned k = 0; k < p->nstages; k++) {

@@ -668,6 +668,39 @@ static void spin(void **state)
 	}
 }
 
+/*
+ * Calls into the driver are counted per thread: the producer's include the
+ * device stages' events; a host stage after a device stage waits on the
+ * word the stream stores after the stage, with no call at all while it
+ * polls (the spin time is longer than any wait here).
+ */
+static void driver_calls(void **state)
+{
+	struct gdx_pipeline_stage_stats ss = { .struct_size = sizeof(ss) };
+	struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+	struct tstage st[3] = {
+		{ 'D', R_LOAD, 0, -1, false, false },
+		{ 'D', R_NONE, 0, -1, false, false },
+		{ 'H', R_NONE, 0, -1, false, false },
+	};
+	const uint64_t n = 32;
+	struct tctx *t = make_ctx(st, 3);
+
+	(void)state;
+	make_pipe_spin(t, 2, 2, 100000);
+	for (unsigned k = 0; k < 3; k++)
+		add_test_stage(t, k);
+	assert_int_equal(gdx_pipeline_run(t->p, n), 0);
+	assert_int_equal(gdx_pipeline_stats(t->p, &ps), 0);
+	/* Per batch at least: two device stages, each timed by two events. */
+	assert_true(ps.producer_calls >= 4 * n);
+	assert_true(ps.producer_poll_calls <= ps.producer_calls);
+	assert_int_equal(gdx_pipeline_stage_stats(t->p, 2, &ss), 0);
+	assert_int_equal(ss.batches, n);
+	assert_int_equal(ss.calls, 0);
+	destroy(t);
+}
+
 static void expect_failure(struct tctx *t, int err, int stage, uint64_t batch, const char *cause)
 {
 	struct gdx_pipeline_error e;
@@ -1253,6 +1286,7 @@ int main(void)
 		cmocka_unit_test(slot_reuse),
 		cmocka_unit_test(back_pressure),
 		cmocka_unit_test(spin),
+		cmocka_unit_test(driver_calls),
 		cmocka_unit_test(errors),
 		cmocka_unit_test(load_stage),
 		cmocka_unit_test(file_load),
