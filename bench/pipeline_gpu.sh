@@ -152,6 +152,9 @@ run devonly-50-ra2 25 50 0 3 2000 0 "--send none --read-ahead 2"
 run sweep-50-ra2 25 50 15 4 2000 32 "--read-ahead 2"
 # And 8 deep: a read may then take 8 producer steps before its load waits for it.
 run sweep-50-ra8 25 50 15 4 2000 32 "--read-ahead 8"
+# With the device stages of every 4th batch timed (two driver calls fewer a stage a batch).
+run devonly-50-t4 25 50 0 3 2000 0 "--send none --time-every 4"
+run sweep-50-t4 25 50 15 4 2000 32 "--time-every 4"
 # Without the load's mark and pad kernels (two launches fewer a batch for the producer).
 run devonly-50-nopad 0 50 0 3 2000 0 "--send none"
 # And with the threads polling device events back to back (pipeline.poll_ns 0, as before).
@@ -173,18 +176,21 @@ echo "=== pipeline on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev
 	"times in us; eff = step / max(stage), goal <= 1.05"
 awk '
 function v(k,   i, kv) { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) return kv[2] } return "-" }
-BEGIN { printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s %6s %3s %4s %6s\n", "case",
+BEGIN { printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s %6s %3s %4s %6s %5s %6s\n", "case",
 	"load", "compute", "d2h", "send", "max_stage", "serial_sum", "serial", "step", "eff",
-	"goal", "slept", "read", "par", "late", "prod" }
+	"goal", "slept", "read", "par", "late", "prod", "calls", "scalls" }
 $2 ~ /^FAILED/ { printf "%-20s %s\n", $1, $2; next }
 { e = v("efficiency"); g = (e + 0 <= 1.05 && v("mismatches") == 0) ? "ok" : "MISS"
-  printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s %6s %3s %4s %6s\n", $1,
+  printf "%-20s %7s %8s %6s %7s %9s %10s %9s %8s %6s %5s %6s %6s %3s %4s %6s %5s %6s\n", $1,
 	v("load_us"), v("compute_us"), v("d2h_us"), v("send_us"), v("max_stage_us"),
 	v("serial_sum_us"), v("serial_us"), v("step_us"), e, g, v("long_waits"), v("read_us"),
-	v("reads_at_once"), v("reads_late"), v("producer_us") }' "$results"
+	v("reads_at_once"), v("reads_late"), v("producer_us"), v("calls"), v("send_calls") }' \
+	"$results"
 echo "read: mean storage read on a file worker (off the stream unless in order); par: most"
 echo "reads at once; late: reads ahead still running when their batch was submitted; prod:"
-echo "the producer's own time per batch (enqueue + harvest), which bounds the step when ~ it"
+echo "the producer's own time per batch (enqueue + harvest), which bounds the step when ~ it;"
+echo "calls, scalls: driver calls a batch through gdx on the producer (its polls left out; the"
+echo "example's kernel launches not counted) and on the send thread"
 echo "$failed failed"
 } | tee -a "$log"
 [ "$failed" -eq 0 ]

@@ -36,6 +36,7 @@ struct ts_opts {
 	uint64_t data_bytes;
 	unsigned batches, slots, ahead, verify_every, warmup;
 	unsigned read_ahead;	/* batches the file source reads ahead; -1: the slots */
+	unsigned time_every;	/* the pipeline's timing: every Nth batch timed */
 	double load_us, compute_us, send_us, spin_us;
 	bool serial, load_in_order;
 };
@@ -526,10 +527,8 @@ static int compute_stage(const struct gdx_pipeline_job *job, struct gdx_stream *
 	struct ts_ctx *c = arg;
 	struct ts_slot *s = job->slot_user;
 	uint64_t t0 = ts_now_ns();
-	int ret = c->prov->mark(c, s, TS_MARK_COMPUTE, st);
+	int ret = c->prov->compute(c, s, job->batch, c->o.compute_us, st);
 
-	ret = ret ? ret : c->prov->compute(c, s, job->batch, st);
-	ret = ret ? ret : c->prov->pad(c, s, TS_MARK_COMPUTE, c->o.compute_us, st);
 	c->enq_ns[ST_COMPUTE] += ts_now_ns() - t0;
 	return ret;
 }
@@ -643,6 +642,7 @@ static int build(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct gdx_p
 	po.ahead = ahead;
 	po.slot_bytes = c->o.in_bytes;
 	po.warmup = (int)c->o.warmup;
+	po.timing = (int)c->o.time_every;
 	ret = gdx_pipeline_create(c->dev, &po, &p);
 	if (ret)
 		return ret;
@@ -873,6 +873,9 @@ static void usage(FILE *f)
 		"                       memory, no d2h stage; none: no send stage)\n"
 		"  --verify-every N     the peer checks every Nth batch (default 1; 0: none)\n"
 		"  --warmup N           batches left out of the figures (default 8)\n"
+		"  --time-every N       time the device stages of every Nth batch with events\n"
+		"                       (default 1: each; each timed stage costs the producer two\n"
+		"                       driver calls a batch)\n"
 		"  --serial             also measure the serial step (one slot, nothing ahead)\n");
 }
 
@@ -906,7 +909,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		{ "send", 1, NULL, 'x' }, { "verify-every", 1, NULL, 'v' },
 		{ "warmup", 1, NULL, 'w' }, { "serial", 0, NULL, 'z' },
 		{ "load", 1, NULL, 'l' }, { "load-in-order", 0, NULL, 'I' },
-		{ "read-ahead", 1, NULL, 'R' },
+		{ "read-ahead", 1, NULL, 'R' }, { "time-every", 1, NULL, 'T' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	static char data_path[512];
@@ -919,7 +922,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		.data = data_path, .send = "tcp", .load = "file", .in_bytes = 1 << 20, .out_bytes = 64 << 10,
 		.data_bytes = 64ull << 20, .batches = 200, .slots = 3, .ahead = (unsigned)-1,
 		.read_ahead = (unsigned)-1,
-		.verify_every = 1, .warmup = 8, .compute_us = 100,
+		.verify_every = 1, .warmup = 8, .compute_us = 100, .time_every = 1,
 	};
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		int bad = 0;
@@ -943,6 +946,10 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		case 'P': o->spin_us = atof(optarg); break;
 		case 'z': o->serial = true; break;
 		case 'I': o->load_in_order = true; break;
+		case 'T':
+			o->time_every = (unsigned)strtoul(optarg, NULL, 0);
+			bad = !o->time_every || o->time_every > 1000;
+			break;
 		case 'R':
 			o->read_ahead = (unsigned)strtoul(optarg, NULL, 0);
 			bad = o->read_ahead > GDX_PIPELINE_LOAD_READ_AHEAD_MAX;
@@ -974,6 +981,19 @@ static double producer_us(const struct ts_result *r)
 			 r->submit_ns - r->ps.producer_wait_ns : 0);
 }
 
+/* Driver calls a batch: the producer's own (its waits' polls left out), and the send thread's. */
+static double producer_calls(const struct ts_result *r)
+{
+	return r->ps.submitted ? (double)(r->ps.producer_calls - r->ps.producer_poll_calls) /
+		(double)r->ps.submitted : 0;
+}
+
+static double send_calls(const struct ts_result *r)
+{
+	return r->st[ST_SEND].batches ? (double)r->st[ST_SEND].calls /
+		(double)r->st[ST_SEND].batches : 0;
+}
+
 static double read_us(const struct ts_result *r)
 {
 	return r->reads.reads ? us(r->reads.read_ns) / (double)r->reads.reads : 0;
@@ -990,6 +1010,10 @@ static void print_result(const char *what, const struct ts_result *r)
 	       " is the engine's: stream waits, events, harvest)\n", producer_us(r),
 	       per_batch(r, r->ps.producer_wait_ns), per_batch(r, r->enq_ns[ST_LOAD]),
 	       per_batch(r, r->enq_ns[ST_COMPUTE]), per_batch(r, r->enq_ns[ST_D2H]));
+	printf("  driver calls a batch: producer %.1f through gdx (+ %.1f polling while it waited;"
+	       " the provider's kernel launches are not counted), send thread %.1f\n",
+	       producer_calls(r), r->ps.submitted ? (double)r->ps.producer_poll_calls /
+	       (double)r->ps.submitted : 0.0, send_calls(r));
 	if (!r->have_reads)
 		return;
 	/*
@@ -1107,12 +1131,13 @@ int ts_main(int argc, char **argv, const struct ts_provider *prov)
 		printf(" %s_us=%.1f", stage_names[k], us(pipe_r.st[k].mean_ns));	/* 0: no such stage */
 	printf(" max_stage_us=%.1f serial_sum_us=%.1f serial_us=%.1f step_us=%.1f efficiency=%.3f"
 	       " long_waits=%llu read_us=%.1f reads_at_once=%u reads_late=%llu producer_us=%.1f"
-	       " enqueue_us=%.1f mismatches=%llu\n", us(pipe_r.ps.max_stage_ns), serial_sum,
+	       " enqueue_us=%.1f calls=%.1f send_calls=%.1f mismatches=%llu\n", us(pipe_r.ps.max_stage_ns), serial_sum,
 	       c.o.serial ? us(ser_r.ps.step_ns) : 0.0, us(pipe_r.ps.step_ns), pipe_r.ps.overlap,
 	       (unsigned long long)pipe_r.ps.long_waits, read_us(&pipe_r),
 	       pipe_r.reads.max_inflight, (unsigned long long)pipe_r.reads.ahead_late,
 	       producer_us(&pipe_r), per_batch(&pipe_r, pipe_r.enq_ns[ST_LOAD] +
-	       pipe_r.enq_ns[ST_COMPUTE] + pipe_r.enq_ns[ST_D2H]),
+	       pipe_r.enq_ns[ST_COMPUTE] + pipe_r.enq_ns[ST_D2H]), producer_calls(&pipe_r),
+	       send_calls(&pipe_r),
 	       (unsigned long long)(pipe_r.mismatches + (c.o.serial ? ser_r.mismatches : 0)));
 	if (pipe_r.mismatches || (c.o.serial && ser_r.mismatches))
 		ret = -EIO;

@@ -201,13 +201,16 @@ static int host_pad(struct ts_ctx *c, struct ts_slot *s, enum ts_mark m, double 
 	return post(c, s, HW_PAD, m, 0, us, st);
 }
 
-static int host_compute(struct ts_ctx *c, struct ts_slot *s, uint64_t batch, struct gdx_stream *st)
+static int host_compute(struct ts_ctx *c, struct ts_slot *s, uint64_t batch, double us,
+			struct gdx_stream *st)
 {
 	struct host_slot *hs = s->priv;
-	int ret = gdx_memcpy_async(ts_device(c), hs->in_pin, s->in, ts_in_bytes(c), st);
+	int ret = host_mark(c, s, TS_MARK_COMPUTE, st);
 
+	ret = ret ? ret : gdx_memcpy_async(ts_device(c), hs->in_pin, s->in, ts_in_bytes(c), st);
 	ret = ret ? ret : post(c, s, HW_COMPUTE, TS_MARK_COMPUTE, batch, 0, st);
-	return ret ? ret : gdx_memcpy_async(ts_device(c), s->out, hs->out_pin, ts_out_bytes(c), st);
+	ret = ret ? ret : gdx_memcpy_async(ts_device(c), s->out, hs->out_pin, ts_out_bytes(c), st);
+	return ret ? ret : host_pad(c, s, TS_MARK_COMPUTE, us, st);
 }
 
 static const struct ts_provider host_provider = {

@@ -8,6 +8,9 @@
  * Stage lengths: a one-thread kernel stamps %globaltimer into the slot's mark
  * word when a stage starts, and another spins until the mark plus the target
  * has passed, so a stage lasts max(its work, target) on the GPU's own clock.
+ * The compute stage does all three in one launch (k_compute): each launch
+ * costs the producer thread several microseconds on the H200's VM, a share
+ * of a 50 us step.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,12 +41,29 @@ __global__ static void k_pad(const unsigned long long *mark, unsigned long long 
 		;
 }
 
-/* The same arithmetic as ts_reference(), one output word per thread. */
-__global__ static void k_reduce(const uint32_t *in, uint32_t *out, size_t in_words,
-				size_t out_words, uint64_t batch)
+/* A slot's device words: the load's mark, and the compute kernel's state. */
+struct kslot {
+	unsigned long long mark[TS_NMARKS];
+	unsigned long long start;	/* earliest block start; ~0 between batches */
+	unsigned done;			/* blocks done; 0 between batches */
+};
+
+/*
+ * The compute stage in one launch: the same arithmetic as ts_reference(),
+ * one output word per thread; the last block to finish then spins until
+ * `ns` after the earliest block started, and leaves the slot's state as it
+ * found it for the slot's next batch (which runs after this kernel, on the
+ * same stream).
+ */
+__global__ static void k_compute(const uint32_t *in, uint32_t *out, size_t in_words,
+				 size_t out_words, uint64_t batch, struct kslot *ks,
+				 unsigned long long ns)
 {
+	__shared__ bool last;
 	size_t k = in_words / out_words;
 
+	if (threadIdx.x == 0)
+		atomicMin(&ks->start, globaltimer());
 	for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < out_words;
 	     j += (size_t)gridDim.x * blockDim.x) {
 		uint32_t acc = (uint32_t)batch;
@@ -52,6 +72,20 @@ __global__ static void k_reduce(const uint32_t *in, uint32_t *out, size_t in_wor
 			acc += in[j * k + i] * (uint32_t)(i + 1);
 		out[j] = acc;
 	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence();
+		last = atomicAdd(&ks->done, 1u) == gridDim.x - 1;
+	}
+	__syncthreads();
+	if (!last || threadIdx.x)
+		return;
+	unsigned long long until = atomicAdd(&ks->start, 0ull) + ns;
+
+	while (globaltimer() < until)
+		;
+	ks->start = ~0ull;
+	ks->done = 0;
 }
 
 static int launched(const char *what)
@@ -78,9 +112,14 @@ static int cuda_slot_init(struct ts_ctx *c, struct ts_slot *s)
 			"(use train_step for host compute)\n", gdx_device_name(dev));
 		return GDX_ENODEVICE;
 	}
+	int ret;
+
 	if (cudaSetDevice(gdx_device_ordinal(dev)) != cudaSuccess)
 		return launched("cudaSetDevice");
-	return gdx_device_malloc(dev, TS_NMARKS * sizeof(unsigned long long), &s->priv);
+	ret = gdx_device_malloc(dev, sizeof(struct kslot), &s->priv);
+	ret = ret ? ret : gdx_memset(dev, s->priv, 0, sizeof(struct kslot));
+	return ret ? ret : gdx_memset(dev, &((struct kslot *)s->priv)->start, 0xff,
+				      sizeof(unsigned long long));
 }
 
 static void cuda_slot_fini(struct ts_ctx *c, struct ts_slot *s)
@@ -93,7 +132,7 @@ static void cuda_slot_fini(struct ts_ctx *c, struct ts_slot *s)
 static int cuda_mark(struct ts_ctx *c, struct ts_slot *s, enum ts_mark m, struct gdx_stream *st)
 {
 	(void)c;
-	k_mark<<<1, 1, 0, cs(st)>>>((unsigned long long *)s->priv + m);
+	k_mark<<<1, 1, 0, cs(st)>>>(&((struct kslot *)s->priv)->mark[m]);
 	return launched("mark kernel");
 }
 
@@ -101,12 +140,13 @@ static int cuda_pad(struct ts_ctx *c, struct ts_slot *s, enum ts_mark m, double 
 		    struct gdx_stream *st)
 {
 	(void)c;
-	k_pad<<<1, 1, 0, cs(st)>>>((unsigned long long *)s->priv + m,
+	k_pad<<<1, 1, 0, cs(st)>>>(&((struct kslot *)s->priv)->mark[m],
 				   (unsigned long long)(us * 1e3));
 	return launched("pad kernel");
 }
 
-static int cuda_compute(struct ts_ctx *c, struct ts_slot *s, uint64_t batch, struct gdx_stream *st)
+static int cuda_compute(struct ts_ctx *c, struct ts_slot *s, uint64_t batch, double us,
+			struct gdx_stream *st)
 {
 	size_t out_words = ts_out_bytes(c) / 4;
 	unsigned threads = 256;
@@ -114,8 +154,10 @@ static int cuda_compute(struct ts_ctx *c, struct ts_slot *s, uint64_t batch, str
 
 	if (blocks > 1024)
 		blocks = 1024;
-	k_reduce<<<blocks, threads, 0, cs(st)>>>((const uint32_t *)s->in, (uint32_t *)s->out,
-						 ts_in_bytes(c) / 4, out_words, batch);
+	k_compute<<<blocks, threads, 0, cs(st)>>>((const uint32_t *)s->in, (uint32_t *)s->out,
+						  ts_in_bytes(c) / 4, out_words, batch,
+						  (struct kslot *)s->priv,
+						  (unsigned long long)(us * 1e3));
 	return launched("compute kernel");
 }
 

@@ -53,8 +53,12 @@ struct ts_provider {
 	/* Enqueue: wait until `us` microseconds after the slot's mark m. */
 	int (*pad)(struct ts_ctx *c, struct ts_slot *s, enum ts_mark m, double us,
 		   struct gdx_stream *st);
-	/* Enqueue the compute of s->in (batch) into s->out. */
-	int (*compute)(struct ts_ctx *c, struct ts_slot *s, uint64_t batch, struct gdx_stream *st);
+	/*
+	 * Enqueue the compute of s->in (batch) into s->out, the stage lasting at
+	 * least `us` microseconds from its start (as mark + work + pad would).
+	 */
+	int (*compute)(struct ts_ctx *c, struct ts_slot *s, uint64_t batch, double us,
+		       struct gdx_stream *st);
 };
 
 /* What providers read from the context. */
