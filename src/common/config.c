@@ -94,6 +94,8 @@ static struct knob knobs[] = {
 	     .min = 1, .max = 1024),
 	KNOB("file.split_streams", K_INT, "1",
 	     "device streams of each split-I/O worker's context", .min = 1, .max = 64),
+	KNOB("file.split_pread", K_BOOL, "1",
+	     "split-I/O workers read cached chunks with pread on their own thread (not io_uring)"),
 	KNOB("file.odirect", K_BOOL, "1",
 	     "open files with O_DIRECT too where the filesystem allows it"),
 	KNOB("file.pagecache", K_BOOL, "1",

@@ -286,7 +286,36 @@ static void path_reporting(void **state)
 	assert_int_equal(info.bytes[GDX_FILE_PATH_PAGECACHE], 0);
 	assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], FSIZE - 1);
 	assert_non_null(strstr(info.why, "copied by the CPU"));
+	assert_non_null(strstr(info.why, "by pread on the worker"));
 	gdx_file_close(f);
+	/* file.split_pread=0: the same chunks go through the workers' rings. */
+	assert_int_equal(gdx_config_set("file.split_pread", "0"), 0);
+	f = open_path(shm_path, O_RDONLY, 0, "uring");
+	assert_int_equal(gdx_config_set("file.split_pread", NULL), 0);
+	check_dev_read(f, d, host, 3, FSIZE - 3, &info);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], FSIZE - 3);
+	assert_null(strstr(info.why, "pread"));
+	gdx_file_close(f);
+	/*
+	 * A disk file without O_DIRECT, partly cold: the workers' RWF_NOWAIT
+	 * reads take the cached chunks and stop where the cache ends, the ring
+	 * reads the rest; the data stays whole either way.
+	 */
+	{
+		int fd = open(disk_path, O_RDONLY);
+		uint64_t p0 = gdx_counter_get(&drv->ctr[GDX_FILE_CTR_PREADS]);
+
+		assert_int_equal(pread(fd, host, FSIZE, 0), (ssize_t)FSIZE);
+		assert_int_equal(fdatasync(fd), 0);
+		assert_int_equal(posix_fadvise(fd, (3 << 20) + 5000, 2 << 20, POSIX_FADV_DONTNEED), 0);
+		close(fd);
+		f = open_path(disk_path, O_RDONLY, GDX_FILE_NO_ODIRECT, "uring");
+		check_dev_read(f, d, host, 11, FSIZE - 11, &info);
+		assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], FSIZE - 11);
+		assert_true(gdx_counter_get(&drv->ctr[GDX_FILE_CTR_PREADS]) > p0);
+		check_dev_read(f, d, host, FSIZE - (3 << 20), 4 << 20, &info);
+		gdx_file_close(f);
+	}
 	assert_int_equal(gdx_config_set("file.pagecache_threads", "1"), 0);
 
 	gdx_device_free(dev, d);
