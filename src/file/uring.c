@@ -75,6 +75,7 @@ struct ur_file {
 	/* Knobs as they were when the handle opened: read once, not per I/O. */
 	size_t pc_min, pc_chunk, split_min;
 	unsigned pc_depth, threads, pc_threads;
+	size_t split_piece;
 	bool split_pread;
 	_Atomic bool nowait_ok;	/* preadv2(RWF_NOWAIT) works on this file */
 };
@@ -441,6 +442,7 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	uf->memfs = gdx_file_fd_is_memfs(uf->fd);
 	uf->pc_threads = (unsigned)gdx_cfg_int("file.pagecache_threads");
 	uf->split_pread = gdx_cfg_bool("file.split_pread");
+	uf->split_piece = GDX_ALIGN_UP(gdx_cfg_size("file.split_piece"), (size_t)PG);
 	atomic_init(&uf->nowait_ok, true);
 	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)uf->fd << 48);
 	fl = fcntl(uf->fd, F_GETFL);
@@ -504,6 +506,7 @@ struct engine {
 	bool owned;			/* requests were allocated here */
 	bool no_register;		/* hot data goes by CPU copy: see run_split */
 	size_t whole_size;		/* of the I/O the requests are pieces of, or 0 */
+	bool lazy_feed;			/* take I/Os only once every chunk held is issued */
 };
 
 static struct ur_slot *slot_take(struct ur_ctx *c)
@@ -713,6 +716,12 @@ static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 
 static bool hot_read(struct engine *e, struct ur_slot *s);
 
+/* The workers of a split device read try each chunk with pread first (hot_read). */
+static bool split_pread(const struct engine *e, const struct ur_req *r)
+{
+	return e->whole_size && r->uf->split_pread;
+}
+
 /* Lays out the next chunk of r into slot s and starts it. */
 static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 {
@@ -775,10 +784,6 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	s->req = r;
 	r->inflight++;
 	r->cur = s->us + (off_t)s->ulen;
-	if (direct)
-		r->kdirect_chunks++;
-	else
-		r->kbuffered_chunks++;
 	if (r->dev) {
 		s->kbuf = s->buf;
 		s->kfixed = true;
@@ -786,13 +791,17 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 		s->kbuf = (unsigned char *)r->io->buf + (ks - r->off);
 		s->kfixed = false;
 	}
+	if (r->dev && r->io->op == GDX_FILE_READ && split_pread(e, r) && hot_read(e, s))
+		return 1;
+	if (direct)
+		r->kdirect_chunks++;
+	else
+		r->kbuffered_chunks++;
 	if (r->dev && r->io->op == GDX_FILE_WRITE) {
 		if (copy_start(e, s, s->buf, (char *)r->io->buf + (ks - r->off), s->klen))
 			slot_release(e, s);
 		return 1;
 	}
-	if (r->dev && !direct && e->whole_size && r->uf->split_pread && hot_read(e, s))
-		return 1;
 	kio_submit(e, s);
 	return 1;
 }
@@ -828,17 +837,19 @@ static void kio_finished(struct engine *e, struct ur_slot *s)
 }
 
 /*
- * A buffered chunk of a split I/O's device read, read here with pread into the
- * slot's pinned buffer, its copy enqueued at once and covered by its own event,
- * so the next chunk's read overlaps this one's copy.  Why not io_uring: on
- * the H200 hot data through the split workers' rings stayed near 33 GB/s of a
- * 55 GB/s copy ceiling, while KvikIO's plain per-thread pread then copy reached
- * 45 (docs/storage.md); a buffered read that io_uring cannot complete inline
- * goes to its io-wq threads, one more hop and a copy on another core.
+ * A chunk of a split I/O's device read, read here with pread into the slot's
+ * pinned buffer, its copy enqueued at once and covered by its own event, so
+ * the next chunk's read overlaps this one's copy.  Why not io_uring: KvikIO's
+ * plain per-thread pread then copy was ahead of the workers' rings on hot data
+ * on the H200, and a buffered read io_uring cannot complete inline goes to its
+ * io-wq threads, one more hop and a copy on another core (docs/storage.md).
  *
- * Off tmpfs the read is RWF_NOWAIT: data not in the page cache ends it, and
- * the rest of the chunk goes through the ring, so a cold stretch never blocks
- * the worker.  Returns false if the whole chunk is left to the ring.
+ * Off tmpfs the read is RWF_NOWAIT, which never starts I/O (it implies
+ * IOCB_NOIO): it copies what the page cache holds and stops at the first page
+ * it does not, so it is also the hot/cold probe, in place of the mapping and
+ * mincore() that cost the H200 a tenth of a hot ext4 read.  What it leaves goes
+ * through the ring, O_DIRECT where the chunk was laid out for it.  Returns
+ * false if the whole chunk is left to the caller, to go through the ring.
  */
 static bool hot_read(struct engine *e, struct ur_slot *s)
 {
@@ -863,20 +874,29 @@ static bool hot_read(struct engine *e, struct ur_slot *s)
 			break;		/* end of file */
 		if (errno == EINTR)
 			continue;
-		if (nowait && (errno == EAGAIN || errno == EOPNOTSUPP)) {
-			/* Not cached (or no RWF_NOWAIT here): the ring reads the rest. */
-			if (errno == EOPNOTSUPP)
-				atomic_store(&uf->nowait_ok, false);
-			ctr_add(e->c, GDX_FILE_CTR_PREAD_NS, gdx_now_ns() - t0);
-			return s->kdone ? (kio_submit(e, s), true) : false;
-		}
 		ctr_add(e->c, GDX_FILE_CTR_PREAD_NS, gdx_now_ns() - t0);
-		req_fail(r, -errno);
-		slot_release(e, s);
+		if (!nowait || (errno != EAGAIN && errno != EOPNOTSUPP)) {
+			r->kbuffered_chunks++;
+			req_fail(r, -errno);
+			slot_release(e, s);
+			return true;
+		}
+		/* Not cached (or no RWF_NOWAIT on this filesystem): the ring reads the rest. */
+		if (errno == EOPNOTSUPP)
+			atomic_store(&uf->nowait_ok, false);
+		if (!s->kdone)
+			return false;
+		/* The chunk's cached head was read buffered, its tail goes O_DIRECT. */
+		s->kdirect = s->kdirect && GDX_IS_ALIGNED(s->kdone, (size_t)GDX_FILE_DIO_ALIGN);
+		r->kbuffered_chunks++;
+		if (s->kdirect)
+			r->kdirect_chunks++;
+		kio_submit(e, s);
 		return true;
 	}
 	ctr_add(e->c, GDX_FILE_CTR_PREAD_NS, gdx_now_ns() - t0);
 	ctr_add(e->c, GDX_FILE_CTR_PREADS, 1);
+	r->kbuffered_chunks++;
 	r->kpread_chunks++;
 	kio_finished(e, s);
 	engine_flush(e);
@@ -994,10 +1014,12 @@ static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io
 	 * buffered (a memory copy), from cold ones, read with O_DIRECT: turning
 	 * the page-cache path off must not send hot data back to the disk (on
 	 * the H200 that took a hot ext4 read from 30 to 2 GB/s).  Without
-	 * O_DIRECT every chunk goes buffered anyway, and small reads are not
-	 * worth a mapping.
+	 * O_DIRECT every chunk goes buffered anyway, small reads are not worth
+	 * a mapping, and split workers that do not register tell hot from cold
+	 * with their RWF_NOWAIT reads instead (hot_read).
 	 */
-	if (small || (!reg && !atomic_load(&r->uf->direct_ok)))
+	if (small || (!reg && (!atomic_load(&r->uf->direct_ok) ||
+			       (split_pread(e, r) && atomic_load(&r->uf->nowait_ok)))))
 		return;
 	t0 = gdx_now_ns();
 	if (fstat(r->uf->fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= io->off)
@@ -1086,7 +1108,13 @@ static ssize_t strict_refuse(struct gdx_file_io *io);
 static void engine_feed(struct engine *e)
 {
 	struct gdx_file_io *ios[32];
-	unsigned n = e->more ? e->more(e->arg, ios, 32) : 0;
+	unsigned n;
+
+	if (e->lazy_feed)
+		for (struct ur_req *r = e->list; r; r = r->next)
+			if (req_more(r))
+				return;
+	n = e->more ? e->more(e->arg, ios, 32) : 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		struct ur_req *r;
@@ -1312,8 +1340,14 @@ static void worker_done(struct gdx_file_io *io, void *arg)
 static void worker_run(struct split *sp, bool reg)
 {
 	struct worker w = { .sp = sp };
+	/*
+	 * A piece is taken only once every chunk of those held has been issued:
+	 * taken earlier, pieces wait on a worker while others run dry, and the
+	 * read ends when the most loaded worker does.
+	 */
 	struct engine e = { .tailp = &e.list, .more = worker_more, .done = worker_done, .arg = &w,
-			    .owned = true, .no_register = !reg, .whole_size = sp->size };
+			    .owned = true, .no_register = !reg, .whole_size = sp->size,
+			    .lazy_feed = true };
 
 	/* Without a context this worker takes no piece; the caller runs what is left. */
 	if (ctx_get(sp->ud, POOL_SPLIT, &e.c))
@@ -1422,7 +1456,7 @@ static ssize_t ur_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 	if (io->strict && io->attrs.kind == GDX_MEM_DEVICE)
 		return strict_refuse(io);
 	if (ud->split && n > 1 && io->size >= split_min) {
-		size_t psz = GDX_ALIGN_UP(GDX_MAX(split_min / 4, (size_t)1 << 20), (size_t)1 << 20);
+		size_t psz = uf->split_piece;
 
 		n = (unsigned)GDX_MIN((size_t)n, (io->size + psz - 1) / psz);
 		if (n > 1)

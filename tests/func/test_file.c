@@ -73,6 +73,7 @@ static int setup(void **state)
 	gdx_config_set("file.pagecache_min", "64k");
 	/* Large reads run as parts on several contexts: exercise that too. */
 	gdx_config_set("file.split_min", "2M");
+	gdx_config_set("file.split_piece", "1M");
 	return 0;
 }
 
@@ -239,6 +240,21 @@ static void path_reporting(void **state)
 		check_dev_read(f, d, host, 777, FSIZE - 777, &info);
 		assert_int_equal(info.path, GDX_FILE_PATH_BOUNCE);
 		assert_non_null(strstr(info.why, odirect ? "O_DIRECT reads" : "O_DIRECT refused"));
+		/*
+		 * Partly cached: the split workers' RWF_NOWAIT reads take what is
+		 * cached and stop at the first page that is not; the rest of the
+		 * chunk goes O_DIRECT.  Where the cold range starts depends on
+		 * the page cache's folio sizes, so only both ways are checked.
+		 */
+		assert_int_equal(pread(fd, host, FSIZE, 0), (ssize_t)FSIZE);
+		assert_int_equal(posix_fadvise(fd, (2 << 20) + 8192, (3 << 20) + 4096,
+					       POSIX_FADV_DONTNEED), 0);
+		check_dev_read(f, d, host, 5, FSIZE - 5, &info);
+		assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], FSIZE - 5);
+		assert_non_null(strstr(info.why, "by pread on the worker"));
+		if (odirect)
+			assert_true(strstr(info.why, "O_DIRECT and buffered") ||
+				    strstr(info.why, "O_DIRECT reads"));
 		close(fd);
 		gdx_file_close(f);
 	}
