@@ -86,7 +86,7 @@ static struct knob knobs[] = {
 	KNOB("file.split_min", K_SIZE, "64M",
 	     "smallest I/O that is split over file.threads contexts", .min = 1 << 20,
 	     .max = INT64_MAX),
-	KNOB("file.split_piece", K_SIZE, "4M",
+	KNOB("file.split_piece", K_SIZE, "16M",
 	     "pieces a split I/O is cut into; each worker takes the next when it has issued "
 	     "all of its own", .min = 4096, .max = INT64_MAX),
 	KNOB("file.split_chunk", K_SIZE, "4M",

@@ -78,6 +78,7 @@ struct ur_file {
 	size_t split_piece;
 	bool split_pread;
 	_Atomic bool nowait_ok;	/* preadv2(RWF_NOWAIT) works on this file */
+	_Atomic bool cachestat_ok;	/* cachestat(2) works on this file */
 };
 
 enum slot_state { S_FREE, S_KIO, S_COPY };
@@ -444,6 +445,7 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	uf->split_pread = gdx_cfg_bool("file.split_pread");
 	uf->split_piece = GDX_ALIGN_UP(gdx_cfg_size("file.split_piece"), (size_t)PG);
 	atomic_init(&uf->nowait_ok, true);
+	atomic_init(&uf->cachestat_ok, true);
 	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)uf->fd << 48);
 	fl = fcntl(uf->fd, F_GETFL);
 	acc = fl & O_ACCMODE;
@@ -716,17 +718,64 @@ static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 
 static bool hot_read(struct engine *e, struct ur_slot *s);
 
-/* The workers of a split device read try each chunk with pread first (hot_read). */
+/* The workers of a split device read pread cached chunks themselves (hot_read). */
 static bool split_pread(const struct engine *e, const struct ur_req *r)
 {
 	return e->whole_size && r->uf->split_pread;
+}
+
+/* cachestat(2), Linux 6.5; declared here for older headers. */
+struct ur_cachestat_range {
+	uint64_t off, len;
+};
+
+struct ur_cachestat {
+	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+#define UR_NR_CACHESTAT 451
+
+/*
+ * Whether the chunk of r at c is all in the page cache: 1 yes, 0 no, -1
+ * cannot tell.  Mapped requests ask mincore(); split workers that do not map
+ * ask cachestat(2), one count per range, where mincore() looks at every page
+ * (a tenth of a hot 1 GiB ext4 read on the H200).
+ */
+static int chunk_cached(struct engine *e, struct ur_req *r, off_t c, size_t chunk)
+{
+	struct ur_file *uf = r->uf;
+	off_t ps = GDX_ALIGN_DOWN(c, (off_t)PG);
+	struct ur_cachestat_range cr;
+	struct ur_cachestat cs;
+	uint64_t t0;
+	size_t n;
+	long ret;
+
+	if (uf->memfs)
+		return 1;
+	if (c >= r->fsize)
+		return 0;
+	n = (size_t)(GDX_MIN(GDX_MIN(ps + (off_t)chunk, r->end), r->fsize) - ps);
+	if (r->pc_on)
+		return pc_resident(e->c, r, ps, n) == n;
+	if (!split_pread(e, r) || !atomic_load_explicit(&uf->cachestat_ok, memory_order_relaxed))
+		return -1;
+	cr = (struct ur_cachestat_range){ .off = (uint64_t)ps, .len = n };
+	t0 = gdx_now_ns();
+	ret = syscall(UR_NR_CACHESTAT, uf->fd, &cr, &cs, 0);
+	ctr_add(e->c, GDX_FILE_CTR_PC_MAP_NS, gdx_now_ns() - t0);
+	if (!ret)
+		return cs.nr_cache >= GDX_ALIGN_UP(n, (size_t)PG) / PG;
+	/* Before 6.5, or filtered: such files are mapped from the next request on. */
+	atomic_store(&uf->cachestat_ok, false);
+	return -1;
 }
 
 /* Lays out the next chunk of r into slot s and starts it. */
 static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 {
 	size_t chunk = e->c->chunk;
-	bool direct = atomic_load(&r->uf->direct_ok);
+	bool direct = atomic_load(&r->uf->direct_ok), hot = false;
 	off_t c = r->cur, ks, ke;
 	int ret;
 
@@ -734,13 +783,15 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 		ret = pc_issue(e, r, s);
 		if (ret)
 			return ret;
-		/* Cached data goes buffered (a memory copy) rather than to the disk again. */
-		if (direct && r->pc_on && c < r->fsize) {
-			off_t ps = GDX_ALIGN_DOWN(c, (off_t)PG);
-			size_t n = (size_t)(GDX_MIN(GDX_MIN(ps + (off_t)chunk, r->end), r->fsize) - ps);
-
-			if (pc_resident(e->c, r, ps, n) == n)
-				direct = false;
+		/*
+		 * Cached data goes buffered (a memory copy) rather than to the disk
+		 * again.  A split worker preads it itself, and also tries chunks it
+		 * cannot tell about that go buffered anyway.
+		 */
+		if (direct || split_pread(e, r)) {
+			ret = chunk_cached(e, r, c, chunk);
+			hot = ret > 0 || (ret < 0 && !direct);
+			direct = direct && ret <= 0;
 		}
 	}
 	s->pc = NULL;
@@ -791,7 +842,7 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 		s->kbuf = (unsigned char *)r->io->buf + (ks - r->off);
 		s->kfixed = false;
 	}
-	if (r->dev && r->io->op == GDX_FILE_READ && split_pread(e, r) && hot_read(e, s))
+	if (hot && split_pread(e, r) && hot_read(e, s))
 		return 1;
 	if (direct)
 		r->kdirect_chunks++;
@@ -837,19 +888,19 @@ static void kio_finished(struct engine *e, struct ur_slot *s)
 }
 
 /*
- * A chunk of a split I/O's device read, read here with pread into the slot's
- * pinned buffer, its copy enqueued at once and covered by its own event, so
- * the next chunk's read overlaps this one's copy.  Why not io_uring: KvikIO's
- * plain per-thread pread then copy was ahead of the workers' rings on hot data
- * on the H200, and a buffered read io_uring cannot complete inline goes to its
- * io-wq threads, one more hop and a copy on another core (docs/storage.md).
+ * A cached chunk of a split I/O's device read, read here with pread into the
+ * slot's pinned buffer, its copy enqueued at once and covered by its own
+ * event, so the next chunk's read overlaps this one's copy.  Why not io_uring:
+ * KvikIO's plain per-thread pread then copy was ahead of the workers' rings on
+ * hot data on the H200, and a buffered read io_uring cannot complete inline
+ * goes to its io-wq threads, one more hop and a copy on another core
+ * (docs/storage.md).
  *
- * Off tmpfs the read is RWF_NOWAIT, which never starts I/O (it implies
- * IOCB_NOIO): it copies what the page cache holds and stops at the first page
- * it does not, so it is also the hot/cold probe, in place of the mapping and
- * mincore() that cost the H200 a tenth of a hot ext4 read.  What it leaves goes
- * through the ring, O_DIRECT where the chunk was laid out for it.  Returns
- * false if the whole chunk is left to the caller, to go through the ring.
+ * Off tmpfs the read is RWF_NOWAIT: should pages have left the cache since
+ * chunk_cached looked, it stops there and the ring reads the rest.  Chunks
+ * known to be cold never come here: on the H200 (kernel 6.18) RWF_NOWAIT
+ * reads of cold data still cost milliseconds each (readahead), which halved a
+ * cold 64 MiB read.  Returns false if the whole chunk is left to the ring.
  */
 static bool hot_read(struct engine *e, struct ur_slot *s)
 {
@@ -875,22 +926,14 @@ static bool hot_read(struct engine *e, struct ur_slot *s)
 		if (errno == EINTR)
 			continue;
 		ctr_add(e->c, GDX_FILE_CTR_PREAD_NS, gdx_now_ns() - t0);
+		r->kbuffered_chunks++;
 		if (!nowait || (errno != EAGAIN && errno != EOPNOTSUPP)) {
-			r->kbuffered_chunks++;
 			req_fail(r, -errno);
 			slot_release(e, s);
 			return true;
 		}
-		/* Not cached (or no RWF_NOWAIT on this filesystem): the ring reads the rest. */
 		if (errno == EOPNOTSUPP)
 			atomic_store(&uf->nowait_ok, false);
-		if (!s->kdone)
-			return false;
-		/* The chunk's cached head was read buffered, its tail goes O_DIRECT. */
-		s->kdirect = s->kdirect && GDX_IS_ALIGNED(s->kdone, (size_t)GDX_FILE_DIO_ALIGN);
-		r->kbuffered_chunks++;
-		if (s->kdirect)
-			r->kdirect_chunks++;
 		kio_submit(e, s);
 		return true;
 	}
@@ -1013,18 +1056,20 @@ static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io
 	 * Without registration the mapping still tells cached chunks, read
 	 * buffered (a memory copy), from cold ones, read with O_DIRECT: turning
 	 * the page-cache path off must not send hot data back to the disk (on
-	 * the H200 that took a hot ext4 read from 30 to 2 GB/s).  Without
-	 * O_DIRECT every chunk goes buffered anyway, small reads are not worth
-	 * a mapping, and split workers that do not register tell hot from cold
-	 * with their RWF_NOWAIT reads instead (hot_read).
+	 * the H200 that took a hot ext4 read from 30 to 2 GB/s).  Small reads
+	 * are not worth a mapping; without O_DIRECT every chunk goes buffered
+	 * anyway, and split workers that do not register ask cachestat(2)
+	 * (chunk_cached): for those the file's size is all that is needed.
 	 */
-	if (small || (!reg && (!atomic_load(&r->uf->direct_ok) ||
-			       (split_pread(e, r) && atomic_load(&r->uf->nowait_ok)))))
+	if (small)
 		return;
 	t0 = gdx_now_ns();
 	if (fstat(r->uf->fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= io->off)
 		return;
 	r->fsize = st.st_size;
+	if (!reg && (!atomic_load(&r->uf->direct_ok) ||
+		     (split_pread(e, r) && atomic_load(&r->uf->cachestat_ok))))
+		return;
 	r->pc_chunk = r->uf->pc_chunk;
 	r->pc_depth = r->uf->pc_depth;
 	r->map_off = GDX_ALIGN_DOWN(io->off, (off_t)PG);
