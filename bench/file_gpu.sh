@@ -76,6 +76,12 @@ for k in SPLIT_CHUNK=2M SPLIT_CHUNK=8M SPLIT_DEPTH=4 SPLIT_STREAMS=2; do
 	run sweep_split GDX_FILE_$k -- --file "$disk" --cache hot --io-size 1G
 	run sweep_split GDX_FILE_$k -- --file "$disk" --cache cold --io-size 64M
 done
+# Cached chunks by pread on the split workers (default) or through their rings; piece size.
+for k in SPLIT_PREAD=0 SPLIT_PIECE=4M; do
+	run sweep_pread GDX_FILE_$k -- --file "$shm" --cache hot --io-size "$SIZE"
+	run sweep_pread GDX_FILE_$k -- --file "$disk" --cache hot --io-size 1G
+	run sweep_pread GDX_FILE_$k -- --file "$disk" --cache cold --io-size 64M
+done
 for c in 512k 4M; do
 	run sweep_chunk GDX_FILE_CHUNK_SIZE=$c -- --file "$disk" --cache cold --io-size 64M
 done
