@@ -745,6 +745,7 @@ static void *tx_main(void *arg)
 	struct tcp_ep *t = arg;
 	struct txi *done = NULL;
 
+	pthread_setname_np(pthread_self(), "gdx-tcp-tx");
 	pthread_mutex_lock(&t->lock);
 	for (;;) {
 		const void *p;
@@ -1095,6 +1096,7 @@ static void *rx_main(void *arg)
 	struct tcp_ep *t = arg;
 	int ret = 0;
 
+	pthread_setname_np(pthread_self(), "gdx-tcp-rx");
 	gdx_xport_complete_defer();
 	while (!ret) {
 		struct hdr h;
