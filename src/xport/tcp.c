@@ -3,7 +3,8 @@
  * tcp://host:port — RDMA semantics over one TCP connection per endpoint.
  *
  * Every request is a frame (48-byte header, then payload).  The requester
- * queues frames to a transmit thread in post order; the peer's receive thread
+ * sends frames in post order (small ones in trains, from whichever thread
+ * holds the socket; large ones from a transmit thread); the peer's receive thread
  * executes them in that order, serving one-sided reads and writes against its
  * key table (key, access and bounds checked before a byte is touched; a bad
  * one is answered with GDX_EREMOTE and any payload is read and dropped), and
@@ -29,6 +30,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,12 +129,22 @@ struct tcp_ep {
 	pthread_mutex_t lock;
 	pthread_cond_t tx_cond, rx_cond, flushed_cond;
 	struct txi *txq_head, *txq_tail;
+	unsigned qlen;		/* frames in the queue */
 	struct qent *outst_head, *outst_tail;	/* requests awaiting a response */
 	struct qent *recv_head, *recv_tail;
 	struct qent *unexp_head, *unexp_tail;
 	uint64_t unexpected_bytes, max_unexpected;
 	uint64_t next_id;
 	long reads_in_flight;	/* sent and not answered: what FENCE waits for */
+	/*
+	 * Requests sent whole and not answered yet.  While there are some, the
+	 * receive thread will come by with their answers, so a small request
+	 * posted meanwhile may wait in the queue (held) for the next train:
+	 * sent by the poster's next CQ poll or wait, or by the receive thread.
+	 */
+	long on_wire;
+	atomic_int held;	/* frames may be waiting in the queue with nobody sending */
+	int rx_stalled;		/* the receive thread waits for a receive to be posted */
 	int sending;		/* a thread is writing a frame to the socket */
 	int dead, flushed;
 	unsigned char *rbuf;
@@ -288,6 +300,7 @@ static void zc_reap(struct tcp_ep *t)
 }
 
 static int resp_flush(struct tcp_ep *t);
+static void tx_kick(struct tcp_ep *t);
 
 static ssize_t rx_fill(struct tcp_ep *t)
 {
@@ -302,6 +315,8 @@ static ssize_t rx_fill(struct tcp_ep *t)
 	}
 	/* Completions of everything read so far wake their waiter, once. */
 	gdx_xport_complete_flush();
+	/* Requests posted while others were on the wire go before their answers are read. */
+	tx_kick(t);
 	if (t->nresp > 1) {
 		/*
 		 * In a burst (more than one request since the last answer), responses
@@ -390,6 +405,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 		if (!n)
 			break;
 		gdx_xport_complete_flush();
+		tx_kick(t);
 		r = resp_flush(t);
 		if (r)
 			return (int)r;
@@ -618,6 +634,7 @@ static void flush_all(struct tcp_ep *t)
 		pthread_cond_wait(&t->tx_cond, &t->lock);
 	x = t->txq_head;
 	t->txq_head = t->txq_tail = NULL;
+	t->qlen = 0;
 	tx_free_list(x);
 	while ((q = q_pop(&t->outst_head, &t->outst_tail))) {
 		gdx_xport_complete(q->req, GDX_EDISCONNECTED, 0);
@@ -705,6 +722,9 @@ static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done)
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
+		if (x->req)
+			t->on_wire++;
+		t->qlen--;
 		x->next = *done;
 		*done = x;
 	}
@@ -752,7 +772,7 @@ static void *tx_main(void *arg)
 		struct gdx_device *dev;
 		struct txi *x;
 		size_t n;
-		int ret;
+		int ret, is_req;
 
 		while (!t->dead && (t->sending || !t->txq_head || fence_blocked(t, t->txq_head))) {
 			if (done) {
@@ -774,15 +794,18 @@ static void *tx_main(void *arg)
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
+		t->qlen--;
 		tx_begin(t, x);
 		pthread_mutex_unlock(&t->lock);
 
 		/* Once the last byte is out the peer may answer and x->req be freed. */
 		tx_payload(x, &p, &dev, &n);
+		is_req = x->req != NULL;
 		ret = dev ? tx_device(t, x, p, dev, n) : tx_host(t, x, p, n, 0);
 		tx_free(x);
 		pthread_mutex_lock(&t->lock);
 		t->sending = 0;
+		t->on_wire += is_req;
 		if (ret)
 			kill_conn(t, ret);
 	}
@@ -792,27 +815,66 @@ static void *tx_main(void *arg)
 }
 
 /*
- * Queues frame x and, unless another thread holds the socket (it sends what
- * is queued before letting go), sends the queue from the calling thread as
- * trains of small frames, one sendmsg each, without blocking.  Only a large or
- * device-memory frame, a fenced one, or what did not fit in the socket wakes
- * the transmit thread: a burst of small posts costs no thread hand-off.
- * Called with the lock held; returns with it released.
+ * Unless another thread holds the socket (it sends what is queued before
+ * letting go), sends the queue from the calling thread as trains of small
+ * frames, one sendmsg each, without blocking.  Only a large or device-memory
+ * frame, a fenced one, or what did not fit in the socket wakes the transmit
+ * thread: a burst of small posts costs no thread hand-off.  Called with the
+ * lock held; returns with it released.
  */
-static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
+static void tx_push_locked(struct tcp_ep *t)
 {
-	struct gdx_device *dev;
 	struct txi *done = NULL;
 
-	tx_payload(x, &x->pp, &dev, &x->plen);
-	x->small = !dev && x->plen <= DIRECT_MAX;
-	Q_PUSH(x, &t->txq_head, &t->txq_tail);
 	while (!t->dead && !t->sending && t->txq_head && !tx_train(t, 1, &done))
 		;
 	if (!t->dead && !t->sending && t->txq_head)
 		pthread_cond_broadcast(&t->tx_cond);
 	pthread_mutex_unlock(&t->lock);
 	tx_free_list(done);
+}
+
+/* Queues frame x and sends it, or holds it for the next train.  Lock held; released. */
+static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
+{
+	struct gdx_device *dev;
+
+	tx_payload(x, &x->pp, &dev, &x->plen);
+	x->small = !dev && x->plen <= DIRECT_MAX;
+	Q_PUSH(x, &t->txq_head, &t->txq_tail);
+	t->qlen++;
+	if (x->req && x->small && t->on_wire > 0 && !t->rx_stalled && !t->sending &&
+	    t->txq_head->small && t->qlen < TX_TRAIN_IOV / 2) {
+		/*
+		 * Requests are on the wire: their answers bring the receive thread
+		 * by, and it sends what is queued before it reads them.  So this
+		 * one may wait for the next train, sent then or when the poster
+		 * next polls or waits on its CQ, whichever comes first: a burst of
+		 * posts costs one write and one wake-up of the peer instead of one
+		 * each.  The peer runs requests in order, so none of them could have
+		 * started before the requests on the wire are done with anyway.
+		 */
+		atomic_store_explicit(&t->held, 1, memory_order_release);
+		pthread_mutex_unlock(&t->lock);
+		return;
+	}
+	tx_push_locked(t);
+}
+
+/* Sends frames held in the queue, if any (posters' CQ polls, the receive thread). */
+static void tx_kick(struct tcp_ep *t)
+{
+	if (!atomic_load_explicit(&t->held, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&t->lock);
+	atomic_store_explicit(&t->held, 0, memory_order_relaxed);
+	tx_push_locked(t);
+}
+
+static int tcp_progress(void *priv)
+{
+	tx_kick(priv);
+	return 0;
 }
 
 /* Queues x unless the endpoint died, in which case x is dropped. */
@@ -902,10 +964,15 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		if (ret)
 			return ret;
 	}
+	tx_kick(t);
 	pthread_mutex_lock(&t->lock);
 	while (!t->dead && !have_recv(t) && t->unexp_head &&
-	       t->unexpected_bytes + h->len > t->max_unexpected)
+	       t->unexpected_bytes + h->len > t->max_unexpected) {
+		/* Nobody reads answers meanwhile: posts must not wait for us. */
+		t->rx_stalled = 1;
 		pthread_cond_wait(&t->rx_cond, &t->lock);	/* receiver not ready */
+	}
+	t->rx_stalled = 0;
 	if (t->dead) {
 		pthread_mutex_unlock(&t->lock);
 		return -ECONNRESET;
@@ -1066,6 +1133,7 @@ static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 		return GDX_EPROTO;
 	}
 	q_pop(&t->outst_head, &t->outst_tail);
+	t->on_wire--;
 	pthread_mutex_unlock(&t->lock);
 	if (h->type == F_READ_RESP) {
 		if (!st) {
@@ -1452,4 +1520,5 @@ const struct gdx_xport_ops gdx_xport_tcp_ops = {
 	.mr_dereg = tcp_mr_dereg,
 	.post = tcp_post,
 	.srq_kick = tcp_match,
+	.progress = tcp_progress,
 };

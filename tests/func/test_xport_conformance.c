@@ -583,6 +583,81 @@ static void test_disconnect(void **state)
 	pair_close(&p);
 }
 
+/*
+ * Requests go out without the poster looking at its CQ: a burst of sends is
+ * received while only the receiving side polls, also while the poster's side
+ * is stalled on a message of the peer's that no receive takes yet.
+ */
+static void test_progress_without_polling(void **state)
+{
+	enum { N = 8, SZ = 4096 };
+	unsigned char *tx = malloc(N * SZ), *rx = malloc(N * SZ), *in = malloc(3 * SZ);
+	struct gdx_xport_opts oc;
+	struct gdx_xport_cqe e;
+	int seen[3 * N + 3] = { 0 };
+	struct pair p;
+
+	(void)state;
+	gdx_xport_opts_init(&oc, sizeof(oc));
+	oc.max_unexpected = SZ;	/* the client stalls on the peer's second message */
+	pair_open(&p, NULL, &oc);
+	for (int round = 0; round < 2; round++) {
+		int base = round * N;
+
+		t_fill(tx, N * SZ, 40 + (uint64_t)round);
+		for (int i = 0; i < N; i++)
+			assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, base + i),
+					 0);
+		if (round == 1) {
+			/* Three messages the client has no receive for: it keeps one, then stalls. */
+			for (int i = 0; i < 3; i++)
+				assert_int_equal(gdx_xport_post_send(p.s, in + (size_t)i * SZ, SZ,
+								     100 + i, 0), 0);
+			usleep(50000);
+		}
+		for (int i = 0; i < N; i++)
+			assert_int_equal(gdx_xport_post_send(p.c, tx + (size_t)i * SZ, SZ,
+							     base + i, 0), 0);
+		/* Only the server polls; its first send may complete among the receives. */
+		for (int i = 0, sends = 0; i < N; ) {
+			get_cqe(p.cqs, &e);
+			assert_int_equal(e.status, 0);
+			if (e.op == GDX_XPORT_OP_SEND) {
+				assert_int_equal(e.wr_id, 100 + sends++);
+				continue;
+			}
+			assert_int_equal(e.op, GDX_XPORT_OP_RECV);
+			assert_int_equal(e.wr_id, base + i++);
+			if (i == N && round)
+				for (int j = 0; j < 3; j++)
+					assert_int_equal(gdx_xport_post_recv(p.c, in + (size_t)j * SZ,
+									     SZ, 200 + j), 0);
+			while (i == N && round && sends < 3) {
+				get_cqe(p.cqs, &e);
+				assert_int_equal(e.status, 0);
+				assert_int_equal(e.wr_id, 100 + sends++);
+			}
+		}
+		kcheck(K_HOST, rx, N * SZ, 40 + (uint64_t)round);
+		for (int i = 0; i < N + (round ? 3 : 0); i++) {
+			get_cqe(p.cqc, &e);
+			assert_int_equal(e.status, 0);
+			if (e.op == GDX_XPORT_OP_RECV)
+				seen[2 * N + e.wr_id - 200]++;
+			else
+				seen[e.wr_id]++;
+		}
+	}
+	for (int i = 0; i < 2 * N + 3; i++)
+		assert_int_equal(seen[i], 1);
+	expect_none(p.cqc);
+	expect_none(p.cqs);
+	pair_close(&p);
+	free(tx);
+	free(rx);
+	free(in);
+}
+
 /* The peer process: connects, registers a region, sends its key, then waits to be killed. */
 static int peer_main(const char *addr)
 {
@@ -1006,6 +1081,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_recv_too_small),
 		cmocka_unit_test(test_recv_posted_during_arrival),
 		cmocka_unit_test(test_disconnect),
+		cmocka_unit_test(test_progress_without_polling),
 		cmocka_unit_test(test_peer_death),
 		cmocka_unit_test(test_srq),
 		cmocka_unit_test(test_paths_and_strict),

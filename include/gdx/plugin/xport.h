@@ -100,7 +100,11 @@ struct gdx_xport_ops {
 	void (*srq_close)(void *priv);
 	void (*srq_free)(void *priv);
 
-	/* Optional, for backends whose completions must be reaped by polling. */
+	/*
+	 * Optional, for backends whose completions must be reaped by polling, or
+	 * that leave work for the poster's next look at its CQ (tcp: small
+	 * requests held for the next train).  Called by every cq_poll and cq_wait.
+	 */
 	int (*progress)(void *priv);
 	int (*arm)(void *priv);		/* 1: completions ready, 0: armed */
 	int (*event_fd)(void *priv);	/* readable once armed and something completed */
