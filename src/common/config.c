@@ -170,9 +170,12 @@ static struct knob knobs[] = {
 	     "NVMe/TCP host: chunks per bounce ring (receives overlap H2D copies)",
 	     .min = 1, .max = 64),
 	KNOB("nvmf.host.copy_batch", K_INT, "1",
-	     "NVMe/TCP host: H2D copies of PDUs received while the queue's stream is busy "
+	     "NVMe/TCP host: H2D copies of PDUs received back to back (one receive burst) "
 	     "enqueued in one call, up to this many (1: each at once)",
 	     .min = 1, .max = 64),
+	KNOB("nvmf.host.copy_word", K_BOOL, "1",
+	     "NVMe/TCP host: each queue's stream stores how far its H2D copies got in a pinned "
+	     "word the receiver reads (0: event records and queries)"),
 	KNOB("nvmf.host.copy_poll_us", K_INT, "0",
 	     "NVMe/TCP host: an idle receiver polls its socket and its H2D copies this long "
 	     "before blocking on the copies (0: block at once)",

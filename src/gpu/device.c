@@ -32,6 +32,56 @@ _Thread_local uint64_t gdx_dev_calls_tls;
 static pthread_rwlock_t open_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static struct gdx_device *open_devs[MAX_OPEN];
 
+/*
+ * Device allocations made through gdx_device_malloc[_async] and not freed yet,
+ * each with what the backend said of it when it was made: gdx_device_of_ptr
+ * answers for a pointer inside one without a driver call.  A driver pointer
+ * query per I/O is what reads of small blocks into device memory cannot
+ * afford (on cuda it costs microseconds once several threads make them).
+ * Only allocations made here are kept, because only their frees are seen
+ * here; the table is bounded (others, and those that do not fit, are queried
+ * as before).  Under open_lock, as the table of devices.
+ */
+#define MAX_KNOWN 128
+static struct known {
+	uintptr_t base, end;
+	struct gdx_device *dev;
+	struct gdx_ptr_attrs a;
+} known[MAX_KNOWN];
+static unsigned nknown;
+
+static void known_add(struct gdx_device *dev, void *p, size_t size)
+{
+	struct gdx_ptr_attrs a = { .device_ordinal = -1 };
+
+	/* what the query says of the allocation's start holds for every byte of it */
+	if (dev->ops->pointer_query(dev->priv, p, &a) || a.kind != GDX_MEM_DEVICE ||
+	    a.base != p || a.size < size)
+		return;
+	pthread_rwlock_wrlock(&open_lock);
+	if (nknown < MAX_KNOWN)
+		known[nknown++] = (struct known){ (uintptr_t)p, (uintptr_t)p + a.size, dev, a };
+	pthread_rwlock_unlock(&open_lock);
+}
+
+/* Drops the allocation at p (or every one of dev's when p is NULL); open_lock held. */
+static void known_drop_locked(struct gdx_device *dev, const void *p)
+{
+	for (unsigned i = 0; i < nknown;) {
+		if (known[i].dev == dev && (!p || known[i].base == (uintptr_t)p))
+			known[i] = known[--nknown];
+		else
+			i++;
+	}
+}
+
+static void known_drop(struct gdx_device *dev, const void *p)
+{
+	pthread_rwlock_wrlock(&open_lock);
+	known_drop_locked(dev, p);
+	pthread_rwlock_unlock(&open_lock);
+}
+
 static const struct gdx_device_ops *find_backend(const char *kind, size_t len)
 {
 	for (size_t i = 0; i < GDX_ARRAY_SIZE(backends); i++)
@@ -171,6 +221,7 @@ GDX_API void gdx_device_close(struct gdx_device *dev)
 		for (int i = 0; i < MAX_OPEN; i++)
 			if (open_devs[i] == dev)
 				open_devs[i] = NULL;
+		known_drop_locked(dev, NULL);
 		dev->ops->close(dev->priv);
 		free(dev);
 	}
@@ -182,6 +233,13 @@ struct gdx_device *gdx_device_of_ptr(const void *p, struct gdx_ptr_attrs *a)
 	struct gdx_device *found = NULL;
 
 	pthread_rwlock_rdlock(&open_lock);
+	for (unsigned i = 0; i < nknown; i++) {
+		if ((uintptr_t)p >= known[i].base && (uintptr_t)p < known[i].end) {
+			*a = known[i].a;
+			pthread_rwlock_unlock(&open_lock);
+			return known[i].dev;
+		}
+	}
 	for (int i = 0; i < MAX_OPEN && !found; i++) {
 		struct gdx_device *d = open_devs[i];
 
@@ -243,9 +301,14 @@ GDX_API const char *gdx_mem_kind_name(enum gdx_mem_kind kind)
 
 GDX_API int gdx_device_malloc(struct gdx_device *dev, size_t size, void **dptr)
 {
+	int ret;
+
 	if (!dev || !dptr || !size)
 		return -EINVAL;
-	return dev->ops->malloc(dev->priv, size, dptr);
+	ret = dev->ops->malloc(dev->priv, size, dptr);
+	if (!ret)
+		known_add(dev, *dptr, size);
+	return ret;
 }
 
 /*
@@ -267,6 +330,7 @@ GDX_API int gdx_device_free(struct gdx_device *dev, void *dptr)
 		return -EINVAL;
 	if (!dptr)
 		return 0;
+	known_drop(dev, dptr);
 	release_ranges(dev, dptr);
 	return dev->ops->free(dev->priv, dptr);
 }
@@ -274,9 +338,14 @@ GDX_API int gdx_device_free(struct gdx_device *dev, void *dptr)
 GDX_API int gdx_device_malloc_async(struct gdx_device *dev, size_t size, void **dptr,
 				    struct gdx_stream *s)
 {
+	int ret;
+
 	if (!dev || !dptr || !size || !s || s->dev != dev)
 		return -EINVAL;
-	return dev->ops->malloc_async(dev->priv, size, dptr, s->priv);
+	ret = dev->ops->malloc_async(dev->priv, size, dptr, s->priv);
+	if (!ret)
+		known_add(dev, *dptr, size);
+	return ret;
 }
 
 GDX_API int gdx_device_free_async(struct gdx_device *dev, void *dptr, struct gdx_stream *s)
@@ -285,6 +354,7 @@ GDX_API int gdx_device_free_async(struct gdx_device *dev, void *dptr, struct gdx
 		return -EINVAL;
 	if (!dptr)
 		return 0;
+	known_drop(dev, dptr);
 	release_ranges(dev, dptr);
 	return dev->ops->free_async(dev->priv, dptr, s->priv);
 }

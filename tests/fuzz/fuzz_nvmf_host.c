@@ -3,7 +3,7 @@
  * libFuzzer target: the NVMe/TCP host's receive path.  The first input byte
  * picks the negotiated digests and whether the read lands in (emulated) device
  * memory through a bounce ring of two 1 KiB chunks (its copies enqueued one by
- * one or in batches of up to three); the rest is what a
+ * one or in batches of up to three, marked by events or a done word); the rest is what a
  * controller sends, fed through a socketpair to the real receiver
  * (nh_queue_rx_loop) of a queue that has three commands in flight: a 4 KiB
  * read, an 8 KiB write (R2T path) and a command without data.  Beyond "no
@@ -71,6 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ctrl.p.bounce_chunk = 1024;
 	ctrl.p.bounce_chunks = 2;
 	ctrl.p.copy_batch = data[0] & 8 ? 3 : 1;
+	ctrl.p.copy_word = data[0] & 16;
 	if (on_dev && (nh_queue_init_dev(&q, dev) || gdx_memset(dev, dbuf, 0xa5, sizeof(rbuf))))
 		abort();
 	q.tp.hdgst = data[0] & 1;

@@ -882,6 +882,7 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 	p->bounce_chunks = (unsigned)gdx_cfg_int("nvmf.host.bounce_chunks");
 	p->copy_poll_ns = (uint64_t)gdx_cfg_int("nvmf.host.copy_poll_us") * 1000;
 	p->copy_batch = (unsigned)gdx_cfg_int("nvmf.host.copy_batch");
+	p->copy_word = gdx_cfg_bool("nvmf.host.copy_word");
 	/* once here, not per I/O: a knob read takes the config lock and scans the environment */
 	p->require_direct = gdx_cfg_bool("require_direct");
 	p->sqflow_off = gdx_cfg_bool("nvmf.host.sqflow_off");

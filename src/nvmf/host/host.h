@@ -116,10 +116,19 @@ struct nh_queue {
 	unsigned npend, batch;
 	size_t pend_bytes;
 	struct nh_mark {
-		struct gdx_event *ev;
-		uint64_t pos;		/* head when recorded */
+		struct gdx_event *ev;	/* NULL with a done word */
+		uint32_t seq;		/* ... which the stream sets to this after the copies */
+		uint64_t pos;		/* enq when recorded */
 	} *marks;			/* FIFO of nmarks; nmarked from mark0 not yet landed */
 	unsigned nmarks, mark0, nmarked;
+	/*
+	 * nvmf.host.copy_word: a mark is the stream storing the next seq into this
+	 * pinned word behind the copies, and the receiver learns how far they got
+	 * by reading it, with no call into the driver (queries from several
+	 * receivers at once cost microseconds each on the H200).  NULL: events.
+	 */
+	uint32_t *word;
+	uint32_t seq;
 	struct nh_req *held;		/* device reads received, copies maybe still running */
 	struct nh_req **held_tail;
 
@@ -153,6 +162,7 @@ struct nh_params {
 	unsigned bounce_chunks;
 	uint64_t copy_poll_ns;
 	unsigned copy_batch;
+	bool copy_word;
 	bool require_direct;		/* device memory may not bounce */
 };
 

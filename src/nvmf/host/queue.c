@@ -30,6 +30,7 @@
 #define CID_IDX_BITS 10
 #define CID_IDX_MASK ((1u << CID_IDX_BITS) - 1)
 #define NH_MAX_DEPTH (1u << CID_IDX_BITS)
+#define NH_MANY_MARKS 256u
 
 /* Set on receiver threads: they queue instead of waiting for a free slot. */
 static __thread bool in_rx;
@@ -201,6 +202,10 @@ static void free_dev(struct nh_queue *q)
 	}
 	if (q->stream)
 		gdx_stream_destroy(q->stream);
+	/* the stream is done with it: destroying it waited */
+	if (q->word)
+		gdx_pinned_free(q->dev, q->word);
+	q->word = NULL;
 	if (q->pool) {
 		/* every buffer is handed back: all of them when the ring was complete */
 		for (unsigned i = 0; i < q->ntaken; i++)
@@ -249,12 +254,17 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	q->nchunks = n;
 	q->head = q->enq = q->done = q->marked = 0;
 	q->mark0 = q->nmarked = 0;
-	q->nmarks = n + 1;
-	q->marks = calloc(q->nmarks, sizeof(*q->marks));
 	/* npend is not reset: the receiver, running already, reads it; it is 0 whenever
 	 * the receiver is outside recv_device */
 	q->pend_bytes = 0;
 	q->batch = GDX_MAX(1u, q->ctrl->p.copy_batch);
+	/*
+	 * Marks land at least chunk bytes apart with events; batches, and every
+	 * copy with a done word, get one each: enough that small pieces rarely
+	 * wait for a free one.
+	 */
+	q->nmarks = q->batch > 1 || q->ctrl->p.copy_word ? GDX_MAX(n + 1, NH_MANY_MARKS) : n + 1;
+	q->marks = calloc(q->nmarks, sizeof(*q->marks));
 	q->pend_dst = calloc(q->batch, sizeof(*q->pend_dst));
 	q->pend_src = calloc(q->batch, sizeof(*q->pend_src));
 	q->pend_len = calloc(q->batch, sizeof(*q->pend_len));
@@ -286,7 +296,23 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	rc = gdx_stream_create(dev, &q->stream);
 	if (rc)
 		goto fail;
-	for (unsigned i = 0; i < q->nmarks; i++) {
+	if (q->ctrl->p.copy_word) {
+		rc = gdx_pinned_alloc(dev, sizeof(*q->word), (void **)&q->word);
+		if (rc)
+			goto fail;
+		*q->word = q->seq = 0;
+		/* a device without stream stores marks with events */
+		rc = gdx_stream_write_value32(q->stream, q->word, 0);
+		if (rc == -EOPNOTSUPP) {
+			GDX_INFO(SUB, "queue %u: %s cannot store words in stream order: events "
+				 "mark the copies", q->qid, gdx_device_name(dev));
+			gdx_pinned_free(dev, q->word);
+			q->word = NULL;
+		} else if (rc) {
+			goto fail;
+		}
+	}
+	for (unsigned i = 0; !q->word && i < q->nmarks; i++) {
 		rc = gdx_event_create(dev, 0, &q->marks[i].ev);
 		if (rc)
 			goto fail;
@@ -593,7 +619,13 @@ static void ring_landed(struct nh_queue *q, uint64_t pos)
 	}
 }
 
-/* Enqueues the copies held back for a batch, in one call. */
+static int ring_mark(struct nh_queue *q);
+
+/*
+ * Enqueues the copies held back for a batch in one call, and a mark behind
+ * them: the reads of the batch complete when that one event has, and nothing
+ * is asked of the device per read.
+ */
 static int ring_flush(struct nh_queue *q)
 {
 	int rc;
@@ -606,7 +638,7 @@ static int ring_flush(struct nh_queue *q)
 	q->npend = 0;
 	q->pend_bytes = 0;
 	q->enq = q->head;
-	return rc;
+	return rc ? rc : ring_mark(q);
 }
 
 /* Waits for every copy of the bytes received so far. */
@@ -623,11 +655,13 @@ static int ring_wait_all(struct nh_queue *q)
 	return rc;
 }
 
-/* Waits for the copies before the oldest mark. */
+/* Waits for the copies before the oldest mark (with a done word: for all of them). */
 static int ring_wait_mark(struct nh_queue *q)
 {
 	int rc;
 
+	if (q->word)
+		return ring_wait_all(q);
 	gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
 	rc = gdx_event_synchronize(q->marks[q->mark0].ev);
 	if (!rc)
@@ -635,7 +669,18 @@ static int ring_wait_mark(struct nh_queue *q)
 	return rc;
 }
 
-static int ring_mark(struct nh_queue *q);
+/*
+ * With a done word every copy enqueued has a mark behind it: the marks whose
+ * seq the word has reached have landed.  Nothing is asked of the device.
+ */
+static int ring_progress_word(struct nh_queue *q)
+{
+	uint32_t w = __atomic_load_n(q->word, __ATOMIC_ACQUIRE);
+
+	while (q->nmarked && (int32_t)(w - q->marks[q->mark0].seq) >= 0)
+		ring_landed(q, q->marks[q->mark0].pos);
+	return 0;
+}
 
 /*
  * Learns without blocking how far the copies got: the marks oldest first, and
@@ -648,6 +693,8 @@ static int ring_progress(struct nh_queue *q)
 {
 	int rc;
 
+	if (q->word)
+		return ring_progress_word(q);
 	while (q->nmarked) {
 		gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
 		rc = gdx_event_query(q->marks[q->mark0].ev);
@@ -664,6 +711,27 @@ static int ring_progress(struct nh_queue *q)
 	if (!rc)
 		ring_landed(q, q->enq);
 	return rc;
+}
+
+/*
+ * ring_progress for batches, each of which has its mark: asks the marks
+ * oldest first, leaving out the newest `fresh` (just recorded behind copies
+ * that cannot have run yet).
+ */
+static int ring_progress_marks(struct nh_queue *q, unsigned fresh)
+{
+	if (q->word)
+		return ring_progress_word(q);
+	while (q->nmarked > fresh) {
+		int rc;
+
+		gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
+		rc = gdx_event_query(q->marks[q->mark0].ev);
+		if (rc)
+			return rc == -EBUSY ? 0 : rc;
+		ring_landed(q, q->marks[q->mark0].pos);
+	}
+	return 0;
 }
 
 /* Makes room for n bytes at the head: the oldest mark's copies, else all of them. */
@@ -684,6 +752,8 @@ static int ring_mark(struct nh_queue *q)
 	struct nh_mark *m;
 	int rc;
 
+	if (q->nmarked == q->nmarks && q->word)
+		ring_progress_word(q);
 	if (q->nmarked == q->nmarks) {
 		rc = ring_wait_mark(q);
 		if (rc)
@@ -691,7 +761,12 @@ static int ring_mark(struct nh_queue *q)
 	}
 	m = &q->marks[(q->mark0 + q->nmarked) % q->nmarks];
 	gdx_counter_add(&q->cnt[NH_CNT_RECORD], 1);
-	rc = gdx_event_record(m->ev, q->stream);
+	if (q->word) {
+		m->seq = ++q->seq;
+		rc = gdx_stream_write_value32(q->stream, q->word, m->seq);
+	} else {
+		rc = gdx_event_record(m->ev, q->stream);
+	}
 	if (rc)
 		return rc;
 	m->pos = q->enq;
@@ -812,7 +887,7 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 			return rc;
 		if (q->tp.ddgst)
 			*crc = gdx_crc32c_update(*crc, p, piece);
-		if (q->held || q->npend) {
+		if (q->held && (q->batch == 1 || q->word)) {
 			rc = ring_progress(q);
 			if (rc)
 				return rc;
@@ -827,13 +902,19 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 			q->pend_len[q->npend++] = piece;
 			q->pend_bytes += piece;
 			/*
-			 * A stream with nothing of ours in flight takes the batch at
-			 * once (at depth 1, every piece); a busy one lets it grow
-			 * until its copies have landed, so the batch size follows
-			 * the stream's pace and no copy waits for a full batch.
+			 * The pieces of one receive burst (PDUs found waiting in
+			 * the socket) go out together: here when the batch is full
+			 * or holds a chunk, else once the socket runs dry
+			 * (recv_hdr_idle).  The reads held so far are looked at
+			 * once per batch, not once per piece.
 			 */
-			rc = q->npend == q->batch || q->pend_bytes >= q->chunk || q->done == q->enq ?
-			     ring_flush(q) : 0;
+			if (q->npend == q->batch || q->pend_bytes >= q->chunk) {
+				rc = ring_flush(q);
+				if (!rc)
+					rc = ring_progress_marks(q, 1);
+				if (!rc)
+					release_held(q);
+			}
 		} else {
 			gdx_counter_add(&q->cnt[NH_CNT_COPY_CALL], 1);
 			rc = gdx_memcpy_async(q->dev, dst, p, piece, q->stream);
@@ -841,7 +922,8 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 		}
 		if (rc)
 			return rc;
-		if (q->enq - q->marked >= q->chunk) {
+		/* a done word costs nothing to read: every copy gets its mark */
+		if (q->enq - q->marked >= (q->word ? 1 : q->chunk)) {
 			rc = ring_mark(q);
 			if (rc)
 				return rc;
