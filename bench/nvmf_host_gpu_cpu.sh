@@ -78,16 +78,15 @@ run() {
 
 printf '%-10s %-5s %2s %8s %5s %6s | %-34s | %-12s | %s\n' setting mem q IOPS ratio GB/s \
 	"calls/cmd: copy calls, rec, query, wait" "target CPU" "bench CPU (threads >20%: mean/count)"
+# done word (the default) against event queries, one copy per read and batches of 4
 run host8 host 8
-run copy1 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=1
-run gather16 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=16 GDX_LOG_LEVEL=info
-run dma16 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=16 GDX_CUDA_GATHER_MAX=0
-run gather4 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=4
-run gath16p50 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=16 GDX_NVMF_HOST_COPY_POLL_US=50
-run copy1p50 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=1 GDX_NVMF_HOST_COPY_POLL_US=50
-run host4 host 4
-run copy1 gpu:0 4 GDX_NVMF_HOST_COPY_BATCH=1
-run gather16 gpu:0 4 GDX_NVMF_HOST_COPY_BATCH=16
+run word1 gpu:0 8
+run word4 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=4
+run event1 gpu:0 8 GDX_NVMF_HOST_COPY_WORD=0
+run event4 gpu:0 8 GDX_NVMF_HOST_COPY_WORD=0 GDX_NVMF_HOST_COPY_BATCH=4
 run host16 host 16
-run copy1 gpu:0 16 GDX_NVMF_HOST_COPY_BATCH=1
-run gather16 gpu:0 16 GDX_NVMF_HOST_COPY_BATCH=16
+run word1 gpu:0 16
+run word4 gpu:0 16 GDX_NVMF_HOST_COPY_BATCH=4
+run host1 host 1
+run word1 gpu:0 1
+run word8 gpu:0 1 GDX_NVMF_HOST_COPY_BATCH=8

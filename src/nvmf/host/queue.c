@@ -655,14 +655,33 @@ static int ring_wait_all(struct nh_queue *q)
 	return rc;
 }
 
-/* Waits for the copies before the oldest mark (with a done word: for all of them). */
+static int ring_progress_word(struct nh_queue *q);
+
+/*
+ * Waits for the copies before the oldest mark.  A done word is watched
+ * rather than the stream waited for, which would wait for every copy; now
+ * and then the stream is asked, so that a device error ends the wait.
+ */
 static int ring_wait_mark(struct nh_queue *q)
 {
 	int rc;
 
-	if (q->word)
-		return ring_wait_all(q);
 	gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
+	for (unsigned i = 1; q->word; i++) {
+		uint64_t pos = q->marks[q->mark0].pos;
+
+		ring_progress_word(q);
+		if (q->done >= pos)
+			return 0;
+		if (!(i % 64)) {
+			rc = gdx_stream_query(q->stream);
+			if (!rc)
+				ring_landed(q, q->enq);
+			if (rc != -EBUSY)
+				return rc;
+		}
+		sched_yield();
+	}
 	rc = gdx_event_synchronize(q->marks[q->mark0].ev);
 	if (!rc)
 		ring_landed(q, q->marks[q->mark0].pos);
