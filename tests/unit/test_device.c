@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "gpu/device.h"
 
 #include <gdx/gdx.h>
 
@@ -118,11 +119,21 @@ static void pointer_queries(void **state)
 	assert_int_equal(gdx_pointer_query(dev, host, &b), 0);
 	assert_int_equal(b.kind, GDX_MEM_HOST);
 
-	/* A new allocation never reuses a buffer id. */
+	/* the lookup layers make per I/O tells the same, from gdx's table of its allocations */
+	assert_ptr_equal(gdx_device_of_ptr((char *)d + 4097, &b), dev);
+	assert_int_equal(b.kind, GDX_MEM_DEVICE);
+	assert_ptr_equal(b.base, d);
+	assert_int_equal(b.buffer_id, a.buffer_id);
+
+	/* A new allocation never reuses a buffer id, nor does a freed one stay known. */
 	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_true(!gdx_device_of_ptr((char *)d + 4097, &b) || b.kind != GDX_MEM_DEVICE ||
+		    b.buffer_id != a.buffer_id);
 	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
 	assert_int_equal(gdx_pointer_query(dev, d, &b), 0);
 	assert_true(b.buffer_id != a.buffer_id);
+	assert_ptr_equal(gdx_device_of_ptr(d, &a), dev);
+	assert_int_equal(a.buffer_id, b.buffer_id);
 	assert_int_equal(gdx_device_free(dev, d), 0);
 	free(host);
 }

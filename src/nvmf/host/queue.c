@@ -1096,11 +1096,14 @@ static int handle_r2t(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct g
  * enqueued and the reads must complete before the receiver blocks: it polls
  * the socket and the copies in turn for up to copy_poll_ns (a PDU that
  * arrives meanwhile is received at once rather than after a wait for the
- * GPU), then waits for the copies.
+ * GPU), then waits for the copies.  A done word costs no driver call to
+ * read, so with one the receiver polls until the copies have landed, asking
+ * the stream now and then so that a device error ends the wait.
  */
 static int recv_hdr_idle(struct nh_queue *q, void *buf, size_t n)
 {
 	uint64_t until = 0;
+	unsigned spins = 0;
 	int rc;
 
 	for (;;) {
@@ -1123,6 +1126,26 @@ static int recv_hdr_idle(struct nh_queue *q, void *buf, size_t n)
 			return rc;
 		if (!q->held)
 			break;
+		if (q->word) {
+			if (!spins++)
+				gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
+			ring_progress_word(q);
+			release_held(q);
+			if (!q->held)
+				break;
+			if (!(spins % 64)) {
+				rc = gdx_stream_query(q->stream);
+				if (rc && rc != -EBUSY)
+					return rc;
+				if (!rc) {
+					ring_landed(q, q->enq);
+					release_held(q);
+					break;
+				}
+			}
+			sched_yield();
+			continue;
+		}
 		if (!until)
 			until = gdx_now_ns() + q->ctrl->p.copy_poll_ns;
 		if (q->ctrl->p.copy_poll_ns && gdx_now_ns() < until) {
