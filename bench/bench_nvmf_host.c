@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@
 #include "bench_nvmf_host.h"
 #include "common/config.h"
 #include "common/util.h"
+#include "gpu/device.h"
 
 struct cfg {
 	const char *addr, *svc, *nqn, *fio_dev;
@@ -48,7 +50,7 @@ struct cfg {
 	unsigned bw_qd;
 	char mems[8][16];
 	unsigned nmem;
-	bool json, tcp_ceiling;
+	bool json, tcp_ceiling, dev_calls;
 	unsigned rounds;
 	struct gdx_nvmf_host_opts o;
 	int (*open_gpu)(int, struct gdx_device **);
@@ -144,6 +146,153 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 		*gbps = (double)r.bytes / s / 1e9;
 		return (double)r.done / s;
 	}
+}
+
+/* ---- what the bounce ring's device calls cost the receivers ----------------- */
+
+/*
+ * The CPU time of one call of each kind a device read makes, with as many
+ * threads calling at once as there are receivers (each on a stream of its
+ * own, as each queue has), against one thread alone: what the driver's
+ * locks add when the receivers call together.
+ */
+enum { DC_COPY, DC_STORE, DC_RECORD, DC_QUERY, DC_LOOKUP, DC_N };
+static const char *const dc_names[DC_N] = { "copy-4k", "word-store", "event-record",
+					    "event-query", "pointer-lookup" };
+
+struct dc_thread {
+	struct gdx_device *dev;
+	char *dst;		/* 1 MiB of device memory of its own */
+	int op;
+	const int *go;		/* set once every thread is up */
+	double us;
+	int err;
+};
+
+static void *dc_main(void *arg)
+{
+	struct dc_thread *t = arg;
+	struct gdx_stream *s = NULL;
+	struct gdx_event *ev = NULL;
+	struct gdx_ptr_attrs a;
+	uint32_t *word = NULL;
+	char *pin = NULL;
+	uint64_t busy = 0, n = 0, end;
+
+	t->err = gdx_stream_create(t->dev, &s);
+	if (!t->err)
+		t->err = gdx_event_create(t->dev, 0, &ev);
+	if (!t->err)
+		t->err = gdx_pinned_alloc(t->dev, 1 << 20, (void **)&pin);
+	if (!t->err)
+		t->err = gdx_pinned_alloc(t->dev, sizeof(*word), (void **)&word);
+	if (!t->err)
+		t->err = gdx_event_record(ev, s);
+	if (!t->err)
+		t->err = gdx_stream_synchronize(s);
+	while (!__atomic_load_n(t->go, __ATOMIC_ACQUIRE))
+		sched_yield();
+	end = gdx_now_ns() + 200000000ull;
+	while (!t->err && gdx_now_ns() < end) {
+		for (unsigned k = 0; k < 64 && !t->err; k++, n++) {
+			size_t off = (size_t)(n % 256) * 4096;
+			uint64_t t0 = gdx_now_ns();
+			int rc;
+
+			switch (t->op) {
+			case DC_COPY:
+				rc = gdx_memcpy_async(t->dev, t->dst + off, pin + off, 4096, s);
+				break;
+			case DC_STORE:
+				rc = gdx_stream_write_value32(s, word, (uint32_t)n);
+				break;
+			case DC_RECORD:
+				rc = gdx_event_record(ev, s);
+				break;
+			case DC_QUERY:
+				rc = gdx_event_query(ev);
+				break;
+			default:
+				rc = gdx_device_of_ptr(t->dst + off, &a) ? 0 : GDX_EBADPTR;
+				break;
+			}
+			busy += gdx_now_ns() - t0;
+			if (rc && rc != -EBUSY)
+				t->err = rc;
+			/* the stream is drained now and then, outside the time counted */
+			if (n % 256 == 255 && !t->err)
+				t->err = gdx_stream_synchronize(s);
+		}
+	}
+	if (s)
+		gdx_stream_synchronize(s);
+	t->us = n ? (double)busy / (double)n / 1e3 : 0;
+	if (ev)
+		gdx_event_destroy(ev);
+	if (s)
+		gdx_stream_destroy(s);
+	gdx_pinned_free(t->dev, word);
+	gdx_pinned_free(t->dev, pin);
+	return NULL;
+}
+
+/* Mean microseconds a call of kind op took with n threads calling; negative on error. */
+static double dc_run(struct gdx_device *dev, char *dbuf, int op, unsigned n)
+{
+	struct dc_thread *t = calloc(n, sizeof(*t));
+	pthread_t *th = calloc(n, sizeof(*th));
+	unsigned started = 0;
+	double sum = 0;
+	int go = 0, err = 0;
+
+	for (; t && th && started < n; started++) {
+		t[started] = (struct dc_thread){ .dev = dev, .dst = dbuf + ((size_t)started << 20),
+						 .op = op, .go = &go };
+		if (pthread_create(&th[started], NULL, dc_main, &t[started]))
+			break;
+	}
+	__atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < started; i++) {
+		pthread_join(th[i], NULL);
+		sum += t[i].us;
+		err = err ? err : t[i].err;
+	}
+	free(t);
+	free(th);
+	return err || started < n ? -1 : sum / n;
+}
+
+static int dev_calls_report(const struct cfg *c, const char *mem, struct gdx_device *dev,
+			    unsigned threads)
+{
+	void *dbuf;
+	int rc = gdx_device_malloc(dev, (size_t)threads << 20, &dbuf);
+
+	if (rc)
+		return rc;
+	for (int op = 0; op < DC_N; op++) {
+		double one = dc_run(dev, dbuf, op, 1);
+		double many = threads > 1 ? dc_run(dev, dbuf, op, threads) : one;
+
+		if (one < 0 || many < 0) {
+			/* a device without stream stores, say: the ring would not use it */
+			if (!c->json)
+				printf("# device call %-14s %s: failed\n", dc_names[op], mem);
+			continue;
+		}
+		if (c->json)
+			printf("{\"bench\": \"nvmf-host\", \"test\": \"dev-call\", \"mem\": \"%s\", "
+			       "\"call\": \"%s\", \"threads\": %u, \"us\": %.3f, \"us_1thread\": %.3f, "
+			       "\"ratio_1thread\": %.3f}\n", mem, dc_names[op], threads, many, one,
+			       one > 0 ? many / one : 0);
+		else
+			printf("device call  %-14s %-7s %7.2f us with %u threads  | 1 thread %.2f us "
+			       "-> %.2fx\n", dc_names[op], mem, many, threads, one,
+			       one > 0 ? many / one : 0);
+	}
+	fflush(stdout);
+	gdx_device_free(dev, dbuf);
+	return 0;
 }
 
 /* ---- the TCP ceiling: raw loopback streams ------------------------------------ */
@@ -307,6 +456,8 @@ static void usage(FILE *f)
 		"      --hdr-digest    --data-digest\n"
 		"      --fio-dev DEV   also run fio on DEV (the kernel host's block device)\n"
 		"      --no-tcp        skip the loopback TCP ceiling\n"
+		"      --dev-calls     first price the device calls of a device read, with as\n"
+		"                      many threads calling as I/O queues, against one thread\n"
 		"      --json          one JSON object per line\n");
 }
 
@@ -485,6 +636,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		{ "data-digest", no_argument, NULL, 'G' },
 		{ "fio-dev", required_argument, NULL, 'F' },
 		{ "no-tcp", no_argument, NULL, 'T' },
+		{ "dev-calls", no_argument, NULL, 'C' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -513,6 +665,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		case 'r': c.rounds = (unsigned)atoi(optarg); break;
 		case 'F': c.fio_dev = optarg; break;
 		case 'T': c.tcp_ceiling = false; break;
+		case 'C': c.dev_calls = true; break;
 		case 'j': c.json = true; break;
 		case 'H': c.o.hdr_digest = 1; break;
 		case 'G': c.o.data_digest = 1; break;
@@ -583,6 +736,16 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		if (!c.json)
 			printf("# loopback TCP ceiling: %.3f GB/s (1 stream %.3f, %u streams %.3f), %"
 			       PRIu64 "-byte receives\n", tcp, one, in.nr_io_queues, many, c.bw_bs);
+	}
+	for (unsigned m = 0; c.dev_calls && m < c.nmem; m++) {
+		if (mems[m].kind != 2)
+			continue;
+		rc = dev_calls_report(&c, mems[m].name, mems[m].dev, GDX_MAX(1u, in.nr_io_queues));
+		if (rc) {
+			fprintf(stderr, "gdx bench nvmf-host: %s: device calls: %s\n", mems[m].name,
+				gdx_strerror(rc));
+			goto out;
+		}
 	}
 	/* every point: kernel and each memory kind measured in turn, rounds times */
 	for (unsigned p = 0; p <= c.nqd; p++) {

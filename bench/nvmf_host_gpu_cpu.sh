@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 #
 # Where a 4 KiB read into GPU memory loses against one into host memory (issue 5):
-# the same point under several copy settings, with the CPU each thread used.
+# the same point under several copy settings, with the CPU each thread used, after the
+# CPU cost of each device call a read makes (gdx bench nvmf-host --dev-calls).
 #
 #   bench/nvmf_host_gpu_cpu.sh [GDX]
 #
@@ -76,12 +77,19 @@ run() {
 	grep -h "gather\|ERR\|error" "$O/cpu.$tag.err" | head -2
 }
 
+# what each device call of a read costs with 8 and 16 receivers calling, against one
+for q in 8 16; do
+	$loader "$GDX" bench nvmf-host -a 127.0.0.1 -s "$PORT" -n "$NQN" -t 0.2 -r 1 -m gpu:0 \
+		--queues $q --qd 1 --bw-qd 1 --no-tcp --dev-calls 2>&1 | grep '^device call'
+done
 printf '%-10s %-5s %2s %8s %5s %6s | %-34s | %-12s | %s\n' setting mem q IOPS ratio GB/s \
 	"calls/cmd: copy calls, rec, query, wait" "target CPU" "bench CPU (threads >20%: mean/count)"
 # done word (the default) against event queries, one copy per read and batches of 4
+# (gather kernel, then the copy engine)
 run host8 host 8
 run word1 gpu:0 8
 run word4 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=4
+run word4dma gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=4 GDX_CUDA_GATHER_MAX=0
 run event1 gpu:0 8 GDX_NVMF_HOST_COPY_WORD=0
 run event4 gpu:0 8 GDX_NVMF_HOST_COPY_WORD=0 GDX_NVMF_HOST_COPY_BATCH=4
 run host16 host 16

@@ -70,4 +70,16 @@ run 1 read "${A[@]}" -o 100 -l 4k
 run 1 read "${A[@]}" -o 16M -l 4k
 run 1 read "${A[@]}" -N 9 -l 4k
 run 1 id-ctrl -a 127.0.0.1 -s "$port" -n nqn.2026-11.io.gdx:nope
+
+# The benchmark end to end into device memory, pricing the device calls first
+# (tiny durations: the figures are not checked, the lines are).
+out=$("$gdx" bench nvmf-host "${A[@]}" -m gpu:0 --queues 2 --qd 4 --bw-bs 16k --bw-qd 2 \
+	-t 0.05 -r 1 --no-tcp --dev-calls --json 2>"$tmp/err")
+[ $? = 0 ] || fail "bench nvmf-host --dev-calls: $(cat "$tmp/err")"
+for call in copy-4k word-store event-record event-query pointer-lookup; do
+	echo "$out" | grep -q "\"test\": \"dev-call\", \"mem\": \"gpu:0\", \"call\": \"$call\", \"threads\": 2" ||
+		fail "bench nvmf-host --dev-calls priced no $call: $out"
+done
+echo "$out" | grep -q '"test": "4k-randread", "mem": "gpu:0", "qd": 4' ||
+	fail "bench nvmf-host --dev-calls measured no reads: $out"
 exit $((fails > 0))
