@@ -20,7 +20,8 @@ set -u
 GDX=${1:-}
 . "$(dirname "$0")/gpu_lib.sh"
 gpu_gdx "$GDX"
-O=${OUT:-/tmp}
+# scratch files stay on the machine: only the table (stdout) matters
+O=$(mktemp -d 2>/dev/null || echo /tmp)
 NQN=nqn.2026-11.io.gdx:bench-cpu
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 24421)
 # shellcheck disable=SC2086
