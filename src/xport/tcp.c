@@ -955,16 +955,20 @@ static void tcp_match(void *priv)
 static int rx_send(struct tcp_ep *t, const struct hdr *h)
 {
 	struct qent *r;
-	int ret;
+	int ret, none;
 
-	if (!t->fe->opts.srq ? !t->recv_head : !gdx_xport_srq_waiting(t->fe)) {
-		/* Might wait for a receive: the peer must not wait for what is owed. */
+	pthread_mutex_lock(&t->lock);
+	none = !have_recv(t);
+	pthread_mutex_unlock(&t->lock);
+	if (none) {
+		/* Might wait for a receive: the peer must not wait for what is owed... */
 		gdx_xport_complete_flush();
 		ret = resp_flush(t);
 		if (ret)
 			return ret;
+		/* ...nor requests wait for this thread to come by. */
+		tx_kick(t);
 	}
-	tx_kick(t);
 	pthread_mutex_lock(&t->lock);
 	while (!t->dead && !have_recv(t) && t->unexp_head &&
 	       t->unexpected_bytes + h->len > t->max_unexpected) {

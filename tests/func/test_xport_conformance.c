@@ -842,7 +842,7 @@ static void test_srq(void **state)
 	/* Device memory in the queue, after the receives already there (4, 5, 99). */
 	dbuf = kalloc(K_DEV, 64);
 	assert_int_equal(gdx_xport_srq_post_recv(q, dbuf, 64, 7), 0);
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0, left = 5; i < 4; i++) {
 		t_fill(tx[1], 64, 110 + (uint64_t)i);
 		assert_int_equal(gdx_xport_post_send(c[1], tx[1], 48, 204 + (uint64_t)i, 0), 0);
 		get_cqe(cqs, &e);
@@ -850,10 +850,15 @@ static void test_srq(void **state)
 		assert_ptr_equal(e.ep, s[1]);
 		assert_int_equal(e.wr_id, i < 2 ? 4 + (uint64_t)i : i == 2 ? 99 : 7);
 		assert_int_equal(e.len, 48);
+		/* The send buffer is refilled only once its send completed. */
+		do {
+			get_cqe(cqc, &e);
+			left--;
+		} while (e.wr_id != 204 + (uint64_t)i);
+		if (i == 3)
+			assert_int_equal(left, 0);
 	}
 	kcheck(K_DEV, dbuf, 48, 113);
-	for (int i = 0; i < 5; i++)
-		get_cqe(cqc, &e);
 	for (int i = 0; i < 2; i++) {
 		gdx_xport_ep_destroy(c[i]);
 		gdx_xport_ep_destroy(s[i]);
