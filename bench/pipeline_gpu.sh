@@ -87,7 +87,8 @@ want() {
 
 failed=0
 data="$work/train_step.dat"
-common="--device ${GDX_DEVICE} --data $data --data-bytes 256M --spin-us 300 --serial"
+# A row that stops completing batches for 10 s reports where it stands and fails (exit 3).
+common="--device ${GDX_DEVICE} --data $data --data-bytes 256M --spin-us 300 --serial --stall-ms 10000"
 
 if want tests; then
 	echo "=== test_pipeline on the cuda device"

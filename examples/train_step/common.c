@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* The training-step example: everything but the compute provider. */
+#include <dirent.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +41,7 @@ struct ts_opts {
 	unsigned batches, slots, ahead, verify_every, warmup;
 	unsigned read_ahead;	/* batches the file source reads ahead; -1: the slots */
 	unsigned time_every;	/* the pipeline's timing: every Nth batch timed */
+	unsigned stall_ms;	/* no batch completed for this long: report and exit; 0: off */
 	double load_us, compute_us, send_us, spin_us;
 	bool serial, load_in_order;
 };
@@ -727,8 +732,199 @@ static void peers_stop(struct ts_ctx *c, struct peer *pe)
 		peer_stop(c, pe);
 }
 
+/* ---- stall watchdog (--stall-ms) ---------------------------------------------------- */
+
+/*
+ * A pipeline that stops completing batches (a circular wait between the
+ * device, the file workers and the producer, say) must end as an error that
+ * says where everything stood, not as a process killed from outside.  The
+ * watchdog polls the pipeline's completed count; once it has not moved for
+ * --stall-ms it prints the pipeline's and the file reads' state, each
+ * thread's kernel state and call stack (raw addresses: resolve them with
+ * addr2line against this binary), then each stage stream's state, and exits
+ * with status 3.  The stream queries come last: they call into the driver,
+ * which a stuck thread may hold.
+ */
+struct stall_watch {
+	struct ts_ctx *c;
+	struct gdx_pipeline *p;
+	const char *what;
+	pthread_t thread;
+	bool up;
+	atomic_bool stop;
+};
+
+static atomic_int stack_done;
+
+static void stack_handler(int sig)
+{
+	void *pcs[48];
+	char head[48];
+	int n = backtrace(pcs, 48), len;
+
+	(void)sig;
+	len = snprintf(head, sizeof(head), "  stack of %ld:\n", (long)syscall(SYS_gettid));
+	if (write(STDERR_FILENO, head, (size_t)len) < 0)
+		return;
+	backtrace_symbols_fd(pcs, n, STDERR_FILENO);
+	atomic_store(&stack_done, 1);
+}
+
+static void read_line(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "r");
+
+	buf[0] = '\0';
+	if (f) {
+		if (!fgets(buf, (int)len, f))
+			buf[0] = '\0';
+		fclose(f);
+	}
+	buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* Each thread: name, state, where in the kernel it sleeps, its system call; then its stack. */
+static void dump_threads(void)
+{
+	char path[96], comm[64], stat[512], wchan[64], sc[256];
+	struct sigaction sa = { .sa_handler = stack_handler };
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	long self = (long)syscall(SYS_gettid);
+
+	if (!d)
+		return;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR2, &sa, NULL);
+	while ((de = readdir(d))) {
+		long tid = strtol(de->d_name, NULL, 10);
+		const char *st;
+
+		if (tid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/comm", tid);
+		read_line(path, comm, sizeof(comm));
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", tid);
+		read_line(path, stat, sizeof(stat));
+		st = strrchr(stat, ')');
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/wchan", tid);
+		read_line(path, wchan, sizeof(wchan));
+		snprintf(path, sizeof(path), "/proc/self/task/%ld/syscall", tid);
+		read_line(path, sc, sizeof(sc));
+		fprintf(stderr, "thread %ld (%s)%s: state %c, wchan %s, syscall %s\n", tid, comm,
+			tid == self ? " [watchdog]" : "", st && st[1] ? st[2] : '?',
+			wchan[0] ? wchan : "-", sc[0] ? sc : "-");
+		if (tid == self)
+			continue;
+		fflush(stderr);
+		atomic_store(&stack_done, 0);
+		if (syscall(SYS_tgkill, (long)getpid(), tid, SIGUSR2))
+			continue;
+		/* A thread inside an uninterruptible call answers only once it returns. */
+		for (int i = 0; i < 200 && !atomic_load(&stack_done); i++)
+			nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+		if (!atomic_load(&stack_done))
+			fprintf(stderr, "  stack of %ld: no answer within 200 ms\n", tid);
+	}
+	closedir(d);
+	/* Where the binary and its libraries were mapped, to resolve the stacks offline. */
+	FILE *m = fopen("/proc/self/maps", "r");
+	char line[512];
+
+	while (m && fgets(line, sizeof(line), m)) {
+		if (strstr(line, " r-xp ") && strchr(line, '/'))
+			fprintf(stderr, "map %s", line);
+	}
+	if (m)
+		fclose(m);
+}
+
+static void stall_report(struct stall_watch *w, unsigned ms)
+{
+	struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+	struct gdx_file_async_stats as = { .struct_size = sizeof(as) };
+	struct ts_ctx *c = w->c;
+
+	gdx_pipeline_stats(w->p, &ps);
+	fprintf(stderr, "train_step: %s run stalled: no batch completed for %u ms "
+		"(submitted %llu, completed %llu of %u, in flight <= %u, waits past the spin %llu)\n",
+		w->what, ms, (unsigned long long)ps.submitted, (unsigned long long)ps.completed,
+		c->o.batches, ps.inflight_max, (unsigned long long)ps.long_waits);
+	for (unsigned k = 0; k < gdx_pipeline_nstages(w->p); k++) {
+		struct gdx_pipeline_stage_stats ss = { .struct_size = sizeof(ss) };
+
+		if (!gdx_pipeline_stage_stats(w->p, k, &ss))
+			fprintf(stderr, "  stage %u (%s): %llu batches harvested, %llu skipped, "
+				"%llu errors\n", k, ss.name, (unsigned long long)ss.batches,
+				(unsigned long long)ss.skipped, (unsigned long long)ss.errors);
+	}
+	if (!c->ctrl && !gdx_file_async_stats(c->data, &as, 0))
+		fprintf(stderr, "  file reads: %llu early (%llu taking over a read ahead, %llu of "
+			"them late), %llu done on the workers; now %u running on a worker, %u "
+			"queued for one\n", (unsigned long long)as.early,
+			(unsigned long long)as.ahead_hits, (unsigned long long)as.ahead_late,
+			(unsigned long long)as.reads, as.inflight, as.queued);
+	dump_threads();
+	for (unsigned k = 0; k < gdx_pipeline_nstages(w->p); k++) {
+		struct gdx_stream *s = gdx_pipeline_stage_stream(w->p, k);
+
+		if (!s)
+			continue;
+		fprintf(stderr, "  stage %u stream: ", k);
+		fflush(stderr);
+		int q = gdx_stream_query(s);
+
+		fprintf(stderr, "%s\n", q == 0 ? "idle" : q == -EBUSY ? "work pending" :
+			gdx_strerror(q));
+	}
+	fflush(stdout);
+	fflush(stderr);
+	_exit(3);
+}
+
+static void *stall_main(void *arg)
+{
+	struct stall_watch *w = arg;
+	unsigned ms = w->c->o.stall_ms;
+	struct timespec tick = { .tv_nsec = (long)(ms / 4 + 1 < 50 ? ms / 4 + 1 : 50) * 1000000 };
+	uint64_t last = UINT64_MAX, since = ts_now_ns();
+	void *warm[1];
+
+	backtrace(warm, 1);	/* loads the unwinder now, not inside a signal handler */
+	while (!atomic_load(&w->stop)) {
+		struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+
+		nanosleep(&tick, NULL);
+		gdx_pipeline_stats(w->p, &ps);
+		if (ps.completed != last) {
+			last = ps.completed;
+			since = ts_now_ns();
+		} else if (ts_now_ns() - since >= (uint64_t)ms * 1000000) {
+			stall_report(w, ms);
+		}
+	}
+	return NULL;
+}
+
+static void stall_start(struct stall_watch *w, struct ts_ctx *c, struct gdx_pipeline *p,
+			const char *what)
+{
+	*w = (struct stall_watch){ .c = c, .p = p, .what = what };
+	atomic_init(&w->stop, false);
+	w->up = c->o.stall_ms && !pthread_create(&w->thread, NULL, stall_main, w);
+}
+
+static void stall_stop(struct stall_watch *w)
+{
+	if (!w->up)
+		return;
+	atomic_store(&w->stop, true);
+	pthread_join(w->thread, NULL);
+}
+
 static int run_once(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct ts_result *r)
 {
+	struct stall_watch sw;
 	bool peer = !strcmp(c->o.send, "tcp") || send_xport(c);
 	struct peer pe = { .lfd = -1 };
 	struct gdx_pipeline *p;
@@ -752,6 +948,7 @@ static int run_once(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct ts
 		peers_stop(c, &pe);
 		return ret;
 	}
+	stall_start(&sw, c, p, nslots == 1 && !ahead ? "serial" : "pipelined");
 	r->reads.struct_size = sizeof(r->reads);
 	r->have_reads = !c->ctrl &&
 		!gdx_file_async_stats(c->data, &r->reads, GDX_FILE_STATS_RESET);
@@ -768,6 +965,7 @@ static int run_once(struct ts_ctx *c, unsigned nslots, unsigned ahead, struct ts
 	r->submit_ns = ts_now_ns() - r->submit_ns;
 	memcpy(r->enq_ns, c->enq_ns, sizeof(r->enq_ns));
 	ret = gdx_pipeline_drain(p);
+	stall_stop(&sw);
 	r->err = r->err && r->err != -ECANCELED ? r->err : ret;
 	if (r->have_reads)
 		gdx_file_async_stats(c->data, &r->reads, 0);
@@ -876,7 +1074,9 @@ static void usage(FILE *f)
 		"  --time-every N       time the device stages of every Nth batch with events\n"
 		"                       (default 1: each; each timed stage costs the producer two\n"
 		"                       driver calls a batch)\n"
-		"  --serial             also measure the serial step (one slot, nothing ahead)\n");
+		"  --serial             also measure the serial step (one slot, nothing ahead)\n"
+		"  --stall-ms N         no batch completed for N ms: print where the pipeline, the\n"
+		"                       file reads and every thread stand, exit 3 (default 0: off)\n");
 }
 
 static int parse_size(const char *s, uint64_t *v)
@@ -910,6 +1110,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		{ "warmup", 1, NULL, 'w' }, { "serial", 0, NULL, 'z' },
 		{ "load", 1, NULL, 'l' }, { "load-in-order", 0, NULL, 'I' },
 		{ "read-ahead", 1, NULL, 'R' }, { "time-every", 1, NULL, 'T' },
+		{ "stall-ms", 1, NULL, 'W' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	static char data_path[512];
@@ -946,6 +1147,7 @@ static int parse_args(int argc, char **argv, struct ts_opts *o)
 		case 'P': o->spin_us = atof(optarg); break;
 		case 'z': o->serial = true; break;
 		case 'I': o->load_in_order = true; break;
+		case 'W': o->stall_ms = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'T':
 			o->time_every = (unsigned)strtoul(optarg, NULL, 0);
 			bad = !o->time_every || o->time_every > 1000;

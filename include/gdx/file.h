@@ -222,6 +222,9 @@ struct gdx_file_async_stats {
 	uint64_t early;		/* GDX_FILE_ASYNC_EARLY reads submitted */
 	uint64_t ahead_hits;	/* of those, taking over a read ahead of their range */
 	uint64_t ahead_late;	/* of the hits, read ahead not yet finished at submission */
+	/* Now (not reset): what a stream waiting for a read may be held up by. */
+	unsigned inflight;	/* reads running on a worker */
+	unsigned queued;	/* handed to the workers, not yet started on one */
 };
 /* Zero the figures after reading them (reads in flight stay counted as such). */
 #define GDX_FILE_STATS_RESET	0x1u

@@ -1042,6 +1042,7 @@ struct async_op {
 	size_t n;
 	off_t o;
 	struct async_ahead *ahead;	/* a read ahead: the result goes there */
+	enum gdx_mem_kind kind;		/* of buf, known at submission */
 	unsigned gate;
 	uint32_t gate_value;
 };
@@ -1375,6 +1376,7 @@ static uint64_t read_begin(struct gdx_file *f)
 	void (*hook)(void *) = f->drv->read_hook;
 
 	pthread_mutex_lock(&f->info_lock);
+	f->aqueued--;
 	if (!f->ainflight++)
 		f->abusy_since = now;
 	st->max_inflight = GDX_MAX(st->max_inflight, f->ainflight);
@@ -1408,6 +1410,8 @@ GDX_API int gdx_file_async_stats(struct gdx_file *f, struct gdx_file_async_stats
 		return -EINVAL;
 	pthread_mutex_lock(&f->info_lock);
 	cur = f->astats;
+	cur.inflight = f->ainflight;
+	cur.queued = f->aqueued;
 	if (f->ainflight)	/* the busy time so far, as if the reads in flight ended now */
 		cur.busy_ns += now - f->abusy_since;
 	if (flags & GDX_FILE_STATS_RESET) {
@@ -1428,9 +1432,69 @@ void gdx_file_set_read_hook(struct gdx_file_driver *drv, void (*fn)(void *arg), 
 }
 
 /*
+ * A stream-ordered I/O on a file worker, always into or out of host memory
+ * (pinned staging, or the caller's host buffer).  A stream may already be
+ * stopped on the I/O's gate, and a call into the device driver here can wait
+ * for that stream: CUDA synchronizes the context inside calls such as the
+ * first launch of a kernel (lazy module loading), holding the driver's lock,
+ * and cuMemHostRegister, cuStreamCreate or a pointer query on the worker then
+ * waits for the lock while the context waits for the gate (on the H200 the
+ * uring backend setting up an I/O context for a worker's first read did this,
+ * and the pipeline hung at its first batch).  So the worker calls nothing of
+ * the device: not the pointer query (the submitting thread knew the kind), not
+ * the backends (they set up pinned bounce buffers, streams and events on first
+ * use), only pread/pwrite on the handle's descriptor.
+ */
+static ssize_t rw_gated(struct gdx_file *f, enum gdx_file_op op, void *buf, size_t size,
+			off_t off, enum gdx_mem_kind kind)
+{
+	bool rd = op == GDX_FILE_READ;
+	struct gdx_file_io io;
+	size_t done = 0;
+	ssize_t ret = 0;
+
+	if (off < 0 || (size && !buf) || size > (size_t)SSIZE_MAX ||
+	    (uint64_t)off + size > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	if (rd ? f->accmode == O_WRONLY : f->accmode == O_RDONLY)
+		return -EBADF;
+	if (!rd)
+		ahead_drop(f, true);
+	memset(&io, 0, sizeof(io));
+	io.file = f;
+	io.op = op;
+	io.buf = buf;
+	io.size = size;
+	io.off = off;
+	io.attrs.kind = kind;
+	io.attrs.device_ordinal = -1;
+	while (done < size) {
+		char *p = (char *)buf + done;
+		ssize_t n = rd ? pread(f->fd, p, size - done, off + (off_t)done) :
+				 pwrite(f->fd, p, size - done, off + (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : rd ? 0 : -EIO;
+			break;
+		}
+		done += (size_t)n;
+	}
+	io.result = ret ? ret : (ssize_t)done;
+	io.info.bytes[GDX_FILE_PATH_HOST] = done;
+	gdx_file_why(&io.info, "stream-ordered %s on a file worker, %s memory (no device call "
+		     "before the stream's gate opens)", rd ? "pread" : "pwrite",
+		     gdx_mem_kind_name(kind));
+	io_record(f, &io);
+	return io.result;
+}
+
+/*
  * The worker touches only host memory (the caller's, or pinned staging): the
  * stream's copies to and from device memory are its own, enqueued at
- * submission, so nothing the gate releases depends on another stream.
+ * submission, so nothing the gate releases depends on another stream, nor,
+ * through rw_gated, on the device.
  */
 static void async_job(void *arg)
 {
@@ -1440,7 +1504,7 @@ static void async_job(void *arg)
 	off_t off = a->early ? a->o : *a->off;
 	bool rd = a->op == GDX_FILE_READ;
 	uint64_t t0 = rd ? read_begin(a->f) : 0;
-	ssize_t ret = n > a->max ? -EINVAL : rw(a->f, a->op, a->buf, n, off, NULL);
+	ssize_t ret = n > a->max ? -EINVAL : rw_gated(a->f, a->op, a->buf, n, off, a->kind);
 
 	if (rd)
 		read_end(a->f, t0);
@@ -1449,6 +1513,27 @@ static void async_job(void *arg)
 	else	/* an early read's caller may look at *done before its stream gets there */
 		__atomic_store_n(a->done, ret, __ATOMIC_RELEASE);
 	async_finish(a, drv);
+}
+
+/* Hands a to a worker; a read counts as queued until a worker starts it. */
+static int async_submit(struct async_op *a)
+{
+	struct gdx_file *f = a->f;
+	bool rd = a->op == GDX_FILE_READ;
+	int ret;
+
+	if (rd) {
+		pthread_mutex_lock(&f->info_lock);
+		f->aqueued++;
+		pthread_mutex_unlock(&f->info_lock);
+	}
+	ret = gdx_tpool_submit(f->drv->wq, async_job, a);
+	if (ret && rd) {
+		pthread_mutex_lock(&f->info_lock);
+		f->aqueued--;
+		pthread_mutex_unlock(&f->info_lock);
+	}
+	return ret;
 }
 
 /*
@@ -1462,7 +1547,7 @@ static void async_job(void *arg)
 static void async_host_fn(void *arg)
 {
 	struct async_op *a = arg;
-	int ret = gdx_tpool_submit(a->f->drv->wq, async_job, a);
+	int ret = async_submit(a);
 
 	if (ret) {
 		*a->done = ret;
@@ -1480,7 +1565,7 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 {
 	struct gdx_file_driver *drv;
 	struct async_stage *st = NULL;
-	struct gdx_ptr_attrs attrs;
+	struct gdx_ptr_attrs attrs = { .kind = GDX_MEM_HOST };
 	struct async_op *a;
 	bool early = false;
 	uint32_t value;
@@ -1533,7 +1618,8 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 	*a = (struct async_op){ .f = f, .op = op, .buf = st ? st->p : (void *)buf, .max = max,
 				.size = size, .off = off, .done = done,
 				.wstage = op == GDX_FILE_WRITE ? st : NULL,
-				.early = early, .n = max, .o = *off };
+				.early = early, .n = max, .o = *off,
+				.kind = st ? GDX_MEM_PINNED : attrs.kind };
 	if (op == GDX_FILE_WRITE)
 		atomic_fetch_add(&drv->writes_pending[f->wbucket], 1);
 	if (st && op == GDX_FILE_WRITE) {
@@ -1544,7 +1630,7 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 	a->gate = gate_get(drv);
 	gate = a->gate;
 	value = a->gate_value = drv->gates[gate] + 1;
-	ret = early ? gdx_tpool_submit(drv->wq, async_job, a) :
+	ret = early ? async_submit(a) :
 		gdx_stream_launch_host_func(s, async_host_fn, a);
 	if (ret) {
 		gate_open(drv, gate, value);
@@ -1612,7 +1698,8 @@ int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
 	}
 	*e = (struct async_ahead){ .f = f, .off = off, .len = len, .st = st };
 	*a = (struct async_op){ .f = f, .op = GDX_FILE_READ, .buf = st->p, .max = len,
-				.early = true, .n = len, .o = off, .ahead = e };
+				.early = true, .n = len, .o = off, .ahead = e,
+				.kind = GDX_MEM_PINNED };
 	a->gate = e->gate = gate_get(drv);
 	a->gate_value = e->gate_value = drv->gates[e->gate] + 1;
 	pthread_mutex_lock(&drv->gate_lock);
@@ -1620,7 +1707,7 @@ int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
 	drv->ahead = e;
 	__atomic_store_n(&drv->nahead, drv->nahead + 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&drv->gate_lock);
-	ret = gdx_tpool_submit(drv->wq, async_job, a);
+	ret = async_submit(a);
 	if (ret) {
 		pthread_mutex_lock(&drv->gate_lock);
 		ahead_unlink(drv, e);

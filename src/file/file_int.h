@@ -107,6 +107,7 @@ struct gdx_file {
 	/* Its reads on the workers (gdx_file_async_stats), under info_lock. */
 	struct gdx_file_async_stats astats;
 	unsigned ainflight;
+	unsigned aqueued;	/* reads submitted to the workers, not yet started */
 	uint64_t abusy_since;
 };
 
