@@ -19,6 +19,7 @@
 #include <gdx/nvmf.h>
 
 #include "common/util.h"
+#include "nvmf/host/host.h"
 #include "nvmf_mock.h"
 
 static struct mock *m;
@@ -338,6 +339,12 @@ static void stream_ordered(void **state)
 			assert_int_equal(h[i], i < 128 * 512 ? 0x77 : 0);
 		free(ios);
 	}
+	/*
+	 * The workers made no device call before opening their gates: one could
+	 * wait for the very stream that waits on the gate (on cuda a first kernel
+	 * launch synchronises the context under the driver's lock).
+	 */
+	assert_int_equal(atomic_load(&((struct nh_ctrl *)c)->aworker_calls), 0);
 	gdx_nvmf_disconnect(c);
 	gdx_stream_destroy(s);
 	gdx_device_free(dev, d);

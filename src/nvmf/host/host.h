@@ -3,6 +3,7 @@
 #define GDX_NVMF_HOST_HOST_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -206,6 +207,8 @@ struct nh_ctrl {
 	pthread_cond_t acv;	/* a worker ended, a gate came back */
 	unsigned async_live;
 	bool astop;
+	/* Device calls the workers made before opening their gates (tests: 0). */
+	_Atomic uint64_t aworker_calls;
 	struct agate_tab *agates;	/* io.c: gate words, one table per device */
 };
 

@@ -154,12 +154,13 @@ static int count_cmds(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t max_xf
 	return (int)((blocks + per - 1) / per);
 }
 
+/* host_only: the caller knows every buffer is host memory (no pointer query). */
 static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, uint32_t max_xfer,
-		 struct sub *subs, unsigned n, struct group *g)
+		 struct sub *subs, unsigned n, struct group *g, bool host_only)
 {
 	static const uint8_t opc[] = { GDX_NVME_CMD_READ, GDX_NVME_CMD_WRITE, GDX_NVME_CMD_FLUSH,
 				       GDX_NVME_CMD_WRITE_ZEROES, GDX_NVME_CMD_DSM };
-	enum nh_mem mem = io->buf ? mem_kind(io->buf) : NH_MEM_NONE;
+	enum nh_mem mem = !io->buf ? NH_MEM_NONE : host_only ? NH_MEM_HOST : mem_kind(io->buf);
 	uint64_t lba = bs ? io->offset / bs : 0, left = bs ? io->len / bs : 0;
 
 	io->path = io->op > GDX_NVMF_OP_WRITE ? "none" : mem == NH_MEM_DEVICE ? "bounce" : "direct";
@@ -224,9 +225,8 @@ static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, uint32_
 	return 0;
 }
 
-int gdx_nvmf_submit(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigned n)
+static int submit(struct nh_ctrl *c, struct gdx_nvmf_io *ios, unsigned n, bool host_only)
 {
-	struct nh_ctrl *c = (struct nh_ctrl *)ctrl;
 	struct group g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
 	struct sub *subs = NULL;
 	unsigned total = 0, *counts;
@@ -266,7 +266,7 @@ int gdx_nvmf_submit(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigne
 		goto out;
 	}
 	for (unsigned i = 0, at = 0; i < n; at += counts[i], i++) {
-		int b = build(c, &ios[i], bss[i], max_xfer, subs + at, counts[i], &g);
+		int b = build(c, &ios[i], bss[i], max_xfer, subs + at, counts[i], &g, host_only);
 
 		if (b) {
 			ios[i].result = b;
@@ -292,6 +292,11 @@ out:
 	free(counts);
 	free(bss);
 	return rc;
+}
+
+int gdx_nvmf_submit(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *ios, unsigned n)
+{
+	return submit((struct nh_ctrl *)ctrl, ios, n, false);
 }
 
 int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io, gdx_nvmf_io_cb cb,
@@ -326,7 +331,7 @@ int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io, gdx_n
 	g->cb_arg = arg;
 	g->io = io;
 	pthread_mutex_init(&g->m, NULL);
-	rc = build(c, io, bs, max_xfer, g->subs, (unsigned)n, g);
+	rc = build(c, io, bs, max_xfer, g->subs, (unsigned)n, g, false);
 	if (rc) {
 		for (int i = 0; i < n; i++)
 			free(g->subs[i].dsm);
@@ -586,6 +591,7 @@ static void *async_main(void *arg)
 {
 	struct async_job *j = arg;
 	struct nh_ctrl *c = j->c;
+	uint64_t calls0;
 	bool go;
 
 	pthread_mutex_lock(&j->m);
@@ -607,8 +613,17 @@ static void *async_main(void *arg)
 		pthread_cond_timedwait(&j->cv, &j->m, &ts);
 	}
 	pthread_mutex_unlock(&j->m);
+	/*
+	 * No device call from here until the gate is open: the stream waits on
+	 * the gate, and a driver call can wait for that stream (CUDA loads a
+	 * module at its first kernel launch with the context synchronised, under
+	 * the lock every other call takes).  The buffers are all host memory —
+	 * staging, or the caller's, found not to be device memory at submission —
+	 * so none needs a pointer query.
+	 */
+	calls0 = gdx_device_calls();
 	if (j->started) {
-		gdx_nvmf_submit((struct gdx_nvmf_ctrl *)c, j->sh, j->n);
+		submit(c, j->sh, j->n, true);
 	} else {
 		for (unsigned i = 0; i < j->n; i++)
 			j->sh[i].result = -ECANCELED;
@@ -621,6 +636,7 @@ static void *async_main(void *arg)
 		if (j->wst && j->wst[i])
 			astage_put_chain(j->wst[i]);
 	}
+	atomic_fetch_add(&c->aworker_calls, gdx_device_calls() - calls0);
 	agate_open(j);
 	job_put(j);
 	pthread_mutex_lock(&c->alock);
