@@ -15,14 +15,15 @@
 # dma-buf of a cuMemMap range, properties), test_cuda_load (a missing or
 # GPU-less driver gives a clear error) and test_pool (bounce pools page-locked
 # with cuMemHostRegister on the GPU's NUMA node, copies through them),
-# test_file (gdx_file_* on every backend into cuda memory),
+# test_file (gdx_file_* on every backend into cuda memory), test_file_gate (no device
+# call on a file worker before its gate opens; the nopad pipeline shape),
 # test_nvmf_host_target (the NVMe/TCP host against the gdx target on loopback,
 # reads and writes of cuda memory through the bounce ring, 32 in flight),
 # test_xport_conformance (the transport suite over tcp loopback, cuda memory on
 # either end; GDX_TEST_XPORT picks another backend), then prints `gdx check`.  Ends with "N passed, N failed, N skipped".
 set -u
 
-PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool tests/func/test_file tests/func/test_xport_conformance tests/func/test_nvmf_host_target"
+PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool tests/func/test_file tests/func/test_file_gate tests/func/test_xport_conformance tests/func/test_nvmf_host_target"
 # Staged beside them and run after them, not counted: the readiness report.
 TOOLS="tools/gdx/gdx"
 . "$(dirname "$0")/../../bench/gpu_lib.sh"
