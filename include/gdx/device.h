@@ -179,6 +179,69 @@ GDX_API int gdx_event_query(struct gdx_event *e);
 /* Milliseconds between two completed events created with GDX_EVENT_TIMING. */
 GDX_API int gdx_event_elapsed_ms(struct gdx_event *start, struct gdx_event *end, float *ms);
 
+/* ---- copy agent --------------------------------------------------------- */
+
+/*
+ * A copy agent copies pieces of pinned host memory into device memory as
+ * host threads describe them in rings of descriptors in pinned memory: each
+ * copy is handed over with a few stores and its landing seen by reading a
+ * word, with no call into the driver.  On the cuda device each worker is one
+ * resident block of a kernel on a stream of its own (sm_70 and later); on the
+ * emulated device a stream's thread runs the same loop.
+ *
+ * A worker with nothing to do for idle_us ends and is launched again by the
+ * next post that finds it gone (one launch per idle spell).  While one runs,
+ * whatever waits for the whole device (cuCtxSynchronize, and on many drivers
+ * cuMemFree of device memory) waits for it to go idle.
+ *
+ * Each ring has one producer thread at a time; rings are independent.
+ */
+struct gdx_copy_agent;
+
+struct gdx_copy_agent_opts {
+	size_t struct_size;	/* sizeof(struct gdx_copy_agent_opts) */
+	unsigned rings;		/* descriptor rings (1) */
+	unsigned entries;	/* descriptors per ring, a power of two (256) */
+	unsigned workers;	/* workers; worker w serves rings w, w + workers, ...
+				   (0: min(rings, 4)) */
+	unsigned idle_us;	/* a worker without work this long ends (2000) */
+	unsigned stop_timeout_ms; /* gdx_copy_agent_stop waits this long for workers (2000) */
+};
+GDX_API void gdx_copy_agent_opts_init(struct gdx_copy_agent_opts *o, size_t struct_size);
+/* -EOPNOTSUPP where the device has no copy agent. */
+GDX_API int gdx_copy_agent_start(struct gdx_device *dev, const struct gdx_copy_agent_opts *o,
+				 struct gdx_copy_agent **out);
+/*
+ * Stops the workers (descriptors not yet taken stay undone) and frees the
+ * agent.  A worker that has not ended within stop_timeout_ms is reported
+ * (-ETIMEDOUT) and the agent's memory is left allocated, since the device
+ * may still use it.
+ */
+GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
+/*
+ * Posts a copy of len bytes (1 to 4 GiB - 1) from src, in pinned memory of
+ * the agent's device, to dst in its device memory, behind the ones posted on
+ * the ring before; *seq is its number (from 1, wrapping).  -EAGAIN when the
+ * ring holds `entries` copies not yet done.  The bytes at src must stay as
+ * they are until done reaches *seq.  Pointers are not checked per post: a
+ * bad one faults the device, as it would in a kernel of the caller's.
+ */
+GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *dst,
+				const void *src, size_t len, uint32_t *seq);
+/*
+ * The word the agent stores the seq of the ring's last landed copy in (read
+ * it with an acquire load; compare seqs as (int32_t)(word - seq) >= 0), or
+ * NULL for a ring out of range.
+ */
+GDX_API const uint32_t *gdx_copy_agent_done_word(struct gdx_copy_agent *a, unsigned ring);
+/*
+ * 0 while the agent can make progress; otherwise why not, for good: a
+ * worker's error or fault (GDX_EDRIVER or the device's code), or
+ * -ESHUTDOWN once stopping began.  Asks the device about each worker's
+ * stream: callers waiting on a done word call it now and then, not per read.
+ */
+GDX_API int gdx_copy_agent_status(struct gdx_copy_agent *a);
+
 #ifdef __cplusplus
 }
 #endif

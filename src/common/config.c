@@ -62,6 +62,10 @@ static struct knob knobs[] = {
 	KNOB("emulated.host_register_fail_after", K_INT, "0",
 	     "for tests: host registrations that succeed before the rest fail with ENOMEM "
 	     "(0: none fail; setting it to 0 restarts the count)", .min = 0, .max = INT32_MAX),
+	KNOB("emulated.agent_fault_after", K_INT, "0",
+	     "for tests: copies a copy agent's workers make before they fault, as a kernel "
+	     "would on a bad address (0: never; setting it to 0 restarts the count)",
+	     .min = 0, .max = INT32_MAX),
 	KNOB("file.backend", K_ENUM, "auto",
 	     "storage backend for file handles: auto (by priority), cufile, uring or posix",
 	     .choices = "auto|cufile|uring|posix"),
@@ -176,6 +180,11 @@ static struct knob knobs[] = {
 	KNOB("nvmf.host.copy_word", K_BOOL, "1",
 	     "NVMe/TCP host: each queue's stream stores how far its H2D copies got in a pinned "
 	     "word the receiver reads (0: event records and queries)"),
+	KNOB("nvmf.host.copy_agent", K_INT, "0",
+	     "NVMe/TCP host: device reads hand their H2D copies to a copy agent, this many "
+	     "resident GPU workers (at most one per I/O queue) polling descriptor rings in "
+	     "pinned memory: no driver call per read (0: the queues' streams copy)",
+	     .min = 0, .max = 64),
 	KNOB("nvmf.host.copy_poll_us", K_INT, "0",
 	     "NVMe/TCP host: an idle receiver polls its socket and its H2D copies this long "
 	     "before blocking on the copies (0: block at once)",

@@ -48,6 +48,9 @@ struct cu_dev {
 	int gather_state;	/* 0 not loaded yet, 1 loaded, 2 launched, -1 unusable */
 	CUmodule gather_mod;
 	CUfunction gather_fn;
+	int agent_state;	/* as gather_state, for the copy agent (gather_lock) */
+	CUmodule agent_mod;
+	CUfunction agent_fn;
 	/*
 	 * Small allocations of gdx_pinned_alloc (words that streams wait on
 	 * live in them), while they exist: a stream may wait on a word in one
@@ -177,6 +180,11 @@ static void cuda_close(void *priv)
 	if (d->gather_state > 0 && !d->cu->cuCtxGetCurrent(&cur) &&
 	    !d->cu->cuCtxSetCurrent(d->ctx)) {
 		d->cu->cuModuleUnload(d->gather_mod);
+		d->cu->cuCtxSetCurrent(cur);
+	}
+	if (d->agent_state > 0 && !d->cu->cuCtxGetCurrent(&cur) &&
+	    !d->cu->cuCtxSetCurrent(d->ctx)) {
+		d->cu->cuModuleUnload(d->agent_mod);
 		d->cu->cuCtxSetCurrent(cur);
 	}
 	/* Never leave a released context current on this thread. */
@@ -961,6 +969,62 @@ static int cuda_event_elapsed_ms(void *priv, void *start, void *end, float *ms)
 	return ret;
 }
 
+#include "gpu/agent_ptx.h"
+
+/*
+ * The copy agent's kernel (src/gpu/agent.cu) loaded into the primary context
+ * (current) on first use: 0, or why not (it needs sm_70 for acquire loads,
+ * release stores and nanosleep).
+ */
+static int agent_ready(struct cu_dev *d)
+{
+	int st = __atomic_load_n(&d->agent_state, __ATOMIC_ACQUIRE);
+
+	if (st)
+		return st > 0 ? 0 : -EOPNOTSUPP;
+	pthread_mutex_lock(&d->gather_lock);
+	st = d->agent_state;
+	if (!st) {
+		CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+
+		if (d->cu->cuModuleLoadData && d->cu->cuModuleGetFunction &&
+		    d->cu->cuLaunchKernel && d->cu->cuModuleUnload &&
+		    attr(d, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) >= 7)
+			r = d->cu->cuModuleLoadData(&d->agent_mod, gdx_agent_ptx);
+		if (!r) {
+			r = d->cu->cuModuleGetFunction(&d->agent_fn, d->agent_mod,
+						       "gdx_copy_agent");
+			if (r)
+				d->cu->cuModuleUnload(d->agent_mod);
+		}
+		st = r ? -1 : 1;
+		if (r)
+			GDX_WARN("cuda", "cuda:%d: the copy agent kernel did not load (CUDA error %d)",
+				 d->ordinal, r);
+		__atomic_store_n(&d->agent_state, st, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&d->gather_lock);
+	return st > 0 ? 0 : -EOPNOTSUPP;
+}
+
+/* One block of 256 threads: the worker's loop is in src/gpu/agent.cu. */
+static int cuda_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	struct cu_dev *d = priv;
+	void *params[] = { (void *)a };
+	CUcontext prev;
+	int ret = enter(d, &prev);
+
+	if (ret)
+		return ret;
+	ret = agent_ready(d);
+	if (!ret && stream)
+		ret = CU(d, cuLaunchKernel(d->agent_fn, 1, 1, 1, 256, 1, 1, 0, STREAM(stream),
+					   params, NULL), "cuLaunchKernel(gdx_copy_agent)");
+	leave(d, prev);
+	return ret;
+}
+
 const struct gdx_device_ops gdx_cuda_ops = {
 	.kind = "cuda",
 	.stream_priv_size = sizeof(struct cu_stream),
@@ -997,4 +1061,5 @@ const struct gdx_device_ops gdx_cuda_ops = {
 	.event_query = cuda_event_query,
 	.event_elapsed_ms = cuda_event_elapsed_ms,
 	.stream_write_value32 = cuda_stream_write_value32,
+	.agent_launch = cuda_agent_launch,
 };

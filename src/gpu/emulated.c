@@ -52,11 +52,14 @@ struct emu_dev {
 	size_t nstreams, streams_cap;
 	/* Host registrations counted while emulated.host_register_fail_after is set. */
 	_Atomic long regs_counted;
+	/* Copy agent descriptors copied while emulated.agent_fault_after is set. */
+	_Atomic long agent_copies;
 };
 
 static _Atomic uint64_t next_buffer_id = 1;
 
-enum op_type { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_WAITVAL, OP_WRITEVAL, OP_FREE };
+enum op_type { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_WAITVAL, OP_WRITEVAL, OP_FREE,
+	       OP_AGENT };
 
 struct emu_event {
 	struct emu_dev *d;
@@ -76,6 +79,7 @@ struct op {
 		struct { struct emu_event *ev; uint64_t gen; } ev;
 		struct { void *p; } free;
 		struct { const uint32_t *addr; uint32_t v; } wv;
+		struct { struct gdx_agent_args a; long fault_after; } agent;
 	};
 };
 
@@ -195,6 +199,114 @@ static int resolve(struct emu_dev *d, const void *p, size_t n, void **out, bool 
 	}
 	pthread_mutex_unlock(&d->lock);
 	return ret;
+}
+
+/* ---- copy agent ------------------------------------------------------------ */
+
+/*
+ * One agent copy: src must lie in pinned memory and dst in one device
+ * allocation, as the kernel's loads and stores must on a GPU.
+ */
+static int agent_copy(struct emu_dev *d, const struct gdx_agent_desc *ds)
+{
+	uintptr_t s = (uintptr_t)ds->src, t = (uintptr_t)ds->dst;
+	void *rd = NULL;
+	int ret = GDX_EBADPTR;
+	long i;
+
+	pthread_mutex_lock(&d->lock);
+	i = range_find(d, s);
+	if (i >= 0 && d->ranges[i].kind != R_DEVICE &&
+	    s + ds->len <= d->ranges[i].base + d->ranges[i].size) {
+		i = range_find(d, t);
+		if (i >= 0 && d->ranges[i].kind == R_DEVICE &&
+		    t + ds->len <= d->ranges[i].base + d->ranges[i].size) {
+			rd = d->ranges[i].shadow + (t - d->ranges[i].base);
+			ret = 0;
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (!ret)
+		memcpy(rd, (const void *)s, ds->len);
+	return ret;
+}
+
+/* The first owned ring from rr on with descriptors not taken; -1 if none. */
+static int agent_find(const struct gdx_agent_args *a, const uint32_t *next, unsigned nown,
+		      unsigned rr, uint32_t *n)
+{
+	struct gdx_agent_ring *rings = (struct gdx_agent_ring *)(uintptr_t)a->rings;
+
+	for (unsigned j = 0; j < nown; j++) {
+		unsigned k = (rr + j) % nown;
+		uint32_t t = __atomic_load_n(&rings[a->worker + k * a->nworkers].tail,
+					     __ATOMIC_ACQUIRE);
+
+		if (t != next[k] - 1) {
+			*n = GDX_MIN(t - (next[k] - 1), 32u);
+			return (int)k;
+		}
+	}
+	return -1;
+}
+
+/* The loop of src/gpu/agent.cu on the stream's thread, one descriptor at a time. */
+static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fault_after)
+{
+	struct gdx_agent_worker *w = (struct gdx_agent_worker *)(uintptr_t)a->workers + a->worker;
+	struct gdx_agent_ring *rings = (struct gdx_agent_ring *)(uintptr_t)a->rings;
+	const struct gdx_agent_desc *descs = (const struct gdx_agent_desc *)(uintptr_t)a->descs;
+	const uint32_t *stop = (const uint32_t *)(uintptr_t)a->stop;
+	unsigned nown = a->worker < a->nrings ? (a->nrings - 1 - a->worker) / a->nworkers + 1 : 0;
+	uint32_t next[64];
+	uint64_t idle_since = gdx_now_ns();
+	unsigned rr = 0;
+
+	__atomic_store_n(&w->live, 1, __ATOMIC_RELEASE);
+	if (nown > GDX_ARRAY_SIZE(next)) {
+		w->err = GDX_AGENT_ERR_OWN;
+		nown = 0;
+	}
+	for (unsigned k = 0; k < nown; k++)
+		next[k] = __atomic_load_n(&rings[a->worker + k * a->nworkers].done,
+					  __ATOMIC_RELAXED) + 1;
+	while (nown && !__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+		uint32_t n = 0;
+		int k = agent_find(a, next, nown, rr, &n);
+
+		if (k < 0 && gdx_now_ns() - idle_since > a->idle_ns) {
+			__atomic_store_n(&w->live, 0, __ATOMIC_SEQ_CST);
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			k = agent_find(a, next, nown, rr, &n);
+			if (k < 0)
+				return;
+			__atomic_store_n(&w->live, 1, __ATOMIC_RELEASE);
+		}
+		if (k < 0) {
+			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
+			continue;
+		}
+		unsigned r = a->worker + (unsigned)k * a->nworkers;
+		const struct gdx_agent_desc *base = descs + (uint64_t)r * a->entries;
+
+		for (uint32_t i = 0; i < n; i++) {
+			struct gdx_agent_desc ds = base[(next[k] + i) & (a->entries - 1)];
+
+			/* emulated.agent_fault_after: as a kernel's bad access, for tests */
+			if (fault_after && atomic_fetch_add(&d->agent_copies, 1) >= fault_after)
+				ds.dst = 0;
+			if (ds.seq != next[k] + i || agent_copy(d, &ds)) {
+				w->err = ds.seq != next[k] + i ? GDX_AGENT_ERR_SEQ : GDX_AGENT_ERR_COPY;
+				__atomic_store_n(&w->live, 0, __ATOMIC_RELEASE);
+				return;
+			}
+		}
+		next[k] += n;
+		__atomic_store_n(&rings[r].done, next[k] - 1, __ATOMIC_RELEASE);
+		rr = (unsigned)k + 1;
+		idle_since = gdx_now_ns();
+	}
+	__atomic_store_n(&w->live, 0, __ATOMIC_RELEASE);
 }
 
 /* ---- device ---------------------------------------------------------------- */
@@ -509,6 +621,9 @@ static void run_op(struct emu_stream_impl *st, struct op *op)
 	case OP_FREE:
 		free_now(d, op->free.p);
 		break;
+	case OP_AGENT:
+		run_agent(d, &op->agent.a, op->agent.fault_after);
+		break;
 	}
 }
 
@@ -803,6 +918,18 @@ static int emu_stream_write_value32(void *priv, void *stream, uint32_t *addr, ui
 					     .wv = { addr, value } });
 }
 
+static int emu_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	struct emu_dev *d = priv;
+	long fault_after = (long)gdx_cfg_int("emulated.agent_fault_after");
+
+	if (!stream)
+		return 0;
+	if (!fault_after)
+		atomic_store(&d->agent_copies, 0);
+	return enqueue(stream, &(struct op){ .type = OP_AGENT, .agent = { *a, fault_after } });
+}
+
 static int emu_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void *arg)
 {
 	(void)priv;
@@ -968,4 +1095,5 @@ const struct gdx_device_ops gdx_emulated_ops = {
 	.event_query = emu_event_query,
 	.event_elapsed_ms = emu_event_elapsed_ms,
 	.stream_write_value32 = emu_stream_write_value32,
+	.agent_launch = emu_agent_launch,
 };

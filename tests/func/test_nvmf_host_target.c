@@ -474,6 +474,92 @@ static void device_ring_packing(void **state)
 	free(b);
 }
 
+/*
+ * With a copy agent (nvmf.host.copy_agent): six I/O queues served by four
+ * workers, 32 reads of random sizes in flight, pieces of up to a 16 KiB
+ * chunk: every byte lands where it belongs and the receivers call into the
+ * device for none of them.  Then (emulated device) workers that fault after
+ * 40 copies end the reads in flight with errors, and nothing hangs.
+ */
+static void device_copy_agent(void **state)
+{
+	const size_t n = 4 << 20;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	uint64_t *off = calloc(n / 512, sizeof(*off)), seed = 4242;
+	uint32_t *len = calloc(n / 512, sizeof(*len));
+	struct gdx_nvmf_host_opts o;
+	struct gdx_device *dev;
+	unsigned total = 0;
+	void *d;
+
+	(void)state;
+	for (uint64_t at = 0; at < n; total++) {
+		off[total] = at;
+		len[total] = (uint32_t)GDX_MIN(512 * (1 + t_rand(&seed) % 80), n - at);
+		at += len[total];
+	}
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	assert_int_equal(gdx_memset(dev, d, 0, n), 0);
+	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "16k"), 0);
+	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "4"), 0);
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	o.nr_io_queues = 6;
+	{
+		struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
+				     .cv = PTHREAD_COND_INITIALIZER, .total = total, .dbase = d,
+				     .off = off, .len = len };
+
+		assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
+		t_fill(a, n, 4343);
+		assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
+		dread_check(&st, dev, a, b, n);
+		assert_true(io_counter(st.c, "h2d_copies") >= total);
+		assert_int_equal(io_counter(st.c, "copy_calls"), 0);
+		assert_int_equal(io_counter(st.c, "event_records"), 0);
+		assert_int_equal(io_counter(st.c, "dev_queries"), 0);
+		gdx_nvmf_disconnect(st.c);
+	}
+	if (!strcmp(gdx_device_kind(dev), "emulated")) {
+		struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
+				     .cv = PTHREAD_COND_INITIALIZER, .total = total, .dbase = d,
+				     .off = off, .len = len };
+		struct gdx_nvmf_io io[32];
+		struct timespec until;
+		int rc = 0;
+
+		assert_int_equal(gdx_config_set("emulated.agent_fault_after", "40"), 0);
+		o.max_retries = 1;
+		o.reconnect_delay_ms = 20;
+		assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
+		st.next = st.outstanding = 32;
+		for (unsigned i = 0; i < 32; i++) {
+			io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1 };
+			dpiece(&st, &io[i], i);
+			assert_int_equal(gdx_nvmf_submit_cb(st.c, &io[i], dcb, &st), 0);
+		}
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 30;
+		pthread_mutex_lock(&st.m);
+		while (st.outstanding && rc != ETIMEDOUT)
+			rc = pthread_cond_timedwait(&st.cv, &st.m, &until);
+		pthread_mutex_unlock(&st.m);
+		assert_int_not_equal(rc, ETIMEDOUT);
+		assert_true(st.errors > 0);
+		gdx_nvmf_disconnect(st.c);
+		gdx_config_set("emulated.agent_fault_after", "0");
+	}
+	gdx_config_set("nvmf.host.copy_agent", "0");
+	gdx_config_set("nvmf.host.bounce_chunk", "256k");
+	gdx_device_free(dev, d);
+	gdx_device_close(dev);
+	free(off);
+	free(len);
+	free(a);
+	free(b);
+}
+
 struct reader {
 	struct gdx_nvmf_ctrl *c;
 	const uint8_t *want;
@@ -600,6 +686,7 @@ int main(void)
 		cmocka_unit_test(device_depth),
 		cmocka_unit_test(device_ring_packing),
 		cmocka_unit_test(device_ring_one_chunk),
+		cmocka_unit_test(device_copy_agent),
 		cmocka_unit_test(target_restart),
 	};
 

@@ -5,6 +5,7 @@
  * binary with GDX_DEVICE=cuda on a GPU machine.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "common/util.h"
 #include "gpu/device.h"
 
 #include <gdx/gdx.h>
@@ -658,6 +660,237 @@ static void stream_writes_value(void **state)
 	assert_int_equal(gdx_pinned_free(dev, words), 0);
 }
 
+/* ---- copy agent ---------------------------------------------------------- */
+
+#define AG_SRC (1u << 20)	/* pinned source bytes per producer */
+#define AG_PIECES 96		/* pieces per round: more than the ring holds */
+
+struct ag_producer {
+	struct gdx_copy_agent *a;
+	unsigned ring, rounds;
+	unsigned char *src;	/* pinned */
+	unsigned char *dst;	/* device: AG_SRC bytes of this producer's own */
+	unsigned char *want, *got;
+	uint64_t seed;
+	int err;
+};
+
+/* Waits (bounded) until the ring's done word reaches seq; 0 or why not. */
+static int ag_wait(struct gdx_copy_agent *a, unsigned ring, uint32_t seq)
+{
+	const uint32_t *w = gdx_copy_agent_done_word(a, ring);
+
+	for (unsigned i = 0; (int32_t)(__atomic_load_n(w, __ATOMIC_ACQUIRE) - seq) < 0; i++) {
+		int rc = gdx_copy_agent_status(a);
+
+		if (rc)
+			return rc;
+		if (i > 200000)
+			return -ETIMEDOUT;
+		usleep(i < 100 ? 0 : 50);
+	}
+	return 0;
+}
+
+/*
+ * One producer per ring: rounds of pieces of random size and alignment from
+ * its pinned source to random places of its device range, back to back, more
+ * than the ring holds at once (posts answered -EAGAIN wait for the oldest);
+ * the source is refilled only once the round's copies have landed.
+ */
+static void *ag_produce(void *arg)
+{
+	struct ag_producer *p = arg;
+
+	for (unsigned round = 0; round < p->rounds && !p->err; round++) {
+		size_t at = 0;
+		uint32_t seq = 0;
+
+		t_fill(p->src, AG_SRC, p->seed + round);
+		for (unsigned i = 0; i < AG_PIECES && !p->err; i++) {
+			size_t len = 1 + (size_t)(t_rand(&p->seed) % (i % 3 ? 4096 : 40000));
+			size_t soff = (size_t)(t_rand(&p->seed) % (AG_SRC - len));
+			size_t doff = i % 2 ? (size_t)(t_rand(&p->seed) % (AG_SRC - len)) :
+					      at % (AG_SRC - len) / 16 * 16;
+			int rc;
+
+			if (i % 2 == 0)
+				soff = soff / 16 * 16;
+			at += len;
+			while ((rc = gdx_copy_agent_post(p->a, p->ring, p->dst + doff, p->src + soff,
+							 len, &seq)) == -EAGAIN)
+				rc = ag_wait(p->a, p->ring, seq - 8);
+			if (rc) {
+				p->err = rc;
+				break;
+			}
+			memcpy(p->want + doff, p->src + soff, len);
+		}
+		if (!p->err)
+			p->err = ag_wait(p->a, p->ring, seq);
+		/* idle now and then, so that workers end and are launched again */
+		if (round % 2)
+			usleep(3000);
+	}
+	return NULL;
+}
+
+static void copy_agent_copies(void **state)
+{
+	enum { RINGS = 7 };
+	struct gdx_copy_agent_opts o;
+	struct gdx_copy_agent *a;
+	struct ag_producer p[RINGS];
+	pthread_t th[RINGS];
+	unsigned char *dmem;
+
+	(void)state;
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	o.rings = RINGS;
+	o.workers = 3;
+	o.entries = 32;
+	o.idle_us = 1000;
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	assert_int_equal(gdx_device_malloc(dev, (size_t)RINGS * AG_SRC, (void **)&dmem), 0);
+	assert_int_equal(gdx_memset(dev, dmem, 0, (size_t)RINGS * AG_SRC), 0);
+	for (unsigned i = 0; i < RINGS; i++) {
+		p[i] = (struct ag_producer){ .a = a, .ring = i, .rounds = 6, .seed = 77 + i,
+					     .dst = dmem + (size_t)i * AG_SRC };
+		assert_int_equal(gdx_pinned_alloc(dev, AG_SRC, (void **)&p[i].src), 0);
+		p[i].want = calloc(1, AG_SRC);
+		p[i].got = malloc(AG_SRC);
+		assert_non_null(p[i].want);
+		assert_non_null(p[i].got);
+		assert_int_equal(pthread_create(&th[i], NULL, ag_produce, &p[i]), 0);
+	}
+	for (unsigned i = 0; i < RINGS; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(gdx_copy_agent_status(a), 0);
+	assert_int_equal(gdx_copy_agent_stop(a), 0);
+	for (unsigned i = 0; i < RINGS; i++) {
+		assert_int_equal(p[i].err, 0);
+		assert_int_equal(gdx_memcpy(dev, p[i].got, p[i].dst, AG_SRC), 0);
+		assert_memory_equal(p[i].got, p[i].want, AG_SRC);
+		assert_int_equal(gdx_pinned_free(dev, p[i].src), 0);
+		free(p[i].want);
+		free(p[i].got);
+	}
+	assert_int_equal(gdx_device_free(dev, dmem), 0);
+}
+
+/* Stopping with copies posted returns promptly; the ones done are whole. */
+static void copy_agent_stops_with_copies_posted(void **state)
+{
+	const size_t piece = 256 << 10;
+	struct gdx_copy_agent_opts o;
+	struct gdx_copy_agent *a;
+	unsigned char *src, *dmem, *got;
+	uint32_t seq = 0, done;
+	uint64_t t0;
+
+	(void)state;
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	o.entries = 64;
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, 64 * piece, (void **)&src), 0);
+	assert_int_equal(gdx_device_malloc(dev, 64 * piece, (void **)&dmem), 0);
+	assert_int_equal(gdx_memset(dev, dmem, 0, 64 * piece), 0);
+	t_fill(src, 64 * piece, 5);
+	for (unsigned i = 0; i < 64; i++)
+		assert_int_equal(gdx_copy_agent_post(a, 0, dmem + i * piece, src + i * piece,
+						     piece, &seq), 0);
+	assert_int_equal(seq, 64);
+	/* the ring is full until the worker gets going */
+	done = __atomic_load_n(gdx_copy_agent_done_word(a, 0), __ATOMIC_ACQUIRE);
+	if (done == 0)
+		assert_int_equal(gdx_copy_agent_post(a, 0, dmem, src, 1, &seq), -EAGAIN);
+	t0 = gdx_now_ns();
+	assert_int_equal(gdx_copy_agent_stop(a), 0);
+	assert_true(gdx_now_ns() - t0 < 2000000000ull);
+	got = malloc(64 * piece);
+	assert_non_null(got);
+	assert_int_equal(gdx_memcpy(dev, got, dmem, 64 * piece), 0);
+	/* copies end in order: a prefix of pieces landed whole */
+	for (unsigned i = 0; i < 64; i++) {
+		static const unsigned char zero[256 << 10];
+
+		if (memcmp(got + i * piece, src + i * piece, piece)) {
+			for (unsigned j = i; j < 64; j++)
+				assert_memory_equal(got + j * piece, zero, piece);
+			break;
+		}
+	}
+	free(got);
+	assert_int_equal(gdx_device_free(dev, dmem), 0);
+	assert_int_equal(gdx_pinned_free(dev, src), 0);
+}
+
+static void copy_agent_bad_args(void **state)
+{
+	struct gdx_copy_agent_opts o;
+	struct gdx_copy_agent *a;
+	unsigned char *src;
+	void *d;
+	uint32_t seq;
+
+	(void)state;
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	o.entries = 48;
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), -EINVAL);
+	o.entries = 64;
+	o.rings = 65;
+	o.workers = 1;	/* a worker serves 64 rings at most */
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), -EINVAL);
+	o.rings = 2;
+	o.workers = 3;
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), -EINVAL);
+	o.workers = 0;
+	assert_int_equal(gdx_copy_agent_start(NULL, &o, &a), -EINVAL);
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&src), 0);
+	assert_int_equal(gdx_device_malloc(dev, 4096, &d), 0);
+	assert_int_equal(gdx_copy_agent_post(a, 2, d, src, 16, &seq), -EINVAL);
+	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 0, &seq), -EINVAL);
+	assert_int_equal(gdx_copy_agent_post(a, 0, NULL, src, 16, &seq), -EINVAL);
+	assert_null(gdx_copy_agent_done_word(a, 2));
+	assert_int_equal(gdx_copy_agent_status(a), 0);
+	assert_int_equal(gdx_copy_agent_stop(a), 0);
+	assert_int_equal(gdx_copy_agent_stop(NULL), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_int_equal(gdx_pinned_free(dev, src), 0);
+}
+
+/*
+ * A copy the worker cannot make (into host memory: on a GPU a fault) ends
+ * the agent with an error that status reports and posts return, never a hang.
+ * Emulated only: on a GPU the fault would take the context with it.
+ */
+static void copy_agent_error_is_reported(void **state)
+{
+	struct gdx_copy_agent *a;
+	unsigned char *src, host[64];
+	void *d;
+	uint32_t seq;
+	int rc;
+
+	(void)state;
+	if (strcmp(gdx_device_kind(dev), "emulated"))
+		skip();
+	assert_int_equal(gdx_copy_agent_start(dev, NULL, &a), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&src), 0);
+	assert_int_equal(gdx_device_malloc(dev, 4096, &d), 0);
+	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 64, &seq), 0);
+	assert_int_equal(ag_wait(a, 0, seq), 0);
+	assert_int_equal(gdx_copy_agent_post(a, 0, host, src, 64, &seq), 0);
+	rc = ag_wait(a, 0, seq);
+	assert_int_equal(rc, GDX_EDRIVER);
+	assert_int_equal(gdx_copy_agent_status(a), GDX_EDRIVER);
+	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 64, &seq), GDX_EDRIVER);
+	assert_int_equal(gdx_copy_agent_stop(a), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_int_equal(gdx_pinned_free(dev, src), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -676,6 +909,10 @@ int main(void)
 		cmocka_unit_test(wrapped_stream),
 		cmocka_unit_test(stream_waits_for_value),
 		cmocka_unit_test(stream_writes_value),
+		cmocka_unit_test(copy_agent_copies),
+		cmocka_unit_test(copy_agent_stops_with_copies_posted),
+		cmocka_unit_test(copy_agent_bad_args),
+		cmocka_unit_test(copy_agent_error_is_reported),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

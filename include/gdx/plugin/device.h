@@ -18,6 +18,47 @@
 extern "C" {
 #endif
 
+/*
+ * The copy agent's shared memory (gdx_copy_agent_start), in one pinned
+ * allocation the device reads and writes over the bus.  A ring is written by
+ * one host thread: descriptor, then tail (release).  Its worker copies the
+ * descriptors up to the tail in order and stores done (release, after a
+ * system-scope fence behind the copies).  A worker clears live when it runs
+ * out of work and ends; the host launches it again (agent_launch) when it
+ * publishes a tail and finds live clear.  err: nonzero when the worker gave
+ * up (GDX_AGENT_ERR_*).  The layout is also declared in src/gpu/agent.cu.
+ */
+struct gdx_agent_desc {
+	uint64_t dst, src;
+	uint32_t len, seq;	/* seq: the slot's descriptor number, from 1 */
+	uint64_t rsvd;
+};
+
+struct gdx_agent_ring {
+	uint32_t tail;		/* host: seq of the last descriptor posted */
+	uint32_t pad0[15];
+	uint32_t done;		/* device: seq of the last descriptor copied */
+	uint32_t pad1[15];
+};
+
+struct gdx_agent_worker {
+	uint32_t live;
+	uint32_t err;
+	uint32_t pad[14];
+};
+
+#define GDX_AGENT_ERR_SEQ 1	/* a descriptor did not carry the seq its slot should hold */
+#define GDX_AGENT_ERR_OWN 2	/* more rings per worker than it can track (64) */
+#define GDX_AGENT_ERR_COPY 3	/* a copy's memory was not what it has to be (emulated) */
+
+/* Worker `worker` of nworkers owns rings worker, worker + nworkers, ... */
+struct gdx_agent_args {
+	uint64_t stop;		/* struct addresses, as the device sees them (UVA) */
+	uint64_t workers, rings, descs;
+	uint64_t idle_ns;	/* idle this long, a worker ends */
+	uint32_t nrings, entries, worker, nworkers;	/* entries: a power of two */
+};
+
 struct gdx_device_ops {
 	const char *kind;			/* "cuda", "emulated" */
 	size_t stream_priv_size;
@@ -68,6 +109,14 @@ struct gdx_device_ops {
 
 	/* Optional (NULL: -EOPNOTSUPP); as stream_wait_value32 for addr. */
 	int (*stream_write_value32)(void *priv, void *stream, uint32_t *addr, uint32_t value);
+
+	/*
+	 * Optional (NULL: gdx_copy_agent_start fails with -EOPNOTSUPP).  Starts
+	 * one copy agent worker on stream (a stream of its own: it runs until
+	 * idle or stopped), following the protocol above.  stream == NULL: only
+	 * says whether it could (0, or -EOPNOTSUPP).
+	 */
+	int (*agent_launch)(void *priv, void *stream, const struct gdx_agent_args *a);
 };
 
 #ifdef __cplusplus

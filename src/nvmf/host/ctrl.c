@@ -883,6 +883,7 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 	p->copy_poll_ns = (uint64_t)gdx_cfg_int("nvmf.host.copy_poll_us") * 1000;
 	p->copy_batch = (unsigned)gdx_cfg_int("nvmf.host.copy_batch");
 	p->copy_word = gdx_cfg_bool("nvmf.host.copy_word");
+	p->copy_agent = (unsigned)gdx_cfg_int("nvmf.host.copy_agent");
 	/* once here, not per I/O: a knob read takes the config lock and scans the environment */
 	p->require_direct = gdx_cfg_bool("require_direct");
 	p->sqflow_off = gdx_cfg_bool("nvmf.host.sqflow_off");
@@ -893,8 +894,49 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 
 /* ---- public entry points ------------------------------------------------------ */
 
+/* Descriptors per agent ring: at least a queue's marks (queue.c), a power of two. */
+#define NH_AGENT_ENTRIES 256u
+
+struct gdx_copy_agent *nh_ctrl_agent(struct nh_ctrl *c, struct gdx_device *dev)
+{
+	struct gdx_copy_agent *a;
+
+	pthread_mutex_lock(&c->agent_lock);
+	if (!c->agent_tried && c->p.copy_agent && c->p.nr_io_queues) {
+		struct gdx_copy_agent_opts o;
+		int rc;
+
+		c->agent_tried = true;
+		gdx_copy_agent_opts_init(&o, sizeof(o));
+		o.rings = c->p.nr_io_queues;
+		o.workers = GDX_MIN(c->p.copy_agent, o.rings);
+		o.entries = NH_AGENT_ENTRIES;
+		while (o.entries < c->p.bounce_chunks + 1)
+			o.entries *= 2;
+		/* a worker serves 64 rings at most */
+		o.workers = GDX_MAX(o.workers, (o.rings + 63) / 64);
+		rc = gdx_copy_agent_start(dev, &o, &c->agent);
+		if (rc)
+			GDX_WARN(SUB, "no copy agent on %s (%s): device reads copy with the "
+				 "queues' streams", gdx_device_name(dev), gdx_strerror(rc));
+		else
+			c->agent_dev = dev;
+		if (!rc)
+			GDX_INFO(SUB, "copy agent on %s: %u rings, %u workers",
+				 gdx_device_name(dev), o.rings, o.workers);
+	}
+	/* its rings' sources must be pinned memory of the agent's own device */
+	a = c->agent_dev == dev ? c->agent : NULL;
+	pthread_mutex_unlock(&c->agent_lock);
+	return a;
+}
+
 static void ctrl_free(struct nh_ctrl *c)
 {
+	/* the queues are closed: every copy they posted has landed or failed */
+	if (c->agent && gdx_copy_agent_stop(c->agent))
+		GDX_ERR(SUB, "the copy agent did not stop");
+	pthread_mutex_destroy(&c->agent_lock);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->alock);
@@ -914,6 +956,7 @@ static int ctrl_create(const char *addr, const char *svc, const char *subnqn,
 	pthread_cond_init(&c->cv, NULL);
 	pthread_mutex_init(&c->alock, NULL);
 	pthread_cond_init(&c->acv, NULL);
+	pthread_mutex_init(&c->agent_lock, NULL);
 	c->pending_tail = &c->pending;
 	c->retries.name = "resubmitted";
 	rc = params(&c->p, addr, svc, subnqn, o);

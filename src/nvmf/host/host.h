@@ -130,6 +130,13 @@ struct nh_queue {
 	 */
 	uint32_t *word;
 	uint32_t seq;
+	/*
+	 * nvmf.host.copy_agent: the copies go to the controller's copy agent as
+	 * descriptors on ring agent_ring (posted with plain stores, no driver
+	 * call), and word is the ring's done word, which the agent owns.
+	 */
+	struct gdx_copy_agent *agent;
+	unsigned agent_ring;
 	struct nh_req *held;		/* device reads received, copies maybe still running */
 	struct nh_req **held_tail;
 
@@ -164,6 +171,7 @@ struct nh_params {
 	uint64_t copy_poll_ns;
 	unsigned copy_batch;
 	bool copy_word;
+	unsigned copy_agent;		/* workers of the copy agent; 0: none */
 	bool require_direct;		/* device memory may not bounce */
 };
 
@@ -210,6 +218,12 @@ struct nh_ctrl {
 	/* Device calls the workers made before opening their gates (tests: 0). */
 	_Atomic uint64_t aworker_calls;
 	struct agate_tab *agates;	/* io.c: gate words, one table per device */
+
+	/* the copy agent of the I/O queues' device reads (p.copy_agent), once one needs it */
+	pthread_mutex_t agent_lock;
+	struct gdx_copy_agent *agent;
+	struct gdx_device *agent_dev;	/* its device (the agent holds a reference) */
+	bool agent_tried;
 };
 
 /* queue.c */
@@ -242,6 +256,12 @@ void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r);
 /* Submits r and waits for it. */
 int nh_ctrl_exec(struct nh_ctrl *c, struct nh_req *r);
 void nh_req_init(struct nh_req *r, uint8_t opc, uint32_t nsid, bool admin);
+/*
+ * The controller's copy agent on dev, started on first use with a ring per
+ * I/O queue (ring qid - 1); NULL where there is none (knob off, another
+ * device, or it could not start: the queue copies with its stream).
+ */
+struct gdx_copy_agent *nh_ctrl_agent(struct nh_ctrl *c, struct gdx_device *dev);
 /* Status (SCT << 8 | SC, DNR in bit 14) -> 0, -ECANCELED or GDX_ENVME. */
 int nh_status_to_err(uint16_t status);
 

@@ -202,10 +202,11 @@ static void free_dev(struct nh_queue *q)
 	}
 	if (q->stream)
 		gdx_stream_destroy(q->stream);
-	/* the stream is done with it: destroying it waited */
-	if (q->word)
+	/* the stream is done with it: destroying it waited (an agent's word is the agent's) */
+	if (q->word && !q->agent)
 		gdx_pinned_free(q->dev, q->word);
 	q->word = NULL;
+	q->agent = NULL;
 	if (q->pool) {
 		/* every buffer is handed back: all of them when the ring was complete */
 		for (unsigned i = 0; i < q->ntaken; i++)
@@ -257,13 +258,16 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	/* npend is not reset: the receiver, running already, reads it; it is 0 whenever
 	 * the receiver is outside recv_device */
 	q->pend_bytes = 0;
-	q->batch = GDX_MAX(1u, q->ctrl->p.copy_batch);
+	q->agent = q->qid ? nh_ctrl_agent(q->ctrl, dev) : NULL;
+	/* an agent takes each copy as it comes: nothing to batch */
+	q->batch = q->agent ? 1 : GDX_MAX(1u, q->ctrl->p.copy_batch);
 	/*
 	 * Marks land at least chunk bytes apart with events; batches, and every
 	 * copy with a done word, get one each: enough that small pieces rarely
 	 * wait for a free one.
 	 */
-	q->nmarks = q->batch > 1 || q->ctrl->p.copy_word ? GDX_MAX(n + 1, NH_MANY_MARKS) : n + 1;
+	q->nmarks = q->batch > 1 || q->ctrl->p.copy_word || q->agent ?
+		    GDX_MAX(n + 1, NH_MANY_MARKS) : n + 1;
 	q->marks = calloc(q->nmarks, sizeof(*q->marks));
 	q->pend_dst = calloc(q->batch, sizeof(*q->pend_dst));
 	q->pend_src = calloc(q->batch, sizeof(*q->pend_src));
@@ -296,7 +300,12 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	rc = gdx_stream_create(dev, &q->stream);
 	if (rc)
 		goto fail;
-	if (q->ctrl->p.copy_word) {
+	if (q->agent) {
+		/* an earlier connection's copies on the ring have all landed (reap) */
+		q->agent_ring = q->qid - 1u;
+		q->word = (uint32_t *)gdx_copy_agent_done_word(q->agent, q->agent_ring);
+		q->seq = __atomic_load_n(q->word, __ATOMIC_ACQUIRE);
+	} else if (q->ctrl->p.copy_word) {
 		rc = gdx_pinned_alloc(dev, sizeof(*q->word), (void **)&q->word);
 		if (rc)
 			goto fail;
@@ -642,12 +651,22 @@ static int ring_flush(struct nh_queue *q)
 }
 
 /* Waits for every copy of the bytes received so far. */
+static int ring_wait_mark(struct nh_queue *q);
+
 static int ring_wait_all(struct nh_queue *q)
 {
 	int rc = ring_flush(q);
 
 	if (rc || q->done == q->enq)
 		return rc;
+	/* each copy posted to an agent has its mark */
+	while (q->agent && q->nmarked) {
+		rc = ring_wait_mark(q);
+		if (rc)
+			return rc;
+	}
+	if (q->agent)
+		return 0;
 	gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
 	rc = gdx_stream_synchronize(q->stream);
 	if (!rc)
@@ -674,6 +693,13 @@ static int ring_wait_mark(struct nh_queue *q)
 		if (q->done >= pos)
 			return 0;
 		if (!(i % 64)) {
+			if (q->agent) {
+				rc = gdx_copy_agent_status(q->agent);
+				if (rc)
+					return rc;
+				sched_yield();
+				continue;
+			}
 			rc = gdx_stream_query(q->stream);
 			if (!rc)
 				ring_landed(q, q->enq);
@@ -791,6 +817,42 @@ static int ring_mark(struct nh_queue *q)
 	m->pos = q->enq;
 	q->nmarked++;
 	q->marked = q->enq;
+	return 0;
+}
+
+/*
+ * Hands the copy of the piece just received to the agent: a descriptor and
+ * its mark, the seq the agent will store in the ring's done word.
+ */
+static int ring_post(struct nh_queue *q, void *dst, const void *src, size_t n)
+{
+	struct nh_mark *m;
+	uint32_t seq;
+	int rc;
+
+	if (q->nmarked == q->nmarks)
+		ring_progress_word(q);
+	if (q->nmarked == q->nmarks) {
+		rc = ring_wait_mark(q);
+		if (rc)
+			return rc;
+	}
+	/* a ring holds more descriptors than a queue has marks: full only for a moment */
+	for (unsigned i = 1; (rc = gdx_copy_agent_post(q->agent, q->agent_ring, dst, src, n,
+						       &seq)) == -EAGAIN; i++) {
+		if (!(i % 64)) {
+			rc = gdx_copy_agent_status(q->agent);
+			if (rc)
+				return rc;
+		}
+		sched_yield();
+	}
+	if (rc)
+		return rc;
+	m = &q->marks[(q->mark0 + q->nmarked) % q->nmarks];
+	m->seq = q->seq = seq;
+	m->pos = q->enq = q->marked = q->head;
+	q->nmarked++;
 	return 0;
 }
 
@@ -934,6 +996,8 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 				if (!rc)
 					release_held(q);
 			}
+		} else if (q->agent) {
+			rc = ring_post(q, dst, p, piece);
 		} else {
 			gdx_counter_add(&q->cnt[NH_CNT_COPY_CALL], 1);
 			rc = gdx_memcpy_async(q->dev, dst, p, piece, q->stream);
@@ -1133,7 +1197,11 @@ static int recv_hdr_idle(struct nh_queue *q, void *buf, size_t n)
 			release_held(q);
 			if (!q->held)
 				break;
-			if (!(spins % 64)) {
+			if (!(spins % 64) && q->agent) {
+				rc = gdx_copy_agent_status(q->agent);
+				if (rc)
+					return rc;
+			} else if (!(spins % 64)) {
 				rc = gdx_stream_query(q->stream);
 				if (rc && rc != -EBUSY)
 					return rc;

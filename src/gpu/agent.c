@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The copy agent's host side (include/gdx/device.h): the shared memory, the
+ * posting of descriptors, launches of idle workers, status and stop.  The
+ * workers are the device's (agent_launch: a resident block on the cuda
+ * device, a stream thread on the emulated one).
+ *
+ * Ordering on the host: descriptor stores, then the tail with a release store
+ * (the worker reads the tail with an acquire load, then the descriptor, then
+ * the data the caller put at src before posting).  A full fence separates
+ * the tail from the look at the worker's live word: a worker going idle
+ * clears live and then looks at the tails, so either it sees the new tail or
+ * the post sees live clear and launches it again.  A launch behind a worker
+ * that is still ending waits in its stream, so two never run at once.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "gpu/device.h"
+
+struct gdx_copy_agent {
+	struct gdx_device *dev;		/* a reference of its own */
+	struct gdx_copy_agent_opts o;
+	void *mem;			/* pinned: stop word, workers, rings, descriptors */
+	uint32_t *stop;
+	struct gdx_agent_worker *workers;
+	struct gdx_agent_ring *rings;
+	struct gdx_agent_desc *descs;
+	struct gdx_stream **streams;	/* one per worker */
+	pthread_mutex_t lock;		/* launches */
+	bool stopping;
+	int err;			/* sticky: why the agent cannot go on */
+	uint64_t launches;
+};
+
+GDX_API void gdx_copy_agent_opts_init(struct gdx_copy_agent_opts *o, size_t struct_size)
+{
+	struct gdx_copy_agent_opts d = {
+		.struct_size = sizeof(d),
+		.rings = 1,
+		.entries = 256,
+		.idle_us = 2000,
+		.stop_timeout_ms = 2000,
+	};
+
+	if (!o || struct_size < sizeof(o->struct_size))
+		return;
+	d.struct_size = GDX_MIN(struct_size, sizeof(d));
+	memcpy(o, &d, d.struct_size);
+}
+
+static void agent_free(struct gdx_copy_agent *a)
+{
+	for (unsigned w = 0; a->streams && w < a->o.workers; w++)
+		if (a->streams[w])
+			gdx_stream_destroy(a->streams[w]);
+	free(a->streams);
+	if (a->mem)
+		gdx_pinned_free(a->dev, a->mem);
+	pthread_mutex_destroy(&a->lock);
+	gdx_device_close(a->dev);
+	free(a);
+}
+
+GDX_API int gdx_copy_agent_start(struct gdx_device *dev, const struct gdx_copy_agent_opts *o,
+				 struct gdx_copy_agent **out)
+{
+	struct gdx_copy_agent_opts opts;
+	struct gdx_copy_agent *a;
+	size_t off_w, off_r, off_d, size;
+	int rc;
+
+	if (!dev || !out)
+		return -EINVAL;
+	gdx_copy_agent_opts_init(&opts, sizeof(opts));
+	if (o) {
+		if (o->struct_size < sizeof(o->struct_size))
+			return -EINVAL;
+		memcpy(&opts, o, GDX_MIN(o->struct_size, sizeof(opts)));
+	}
+	if (!opts.workers)
+		opts.workers = GDX_MIN(opts.rings, 4u);
+	/* a worker tracks at most 64 rings (GDX_AGENT_ERR_OWN) */
+	if (!opts.rings || opts.rings > 4096 || !opts.workers || opts.workers > opts.rings ||
+	    (opts.rings + opts.workers - 1) / opts.workers > 64 || opts.entries < 2 ||
+	    opts.entries > (1u << 20) || (opts.entries & (opts.entries - 1)))
+		return -EINVAL;
+	if (!dev->ops->agent_launch)
+		return -EOPNOTSUPP;
+	rc = dev->ops->agent_launch(dev->priv, NULL, NULL);
+	if (rc)
+		return rc;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	atomic_fetch_add(&dev->refs, 1);
+	a->dev = dev;
+	a->o = opts;
+	pthread_mutex_init(&a->lock, NULL);
+	off_w = 64;
+	off_r = off_w + (size_t)opts.workers * sizeof(struct gdx_agent_worker);
+	off_d = off_r + (size_t)opts.rings * sizeof(struct gdx_agent_ring);
+	size = off_d + (size_t)opts.rings * opts.entries * sizeof(struct gdx_agent_desc);
+	rc = gdx_pinned_alloc(dev, size, &a->mem);
+	if (rc)
+		goto fail;
+	memset(a->mem, 0, size);
+	a->stop = a->mem;
+	a->workers = (struct gdx_agent_worker *)((char *)a->mem + off_w);
+	a->rings = (struct gdx_agent_ring *)((char *)a->mem + off_r);
+	a->descs = (struct gdx_agent_desc *)((char *)a->mem + off_d);
+	a->streams = calloc(opts.workers, sizeof(*a->streams));
+	if (!a->streams) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned w = 0; w < opts.workers; w++) {
+		rc = gdx_stream_create(dev, &a->streams[w]);
+		if (rc)
+			goto fail;
+	}
+	GDX_DBG("device", "%s: copy agent: %u rings of %u, %u workers", dev->name, opts.rings,
+		opts.entries, opts.workers);
+	*out = a;
+	return 0;
+fail:
+	GDX_ERR("device", "%s: cannot start a copy agent: %s", dev->name, gdx_strerror(rc));
+	agent_free(a);
+	return rc;
+}
+
+static void set_err(struct gdx_copy_agent *a, int err, const char *why)
+{
+	int none = 0;
+
+	if (__atomic_compare_exchange_n(&a->err, &none, err, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED) && err != -ESHUTDOWN)
+		GDX_ERR("device", "%s: copy agent: %s: %s", a->dev->name, why, gdx_strerror(err));
+}
+
+/* Launches worker w unless it runs (or is launched) already. */
+static void launch(struct gdx_copy_agent *a, unsigned w)
+{
+	struct gdx_agent_worker *wk = &a->workers[w];
+
+	pthread_mutex_lock(&a->lock);
+	if (!a->stopping && !__atomic_load_n(&a->err, __ATOMIC_RELAXED) &&
+	    !__atomic_load_n(&wk->live, __ATOMIC_ACQUIRE)) {
+		struct gdx_agent_args args = {
+			.stop = (uintptr_t)a->stop,
+			.workers = (uintptr_t)a->workers,
+			.rings = (uintptr_t)a->rings,
+			.descs = (uintptr_t)a->descs,
+			.idle_ns = (uint64_t)a->o.idle_us * 1000,
+			.nrings = a->o.rings,
+			.entries = a->o.entries,
+			.worker = w,
+			.nworkers = a->o.workers,
+		};
+		int rc;
+
+		/* other posts see it live from here on; the worker sets it too */
+		__atomic_store_n(&wk->live, 1, __ATOMIC_RELAXED);
+		gdx_device_calls_add(1);
+		rc = a->dev->ops->agent_launch(a->dev->priv, a->streams[w]->priv, &args);
+		if (rc) {
+			__atomic_store_n(&wk->live, 0, __ATOMIC_RELAXED);
+			set_err(a, rc, "launch");
+		} else {
+			a->launches++;
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *dst,
+				const void *src, size_t len, uint32_t *seq)
+{
+	struct gdx_agent_ring *r;
+	struct gdx_agent_desc *d;
+	uint32_t s;
+	int err;
+
+	if (!a || ring >= a->o.rings || !dst || !src || !len || len > UINT32_MAX)
+		return -EINVAL;
+	err = __atomic_load_n(&a->err, __ATOMIC_RELAXED);
+	if (err)
+		return err;
+	r = &a->rings[ring];
+	s = r->tail + 1;	/* this thread is the one that writes it */
+	if (s - __atomic_load_n(&r->done, __ATOMIC_ACQUIRE) > a->o.entries)
+		return -EAGAIN;
+	d = &a->descs[(size_t)ring * a->o.entries + (s & (a->o.entries - 1))];
+	d->dst = (uintptr_t)dst;
+	d->src = (uintptr_t)src;
+	d->len = (uint32_t)len;
+	d->seq = s;
+	__atomic_store_n(&r->tail, s, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&a->workers[ring % a->o.workers].live, __ATOMIC_RELAXED))
+		launch(a, ring % a->o.workers);
+	if (seq)
+		*seq = s;
+	return 0;
+}
+
+GDX_API const uint32_t *gdx_copy_agent_done_word(struct gdx_copy_agent *a, unsigned ring)
+{
+	return a && ring < a->o.rings ? &a->rings[ring].done : NULL;
+}
+
+GDX_API int gdx_copy_agent_status(struct gdx_copy_agent *a)
+{
+	int err;
+
+	if (!a)
+		return -EINVAL;
+	err = __atomic_load_n(&a->err, __ATOMIC_RELAXED);
+	for (unsigned w = 0; !err && w < a->o.workers; w++) {
+		uint32_t e = __atomic_load_n(&a->workers[w].err, __ATOMIC_RELAXED);
+		int rc;
+
+		if (e) {
+			GDX_ERR("device", "%s: copy agent worker %u gave up: %s", a->dev->name, w,
+				e == GDX_AGENT_ERR_SEQ ? "descriptor out of sequence" :
+				e == GDX_AGENT_ERR_OWN ? "too many rings" : "bad copy pointers");
+			set_err(a, GDX_EDRIVER, "worker error");
+			break;
+		}
+		/* a worker that ended is fine (idle); a stream in error is not */
+		rc = gdx_stream_query(a->streams[w]);
+		if (rc && rc != -EBUSY)
+			set_err(a, rc, "worker fault");
+		err = __atomic_load_n(&a->err, __ATOMIC_RELAXED);
+	}
+	return __atomic_load_n(&a->err, __ATOMIC_RELAXED);
+}
+
+GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a)
+{
+	uint64_t deadline;
+	int rc = 0;
+
+	if (!a)
+		return 0;
+	pthread_mutex_lock(&a->lock);
+	a->stopping = true;
+	pthread_mutex_unlock(&a->lock);
+	set_err(a, -ESHUTDOWN, "stopped");
+	__atomic_store_n(a->stop, 1, __ATOMIC_RELEASE);
+	deadline = gdx_now_ns() + (uint64_t)a->o.stop_timeout_ms * 1000000;
+	for (unsigned w = 0; w < a->o.workers; w++) {
+		while ((rc = gdx_stream_query(a->streams[w])) == -EBUSY && gdx_now_ns() < deadline)
+			usleep(100);
+		if (rc == -EBUSY) {
+			/* the device may still read and write the rings: leave them be */
+			GDX_ERR("device", "%s: copy agent worker %u did not stop within %u ms; "
+				"its memory stays allocated", a->dev->name, w, a->o.stop_timeout_ms);
+			return -ETIMEDOUT;
+		}
+		if (rc)
+			GDX_WARN("device", "%s: copy agent worker %u ended in error: %s",
+				 a->dev->name, w, gdx_strerror(rc));
+	}
+	GDX_DBG("device", "%s: copy agent stopped after %llu launches", a->dev->name,
+		(unsigned long long)a->launches);
+	agent_free(a);
+	return 0;
+}
