@@ -223,8 +223,10 @@ GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
  * the agent's device, to dst in its device memory, behind the ones posted on
  * the ring before; *seq is its number (from 1, wrapping).  -EAGAIN when the
  * ring holds `entries` copies not yet done.  The bytes at src must stay as
- * they are until done reaches *seq.  Pointers are not checked per post: a
- * bad one faults the device, as it would in a kernel of the caller's.
+ * they are until done reaches *seq.  Copies in flight may run at the same
+ * time and land in any order (done says all up to a seq have): their
+ * destinations must not overlap.  Pointers are not checked per post: a bad
+ * one faults the device, as it would in a kernel of the caller's.
  */
 GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *dst,
 				const void *src, size_t len, uint32_t *seq);
@@ -237,8 +239,9 @@ GDX_API const uint32_t *gdx_copy_agent_done_word(struct gdx_copy_agent *a, unsig
 /*
  * 0 while the agent can make progress; otherwise why not, for good: a
  * worker's error or fault (GDX_EDRIVER or the device's code), or
- * -ESHUTDOWN once stopping began.  Asks the device about each worker's
- * stream: callers waiting on a done word call it now and then, not per read.
+ * -ESHUTDOWN once stopping began.  Reads the workers' error words, and at
+ * most once a millisecond asks the device about their streams (a fault shows
+ * there): callers waiting on a done word call it now and then.
  */
 GDX_API int gdx_copy_agent_status(struct gdx_copy_agent *a);
 

@@ -36,6 +36,7 @@ struct gdx_copy_agent {
 	pthread_mutex_t lock;		/* launches */
 	bool stopping;
 	int err;			/* sticky: why the agent cannot go on */
+	uint64_t next_query_ns;		/* when status may ask the workers' streams again */
 	uint64_t launches;
 };
 
@@ -217,27 +218,39 @@ GDX_API const uint32_t *gdx_copy_agent_done_word(struct gdx_copy_agent *a, unsig
 
 GDX_API int gdx_copy_agent_status(struct gdx_copy_agent *a)
 {
-	int err;
+	uint64_t now, due;
 
 	if (!a)
 		return -EINVAL;
-	err = __atomic_load_n(&a->err, __ATOMIC_RELAXED);
-	for (unsigned w = 0; !err && w < a->o.workers; w++) {
+	for (unsigned w = 0; !__atomic_load_n(&a->err, __ATOMIC_RELAXED) && w < a->o.workers; w++) {
 		uint32_t e = __atomic_load_n(&a->workers[w].err, __ATOMIC_RELAXED);
-		int rc;
 
 		if (e) {
 			GDX_ERR("device", "%s: copy agent worker %u gave up: %s", a->dev->name, w,
 				e == GDX_AGENT_ERR_SEQ ? "descriptor out of sequence" :
 				e == GDX_AGENT_ERR_OWN ? "too many rings" : "bad copy pointers");
 			set_err(a, GDX_EDRIVER, "worker error");
-			break;
 		}
-		/* a worker that ended is fine (idle); a stream in error is not */
-		rc = gdx_stream_query(a->streams[w]);
-		if (rc && rc != -EBUSY)
-			set_err(a, rc, "worker fault");
-		err = __atomic_load_n(&a->err, __ATOMIC_RELAXED);
+	}
+	/*
+	 * A fault shows only in the workers' streams, and a stream query costs
+	 * microseconds once several threads make them at once: the streams are
+	 * asked at most once a millisecond, by one caller.
+	 */
+	now = gdx_now_ns();
+	due = __atomic_load_n(&a->next_query_ns, __ATOMIC_RELAXED);
+	if (!__atomic_load_n(&a->err, __ATOMIC_RELAXED) && now >= due &&
+	    __atomic_compare_exchange_n(&a->next_query_ns, &due, now + 1000000, false,
+					__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		for (unsigned w = 0; w < a->o.workers; w++) {
+			/* a worker that ended is fine (idle); a stream in error is not */
+			int rc = gdx_stream_query(a->streams[w]);
+
+			if (rc && rc != -EBUSY) {
+				set_err(a, rc, "worker fault");
+				break;
+			}
+		}
 	}
 	return __atomic_load_n(&a->err, __ATOMIC_RELAXED);
 }

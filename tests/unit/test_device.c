@@ -694,9 +694,10 @@ static int ag_wait(struct gdx_copy_agent *a, unsigned ring, uint32_t seq)
 
 /*
  * One producer per ring: rounds of pieces of random size and alignment from
- * its pinned source to random places of its device range, back to back, more
- * than the ring holds at once (posts answered -EAGAIN wait for the oldest);
- * the source is refilled only once the round's copies have landed.
+ * its pinned source to its device range, back to back and not overlapping
+ * (copies in flight land in any order), more than the ring holds at once
+ * (posts answered -EAGAIN wait for the oldest); the source is refilled only
+ * once the round's copies have landed.
  */
 static void *ag_produce(void *arg)
 {
@@ -708,12 +709,19 @@ static void *ag_produce(void *arg)
 
 		t_fill(p->src, AG_SRC, p->seed + round);
 		for (unsigned i = 0; i < AG_PIECES && !p->err; i++) {
-			size_t len = 1 + (size_t)(t_rand(&p->seed) % (i % 3 ? 4096 : 40000));
-			size_t soff = (size_t)(t_rand(&p->seed) % (AG_SRC - len));
-			size_t doff = i % 2 ? (size_t)(t_rand(&p->seed) % (AG_SRC - len)) :
-					      at % (AG_SRC - len) / 16 * 16;
+			size_t len = 1 + (size_t)(t_rand(&p->seed) % (i % 3 ? 4096 : 20000));
+			size_t soff, doff;
 			int rc;
 
+			/* even pieces start 16-aligned on both sides, odd ones anywhere */
+			if (i % 2 == 0)
+				at = (at + 15) / 16 * 16;
+			else
+				at += (size_t)(t_rand(&p->seed) % 16);
+			if (at + len > AG_SRC)
+				break;
+			doff = at;
+			soff = (size_t)(t_rand(&p->seed) % (AG_SRC - len));
 			if (i % 2 == 0)
 				soff = soff / 16 * 16;
 			at += len;
@@ -761,8 +769,10 @@ static void copy_agent_copies(void **state)
 		p[i].got = malloc(AG_SRC);
 		assert_non_null(p[i].want);
 		assert_non_null(p[i].got);
-		assert_int_equal(pthread_create(&th[i], NULL, ag_produce, &p[i]), 0);
 	}
+	/* allocations first: on a GPU some wait for running kernels, workers among them */
+	for (unsigned i = 0; i < RINGS; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, ag_produce, &p[i]), 0);
 	for (unsigned i = 0; i < RINGS; i++)
 		pthread_join(th[i], NULL);
 	assert_int_equal(gdx_copy_agent_status(a), 0);
