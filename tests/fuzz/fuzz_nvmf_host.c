@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -72,6 +73,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ctrl.p.bounce_chunks = 2;
 	ctrl.p.copy_batch = data[0] & 8 ? 3 : 1;
 	ctrl.p.copy_word = data[0] & 16;
+	/* an I/O queue whose copies go to the controller's copy agent (started once) */
+	ctrl.p.copy_agent = data[0] & 32 ? 1 : 0;
+	ctrl.p.nr_io_queues = 1;
+	q.qid = data[0] & 32 ? 1 : 0;
 	if (on_dev && (nh_queue_init_dev(&q, dev) || gdx_memset(dev, dbuf, 0xa5, sizeof(rbuf))))
 		abort();
 	q.tp.hdgst = data[0] & 1;
@@ -111,6 +116,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (on_dev) {
 		if (gdx_stream_synchronize(q.stream))
 			abort();
+		for (unsigned i = 0; q.agent && (int32_t)(__atomic_load_n(q.word, __ATOMIC_ACQUIRE) -
+							    q.seq) < 0; i++)
+			if (i > 1000000 || gdx_copy_agent_status(q.agent))
+				abort();
+			else
+				sched_yield();
 		while (q.held) {
 			struct nh_req *h = q.held;
 
