@@ -54,7 +54,7 @@ run() {
 } 2>&1
 
 run hot_tmpfs -- --file "$shm" --cache hot --io-size 64M,1G,"$SIZE" --threads 1,4
-run hot_disk -- --file "$disk" --cache hot --io-size 64M,1G --threads 1,4
+run hot_disk -- --file "$disk" --cache hot --io-size 64M,1G,"$SIZE" --threads 1,4
 run cold_disk -- --file "$disk" --cache cold --io-size 1M,16M,64M --threads 1,4
 run rand4k -- --file "$disk" --cache cold --pattern rand --io-size 4k --depth 1,64 --bytes 64M
 run write -- --file "$disk" --write --cache cold --io-size 1M,64M --threads 1,4
