@@ -505,15 +505,25 @@ struct ref {
  * gdx_nvmf_ctrl_stats_json: what each device-memory read cost besides the socket.
  */
 static const char *const call_names[] = { "cmds", "h2d_copies", "copy_calls", "event_records",
-					  "dev_queries", "dev_waits" };
-#define NCALLS GDX_ARRAY_SIZE(call_names)
+					  "dev_queries", "dev_waits",
+					  /* counted per command, not a device call */
+					  "ring_full",
+					  /* reads timed, then nanoseconds per stage, summed */
+					  "lat_reads", "lat_sent_ns", "lat_data_ns", "lat_post_ns",
+					  "lat_land_ns", "lat_queue_ns", "lat_cb_ns" };
+#define NCALLS 6u
+#define NRING_FULL 6u
+#define NLAT0 7u
+#define NCOUNT GDX_ARRAY_SIZE(call_names)
+/* the stages' names in the report: submit->sent->data->post->land->queue->cb */
+static const char *const lat_names[] = { "sent", "data", "post", "land", "queue", "cb" };
 
-static void dev_calls(struct gdx_nvmf_ctrl *ctrl, uint64_t v[NCALLS])
+static void dev_calls(struct gdx_nvmf_ctrl *ctrl, uint64_t v[NCOUNT])
 {
 	char buf[32768];
 	struct json_object *root, *qs;
 
-	memset(v, 0, NCALLS * sizeof(*v));
+	memset(v, 0, NCOUNT * sizeof(*v));
 	if (gdx_nvmf_ctrl_stats_json(ctrl, buf, sizeof(buf)) < 0)
 		return;
 	root = json_tokener_parse(buf);
@@ -522,7 +532,7 @@ static void dev_calls(struct gdx_nvmf_ctrl *ctrl, uint64_t v[NCALLS])
 		for (size_t i = 1; i < json_object_array_length(qs); i++) {
 			struct json_object *q = json_object_array_get_idx(qs, i), *x;
 
-			for (unsigned k = 0; k < NCALLS; k++)
+			for (unsigned k = 0; k < NCOUNT; k++)
 				if (json_object_object_get_ex(q, call_names[k], &x))
 					v[k] += (uint64_t)json_object_get_int64(x);
 		}
@@ -538,6 +548,8 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 	double val = by_gbps ? gbps : iops;
 	/* per command, where the ring was used (calls[1]: copies) */
 	bool per = calls && calls[0] && calls[1];
+	/* reads the queues timed: mean microseconds per stage */
+	uint64_t nlat = calls ? calls[NLAT0] : 0;
 
 	if (c->json) {
 		printf("{\"bench\": \"nvmf-host\", \"test\": \"%s\", \"mem\": \"%s\", \"qd\": %u, "
@@ -550,6 +562,25 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 		for (unsigned k = 1; per && k < NCALLS; k++)
 			printf(", \"%s_per_cmd\": %.3f", call_names[k],
 			       (double)calls[k] / (double)calls[0]);
+		if (per)
+			printf(", \"ring_full_per_cmd\": %.3f",
+			       (double)calls[NRING_FULL] / (double)calls[0]);
+		if (nlat) {
+			double sum = 0;
+
+			printf(", \"lat_reads\": %" PRIu64, nlat);
+			for (unsigned k = 0; k < GDX_ARRAY_SIZE(lat_names); k++) {
+				double us = (double)calls[NLAT0 + 1 + k] / (double)nlat / 1e3;
+
+				printf(", \"lat_%s_us\": %.2f", lat_names[k], us);
+				/* the callback runs after the read completed */
+				if (strcmp(lat_names[k], "cb"))
+					sum += us;
+			}
+			/* against depth / IOPS (Little): what the stages leave out */
+			printf(", \"lat_total_us\": %.2f, \"lat_little_us\": %.2f", sum,
+			       iops > 0 ? (double)qd / iops * 1e6 : 0);
+		}
 		printf("}\n");
 		fflush(stdout);
 		return;
@@ -564,6 +595,16 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 		       (double)calls[1] / (double)calls[0], (double)calls[2] / (double)calls[0],
 		       (double)calls[3] / (double)calls[0], (double)calls[4] / (double)calls[0],
 		       (double)calls[5] / (double)calls[0]);
+	if (per && calls[NRING_FULL])
+		printf(" ring-full %.2f", (double)calls[NRING_FULL] / (double)calls[0]);
+	if (nlat) {
+		printf("  | us:");
+		for (unsigned k = 0; k < GDX_ARRAY_SIZE(lat_names); k++)
+			printf(" %s %.1f", lat_names[k],
+			       (double)calls[NLAT0 + 1 + k] / (double)nlat / 1e3);
+		if (iops > 0)
+			printf(" (qd/IOPS %.1f)", (double)qd / iops * 1e6);
+	}
 	printf("\n");
 	fflush(stdout);
 }
@@ -754,7 +795,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		uint32_t bs = bw ? (uint32_t)c.bw_bs : 4096;
 		const char *what = bw ? "bw-randread" : "4k-randread";
 		double kio[16], kgb[16], gio[8][16], ggb[8][16], kiops = 0, kgbps = 0;
-		uint64_t calls[8][NCALLS], after[NCALLS];
+		uint64_t calls[8][NCOUNT], after[NCOUNT];
 
 		for (unsigned m = 0; m < c.nmem; m++)
 			dev_calls(mems[m].ctrl, calls[m]);
@@ -797,7 +838,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 			};
 
 			dev_calls(mems[m].ctrl, after);
-			for (unsigned k = 0; k < NCALLS; k++)
+			for (unsigned k = 0; k < NCOUNT; k++)
 				calls[m][k] = after[k] - calls[m][k];
 			report(&c, mems[m].name, what, qd, iops, gbps, bw, refs, 3, calls[m]);
 		}

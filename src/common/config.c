@@ -185,6 +185,9 @@ static struct knob knobs[] = {
 	     "resident GPU workers (at most one per I/O queue) polling descriptor rings in "
 	     "pinned memory: no driver call per read (0: the queues' streams copy)",
 	     .min = 0, .max = 64),
+	KNOB("nvmf.host.lat_stats", K_BOOL, "1",
+	     "NVMe/TCP host: time each read's stages (a few clock reads per read) and sum them "
+	     "per queue: the lat_* counters of gdx_nvmf_ctrl_stats_json"),
 	KNOB("nvmf.host.copy_poll_us", K_INT, "0",
 	     "NVMe/TCP host: an idle receiver polls its socket and its H2D copies this long "
 	     "before blocking on the copies (0: block at once)",

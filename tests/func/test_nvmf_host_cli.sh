@@ -82,4 +82,17 @@ for call in copy-4k word-store event-record event-query pointer-lookup; do
 done
 echo "$out" | grep -q '"test": "4k-randread", "mem": "gpu:0", "qd": 4' ||
 	fail "bench nvmf-host --dev-calls measured no reads: $out"
+# the reads' stages, timed by the queues: present, and none negative
+echo "$out" | python3 -c '
+import json, sys
+names = ["sent", "data", "post", "land", "queue", "cb", "total", "little"]
+for l in sys.stdin:
+	j = json.loads(l)
+	if j.get("test") not in ("4k-randread", "bw-randread"):
+		continue
+	assert j["lat_reads"] > 0, l
+	for k in names:
+		assert j["lat_%s_us" % k] >= 0, (k, l)
+	assert j["lat_data_us"] > 0, l
+' || fail "bench nvmf-host: no read stages: $out"
 exit $((fails > 0))

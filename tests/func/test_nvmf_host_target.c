@@ -435,6 +435,8 @@ static void device_ring_packing(void **state)
 		assert_int_equal(gdx_config_set("nvmf.host.copy_poll_us", mode == 1 ? "50" : "0"), 0);
 		assert_int_equal(gdx_config_set("nvmf.host.copy_batch", mode == 2 ? "8" : "1"), 0);
 		assert_int_equal(gdx_config_set("nvmf.host.copy_word", mode >= 2 ? "1" : "0"), 0);
+		/* the polling mode runs untimed */
+		assert_int_equal(gdx_config_set("nvmf.host.lat_stats", mode == 1 ? "0" : "1"), 0);
 		assert_int_equal(gdx_memset(dev, d, 0, n), 0);
 		gdx_nvmf_host_opts_init(&o, sizeof(o));
 		o.dev = dev;
@@ -444,6 +446,14 @@ static void device_ring_packing(void **state)
 		assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
 		dread_check(&st, dev, a, b, n);
 		assert_true(io_counter(st.c, "h2d_copies") >= total);
+		/* every read timed (each is one command), none when the knob is off */
+		if (mode == 1) {
+			assert_int_equal(io_counter(st.c, "lat_reads"), 0);
+			assert_int_equal(io_counter(st.c, "lat_data_ns"), 0);
+		} else {
+			assert_true(io_counter(st.c, "lat_reads") >= total);
+			assert_true(io_counter(st.c, "lat_data_ns") > 0);
+		}
 		/* with a done word the receiver never asks the device how far the copies got */
 		if (mode >= 2)
 			assert_int_equal(io_counter(st.c, "dev_queries"), 0);
@@ -464,6 +474,7 @@ static void device_ring_packing(void **state)
 	gdx_config_set("nvmf.host.copy_poll_us", "0");
 	gdx_config_set("nvmf.host.copy_batch", "1");
 	gdx_config_set("nvmf.host.copy_word", "1");
+	gdx_config_set("nvmf.host.lat_stats", "1");
 	gdx_config_set("nvmf.host.bounce_chunk", "256k");
 	gdx_config_set("nvmf.host.bounce_chunks", "4");
 	gdx_device_free(dev, d);

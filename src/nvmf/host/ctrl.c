@@ -191,6 +191,7 @@ static struct nh_queue *pick_queue(struct nh_ctrl *c)
 
 void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r)
 {
+	r->t_sub = c->p.lat_stats ? gdx_now_ns() : 0;
 	for (;;) {
 		struct nh_queue *q;
 		int rc;
@@ -883,6 +884,7 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 	p->copy_poll_ns = (uint64_t)gdx_cfg_int("nvmf.host.copy_poll_us") * 1000;
 	p->copy_batch = (unsigned)gdx_cfg_int("nvmf.host.copy_batch");
 	p->copy_word = gdx_cfg_bool("nvmf.host.copy_word");
+	p->lat_stats = gdx_cfg_bool("nvmf.host.lat_stats");
 	p->copy_agent = (unsigned)gdx_cfg_int("nvmf.host.copy_agent");
 	/* once here, not per I/O: a knob read takes the config lock and scans the environment */
 	p->require_direct = gdx_cfg_bool("require_direct");

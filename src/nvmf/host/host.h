@@ -51,6 +51,13 @@ struct nh_req {
 	 * and the result held back until the H2D copies up to there have landed */
 	uint64_t ring_end;
 	int held_result;
+	/*
+	 * Latency stamps of a read (nvmf.host.lat_stats, gdx_now_ns): submitted,
+	 * its command about to go out, its last data byte received, the copy of
+	 * that byte posted (device memory).  The receiver sums the stages per
+	 * queue when the read completes.
+	 */
+	uint64_t t_sub, t_sent, t_data, t_post;
 };
 
 struct nh_slot {
@@ -140,12 +147,22 @@ struct nh_queue {
 	struct nh_req *held;		/* device reads received, copies maybe still running */
 	struct nh_req **held_tail;
 
-	struct gdx_counter cnt[11];
+	struct gdx_counter cnt[19];
 };
 
-/* per queue; the last five count the bounce ring's copies and device runtime calls */
+/*
+ * Per queue; COPY..WAIT count the bounce ring's copies and device runtime
+ * calls, RING_FULL the pieces that waited for ring room.  LAT_*: reads timed
+ * (nvmf.host.lat_stats) and the nanoseconds they spent, summed, from
+ * submission to the command going out (SENT), to their last data byte (DATA),
+ * to the copy of that byte posted (POST), to its landing seen by the receiver
+ * (LAND), to their completion callback starting (QUEUE: behind the callbacks
+ * of reads released before them) and in that callback (CB).
+ */
 enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO, NH_CNT_COPY,
-       NH_CNT_COPY_CALL, NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT };
+       NH_CNT_COPY_CALL, NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT, NH_CNT_RING_FULL,
+       NH_CNT_LAT_N, NH_CNT_LAT_SENT, NH_CNT_LAT_DATA, NH_CNT_LAT_POST, NH_CNT_LAT_LAND,
+       NH_CNT_LAT_QUEUE, NH_CNT_LAT_CB };
 
 struct nh_params {
 	char addr[256];
@@ -171,6 +188,7 @@ struct nh_params {
 	uint64_t copy_poll_ns;
 	unsigned copy_batch;
 	bool copy_word;
+	bool lat_stats;			/* stamp reads (NH_CNT_LAT_*) */
 	unsigned copy_agent;		/* workers of the copy agent; 0: none */
 	bool require_direct;		/* device memory may not bounce */
 };

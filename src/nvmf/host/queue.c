@@ -37,7 +37,9 @@ static __thread bool in_rx;
 
 static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "errors",
 					 "queued_full", "timeouts", "h2d_copies", "copy_calls",
-					 "event_records", "dev_queries", "dev_waits" };
+					 "event_records", "dev_queries", "dev_waits", "ring_full",
+					 "lat_reads", "lat_sent_ns", "lat_data_ns", "lat_post_ns",
+					 "lat_land_ns", "lat_queue_ns", "lat_cb_ns" };
 
 /* ---- socket helpers ------------------------------------------------------- */
 
@@ -555,6 +557,9 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	hl = gdx_tcp_cmd_init(&pdu, &sqe, inl ? (uint32_t)r->len : 0, &q->tp);
 	gdx_counter_add(&q->cnt[NH_CNT_CMDS], 1);
 	pthread_mutex_lock(&q->send_lock);
+	/* before the send: the receiver may see the data before send_pdu returns */
+	r->t_sent = r->t_sub ? gdx_now_ns() : 0;
+	r->t_data = r->t_post = 0;
 	rc = send_pdu(q, &pdu, hl, inl ? r->buf : NULL, inl ? r->len : 0, r->mem);
 	pthread_mutex_unlock(&q->send_lock);
 	if (rc) {
@@ -604,16 +609,72 @@ static struct nh_slot *find_slot(struct nh_queue *q, uint16_t cid)
 	return s;
 }
 
+/*
+ * Sums a read's stages (host.h, NH_CNT_LAT_*) once it is about to complete:
+ * seen is when the receiver learnt that its data is in place.  Returns the
+ * time its callback starts (0: not timed), for lat_done.  Reads resubmitted
+ * on another queue after a reconnect carry stamps of both: those out of
+ * order are left out.
+ */
+static uint64_t lat_read(struct nh_queue *q, const struct nh_req *r, uint64_t seen)
+{
+	uint64_t now, post;
+
+	if (!r->t_sub || r->write || !r->len || !r->t_data || r->t_sent < r->t_sub ||
+	    r->t_data < r->t_sent)
+		return 0;
+	post = r->mem == NH_MEM_DEVICE && r->t_post ? r->t_post : r->t_data;
+	now = gdx_now_ns();
+	if (post < r->t_data || seen < post || now < seen)
+		return 0;
+	gdx_counter_add(&q->cnt[NH_CNT_LAT_N], 1);
+	gdx_counter_add(&q->cnt[NH_CNT_LAT_SENT], r->t_sent - r->t_sub);
+	gdx_counter_add(&q->cnt[NH_CNT_LAT_DATA], r->t_data - r->t_sent);
+	gdx_counter_add(&q->cnt[NH_CNT_LAT_POST], post - r->t_data);
+	gdx_counter_add(&q->cnt[NH_CNT_LAT_LAND], seen - post);
+	gdx_counter_add(&q->cnt[NH_CNT_LAT_QUEUE], now - seen);
+	return now;
+}
+
+/* The callback of a read lat_read timed (it may be gone) has returned. */
+static void lat_done(struct nh_queue *q, uint64_t start)
+{
+	if (start)
+		gdx_counter_add(&q->cnt[NH_CNT_LAT_CB], gdx_now_ns() - start);
+}
+
 /* Completes the device reads whose H2D copies have all landed, oldest first. */
 static void release_held(struct nh_queue *q)
 {
+	uint64_t seen;
+
+	if (!q->held || q->held->ring_end > q->done)
+		return;
+	seen = q->ctrl->p.lat_stats ? gdx_now_ns() : 0;
 	while (q->held && q->held->ring_end <= q->done) {
 		struct nh_req *r = q->held;
+		uint64_t t;
 
 		q->held = r->next;
 		if (!q->held)
 			q->held_tail = &q->held;
+		t = seen ? lat_read(q, r, seen) : 0;
 		nh_req_complete(r, r->held_result);
+		lat_done(q, t);
+	}
+}
+
+/* Stamps the held reads whose last copies were just posted (ring_flush). */
+static void lat_posted(struct nh_queue *q)
+{
+	uint64_t now = 0;
+
+	for (struct nh_req *r = q->held; r; r = r->next) {
+		if (!r->t_sub || r->t_post || r->ring_end > q->enq)
+			continue;
+		if (!now)
+			now = gdx_now_ns();
+		r->t_post = now;
 	}
 }
 
@@ -647,6 +708,8 @@ static int ring_flush(struct nh_queue *q)
 	q->npend = 0;
 	q->pend_bytes = 0;
 	q->enq = q->head;
+	if (q->ctrl->p.lat_stats)
+		lat_posted(q);
 	return rc ? rc : ring_mark(q);
 }
 
@@ -782,6 +845,13 @@ static int ring_progress_marks(struct nh_queue *q, unsigned fresh)
 /* Makes room for n bytes at the head: the oldest mark's copies, else all of them. */
 static int ring_reserve(struct nh_queue *q, size_t n)
 {
+	if (q->head + n - q->done > q->ring_size) {
+		/* with a done word the copies may have landed already: only a real wait counts */
+		if (q->word)
+			ring_progress_word(q);
+		if (q->head + n - q->done > q->ring_size)
+			gdx_counter_add(&q->cnt[NH_CNT_RING_FULL], 1);
+	}
 	while (q->head + n - q->done > q->ring_size) {
 		int rc = q->nmarked ? ring_wait_mark(q) : ring_wait_all(q);
 
@@ -910,10 +980,16 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 	if (r->mem == NH_MEM_DEVICE && !r->write && r->ring_end > q->done) {
 		r->held_result = result;
 		r->next = NULL;
+		/* its copies went out with a batch while it waited for its response */
+		if (r->t_sub && !r->t_post && r->ring_end <= q->enq)
+			r->t_post = gdx_now_ns();
 		*q->held_tail = r;
 		q->held_tail = &r->next;
 	} else {
+		uint64_t t = r->t_sub ? lat_read(q, r, gdx_now_ns()) : 0;
+
 		nh_req_complete(r, result);
+		lat_done(q, t);
 	}
 	if (backlog)
 		drain_backlog(q);
@@ -966,6 +1042,10 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 		rc = recv_full(q->fd, p, piece);
 		if (rc)
 			return rc;
+		if (r->t_sub) {
+			r->t_data = gdx_now_ns();
+			r->t_post = 0;
+		}
 		if (q->tp.ddgst)
 			*crc = gdx_crc32c_update(*crc, p, piece);
 		if (q->held && (q->batch == 1 || q->word)) {
@@ -1005,6 +1085,8 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 		}
 		if (rc)
 			return rc;
+		if (r->t_sub && q->enq >= r->ring_end)
+			r->t_post = gdx_now_ns();
 		/* a done word costs nothing to read: every copy gets its mark */
 		if (q->enq - q->marked >= (q->word ? 1 : q->chunk)) {
 			rc = ring_mark(q);
@@ -1061,6 +1143,8 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 					{ &dd, sizeof(dd) } };
 
 		rc = recv_iov_full(q->fd, iov, info->has_ddgst ? 2 : 1);
+		if (!rc && r->t_sub)
+			r->t_data = gdx_now_ns();
 		if (!rc && q->tp.ddgst)
 			crc = gdx_crc32c((char *)r->buf + d->datao, d->datal);
 	}
