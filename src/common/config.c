@@ -188,6 +188,9 @@ static struct knob knobs[] = {
 	KNOB("nvmf.host.lat_stats", K_BOOL, "1",
 	     "NVMe/TCP host: time each read's stages (a few clock reads per read) and sum them "
 	     "per queue: the lat_* counters of gdx_nvmf_ctrl_stats_json"),
+	KNOB("nvmf.host.post_first", K_BOOL, "0",
+	     "NVMe/TCP host: with a done word, a received piece's H2D copy is posted before the "
+	     "device reads held so far complete (their callbacks then cannot delay it)"),
 	KNOB("nvmf.host.copy_poll_us", K_INT, "0",
 	     "NVMe/TCP host: an idle receiver polls its socket and its H2D copies this long "
 	     "before blocking on the copies (0: block at once)",

@@ -426,8 +426,11 @@ static void device_ring_packing(void **state)
 	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunks", "3"), 0);
-	/* events: 0 waiting at once, 1 polling first; done word: 2 batches, 3 the default */
-	for (int mode = 0; mode < 4; mode++) {
+	/*
+	 * events: 0 waiting at once, 1 polling first; done word: 2 batches, 3 the
+	 * default, 4 each copy posted before the held reads complete (post_first)
+	 */
+	for (int mode = 0; mode < 5; mode++) {
 		struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
 				     .cv = PTHREAD_COND_INITIALIZER, .total = total, .dbase = d,
 				     .off = off, .len = len };
@@ -435,6 +438,7 @@ static void device_ring_packing(void **state)
 		assert_int_equal(gdx_config_set("nvmf.host.copy_poll_us", mode == 1 ? "50" : "0"), 0);
 		assert_int_equal(gdx_config_set("nvmf.host.copy_batch", mode == 2 ? "8" : "1"), 0);
 		assert_int_equal(gdx_config_set("nvmf.host.copy_word", mode >= 2 ? "1" : "0"), 0);
+		assert_int_equal(gdx_config_set("nvmf.host.post_first", mode == 4 ? "1" : "0"), 0);
 		/* the polling mode runs untimed */
 		assert_int_equal(gdx_config_set("nvmf.host.lat_stats", mode == 1 ? "0" : "1"), 0);
 		assert_int_equal(gdx_memset(dev, d, 0, n), 0);
@@ -475,6 +479,7 @@ static void device_ring_packing(void **state)
 	gdx_config_set("nvmf.host.copy_batch", "1");
 	gdx_config_set("nvmf.host.copy_word", "1");
 	gdx_config_set("nvmf.host.lat_stats", "1");
+	gdx_config_set("nvmf.host.post_first", "0");
 	gdx_config_set("nvmf.host.bounce_chunk", "256k");
 	gdx_config_set("nvmf.host.bounce_chunks", "4");
 	gdx_device_free(dev, d);
@@ -511,19 +516,21 @@ static void device_copy_agent(void **state)
 	}
 	assert_int_equal(gdx_device_open(NULL, &dev), 0);
 	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
-	assert_int_equal(gdx_memset(dev, d, 0, n), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "16k"), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "4"), 0);
 	gdx_nvmf_host_opts_init(&o, sizeof(o));
 	o.dev = dev;
 	o.nr_io_queues = 6;
-	{
+	/* then each copy posted before the reads held so far complete */
+	for (int pf = 0; pf < 2; pf++) {
 		struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
 				     .cv = PTHREAD_COND_INITIALIZER, .total = total, .dbase = d,
 				     .off = off, .len = len };
 
+		assert_int_equal(gdx_config_set("nvmf.host.post_first", pf ? "1" : "0"), 0);
+		assert_int_equal(gdx_memset(dev, d, 0, n), 0);
 		assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
-		t_fill(a, n, 4343);
+		t_fill(a, n, 4343 + (unsigned)pf);
 		assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
 		dread_check(&st, dev, a, b, n);
 		assert_true(io_counter(st.c, "h2d_copies") >= total);
@@ -532,6 +539,7 @@ static void device_copy_agent(void **state)
 		assert_int_equal(io_counter(st.c, "dev_queries"), 0);
 		gdx_nvmf_disconnect(st.c);
 	}
+	gdx_config_set("nvmf.host.post_first", "0");
 	if (!strcmp(gdx_device_kind(dev), "emulated")) {
 		/* 32 reads, none submitted from a callback: each failure costs a reconnect */
 		struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER,

@@ -885,6 +885,7 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 	p->copy_batch = (unsigned)gdx_cfg_int("nvmf.host.copy_batch");
 	p->copy_word = gdx_cfg_bool("nvmf.host.copy_word");
 	p->lat_stats = gdx_cfg_bool("nvmf.host.lat_stats");
+	p->post_first = gdx_cfg_bool("nvmf.host.post_first");
 	p->copy_agent = (unsigned)gdx_cfg_int("nvmf.host.copy_agent");
 	/* once here, not per I/O: a knob read takes the config lock and scans the environment */
 	p->require_direct = gdx_cfg_bool("require_direct");

@@ -189,6 +189,7 @@ struct nh_params {
 	unsigned copy_batch;
 	bool copy_word;
 	bool lat_stats;			/* stamp reads (NH_CNT_LAT_*) */
+	bool post_first;		/* done word: post a piece's copy, then release held reads */
 	unsigned copy_agent;		/* workers of the copy agent; 0: none */
 	bool require_direct;		/* device memory may not bounce */
 };

@@ -1018,7 +1018,8 @@ static int skip_bytes(struct nh_queue *q, size_t n)
  * would run past the ring's end starts over at its beginning instead (the
  * tail is skipped: one copy, not two).  The copies are not waited for here:
  * the read is held (complete_slot) until they landed.  Reads held so far
- * are checked once per piece, before its copy is added.
+ * are checked once per piece, before its copy is added (with a done word
+ * and nvmf.host.post_first, after).
  */
 static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n, uint32_t *crc)
 {
@@ -1048,7 +1049,12 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 		}
 		if (q->tp.ddgst)
 			*crc = gdx_crc32c_update(*crc, p, piece);
-		if (q->held && (q->batch == 1 || q->word)) {
+		/*
+		 * Asked before this copy is added: with events the copy would keep
+		 * the stream busy.  With a done word, nvmf.host.post_first looks
+		 * after it instead.
+		 */
+		if (q->held && (q->batch == 1 || q->word) && !(q->word && q->ctrl->p.post_first)) {
 			rc = ring_progress(q);
 			if (rc)
 				return rc;
@@ -1092,6 +1098,15 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 			rc = ring_mark(q);
 			if (rc)
 				return rc;
+		}
+		/*
+		 * post_first: the held reads are looked at once this copy is out,
+		 * so that their callbacks (a resubmission each, as likely as not)
+		 * no longer hold it back.
+		 */
+		if (q->held && q->word && q->ctrl->p.post_first) {
+			ring_progress_word(q);
+			release_held(q);
 		}
 		dst += piece;
 		n -= piece;
