@@ -510,10 +510,13 @@ static const char *const call_names[] = { "cmds", "h2d_copies", "copy_calls", "e
 					  "ring_full",
 					  /* reads timed, then nanoseconds per stage, summed */
 					  "lat_reads", "lat_sent_ns", "lat_data_ns", "lat_post_ns",
-					  "lat_land_ns", "lat_queue_ns", "lat_cb_ns" };
+					  "lat_land_ns", "lat_queue_ns", "lat_cb_ns",
+					  /* completions: one or several reads together */
+					  "lat_releases" };
 #define NCALLS 6u
 #define NRING_FULL 6u
 #define NLAT0 7u
+#define NLAT_REL 14u
 #define NCOUNT GDX_ARRAY_SIZE(call_names)
 /* the stages' names in the report: submit->sent->data->post->land->queue->cb */
 static const char *const lat_names[] = { "sent", "data", "post", "land", "queue", "cb" };
@@ -580,6 +583,9 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 			/* against depth / IOPS (Little): what the stages leave out */
 			printf(", \"lat_total_us\": %.2f, \"lat_little_us\": %.2f", sum,
 			       iops > 0 ? (double)qd / iops * 1e6 : 0);
+			if (calls[NLAT_REL])
+				printf(", \"reads_per_release\": %.2f",
+				       (double)nlat / (double)calls[NLAT_REL]);
 		}
 		printf("}\n");
 		fflush(stdout);
@@ -604,6 +610,8 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 			       (double)calls[NLAT0 + 1 + k] / (double)nlat / 1e3);
 		if (iops > 0)
 			printf(" (qd/IOPS %.1f)", (double)qd / iops * 1e6);
+		if (calls[NLAT_REL])
+			printf(", %.2f reads per release", (double)nlat / (double)calls[NLAT_REL]);
 	}
 	printf("\n");
 	fflush(stdout);

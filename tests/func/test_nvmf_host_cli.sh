@@ -94,5 +94,6 @@ for l in sys.stdin:
 	for k in names:
 		assert j["lat_%s_us" % k] >= 0, (k, l)
 	assert j["lat_data_us"] > 0, l
+	assert j["reads_per_release"] >= 1, l
 ' || fail "bench nvmf-host: no read stages: $out"
 exit $((fails > 0))

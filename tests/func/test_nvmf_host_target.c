@@ -457,6 +457,9 @@ static void device_ring_packing(void **state)
 		} else {
 			assert_true(io_counter(st.c, "lat_reads") >= total);
 			assert_true(io_counter(st.c, "lat_data_ns") > 0);
+			/* reads complete one by one or several together, never more often */
+			assert_true(io_counter(st.c, "lat_releases") > 0);
+			assert_true(io_counter(st.c, "lat_releases") <= io_counter(st.c, "lat_reads"));
 		}
 		/* with a done word the receiver never asks the device how far the copies got */
 		if (mode >= 2)

@@ -147,7 +147,7 @@ struct nh_queue {
 	struct nh_req *held;		/* device reads received, copies maybe still running */
 	struct nh_req **held_tail;
 
-	struct gdx_counter cnt[19];
+	struct gdx_counter cnt[20];
 };
 
 /*
@@ -157,12 +157,13 @@ struct nh_queue {
  * submission to the command going out (SENT), to their last data byte (DATA),
  * to the copy of that byte posted (POST), to its landing seen by the receiver
  * (LAND), to their completion callback starting (QUEUE: behind the callbacks
- * of reads released before them) and in that callback (CB).
+ * of reads released before them) and in that callback (CB); REL counts the
+ * times timed reads were completed, one or several together.
  */
 enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO, NH_CNT_COPY,
        NH_CNT_COPY_CALL, NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT, NH_CNT_RING_FULL,
        NH_CNT_LAT_N, NH_CNT_LAT_SENT, NH_CNT_LAT_DATA, NH_CNT_LAT_POST, NH_CNT_LAT_LAND,
-       NH_CNT_LAT_QUEUE, NH_CNT_LAT_CB };
+       NH_CNT_LAT_QUEUE, NH_CNT_LAT_CB, NH_CNT_LAT_REL };
 
 struct nh_params {
 	char addr[256];

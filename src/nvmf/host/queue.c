@@ -39,7 +39,7 @@ static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "error
 					 "queued_full", "timeouts", "h2d_copies", "copy_calls",
 					 "event_records", "dev_queries", "dev_waits", "ring_full",
 					 "lat_reads", "lat_sent_ns", "lat_data_ns", "lat_post_ns",
-					 "lat_land_ns", "lat_queue_ns", "lat_cb_ns" };
+					 "lat_land_ns", "lat_queue_ns", "lat_cb_ns", "lat_releases" };
 
 /* ---- socket helpers ------------------------------------------------------- */
 
@@ -647,6 +647,7 @@ static void lat_done(struct nh_queue *q, uint64_t start)
 static void release_held(struct nh_queue *q)
 {
 	uint64_t seen;
+	bool timed = false;
 
 	if (!q->held || q->held->ring_end > q->done)
 		return;
@@ -659,9 +660,12 @@ static void release_held(struct nh_queue *q)
 		if (!q->held)
 			q->held_tail = &q->held;
 		t = seen ? lat_read(q, r, seen) : 0;
+		timed |= t != 0;
 		nh_req_complete(r, r->held_result);
 		lat_done(q, t);
 	}
+	if (timed)
+		gdx_counter_add(&q->cnt[NH_CNT_LAT_REL], 1);
 }
 
 /* Stamps the held reads whose last copies were just posted (ring_flush). */
@@ -988,6 +992,8 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 	} else {
 		uint64_t t = r->t_sub ? lat_read(q, r, gdx_now_ns()) : 0;
 
+		if (t)
+			gdx_counter_add(&q->cnt[NH_CNT_LAT_REL], 1);
 		nh_req_complete(r, result);
 		lat_done(q, t);
 	}
