@@ -9,7 +9,7 @@
  * host side and src/gpu/emulated.c runs the same loop on a host thread.
  *
  * Kept for reference and for regenerating src/gpu/agent_ptx.h with
- * scripts/gen_agent_ptx.sh (the driver JIT-compiles the committed PTX; it
+ * `scripts/gen_ptx.sh agent` (the driver JIT-compiles the committed PTX; it
  * needs sm_70: acquire loads, release stores and nanosleep).
  *
  * Worker w owns rings w, w + nworkers, ...  Its thread 0 watches their tails

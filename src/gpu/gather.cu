@@ -6,7 +6,7 @@
  * each of which costs the stream about 25 us on an H200 whatever its size.
  *
  * Kept for reference and for regenerating src/gpu/gather_ptx.h with
- * scripts/gen_gather_ptx.sh: gdx needs no CUDA compiler at build or run time;
+ * `scripts/gen_ptx.sh gather`: gdx needs no CUDA compiler at build or run time;
  * the driver JIT-compiles the committed PTX for whatever GPU it runs on.
  *
  * Block (x, y) copies bytes [y * GATHER_SPAN, (y + 1) * GATHER_SPAN) of piece
