@@ -100,7 +100,8 @@ GDX_API int gdx_nvmf_target_bound_port(struct gdx_nvmf_target *t, uint16_t porti
 
 /*
  * Writes the counters as one JSON object: target totals, then per
- * controller, per queue and per namespace.
+ * controller, per queue and per namespace, and last "nvmf.target.lat": the
+ * reads' stage sums and the reactors' time (knob nvmf.target.lat_stats).
  */
 GDX_API int gdx_nvmf_target_stats_json(struct gdx_nvmf_target *t, FILE *f);
 

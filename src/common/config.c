@@ -188,6 +188,9 @@ static struct knob knobs[] = {
 	KNOB("nvmf.host.lat_stats", K_BOOL, "1",
 	     "NVMe/TCP host: time each read's stages (a few clock reads per read) and sum them "
 	     "per queue: the lat_* counters of gdx_nvmf_ctrl_stats_json"),
+	KNOB("nvmf.target.lat_stats", K_BOOL, "1",
+	     "NVMe/TCP target: time each I/O read's stages (three clock reads per read) and "
+	     "the reactors' sleep, poll and busy time: nvmf.target.lat in the target's stats JSON"),
 	KNOB("nvmf.host.post_first", K_BOOL, "0",
 	     "NVMe/TCP host: with a done word, a received piece's H2D copy is posted before the "
 	     "device reads held so far complete (their callbacks then cannot delay it)"),

@@ -7,6 +7,7 @@
  * same port while reads are in flight.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -205,6 +206,32 @@ struct cbstate {
 	uint64_t seed;
 };
 
+/* The target's "nvmf.target.lat" object, parsed (caller puts it). */
+static json_object *target_lat(json_object **root)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&text, &len);
+	json_object *lat = NULL;
+
+	assert_non_null(m);
+	assert_int_equal(gdx_nvmf_target_stats_json(tgt, m), 0);
+	fclose(m);
+	*root = json_tokener_parse(text);
+	free(text);
+	assert_non_null(*root);
+	assert_true(json_object_object_get_ex(*root, "nvmf.target.lat", &lat));
+	return lat;
+}
+
+static double lat_num(json_object *lat, const char *name)
+{
+	json_object *v;
+
+	assert_true(json_object_object_get_ex(lat, name, &v));
+	return json_object_get_double(v);
+}
+
 /* Resubmits from the completion callback to keep 32 reads in flight. */
 static void callback_depth_on(struct gdx_nvmf_ctrl *c);
 
@@ -241,6 +268,7 @@ static void callback_depth_on(struct gdx_nvmf_ctrl *c)
 			      .cv = PTHREAD_COND_INITIALIZER, .target = 2000, .seed = 5 };
 	struct gdx_nvmf_io io[32];
 	uint8_t *buf = malloc(32 * 4096);
+	json_object *root0, *root1, *lat0 = target_lat(&root0), *lat1;
 
 	st.outstanding = 32;
 	for (int i = 0; i < 32; i++) {
@@ -255,6 +283,28 @@ static void callback_depth_on(struct gdx_nvmf_ctrl *c)
 	pthread_mutex_unlock(&st.m);
 	assert_int_equal(st.errors, 0);
 	assert_true(st.done >= st.target);
+	/*
+	 * The target timed every read: its stage sums grew, the means are
+	 * non-negative and add up, the reactors woke with capsules to parse and
+	 * spent their time somewhere.
+	 */
+	lat1 = target_lat(&root1);
+	assert_true(lat_num(lat1, "reads") >= lat_num(lat0, "reads") + st.done);
+	assert_true(lat_num(lat1, "wake_cmds") >= lat_num(lat0, "wake_cmds") + st.done);
+	assert_true(lat_num(lat1, "wakes") > lat_num(lat0, "wakes"));
+	assert_true(lat_num(lat1, "busy_ns") > lat_num(lat0, "busy_ns"));
+	assert_true(lat_num(lat1, "ns_ns") > lat_num(lat0, "ns_ns"));
+	assert_true(lat_num(lat1, "lat_pickup_us") >= 0 && lat_num(lat1, "lat_ns_us") > 0 &&
+		    lat_num(lat1, "lat_send_us") > 0);
+	assert_true(lat_num(lat1, "lat_total_us") + 0.01 >=
+		    lat_num(lat1, "lat_pickup_us") + lat_num(lat1, "lat_ns_us") +
+			    lat_num(lat1, "lat_send_us"));
+	assert_true(lat_num(lat1, "lat_cmds_per_wake") > 0);
+	assert_true(lat_num(lat1, "lat_cmds_per_wake") <= 64.0 * 128);
+	assert_true(fabs(lat_num(lat1, "lat_sleep_pct") + lat_num(lat1, "lat_poll_pct") +
+			 lat_num(lat1, "lat_busy_pct") - 100.0) < 0.01);
+	json_object_put(root0);
+	json_object_put(root1);
 	{
 		/* the counters add up: each I/O queue's Connect, then every read moving 4 KiB */
 		char js[4096];

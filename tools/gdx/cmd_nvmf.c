@@ -93,21 +93,35 @@ static int parse_listen(const char *s, struct listen_arg *l)
 	return 0;
 }
 
+/* A file is replaced whole (written aside, renamed): a reader never sees half of it. */
 static int write_stats(struct gdx_nvmf_target *t, const char *path)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+	bool file = strcmp(path, "-") != 0;
+	char tmp[4096];
+	FILE *f;
 	int ret;
 
+	if (file && snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	f = file ? fopen(tmp, "w") : stdout;
 	if (!f) {
-		fprintf(stderr, "gdx nvmf target: %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "gdx nvmf target: %s: %s\n", tmp, strerror(errno));
 		return -errno;
 	}
 	ret = gdx_nvmf_target_stats_json(t, f);
 	fputc('\n', f);
-	if (f != stdout)
-		fclose(f);
-	else
+	if (!file) {
 		fflush(f);
+		return ret;
+	}
+	if (fclose(f) && !ret)
+		ret = -EIO;
+	if (!ret && rename(tmp, path))
+		ret = -errno;
+	if (ret) {
+		fprintf(stderr, "gdx nvmf target: %s: %s\n", path, gdx_strerror(ret));
+		unlink(tmp);
+	}
 	return ret;
 }
 

@@ -92,6 +92,8 @@ struct tcp_req {
 	uint32_t h2c_done;
 	struct tx_item tx_data, tx_rsp;
 	struct tcp_req *next_free;
+	bool timed;		/* an I/O read whose stages are summed */
+	uint64_t t_wake, t_sub, t_done;
 };
 
 enum rx_state { RX_HDR, RX_PAD, RX_DATA, RX_DDGST };
@@ -171,10 +173,32 @@ struct tcp_reactor {
 	unsigned nhandoff, handoff_cap;
 	struct tcp_conn *conns;
 	struct tcp_conn *dirty;
+	uint64_t wake_ns;	/* when this iteration's events were got */
+	unsigned iter_cmds;	/* capsules parsed in this iteration */
+	struct tgt_lat lat;
 };
 
 static void conn_close(struct tcp_conn *c, const char *why);
 static void req_done(struct nvmf_req *nr);
+
+/* Only the reactor writes its sums: no read-modify-write on the bus. */
+static void lat_add(struct tcp_reactor *r, unsigned i, uint64_t v)
+{
+	atomic_store_explicit(&r->lat.v[i],
+			      atomic_load_explicit(&r->lat.v[i], memory_order_relaxed) + v,
+			      memory_order_relaxed);
+}
+
+/* A timed read's data and response are on the socket. */
+static void lat_read_sent(struct tcp_reactor *r, const struct tcp_req *t)
+{
+	uint64_t now = gdx_now_ns();
+
+	lat_add(r, TGT_LAT_READS, 1);
+	lat_add(r, TGT_LAT_PICKUP_NS, t->t_sub > t->t_wake ? t->t_sub - t->t_wake : 0);
+	lat_add(r, TGT_LAT_NS_NS, t->t_done - t->t_sub);
+	lat_add(r, TGT_LAT_SEND_NS, now > t->t_done ? now - t->t_done : 0);
+}
 
 /* ---- tx -------------------------------------------------------------------- */
 
@@ -222,6 +246,8 @@ static void tx_item_sent(struct tcp_conn *c, struct tx_item *it)
 	switch (it->kind) {
 	case TX_C2H_FINAL:
 	case TX_RSP:
+		if (it->req->timed && c->r)
+			lat_read_sent(c->r, it->req);
 		req_free(it->req);
 		break;
 	case TX_TERM:
@@ -419,6 +445,7 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 		c->slots[c->nslots++] = t;
 	}
 	c->nused++;
+	t->timed = false;
 	t->status = 0;
 	t->ddgst_err = false;
 	t->h2c_done = 0;
@@ -475,6 +502,8 @@ static void req_done(struct nvmf_req *nr)
 		return;
 	}
 	t->state = REQ_TX;
+	if (t->timed)
+		t->t_done = gdx_now_ns();
 	if (nr->cmd.opc == GDX_NVME_OPC_FABRICS && nr->cmd.fctype == GDX_NVMF_FCTYPE_CONNECT &&
 	    !nr->cqe.status && c->sq.qid && !c->local) {
 		struct tcp_reactor *to = &c->tgt->reactors[(c->sq.qid - 1u) % c->tgt->nreactors];
@@ -514,6 +543,11 @@ static void req_exec(struct tcp_conn *c, struct tcp_req *t)
 {
 	t->state = REQ_EXEC;
 	c->inflight++;
+	if (c->r && c->tgt->lat_stats && c->sq.qid && t->req.cmd.opc == GDX_NVME_CMD_READ) {
+		t->timed = true;
+		t->t_wake = c->r->wake_ns;
+		t->t_sub = gdx_now_ns();
+	}
 	nvmf_req_exec(&t->req);
 }
 
@@ -619,6 +653,8 @@ static void handle_cmd(struct tcp_conn *c)
 	}
 	c->rx_req = t;
 	c->win_cmds++;
+	if (c->r)
+		c->r->iter_cmds++;
 	c->win_depth = GDX_MAX(c->win_depth, c->nused);
 	t->state = REQ_RX_CAPSULE;
 	t->req.cmd = c->hdr.cmd.sqe;
@@ -1231,7 +1267,9 @@ static void *reactor_main(void *arg)
 	/* one clock read per iteration (two after a sleep when polling): on
 	 * some machines it is a system call */
 	uint64_t now = gdx_now_ns(), next_tick = now + 1000000000ull, last_event = 0, window = 0;
+	uint64_t prev;
 	uint64_t next_place = 0, cap = r->tgt->poll_ns;
+	bool lat = r->tgt->lat_stats;
 
 	r->at = -1;
 	pthread_getaffinity_np(pthread_self(), sizeof(r->home), &r->home);
@@ -1244,10 +1282,11 @@ static void *reactor_main(void *arg)
 		if (r->at < 0 && !r->shares_home && now - last_event < window)
 			timeout = 0;
 		n = epoll_wait(r->epfd, evs, 64, timeout);
+		r->wake_ns = timeout && (cap || lat) ? gdx_now_ns() : now;
 		/* gaps count from the end of the last busy iteration; an event caught
 		 * while polling leaves the window as it is */
 		if (cap && timeout) {
-			uint64_t gap = gdx_now_ns() - last_event;
+			uint64_t gap = r->wake_ns - last_event;
 
 			if (n > 0)
 				window = poll_adapt(window, gap, cap);
@@ -1294,9 +1333,24 @@ static void *reactor_main(void *arg)
 		}
 		nvmf_ioctx_flush(r->ioctx);
 		flush_dirty(r);
+		prev = now;
 		now = gdx_now_ns();
 		if (n > 0)
 			last_event = now;
+		if (lat) {
+			if (timeout) {
+				lat_add(r, TGT_LAT_SLEEPS, 1);
+				lat_add(r, TGT_LAT_SLEEP_NS, r->wake_ns - prev);
+			}
+			if (n > 0) {
+				lat_add(r, TGT_LAT_WAKES, 1);
+				lat_add(r, TGT_LAT_WAKE_CMDS, r->iter_cmds);
+				lat_add(r, TGT_LAT_BUSY_NS, now - r->wake_ns);
+			} else if (!timeout) {
+				lat_add(r, TGT_LAT_POLL_NS, now - prev);
+			}
+		}
+		r->iter_cmds = 0;
 		if (r->tgt->follow && now >= next_place) {
 			place(r);
 			next_place = now + PLACE_NS;
@@ -1523,9 +1577,25 @@ void nvmf_tcp_stop(struct gdx_nvmf_target *t)
 		close(t->reactors[0].listeners[i].fd);
 	for (unsigned i = 0; i < t->nreactors; i++)
 		reactor_fini(&t->reactors[i]);
+	nvmf_tcp_lat_sum(t, NULL);
 	free(t->reactors);
 	t->reactors = NULL;
 	t->running = false;
+}
+
+void nvmf_tcp_lat_sum(struct gdx_nvmf_target *t, uint64_t *out)
+{
+	for (unsigned k = 0; k < TGT_LAT_NR; k++) {
+		uint64_t v = atomic_load_explicit(&t->lat_done.v[k], memory_order_relaxed);
+
+		for (unsigned i = 0; t->reactors && i < t->nreactors; i++)
+			v += atomic_load_explicit(&t->reactors[i].lat.v[k], memory_order_relaxed);
+		/* NULL: the reactors are going away, keep their sums */
+		if (out)
+			out[k] = v;
+		else
+			atomic_store_explicit(&t->lat_done.v[k], v, memory_order_relaxed);
+	}
 }
 
 /* ---- local connections (tests, fuzzing) --------------------------------------------- */

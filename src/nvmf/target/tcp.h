@@ -15,6 +15,29 @@ struct tcp_conn;
 
 enum { TGT_CTR_CONNS, TGT_CTR_CONN_ERRORS, TGT_CTR_PDUS_IN, TGT_CTR_PDUS_OUT, TGT_CTR_NR };
 
+/*
+ * Where the target's reads and reactors spend their time (nvmf.target.lat_stats):
+ * sums in ns and counts, each reactor's written by it alone (relaxed stores, no
+ * shared cache line), added up when the counters are dumped.
+ */
+enum {
+	TGT_LAT_READS,		/* I/O reads timed (opcode read on an I/O queue) */
+	TGT_LAT_PICKUP_NS,	/* the reactor got the socket's events -> read submitted */
+	TGT_LAT_NS_NS,		/* submitted -> the namespace completed it */
+	TGT_LAT_SEND_NS,	/* completed -> data and response handed to the socket */
+	TGT_LAT_WAKES,		/* reactor iterations that found events */
+	TGT_LAT_WAKE_CMDS,	/* command capsules parsed in them */
+	TGT_LAT_SLEEPS,		/* blocking epoll_wait calls */
+	TGT_LAT_SLEEP_NS,	/* time in them */
+	TGT_LAT_POLL_NS,	/* time in iterations that polled and found nothing */
+	TGT_LAT_BUSY_NS,	/* time handling events */
+	TGT_LAT_NR
+};
+
+struct tgt_lat {
+	_Atomic uint64_t v[TGT_LAT_NR];
+};
+
 struct gdx_nvmf_target {
 	struct nvmf_tgt core;
 	unsigned nreactors;
@@ -31,10 +54,14 @@ struct gdx_nvmf_target {
 	bool running;
 	struct gdx_counter ctr[TGT_CTR_NR];
 	struct gdx_stats *stats;
+	bool lat_stats;
+	struct tgt_lat lat_done;	/* reactors that have stopped */
 };
 
 int nvmf_tcp_start(struct gdx_nvmf_target *t);
 void nvmf_tcp_stop(struct gdx_nvmf_target *t);
+/* The latency sums of every reactor, stopped or running, into out[TGT_LAT_NR]. */
+void nvmf_tcp_lat_sum(struct gdx_nvmf_target *t, uint64_t *out);
 
 /*
  * For tests and the fuzzer: a connection on an already connected socket,
