@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -149,6 +151,27 @@ struct tcp_ep {
 	int dead, flushed;
 	unsigned char *rbuf;
 	size_t rpos, rlen;
+	/*
+	 * Who reads the socket (and rbuf): the receive thread, except while a
+	 * caller sleeps in gdx_xport_cq_wait with answers due and the receive
+	 * thread is parked between frames with nothing buffered.  Then the
+	 * sleeper takes the socket (w_reader): the socket leaves the receive
+	 * thread's epoll set (rx_epfd) for the sleeper's (w_epfd, in the CQ's
+	 * set), the answers wake the sleeper alone, and it completes them itself.
+	 * On waking it hands the socket back; what it cannot handle (a frame with
+	 * a payload, a request of the peer, a partial frame) stays in rbuf and
+	 * wakes the receive thread (rx_wake), as does a dying connection.
+	 */
+	int rx_epfd, w_epfd, rx_wake;
+	int rx_boundary;	/* receive thread only: no byte of the next frame read */
+	int rx_parked;		/* the receive thread waits between frames, rbuf empty */
+	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
+	pthread_t w_tid;
+	uint64_t big_id;	/* the last request sent by the transmit thread */
+	atomic_long rx_reads;	/* socket reads of the receive thread while parked */
+	long w_mark;		/* rx_reads when a waiter last took the socket */
+	int w_took, w_exp;	/* the last chance was taken; failures in a row (capped) */
+	unsigned w_skip;	/* chances left out before the next try */
 	/*
 	 * Responses the receive thread owes, sent together when it next waits for
 	 * input (or before anything else it sends), so a burst of requests is
@@ -302,6 +325,70 @@ static void zc_reap(struct tcp_ep *t)
 static int resp_flush(struct tcp_ep *t);
 static void tx_kick(struct tcp_ep *t);
 
+static void rx_wakeup(struct tcp_ep *t)
+{
+	uint64_t v = 1;
+
+	if (write(t->rx_wake, &v, sizeof(v)) < 0)
+		GDX_DBG(SUBSYS, "eventfd write: %s", strerror(errno));
+}
+
+/*
+ * Waits between frames, rbuf empty, for input: from the socket, or left in
+ * rbuf by a CQ waiter that read the socket meanwhile.  Returns the bytes now
+ * in rbuf.
+ */
+static ssize_t rx_park(struct tcp_ep *t)
+{
+	ssize_t n;
+
+	for (;;) {
+		struct epoll_event ev[2];
+		uint64_t v;
+		int waiter;
+
+		pthread_mutex_lock(&t->lock);
+		waiter = t->w_reader;
+		if (t->dead) {
+			t->rx_parked = 0;
+			pthread_mutex_unlock(&t->lock);
+			return -ECONNRESET;
+		}
+		if (!waiter) {
+			t->rx_parked = 0;
+			if (t->rlen > t->rpos) {
+				pthread_mutex_unlock(&t->lock);
+				return (ssize_t)(t->rlen - t->rpos);
+			}
+		}
+		pthread_mutex_unlock(&t->lock);
+		if (!waiter) {
+			if (t->rpos == t->rlen)
+				t->rpos = t->rlen = 0;
+			do
+				n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
+			while (n < 0 && errno == EINTR);
+			if (n == 0)
+				return -ECONNRESET;
+			if (n > 0) {
+				atomic_fetch_add_explicit(&t->rx_reads, 1, memory_order_relaxed);
+				t->rlen += (size_t)n;
+				return n;
+			}
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				return -errno;
+			pthread_mutex_lock(&t->lock);
+			t->rx_parked = 1;
+			pthread_mutex_unlock(&t->lock);
+		}
+		n = epoll_wait(t->rx_epfd, ev, 2, -1);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (read(t->rx_wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			return -errno;
+	}
+}
+
 static ssize_t rx_fill(struct tcp_ep *t)
 {
 	ssize_t n;
@@ -353,6 +440,8 @@ static ssize_t rx_fill(struct tcp_ep *t)
 	n = resp_flush(t);
 	if (n)
 		return n;
+	if (t->rx_boundary)
+		return rx_park(t);
 	do
 		n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, 0);
 	while (n < 0 && errno == EINTR);
@@ -370,6 +459,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 	size_t have = GDX_MIN(n, t->rlen - t->rpos);
 
 	if (have) {
+		t->rx_boundary = 0;
 		if (dst)
 			memcpy(dst, t->rbuf + t->rpos, have);
 		t->rpos += have;
@@ -385,6 +475,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 			r = rx_fill(t);
 			if (r < 0)
 				return (int)r;
+			t->rx_boundary = 0;
 			have = GDX_MIN(n, t->rlen - t->rpos);
 			if (dst) {
 				memcpy(dst, t->rbuf + t->rpos, have);
@@ -617,6 +708,7 @@ static void kill_conn(struct tcp_ep *t, int why)
 		if (why)
 			GDX_WARN(SUBSYS, "connection lost: %s", gdx_strerror(why));
 		shutdown(t->fd, SHUT_RDWR);
+		rx_wakeup(t);
 		pthread_cond_broadcast(&t->tx_cond);
 		pthread_cond_broadcast(&t->rx_cond);
 	}
@@ -841,6 +933,8 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 
 	tx_payload(x, &x->pp, &dev, &x->plen);
 	x->small = !dev && x->plen <= DIRECT_MAX;
+	if (x->req && !x->small)
+		t->big_id = x->h.id;
 	Q_PUSH(x, &t->txq_head, &t->txq_tail);
 	t->qlen++;
 	if (x->req && x->small && t->on_wire > 0 && !t->rx_stalled && !t->sending &&
@@ -1113,32 +1207,47 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 	return tx_submit(t, x);
 }
 
-/* The response at the head of the outstanding queue must be for id. */
-static int rx_resp(struct tcp_ep *t, const struct hdr *h)
+/*
+ * The response at the head of the outstanding queue must be for id: then its
+ * request is taken off the queue.  Lock held; quiet (a CQ waiter leaves what
+ * it cannot take to the receive thread, which reports it).
+ */
+static int resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out)
 {
-	struct qent *q;
-	int ret = 0, st = h->status;
+	struct qent *q = t->outst_head;
+	int st = h->status;
 
-	pthread_mutex_lock(&t->lock);
-	q = t->outst_head;
 	if (!q || (uint64_t)(uintptr_t)q->data != h->id ||
 	    (h->type == F_READ_RESP) != (q->req->op == GDX_XPORT_OP_READ)) {
-		pthread_mutex_unlock(&t->lock);
-		GDX_ERR(SUBSYS, "response to a request not outstanding (id %llu)",
-			(unsigned long long)h->id);
+		if (!quiet)
+			GDX_ERR(SUBSYS, "response to a request not outstanding (id %llu)",
+				(unsigned long long)h->id);
 		return GDX_EPROTO;
 	}
 	if ((h->type == F_READ_RESP && !st && h->len != q->req->buf.len) ||
 	    (st && (st > 0 || st <= GDX_E_LAST))) {
-		pthread_mutex_unlock(&t->lock);
-		GDX_ERR(SUBSYS, "response to request %llu: status %d, %llu bytes for a %zu-byte "
-			"read", (unsigned long long)h->id, st, (unsigned long long)h->len,
-			q->req->buf.len);
+		if (!quiet)
+			GDX_ERR(SUBSYS, "response to request %llu: status %d, %llu bytes for a "
+				"%zu-byte read", (unsigned long long)h->id, st,
+				(unsigned long long)h->len, q->req->buf.len);
 		return GDX_EPROTO;
 	}
 	q_pop(&t->outst_head, &t->outst_tail);
 	t->on_wire--;
+	*out = q;
+	return 0;
+}
+
+static int rx_resp(struct tcp_ep *t, const struct hdr *h)
+{
+	struct qent *q;
+	int ret, st = h->status;
+
+	pthread_mutex_lock(&t->lock);
+	ret = resp_take(t, h, 0, &q);
 	pthread_mutex_unlock(&t->lock);
+	if (ret)
+		return ret;
 	if (h->type == F_READ_RESP) {
 		if (!st) {
 			ret = rx_into(t, q->req->buf.p, q->req->buf.dev, q->req->buf.kind, h->len);
@@ -1163,6 +1272,155 @@ static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 	return 0;
 }
 
+/*
+ * A CQ waiter holding the socket: reads what is there without blocking and
+ * completes the answers that carry no payload, in order, up to the first
+ * frame it leaves to the receive thread.
+ */
+static void w_read(struct tcp_ep *t)
+{
+	for (int more = 1;; ) {
+		ssize_t n;
+
+		while (t->rlen - t->rpos >= sizeof(struct hdr)) {
+			struct qent *q;
+			struct hdr h;
+			int st;
+
+			memcpy(&h, t->rbuf + t->rpos, sizeof(h));
+			if (h.len || (h.type != F_RESP && h.type != F_READ_RESP))
+				return;
+			pthread_mutex_lock(&t->lock);
+			/*
+			 * Not for a frame whose sender has yet to account it (it may
+			 * still be in its sendmsg): the receive thread sorts that out.
+			 */
+			st = t->on_wire > 0 ? resp_take(t, &h, 1, &q) : -EAGAIN;
+			if (!st && h.type == F_READ_RESP) {
+				t->reads_in_flight--;
+				pthread_cond_broadcast(&t->tx_cond);
+			}
+			pthread_mutex_unlock(&t->lock);
+			if (st)
+				return;
+			t->rpos += sizeof(h);
+			gdx_xport_complete(q->req, h.status, h.status ? 0 : q->req->buf.len);
+			free(q);
+		}
+		if (!more)
+			return;
+		if (t->rpos == t->rlen) {
+			t->rpos = t->rlen = 0;
+		} else if (t->rpos) {
+			memmove(t->rbuf, t->rbuf + t->rpos, t->rlen - t->rpos);
+			t->rlen -= t->rpos;
+			t->rpos = 0;
+		}
+		do
+			n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+			/* The socket reports an error once: the receive thread learns it here. */
+			int err = errno == ECONNRESET || errno == EPIPE ? 0 : -errno;
+
+			pthread_mutex_lock(&t->lock);
+			kill_conn(t, err);
+			pthread_mutex_unlock(&t->lock);
+		}
+		/* The end of the stream is the receive thread's to see. */
+		if (n <= 0)
+			return;
+		t->rlen += (size_t)n;
+		/* Less than asked for: the socket was empty, no need to ask again. */
+		more = t->rlen == RBUF_SIZE;
+	}
+}
+
+/*
+ * Moves the socket to epoll set `to`.  Edge-triggered: MSG_ZEROCOPY
+ * notifications raise EPOLLERR, which no event mask turns off and no read of
+ * the data clears; level-triggered, they would spin the waits until the
+ * transmit side reaps them.  Both waits read until EAGAIN before sleeping, and
+ * a socket that is readable when added reports at once.
+ */
+static void w_move(struct tcp_ep *t, int from, int to)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET };
+
+	if (epoll_ctl(from, EPOLL_CTL_DEL, t->fd, NULL) ||
+	    epoll_ctl(to, EPOLL_CTL_ADD, t->fd, &ev))
+		GDX_DBG(SUBSYS, "epoll_ctl: %s", strerror(errno));
+}
+
+/*
+ * The sleeper takes the socket, unless that did not pay lately.  It pays when
+ * the answers wake only the sleeper; when the receive thread had to read the
+ * socket anyway before the next chance (answers that came while the
+ * sleeper was away: this is a machine where threads rarely sleep long, such as
+ * a busy one), the sleeper's reading only added work, so it leaves out the
+ * next 1, 3, 7, ... 63 chances before it tries again.  Lock held.
+ */
+static void w_take(struct tcp_ep *t)
+{
+	long r = atomic_load_explicit(&t->rx_reads, memory_order_relaxed);
+
+	if (t->w_took) {
+		t->w_exp = r != t->w_mark ? GDX_MIN(t->w_exp + 1, 6) : 0;
+		t->w_skip = (1u << t->w_exp) - 1;
+	}
+	t->w_took = 0;
+	if (t->w_skip) {
+		t->w_skip--;
+		return;
+	}
+	t->w_took = 1;
+	t->w_mark = r;
+	t->w_reader = 1;
+	t->w_tid = pthread_self();
+	w_move(t, t->rx_epfd, t->w_epfd);
+}
+
+/*
+ * A caller of gdx_xport_cq_wait goes to sleep (sleeping) or has woken.  While
+ * answers are due and the receive thread is parked between frames, the
+ * sleeper takes the socket: the answers then wake it alone, not the receive
+ * thread and, through it, the sleeper.
+ */
+static void tcp_wait(void *priv, int sleeping)
+{
+	struct tcp_ep *t = priv;
+	int dead;
+
+	pthread_mutex_lock(&t->lock);
+	if (sleeping) {
+		/*
+		 * Only while every request awaiting an answer went in small trains:
+		 * large ones may raise MSG_ZEROCOPY notifications, each a spurious
+		 * wake-up of the sleeper, and their transfer time dwarfs a wake-up.
+		 */
+		if (!t->w_reader && !t->dead && t->rx_parked && t->rpos == t->rlen &&
+		    t->on_wire > 0 && (uint64_t)(uintptr_t)t->outst_head->data > t->big_id)
+			w_take(t);
+		pthread_mutex_unlock(&t->lock);
+		return;
+	}
+	if (!t->w_reader || !pthread_equal(t->w_tid, pthread_self())) {
+		pthread_mutex_unlock(&t->lock);
+		return;
+	}
+	dead = t->dead;
+	pthread_mutex_unlock(&t->lock);
+	/* rbuf and the socket are this thread's until it hands them back. */
+	if (!dead)
+		w_read(t);
+	pthread_mutex_lock(&t->lock);
+	t->w_reader = 0;
+	w_move(t, t->w_epfd, t->rx_epfd);
+	if (t->rlen > t->rpos)
+		rx_wakeup(t);
+	pthread_mutex_unlock(&t->lock);
+}
+
 static void *rx_main(void *arg)
 {
 	struct tcp_ep *t = arg;
@@ -1173,6 +1431,7 @@ static void *rx_main(void *arg)
 	while (!ret) {
 		struct hdr h;
 
+		t->rx_boundary = 1;
 		ret = rx_exact(t, &h, sizeof(h));
 		if (ret)
 			break;
@@ -1234,6 +1493,31 @@ static int handshake(int fd, int timeout_ms)
 	return 0;
 }
 
+static void ep_fds_close(struct tcp_ep *t)
+{
+	if (t->rx_epfd >= 0)
+		close(t->rx_epfd);
+	if (t->w_epfd >= 0)
+		close(t->w_epfd);
+	if (t->rx_wake >= 0)
+		close(t->rx_wake);
+}
+
+/* The receive thread's epoll set (socket, rx_wake) and a CQ waiter's (empty). */
+static int ep_fds(struct tcp_ep *t)
+{
+	struct epoll_event in = { .events = EPOLLIN }, et = { .events = EPOLLIN | EPOLLET };
+
+	t->rx_epfd = epoll_create1(EPOLL_CLOEXEC);
+	t->w_epfd = epoll_create1(EPOLL_CLOEXEC);
+	t->rx_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (t->rx_epfd < 0 || t->w_epfd < 0 || t->rx_wake < 0 ||
+	    epoll_ctl(t->rx_epfd, EPOLL_CTL_ADD, t->fd, &et) ||
+	    epoll_ctl(t->rx_epfd, EPOLL_CTL_ADD, t->rx_wake, &in))
+		return -errno;
+	return 0;
+}
+
 static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 {
 	struct tcp_ep *t = calloc(1, sizeof(*t));
@@ -1249,6 +1533,13 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	t->fe = fe;
 	t->fd = fd;
 	t->max_unexpected = fe->opts.max_unexpected;
+	ret = ep_fds(t);
+	if (ret) {
+		ep_fds_close(t);
+		free(t->rbuf);
+		free(t);
+		return ret;
+	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (gdx_cfg_bool("xport.tcp_zerocopy") &&
 	    !setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
@@ -1269,6 +1560,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	}
 	if (ret) {
 		pthread_mutex_destroy(&t->lock);
+		ep_fds_close(t);
 		free(t->rbuf);
 		free(t);
 		return ret;
@@ -1416,8 +1708,14 @@ static void tcp_destroy(void *priv)
 	pthread_cond_destroy(&t->tx_cond);
 	pthread_cond_destroy(&t->rx_cond);
 	pthread_cond_destroy(&t->flushed_cond);
+	ep_fds_close(t);
 	free(t->rbuf);
 	free(t);
+}
+
+static int tcp_event_fd(void *priv)
+{
+	return ((struct tcp_ep *)priv)->w_epfd;
 }
 
 static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
@@ -1525,4 +1823,6 @@ const struct gdx_xport_ops gdx_xport_tcp_ops = {
 	.post = tcp_post,
 	.srq_kick = tcp_match,
 	.progress = tcp_progress,
+	.event_fd = tcp_event_fd,
+	.wait = tcp_wait,
 };

@@ -288,6 +288,15 @@ static void cq_progress(struct gdx_xport_cq *cq)
 	pthread_mutex_unlock(&cq->eps_lock);
 }
 
+static void cq_sleep(struct gdx_xport_cq *cq, int sleeping)
+{
+	pthread_mutex_lock(&cq->eps_lock);
+	for (struct gdx_xport_ep *ep = cq->eps; ep; ep = ep->cq_next)
+		if (ep->ops->wait)
+			ep->ops->wait(ep->priv, sleeping);
+	pthread_mutex_unlock(&cq->eps_lock);
+}
+
 static size_t cq_pending(struct gdx_xport_cq *cq)
 {
 	size_t n;
@@ -392,9 +401,16 @@ GDX_API int gdx_xport_cq_wait(struct gdx_xport_cq *cq, int timeout_ms)
 		r = cq_arm(cq, 0);
 		if (r)
 			return r < 0 ? r : 1;
+		cq_sleep(cq, 1);
 		r = epoll_wait(cq->epfd, ev, 8, left);
 		if (r < 0)
 			r = -errno;
+		pthread_mutex_lock(&cq->lock);
+		/* Awake: what completes now (maybe read by this thread itself) need not signal it. */
+		if (cq->sleepers == 1 && !cq->ext_armed)
+			cq->armed = 0;
+		pthread_mutex_unlock(&cq->lock);
+		cq_sleep(cq, 0);
 		pthread_mutex_lock(&cq->lock);
 		cq->sleepers--;
 		pthread_mutex_unlock(&cq->lock);

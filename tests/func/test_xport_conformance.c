@@ -920,7 +920,8 @@ static void test_paths_and_strict(void **state)
 	ret = gdx_xport_post_send(p.c, dbuf, 64, 1, 0);
 	assert_int_equal(ret, GDX_ENOTDIRECT);
 	assert_int_equal(gdx_xport_mr_reg(p.c, dbuf, 4096, 0, &dm), GDX_ENOTDIRECT);
-	assert_int_equal(gdx_xport_post_recv(p.s, host, 64, 2), 0);
+	/* Into the other half: the sender may still read its buffer while it lands. */
+	assert_int_equal(gdx_xport_post_recv(p.s, host + 2048, 64, 2), 0);
 	ret = gdx_xport_post_send(p.c, host, 64, 3, 0);
 	if (hp == GDX_XPORT_PATH_DIRECT) {
 		assert_int_equal(ret, 0);
@@ -1042,6 +1043,131 @@ static void test_cq_waiter_and_poller(void **state)
 	pair_close(&p);
 }
 
+struct collector {
+	struct gdx_xport_cq *cq;
+	uint64_t until;			/* wr_id that ends the wait */
+	struct gdx_xport_cqe e[8];
+	int n, ret;
+};
+
+/* Only waits on the CQ (gdx_xport_cq_wait, then takes what it found) until wr_id `until`. */
+static void *collect_main(void *arg)
+{
+	struct collector *c = arg;
+
+	while (c->n < 8) {
+		int r = gdx_xport_cq_wait(c->cq, 20000);
+
+		if (r != 1) {
+			c->ret = r ? r : -ETIMEDOUT;
+			return NULL;
+		}
+		r = gdx_xport_cq_poll(c->cq, &c->e[c->n], (unsigned)(8 - c->n));
+		if (r < 0) {
+			c->ret = r;
+			return NULL;
+		}
+		for (int i = 0; i < r; i++)
+			if (c->e[c->n + i].wr_id == c->until)
+				c->ret = 1;
+		c->n += r;
+		if (c->ret)
+			return NULL;
+	}
+	c->ret = -ENOSPC;
+	return NULL;
+}
+
+static const struct gdx_xport_cqe *collected(const struct collector *c, uint64_t wr_id)
+{
+	for (int i = 0; i < c->n; i++)
+		if (c->e[i].wr_id == wr_id)
+			return &c->e[i];
+	fail_msg("no completion for wr_id %llu", (unsigned long long)wr_id);
+	return NULL;
+}
+
+/*
+ * The client sleeps in cq_wait with an answer due that the server holds back
+ * (its receive side is stalled on a message no receive takes): meanwhile the
+ * server writes (with immediate) into and reads from the client's memory, and
+ * both are served although the client only waits.  Then the client's
+ * connection is closed under a new waiter: its request completes with the error.
+ */
+static void test_served_while_waiting(void **state)
+{
+	enum { SZ = 4096 };
+	unsigned char *msg = calloc(2, SZ), *creg = malloc(SZ), *sin = malloc(2 * SZ);
+	unsigned char *w = malloc(SZ), *r = malloc(SZ);
+	struct gdx_xport_mr *mr;
+	struct gdx_xport_opts os;
+	struct collector c = { 0 };
+	struct pair p;
+	pthread_t th;
+
+	(void)state;
+	gdx_xport_opts_init(&os, sizeof(os));
+	os.max_unexpected = SZ;	/* the server keeps the first message, stalls on the second */
+	pair_open(&p, &os, NULL);
+	if (reg_remote(p.c, creg, SZ, GDX_XPORT_ACCESS_REMOTE_WRITE | GDX_XPORT_ACCESS_REMOTE_READ,
+		       &mr))
+		goto out;
+	t_fill(creg, SZ, 61);
+	t_fill(w, SZ, 62);
+	assert_int_equal(gdx_xport_post_recv(p.c, msg, SZ, 10), 0);
+	c = (struct collector){ .cq = p.cqc, .until = 2 };
+	assert_int_equal(pthread_create(&th, NULL, collect_main, &c), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, msg, SZ, 1, 0), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, msg + SZ, SZ, 2, 0), 0);
+	usleep(50000);	/* the client sleeps, its second send unanswered */
+	assert_int_equal(gdx_xport_post_write_imm(p.s, w, SZ, gdx_xport_mr_addr(mr),
+						  gdx_xport_mr_key(mr), 77, 20, 0), 0);
+	assert_int_equal(gdx_xport_post_read(p.s, r, SZ, gdx_xport_mr_addr(mr),
+					     gdx_xport_mr_key(mr), 21, 0), 0);
+	usleep(50000);
+	/* Now the server takes both messages and answers the second send. */
+	assert_int_equal(gdx_xport_post_recv(p.s, sin, SZ, 30), 0);
+	assert_int_equal(gdx_xport_post_recv(p.s, sin + SZ, SZ, 31), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(c.ret, 1);
+	assert_int_equal(collected(&c, 1)->status, 0);
+	assert_int_equal(collected(&c, 10)->op, GDX_XPORT_OP_RECV_WRITE_IMM);
+	assert_int_equal(collected(&c, 10)->imm, 77);
+	kcheck(K_HOST, creg, SZ, 62);
+	c = (struct collector){ .n = 4 };
+	for (int i = 0; i < 4; i++) {
+		get_cqe(p.cqs, &c.e[i]);
+		assert_int_equal(c.e[i].status, 0);
+		assert_int_equal(c.e[i].len, SZ);
+	}
+	assert_int_equal(collected(&c, 30)->op, GDX_XPORT_OP_RECV);
+	assert_int_equal(collected(&c, 31)->op, GDX_XPORT_OP_RECV);
+	assert_int_equal(collected(&c, 20)->op, GDX_XPORT_OP_WRITE_IMM);
+	assert_int_equal(collected(&c, 21)->op, GDX_XPORT_OP_READ);
+	kcheck(K_HOST, r, SZ, 62);
+	expect_none(p.cqc);
+
+	/* A waiter that may hold the socket when the connection goes. */
+	assert_int_equal(gdx_xport_post_send(p.c, msg, SZ, 3, 0), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, msg + SZ, SZ, 4, 0), 0);
+	c = (struct collector){ .cq = p.cqc, .until = 4 };
+	assert_int_equal(pthread_create(&th, NULL, collect_main, &c), 0);
+	usleep(50000);
+	assert_int_equal(gdx_xport_disconnect(p.c), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(c.ret, 1);
+	assert_int_equal(collected(&c, 3)->status, 0);
+	assert_int_equal(collected(&c, 4)->status, GDX_EDISCONNECTED);
+	gdx_xport_mr_dereg(mr);
+out:
+	pair_close(&p);
+	free(msg);
+	free(creg);
+	free(sin);
+	free(w);
+	free(r);
+}
+
 static void test_addresses(void **state)
 {
 	struct gdx_xport_listener *l;
@@ -1092,6 +1218,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_paths_and_strict),
 		cmocka_unit_test(test_cq_fd),
 		cmocka_unit_test(test_cq_waiter_and_poller),
+		cmocka_unit_test(test_served_while_waiting),
 	};
 	const char *v;
 	int ret;

@@ -108,6 +108,13 @@ struct gdx_xport_ops {
 	int (*progress)(void *priv);
 	int (*arm)(void *priv);		/* 1: completions ready, 0: armed */
 	int (*event_fd)(void *priv);	/* readable once armed and something completed */
+	/*
+	 * Optional: a caller of gdx_xport_cq_wait is about to sleep in the CQ's
+	 * epoll set (sleeping 1), and has woken (0), in that thread.  tcp lets the
+	 * sleeper read the answers to its requests from the socket itself, so
+	 * its receive thread need not wake to hand them over.
+	 */
+	void (*wait)(void *priv, int sleeping);
 };
 
 /* Queues req's completion on its endpoint's CQ; frees nothing the backend owns. */
