@@ -260,6 +260,8 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait);
 int nh_queue_abort_lookup(struct nh_queue *q, const struct gdx_nvmf_io *io, uint16_t *cid);
 /* Times out expired slots; returns true if the queue needs to be torn down. */
 bool nh_queue_check_timeouts(struct nh_queue *q, uint64_t now);
+/* The queue whose receiver runs on the calling thread, else NULL. */
+struct nh_queue *nh_queue_rx_self(void);
 /* Receives PDUs until the connection ends; returns why (fuzzing drives this directly). */
 int nh_queue_rx_loop(struct nh_queue *q);
 int nh_queue_init_mem(struct nh_queue *q, unsigned depth);

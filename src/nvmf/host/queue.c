@@ -34,6 +34,13 @@
 
 /* Set on receiver threads: they queue instead of waiting for a free slot. */
 static __thread bool in_rx;
+/* the queue whose receiver runs on this thread */
+static __thread struct nh_queue *rx_self;
+
+struct nh_queue *nh_queue_rx_self(void)
+{
+	return rx_self;
+}
 
 static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "errors",
 					 "queued_full", "timeouts", "h2d_copies", "copy_calls",
@@ -1424,6 +1431,7 @@ static void *rx_main(void *arg)
 	int rc;
 
 	in_rx = true;
+	rx_self = q;
 	rc = nh_queue_rx_loop(q);
 
 	pthread_mutex_lock(&q->lock);
