@@ -180,7 +180,7 @@ static struct knob knobs[] = {
 	KNOB("nvmf.host.copy_word", K_BOOL, "1",
 	     "NVMe/TCP host: each queue's stream stores how far its H2D copies got in a pinned "
 	     "word the receiver reads (0: event records and queries)"),
-	KNOB("nvmf.host.copy_agent", K_INT, "0",
+	KNOB("nvmf.host.copy_agent", K_INT, "4",
 	     "NVMe/TCP host: device reads hand their H2D copies to a copy agent, this many "
 	     "resident GPU workers (at most one per I/O queue) polling descriptor rings in "
 	     "pinned memory: no driver call per read (0: the queues' streams copy)",

@@ -476,6 +476,8 @@ static void device_ring_packing(void **state)
 	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunks", "3"), 0);
+	/* The queues' own streams: the copy agent (the default) has its own test. */
+	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "0"), 0);
 	/*
 	 * events: 0 waiting at once, 1 polling first; done word: 2 batches, 3 the
 	 * default, 4 each copy posted before the held reads complete (post_first)
@@ -533,6 +535,7 @@ static void device_ring_packing(void **state)
 	gdx_config_set("nvmf.host.copy_word", "1");
 	gdx_config_set("nvmf.host.lat_stats", "1");
 	gdx_config_set("nvmf.host.post_first", "0");
+	gdx_config_set("nvmf.host.copy_agent", "4");
 	gdx_config_set("nvmf.host.bounce_chunk", "256k");
 	gdx_config_set("nvmf.host.bounce_chunks", "4");
 	gdx_device_free(dev, d);
@@ -623,7 +626,7 @@ static void device_copy_agent(void **state)
 		gdx_nvmf_disconnect(st.c);
 		gdx_config_set("emulated.agent_fault_after", "0");
 	}
-	gdx_config_set("nvmf.host.copy_agent", "0");
+	gdx_config_set("nvmf.host.copy_agent", "4");
 	gdx_config_set("nvmf.host.bounce_chunk", "256k");
 	gdx_device_free(dev, d);
 	gdx_device_close(dev);
