@@ -1156,7 +1156,14 @@ static void test_served_while_waiting(void **state)
 	assert_int_equal(gdx_xport_disconnect(p.c), 0);
 	pthread_join(th, NULL);
 	assert_int_equal(c.ret, 1);
-	assert_int_equal(collected(&c, 3)->status, 0);
+	/*
+	 * tcp and loop take message 3 as unexpected (up to the server's
+	 * max_unexpected) and hold message 4 back, which the close fails.
+	 * verbs has no unexpected buffer: with no receive posted, both wait
+	 * for one (RNR retry without end), and the close fails both.
+	 */
+	assert_int_equal(collected(&c, 3)->status,
+			 strcmp(backend, "rdma") ? 0 : GDX_EDISCONNECTED);
 	assert_int_equal(collected(&c, 4)->status, GDX_EDISCONNECTED);
 	gdx_xport_mr_dereg(mr);
 out:
