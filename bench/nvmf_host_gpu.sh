@@ -33,7 +33,6 @@ jsonl=$out/nvmf_host_gpu.jsonl
 NQN=nqn.2026-11.io.gdx:bench-gpu
 NS=${GDX_BENCH_NS:-ram:8G}
 SECS=${GDX_BENCH_SECS:-2}
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 24420)
 tlog=$out/nvmf_host_gpu.target.log
 
 echo "# $(uname -sr); $(nproc) CPUs; $(nvidia-smi --query-gpu=name,pci.bus_id,driver_version --format=csv,noheader 2>/dev/null)"
@@ -46,19 +45,7 @@ if [ -x "$t" ] && [ "${GDX_BENCH_TEST:-1}" = 1 ]; then
 	grep -E '^\[ *(OK|FAILED|PASSED|ERROR) *\]' "$out/nvmf_host_gpu.test.log"
 	echo "=== test_nvmf_host_target: exit $rc"
 fi
-# shellcheck disable=SC2086
-$loader "$GDX" nvmf target -l 127.0.0.1:"$PORT" -n "$NQN" -N "$NS,bs=4096" \
-	-r "${GDX_BENCH_REACTORS:-8}" >"$tlog" 2>&1 &
-tpid=$!
-trap 'kill $tpid 2>/dev/null; wait $tpid 2>/dev/null' EXIT INT TERM
-i=0
-until grep -q 'target: ready' "$tlog" 2>/dev/null; do
-	i=$((i + 1))
-	if [ $i -gt 300 ] || ! kill -0 $tpid 2>/dev/null; then
-		echo "the target did not start:"; cat "$tlog"; exit 1
-	fi
-	sleep 0.1
-done
+gpu_nvmf_target "$NQN" "$NS" "$tlog"
 echo "# gdx target on 127.0.0.1:$PORT: $NS, ${GDX_BENCH_REACTORS:-8} reactors"
 
 # run TAG [env assignments...] -- bench arguments
@@ -78,14 +65,14 @@ run() {
 }
 
 run main -- -m host,pinned,gpu:0 --queues 8 --qd 1,32,128 --bw-qd 64 -r 1
-run batch1 GDX_NVMF_HOST_COPY_BATCH=1 -- -m host,gpu:0 --queues 8 --qd 1,32,128 -r 1 --no-tcp
-run batch16 GDX_NVMF_HOST_COPY_BATCH=16 -- -m host,gpu:0 --queues 8 --qd 1,32,128 --bw-qd 64 -r 1 \
+run batch1 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_BATCH=1 -- -m host,gpu:0 --queues 8 --qd 1,32,128 -r 1 --no-tcp
+run batch16 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_BATCH=16 -- -m host,gpu:0 --queues 8 --qd 1,32,128 --bw-qd 64 -r 1 \
 	--no-tcp
-run batch16dma GDX_NVMF_HOST_COPY_BATCH=16 GDX_CUDA_GATHER_MAX=0 -- -m host,gpu:0 --queues 8 \
+run batch16dma GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_BATCH=16 GDX_CUDA_GATHER_MAX=0 -- -m host,gpu:0 --queues 8 \
 	--qd 32,128 -r 1 --no-tcp
-run batch64 GDX_NVMF_HOST_COPY_BATCH=64 -- -m host,gpu:0 --queues 8 --qd 32,128 -r 1 --no-tcp
+run batch64 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_BATCH=64 -- -m host,gpu:0 --queues 8 --qd 32,128 -r 1 --no-tcp
 run queues16 -- -m host,gpu:0 --queues 16 --qd 32,128 --bw-qd 64 -r 1 --no-tcp
-run poll20 GDX_NVMF_HOST_COPY_POLL_US=20 -- -m host,gpu:0 --queues 8 --qd 1,32 -r 1 --no-tcp
+run poll20 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_POLL_US=20 -- -m host,gpu:0 --queues 8 --qd 1,32 -r 1 --no-tcp
 run digests -- -m host,gpu:0 --queues 8 --qd 32 --bw-qd 64 --hdr-digest --data-digest -r 1 --no-tcp
 
 echo "=== targets (ratios against what the same run measured)"

@@ -23,19 +23,7 @@ gpu_gdx "$GDX"
 # scratch files stay on the machine: only the table (stdout) matters
 O=$(mktemp -d 2>/dev/null || echo /tmp)
 NQN=nqn.2026-11.io.gdx:bench-cpu
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 24421)
-# shellcheck disable=SC2086
-$loader "$GDX" nvmf target -l 127.0.0.1:"$PORT" -n "$NQN" -N "${GDX_BENCH_NS:-ram:4G},bs=4096" \
-	-r "${GDX_BENCH_REACTORS:-8}" >"$O/nvmf_host_gpu_cpu.target.log" 2>&1 &
-tpid=$!
-trap 'kill $tpid 2>/dev/null; wait $tpid 2>/dev/null' EXIT INT TERM
-i=0
-until grep -q 'target: ready' "$O/nvmf_host_gpu_cpu.target.log" 2>/dev/null; do
-	i=$((i + 1))
-	[ $i -le 300 ] && kill -0 $tpid 2>/dev/null || {
-		echo "the target did not start:"; cat "$O/nvmf_host_gpu_cpu.target.log"; exit 1; }
-	sleep 0.1
-done
+gpu_nvmf_target "$NQN" "${GDX_BENCH_NS:-ram:4G}" "$O/nvmf_host_gpu_cpu.target.log"
 echo "# $(uname -sr); $(nproc) CPUs; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
 # ticks PID: "tid name cpu-ticks" per thread, sorted by tid for join
@@ -88,14 +76,16 @@ printf '%-10s %-5s %2s %8s %5s %6s | %-34s | %-12s | %s\n' setting mem q IOPS ra
 # done word (the default) against event queries, one copy per read and batches of 4
 # (gather kernel, then the copy engine)
 run host8 host 8
-run word1 gpu:0 8
-run word4 gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=4
-run word4dma gpu:0 8 GDX_NVMF_HOST_COPY_BATCH=4 GDX_CUDA_GATHER_MAX=0
-run event1 gpu:0 8 GDX_NVMF_HOST_COPY_WORD=0
-run event4 gpu:0 8 GDX_NVMF_HOST_COPY_WORD=0 GDX_NVMF_HOST_COPY_BATCH=4
+run word1 gpu:0 8 GDX_NVMF_HOST_COPY_AGENT=0
+run agent4 gpu:0 8
+run word4 gpu:0 8 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_BATCH=4
+run word4dma gpu:0 8 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_BATCH=4 GDX_CUDA_GATHER_MAX=0
+run event1 gpu:0 8 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_WORD=0
+run event4 gpu:0 8 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_WORD=0 GDX_NVMF_HOST_COPY_BATCH=4
 run host16 host 16
-run word1 gpu:0 16
-run word4 gpu:0 16 GDX_NVMF_HOST_COPY_BATCH=4
+run word1 gpu:0 16 GDX_NVMF_HOST_COPY_AGENT=0
+run agent4 gpu:0 16
+run word4 gpu:0 16 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_BATCH=4
 run host1 host 1
-run word1 gpu:0 1
-run word8 gpu:0 1 GDX_NVMF_HOST_COPY_BATCH=8
+run word1 gpu:0 1 GDX_NVMF_HOST_COPY_AGENT=0
+run word8 gpu:0 1 GDX_NVMF_HOST_COPY_AGENT=0 GDX_NVMF_HOST_COPY_BATCH=8

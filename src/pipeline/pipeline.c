@@ -161,6 +161,7 @@ struct gdx_pipeline {
 	unsigned inflight_max;
 	uint64_t producer_wait_ns;
 	_Atomic uint64_t producer_calls, producer_poll_calls;
+	_Atomic uint64_t nowait_query_ns;	/* last event query of a NOWAIT harvest */
 };
 
 static bool is_dev(const struct gdx_pipeline *p, unsigned k)
@@ -254,6 +255,8 @@ static bool word_reached(void *arg)
 
 /* Sleep between two looks at a done word once the spin time is over. */
 #define WORD_SLEEP_NS 20000
+/* A NOWAIT harvest whose done word has not moved asks the stream for an error this often. */
+#define NOWAIT_QUERY_NS 100000
 
 /* What waiting for device stage k of job j takes; on the thread that enqueued it. */
 static struct dev_wait stage_wait(struct gdx_pipeline *p, struct job *j, unsigned k, bool other)
@@ -838,9 +841,21 @@ static int wait_done(struct gdx_pipeline *p, struct job *j, bool nowait)
 	w = stage_wait(p, j, last, false);
 	if (nowait && w.word) {
 		struct word_poll wp = { w.word, w.value };
+		uint64_t now, asked;
 
-		/* A failed stream never stores it: the blocking wait finds the error. */
-		return word_reached(&wp) ? 0 : -EAGAIN;
+		if (word_reached(&wp))
+			return 0;
+		/*
+		 * A failed stream never stores the word: a caller that only ever
+		 * polls must still see the error, so its event is asked too, at
+		 * most once per NOWAIT_QUERY_NS (a driver call per poll is what
+		 * the word saves).
+		 */
+		now = gdx_now_ns();
+		asked = atomic_load_explicit(&p->nowait_query_ns, memory_order_relaxed);
+		if (now - asked < NOWAIT_QUERY_NS)
+			return -EAGAIN;
+		atomic_store_explicit(&p->nowait_query_ns, now, memory_order_relaxed);
 	}
 	if (nowait) {
 		ret = gdx_event_query(j->end[last]);

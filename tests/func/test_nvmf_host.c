@@ -18,6 +18,7 @@
 #include <gdx/gdx.h>
 #include <gdx/nvmf.h>
 
+#include "common/config.h"
 #include "common/util.h"
 #include "nvmf/host/host.h"
 #include "nvmf_mock.h"
@@ -255,8 +256,7 @@ static void device_memory(void **state)
 	assert_int_equal(gdx_config_set("require_direct", "0"), 0);
 	assert_int_equal(gdx_nvmf_read(c, 1, d, 4096, 0), GDX_ENOTDIRECT);
 	gdx_nvmf_disconnect(c);
-	gdx_config_set("nvmf.host.bounce_chunk", "256k");
-	gdx_config_set("nvmf.host.bounce_chunks", "4");
+	gdx_config_reset();
 	gdx_device_free(dev, d);
 	gdx_device_close(dev);
 	free(a);

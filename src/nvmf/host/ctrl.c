@@ -168,17 +168,16 @@ static void park(struct nh_ctrl *c, struct nh_req *r)
 /*
  * The I/O queue with the fewest commands in flight, starting from the one this
  * thread used last: a thread at depth 1 stays on one queue (one receiver to
- * wake), deeper submissions spread over all of them.  Caller holds c->lock; the
- * inflight counts are read racily, which only makes the choice less exact.
- */
-/*
- * The I/O queue with the fewest commands in flight.  A receiver submitting
- * from a completion callback keeps to its own queue while that has a free
+ * wake), deeper submissions spread over all of them.  A receiver submitting
+ * from a completion callback keeps to its own live queue while that has a free
  * slot: device reads complete after their slots were freed (held until their
  * copies land), so by then another queue looked emptier and half their
  * resubmissions went there, each taking that queue's locks and socket from
  * its own receiver (0.4-0.5 per read with 4 queues; host reads, resubmitted
- * the moment their slot frees, stay home anyway).
+ * the moment their slot frees, stay home anyway).  Not a dead one: only this
+ * receiver, now inside the callback, would notice it and ask for recovery.
+ * Caller holds c->lock; the inflight counts are read racily, which only makes
+ * the choice less exact.
  */
 static struct nh_queue *pick_queue(struct nh_ctrl *c)
 {
@@ -187,6 +186,7 @@ static struct nh_queue *pick_queue(struct nh_ctrl *c)
 	struct nh_queue *self = nh_queue_rx_self();
 
 	if (self && self->qid && self->qid <= c->nioq && c->ioq[self->qid - 1] == self &&
+	    __atomic_load_n(&self->state, __ATOMIC_RELAXED) == NH_Q_LIVE &&
 	    __atomic_load_n(&self->inflight, __ATOMIC_RELAXED) < self->depth)
 		return self;
 
