@@ -168,7 +168,6 @@ static void launch(struct gdx_copy_agent *a, unsigned w)
 
 		/* other posts see it live from here on; the worker sets it too */
 		__atomic_store_n(&wk->live, 1, __ATOMIC_RELAXED);
-		gdx_device_calls_add(1);
 		rc = a->dev->ops->agent_launch(a->dev->priv, a->streams[w]->priv, &args);
 		if (rc) {
 			__atomic_store_n(&wk->live, 0, __ATOMIC_RELAXED);

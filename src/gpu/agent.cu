@@ -159,8 +159,11 @@ extern "C" __global__ void __launch_bounds__(AG_THREADS) gdx_copy_agent(const st
 		__syncthreads();
 		if (cmd >= 2)
 			break;
-		if (cmd == 0)
+		if (cmd == 0) {
+			/* every thread has read cmd before thread 0 writes the next */
+			__syncthreads();
 			continue;
+		}
 
 		unsigned k = (unsigned)ring_k, n = take, r = a.worker + k * a.nworkers;
 		const struct agent_desc *base = descs + (uint64_t)r * a.entries;

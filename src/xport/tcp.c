@@ -937,7 +937,7 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		t->big_id = x->h.id;
 	Q_PUSH(x, &t->txq_head, &t->txq_tail);
 	t->qlen++;
-	if (x->req && x->small && t->on_wire > 0 && !t->rx_stalled && !t->sending &&
+	if (x->req && x->small && t->on_wire > 0 && !t->rx_stalled && !t->w_reader && !t->sending &&
 	    t->txq_head->small && t->qlen < TX_TRAIN_IOV / 2) {
 		/*
 		 * Requests are on the wire: their answers bring the receive thread
@@ -1053,6 +1053,13 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 
 	pthread_mutex_lock(&t->lock);
 	none = !have_recv(t);
+	/*
+	 * From here this thread may not come by to send: posts are sent, not
+	 * held for it (one made between the kick below and the wait would
+	 * otherwise wait for a poster that may never poll).
+	 */
+	if (none)
+		t->rx_stalled = 1;
 	pthread_mutex_unlock(&t->lock);
 	if (none) {
 		/* Might wait for a receive: the peer must not wait for what is owed... */
