@@ -374,6 +374,7 @@ static int handle_new(struct gdx_file_driver *drv, int fd, bool own, const struc
 		return -ENOMEM;
 	f->drv = drv;
 	f->fd = fd;
+	f->gated_fd = -1;
 	f->own_fd = own;
 	f->accmode = fl & O_ACCMODE;
 	f->flags = o->flags;
@@ -504,6 +505,8 @@ GDX_API int gdx_file_close(struct gdx_file *f)
 	f->be->ops->close(f->be->priv, f, f->fpriv);
 	if (f->fb)
 		f->fb->ops->close(f->fb->priv, f, f->fb_priv);
+	if (f->gated_fd >= 0 && f->gated_fd != f->fd)
+		close(f->gated_fd);
 	if (f->own_fd && close(f->fd))
 		ret = -errno;
 	atomic_fetch_sub(&f->drv->handles, 1);
@@ -1432,6 +1435,41 @@ void gdx_file_set_read_hook(struct gdx_file_driver *drv, void (*fn)(void *arg), 
 }
 
 /*
+ * Sets up f->gated_fd on the submitting thread, where a stream-ordered I/O's
+ * worker, which calls nothing but pread/pwrite, finds it.  The second open
+ * keeps the access mode and the flags that change what a write means.
+ */
+static int gated_fd_ready(struct gdx_file *f)
+{
+	char path[32];
+	int fl, fd, ret = 0;
+
+	if (__atomic_load_n(&f->gated_fd, __ATOMIC_ACQUIRE) >= 0)
+		return 0;
+	pthread_mutex_lock(&f->info_lock);
+	if (f->gated_fd < 0) {
+		fl = fcntl(f->fd, F_GETFL);
+		fd = f->fd;
+		if (fl < 0) {
+			ret = -errno;
+		} else if (fl & O_DIRECT) {
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", f->fd);
+			fd = open(path, (fl & (O_ACCMODE | O_APPEND | O_SYNC | O_DSYNC | O_NOATIME)) |
+				  O_CLOEXEC);
+			if (fd < 0) {
+				ret = -errno;
+				GDX_ERR("file", "stream-ordered I/O on an O_DIRECT descriptor needs "
+					"a second open of the file without it: %s", strerror(-ret));
+			}
+		}
+		if (!ret)
+			__atomic_store_n(&f->gated_fd, fd, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&f->info_lock);
+	return ret;
+}
+
+/*
  * A stream-ordered I/O on a file worker, always into or out of host memory
  * (pinned staging, or the caller's host buffer).  A stream may already be
  * stopped on the I/O's gate, and a call into the device driver here can wait
@@ -1443,11 +1481,13 @@ void gdx_file_set_read_hook(struct gdx_file_driver *drv, void (*fn)(void *arg), 
  * and the pipeline hung at its first batch).  So the worker calls nothing of
  * the device: not the pointer query (the submitting thread knew the kind), not
  * the backends (they set up pinned bounce buffers, streams and events on first
- * use), only pread/pwrite on the handle's descriptor.
+ * use), only pread/pwrite on the handle's descriptor, or on its buffered
+ * twin (gated_fd_ready) where that one has O_DIRECT.
  */
 static ssize_t rw_gated(struct gdx_file *f, enum gdx_file_op op, void *buf, size_t size,
 			off_t off, enum gdx_mem_kind kind)
 {
+	int fd = __atomic_load_n(&f->gated_fd, __ATOMIC_ACQUIRE);
 	bool rd = op == GDX_FILE_READ;
 	struct gdx_file_io io;
 	size_t done = 0;
@@ -1470,8 +1510,8 @@ static ssize_t rw_gated(struct gdx_file *f, enum gdx_file_op op, void *buf, size
 	io.attrs.device_ordinal = -1;
 	while (done < size) {
 		char *p = (char *)buf + done;
-		ssize_t n = rd ? pread(f->fd, p, size - done, off + (off_t)done) :
-				 pwrite(f->fd, p, size - done, off + (off_t)done);
+		ssize_t n = rd ? pread(fd, p, size - done, off + (off_t)done) :
+				 pwrite(fd, p, size - done, off + (off_t)done);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -1483,8 +1523,9 @@ static ssize_t rw_gated(struct gdx_file *f, enum gdx_file_op op, void *buf, size
 	}
 	io.result = ret ? ret : (ssize_t)done;
 	io.info.bytes[GDX_FILE_PATH_HOST] = done;
-	gdx_file_why(&io.info, "stream-ordered %s on a file worker, %s memory (no device call "
+	gdx_file_why(&io.info, "stream-ordered %s on a file worker%s, %s memory (no device call "
 		     "before the stream's gate opens)", rd ? "pread" : "pwrite",
+		     fd != f->fd ? " through a second open without O_DIRECT" : "",
 		     gdx_mem_kind_name(kind));
 	io_record(f, &io);
 	return io.result;
@@ -1582,6 +1623,8 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 	if (max > (size_t)SSIZE_MAX || (max && !buf))
 		return -EINVAL;
 	ret = async_ready(drv);
+	if (!ret)
+		ret = gated_fd_ready(f);
 	if (ret)
 		return ret;
 	if (max) {
@@ -1672,6 +1715,8 @@ int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
 		return -EINVAL;
 	drv = f->drv;
 	ret = async_ready(drv);
+	if (!ret)
+		ret = gated_fd_ready(f);
 	if (ret)
 		return ret;
 	if (atomic_load(&drv->writes_pending[f->wbucket]))

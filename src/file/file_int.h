@@ -95,6 +95,13 @@ struct gdx_file {
 	void *fb_priv;
 	int fd;
 	bool own_fd;
+	/*
+	 * What stream-ordered I/O preads and pwrites on the workers: fd, or,
+	 * where fd has O_DIRECT (EINVAL for unaligned offsets, sizes and
+	 * buffers), a second open of the file without it (a dup would share
+	 * the flag); -1 until the first stream-ordered I/O sets it up.
+	 */
+	int gated_fd;
 	int accmode;		/* O_RDONLY, O_WRONLY or O_RDWR */
 	unsigned flags;
 	uint64_t id;		/* unique per handle, never reused */
