@@ -226,7 +226,10 @@ GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
  * they are until done reaches *seq.  Copies in flight may run at the same
  * time and land in any order (done says all up to a seq have): their
  * destinations must not overlap.  Pointers are not checked per post: a bad
- * one faults the device, as it would in a kernel of the caller's.
+ * one faults the device, as it would in a kernel of the caller's.  Once the
+ * agent cannot go on (gdx_copy_agent_status), posts return that error, also
+ * as soon as the ring's worker is found stopped on an error of its own
+ * (it is not launched again); such a copy is never made.
  */
 GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *dst,
 				const void *src, size_t len, uint32_t *seq);

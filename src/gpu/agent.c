@@ -145,14 +145,38 @@ static void set_err(struct gdx_copy_agent *a, int err, const char *why)
 		GDX_ERR("device", "%s: copy agent: %s: %s", a->dev->name, why, gdx_strerror(err));
 }
 
-/* Launches worker w unless it runs (or is launched) already. */
-static void launch(struct gdx_copy_agent *a, unsigned w)
+/* A worker's error word is set: the agent's error from now on. */
+static int worker_failed(struct gdx_copy_agent *a, unsigned w, uint32_t e)
+{
+	int none = 0;
+
+	if (__atomic_compare_exchange_n(&a->err, &none, GDX_EDRIVER, false, __ATOMIC_RELAXED,
+					__ATOMIC_RELAXED))
+		GDX_ERR("device", "%s: copy agent worker %u gave up: %s", a->dev->name, w,
+			e == GDX_AGENT_ERR_SEQ ? "descriptor out of sequence" :
+			e == GDX_AGENT_ERR_OWN ? "too many rings" : "bad copy pointers");
+	return __atomic_load_n(&a->err, __ATOMIC_RELAXED);
+}
+
+/*
+ * Launches worker w unless it runs (or is launched) already; 0, or the
+ * agent's error.  A worker sets its error word before it clears live: one
+ * found gone after an error is not launched again (it would stop at once,
+ * and every post launch it anew).
+ */
+static int launch(struct gdx_copy_agent *a, unsigned w)
 {
 	struct gdx_agent_worker *wk = &a->workers[w];
+	uint32_t e;
 
 	pthread_mutex_lock(&a->lock);
-	if (!a->stopping && !__atomic_load_n(&a->err, __ATOMIC_RELAXED) &&
-	    !__atomic_load_n(&wk->live, __ATOMIC_ACQUIRE)) {
+	if (a->stopping || __atomic_load_n(&a->err, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&wk->live, __ATOMIC_ACQUIRE))
+		goto out;
+	e = __atomic_load_n(&wk->err, __ATOMIC_RELAXED);
+	if (e) {
+		worker_failed(a, w, e);
+	} else {
 		struct gdx_agent_args args = {
 			.stop = (uintptr_t)a->stop,
 			.workers = (uintptr_t)a->workers,
@@ -176,7 +200,9 @@ static void launch(struct gdx_copy_agent *a, unsigned w)
 			a->launches++;
 		}
 	}
+out:
 	pthread_mutex_unlock(&a->lock);
+	return __atomic_load_n(&a->err, __ATOMIC_RELAXED);
 }
 
 GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *dst,
@@ -184,7 +210,8 @@ GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *d
 {
 	struct gdx_agent_ring *r;
 	struct gdx_agent_desc *d;
-	uint32_t s;
+	unsigned w;
+	uint32_t s, e;
 	int err;
 
 	if (!a || ring >= a->o.rings || !dst || !src || !len || len > UINT32_MAX)
@@ -192,6 +219,10 @@ GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *d
 	err = __atomic_load_n(&a->err, __ATOMIC_RELAXED);
 	if (err)
 		return err;
+	w = ring % a->o.workers;
+	e = __atomic_load_n(&a->workers[w].err, __ATOMIC_RELAXED);
+	if (e)
+		return worker_failed(a, w, e);
 	r = &a->rings[ring];
 	s = r->tail + 1;	/* this thread is the one that writes it */
 	if (s - __atomic_load_n(&r->done, __ATOMIC_ACQUIRE) > a->o.entries)
@@ -203,10 +234,11 @@ GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *d
 	d->seq = s;
 	__atomic_store_n(&r->tail, s, __ATOMIC_RELEASE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (!__atomic_load_n(&a->workers[ring % a->o.workers].live, __ATOMIC_RELAXED))
-		launch(a, ring % a->o.workers);
 	if (seq)
 		*seq = s;
+	/* the descriptor stays posted; a launch that fails fails the agent */
+	if (!__atomic_load_n(&a->workers[w].live, __ATOMIC_RELAXED))
+		return launch(a, w);
 	return 0;
 }
 
@@ -224,12 +256,8 @@ GDX_API int gdx_copy_agent_status(struct gdx_copy_agent *a)
 	for (unsigned w = 0; !__atomic_load_n(&a->err, __ATOMIC_RELAXED) && w < a->o.workers; w++) {
 		uint32_t e = __atomic_load_n(&a->workers[w].err, __ATOMIC_RELAXED);
 
-		if (e) {
-			GDX_ERR("device", "%s: copy agent worker %u gave up: %s", a->dev->name, w,
-				e == GDX_AGENT_ERR_SEQ ? "descriptor out of sequence" :
-				e == GDX_AGENT_ERR_OWN ? "too many rings" : "bad copy pointers");
-			set_err(a, GDX_EDRIVER, "worker error");
-		}
+		if (e)
+			worker_failed(a, w, e);
 	}
 	/*
 	 * A fault shows only in the workers' streams, and a stream query costs

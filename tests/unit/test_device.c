@@ -899,6 +899,47 @@ static void copy_agent_error_is_reported(void **state)
 	assert_int_equal(gdx_pinned_free(dev, src), 0);
 }
 
+/*
+ * A worker that stopped on an error is not launched again by the posts that
+ * follow (one launch per post, each failing at once, until someone asks
+ * status): the posts return the error themselves.  The emulated launch is
+ * one device call of the posting thread, a post that launches nothing none.
+ */
+static void copy_agent_no_relaunch_after_error(void **state)
+{
+	struct gdx_copy_agent *a;
+	unsigned char *src;
+	uint64_t calls;
+	uint32_t seq;
+	void *d;
+	int rc = 0;
+	unsigned i;
+
+	(void)state;
+	if (strcmp(gdx_device_kind(dev), "emulated"))
+		skip();
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "1"), 0);
+	assert_int_equal(gdx_copy_agent_start(dev, NULL, &a), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&src), 0);
+	assert_int_equal(gdx_device_malloc(dev, 4096, &d), 0);
+	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 64, &seq), 0);
+	assert_int_equal(ag_wait(a, 0, seq), 0);
+	calls = gdx_device_calls();
+	/* the second copy faults; the posts after it find the worker gone */
+	for (i = 0; i < 40 && !rc; i++) {
+		rc = gdx_copy_agent_post(a, 0, d, src, 64, &seq);
+		usleep(2000);
+	}
+	assert_int_equal(rc, GDX_EDRIVER);
+	assert_true(gdx_device_calls() - calls <= 1);
+	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 64, &seq), GDX_EDRIVER);
+	assert_int_equal(gdx_copy_agent_status(a), GDX_EDRIVER);
+	assert_int_equal(gdx_copy_agent_stop(a), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "0"), 0);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+	assert_int_equal(gdx_pinned_free(dev, src), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -921,6 +962,7 @@ int main(void)
 		cmocka_unit_test(copy_agent_stops_with_copies_posted),
 		cmocka_unit_test(copy_agent_bad_args),
 		cmocka_unit_test(copy_agent_error_is_reported),
+		cmocka_unit_test(copy_agent_no_relaunch_after_error),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
