@@ -24,6 +24,8 @@
 
 #include "common/config.h"
 #include "common/util.h"
+#include "gpu/device.h"
+#include "nvmf/host/host.h"
 
 #define NQN "nqn.2026-11.io.gdx:host-func"
 #define NS_BYTES (32u << 20)
@@ -694,6 +696,124 @@ static void device_ring_one_chunk(void **state)
 	free(b);
 }
 
+/*
+ * A connection opened without a device sets up each queue's device side
+ * (ring, stream, marks, the copy agent and its module) at the queue's first
+ * device read.  None of those device calls may run under the queue's lock: a
+ * stream-ordered submission's worker takes that lock to send while its
+ * stream may hold up the device call (CUDA synchronizes the context in some,
+ * as at a module load).  The device's set-up ops are wrapped to see whether
+ * the calling thread holds a queue lock of the connection (glibc records a
+ * mutex's owner).
+ */
+static const struct gdx_device_ops *real_ops;
+static struct gdx_device_ops watch_ops;
+static struct nh_ctrl *_Atomic watched;
+static atomic_uint locked_calls, agent_starts;
+
+static void watch(void)
+{
+	struct nh_ctrl *c = atomic_load(&watched);
+	pid_t me = gettid();
+	bool held = false;
+
+	for (unsigned i = 0; c && i < c->nioq; i++)
+		held |= c->ioq[i]->lock.__data.__owner == me;
+	if (held)
+		atomic_fetch_add(&locked_calls, 1);
+}
+
+static int w_pinned_alloc(void *priv, size_t size, void **p)
+{
+	watch();
+	return real_ops->pinned_alloc(priv, size, p);
+}
+
+static int w_host_register(void *priv, void *p, size_t size, unsigned flags)
+{
+	watch();
+	return real_ops->host_register(priv, p, size, flags);
+}
+
+static int w_pointer_query(void *priv, const void *p, struct gdx_ptr_attrs *a)
+{
+	watch();
+	return real_ops->pointer_query(priv, p, a);
+}
+
+static int w_stream_create(void *priv, void *stream, void *native)
+{
+	watch();
+	return real_ops->stream_create(priv, stream, native);
+}
+
+static int w_event_create(void *priv, void *event, unsigned flags)
+{
+	watch();
+	return real_ops->event_create(priv, event, flags);
+}
+
+static int w_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	watch();
+	if (!stream)	/* gdx_copy_agent_start: loads the module */
+		atomic_fetch_add(&agent_starts, 1);
+	return real_ops->agent_launch(priv, stream, a);
+}
+
+static void device_setup_outside_queue_lock(void **state)
+{
+	const size_t n = 1 << 20;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	struct gdx_nvmf_host_opts o;
+	struct gdx_nvmf_io io[8];
+	struct gdx_nvmf_ctrl *c;
+	struct gdx_device *dev;
+	void *d;
+
+	(void)state;
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	real_ops = dev->ops;
+	watch_ops = *real_ops;
+	watch_ops.pinned_alloc = w_pinned_alloc;
+	watch_ops.host_register = w_host_register;
+	watch_ops.pointer_query = w_pointer_query;
+	watch_ops.stream_create = w_stream_create;
+	watch_ops.event_create = w_event_create;
+	if (real_ops->agent_launch)
+		watch_ops.agent_launch = w_agent_launch;
+	dev->ops = &watch_ops;
+	atomic_store(&locked_calls, 0);
+	atomic_store(&agent_starts, 0);
+	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "2"), 0);
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.nr_io_queues = 2;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &c), 0);
+	atomic_store(&watched, (struct nh_ctrl *)c);
+	t_fill(a, n, 77);
+	assert_int_equal(gdx_nvmf_write(c, 1, a, n, 0), 0);
+	/* eight reads over both queues: each queue's first sets it up */
+	for (int i = 0; i < 8; i++)
+		io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
+					      .offset = (uint64_t)i * (n / 8), .len = n / 8,
+					      .buf = (char *)d + i * (n / 8) };
+	assert_int_equal(gdx_nvmf_submit(c, io, 8), 0);
+	assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
+	assert_memory_equal(a, b, n);
+	atomic_store(&watched, NULL);
+	gdx_nvmf_disconnect(c);
+	dev->ops = real_ops;
+	assert_int_equal(atomic_load(&locked_calls), 0);
+	if (real_ops->agent_launch)
+		assert_int_equal(atomic_load(&agent_starts), 1);
+	gdx_config_reset();
+	gdx_device_free(dev, d);
+	gdx_device_close(dev);
+	free(a);
+	free(b);
+}
+
 /* The target dies and comes back on the same port; the reads in flight are resubmitted. */
 static void target_restart(void **state)
 {
@@ -748,6 +868,7 @@ int main(void)
 		cmocka_unit_test(device_ring_packing),
 		cmocka_unit_test(device_ring_one_chunk),
 		cmocka_unit_test(device_copy_agent),
+		cmocka_unit_test(device_setup_outside_queue_lock),
 		cmocka_unit_test(target_restart),
 	};
 

@@ -105,7 +105,12 @@ struct nh_queue {
 	 * Marks (events) recorded every chunk bytes tell how far the copies got
 	 * when the ring needs room; otherwise the stream itself is asked.
 	 */
-	struct gdx_device *dev;
+	struct gdx_device *dev;		/* set last, with a release store */
+	/*
+	 * Serialises the set-up of the above at a first device read when the
+	 * connection was opened without a device; never taken inside lock.
+	 */
+	pthread_mutex_t dev_lock;
 	struct gdx_stream *stream;
 	struct gdx_bounce_pool *pool;	/* the ring's memory, on the device's NUMA node */
 	unsigned ntaken;

@@ -185,6 +185,7 @@ int nh_queue_init_mem(struct nh_queue *q, unsigned depth)
 		return -EINVAL;
 	pthread_mutex_init(&q->lock, NULL);
 	pthread_mutex_init(&q->send_lock, NULL);
+	pthread_mutex_init(&q->dev_lock, NULL);
 	pthread_cond_init(&q->slot_cv, NULL);
 	q->depth = depth;
 	q->fd = -1;
@@ -202,7 +203,7 @@ int nh_queue_init_mem(struct nh_queue *q, unsigned depth)
 	return 0;
 }
 
-static void free_dev(struct nh_queue *q)
+static void free_dev(struct nh_queue *q, struct gdx_device *dev)
 {
 	if (q->marks) {
 		for (unsigned i = 0; i < q->nmarks; i++)
@@ -213,7 +214,7 @@ static void free_dev(struct nh_queue *q)
 		gdx_stream_destroy(q->stream);
 	/* the stream is done with it: destroying it waited (an agent's word is the agent's) */
 	if (q->word && !q->agent)
-		gdx_pinned_free(q->dev, q->word);
+		gdx_pinned_free(dev, q->word);
 	q->word = NULL;
 	q->agent = NULL;
 	if (q->pool) {
@@ -240,18 +241,20 @@ static void free_dev(struct nh_queue *q)
 
 void nh_queue_free_mem(struct nh_queue *q)
 {
-	free_dev(q);
+	free_dev(q, q->dev);
 	free(q->slots);
 	free(q->free_idx);
 	pthread_mutex_destroy(&q->lock);
 	pthread_mutex_destroy(&q->send_lock);
+	pthread_mutex_destroy(&q->dev_lock);
 	pthread_cond_destroy(&q->slot_cv);
 }
 
 /*
  * The pool holds nchunks chunks of receive ring plus one transmit chunk (the
  * last), which stages device-memory writes under send_lock.  Marks land at
- * least chunk bytes apart, so nchunks + 1 of them cover a full ring.
+ * least chunk bytes apart, so nchunks + 1 of them cover a full ring.  q->dev
+ * is set last: a submitter that sees it finds the rest in place.
  */
 int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 {
@@ -259,7 +262,6 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 	unsigned n = q->ctrl->p.bounce_chunks;
 	int rc;
 
-	q->dev = dev;
 	q->chunk = chunk;
 	q->nchunks = n;
 	q->head = q->enq = q->done = q->marked = 0;
@@ -335,11 +337,42 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 		if (rc)
 			goto fail;
 	}
+	__atomic_store_n(&q->dev, dev, __ATOMIC_RELEASE);
 	return 0;
 fail:
 	GDX_ERR(SUB, "queue %u: bounce ring on %s: %s", q->qid, gdx_device_name(dev),
 		gdx_strerror(rc));
-	free_dev(q);
+	free_dev(q, dev);
+	return rc;
+}
+
+/*
+ * The device side of a queue whose connection was opened without a device,
+ * set up at its first device-memory request, on the submitting thread and
+ * outside q->lock: the set-up calls the device (the ring's pinned memory, a
+ * stream, events, the copy agent's start, which loads its module), and a
+ * stream-ordered submission's worker takes q->lock to send while its stream
+ * may hold up such a call (CUDA synchronizes the context in some, as at a
+ * module load): under q->lock that is a deadlock.
+ */
+static int queue_dev_ready(struct nh_queue *q, const void *buf)
+{
+	struct gdx_device *dev;
+	int rc = 0;
+
+	if (__atomic_load_n(&q->dev, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&q->dev_lock);
+	if (!q->dev) {
+		dev = q->ctrl->p.dev;
+		if (!dev) {
+			struct gdx_ptr_attrs a;
+
+			dev = gdx_device_of_ptr(buf, &a);
+		}
+		rc = dev ? nh_queue_init_dev(q, dev) : GDX_EBADPTR;
+	}
+	pthread_mutex_unlock(&q->dev_lock);
 	return rc;
 }
 
@@ -507,6 +540,11 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	uint32_t hl;
 	int rc;
 
+	if (r->mem == NH_MEM_DEVICE) {
+		rc = queue_dev_ready(q, r->buf);
+		if (rc)
+			return rc;
+	}
 	pthread_mutex_lock(&q->lock);
 	while (q->state == NH_Q_LIVE && !q->nfree) {
 		if (!wait) {
@@ -526,20 +564,6 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	if (q->state != NH_Q_LIVE) {
 		pthread_mutex_unlock(&q->lock);
 		return -EPIPE;
-	}
-	if (r->mem == NH_MEM_DEVICE && !q->dev) {
-		struct gdx_device *dev = q->ctrl->p.dev;
-
-		if (!dev) {
-			struct gdx_ptr_attrs a;
-
-			dev = gdx_device_of_ptr(r->buf, &a);
-		}
-		rc = dev ? nh_queue_init_dev(q, dev) : GDX_EBADPTR;
-		if (rc) {
-			pthread_mutex_unlock(&q->lock);
-			return rc;
-		}
 	}
 	idx = q->free_idx[--q->nfree];
 	s = &q->slots[idx];
