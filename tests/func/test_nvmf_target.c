@@ -13,7 +13,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -871,6 +873,64 @@ static void test_json(void **state)
 	unlink(img);
 }
 
+struct stats_reader {
+	struct gdx_nvmf_target *t;
+	atomic_bool stop;
+	unsigned calls, fails;
+};
+
+static void *stats_reader_main(void *arg)
+{
+	struct stats_reader *r = arg;
+	FILE *f = fopen("/dev/null", "w");
+
+	while (f && !atomic_load(&r->stop)) {
+		r->fails += gdx_nvmf_target_stats_json(r->t, f) != 0;
+		r->calls++;
+	}
+	if (f)
+		fclose(f);
+	else
+		r->fails++;
+	return NULL;
+}
+
+/*
+ * The stats (with every reactor's latency sums) are read while the target
+ * stops and starts again: stop frees the reactors the sums are read from.
+ * What the reactors counted stays in the sums once they are gone.
+ */
+static void test_stats_while_stopping(void **state)
+{
+	struct gdx_nvmf_target_opts o;
+	struct stats_reader r[2] = { 0 };
+	struct gdx_nvmf_target *t;
+	pthread_t th[2];
+
+	(void)state;
+	gdx_nvmf_target_opts_init(&o, sizeof(o));
+	o.reactors = 16;	/* sums that take a while to add up */
+	assert_int_equal(gdx_nvmf_target_create(&o, &t), 0);
+	assert_int_equal(gdx_nvmf_target_add_subsys(t, "nqn.2024-01.io.gdx:stats", 1), 0);
+	assert_int_equal(gdx_nvmf_target_add_port(t, 1, "127.0.0.1", "0"), 0);
+	assert_int_equal(gdx_nvmf_target_start(t), 0);
+	for (int i = 0; i < 2; i++) {
+		r[i].t = t;
+		assert_int_equal(pthread_create(&th[i], NULL, stats_reader_main, &r[i]), 0);
+	}
+	for (int i = 0; i < 300; i++) {
+		gdx_nvmf_target_stop(t);
+		assert_int_equal(gdx_nvmf_target_start(t), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		atomic_store(&r[i].stop, true);
+		pthread_join(th[i], NULL);
+		assert_true(r[i].calls > 0);
+		assert_int_equal(r[i].fails, 0);
+	}
+	gdx_nvmf_target_destroy(t);
+}
+
 /* A loop device over a scratch file, or -1 where loop devices are not available. */
 static int loop_attach(const char *file, char *dev, size_t n)
 {
@@ -1119,6 +1179,7 @@ int main(void)
 		cmocka_unit_test(test_aen_and_keepalive),
 		cmocka_unit_test(test_bdev),
 		cmocka_unit_test(test_json),
+		cmocka_unit_test(test_stats_while_stopping),
 		cmocka_unit_test(test_placement),	/* last: replaces the target */
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -86,6 +86,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 		return -EINVAL;
 	}
 	nvmf_tgt_init(&t->core);
+	pthread_mutex_init(&t->reactors_lock, NULL);
 	t->core.max_io = o.max_io;
 	t->core.inline_data = o.inline_data;
 	t->core.max_io_queues = o.max_io_queues;
@@ -110,6 +111,7 @@ GDX_API void gdx_nvmf_target_destroy(struct gdx_nvmf_target *t)
 	gdx_nvmf_target_stop(t);
 	nvmf_tgt_fini(&t->core);
 	gdx_stats_destroy(t->stats);
+	pthread_mutex_destroy(&t->reactors_lock);
 	free(t);
 }
 

@@ -1469,16 +1469,43 @@ static void reactor_fini(struct tcp_reactor *r)
 	pthread_mutex_destroy(&r->lock);
 }
 
+/* reactors_lock held. */
+static void lat_sum_locked(struct gdx_nvmf_target *t, uint64_t *out)
+{
+	for (unsigned k = 0; k < TGT_LAT_NR; k++) {
+		out[k] = atomic_load_explicit(&t->lat_done.v[k], memory_order_relaxed);
+		for (unsigned i = 0; t->reactors && i < t->nreactors; i++)
+			out[k] += atomic_load_explicit(&t->reactors[i].lat.v[k],
+						       memory_order_relaxed);
+	}
+}
+
+/* Frees the reactors (threads joined), keeping their sums. */
+static void reactors_free(struct gdx_nvmf_target *t)
+{
+	uint64_t v[TGT_LAT_NR];
+
+	pthread_mutex_lock(&t->reactors_lock);
+	lat_sum_locked(t, v);
+	for (unsigned k = 0; k < TGT_LAT_NR; k++)
+		atomic_store_explicit(&t->lat_done.v[k], v[k], memory_order_relaxed);
+	free(t->reactors);
+	t->reactors = NULL;
+	pthread_mutex_unlock(&t->reactors_lock);
+}
+
 int nvmf_tcp_start(struct gdx_nvmf_target *t)
 {
 	struct tcp_reactor *r0;
 	cpu_set_t allowed;
 	int ret, ncpu = 0, cpus[CPU_SETSIZE];
 
-	t->reactors = calloc(t->nreactors, sizeof(*t->reactors));
-	if (!t->reactors)
+	r0 = calloc(t->nreactors, sizeof(*t->reactors));
+	if (!r0)
 		return -ENOMEM;
-	r0 = &t->reactors[0];
+	pthread_mutex_lock(&t->reactors_lock);
+	t->reactors = r0;
+	pthread_mutex_unlock(&t->reactors_lock);
 	/* pinned: reactor i on the i-th CPU this process may use (I/O queue i+1 lands there) */
 	if (t->ncpus) {
 		memcpy(cpus, t->cpus, t->ncpus * sizeof(cpus[0]));
@@ -1558,8 +1585,7 @@ fail:
 	r0->nlisteners = 0;
 	for (unsigned i = 0; i < t->nreactors; i++)
 		reactor_fini(&t->reactors[i]);
-	free(t->reactors);
-	t->reactors = NULL;
+	reactors_free(t);
 	return ret;
 }
 
@@ -1577,25 +1603,15 @@ void nvmf_tcp_stop(struct gdx_nvmf_target *t)
 		close(t->reactors[0].listeners[i].fd);
 	for (unsigned i = 0; i < t->nreactors; i++)
 		reactor_fini(&t->reactors[i]);
-	nvmf_tcp_lat_sum(t, NULL);
-	free(t->reactors);
-	t->reactors = NULL;
+	reactors_free(t);
 	t->running = false;
 }
 
 void nvmf_tcp_lat_sum(struct gdx_nvmf_target *t, uint64_t *out)
 {
-	for (unsigned k = 0; k < TGT_LAT_NR; k++) {
-		uint64_t v = atomic_load_explicit(&t->lat_done.v[k], memory_order_relaxed);
-
-		for (unsigned i = 0; t->reactors && i < t->nreactors; i++)
-			v += atomic_load_explicit(&t->reactors[i].lat.v[k], memory_order_relaxed);
-		/* NULL: the reactors are going away, keep their sums */
-		if (out)
-			out[k] = v;
-		else
-			atomic_store_explicit(&t->lat_done.v[k], v, memory_order_relaxed);
-	}
+	pthread_mutex_lock(&t->reactors_lock);
+	lat_sum_locked(t, out);
+	pthread_mutex_unlock(&t->reactors_lock);
 }
 
 /* ---- local connections (tests, fuzzing) --------------------------------------------- */

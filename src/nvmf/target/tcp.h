@@ -48,6 +48,7 @@ struct gdx_nvmf_target {
 	int cpus[256];		/* --cpus: reactor i runs on cpus[i % ncpus] */
 	unsigned ncpus;
 	struct tcp_reactor *reactors;
+	pthread_mutex_t reactors_lock;	/* their allocation, against nvmf_tcp_lat_sum */
 	int listen_fd[NVMF_MAX_PORTS];
 	int bound_port[NVMF_MAX_PORTS];
 	_Atomic unsigned next_reactor;
@@ -60,7 +61,10 @@ struct gdx_nvmf_target {
 
 int nvmf_tcp_start(struct gdx_nvmf_target *t);
 void nvmf_tcp_stop(struct gdx_nvmf_target *t);
-/* The latency sums of every reactor, stopped or running, into out[TGT_LAT_NR]. */
+/*
+ * The latency sums of every reactor, stopped or running, into out[TGT_LAT_NR];
+ * safe while the target starts or stops.
+ */
 void nvmf_tcp_lat_sum(struct gdx_nvmf_target *t, uint64_t *out);
 
 /*
