@@ -91,17 +91,13 @@ void gdx_stats_destroy(struct gdx_stats *st)
 	free(st);
 }
 
-int gdx_stats_dump_json(FILE *f)
+struct json_object *gdx_stats_json(void)
 {
-	json_object *root;
-	const char *text;
+	json_object *root = json_object_new_object();
 	int ret = 0;
 
-	if (!f)
-		return -EINVAL;
-	root = json_object_new_object();
 	if (!root)
-		return -ENOMEM;
+		return NULL;
 	pthread_mutex_lock(&stats_lock);
 	for (struct gdx_stats *st = stats_head; st && !ret; st = st->next) {
 		json_object *set = json_object_new_object();
@@ -124,14 +120,30 @@ int gdx_stats_dump_json(FILE *f)
 		}
 	}
 	pthread_mutex_unlock(&stats_lock);
-	if (!ret) {
-		text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
-						      JSON_C_TO_STRING_NOSLASHESCAPE);
-		if (!text)
-			ret = -ENOMEM;
-		else if (fputs(text, f) == EOF || fputc('\n', f) == EOF || fflush(f))
-			ret = -EIO;
+	if (ret) {
+		json_object_put(root);
+		return NULL;
 	}
+	return root;
+}
+
+int gdx_stats_dump_json(FILE *f)
+{
+	json_object *root;
+	const char *text;
+	int ret = 0;
+
+	if (!f)
+		return -EINVAL;
+	root = gdx_stats_json();
+	if (!root)
+		return -ENOMEM;
+	text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+					      JSON_C_TO_STRING_NOSLASHESCAPE);
+	if (!text)
+		ret = -ENOMEM;
+	else if (fputs(text, f) == EOF || fputc('\n', f) == EOF || fflush(f))
+		ret = -EIO;
 	json_object_put(root);
 	return ret;
 }

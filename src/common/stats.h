@@ -40,5 +40,8 @@ void gdx_stats_destroy(struct gdx_stats *st);
  * registration order; -EIO if writing fails.
  */
 int gdx_stats_dump_json(FILE *f);
+struct json_object;
+/* The object gdx_stats_dump_json writes, for a caller to add to (and put); NULL: no memory. */
+struct json_object *gdx_stats_json(void);
 
 #endif

@@ -251,24 +251,13 @@ static json_object *lat_json(struct gdx_nvmf_target *t)
 /* The registered counters, with this target's latency sums as "nvmf.target.lat". */
 GDX_API int gdx_nvmf_target_stats_json(struct gdx_nvmf_target *t, FILE *f)
 {
-	char *text = NULL;
-	size_t len = 0;
-	FILE *m;
 	json_object *root, *lat;
 	const char *out;
 	int ret;
 
 	if (!t || !f)
 		return -EINVAL;
-	m = open_memstream(&text, &len);
-	if (!m)
-		return -ENOMEM;
-	ret = gdx_stats_dump_json(m);
-	fclose(m);
-	root = ret ? NULL : json_tokener_parse(text);
-	free(text);
-	if (ret)
-		return ret;
+	root = gdx_stats_json();
 	if (!root)
 		return -ENOMEM;
 	lat = lat_json(t);
