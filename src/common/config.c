@@ -137,6 +137,12 @@ static struct knob knobs[] = {
 	     .min = 0, .max = 1000000),
 	KNOB("xport.tcp_zerocopy", K_BOOL, "1",
 	     "tcp transport: send large host payloads with MSG_ZEROCOPY where the kernel has it"),
+	KNOB("xport.tcp_copy_agent", K_BOOL, "1",
+	     "tcp transport: data received into device memory is copied by a copy agent from a "
+	     "pinned ring, no driver call per message (0: a stream, synchronised per message)"),
+	KNOB("xport.tcp_rx_ring", K_SIZE, "2M",
+	     "tcp transport: pinned receive ring per endpoint for the copy agent (pieces of at "
+	     "most an eighth of it)", .min = 64 << 10, .max = 1 << 30),
 	KNOB("nvmf.host.queues", K_INT, "0",
 	     "NVMe/TCP host: I/O queues per controller (0: CPUs of the device's NUMA node, at most 8)",
 	     .min = 0, .max = 256),

@@ -15,9 +15,11 @@
  * Data lands straight in the target: payloads are received into the posted
  * receive or registered region itself (only the start of a frame that shared a
  * socket read with its header is copied), and large host payloads go out with
- * MSG_ZEROCOPY where the kernel has it.  Device memory goes through two pinned
- * bounce buffers per direction, with the device copy of one chunk overlapping
- * the socket transfer of the next.
+ * MSG_ZEROCOPY where the kernel has it.  Device memory is received into a
+ * pinned ring whose copies a copy agent makes while the receive thread goes on
+ * (what depends on the bytes having landed is deferred until they have, in
+ * order), and sent through two pinned buffers, the device copy of one chunk
+ * overlapping the socket transfer of the next.
  *
  * The two threads never wait on each other: the receive thread hands read
  * data and responses to the transmit queue, so both peers can stream at once.
@@ -122,6 +124,52 @@ struct qent {
 	struct qent *next;
 };
 
+/*
+ * What the receive thread owes for a frame once the bytes it received into
+ * device memory have landed: a local completion, the answer to the peer, or
+ * both.  While one waits, the ones after it wait too (FIFO).
+ */
+struct deff {
+	struct gdx_xport_req *req;	/* a local completion (receive, read), or NULL */
+	struct gdx_xport_rkey *k;	/* a region written: held until its copies landed */
+	uint64_t len, resp_id;
+	int st, resp_st;
+	uint32_t imm, mark;		/* mark: the agent's seq that must have landed */
+	uint8_t is_imm, has_resp, read_done, dev;
+};
+
+/* One posted copy of the receive ring. */
+struct rpiece {
+	uint64_t end;			/* ring position after it */
+	char *dst;
+	const unsigned char *src;
+	size_t len;
+};
+
+/*
+ * Device memory received through a pinned byte ring whose copies a copy agent
+ * makes (include/gdx/device.h): pieces go in back to back, each one's copy
+ * posted as soon as it is in, and what depends on the bytes having landed
+ * waits in a FIFO of deferred effects until the agent's done word passed its
+ * mark.  Receive thread only.
+ */
+struct rxring {
+	struct gdx_device *dev;		/* ring and agent's device; NULL until the first */
+	struct gdx_copy_agent *agent;
+	const uint32_t *word;
+	unsigned char *ring;
+	struct rpiece *pc;		/* by seq & pmask */
+	size_t size, chunk;
+	unsigned pmask;
+	uint64_t head, done;		/* ring bytes taken / known free again */
+	uint32_t seq, landed;		/* last posted, last known landed */
+	int on;				/* the agent takes the copies */
+	int err;			/* why it stopped taking them */
+	int leak;			/* the agent did not stop: the ring stays allocated */
+	struct deff *q;			/* circular, qcap entries */
+	unsigned qcap, qhead, qn;
+};
+
 struct tcp_ep {
 	struct gdx_xport_ep *fe;
 	int fd;
@@ -180,6 +228,8 @@ struct tcp_ep {
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp;
 	struct stager rxs, txs;
+	struct rxring rr;
+	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
 };
 
 struct tcp_listener {
@@ -324,6 +374,7 @@ static void zc_reap(struct tcp_ep *t)
 
 static int resp_flush(struct tcp_ep *t);
 static void tx_kick(struct tcp_ep *t);
+static int rx_idle(struct tcp_ep *t);
 
 static void rx_wakeup(struct tcp_ep *t)
 {
@@ -377,6 +428,16 @@ static ssize_t rx_park(struct tcp_ep *t)
 			}
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				return -errno;
+			/*
+			 * Parked, this thread may lose the socket to a CQ waiter, which
+			 * completes answers itself: nothing may wait on copies by then.
+			 */
+			if (t->rr.qn || t->nresp) {
+				n = rx_idle(t);
+				if (n)
+					return n;
+				continue;
+			}
 			pthread_mutex_lock(&t->lock);
 			t->rx_parked = 1;
 			pthread_mutex_unlock(&t->lock);
@@ -437,7 +498,7 @@ static ssize_t rx_fill(struct tcp_ep *t)
 			return -errno;
 	}
 	/* About to wait for input: what is owed goes out first. */
-	n = resp_flush(t);
+	n = rx_idle(t);
 	if (n)
 		return n;
 	if (t->rx_boundary)
@@ -497,7 +558,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 			break;
 		gdx_xport_complete_flush();
 		tx_kick(t);
-		r = resp_flush(t);
+		r = rx_idle(t);
 		if (r)
 			return (int)r;
 		r = recv(t->fd, dst, n, MSG_WAITALL);
@@ -513,15 +574,431 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 	return 0;
 }
 
-/* Receives n bytes into dst of any memory kind. */
+/* ---- device receives through the copy agent ------------------------------ */
+
+#define RR_ENTRIES 1024u	/* agent descriptors per endpoint: copies in flight */
+
+static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
+
+static int seq_landed(uint32_t word, uint32_t seq)
+{
+	return (int32_t)(word - seq) >= 0;
+}
+
+/* Learns from the done word how far the copies got: a load, no driver call. */
+static void rr_progress(struct rxring *rr)
+{
+	uint32_t w;
+
+	if (!rr->on || rr->landed == rr->seq)
+		return;
+	w = __atomic_load_n(rr->word, __ATOMIC_ACQUIRE);
+	if (w != rr->landed) {
+		rr->landed = w;
+		rr->done = rr->pc[w & rr->pmask].end;
+	}
+}
+
+/*
+ * Carries out effect e; fail: why its copies did not land (the agent's error,
+ * or GDX_EDISCONNECTED), for an effect that depends on them.  An error of the
+ * answer to the peer ends the connection (rx_err).
+ */
+static void deff_run(struct tcp_ep *t, struct deff *e, int fail)
+{
+	int st = e->st, rst = e->resp_st;
+
+	if (fail && e->dev) {
+		st = fail;
+		rst = GDX_EREMOTE;
+	}
+	if (e->k)
+		gdx_xport_rkey_put(e->k);
+	if (e->read_done) {
+		pthread_mutex_lock(&t->lock);
+		t->reads_in_flight--;
+		pthread_cond_broadcast(&t->tx_cond);
+		pthread_mutex_unlock(&t->lock);
+	}
+	if (e->req && e->is_imm)
+		gdx_xport_complete_imm(e->req, st, e->len, GDX_XPORT_OP_RECV_WRITE_IMM, e->imm);
+	else if (e->req)
+		gdx_xport_complete(e->req, st, st ? 0 : e->len);
+	if (e->has_resp) {
+		int r = tx_resp(t, F_RESP, e->resp_id, rst);
+
+		if (r && !t->rx_err)
+			t->rx_err = r;
+	}
+}
+
+static struct deff deff_pop(struct rxring *rr)
+{
+	struct deff e = rr->q[rr->qhead];
+
+	rr->qhead = (rr->qhead + 1) & (rr->qcap - 1);
+	rr->qn--;
+	return e;
+}
+
+/* Carries out the deferred effects whose copies have landed, oldest first. */
+static void defer_release(struct tcp_ep *t)
+{
+	struct rxring *rr = &t->rr;
+
+	if (!rr->qn)
+		return;
+	rr_progress(rr);
+	while (rr->qn && seq_landed(rr->landed, rr->q[rr->qhead].mark)) {
+		struct deff e = deff_pop(rr);
+
+		deff_run(t, &e, 0);
+	}
+}
+
+/*
+ * The agent cannot go on (err): the effects whose copies had not landed fail
+ * with its code (the peer's requests with GDX_EREMOTE), the others are carried
+ * out, and device memory is received synchronously from here on.
+ */
+static void rr_fail(struct tcp_ep *t, int err)
+{
+	struct rxring *rr = &t->rr;
+
+	GDX_ERR(SUBSYS, "%s: copy agent failed (%s): requests whose data it had not placed "
+		"fail; device memory is received synchronously from here on",
+		gdx_device_name(rr->dev), gdx_strerror(err));
+	rr_progress(rr);
+	rr->on = 0;
+	rr->err = err;
+	while (rr->qn) {
+		struct deff e = deff_pop(rr);
+
+		deff_run(t, &e, seq_landed(rr->landed, e.mark) ? 0 : err);
+	}
+	rr->landed = rr->seq;
+}
+
+/*
+ * Spins until the copies up to seq have landed: 0, or the agent's error once
+ * it failed (asked every 64 spins, so a dead agent ends the wait; rr_fail).
+ */
+static int rr_wait_seq(struct tcp_ep *t, uint32_t seq)
+{
+	struct rxring *rr = &t->rr;
+
+	for (unsigned spins = 1;; spins++) {
+		int r;
+
+		if (!rr->on)
+			return rr->err;
+		rr_progress(rr);
+		if (seq_landed(rr->landed, seq))
+			return 0;
+		if (!(spins % 64) && (r = gdx_copy_agent_status(rr->agent))) {
+			rr_fail(t, r);
+			return r;
+		}
+		sched_yield();
+	}
+}
+
+/*
+ * Carries out the deferred effects as their copies land.  watch: returns
+ * early once the socket has input (or an error, or its end), which comes
+ * before the wait; the caller then reads instead of blocking.
+ */
+static void defer_wait(struct tcp_ep *t, int watch)
+{
+	struct rxring *rr = &t->rr;
+
+	for (unsigned spins = 1;; spins++) {
+		int r;
+
+		defer_release(t);
+		if (!rr->qn)
+			return;
+		if (watch) {
+			char c;
+			ssize_t n = recv(t->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+			if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+				return;
+		}
+		if (!(spins % 64) && (r = gdx_copy_agent_status(rr->agent))) {
+			rr_fail(t, r);
+			return;
+		}
+		sched_yield();
+	}
+}
+
+/*
+ * Carries out e now, or queues it behind the effects still waiting (FIFO, so
+ * completions and answers keep their order).  dev: e depends on the copies
+ * posted so far (its payload went through the ring).  Returns rx_err.
+ */
+static int defer(struct tcp_ep *t, struct deff *e, int dev)
+{
+	struct rxring *rr = &t->rr;
+
+	e->dev = (uint8_t)dev;
+	e->mark = rr->seq;
+	if (!rr->qn && !dev) {
+		deff_run(t, e, 0);
+		return t->rx_err;
+	}
+	if (rr->qn == rr->qcap) {
+		unsigned cap = rr->qcap ? rr->qcap * 2 : 64;
+		struct deff *q = malloc(cap * sizeof(*q));
+
+		if (!q) {
+			/* No room to queue it: wait for every copy instead, then carry it out. */
+			int err = dev ? rr_wait_seq(t, e->mark) : 0;
+
+			defer_wait(t, 0);
+			deff_run(t, e, err);
+			return t->rx_err;
+		}
+		for (unsigned i = 0; i < rr->qn; i++)
+			q[i] = rr->q[(rr->qhead + i) & (rr->qcap - 1)];
+		free(rr->q);
+		rr->q = q;
+		rr->qcap = cap;
+		rr->qhead = 0;
+	}
+	rr->q[(rr->qhead + rr->qn) & (rr->qcap - 1)] = *e;
+	rr->qn++;
+	return t->rx_err;
+}
+
+/* Answers the peer's request id, in order behind what is deferred. */
+static int defer_resp(struct tcp_ep *t, uint64_t id, int st)
+{
+	struct deff e = { .has_resp = 1, .resp_id = id, .resp_st = st };
+
+	return defer(t, &e, 0);
+}
+
+/*
+ * The first receive into device memory: the ring and an agent of its device,
+ * else (no agent on that device, the knob off, out of memory) the stream
+ * path, which says so.
+ */
+static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
+{
+	struct rxring *rr = &t->rr;
+	struct gdx_copy_agent_opts o;
+	void *ring = NULL;
+	int ret;
+
+	rr->dev = dev;
+	if (!gdx_cfg_bool("xport.tcp_copy_agent")) {
+		GDX_INFO(SUBSYS, "%s: xport.tcp_copy_agent=0: device memory is received through a "
+			 "stream, synchronised per message", gdx_device_name(dev));
+		return;
+	}
+	rr->size = gdx_cfg_size("xport.tcp_rx_ring");
+	rr->chunk = rr->size / 8;
+	rr->pmask = 2 * RR_ENTRIES - 1;
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	o.rings = 1;
+	o.workers = 1;
+	o.entries = RR_ENTRIES;
+	ret = gdx_copy_agent_start(dev, &o, &rr->agent);
+	if (!ret)
+		ret = gdx_pinned_alloc(dev, rr->size, &ring);
+	if (!ret) {
+		/* twice the descriptors: the entry of the landed seq stays while the ring is full */
+		rr->pc = calloc(2 * RR_ENTRIES, sizeof(*rr->pc));
+		ret = rr->pc ? 0 : -ENOMEM;
+	}
+	if (ret) {
+		GDX_WARN(SUBSYS, "%s: no copy agent for receives (%s): device memory is received "
+			 "through a stream, synchronised per message", gdx_device_name(dev),
+			 gdx_strerror(ret));
+		if (rr->agent && gdx_copy_agent_stop(rr->agent))
+			ring = NULL;	/* the device may still look at its memory: leave it */
+		rr->agent = NULL;
+		if (ring)
+			gdx_pinned_free(dev, ring);
+		free(rr->pc);
+		rr->pc = NULL;
+		return;
+	}
+	rr->ring = ring;
+	rr->word = gdx_copy_agent_done_word(rr->agent, 0);
+	rr->on = 1;
+	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring, copies by a copy agent",
+		gdx_device_name(dev), rr->size);
+}
+
+/* Makes room for need bytes at the head of the ring: the oldest copies must land. */
+static int rr_reserve(struct tcp_ep *t, size_t need)
+{
+	struct rxring *rr = &t->rr;
+
+	rr_progress(rr);
+	while (rr->head + need - rr->done > rr->size) {
+		int ret = rr_wait_seq(t, rr->landed + 1);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/*
+ * Copies in flight may land in any order: a piece whose destination overlaps
+ * one in flight waits for it to land, unless that one is the same range with
+ * the same bytes (a buffer received into again with the same data), where the
+ * order cannot show.  Every older piece that overlaps was checked the same way
+ * when that newest one was posted, so the newest overlapping one decides.
+ */
+static int rr_order(struct tcp_ep *t, const char *dst, const unsigned char *src, size_t n)
+{
+	struct rxring *rr = &t->rr;
+	uintptr_t a = (uintptr_t)dst;
+
+	rr_progress(rr);
+	for (uint32_t s = rr->seq; s != rr->landed; s--) {
+		const struct rpiece *p = &rr->pc[s & rr->pmask];
+		uintptr_t b = (uintptr_t)p->dst;
+
+		if (b >= a + n || a >= b + p->len)
+			continue;
+		if (b == a && p->len == n && !memcmp(p->src, src, n))
+			return 0;
+		return rr_wait_seq(t, s);
+	}
+	return 0;
+}
+
+/*
+ * Receives n bytes for dst, device memory of the ring's device, through the
+ * ring: pieces of at most a chunk back to back, each one's copy posted to the
+ * agent as soon as it is in, so small messages share the ring and large ones
+ * overlap receiving and copying.  A piece that would run past the ring's end
+ * starts over at its beginning (the tail is skipped).  Only ring space is
+ * waited for: the caller defers what depends on the bytes having landed.  An
+ * agent that fails on the way: the rest of the payload is read and dropped,
+ * and its error returned.
+ */
+static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
+{
+	struct rxring *rr = &t->rr;
+	int ret = 0;
+
+	while (n) {
+		size_t off = (size_t)(rr->head % rr->size), piece = GDX_MIN(n, rr->chunk);
+		size_t skip = off + piece > rr->size ? rr->size - off : 0;
+		unsigned char *p = rr->ring + (skip ? 0 : off);
+		uint32_t seq;
+
+		ret = rr_reserve(t, skip + piece);
+		if (ret)
+			break;
+		rr->head += skip;
+		ret = rx_exact(t, p, piece);
+		if (ret)
+			return ret;
+		n -= piece;
+		/* waits on the way (rx_exact's) may have found the agent dead */
+		ret = rr->on ? rr_order(t, dst, p, piece) : rr->err;
+		for (unsigned i = 1; !ret && (ret = gdx_copy_agent_post(rr->agent, 0, dst, p, piece,
+									  &seq)) == -EAGAIN; i++) {
+			ret = 0;
+			if (!(i % 64))
+				ret = gdx_copy_agent_status(rr->agent);
+			sched_yield();
+		}
+		if (ret) {
+			if (rr->on)
+				rr_fail(t, ret);
+			break;
+		}
+		rr->pc[seq & rr->pmask] = (struct rpiece){ rr->head + piece, dst, p, piece };
+		rr->seq = seq;
+		rr->head += piece;
+		dst += piece;
+		defer_release(t);
+	}
+	if (ret && n) {
+		int r = rx_exact(t, NULL, n);
+
+		if (r)
+			return r;
+	}
+	return ret;
+}
+
+/*
+ * The connection is gone, both threads' work done: effects whose copies
+ * landed are carried out (answers go nowhere now); the agent is stopped, so
+ * no copy runs once the rest report GDX_EDISCONNECTED (their buffers may be
+ * freed then).
+ */
+static void rr_stop(struct tcp_ep *t)
+{
+	struct rxring *rr = &t->rr;
+
+	defer_release(t);
+	if (rr->agent) {
+		int ret = gdx_copy_agent_stop(rr->agent);
+
+		if (ret) {
+			GDX_ERR(SUBSYS, "%s: the receive copy agent did not stop (%s): its ring "
+				"stays allocated", gdx_device_name(rr->dev), gdx_strerror(ret));
+			rr->leak = 1;
+		}
+		rr->agent = NULL;
+	}
+	rr->on = 0;
+	while (rr->qn) {
+		struct deff e = deff_pop(rr);
+
+		e.dev = 1;
+		e.has_resp = 0;
+		deff_run(t, &e, GDX_EDISCONNECTED);
+	}
+}
+
+/* About to block on the socket: nothing may wait on copies meanwhile, nor answers. */
+static int rx_idle(struct tcp_ep *t)
+{
+	if (t->rr.qn) {
+		defer_wait(t, 1);
+		gdx_xport_complete_flush();
+		tx_kick(t);
+	}
+	if (t->rx_err)
+		return t->rx_err;
+	return resp_flush(t);
+}
+
+/*
+ * Receives n bytes into dst of any memory kind.  *posted: they went to device
+ * memory through the ring, and may not have landed yet (defer what depends on
+ * them); else they are in place on return.  Other devices than the ring's,
+ * and any device without an agent, go through a stream, synchronised per
+ * message.
+ */
 static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx_mem_kind kind,
-		   size_t n)
+		   size_t n, int *posted)
 {
 	size_t done = 0;
 	int i = 0, ret;
 
+	*posted = 0;
 	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev)
 		return rx_exact(t, dst, n);
+	if (!t->rr.dev)
+		rr_start(t, dev);
+	if (t->rr.on && t->rr.dev == dev) {
+		ret = rr_recv(t, dst, n);
+		*posted = !ret && n;
+		return ret;
+	}
 	ret = stager_ready(&t->rxs, dev);
 	if (ret) {
 		/* The bytes still have to leave the socket for the stream to stay in step. */
@@ -1048,8 +1525,9 @@ static void tcp_match(void *priv)
 /* Hands a message to the oldest receive.  Lock held; may drop it to receive the payload. */
 static int rx_send(struct tcp_ep *t, const struct hdr *h)
 {
+	struct deff e;
 	struct qent *r;
-	int ret, none;
+	int ret, none, posted;
 
 	pthread_mutex_lock(&t->lock);
 	none = !have_recv(t);
@@ -1062,8 +1540,14 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		t->rx_stalled = 1;
 	pthread_mutex_unlock(&t->lock);
 	if (none) {
-		/* Might wait for a receive: the peer must not wait for what is owed... */
+		/*
+		 * Might wait for a receive: the peer must not wait for what is owed
+		 * (what waits on copies included)...
+		 */
+		defer_wait(t, 0);
 		gdx_xport_complete_flush();
+		if (t->rx_err)
+			return t->rx_err;
 		ret = resp_flush(t);
 		if (ret)
 			return ret;
@@ -1088,10 +1572,15 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	if (!r) {
 		struct qent *u = calloc(1, sizeof(*u));
 
+		/*
+		 * Kept for a receive posted later, which completes at once: not
+		 * before the receives that came first have.
+		 */
+		defer_wait(t, 0);
 		if (!u || (h->len && !(u->data = malloc(h->len)))) {
 			free(u);
 			ret = rx_exact(t, NULL, h->len);
-			return ret ? ret : tx_resp(t, F_RESP, h->id, -ENOMEM);
+			return ret ? ret : defer_resp(t, h->id, -ENOMEM);
 		}
 		u->len = h->len;
 		ret = rx_exact(t, u->data, h->len);
@@ -1106,15 +1595,20 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		pthread_mutex_unlock(&t->lock);
 		/* A receive may have been posted while the payload was read. */
 		tcp_match(t);
-		return tx_resp(t, F_RESP, h->id, 0);
+		return defer_resp(t, h->id, 0);
 	}
 	if (h->len > r->req->buf.len) {
 		ret = rx_exact(t, NULL, h->len);
-		gdx_xport_complete(r->req, -EMSGSIZE, 0);
+		e = (struct deff){ .req = r->req, .st = -EMSGSIZE, .has_resp = 1,
+				   .resp_id = h->id, .resp_st = GDX_EREMOTE };
 		free(r);
-		return ret ? ret : tx_resp(t, F_RESP, h->id, GDX_EREMOTE);
+		if (ret) {
+			deff_run(t, &e, 0);
+			return ret;
+		}
+		return defer(t, &e, 0);
 	}
-	ret = rx_into(t, r->req->buf.p, r->req->buf.dev, r->req->buf.kind, h->len);
+	ret = rx_into(t, r->req->buf.p, r->req->buf.dev, r->req->buf.kind, h->len, &posted);
 	if (ret == -ECONNRESET || ret == -EPIPE) {
 		if (t->fe->opts.srq) {
 			/* A shared receive taken for a message that never arrived whole. */
@@ -1131,9 +1625,10 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		pthread_mutex_unlock(&t->lock);
 		return ret;
 	}
-	gdx_xport_complete(r->req, ret, ret ? 0 : h->len);
+	e = (struct deff){ .req = r->req, .st = ret, .len = h->len, .has_resp = 1,
+			   .resp_id = h->id, .resp_st = ret ? GDX_EREMOTE : 0 };
 	free(r);
-	return tx_resp(t, F_RESP, h->id, ret ? GDX_EREMOTE : 0);
+	return defer(t, &e, posted);
 }
 
 static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
@@ -1165,8 +1660,9 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 {
 	struct gdx_xport_region reg;
 	struct gdx_xport_rkey *k;
+	struct deff e;
 	void *p;
-	int st, ret;
+	int st, ret, posted;
 
 	st = gdx_xport_rkey_get(t->fe, h->key, h->raddr, h->len, GDX_XPORT_ACCESS_REMOTE_WRITE,
 				&k, &p,
@@ -1176,15 +1672,48 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 			(unsigned long long)h->key, (unsigned long long)h->raddr,
 			(unsigned long long)h->len);
 		ret = rx_exact(t, NULL, h->len);
-		return ret ? ret : tx_resp(t, F_RESP, h->id, st);
+		return ret ? ret : defer_resp(t, h->id, st);
 	}
-	ret = rx_into(t, p, reg.dev, reg.kind, h->len);
-	gdx_xport_rkey_put(k);
-	if (ret == -ECONNRESET || ret == -EPIPE)
+	ret = rx_into(t, p, reg.dev, reg.kind, h->len, &posted);
+	if (ret == -ECONNRESET || ret == -EPIPE) {
+		gdx_xport_rkey_put(k);
 		return ret;
-	if (!ret && (h->flags & FL_IMM))
-		rx_imm(t, h->len, h->imm);
-	return tx_resp(t, F_RESP, h->id, ret ? GDX_EREMOTE : 0);
+	}
+	/* The region stays held until the copies into it landed. */
+	e = (struct deff){ .k = k, .has_resp = 1, .resp_id = h->id,
+			   .resp_st = ret ? GDX_EREMOTE : 0 };
+	if (!ret && (h->flags & FL_IMM)) {
+		struct qent *r;
+
+		if (!posted && !t->rr.qn) {
+			rx_imm(t, h->len, h->imm);
+			return defer(t, &e, 0);
+		}
+		pthread_mutex_lock(&t->lock);
+		r = t->unexp_head ? NULL : take_recv(t);
+		pthread_mutex_unlock(&t->lock);
+		if (r) {
+			e.req = r->req;
+			e.is_imm = 1;
+			e.len = h->len;
+			e.imm = h->imm;
+			free(r);
+			return defer(t, &e, posted);
+		}
+		/*
+		 * No receive for it: it is kept as an unexpected message, which a
+		 * receive posted later takes at once, so the data must be in place
+		 * (and what came before carried out) first.
+		 */
+		st = posted ? rr_wait_seq(t, t->rr.seq) : 0;
+		defer_wait(t, 0);
+		if (st)
+			e.resp_st = GDX_EREMOTE;
+		else
+			rx_imm(t, h->len, h->imm);
+		return defer(t, &e, 0);
+	}
+	return defer(t, &e, posted);
 }
 
 static int rx_read(struct tcp_ep *t, const struct hdr *h)
@@ -1195,8 +1724,15 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 
 	if (!x)
 		return -ENOMEM;
-	/* Responses go in request order: the ones owed before this one first. */
-	st = resp_flush(t);
+	/*
+	 * It must see what earlier writes put in device memory, and responses go
+	 * in request order: what waits on copies, then what is owed, first.
+	 */
+	if (t->rr.qn) {
+		defer_wait(t, 0);
+		gdx_xport_complete_flush();
+	}
+	st = t->rx_err ? t->rx_err : resp_flush(t);
 	if (st) {
 		free(x);
 		return st;
@@ -1247,8 +1783,9 @@ static int resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qe
 
 static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 {
+	struct deff e = { 0 };
 	struct qent *q;
-	int ret, st = h->status;
+	int ret, st = h->status, posted = 0;
 
 	pthread_mutex_lock(&t->lock);
 	ret = resp_take(t, h, 0, &q);
@@ -1257,7 +1794,8 @@ static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 		return ret;
 	if (h->type == F_READ_RESP) {
 		if (!st) {
-			ret = rx_into(t, q->req->buf.p, q->req->buf.dev, q->req->buf.kind, h->len);
+			ret = rx_into(t, q->req->buf.p, q->req->buf.dev, q->req->buf.kind, h->len,
+				      &posted);
 			if (ret == -ECONNRESET || ret == -EPIPE) {
 				pthread_mutex_lock(&t->lock);
 				q->next = t->outst_head;
@@ -1269,14 +1807,14 @@ static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 			}
 			st = ret;
 		}
-		pthread_mutex_lock(&t->lock);
-		t->reads_in_flight--;
-		pthread_cond_broadcast(&t->tx_cond);
-		pthread_mutex_unlock(&t->lock);
+		/* FENCE waits for the read's data to be in place */
+		e.read_done = 1;
 	}
-	gdx_xport_complete(q->req, st, st ? 0 : q->req->buf.len);
+	e.req = q->req;
+	e.st = st;
+	e.len = q->req->buf.len;
 	free(q);
-	return 0;
+	return defer(t, &e, posted);
 }
 
 /*
@@ -1458,11 +1996,15 @@ static void *rx_main(void *arg)
 			GDX_ERR(SUBSYS, "frame of unknown type %u", h.type);
 			ret = GDX_EPROTO;
 		}
+		if (!ret)
+			ret = t->rx_err;
 	}
 	pthread_mutex_lock(&t->lock);
 	kill_conn(t, ret == -ECONNRESET || ret == -EPIPE ? 0 : ret);
 	pthread_mutex_unlock(&t->lock);
 	pthread_join(t->tx, NULL);
+	/* Deferred effects are older than what is still queued: they go first. */
+	rr_stop(t);
 	flush_all(t);
 	return NULL;
 }
@@ -1711,6 +2253,10 @@ static void tcp_destroy(void *priv)
 	close(t->fd);
 	stager_fini(&t->rxs);
 	stager_fini(&t->txs);
+	if (t->rr.ring && !t->rr.leak)
+		gdx_pinned_free(t->rr.dev, t->rr.ring);
+	free(t->rr.pc);
+	free(t->rr.q);
 	pthread_mutex_destroy(&t->lock);
 	pthread_cond_destroy(&t->tx_cond);
 	pthread_cond_destroy(&t->rx_cond);
@@ -1734,7 +2280,8 @@ static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 		r->why = "socket I/O straight into host memory";
 	} else {
 		r->path = GDX_XPORT_PATH_BOUNCE;
-		r->why = "device memory staged through pinned buffers (TCP has no device DMA)";
+		r->why = "device memory staged through pinned memory (TCP has no device DMA): "
+			 "received into a ring a copy agent copies from, sent through a stream";
 	}
 	if (!r->access)
 		return 0;

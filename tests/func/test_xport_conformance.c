@@ -407,6 +407,285 @@ static void test_imm_and_order(void **state)
 	free(hregion);
 }
 
+/* ---- device memory as the target of many requests ---------------------------- */
+
+static struct gdx_xport_opts deep_opts(unsigned n)
+{
+	struct gdx_xport_opts o;
+
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.sq_depth = n;
+	o.rq_depth = n;
+	return o;
+}
+
+/*
+ * Many 4 KiB sends into device receives and writes into a device region in
+ * flight at once (tcp receives them through a pinned ring whose copies a copy
+ * agent makes, and completes them once landed), every byte checked; writes
+ * of different data to one range leave the last one's; a read posted right
+ * behind writes, into device memory, returns what they wrote.
+ */
+static void test_dev_outstanding(void **state)
+{
+	enum { N = 64, SZ = 4096, SAME = 8 };
+	unsigned char *tx = malloc((size_t)N * SZ), *tx2 = malloc((size_t)SAME * SZ);
+	char *rx = kalloc(K_DEV, (size_t)N * SZ), *region = kalloc(K_DEV, (size_t)N * SZ);
+	char *back = kalloc(K_DEV, (size_t)N * SZ);
+	struct gdx_xport_opts o = deep_opts(4 * N);
+	struct gdx_xport_mr *mr;
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, &o, &o);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < N; i++)
+			assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, 1000 + i),
+					 0);
+		for (int i = 0; i < N; i++) {
+			t_fill(tx + (size_t)i * SZ, SZ, 100 * round + i);
+			assert_int_equal(gdx_xport_post_send(p.c, tx + (size_t)i * SZ, SZ, 2000 + i,
+							     0), 0);
+		}
+		for (int i = 0; i < N; i++)
+			expect(p.cqs, 1000 + i, GDX_XPORT_OP_RECV, 0, SZ);
+		for (int i = 0; i < N; i++)
+			expect(p.cqc, 2000 + i, GDX_XPORT_OP_SEND, 0, SZ);
+		for (int i = 0; i < N; i++)
+			kcheck(K_DEV, rx + (size_t)i * SZ, SZ, 100 * round + i);
+	}
+
+	if (!reg_remote(p.s, region, (size_t)N * SZ, GDX_XPORT_ACCESS_REMOTE_WRITE |
+			GDX_XPORT_ACCESS_REMOTE_READ, &mr)) {
+		for (int i = 0; i < N; i++) {
+			t_fill(tx + (size_t)i * SZ, SZ, 300 + i);
+			assert_int_equal(gdx_xport_post_write(p.c, tx + (size_t)i * SZ, SZ,
+							      gdx_xport_mr_addr(mr) + (uint64_t)i * SZ,
+							      gdx_xport_mr_key(mr), 3000 + i, 0), 0);
+		}
+		/* one range again and again, other data each time: the last write's stays */
+		for (int j = 0; j < SAME; j++) {
+			t_fill(tx2 + (size_t)j * SZ, SZ, 500 + j);
+			assert_int_equal(gdx_xport_post_write(p.c, tx2 + (size_t)j * SZ, SZ,
+							      gdx_xport_mr_addr(mr),
+							      gdx_xport_mr_key(mr), 4000 + j, 0), 0);
+		}
+		assert_int_equal(gdx_xport_post_read(p.c, back, (size_t)N * SZ,
+						     gdx_xport_mr_addr(mr), gdx_xport_mr_key(mr),
+						     5000, 0), 0);
+		for (int i = 0; i < N; i++)
+			expect(p.cqc, 3000 + i, GDX_XPORT_OP_WRITE, 0, SZ);
+		for (int j = 0; j < SAME; j++)
+			expect(p.cqc, 4000 + j, GDX_XPORT_OP_WRITE, 0, SZ);
+		expect(p.cqc, 5000, GDX_XPORT_OP_READ, 0, (size_t)N * SZ);
+		kcheck(K_DEV, region, SZ, 500 + SAME - 1);
+		kcheck(K_DEV, back, SZ, 500 + SAME - 1);
+		for (int i = 1; i < N; i++) {
+			kcheck(K_DEV, region + (size_t)i * SZ, SZ, 300 + i);
+			kcheck(K_DEV, back + (size_t)i * SZ, SZ, 300 + i);
+		}
+		gdx_xport_mr_dereg(mr);
+	}
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+	kfree(K_DEV, rx);
+	kfree(K_DEV, region);
+	kfree(K_DEV, back);
+	free(tx);
+	free(tx2);
+}
+
+/*
+ * A completion whose data goes to device memory, then one in host memory:
+ * they complete in that order (tcp holds the first until its copies landed,
+ * and the second behind it), on the receiving side and on the requesting one.
+ */
+static void test_dev_then_host_order(void **state)
+{
+	enum { SZ = 8192, ROUNDS = 40 };
+	unsigned char *tx = malloc(2 * SZ), *hbuf = malloc(SZ), *hregion = calloc(1, 2 * SZ);
+	char *dbuf = kalloc(K_DEV, SZ), *dregion = kalloc(K_DEV, SZ);
+	struct gdx_xport_mr *hmr, *dmr = NULL;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	assert_int_equal(gdx_xport_mr_reg(p.s, hregion, 2 * SZ, GDX_XPORT_ACCESS_REMOTE_WRITE |
+					  GDX_XPORT_ACCESS_REMOTE_READ, &hmr), 0);
+	for (int r = 0; r < ROUNDS; r++) {
+		/* receiving side: a send into device memory, then one into host memory */
+		t_fill(tx, 2 * SZ, r);
+		assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
+		assert_int_equal(gdx_xport_post_recv(p.s, hbuf, SZ, 2), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 3, 0), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, tx + SZ, 64, 4, 0), 0);
+		expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
+		expect(p.cqs, 2, GDX_XPORT_OP_RECV, 0, 64);
+		expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, SZ);
+		expect(p.cqc, 4, GDX_XPORT_OP_SEND, 0, 64);
+		kcheck(K_DEV, dbuf, SZ, r);
+
+		/* requesting side: a read into device memory, then a write from host memory */
+		t_fill(hregion, SZ, 1000 + r);
+		assert_int_equal(gdx_xport_post_read(p.c, dbuf, SZ, gdx_xport_mr_addr(hmr),
+						     gdx_xport_mr_key(hmr), 5, 0), 0);
+		assert_int_equal(gdx_xport_post_write(p.c, tx, 64, gdx_xport_mr_addr(hmr) + SZ,
+						      gdx_xport_mr_key(hmr), 6, 0), 0);
+		expect(p.cqc, 5, GDX_XPORT_OP_READ, 0, SZ);
+		expect(p.cqc, 6, GDX_XPORT_OP_WRITE, 0, 64);
+		kcheck(K_DEV, dbuf, SZ, 1000 + r);
+	}
+	/* write with immediate into device memory, then a send: data in place, in order */
+	if (!reg_remote(p.s, dregion, SZ, GDX_XPORT_ACCESS_REMOTE_WRITE, &dmr)) {
+		t_fill(tx, 2 * SZ, 77);
+		assert_int_equal(gdx_xport_post_recv(p.s, hbuf, 64, 7), 0);
+		assert_int_equal(gdx_xport_post_recv(p.s, hbuf + 64, 64, 8), 0);
+		assert_int_equal(gdx_xport_post_write_imm(p.c, tx, SZ, gdx_xport_mr_addr(dmr),
+							  gdx_xport_mr_key(dmr), 0x55, 9, 0), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, tx + SZ, 64, 10, 0), 0);
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, 7);
+		assert_int_equal(e.op, GDX_XPORT_OP_RECV_WRITE_IMM);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(e.imm, 0x55);
+		kcheck(K_DEV, dregion, SZ, 77);
+		expect(p.cqs, 8, GDX_XPORT_OP_RECV, 0, 64);
+		expect(p.cqc, 9, GDX_XPORT_OP_WRITE_IMM, 0, SZ);
+		expect(p.cqc, 10, GDX_XPORT_OP_SEND, 0, 64);
+		gdx_xport_mr_dereg(dmr);
+	}
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	gdx_xport_mr_dereg(hmr);
+	pair_close(&p);
+	kfree(K_DEV, dbuf);
+	kfree(K_DEV, dregion);
+	free(tx);
+	free(hbuf);
+	free(hregion);
+}
+
+/*
+ * The copy agent faults (emulated.agent_fault_after): the receives whose
+ * data it had not placed fail with its error, and their sends with
+ * GDX_EREMOTE, in order, the others succeed with their data; the connection
+ * goes on (device memory is then received without the agent).
+ */
+static void test_dev_agent_fault(void **state)
+{
+	enum { N = 16, SZ = 4096 };
+	unsigned char *tx = malloc((size_t)N * SZ);
+	char *rx = kalloc(K_DEV, (size_t)N * SZ);
+	struct gdx_xport_opts o = deep_opts(4 * N);
+	int st[N], failed = 0;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "5"), 0);
+	pair_open(&p, &o, &o);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, 1000 + i), 0);
+	for (int i = 0; i < N; i++) {
+		t_fill(tx + (size_t)i * SZ, SZ, 40 + i);
+		assert_int_equal(gdx_xport_post_send(p.c, tx + (size_t)i * SZ, SZ, 2000 + i, 0), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, 1000 + i);
+		st[i] = e.status;
+		if (e.status) {
+			assert_true(e.status < 0);
+			assert_int_not_equal(e.status, GDX_EDISCONNECTED);
+			failed++;
+		} else {
+			kcheck(K_DEV, rx + (size_t)i * SZ, SZ, 40 + i);
+		}
+	}
+	for (int i = 0; i < N; i++)
+		expect(p.cqc, 2000 + i, GDX_XPORT_OP_SEND, st[i] ? GDX_EREMOTE : 0, SZ);
+	if (!strcmp(backend, "tcp") && !strncmp(gdx_device_name(dev), "emulated", 8))
+		assert_true(failed > 0);
+	/* the connection goes on */
+	t_fill(tx, SZ, 99);
+	assert_int_equal(gdx_xport_post_recv(p.s, rx, SZ, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
+	expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SZ);
+	kcheck(K_DEV, rx, SZ, 99);
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "0"), 0);
+	pair_close(&p);
+	kfree(K_DEV, rx);
+	free(tx);
+}
+
+/*
+ * Disconnect while receives into device memory may still wait for their
+ * copies: every request on both sides completes once, with success (its data
+ * in place, and then its receive too) or GDX_EDISCONNECTED, the receives'
+ * successes before their failures.
+ */
+static void test_dev_disconnect(void **state)
+{
+	enum { N = 64, SZ = 4096 };
+	unsigned char *tx = malloc((size_t)N * SZ);
+	char *rx = kalloc(K_DEV, (size_t)N * SZ);
+	struct gdx_xport_opts o = deep_opts(4 * N);
+	int rst[N], sst[N], seen_fail = 0;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, &o, &o);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, i), 0);
+	for (int i = 0; i < N; i++) {
+		t_fill(tx + (size_t)i * SZ, SZ, 60 + i);
+		assert_int_equal(gdx_xport_post_send(p.c, tx + (size_t)i * SZ, SZ, 100 + i, 0), 0);
+	}
+	/* give the first ones time to arrive */
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.wr_id, 0);
+	assert_int_equal(e.status, 0);
+	rst[0] = 0;
+	assert_int_equal(gdx_xport_disconnect(p.s), 0);
+	for (int i = 1; i < N; i++) {
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, i);
+		rst[i] = e.status;
+		if (e.status) {
+			assert_int_equal(e.status, GDX_EDISCONNECTED);
+			seen_fail = 1;
+		} else {
+			assert_false(seen_fail);
+		}
+	}
+	for (int i = 0; i < N; i++)
+		sst[i] = -1;
+	for (int i = 0; i < N; i++) {
+		get_cqe(p.cqc, &e);
+		assert_true(e.wr_id >= 100 && e.wr_id < 100 + N);
+		assert_int_equal(sst[e.wr_id - 100], -1);
+		sst[e.wr_id - 100] = e.status;
+		if (e.status)
+			assert_int_equal(e.status, GDX_EDISCONNECTED);
+	}
+	for (int i = 0; i < N; i++) {
+		if (!rst[i])
+			kcheck(K_DEV, rx + (size_t)i * SZ, SZ, 60 + i);
+		/* a sender told of success: its receive completed with the data */
+		if (!sst[i])
+			assert_int_equal(rst[i], 0);
+	}
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+	kfree(K_DEV, rx);
+	free(tx);
+}
+
 /* ---- refused accesses -------------------------------------------------------- */
 
 /*
@@ -1215,6 +1494,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_outstanding),
 		cmocka_unit_test(test_imm_and_order),
+		cmocka_unit_test(test_dev_outstanding),
+		cmocka_unit_test(test_dev_then_host_order),
+		cmocka_unit_test(test_dev_agent_fault),
+		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_bad_access),
 		cmocka_unit_test(test_recv_too_small),
 		cmocka_unit_test(test_recv_posted_during_arrival),
