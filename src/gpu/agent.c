@@ -5,17 +5,19 @@
  * workers are the device's (agent_launch: a resident block on the cuda
  * device, a stream thread on the emulated one).
  *
- * Ordering on the host: descriptor stores, then the tail with a release store
- * (the worker reads the tail with an acquire load, then the descriptor, then
- * the data the caller put at src before posting).  A full fence separates
- * the tail from the look at the worker's live word: a worker going idle
- * clears live and then looks at the tails, so either it sees the new tail or
- * the post sees live clear and launches it again.  A launch behind a worker
- * that is still ending waits in its stream, so two never run at once.
+ * Ordering on the host: the data the caller put at src, then the descriptor's
+ * words, the last with a release store (plugin/device.h: the worker takes a
+ * slot once all its words carry the expected seq, then reads the data behind
+ * an acquire fence).  A full fence separates the descriptor from the look at
+ * the worker's live word: a worker going idle clears live and then looks at
+ * its rings' next slots, so either it sees the new descriptor or the post
+ * sees live clear and launches it again.  A launch behind a worker that is
+ * still ending waits in its stream, so two never run at once.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +25,14 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "gpu/device.h"
+
+/* src/gpu/agent.cu declares the same layout with the same checks. */
+_Static_assert(sizeof(struct gdx_agent_desc) == 64, "a descriptor is one 64-byte line");
+_Static_assert(sizeof(struct gdx_agent_ring) == 64, "a ring's done word has its own line");
+_Static_assert(sizeof(struct gdx_agent_worker) == 64, "a worker's words have their own line");
+_Static_assert(sizeof(struct gdx_agent_args) == 56 &&
+	       offsetof(struct gdx_agent_args, idle_ns) == 32 &&
+	       offsetof(struct gdx_agent_args, nrings) == 40, "the kernel's argument layout");
 
 struct gdx_copy_agent {
 	struct gdx_device *dev;		/* a reference of its own */
@@ -32,6 +42,7 @@ struct gdx_copy_agent {
 	struct gdx_agent_worker *workers;
 	struct gdx_agent_ring *rings;
 	struct gdx_agent_desc *descs;
+	uint32_t *posted;		/* per ring: seq of the last descriptor posted */
 	struct gdx_stream **streams;	/* one per worker */
 	pthread_mutex_t lock;		/* launches */
 	bool stopping;
@@ -62,6 +73,7 @@ static void agent_free(struct gdx_copy_agent *a)
 		if (a->streams[w])
 			gdx_stream_destroy(a->streams[w]);
 	free(a->streams);
+	free(a->posted);
 	if (a->mem)
 		gdx_pinned_free(a->dev, a->mem);
 	pthread_mutex_destroy(&a->lock);
@@ -117,7 +129,8 @@ GDX_API int gdx_copy_agent_start(struct gdx_device *dev, const struct gdx_copy_a
 	a->rings = (struct gdx_agent_ring *)((char *)a->mem + off_r);
 	a->descs = (struct gdx_agent_desc *)((char *)a->mem + off_d);
 	a->streams = calloc(opts.workers, sizeof(*a->streams));
-	if (!a->streams) {
+	a->posted = calloc(opts.rings, sizeof(*a->posted));
+	if (!a->streams || !a->posted) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -153,7 +166,6 @@ static int worker_failed(struct gdx_copy_agent *a, unsigned w, uint32_t e)
 	if (__atomic_compare_exchange_n(&a->err, &none, GDX_EDRIVER, false, __ATOMIC_RELAXED,
 					__ATOMIC_RELAXED))
 		GDX_ERR("device", "%s: copy agent worker %u gave up: %s", a->dev->name, w,
-			e == GDX_AGENT_ERR_SEQ ? "descriptor out of sequence" :
 			e == GDX_AGENT_ERR_OWN ? "too many rings" : "bad copy pointers");
 	return __atomic_load_n(&a->err, __ATOMIC_RELAXED);
 }
@@ -210,6 +222,7 @@ GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *d
 {
 	struct gdx_agent_ring *r;
 	struct gdx_agent_desc *d;
+	uint64_t hi;
 	unsigned w;
 	uint32_t s, e;
 	int err;
@@ -224,15 +237,18 @@ GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *d
 	if (e)
 		return worker_failed(a, w, e);
 	r = &a->rings[ring];
-	s = r->tail + 1;	/* this thread is the one that writes it */
+	s = a->posted[ring] + 1;	/* this thread is the one that posts to the ring */
+	/* the slot's previous descriptor, s - entries, must have been copied */
 	if (s - __atomic_load_n(&r->done, __ATOMIC_ACQUIRE) > a->o.entries)
 		return -EAGAIN;
 	d = &a->descs[(size_t)ring * a->o.entries + (s & (a->o.entries - 1))];
-	d->dst = (uintptr_t)dst;
-	d->src = (uintptr_t)src;
-	d->len = (uint32_t)len;
-	d->seq = s;
-	__atomic_store_n(&r->tail, s, __ATOMIC_RELEASE);
+	hi = (uint64_t)s << 32;
+	__atomic_store_n(&d->w[0], hi | (uint32_t)(uintptr_t)dst, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->w[1], hi | (uint32_t)((uint64_t)(uintptr_t)dst >> 32), __ATOMIC_RELAXED);
+	__atomic_store_n(&d->w[2], hi | (uint32_t)(uintptr_t)src, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->w[3], hi | (uint32_t)((uint64_t)(uintptr_t)src >> 32), __ATOMIC_RELAXED);
+	__atomic_store_n(&d->w[4], hi | (uint32_t)len, __ATOMIC_RELEASE);
+	a->posted[ring] = s;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (seq)
 		*seq = s;

@@ -6,42 +6,49 @@
  * that a receiver thread hands a copy over with plain stores instead of a
  * driver call.  The protocol and the memory layout are those of
  * include/gdx/plugin/device.h (struct gdx_agent_*); src/gpu/agent.c is the
- * host side and src/gpu/emulated.c runs the same loop on a host thread.
+ * host side and src/gpu/emulated.c runs the same protocol on a host thread.
  *
  * Kept for reference and for regenerating src/gpu/agent_ptx.h with
  * `scripts/gen_ptx.sh agent` (the driver JIT-compiles the committed PTX; it
- * needs sm_70: acquire loads, release stores and nanosleep).
+ * needs sm_70: relaxed and release accesses at system scope, acq_rel fences
+ * and nanosleep).
  *
- * Worker w owns rings w, w + nworkers, ...  Its thread 0 watches their tails
- * and the stop word; the block takes up to AG_BATCH descriptors of one ring,
+ * Worker w owns rings w, w + nworkers, ...  Its warp 0 polls: its lanes are
+ * split between up to 32 owned rings, at most AG_POLL per ring, each lane
+ * loads one slot (the ring's next one, the one after, ...), and every lane's
+ * load is in flight at once, with the stop word's, so one bus round trip both
+ * finds work and reads the descriptors.  Each ring's run of ready slots is taken; the block
  * cuts them into 4 KiB units and its warps copy the units, eight 16-byte loads
  * in flight per lane.  Once every thread's stores are fenced at system scope,
- * thread 0 publishes the ring's done word (the seq of the last descriptor):
- * the CPU then knows both that the data landed and that the ring bytes and
- * the descriptors may be reused.  After idle_ns without work the worker clears
- * its live word, looks at the tails once more (the CPU, having published a
- * tail, looks at live: one of the two sees the other's store) and ends; the
- * CPU launches it again when it finds live clear.
+ * the ring's done word gets the seq of its last descriptor taken: the CPU then
+ * knows both that the data landed and that the ring bytes and the slots may
+ * be reused.  After idle_ns without work the worker clears its live word,
+ * polls every owned ring once more (the CPU, having posted, looks at live:
+ * one of the two sees the other's store) and ends; the CPU launches it again
+ * when it finds live clear.
  */
 #include <stdint.h>
 
 #define AG_THREADS 256
 #define AG_WARPS (AG_THREADS / 32)
-#define AG_BATCH 32
 #define AG_UNIT 4096
 #define AG_MAX_OWN 64
+#define AG_FULL 0xffffffffu
+/*
+ * Slots a poll loads per ring: a run this long is taken per round.  Each is a
+ * 48-byte read over the bus, and an idle worker polls about once a
+ * microsecond: 32 per ring would cost a GB/s of PCIe reads per worker.
+ */
+#define AG_POLL 4
+static_assert(AG_POLL < 32, "a ring's lanes are a part of the warp");
 
 struct agent_desc {
-	uint64_t dst, src;
-	uint32_t len, seq;
-	uint64_t rsvd;
+	uint64_t w[8];		/* dst lo, dst hi, src lo, src hi, len: seq in each high half */
 };
 
 struct agent_ring {
-	uint32_t tail;
-	uint32_t pad0[15];
 	uint32_t done;
-	uint32_t pad1[15];
+	uint32_t pad[15];
 };
 
 struct agent_worker {
@@ -56,20 +63,51 @@ struct agent_args {
 	uint32_t nrings, entries, worker, nworkers;
 };
 
-#define AG_ERR_SEQ 1	/* a descriptor did not carry the seq its slot should hold */
+/* src/gpu/agent.c checks include/gdx/plugin/device.h against the same figures. */
+static_assert(sizeof(struct agent_desc) == 64, "a descriptor is one 64-byte line");
+static_assert(sizeof(struct agent_ring) == 64, "a ring's done word has its own line");
+static_assert(sizeof(struct agent_worker) == 64, "a worker's words have their own line");
+static_assert(sizeof(struct agent_args) == 56, "the kernel's argument layout");
+
 #define AG_ERR_OWN 2	/* more rings per worker than it can track */
 
-static __device__ __forceinline__ uint32_t ld_acquire(const uint32_t *p)
+struct agent_copy {
+	uint64_t dst, src;
+	uint32_t len;
+};
+
+/* What warp 0 hands the block for one round of copies. */
+struct agent_round {
+	uint32_t next[AG_MAX_OWN];	/* seq of the next descriptor per owned ring */
+	struct agent_copy c[32];
+	uint32_t first[33];		/* first unit of each copy */
+	uint32_t pub_ring[32], pub_seq[32];	/* done words to store after the copies */
+	uint32_t n, npub;
+	int cmd;			/* 1 copy, 2 stop, 3 idle: end */
+};
+
+static __device__ __forceinline__ uint32_t ld_relaxed(const uint32_t *p)
 {
 	uint32_t v;
 
-	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
 	return v;
+}
+
+static __device__ __forceinline__ void ld_relaxed2(const uint64_t *p, uint64_t &a, uint64_t &b)
+{
+	asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];"
+		     : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 
 static __device__ __forceinline__ void st_release(uint32_t *p, uint32_t v)
 {
 	asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+
+static __device__ __forceinline__ void fence_acq_rel(void)
+{
+	asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
 static __device__ __forceinline__ uint64_t now_ns(void)
@@ -80,124 +118,174 @@ static __device__ __forceinline__ uint64_t now_ns(void)
 	return t;
 }
 
-/* The first owned ring, from rr on, with descriptors not taken yet; -1 if none. */
-static __device__ int find_work(const struct agent_args &a, const uint32_t *next, unsigned nown,
-				unsigned rr, uint32_t *n)
+/*
+ * One poll by warp 0 of owned rings rr, rr + 1, ... (up to 32 of them), with
+ * the stop word's load in flight beside the slots'.  Takes each ring's run of
+ * ready descriptors into s (copies, units, done words to publish) and returns
+ * how many it took, the same in every lane; *stop: the stop word was set.
+ */
+static __device__ unsigned poll(const struct agent_args &a, struct agent_round &s, unsigned nown,
+				unsigned rr, unsigned lane, bool *stop)
 {
-	struct agent_ring *rings = (struct agent_ring *)a.rings;
+	const struct agent_desc *descs = (const struct agent_desc *)a.descs;
+	unsigned ngroups = nown < 32 ? nown : 32, per = 32 / ngroups < AG_POLL ? 32 / ngroups : AG_POLL;
+	unsigned g = lane / per, i = lane % per, k = (rr + g) % nown, run = 0, units = 0;
+	bool mine = g < ngroups, valid = false, take;
+	uint32_t seq = 0, st = 0;
+	uint64_t w[6];
 
-	for (unsigned j = 0; j < nown; j++) {
-		unsigned k = (rr + j) % nown;
-		uint32_t t = ld_acquire(&rings[a.worker + k * a.nworkers].tail);
+	if (lane == 0)
+		st = ld_relaxed((const uint32_t *)a.stop);
+	if (mine) {
+		const uint64_t *p;
 
-		if (t != next[k] - 1) {
-			uint32_t avail = t - (next[k] - 1);
+		seq = s.next[k] + i;
+		p = descs[(uint64_t)(a.worker + k * a.nworkers) * a.entries +
+			  (seq & (a.entries - 1))].w;
+		ld_relaxed2(p, w[0], w[1]);
+		ld_relaxed2(p + 2, w[2], w[3]);
+		ld_relaxed2(p + 4, w[4], w[5]);
+		valid = w[0] >> 32 == seq && w[1] >> 32 == seq && w[2] >> 32 == seq &&
+			w[3] >> 32 == seq && w[4] >> 32 == seq;
+	}
+	*stop = __shfl_sync(AG_FULL, st, 0) != 0;
+	/* a ring's run: its lanes' ready slots from the group's first lane on */
+	unsigned ready = __ballot_sync(AG_FULL, valid);
+	if (mine) {
+		unsigned gb = (ready >> (g * per)) & ((1u << per) - 1);
 
-			*n = avail < AG_BATCH ? avail : AG_BATCH;
-			return (int)k;
+		run = __ffs(~gb) - 1;
+	}
+	take = mine && i < run;
+	unsigned took = __ballot_sync(AG_FULL, take);
+	if (!took)
+		return 0;
+	/* the data behind the descriptors, for this warp and, past the barrier, the block */
+	fence_acq_rel();
+	unsigned below = __popc(took & ((1u << lane) - 1));
+	if (take) {
+		s.c[below].dst = (uint32_t)w[0] | (w[1] << 32);
+		s.c[below].src = (uint32_t)w[2] | (w[3] << 32);
+		s.c[below].len = (uint32_t)w[4];
+		units = ((uint32_t)w[4] + AG_UNIT - 1) / AG_UNIT;
+	}
+	/* the copies lie in lane order: an inclusive sum of units gives each one's end */
+	for (unsigned o = 1; o < 32; o <<= 1) {
+		uint32_t v = __shfl_up_sync(AG_FULL, units, o);
+
+		if (lane >= o)
+			units += v;
+	}
+	if (take)
+		s.first[below + 1] = units;
+	bool lead = take && i == 0;
+	unsigned leads = __ballot_sync(AG_FULL, lead);
+	if (lead) {
+		unsigned j = __popc(leads & ((1u << lane) - 1));
+
+		s.next[k] += run;
+		s.pub_ring[j] = a.worker + k * a.nworkers;
+		s.pub_seq[j] = s.next[k] - 1;
+	}
+	if (lane == 0) {
+		s.first[0] = 0;
+		s.n = __popc(took);
+		s.npub = __popc(leads);
+	}
+	__syncwarp();
+	return s.n;
+}
+
+/*
+ * Warp 0 polls until there is work (cmd 1), the stop word is set (2), or the
+ * worker has been idle for idle_ns and a last poll of every ring after
+ * clearing live found nothing (3: live stays clear).
+ */
+static __device__ void wait_for_work(const struct agent_args &a, struct agent_round &s,
+				     struct agent_worker *w, unsigned nown, unsigned lane,
+				     unsigned &rr, uint64_t &idle_since)
+{
+	unsigned closing = 0;	/* polls since live was cleared */
+	int cmd;
+
+	for (;;) {
+		bool stop = true;
+		unsigned n = nown ? poll(a, s, nown, rr, lane, &stop) : 0;
+
+		if (stop) {
+			cmd = 2;
+			break;
+		}
+		/* past 32 rings, the next poll looks at the next 32, work or not */
+		if (nown > 32)
+			rr = (rr + 32) % nown;
+		if (n) {
+			if (closing && lane == 0)
+				st_release(&w->live, 1);
+			idle_since = now_ns();
+			cmd = 1;
+			break;
+		}
+		if (closing) {
+			if (++closing > (nown + 31) / 32) {
+				cmd = 3;
+				break;
+			}
+		} else if (now_ns() - idle_since > a.idle_ns) {
+			/* going idle: clear live, then poll every ring once more (see the top) */
+			if (lane == 0)
+				st_release(&w->live, 0);
+			__syncwarp();
+			__threadfence_system();
+			closing = 1;
+		} else {
+			__nanosleep(100);
 		}
 	}
-	return -1;
+	if (lane == 0)
+		s.cmd = cmd;
 }
 
 extern "C" __global__ void __launch_bounds__(AG_THREADS) gdx_copy_agent(const struct agent_args a)
 {
-	__shared__ uint32_t next[AG_MAX_OWN];	/* seq of the next descriptor per owned ring */
-	__shared__ struct agent_desc d[AG_BATCH];
-	__shared__ uint32_t first[AG_BATCH + 1];	/* first unit of each descriptor */
-	__shared__ int cmd, ring_k;
-	__shared__ uint32_t take;
+	__shared__ struct agent_round s;
 	struct agent_worker *w = (struct agent_worker *)a.workers + a.worker;
 	struct agent_ring *rings = (struct agent_ring *)a.rings;
-	const struct agent_desc *descs = (const struct agent_desc *)a.descs;
 	unsigned nown = a.worker < a.nrings ? (a.nrings - 1 - a.worker) / a.nworkers + 1 : 0;
 	unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, rr = 0;
 	uint64_t idle_since = 0;
 
-	if (tid == 0) {
-		st_release(&w->live, 1);
+	if (warp == 0) {
+		if (lane == 0)
+			st_release(&w->live, 1);
 		if (nown > AG_MAX_OWN) {
-			w->err = AG_ERR_OWN;
+			if (lane == 0)
+				w->err = AG_ERR_OWN;
 			nown = 0;
 		}
-		for (unsigned k = 0; k < nown; k++)
-			next[k] = *(volatile uint32_t *)&rings[a.worker + k * a.nworkers].done + 1;
+		for (unsigned k = lane; k < nown; k += 32)
+			s.next[k] = ld_relaxed(&rings[a.worker + k * a.nworkers].done) + 1;
+		__syncwarp();
 		idle_since = now_ns();
 	}
-	__syncthreads();
 	for (;;) {
-		if (tid == 0) {
-			uint32_t n = 0;
-			int k = -1;
-
-			cmd = 0;
-			if (ld_acquire((const uint32_t *)a.stop) || nown == 0) {
-				cmd = 2;
-			} else if ((k = find_work(a, next, nown, rr, &n)) >= 0) {
-				cmd = 1;
-			} else if (now_ns() - idle_since > a.idle_ns) {
-				/* going idle: clear live, then look once more (see the top) */
-				st_release(&w->live, 0);
-				__threadfence_system();
-				k = find_work(a, next, nown, rr, &n);
-				if (k >= 0) {
-					st_release(&w->live, 1);
-					cmd = 1;
-				} else {
-					cmd = 3;
-				}
-			} else {
-				__nanosleep(200);
-			}
-			if (cmd == 1) {
-				ring_k = k;
-				take = n;
-				rr = (unsigned)k + 1;
-				idle_since = now_ns();
-			}
-		}
+		/* the other warps wait at the barrier while warp 0 polls */
+		if (warp == 0)
+			wait_for_work(a, s, w, nown, lane, rr, idle_since);
 		__syncthreads();
-		if (cmd >= 2)
+		if (s.cmd != 1)
 			break;
-		if (cmd == 0) {
-			/* every thread has read cmd before thread 0 writes the next */
-			__syncthreads();
-			continue;
-		}
 
-		unsigned k = (unsigned)ring_k, n = take, r = a.worker + k * a.nworkers;
-		const struct agent_desc *base = descs + (uint64_t)r * a.entries;
+		unsigned n = s.n;
 
-		if (tid < n) {
-			const volatile struct agent_desc *s = base + ((next[k] + tid) & (a.entries - 1));
-
-			d[tid].dst = s->dst;
-			d[tid].src = s->src;
-			d[tid].len = s->len;
-			d[tid].seq = s->seq;
-		}
-		__syncthreads();
-		if (tid == 0) {
-			first[0] = 0;
-			for (unsigned i = 0; i < n; i++) {
-				if (d[i].seq != next[k] + i) {
-					w->err = AG_ERR_SEQ;
-					cmd = 2;
-				}
-				first[i + 1] = first[i] + (d[i].len + AG_UNIT - 1) / AG_UNIT;
-			}
-		}
-		__syncthreads();
-		if (cmd == 2)
-			break;
-		for (unsigned u = warp, i = 0; u < first[n]; u += AG_WARPS) {
-			while (first[i + 1] <= u)
+		for (unsigned u = warp, i = 0; u < s.first[n]; u += AG_WARPS) {
+			while (s.first[i + 1] <= u)
 				i++;
-			uint64_t off = (uint64_t)(u - first[i]) * AG_UNIT;
-			uint32_t len = d[i].len - (uint32_t)off < AG_UNIT ? d[i].len - (uint32_t)off
-									  : AG_UNIT;
-			const char *src = (const char *)d[i].src + off;
-			char *dst = (char *)d[i].dst + off;
+			uint64_t off = (uint64_t)(u - s.first[i]) * AG_UNIT;
+			uint32_t left = s.c[i].len - (uint32_t)off;
+			uint32_t len = left < AG_UNIT ? left : AG_UNIT;
+			const char *src = (const char *)s.c[i].src + off;
+			char *dst = (char *)s.c[i].dst + off;
 			uint32_t o = 0;
 
 			if (!(((uintptr_t)src | (uintptr_t)dst) & 15)) {
@@ -224,12 +312,12 @@ extern "C" __global__ void __launch_bounds__(AG_THREADS) gdx_copy_agent(const st
 				dst[o] = *(const volatile char *)(src + o);
 		}
 		__threadfence_system();
+		/* every copy of the round fenced; warp 0 may then fill s again */
 		__syncthreads();
-		if (tid == 0) {
-			next[k] += n;
-			st_release(&rings[r].done, next[k] - 1);
-		}
+		if (tid < s.npub)
+			st_release(&rings[s.pub_ring[tid]].done, s.pub_seq[tid]);
+		__syncwarp();
 	}
-	if (tid == 0 && cmd == 2)
+	if (tid == 0 && s.cmd == 2)
 		st_release(&w->live, 0);
 }

@@ -207,9 +207,8 @@ static int resolve(struct emu_dev *d, const void *p, size_t n, void **out, bool 
  * One agent copy: src must lie in pinned memory and dst in one device
  * allocation, as the kernel's loads and stores must on a GPU.
  */
-static int agent_copy(struct emu_dev *d, const struct gdx_agent_desc *ds)
+static int agent_copy(struct emu_dev *d, uintptr_t t, uintptr_t s, uint32_t len)
 {
-	uintptr_t s = (uintptr_t)ds->src, t = (uintptr_t)ds->dst;
 	void *rd = NULL;
 	int ret = GDX_EBADPTR;
 	long i;
@@ -217,37 +216,43 @@ static int agent_copy(struct emu_dev *d, const struct gdx_agent_desc *ds)
 	pthread_mutex_lock(&d->lock);
 	i = range_find(d, s);
 	if (i >= 0 && d->ranges[i].kind != R_DEVICE &&
-	    s + ds->len <= d->ranges[i].base + d->ranges[i].size) {
+	    s + len <= d->ranges[i].base + d->ranges[i].size) {
 		i = range_find(d, t);
 		if (i >= 0 && d->ranges[i].kind == R_DEVICE &&
-		    t + ds->len <= d->ranges[i].base + d->ranges[i].size) {
+		    t + len <= d->ranges[i].base + d->ranges[i].size) {
 			rd = d->ranges[i].shadow + (t - d->ranges[i].base);
 			ret = 0;
 		}
 	}
 	pthread_mutex_unlock(&d->lock);
 	if (!ret)
-		memcpy(rd, (const void *)s, ds->len);
+		memcpy(rd, (const void *)s, len);
 	return ret;
 }
 
-/* The first owned ring from rr on with descriptors not taken; -1 if none. */
-static int agent_find(const struct gdx_agent_args *a, const uint32_t *next, unsigned nown,
-		      unsigned rr, uint32_t *n)
+/*
+ * Descriptor seq of ring r, if posted: its five words (plugin/device.h), the
+ * last one first, with acquire (the host stores it last, with release).
+ */
+static bool agent_desc(const struct gdx_agent_args *a, unsigned r, uint32_t seq, uintptr_t *dst,
+		       uintptr_t *src, uint32_t *len)
 {
-	struct gdx_agent_ring *rings = (struct gdx_agent_ring *)(uintptr_t)a->rings;
+	const struct gdx_agent_desc *ds = (const struct gdx_agent_desc *)(uintptr_t)a->descs +
+					  (uint64_t)r * a->entries + (seq & (a->entries - 1));
+	uint64_t w[GDX_AGENT_DESC_WORDS];
 
-	for (unsigned j = 0; j < nown; j++) {
-		unsigned k = (rr + j) % nown;
-		uint32_t t = __atomic_load_n(&rings[a->worker + k * a->nworkers].tail,
-					     __ATOMIC_ACQUIRE);
-
-		if (t != next[k] - 1) {
-			*n = GDX_MIN(t - (next[k] - 1), 32u);
-			return (int)k;
-		}
+	w[4] = __atomic_load_n(&ds->w[4], __ATOMIC_ACQUIRE);
+	if (w[4] >> 32 != seq)
+		return false;
+	for (unsigned i = 0; i < 4; i++) {
+		w[i] = __atomic_load_n(&ds->w[i], __ATOMIC_RELAXED);
+		if (w[i] >> 32 != seq)
+			return false;
 	}
-	return -1;
+	*dst = (uintptr_t)((uint32_t)w[0] | (uint64_t)(uint32_t)w[1] << 32);
+	*src = (uintptr_t)((uint32_t)w[2] | (uint64_t)(uint32_t)w[3] << 32);
+	*len = (uint32_t)w[4];
+	return true;
 }
 
 /* The loop of src/gpu/agent.cu on the stream's thread, one descriptor at a time. */
@@ -255,12 +260,11 @@ static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fa
 {
 	struct gdx_agent_worker *w = (struct gdx_agent_worker *)(uintptr_t)a->workers + a->worker;
 	struct gdx_agent_ring *rings = (struct gdx_agent_ring *)(uintptr_t)a->rings;
-	const struct gdx_agent_desc *descs = (const struct gdx_agent_desc *)(uintptr_t)a->descs;
 	const uint32_t *stop = (const uint32_t *)(uintptr_t)a->stop;
 	unsigned nown = a->worker < a->nrings ? (a->nrings - 1 - a->worker) / a->nworkers + 1 : 0;
 	uint32_t next[64];
 	uint64_t idle_since = gdx_now_ns();
-	unsigned rr = 0;
+	bool closing = false;
 
 	__atomic_store_n(&w->live, 1, __ATOMIC_RELEASE);
 	if (nown > GDX_ARRAY_SIZE(next)) {
@@ -271,40 +275,46 @@ static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fa
 		next[k] = __atomic_load_n(&rings[a->worker + k * a->nworkers].done,
 					  __ATOMIC_RELAXED) + 1;
 	while (nown && !__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
-		uint32_t n = 0;
-		int k = agent_find(a, next, nown, rr, &n);
+		bool found = false;
 
-		if (k < 0 && gdx_now_ns() - idle_since > a->idle_ns) {
-			__atomic_store_n(&w->live, 0, __ATOMIC_SEQ_CST);
-			__atomic_thread_fence(__ATOMIC_SEQ_CST);
-			k = agent_find(a, next, nown, rr, &n);
-			if (k < 0)
-				return;
-			__atomic_store_n(&w->live, 1, __ATOMIC_RELEASE);
-		}
-		if (k < 0) {
-			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
-			continue;
-		}
-		unsigned r = a->worker + (unsigned)k * a->nworkers;
-		const struct gdx_agent_desc *base = descs + (uint64_t)r * a->entries;
+		for (unsigned k = 0; k < nown; k++) {
+			unsigned r = a->worker + k * a->nworkers;
+			uintptr_t dst, src;
+			uint32_t len, n = 0;
 
-		for (uint32_t i = 0; i < n; i++) {
-			struct gdx_agent_desc ds = base[(next[k] + i) & (a->entries - 1)];
-
-			/* emulated.agent_fault_after: as a kernel's bad access, for tests */
-			if (fault_after && atomic_fetch_add(&d->agent_copies, 1) >= fault_after)
-				ds.dst = 0;
-			if (ds.seq != next[k] + i || agent_copy(d, &ds)) {
-				w->err = ds.seq != next[k] + i ? GDX_AGENT_ERR_SEQ : GDX_AGENT_ERR_COPY;
-				__atomic_store_n(&w->live, 0, __ATOMIC_RELEASE);
-				return;
+			while (n < 32 && agent_desc(a, r, next[k], &dst, &src, &len)) {
+				if (closing) {
+					__atomic_store_n(&w->live, 1, __ATOMIC_RELEASE);
+					closing = false;
+				}
+				/* emulated.agent_fault_after: as a kernel's bad access, for tests */
+				if (fault_after && atomic_fetch_add(&d->agent_copies, 1) >= fault_after)
+					dst = 0;
+				if (agent_copy(d, dst, src, len)) {
+					w->err = GDX_AGENT_ERR_COPY;
+					__atomic_store_n(&w->live, 0, __ATOMIC_RELEASE);
+					return;
+				}
+				next[k]++;
+				n++;
+			}
+			if (n) {
+				__atomic_store_n(&rings[r].done, next[k] - 1, __ATOMIC_RELEASE);
+				found = true;
 			}
 		}
-		next[k] += n;
-		__atomic_store_n(&rings[r].done, next[k] - 1, __ATOMIC_RELEASE);
-		rr = (unsigned)k + 1;
-		idle_since = gdx_now_ns();
+		if (found) {
+			idle_since = gdx_now_ns();
+		} else if (closing) {
+			return;
+		} else if (gdx_now_ns() - idle_since > a->idle_ns) {
+			/* going idle: clear live, then look once more (agent.c) */
+			__atomic_store_n(&w->live, 0, __ATOMIC_SEQ_CST);
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			closing = true;
+		} else {
+			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
+		}
 	}
 	__atomic_store_n(&w->live, 0, __ATOMIC_RELEASE);
 }

@@ -20,25 +20,32 @@ extern "C" {
 
 /*
  * The copy agent's shared memory (gdx_copy_agent_start), in one pinned
- * allocation the device reads and writes over the bus.  A ring is written by
- * one host thread: descriptor, then tail (release).  Its worker copies the
- * descriptors up to the tail in order and stores done (release, after a
+ * allocation the device reads and writes over the bus.  A ring's descriptors
+ * are written by one host thread; its worker polls the next slot, copies the
+ * descriptors it finds ready in order and stores done (release, after a
  * system-scope fence behind the copies).  A worker clears live when it runs
  * out of work and ends; the host launches it again (agent_launch) when it
- * publishes a tail and finds live clear.  err: nonzero when the worker gave
- * up (GDX_AGENT_ERR_*).  The layout is also declared in src/gpu/agent.cu.
+ * has posted a descriptor and finds live clear.  err: nonzero when the worker
+ * gave up (GDX_AGENT_ERR_*).  The layout is also declared, with the same
+ * size checks, in src/gpu/agent.cu.
+ *
+ * A descriptor is five 64-bit words, each a 32-bit field in its low half and
+ * the descriptor's seq (from 1) in its high half: dst low, dst high, src low,
+ * src high, len.  The host stores the words in that order, the last with
+ * release.  A worker takes a slot whose five words all carry the seq it
+ * expects next: each word is one single-copy-atomic access on both sides, so
+ * a slot being written, or one left from the ring's previous lap, never
+ * passes, and the device reads no tail before the descriptor (one bus round
+ * trip per poll, not two).
  */
+#define GDX_AGENT_DESC_WORDS 5
 struct gdx_agent_desc {
-	uint64_t dst, src;
-	uint32_t len, seq;	/* seq: the slot's descriptor number, from 1 */
-	uint64_t rsvd;
+	uint64_t w[8];		/* GDX_AGENT_DESC_WORDS used: a slot is one 64-byte line */
 };
 
 struct gdx_agent_ring {
-	uint32_t tail;		/* host: seq of the last descriptor posted */
-	uint32_t pad0[15];
 	uint32_t done;		/* device: seq of the last descriptor copied */
-	uint32_t pad1[15];
+	uint32_t pad[15];
 };
 
 struct gdx_agent_worker {
@@ -47,7 +54,6 @@ struct gdx_agent_worker {
 	uint32_t pad[14];
 };
 
-#define GDX_AGENT_ERR_SEQ 1	/* a descriptor did not carry the seq its slot should hold */
 #define GDX_AGENT_ERR_OWN 2	/* more rings per worker than it can track (64) */
 #define GDX_AGENT_ERR_COPY 3	/* a copy's memory was not what it has to be (emulated) */
 
