@@ -13,7 +13,12 @@
  * stage runs a callback on its own thread once the batch's earlier stages are
  * done.  A slot returns to the first stage when the last stage has finished
  * with it: the first stage of batch b waits (on the device, or on the first
- * stage's thread) for the last stage of batch b - S.
+ * stage's thread) for the last stage of batch b - S.  What is ordered so is
+ * the stages' own work: where the first stage is a device stage and the rest
+ * host stages, that wait is a stream wait on the device and the producer
+ * itself may already be S + ahead batches on, so memory of a slot that the
+ * producer touches at submission (slot_user data, say) is not protected by
+ * it: hand such data over through the stages instead.
  *
  * The producer calls gdx_pipeline_submit() once per batch; it blocks while
  * S + ahead batches are in flight (back-pressure), and is where per-batch
