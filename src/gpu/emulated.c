@@ -268,7 +268,7 @@ static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fa
 
 	__atomic_store_n(&w->live, 1, __ATOMIC_RELEASE);
 	if (nown > GDX_ARRAY_SIZE(next)) {
-		w->err = GDX_AGENT_ERR_OWN;
+		__atomic_store_n(&w->err, GDX_AGENT_ERR_OWN, __ATOMIC_RELAXED);
 		nown = 0;
 	}
 	for (unsigned k = 0; k < nown; k++)
@@ -291,7 +291,8 @@ static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fa
 				if (fault_after && atomic_fetch_add(&d->agent_copies, 1) >= fault_after)
 					dst = 0;
 				if (agent_copy(d, dst, src, len)) {
-					w->err = GDX_AGENT_ERR_COPY;
+					/* gdx_copy_agent_status reads it from another thread */
+					__atomic_store_n(&w->err, GDX_AGENT_ERR_COPY, __ATOMIC_RELAXED);
 					__atomic_store_n(&w->live, 0, __ATOMIC_RELEASE);
 					return;
 				}
