@@ -19,7 +19,8 @@
  * pinned ring whose copies a copy agent makes while the receive thread goes on
  * (what depends on the bytes having landed is deferred until they have, in
  * order), and sent through two pinned buffers, the device copy of one chunk
- * overlapping the socket transfer of the next.
+ * overlapping the socket transfer of the next (small read data: the copies of
+ * a burst of answers, then one wait and one train).
  *
  * The two threads never wait on each other: the receive thread hands read
  * data and responses to the transmit queue, so both peers can stream at once.
@@ -1329,6 +1330,101 @@ static int tx_train(struct tcp_ep *t, int nonblock, struct txi **done)
 	return ret;
 }
 
+/*
+ * Answers the tx thread stages together: read data of device memory of up to
+ * this much a frame (larger ones go through tx_device, chunk by chunk).
+ */
+#define STAGED_MAX (256u << 10)
+
+static int staged_frame(const struct txi *x, const struct gdx_device *dev)
+{
+	return !x->req && x->dev == dev && x->h.len <= STAGED_MAX;
+}
+
+/*
+ * Takes the run of answers at the head of the queue that can go in one
+ * staged train: read data of device memory of dev (as much as one stage
+ * buffer holds) and small host frames (response batches, host read data).
+ * Lock held.
+ */
+static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev)
+{
+	struct txi *head = NULL, **tail = &head;
+	size_t staged = 0;
+	int iov = 0;
+
+	while (t->txq_head && iov + 2 <= TX_TRAIN_IOV) {
+		struct txi *x = t->txq_head;
+
+		if (x->req || (!x->small && !staged_frame(x, dev)) ||
+		    (x->dev && staged + x->h.len > STAGE_SIZE))
+			break;
+		if (x->dev)
+			staged += x->h.len;
+		t->txq_head = x->next;
+		if (!t->txq_head)
+			t->txq_tail = NULL;
+		t->qlen--;
+		x->next = NULL;
+		*tail = x;
+		tail = &x->next;
+		iov += 2;
+	}
+	return head;
+}
+
+/*
+ * Sends a run of answers taken by tx_take_staged: the device copies of all
+ * of them into the stage buffer, one wait for the stream, then one train
+ * (a read burst costs one stream wait, not one each).
+ */
+static int tx_staged(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
+{
+	const size_t hl = sizeof(struct hdr);
+	struct iovec iov[TX_TRAIN_IOV], *v = iov;
+	size_t off = 0;
+	int cnt = 0, ret;
+
+	ret = stager_ready(&t->txs, dev);
+	for (struct txi *x = list; !ret && x; x = x->next) {
+		if (!x->dev || !x->plen)
+			continue;
+		ret = gdx_memcpy_async(dev, (char *)t->txs.b[0] + off, x->pp, x->plen, t->txs.s);
+		x->pp = (char *)t->txs.b[0] + off;
+		off += x->plen;
+	}
+	if (!ret && off)
+		ret = gdx_stream_synchronize(t->txs.s);
+	if (ret)
+		return ret;
+	for (struct txi *x = list; x; x = x->next) {
+		if (x->off < hl)
+			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
+		if (x->plen) {
+			size_t o = x->off > hl ? x->off - hl : 0;
+
+			iov[cnt++] = (struct iovec){ (char *)x->pp + o, x->plen - o };
+		}
+	}
+	while (cnt) {
+		size_t sent = 0;
+
+		ret = send_iov(t, v, cnt, 0, &sent);
+		if (ret)
+			return ret;
+		while (cnt && sent >= v->iov_len) {
+			sent -= v->iov_len;
+			v++;
+			cnt--;
+		}
+		if (cnt) {
+			v->iov_base = (char *)v->iov_base + sent;
+			v->iov_len -= sent;
+		}
+	}
+	return 0;
+}
+
 static void *tx_main(void *arg)
 {
 	struct tcp_ep *t = arg;
@@ -1360,6 +1456,19 @@ static void *tx_main(void *arg)
 			continue;
 		}
 		x = t->txq_head;
+		if (x->dev && staged_frame(x, x->dev)) {
+			dev = x->dev;
+			x = tx_take_staged(t, dev);
+			t->sending = 1;
+			pthread_mutex_unlock(&t->lock);
+			ret = tx_staged(t, x, dev);
+			tx_free_list(x);
+			pthread_mutex_lock(&t->lock);
+			t->sending = 0;
+			if (ret)
+				kill_conn(t, ret);
+			continue;
+		}
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;

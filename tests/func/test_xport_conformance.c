@@ -432,8 +432,9 @@ static void test_dev_outstanding(void **state)
 	unsigned char *tx = malloc((size_t)N * SZ), *tx2 = malloc((size_t)SAME * SZ);
 	char *rx = kalloc(K_DEV, (size_t)N * SZ), *region = kalloc(K_DEV, (size_t)N * SZ);
 	char *back = kalloc(K_DEV, (size_t)N * SZ);
+	unsigned char *hregion = malloc((size_t)N * SZ);
 	struct gdx_xport_opts o = deep_opts(4 * N);
-	struct gdx_xport_mr *mr;
+	struct gdx_xport_mr *mr, *hmr;
 	struct pair p;
 
 	(void)state;
@@ -484,6 +485,30 @@ static void test_dev_outstanding(void **state)
 			kcheck(K_DEV, region + (size_t)i * SZ, SZ, 300 + i);
 			kcheck(K_DEV, back + (size_t)i * SZ, SZ, 300 + i);
 		}
+		/*
+		 * Many small reads out of device memory at once (tcp stages their
+		 * data together), into host memory and device memory by turns, and
+		 * every third out of host memory between them.
+		 */
+		for (int i = 0; i < N; i++)
+			t_fill(hregion + (size_t)i * SZ, SZ, 700 + i);
+		assert_int_equal(gdx_xport_mr_reg(p.s, hregion, (size_t)N * SZ,
+						  GDX_XPORT_ACCESS_REMOTE_READ, &hmr), 0);
+		memset(tx, 0, (size_t)N * SZ);
+		for (int i = 0; i < N; i++) {
+			void *to = i % 2 ? (void *)(tx + (size_t)i * SZ) : back + (size_t)i * SZ;
+			struct gdx_xport_mr *from = i % 3 == 2 ? hmr : mr;
+
+			assert_int_equal(gdx_xport_post_read(p.c, to, SZ, gdx_xport_mr_addr(from) +
+							     (uint64_t)i * SZ, gdx_xport_mr_key(from),
+							     6000 + i, 0), 0);
+		}
+		for (int i = 0; i < N; i++)
+			expect(p.cqc, 6000 + i, GDX_XPORT_OP_READ, 0, SZ);
+		for (int i = 1; i < N; i++)
+			kcheck(i % 2 ? K_HOST : K_DEV, i % 2 ? (void *)(tx + (size_t)i * SZ) :
+			       back + (size_t)i * SZ, SZ, i % 3 == 2 ? 700 + i : 300 + i);
+		gdx_xport_mr_dereg(hmr);
 		gdx_xport_mr_dereg(mr);
 	}
 	expect_none(p.cqs);
@@ -494,6 +519,7 @@ static void test_dev_outstanding(void **state)
 	kfree(K_DEV, back);
 	free(tx);
 	free(tx2);
+	free(hregion);
 }
 
 /*
