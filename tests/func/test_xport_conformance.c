@@ -426,7 +426,7 @@ static struct gdx_xport_opts deep_opts(unsigned n)
  * of different data to one range leave the last one's; a read posted right
  * behind writes, into device memory, returns what they wrote.
  */
-static void test_dev_outstanding(void **state)
+static void dev_outstanding(void)
 {
 	enum { N = 64, SZ = 4096, SAME = 8 };
 	unsigned char *tx = malloc((size_t)N * SZ), *tx2 = malloc((size_t)SAME * SZ);
@@ -437,7 +437,6 @@ static void test_dev_outstanding(void **state)
 	struct gdx_xport_mr *mr, *hmr;
 	struct pair p;
 
-	(void)state;
 	pair_open(&p, &o, &o);
 	for (int round = 0; round < 3; round++) {
 		for (int i = 0; i < N; i++)
@@ -520,6 +519,36 @@ static void test_dev_outstanding(void **state)
 	free(tx);
 	free(tx2);
 	free(hregion);
+}
+
+static void test_dev_outstanding(void **state)
+{
+	(void)state;
+	dev_outstanding();
+}
+
+/*
+ * The same through a ring of the least size (64 KiB, pieces of 8 KiB): it
+ * wraps many times, pieces skip its tail, writers wait for room, and
+ * messages larger than a piece go in several; then without the copy agent
+ * (xport.tcp_copy_agent=0: the stream path, completions and answers in the
+ * same order).
+ */
+static void test_dev_small_ring_and_no_agent(void **state)
+{
+	struct pair p;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_rx_ring", "64k"), 0);
+	dev_outstanding();
+	pair_open(&p, NULL, NULL);
+	xfer(&p, 65537, K_HOST, K_DEV);
+	xfer(&p, GDX_MIN(max_msg, (size_t)(1u << 20) + 3), K_DEV, K_DEV);
+	pair_close(&p);
+	gdx_config_reset();
+	assert_int_equal(gdx_config_set("xport.tcp_copy_agent", "0"), 0);
+	dev_outstanding();
+	gdx_config_reset();
 }
 
 /*
@@ -1521,6 +1550,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_outstanding),
 		cmocka_unit_test(test_imm_and_order),
 		cmocka_unit_test(test_dev_outstanding),
+		cmocka_unit_test(test_dev_small_ring_and_no_agent),
 		cmocka_unit_test(test_dev_then_host_order),
 		cmocka_unit_test(test_dev_agent_fault),
 		cmocka_unit_test(test_dev_disconnect),
