@@ -359,6 +359,28 @@ static int opts_get(const struct gdx_file_opts *o, struct gdx_file_opts *out)
 	return 0;
 }
 
+/*
+ * The buffered twin of an O_DIRECT descriptor (struct gdx_file): a second
+ * open keeping the access mode and the flags that change what a write means.
+ * Made at open, so every thread (the stream-ordered workers too, which call
+ * nothing but pread/pwrite) finds it ready.  A failure (no /proc, a file
+ * this process may no longer open) costs only the unaligned I/O.
+ */
+static int buffered_open(int fd, int fl)
+{
+	char path[32];
+	int bfd;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	bfd = open(path, (fl & (O_ACCMODE | O_APPEND | O_SYNC | O_DSYNC | O_NOATIME)) | O_CLOEXEC);
+	if (bfd >= 0)
+		return bfd;
+	bfd = -errno;
+	GDX_WARN("file", "O_DIRECT descriptor: a second open of the file without O_DIRECT "
+		 "failed (%s); unaligned I/O on it will fail", strerror(-bfd));
+	return bfd;
+}
+
 static int handle_new(struct gdx_file_driver *drv, int fd, bool own, const struct gdx_file_opts *o,
 		      struct gdx_file **out)
 {
@@ -374,9 +396,10 @@ static int handle_new(struct gdx_file_driver *drv, int fd, bool own, const struc
 		return -ENOMEM;
 	f->drv = drv;
 	f->fd = fd;
-	f->gated_fd = -1;
 	f->own_fd = own;
 	f->accmode = fl & O_ACCMODE;
+	f->odirect = fl & O_DIRECT;
+	f->buffered_fd = f->odirect ? buffered_open(fd, fl) : fd;
 	f->flags = o->flags;
 	if (!gdx_cfg_bool("file.odirect"))
 		f->flags |= GDX_FILE_NO_ODIRECT;
@@ -451,6 +474,8 @@ static int handle_new(struct gdx_file_driver *drv, int fd, bool own, const struc
 	*out = f;
 	return 0;
 fail:
+	if (f->buffered_fd >= 0 && f->buffered_fd != fd)
+		close(f->buffered_fd);
 	pthread_mutex_destroy(&f->info_lock);
 	free(f);
 	return ret;
@@ -505,8 +530,8 @@ GDX_API int gdx_file_close(struct gdx_file *f)
 	f->be->ops->close(f->be->priv, f, f->fpriv);
 	if (f->fb)
 		f->fb->ops->close(f->fb->priv, f, f->fb_priv);
-	if (f->gated_fd >= 0 && f->gated_fd != f->fd)
-		close(f->gated_fd);
+	if (f->buffered_fd >= 0 && f->buffered_fd != f->fd)
+		close(f->buffered_fd);
 	if (f->own_fd && close(f->fd))
 		ret = -errno;
 	atomic_fetch_sub(&f->drv->handles, 1);
@@ -1434,39 +1459,14 @@ void gdx_file_set_read_hook(struct gdx_file_driver *drv, void (*fn)(void *arg), 
 	drv->read_hook = fn;
 }
 
-/*
- * Sets up f->gated_fd on the submitting thread, where a stream-ordered I/O's
- * worker, which calls nothing but pread/pwrite, finds it.  The second open
- * keeps the access mode and the flags that change what a write means.
- */
-static int gated_fd_ready(struct gdx_file *f)
+/* Stream-ordered I/O needs the buffered twin of an O_DIRECT descriptor. */
+static int buffered_ready(struct gdx_file *f)
 {
-	char path[32];
-	int fl, fd, ret = 0;
-
-	if (__atomic_load_n(&f->gated_fd, __ATOMIC_ACQUIRE) >= 0)
+	if (f->buffered_fd >= 0)
 		return 0;
-	pthread_mutex_lock(&f->info_lock);
-	if (f->gated_fd < 0) {
-		fl = fcntl(f->fd, F_GETFL);
-		fd = f->fd;
-		if (fl < 0) {
-			ret = -errno;
-		} else if (fl & O_DIRECT) {
-			snprintf(path, sizeof(path), "/proc/self/fd/%d", f->fd);
-			fd = open(path, (fl & (O_ACCMODE | O_APPEND | O_SYNC | O_DSYNC | O_NOATIME)) |
-				  O_CLOEXEC);
-			if (fd < 0) {
-				ret = -errno;
-				GDX_ERR("file", "stream-ordered I/O on an O_DIRECT descriptor needs "
-					"a second open of the file without it: %s", strerror(-ret));
-			}
-		}
-		if (!ret)
-			__atomic_store_n(&f->gated_fd, fd, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&f->info_lock);
-	return ret;
+	GDX_ERR("file", "stream-ordered I/O on an O_DIRECT descriptor needs a second open of "
+		"the file without it, which failed: %s", strerror(-f->buffered_fd));
+	return f->buffered_fd;
 }
 
 /*
@@ -1482,12 +1482,12 @@ static int gated_fd_ready(struct gdx_file *f)
  * the device: not the pointer query (the submitting thread knew the kind), not
  * the backends (they set up pinned bounce buffers, streams and events on first
  * use), only pread/pwrite on the handle's descriptor, or on its buffered
- * twin (gated_fd_ready) where that one has O_DIRECT.
+ * twin where that one has O_DIRECT.
  */
 static ssize_t rw_gated(struct gdx_file *f, enum gdx_file_op op, void *buf, size_t size,
 			off_t off, enum gdx_mem_kind kind)
 {
-	int fd = __atomic_load_n(&f->gated_fd, __ATOMIC_ACQUIRE);
+	int fd = f->buffered_fd;
 	bool rd = op == GDX_FILE_READ;
 	struct gdx_file_io io;
 	size_t done = 0;
@@ -1624,7 +1624,7 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 		return -EINVAL;
 	ret = async_ready(drv);
 	if (!ret)
-		ret = gated_fd_ready(f);
+		ret = buffered_ready(f);
 	if (ret)
 		return ret;
 	if (max) {
@@ -1716,7 +1716,7 @@ int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
 	drv = f->drv;
 	ret = async_ready(drv);
 	if (!ret)
-		ret = gated_fd_ready(f);
+		ret = buffered_ready(f);
 	if (ret)
 		return ret;
 	if (atomic_load(&drv->writes_pending[f->wbucket]))

@@ -96,12 +96,15 @@ struct gdx_file {
 	int fd;
 	bool own_fd;
 	/*
-	 * What stream-ordered I/O preads and pwrites on the workers: fd, or,
-	 * where fd has O_DIRECT (EINVAL for unaligned offsets, sizes and
-	 * buffers), a second open of the file without it (a dup would share
-	 * the flag); -1 until the first stream-ordered I/O sets it up.
+	 * The handle's descriptor without O_DIRECT: fd itself, or, where fd
+	 * has O_DIRECT (which refuses unaligned offsets, sizes and buffers
+	 * with EINVAL), a second open of the file without it, its buffered
+	 * twin (a dup would share the flag), made at open and closed with the
+	 * handle; -errno where that open failed.  What buffered I/O goes
+	 * through: stream-ordered I/O, and the unaligned I/O of the backends.
 	 */
-	int gated_fd;
+	int buffered_fd;
+	bool odirect;		/* fd had O_DIRECT when the handle opened */
 	int accmode;		/* O_RDONLY, O_WRONLY or O_RDWR */
 	unsigned flags;
 	uint64_t id;		/* unique per handle, never reused */

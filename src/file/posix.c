@@ -4,6 +4,11 @@
  * refused (seccomp profiles, io_uring_disabled).  An I/O is cut into chunks
  * that the threads run in parallel; device memory is staged through pinned
  * buffers with synchronous copies.
+ *
+ * A handle whose descriptor has O_DIRECT keeps it for the pieces whose
+ * offset, size and memory are aligned; the rest (the unaligned head and tail,
+ * or all of an I/O whose memory is off the file's alignment) goes through the
+ * handle's buffered twin, a second open without O_DIRECT (file_int.h).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -31,6 +36,9 @@ struct px_io {
 	struct px_drv *pd;
 	struct gdx_file_io *io;
 	int fd;
+	int bfd;		/* fd without O_DIRECT (fd itself if it has none), or -errno */
+	bool odirect;		/* fd has O_DIRECT */
+	bool dio_ok;		/* and it may be used (not GDX_FILE_NO_ODIRECT) */
 	bool dev;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -38,6 +46,7 @@ struct px_io {
 	int err;
 	off_t eof;
 	uint64_t bytes;
+	unsigned ndirect, nbuffered;	/* pieces on fd with O_DIRECT, on bfd */
 };
 
 struct px_chunk {
@@ -141,8 +150,13 @@ static void buf_put(struct px_drv *pd, void *b)
 	pthread_mutex_unlock(&pd->lock);
 }
 
-/* Reads or writes all of len unless end of file (reads) comes first. */
-static ssize_t full_rw(int fd, bool rd, void *p, size_t len, off_t at)
+/*
+ * Reads or writes all of len unless end of file (reads) comes first.  With
+ * dio (fd has O_DIRECT, and at, len and p are aligned), a short read that
+ * stops off the alignment is end of file; the rest of a short write goes to
+ * bfd, where an unaligned offset is allowed.
+ */
+static ssize_t full_rw(int fd, int bfd, bool dio, bool rd, void *p, size_t len, off_t at)
 {
 	size_t done = 0;
 
@@ -160,8 +174,24 @@ static ssize_t full_rw(int fd, bool rd, void *p, size_t len, off_t at)
 			break;
 		}
 		done += (size_t)n;
+		if (dio && done < len && !GDX_IS_ALIGNED(done, (size_t)GDX_FILE_DIO_ALIGN)) {
+			if (rd)
+				break;
+			if (bfd < 0)
+				return bfd;
+			fd = bfd;
+			dio = false;
+		}
 	}
 	return (ssize_t)done;
+}
+
+/* Whether a piece can go O_DIRECT, as opposed to through the buffered twin. */
+static bool piece_direct(const void *mem, off_t at, size_t len)
+{
+	return GDX_IS_ALIGNED((uintptr_t)mem, GDX_FILE_DIO_ALIGN) &&
+	       GDX_IS_ALIGNED(at, (off_t)GDX_FILE_DIO_ALIGN) &&
+	       GDX_IS_ALIGNED(len, (size_t)GDX_FILE_DIO_ALIGN);
 }
 
 static void chunk_run(void *arg)
@@ -170,30 +200,34 @@ static void chunk_run(void *arg)
 	struct px_io *x = ch->x;
 	struct gdx_file_io *io = x->io;
 	char *user = (char *)io->buf + (ch->at - io->off);
-	bool rd = io->op == GDX_FILE_READ;
+	bool rd = io->op == GDX_FILE_READ, dio = false;
 	void *b = NULL;
 	ssize_t n;
-	int ret = 0;
+	int ret = 0, fd;
 
-	if (!x->dev) {
-		n = full_rw(x->fd, rd, user, ch->len, ch->at);
-	} else {
+	if (x->dev)
 		ret = buf_get(x->pd, &b);
-		if (ret) {
-			n = ret;
-		} else if (rd) {
-			n = full_rw(x->fd, true, b, ch->len, ch->at);
-			if (n > 0)
-				ret = gdx_memcpy(x->pd->dev, user, b, (size_t)n);
-		} else {
-			ret = gdx_memcpy(x->pd->dev, b, user, ch->len);
-			n = ret ? ret : full_rw(x->fd, false, b, ch->len, ch->at);
-		}
-		if (b)
-			buf_put(x->pd, b);
-		if (ret)
-			n = ret;
+	if (x->dio_ok && !ret)
+		dio = piece_direct(b ? b : user, ch->at, ch->len);
+	fd = dio ? x->fd : x->bfd;
+	if (ret) {
+		n = ret;
+	} else if (fd < 0) {
+		n = fd;		/* the buffered twin could not be opened */
+	} else if (!x->dev) {
+		n = full_rw(fd, x->bfd, dio, rd, user, ch->len, ch->at);
+	} else if (rd) {
+		n = full_rw(fd, x->bfd, dio, true, b, ch->len, ch->at);
+		if (n > 0)
+			ret = gdx_memcpy(x->pd->dev, user, b, (size_t)n);
+	} else {
+		ret = gdx_memcpy(x->pd->dev, b, user, ch->len);
+		n = ret ? ret : full_rw(fd, x->bfd, dio, false, b, ch->len, ch->at);
 	}
+	if (b)
+		buf_put(x->pd, b);
+	if (ret)
+		n = ret;
 	pthread_mutex_lock(&x->lock);
 	if (n < 0 && !x->err)
 		x->err = (int)n;
@@ -201,17 +235,45 @@ static void chunk_run(void *arg)
 		x->eof = GDX_MIN(x->eof, ch->at + (off_t)n);
 	if (n > 0)
 		x->bytes += (uint64_t)n;
+	if (dio)
+		x->ndirect++;
+	else if (x->odirect)
+		x->nbuffered++;
 	if (--x->pending == 0)
 		pthread_cond_signal(&x->cond);
 	pthread_mutex_unlock(&x->lock);
 	free(ch);
 }
 
+/*
+ * Where the piece at at ends: at the next chunk boundary of the file, and on
+ * an O_DIRECT descriptor also at the I/O's first and last alignment
+ * boundaries, so only its unaligned head and tail miss O_DIRECT.
+ */
+static off_t piece_end(const struct px_io *x, off_t at, off_t end, size_t chunk)
+{
+	off_t next = GDX_MIN(GDX_ALIGN_DOWN(at, (off_t)chunk) + (off_t)chunk, end);
+	off_t head = GDX_ALIGN_UP(x->io->off, (off_t)GDX_FILE_DIO_ALIGN);
+	off_t tail = GDX_ALIGN_DOWN(end, (off_t)GDX_FILE_DIO_ALIGN);
+
+	if (!x->dio_ok)
+		return next;
+	if (at < head)
+		return GDX_MIN(next, head);
+	if (at < tail)
+		return GDX_MIN(next, tail);
+	return next;
+}
+
 static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io)
 {
 	struct px_drv *pd = priv;
-	struct px_io x = { .pd = pd, .io = io, .fd = gdx_file_fd(f), .eof = INT64_MAX };
+	struct px_io x = { .pd = pd, .io = io, .fd = f->fd, .bfd = f->buffered_fd,
+			   .odirect = f->odirect,
+			   .dio_ok = f->odirect && !(f->flags & GDX_FILE_NO_ODIRECT),
+			   .eof = INT64_MAX };
 	off_t end = io->off + (off_t)io->size, last;
+	const char *how = "";
 	ssize_t ret;
 
 	(void)fpriv;
@@ -224,7 +286,7 @@ static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 	pthread_cond_init(&x.cond, NULL);
 	for (off_t at = io->off; at < end;) {
 		struct px_chunk *ch = malloc(sizeof(*ch));
-		size_t len = (size_t)GDX_MIN((off_t)pd->chunk, end - at);
+		size_t len = (size_t)(piece_end(&x, at, end, pd->chunk) - at);
 		int err = -ENOMEM;
 
 		if (ch) {
@@ -261,8 +323,18 @@ static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 		ret = (ssize_t)io->size;
 	io->info.bytes[x.dev ? GDX_FILE_PATH_POSIX : GDX_FILE_PATH_HOST] +=
 		ret > 0 ? (uint64_t)ret : 0;
-	gdx_file_why(&io->info, "pread/pwrite on %u threads%s", pd->nthreads,
-		     x.dev ? " through pinned staging buffers" : "");
+	if (x.odirect && x.nbuffered && x.bfd < 0)
+		how = ", O_DIRECT descriptor: unaligned parts need a second open without it, "
+		      "refused at open";
+	else if (x.nbuffered && !x.dio_ok)
+		how = ", O_DIRECT turned off: through a second open without it";
+	else if (x.nbuffered)
+		how = x.ndirect ? ", O_DIRECT, unaligned parts through a second open without it" :
+			", unaligned on an O_DIRECT descriptor: through a second open without it";
+	else if (x.ndirect)
+		how = ", O_DIRECT";
+	gdx_file_why(&io->info, "pread/pwrite on %u threads%s%s", pd->nthreads,
+		     x.dev ? " through pinned staging buffers" : "", how);
 	return ret;
 }
 

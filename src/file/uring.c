@@ -67,8 +67,10 @@ struct ur_drv {
 
 struct ur_file {
 	uint64_t id;
-	int fd;
+	int fd;			/* buffered I/O: the handle's descriptor without O_DIRECT */
 	int fd_direct;		/* -1: no O_DIRECT for this file */
+	bool own_direct;	/* fd_direct was opened here */
+	bool twin;		/* fd is the handle's buffered twin (its own one has O_DIRECT) */
 	_Atomic bool direct_ok;
 	bool memfs;
 	char dio_why[96];
@@ -433,7 +435,15 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	uf = calloc(1, sizeof(*uf));
 	if (!uf)
 		return -ENOMEM;
-	uf->fd = gdx_file_fd(f);
+	/*
+	 * Buffered I/O (unaligned host memory, the unaligned head and tail of
+	 * writes, cached chunks, the page-cache mapping) goes through a
+	 * descriptor without O_DIRECT: where the handle's has it, its buffered
+	 * twin, which the handle made at open (file_int.h).  Should that open
+	 * have failed, unaligned I/O fails with EINVAL, as the descriptor says.
+	 */
+	uf->fd = f->odirect && f->buffered_fd >= 0 ? f->buffered_fd : f->fd;
+	uf->twin = uf->fd != f->fd;
 	uf->fd_direct = -1;
 	uf->pc_min = gdx_cfg_size("file.pagecache_min");
 	uf->pc_chunk = GDX_ALIGN_UP(gdx_cfg_size("file.pagecache_chunk"), (size_t)PG);
@@ -446,8 +456,8 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	uf->split_piece = GDX_ALIGN_UP(gdx_cfg_size("file.split_piece"), (size_t)PG);
 	atomic_init(&uf->nowait_ok, true);
 	atomic_init(&uf->cachestat_ok, true);
-	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)uf->fd << 48);
-	fl = fcntl(uf->fd, F_GETFL);
+	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)f->fd << 48);
+	fl = fcntl(f->fd, F_GETFL);
 	acc = fl & O_ACCMODE;
 	if (flags & GDX_FILE_NO_ODIRECT) {
 		snprintf(uf->dio_why, sizeof(uf->dio_why), "O_DIRECT turned off");
@@ -455,11 +465,12 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 		/* tmpfs may accept O_DIRECT, but it only adds a copy there. */
 		snprintf(uf->dio_why, sizeof(uf->dio_why), "memory filesystem, no O_DIRECT");
 	} else if (fl & O_DIRECT) {
-		uf->fd_direct = dup(uf->fd);
+		uf->fd_direct = f->fd;
 	} else {
 		/* A second open of the same file (not a dup) can carry O_DIRECT alone. */
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", uf->fd);
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", f->fd);
 		uf->fd_direct = open(path, acc | O_DIRECT | O_CLOEXEC);
+		uf->own_direct = uf->fd_direct >= 0;
 		if (uf->fd_direct < 0)
 			snprintf(uf->dio_why, sizeof(uf->dio_why), "O_DIRECT refused at open: %s",
 				 strerror(errno));
@@ -475,7 +486,7 @@ static void ur_close(void *priv, struct gdx_file *f, void *fpriv)
 
 	(void)f;
 	ftab_forget(priv, uf->id);
-	if (uf->fd_direct >= 0)
+	if (uf->own_direct)
 		close(uf->fd_direct);
 	free(uf);
 }
@@ -1103,6 +1114,8 @@ static void req_finish(struct engine *e, struct ur_req *r)
 			  io->op == GDX_FILE_READ && r->kbuffered_chunks ?
 			  "cached data read buffered, not O_DIRECT" : "";
 	off_t last = GDX_MIN(r->end, r->eof);
+	/* The handle's descriptor has O_DIRECT: say that buffered I/O went around it. */
+	bool twin = r->uf->twin && r->kbuffered_chunks;
 
 	ftab_put(e->c, r->fslot[0]);
 	ftab_put(e->c, r->fslot[1]);
@@ -1122,14 +1135,16 @@ static void req_finish(struct engine *e, struct ur_req *r)
 	else
 		io->result = (ssize_t)io->size;
 	if (!r->dev)
-		gdx_file_why(in, "%s I/O straight to/from %s memory", how,
-			     gdx_mem_kind_name(io->attrs.kind));
+		gdx_file_why(in, "%s I/O straight to/from %s memory%s", how,
+			     gdx_mem_kind_name(io->attrs.kind), twin ? " (the descriptor has O_DIRECT: "
+			     "buffered through a second open without it)" : "");
 	else if (in->bytes[GDX_FILE_PATH_PAGECACHE] && !in->bytes[GDX_FILE_PATH_BOUNCE])
 		gdx_file_why(in, "data in page cache: device copied from the registered mapping");
 	else
-		gdx_file_why(in, "%s %s through pinned bounce buffers%s%s%s%s%s",
+		gdx_file_why(in, "%s %s through pinned bounce buffers%s%s%s%s%s%s",
 			     how, io->op == GDX_FILE_READ ? "reads" : "writes",
 			     r->kpread_chunks ? " (cached chunks by pread on the worker)" : "",
+			     twin ? "; buffered chunks through a second open without O_DIRECT" : "",
 			     r->pc_why[0] ? "; page cache: " : "", r->pc_why,
 			     dio[0] ? "; " : "", dio);
 	e->active--;

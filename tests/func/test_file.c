@@ -1133,6 +1133,202 @@ static void stream_ordered_odirect(void **state)
 	free(back);
 }
 
+/* One synchronous I/O shape on an O_DIRECT handle. */
+struct odshape {
+	size_t off, size, mis;	/* file offset, size, buffer offset from an aligned base */
+};
+
+static const struct odshape odshapes[] = {
+	{ 54321, 300001, 0 },		/* unaligned offset and size */
+	{ 8192, 5000, 0 },		/* unaligned size */
+	{ 4096, 8192, 3 },		/* unaligned buffer */
+	{ 1, 4095, 7 },			/* all three, inside one block */
+	{ 4097, (2u << 20) + 3, 0 },	/* several chunks: O_DIRECT middle from device memory */
+	{ 4097, (2u << 20) + 3, 1 },	/* and from host memory (posix) */
+	{ 8192, 32768, 0 },		/* aligned (below file.pagecache_min) */
+};
+
+/*
+ * Reads and writes one shape from one kind of memory (base: 4 KiB aligned) on
+ * h, an O_DIRECT handle, checking the bytes against ref and through a plain
+ * descriptor, and what the path record says.  Leaves the file as ref.
+ */
+static void odirect_shape(struct gdx_file *h, const char *be, void *base, bool devmem,
+			  const struct odshape *sh, unsigned char *pat, unsigned char *back)
+{
+	char *buf = (char *)base + sh->mis;
+	struct gdx_file_io_info info;
+	int pfd = open(disk_path, O_RDWR | O_CLOEXEC);
+	/* Device memory is staged through aligned buffers: only the file's side counts. */
+	bool direct = !((sh->off | sh->size | (devmem ? 0 : sh->mis)) & 4095);
+	/* posix: the aligned middle of a long I/O stays O_DIRECT, memory permitting. */
+	bool mixed = !strcmp(be, "posix") && sh->size > (1u << 20) &&
+		     (devmem || !((sh->off - sh->mis) & 4095));
+
+	assert_true(pfd >= 0);
+	/* Read. */
+	if (devmem)
+		assert_int_equal(gdx_memcpy(dev, buf, pat, sh->size), 0);
+	else
+		memset(buf, 0xee, sh->size);
+	assert_int_equal(gdx_file_read_ex(h, buf, sh->size, (off_t)sh->off, &info),
+			 (ssize_t)sh->size);
+	if (devmem)
+		assert_int_equal(gdx_memcpy(dev, back, buf, sh->size), 0);
+	else
+		memcpy(back, buf, sh->size);
+	assert_memory_equal(back, ref + sh->off, sh->size);
+	if (direct) {
+		assert_non_null(strstr(info.why, "O_DIRECT"));
+		assert_null(strstr(info.why, "second open"));
+	} else if (!devmem || !strcmp(be, "posix")) {
+		/* The uring backend reads an aligned superset into device memory. */
+		assert_non_null(strstr(info.why, "second open without"));
+	}
+	if (mixed)
+		assert_non_null(strstr(info.why, "O_DIRECT, unaligned parts through a second open"));
+
+	/* Write, checked through a plain descriptor. */
+	t_fill(pat, sh->size, sh->off + sh->mis);
+	if (devmem)
+		assert_int_equal(gdx_memcpy(dev, buf, pat, sh->size), 0);
+	else
+		memcpy(buf, pat, sh->size);
+	assert_int_equal(gdx_file_write_ex(h, buf, sh->size, (off_t)sh->off, &info),
+			 (ssize_t)sh->size);
+	if (direct) {
+		assert_non_null(strstr(info.why, "O_DIRECT"));
+		assert_null(strstr(info.why, "second open"));
+	} else {
+		assert_non_null(strstr(info.why, "second open without"));
+	}
+	if (mixed)
+		assert_non_null(strstr(info.why, "O_DIRECT, unaligned parts through a second open"));
+	assert_int_equal(pread(pfd, back, sh->size, (off_t)sh->off), (ssize_t)sh->size);
+	assert_memory_equal(back, pat, sh->size);
+	/* The bytes around it are untouched. */
+	{
+		size_t lo = (sh->off & ~(size_t)4095) >= 4096 ? (sh->off & ~(size_t)4095) - 4096 : 0;
+		size_t hi = sh->off + sh->size;
+
+		assert_int_equal(pread(pfd, back, sh->off - lo, (off_t)lo), (ssize_t)(sh->off - lo));
+		assert_memory_equal(back, ref + lo, sh->off - lo);
+		assert_int_equal(pread(pfd, back, 4096, (off_t)hi), 4096);
+		assert_memory_equal(back, ref + hi, 4096);
+	}
+	/*
+	 * An aligned O_DIRECT read of the block-rounded range sees what the
+	 * buffered twin wrote (the kernel writes the page cache back first).
+	 */
+	{
+		size_t lo = sh->off & ~(size_t)4095;
+		size_t n = ((sh->off + sh->size + 4095) & ~(size_t)4095) - lo;
+		void *a;
+
+		assert_int_equal(posix_memalign(&a, 4096, n), 0);
+		assert_int_equal(gdx_file_read_ex(h, a, n, (off_t)lo, &info), (ssize_t)n);
+		assert_non_null(strstr(info.why, "O_DIRECT"));
+		assert_null(strstr(info.why, "second open"));
+		assert_memory_equal((char *)a + (sh->off - lo), pat, sh->size);
+		assert_memory_equal(a, ref + lo, sh->off - lo);
+		free(a);
+	}
+	/* Back to ref, buffered: the next O_DIRECT reads must see it. */
+	assert_int_equal(pwrite(pfd, ref + sh->off, sh->size, (off_t)sh->off), (ssize_t)sh->size);
+	close(pfd);
+}
+
+/*
+ * Synchronous and batch I/O on an O_DIRECT descriptor (opened so, or passed
+ * in so), on both backends, from host, pinned and device memory: unaligned
+ * offsets, sizes and buffers go through the buffered twin and say so, aligned
+ * ones stay O_DIRECT; strict mode still refuses device memory; closing leaves
+ * no descriptor behind.
+ */
+static void sync_odirect(void **state)
+{
+	static const char *const bes[] = { "posix", "uring" };
+	size_t cap = (3u << 20) + 8192;
+	unsigned char *pat = malloc(cap), *back = malloc(cap);
+	void *hostmem, *pinned, *d;
+	int fds, fd;
+
+	(void)state;
+	fds = count_fds();
+	fd = open(disk_path, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (fd < 0 && errno == EINVAL) {	/* the filesystem takes no O_DIRECT */
+		free(pat);
+		free(back);
+		skip();
+	}
+	assert_true(fd >= 0 && pat && back);
+	assert_int_equal(posix_memalign(&hostmem, 4096, cap), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, cap, &pinned), 0);
+	assert_int_equal(gdx_device_malloc(dev, cap, &d), 0);
+	assert_true(((uintptr_t)pinned & 4095) == 0 && ((uintptr_t)d & 4095) == 0);
+	for (unsigned b = 0; b < 2; b++) {
+		struct gdx_file_batch_event ev;
+		struct gdx_file_io_info info;
+		struct gdx_file_batch_io bio;
+		struct gdx_file_batch *bt;
+		struct gdx_file_opts o;
+		struct gdx_file *f, *g;
+
+		gdx_file_opts_init(&o, sizeof(o));
+		o.oflags = O_RDWR | O_DIRECT;
+		o.backend = bes[b];
+		assert_int_equal(gdx_file_open(drv, disk_path, &o, &f), 0);
+		assert_string_equal(gdx_file_backend_name(f), bes[b]);
+		assert_int_equal(gdx_file_open_fd(drv, fd, &o, &g), 0);
+		for (size_t i = 0; i < sizeof(odshapes) / sizeof(odshapes[0]); i++) {
+			struct gdx_file *h = i & 1 ? g : f;
+
+			odirect_shape(h, bes[b], hostmem, false, &odshapes[i], pat, back);
+			odirect_shape(h, bes[b], pinned, false, &odshapes[i], pat, back);
+			odirect_shape(h, bes[b], d, true, &odshapes[i], pat, back);
+		}
+
+		/* A batch read at an unaligned offset, size and buffer. */
+		assert_int_equal(gdx_file_batch_create(drv, 1, &bt), 0);
+		bio = (struct gdx_file_batch_io){ .file = g, .op = GDX_FILE_READ,
+						  .buf = (char *)pinned + 5, .size = 10001,
+						  .off = 777, .cookie = &bio };
+		assert_int_equal(gdx_file_batch_submit(bt, &bio, 1), 0);
+		assert_int_equal(gdx_file_batch_wait(bt, 1, &ev, 1, 5000), 1);
+		assert_int_equal(ev.result, 10001);
+		assert_memory_equal((char *)pinned + 5, ref + 777, 10001);
+		assert_non_null(strstr(ev.info.why, "second open without"));
+		gdx_file_batch_destroy(bt);
+		assert_int_equal(gdx_file_close(g), 0);
+		assert_int_equal(gdx_file_close(f), 0);
+
+		/* O_DIRECT turned off: even aligned I/O goes through the buffered twin. */
+		o.flags = GDX_FILE_NO_ODIRECT;
+		assert_int_equal(gdx_file_open(drv, disk_path, &o, &f), 0);
+		assert_int_equal(gdx_file_read_ex(f, hostmem, 8192, 4096, &info), 8192);
+		assert_memory_equal(hostmem, ref + 4096, 8192);
+		assert_null(strstr(info.why, "O_DIRECT I/O"));
+		assert_non_null(strstr(info.why, "second open without"));
+		assert_int_equal(gdx_file_close(f), 0);
+
+		/* Strict mode: device memory still refused, host memory still served. */
+		o.flags = GDX_FILE_REQUIRE_DIRECT;
+		assert_int_equal(gdx_file_open(drv, disk_path, &o, &f), 0);
+		assert_int_equal(gdx_file_read(f, (char *)d + 1, 5000, 3), GDX_ENOTDIRECT);
+		assert_int_equal(gdx_file_write(f, (char *)d + 1, 5000, 3), GDX_ENOTDIRECT);
+		assert_int_equal(gdx_file_read(f, (char *)hostmem + 1, 5000, 3), 5000);
+		assert_memory_equal((char *)hostmem + 1, ref + 3, 5000);
+		assert_int_equal(gdx_file_close(f), 0);
+	}
+	close(fd);
+	assert_int_equal(count_fds(), fds);
+	gdx_device_free(dev, d);
+	gdx_pinned_free(dev, pinned);
+	free(hostmem);
+	free(pat);
+	free(back);
+}
+
 /*
  * Reads ahead of different ranges run on different workers at once, and the
  * handle's figures say how its reads ran.
@@ -1447,6 +1643,7 @@ int main(void)
 		cmocka_unit_test(read_ahead),
 		cmocka_unit_test(read_ahead_concurrent),
 		cmocka_unit_test(stream_ordered_odirect),
+		cmocka_unit_test(sync_odirect),
 		cmocka_unit_test(errors),
 		cmocka_unit_test_teardown(enospc, enospc_teardown),
 		cmocka_unit_test(buf_register),
