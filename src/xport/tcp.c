@@ -19,8 +19,8 @@
  * pinned ring whose copies a copy agent makes while the receive thread goes on
  * (what depends on the bytes having landed is deferred until they have, in
  * order), and sent through two pinned buffers, the device copy of one chunk
- * overlapping the socket transfer of the next (small read data: the copies of
- * a burst of answers, then one wait and one train).
+ * overlapping the socket transfer of the next (small payloads: the copies of
+ * a burst of frames, then one wait and one train).
  *
  * The two threads never wait on each other: the receive thread hands read
  * data and responses to the transmit queue, so both peers can stream at once.
@@ -1331,36 +1331,42 @@ static int tx_train(struct tcp_ep *t, int nonblock, struct txi **done)
 }
 
 /*
- * Answers the tx thread stages together: read data of device memory of up to
- * this much a frame (larger ones go through tx_device, chunk by chunk).
+ * Frames the tx thread stages together: device memory payloads of up to this
+ * much (larger ones go through tx_device, chunk by chunk).
  */
 #define STAGED_MAX (256u << 10)
 
 static int staged_frame(const struct txi *x, const struct gdx_device *dev)
 {
-	return !x->req && x->dev == dev && x->h.len <= STAGED_MAX;
+	return x->dev == dev && x->plen <= STAGED_MAX;
 }
 
 /*
- * Takes the run of answers at the head of the queue that can go in one
- * staged train: read data of device memory of dev (as much as one stage
- * buffer holds) and small host frames (response batches, host read data).
- * Lock held.
+ * Takes the run of frames at the head of the queue that can go in one staged
+ * train: device memory payloads of dev (read data, sends and writes; as much
+ * as one stage buffer holds) and small host frames, up to a fenced request.
+ * *nreq: the requests among them.  Lock held.
  */
-static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev)
+static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long *nreq)
 {
 	struct txi *head = NULL, **tail = &head;
 	size_t staged = 0;
 	int iov = 0;
 
+	*nreq = 0;
 	while (t->txq_head && iov + 2 <= TX_TRAIN_IOV) {
 		struct txi *x = t->txq_head;
 
-		if (x->req || (!x->small && !staged_frame(x, dev)) ||
-		    (x->dev && staged + x->h.len > STAGE_SIZE))
+		if ((!x->small && !staged_frame(x, dev)) || fence_blocked(t, x) ||
+		    (x->dev && staged + x->plen > STAGE_SIZE))
 			break;
 		if (x->dev)
-			staged += x->h.len;
+			staged += x->plen;
+		if (x->h.type == F_READ && !x->counted) {
+			x->counted = 1;
+			t->reads_in_flight++;
+		}
+		*nreq += x->req != NULL;
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
@@ -1374,9 +1380,11 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev)
 }
 
 /*
- * Sends a run of answers taken by tx_take_staged: the device copies of all
- * of them into the stage buffer, one wait for the stream, then one train
- * (a read burst costs one stream wait, not one each).
+ * Sends a run of frames taken by tx_take_staged: the device copies of all of
+ * them into the stage buffer, one wait for the stream, then one train (a
+ * burst of small reads, sends or writes of device memory costs one stream
+ * wait, not one each).  Once the last byte is out the peer may answer and a
+ * request be freed: nothing here looks at x->req.
  */
 static int tx_staged(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
 {
@@ -1457,14 +1465,17 @@ static void *tx_main(void *arg)
 		}
 		x = t->txq_head;
 		if (x->dev && staged_frame(x, x->dev)) {
+			long nreq;
+
 			dev = x->dev;
-			x = tx_take_staged(t, dev);
+			x = tx_take_staged(t, dev, &nreq);
 			t->sending = 1;
 			pthread_mutex_unlock(&t->lock);
 			ret = tx_staged(t, x, dev);
 			tx_free_list(x);
 			pthread_mutex_lock(&t->lock);
 			t->sending = 0;
+			t->on_wire += nreq;
 			if (ret)
 				kill_conn(t, ret);
 			continue;
@@ -1518,6 +1529,7 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 	struct gdx_device *dev;
 
 	tx_payload(x, &x->pp, &dev, &x->plen);
+	x->dev = dev;
 	x->small = !dev && x->plen <= DIRECT_MAX;
 	if (x->req && !x->small)
 		t->big_id = x->h.id;

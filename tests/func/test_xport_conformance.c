@@ -508,6 +508,41 @@ static void dev_outstanding(void)
 			kcheck(i % 2 ? K_HOST : K_DEV, i % 2 ? (void *)(tx + (size_t)i * SZ) :
 			       back + (size_t)i * SZ, SZ, i % 3 == 2 ? 700 + i : 300 + i);
 		gdx_xport_mr_dereg(hmr);
+
+		/*
+		 * Many small sends and writes out of device memory at once (tcp
+		 * stages them together), behind a read that fenced sends wait for.
+		 */
+		for (int i = 0; i < N; i++)
+			kfill(K_DEV, back + (size_t)i * SZ, SZ, 900 + i);
+		for (int i = 1; i < N; i += 2)
+			assert_int_equal(gdx_xport_post_recv(p.s, tx + (size_t)i * SZ, SZ, 7000 + i),
+					 0);
+		assert_int_equal(gdx_xport_post_read(p.c, hregion, SZ, gdx_xport_mr_addr(mr) + SZ,
+						     gdx_xport_mr_key(mr), 7999, 0), 0);
+		for (int i = 0; i < N; i++) {
+			char *from = back + (size_t)i * SZ;
+
+			if (i % 2)
+				assert_int_equal(gdx_xport_post_send(p.c, from, SZ, 8000 + i, i % 8 == 1 ?
+								     GDX_XPORT_FENCE : 0), 0);
+			else
+				assert_int_equal(gdx_xport_post_write(p.c, from, SZ,
+								      gdx_xport_mr_addr(mr) +
+								      (uint64_t)i * SZ,
+								      gdx_xport_mr_key(mr), 8000 + i,
+								      0), 0);
+		}
+		expect(p.cqc, 7999, GDX_XPORT_OP_READ, 0, SZ);
+		kcheck(K_HOST, hregion, SZ, 301);
+		for (int i = 0; i < N; i++)
+			expect(p.cqc, 8000 + i, i % 2 ? GDX_XPORT_OP_SEND : GDX_XPORT_OP_WRITE, 0, SZ);
+		for (int i = 1; i < N; i += 2) {
+			expect(p.cqs, 7000 + i, GDX_XPORT_OP_RECV, 0, SZ);
+			kcheck(K_HOST, tx + (size_t)i * SZ, SZ, 900 + i);
+		}
+		for (int i = 0; i < N; i += 2)
+			kcheck(K_DEV, region + (size_t)i * SZ, SZ, 900 + i);
 		gdx_xport_mr_dereg(mr);
 	}
 	expect_none(p.cqs);
