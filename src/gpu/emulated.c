@@ -79,7 +79,7 @@ struct op {
 		struct { struct emu_event *ev; uint64_t gen; } ev;
 		struct { void *p; } free;
 		struct { const uint32_t *addr; uint32_t v; } wv;
-		struct { struct gdx_agent_args a; long fault_after; } agent;
+		struct { struct gdx_agent_args a; long fault_after, copy_us; } agent;
 	};
 };
 
@@ -256,7 +256,8 @@ static bool agent_desc(const struct gdx_agent_args *a, unsigned r, uint32_t seq,
 }
 
 /* The loop of src/gpu/agent.cu on the stream's thread, one descriptor at a time. */
-static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fault_after)
+static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fault_after,
+		      long copy_us)
 {
 	struct gdx_agent_worker *w = (struct gdx_agent_worker *)(uintptr_t)a->workers + a->worker;
 	struct gdx_agent_ring *rings = (struct gdx_agent_ring *)(uintptr_t)a->rings;
@@ -290,6 +291,11 @@ static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fa
 				/* emulated.agent_fault_after: as a kernel's bad access, for tests */
 				if (fault_after && atomic_fetch_add(&d->agent_copies, 1) >= fault_after)
 					dst = 0;
+				/* emulated.agent_copy_us: a slow device, for tests */
+				if (copy_us)
+					nanosleep(&(struct timespec){ .tv_sec = copy_us / 1000000,
+								      .tv_nsec = copy_us % 1000000 * 1000 },
+						  NULL);
 				if (agent_copy(d, dst, src, len)) {
 					/* gdx_copy_agent_status reads it from another thread */
 					__atomic_store_n(&w->err, GDX_AGENT_ERR_COPY, __ATOMIC_RELAXED);
@@ -633,7 +639,7 @@ static void run_op(struct emu_stream_impl *st, struct op *op)
 		free_now(d, op->free.p);
 		break;
 	case OP_AGENT:
-		run_agent(d, &op->agent.a, op->agent.fault_after);
+		run_agent(d, &op->agent.a, op->agent.fault_after, op->agent.copy_us);
 		break;
 	}
 }
@@ -933,12 +939,14 @@ static int emu_agent_launch(void *priv, void *stream, const struct gdx_agent_arg
 {
 	struct emu_dev *d = priv;
 	long fault_after = (long)gdx_cfg_int("emulated.agent_fault_after");
+	long copy_us = (long)gdx_cfg_int("emulated.agent_copy_us");
 
 	if (!stream)
 		return 0;
 	if (!fault_after)
 		atomic_store(&d->agent_copies, 0);
-	return enqueue(stream, &(struct op){ .type = OP_AGENT, .agent = { *a, fault_after } });
+	return enqueue(stream, &(struct op){ .type = OP_AGENT,
+					     .agent = { *a, fault_after, copy_us } });
 }
 
 static int emu_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void *arg)

@@ -712,22 +712,25 @@ static void test_dev_agent_fault(void **state)
 }
 
 /*
- * Disconnect while receives into device memory may still wait for their
- * copies: every request on both sides completes once, with success (its data
- * in place, and then its receive too) or GDX_EDISCONNECTED, the receives'
- * successes before their failures.
+ * Disconnect while receives into device memory still wait for their copies
+ * (on the emulated device each copy of the agent takes 2 ms here): every
+ * request on both sides completes once, with success (its data in place, and
+ * then its receive too) or GDX_EDISCONNECTED, the receives' successes before
+ * their failures.
  */
 static void test_dev_disconnect(void **state)
 {
 	enum { N = 64, SZ = 4096 };
 	unsigned char *tx = malloc((size_t)N * SZ);
-	char *rx = kalloc(K_DEV, (size_t)N * SZ);
+	char *rx = kalloc(K_DEV, (size_t)N * SZ), *region = kalloc(K_DEV, SZ);
 	struct gdx_xport_opts o = deep_opts(4 * N);
-	int rst[N], sst[N], seen_fail = 0;
+	int rst[N], sst[N + 8], seen_fail = 0;
+	struct gdx_xport_mr *mr = NULL;
 	struct gdx_xport_cqe e;
 	struct pair p;
 
 	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
 	pair_open(&p, &o, &o);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, i), 0);
@@ -735,6 +738,14 @@ static void test_dev_disconnect(void **state)
 		t_fill(tx + (size_t)i * SZ, SZ, 60 + i);
 		assert_int_equal(gdx_xport_post_send(p.c, tx + (size_t)i * SZ, SZ, 100 + i, 0), 0);
 	}
+	/* and writes into a device region: its key is held until their copies landed */
+	for (int i = 0; i < 8; i++)
+		sst[N + i] = -1;
+	if (!reg_remote(p.s, region, SZ, GDX_XPORT_ACCESS_REMOTE_WRITE, &mr))
+		for (int i = 0; i < 8; i++)
+			assert_int_equal(gdx_xport_post_write(p.c, tx, SZ, gdx_xport_mr_addr(mr),
+							      gdx_xport_mr_key(mr), 100 + N + i, 0),
+					 0);
 	/* give the first ones time to arrive */
 	get_cqe(p.cqs, &e);
 	assert_int_equal(e.wr_id, 0);
@@ -754,9 +765,9 @@ static void test_dev_disconnect(void **state)
 	}
 	for (int i = 0; i < N; i++)
 		sst[i] = -1;
-	for (int i = 0; i < N; i++) {
+	for (int i = 0; i < N + (mr ? 8 : 0); i++) {
 		get_cqe(p.cqc, &e);
-		assert_true(e.wr_id >= 100 && e.wr_id < 100 + N);
+		assert_true(e.wr_id >= 100 && e.wr_id < 100 + N + 8);
 		assert_int_equal(sst[e.wr_id - 100], -1);
 		sst[e.wr_id - 100] = e.status;
 		if (e.status)
@@ -769,9 +780,17 @@ static void test_dev_disconnect(void **state)
 		if (!sst[i])
 			assert_int_equal(rst[i], 0);
 	}
+	/* with the slow agent, receives were waiting for copies at the disconnect */
+	if (!strcmp(backend, "tcp") && !strncmp(gdx_device_name(dev), "emulated", 8))
+		assert_true(seen_fail);
 	expect_none(p.cqs);
 	expect_none(p.cqc);
+	/* waits for every hold on the key: none may be left */
+	if (mr)
+		assert_int_equal(gdx_xport_mr_dereg(mr), 0);
 	pair_close(&p);
+	kfree(K_DEV, region);
+	gdx_config_reset();
 	kfree(K_DEV, rx);
 	free(tx);
 }
