@@ -224,8 +224,10 @@ GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
  * the ring before; *seq is its number (from 1, wrapping).  -EAGAIN when the
  * ring holds `entries` copies not yet done.  The bytes at src must stay as
  * they are until done reaches *seq.  Copies in flight may run at the same
- * time and land in any order (done says all up to a seq have): their
- * destinations must not overlap.  Pointers are not checked per post: a bad
+ * time and land in any order (done says all up to a seq have), except that
+ * copies posted to one ring whose destinations overlap land in the order
+ * posted (the later one's bytes stay); across rings there is no order.
+ * Pointers are not checked per post: a bad
  * one faults the device, as it would in a kernel of the caller's.  Once the
  * agent cannot go on (gdx_copy_agent_status), posts return that error, also
  * as soon as the ring's worker is found stopped on an error of its own

@@ -17,7 +17,8 @@
  * split between up to 32 owned rings, at most AG_POLL per ring, each lane
  * loads one slot (the ring's next one, the one after, ...), and every lane's
  * load is in flight at once, with the stop word's, so one bus round trip both
- * finds work and reads the descriptors.  Each ring's run of ready slots is taken; the block
+ * finds work and reads the descriptors.  Each ring's run of ready slots is
+ * taken, up to the first whose destination overlaps an earlier one's; the block
  * cuts them into 4 KiB units and its warps copy the units, eight 16-byte loads
  * in flight per lane.  Once every thread's stores are fenced at system scope,
  * the ring's done word gets the seq of its last descriptor taken: the CPU then
@@ -156,6 +157,30 @@ static __device__ unsigned poll(const struct agent_args &a, struct agent_round &
 
 		run = __ffs(~gb) - 1;
 	}
+	/*
+	 * The copies of one round land in any order: a descriptor whose
+	 * destination overlaps an earlier one of its run ends the run, and goes
+	 * in the next round, after the earlier one's copy is fenced.  So copies
+	 * posted to one ring land in order where they overlap.
+	 */
+	uint64_t dst = valid ? (uint32_t)w[0] | (w[1] << 32) : 0;
+	uint32_t len = valid ? (uint32_t)w[4] : 0;
+	bool clash = false;
+
+	for (unsigned j = 0; j < per; j++) {
+		uint64_t od = __shfl_sync(AG_FULL, dst, (g * per + j) & 31);
+		uint32_t ol = __shfl_sync(AG_FULL, len, (g * per + j) & 31);
+
+		if (j < i && i < run && od < dst + len && dst < od + ol)
+			clash = true;
+	}
+	unsigned clashes = __ballot_sync(AG_FULL, clash);
+	if (mine) {
+		unsigned cb = (clashes >> (g * per)) & ((1u << per) - 1);
+
+		if (cb && (unsigned)__ffs(cb) - 1 < run)
+			run = __ffs(cb) - 1;
+	}
 	take = mine && i < run;
 	unsigned took = __ballot_sync(AG_FULL, take);
 	if (!took)
@@ -164,10 +189,10 @@ static __device__ unsigned poll(const struct agent_args &a, struct agent_round &
 	fence_acq_rel();
 	unsigned below = __popc(took & ((1u << lane) - 1));
 	if (take) {
-		s.c[below].dst = (uint32_t)w[0] | (w[1] << 32);
+		s.c[below].dst = dst;
 		s.c[below].src = (uint32_t)w[2] | (w[3] << 32);
-		s.c[below].len = (uint32_t)w[4];
-		units = ((uint32_t)w[4] + AG_UNIT - 1) / AG_UNIT;
+		s.c[below].len = len;
+		units = (len + AG_UNIT - 1) / AG_UNIT;
 	}
 	/* the copies lie in lane order: an inclusive sum of units gives each one's end */
 	for (unsigned o = 1; o < 32; o <<= 1) {

@@ -139,14 +139,6 @@ struct deff {
 	uint8_t is_imm, has_resp, read_done, dev;
 };
 
-/* One posted copy of the receive ring. */
-struct rpiece {
-	uint64_t end;			/* ring position after it */
-	char *dst;
-	const unsigned char *src;
-	size_t len;
-};
-
 /*
  * Device memory received through a pinned byte ring whose copies a copy agent
  * makes (include/gdx/device.h): pieces go in back to back, each one's copy
@@ -159,7 +151,7 @@ struct rxring {
 	struct gdx_copy_agent *agent;
 	const uint32_t *word;
 	unsigned char *ring;
-	struct rpiece *pc;		/* by seq & pmask */
+	uint64_t *pend;			/* ring position after each posted copy, by seq & pmask */
 	size_t size, chunk;
 	unsigned pmask;
 	uint64_t head, done;		/* ring bytes taken / known free again */
@@ -596,7 +588,7 @@ static void rr_progress(struct rxring *rr)
 	w = __atomic_load_n(rr->word, __ATOMIC_ACQUIRE);
 	if (w != rr->landed) {
 		rr->landed = w;
-		rr->done = rr->pc[w & rr->pmask].end;
+		rr->done = rr->pend[w & rr->pmask];
 	}
 }
 
@@ -811,8 +803,8 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 		ret = gdx_pinned_alloc(dev, rr->size, &ring);
 	if (!ret) {
 		/* twice the descriptors: the entry of the landed seq stays while the ring is full */
-		rr->pc = calloc(2 * RR_ENTRIES, sizeof(*rr->pc));
-		ret = rr->pc ? 0 : -ENOMEM;
+		rr->pend = calloc(2 * RR_ENTRIES, sizeof(*rr->pend));
+		ret = rr->pend ? 0 : -ENOMEM;
 	}
 	if (ret) {
 		GDX_WARN(SUBSYS, "%s: no copy agent for receives (%s): device memory is received "
@@ -823,8 +815,8 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 		rr->agent = NULL;
 		if (ring)
 			gdx_pinned_free(dev, ring);
-		free(rr->pc);
-		rr->pc = NULL;
+		free(rr->pend);
+		rr->pend = NULL;
 		return;
 	}
 	rr->ring = ring;
@@ -845,32 +837,6 @@ static int rr_reserve(struct tcp_ep *t, size_t need)
 
 		if (ret)
 			return ret;
-	}
-	return 0;
-}
-
-/*
- * Copies in flight may land in any order: a piece whose destination overlaps
- * one in flight waits for it to land, unless that one is the same range with
- * the same bytes (a buffer received into again with the same data), where the
- * order cannot show.  Every older piece that overlaps was checked the same way
- * when that newest one was posted, so the newest overlapping one decides.
- */
-static int rr_order(struct tcp_ep *t, const char *dst, const unsigned char *src, size_t n)
-{
-	struct rxring *rr = &t->rr;
-	uintptr_t a = (uintptr_t)dst;
-
-	rr_progress(rr);
-	for (uint32_t s = rr->seq; s != rr->landed; s--) {
-		const struct rpiece *p = &rr->pc[s & rr->pmask];
-		uintptr_t b = (uintptr_t)p->dst;
-
-		if (b >= a + n || a >= b + p->len)
-			continue;
-		if (b == a && p->len == n && !memcmp(p->src, src, n))
-			return 0;
-		return rr_wait_seq(t, s);
 	}
 	return 0;
 }
@@ -904,8 +870,12 @@ static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
 		if (ret)
 			return ret;
 		n -= piece;
-		/* waits on the way (rx_exact's) may have found the agent dead */
-		ret = rr->on ? rr_order(t, dst, p, piece) : rr->err;
+		/*
+		 * Waits on the way (rx_exact's) may have found the agent dead.  A
+		 * piece over the destination of one in flight needs no wait: one
+		 * ring's overlapping copies land in the order posted.
+		 */
+		ret = rr->on ? 0 : rr->err;
 		for (unsigned i = 1; !ret && (ret = gdx_copy_agent_post(rr->agent, 0, dst, p, piece,
 									  &seq)) == -EAGAIN; i++) {
 			ret = 0;
@@ -918,7 +888,7 @@ static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
 				rr_fail(t, ret);
 			break;
 		}
-		rr->pc[seq & rr->pmask] = (struct rpiece){ rr->head + piece, dst, p, piece };
+		rr->pend[seq & rr->pmask] = rr->head + piece;
 		rr->seq = seq;
 		rr->head += piece;
 		dst += piece;
@@ -2376,7 +2346,7 @@ static void tcp_destroy(void *priv)
 	stager_fini(&t->txs);
 	if (t->rr.ring && !t->rr.leak)
 		gdx_pinned_free(t->rr.dev, t->rr.ring);
-	free(t->rr.pc);
+	free(t->rr.pend);
 	free(t->rr.q);
 	pthread_mutex_destroy(&t->lock);
 	pthread_cond_destroy(&t->tx_cond);

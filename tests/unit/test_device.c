@@ -788,6 +788,56 @@ static void copy_agent_copies(void **state)
 	assert_int_equal(gdx_device_free(dev, dmem), 0);
 }
 
+/*
+ * Copies posted to one ring over overlapping destinations land in the order
+ * posted: rounds of pieces at shifting offsets of one small range, each from
+ * a source of its own bytes, posted back to back so that a worker finds many
+ * at once; the range must hold what copying them one by one would leave.
+ */
+static void copy_agent_overlaps_in_order(void **state)
+{
+	enum { PIECES = 200, RANGE = 16384 };
+	struct gdx_copy_agent_opts o;
+	struct gdx_copy_agent *a;
+	unsigned char *src, *dmem, *want, *got;
+	uint64_t seed = 4242;
+	uint32_t seq = 0;
+	int rc;
+
+	(void)state;
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	o.entries = 64;
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, (size_t)PIECES * RANGE, (void **)&src), 0);
+	assert_int_equal(gdx_device_malloc(dev, RANGE, (void **)&dmem), 0);
+	assert_int_equal(gdx_memset(dev, dmem, 0, RANGE), 0);
+	want = calloc(1, RANGE);
+	got = malloc(RANGE);
+	assert_non_null(want);
+	assert_non_null(got);
+	t_fill(src, (size_t)PIECES * RANGE, 99);
+	for (unsigned i = 0; i < PIECES; i++) {
+		/* whole range, halves, and odd pieces that straddle the others' edges */
+		size_t len = i % 3 == 0 ? RANGE : i % 3 == 1 ? RANGE / 2 :
+			     1 + (size_t)(t_rand(&seed) % (RANGE - 1));
+		size_t off = (size_t)(t_rand(&seed) % (RANGE - len + 1));
+		const unsigned char *s = src + (size_t)i * RANGE;
+
+		while ((rc = gdx_copy_agent_post(a, 0, dmem + off, s, len, &seq)) == -EAGAIN)
+			rc = ag_wait(a, 0, seq - 8);
+		assert_int_equal(rc, 0);
+		memcpy(want + off, s, len);
+	}
+	assert_int_equal(ag_wait(a, 0, seq), 0);
+	assert_int_equal(gdx_copy_agent_stop(a), 0);
+	assert_int_equal(gdx_memcpy(dev, got, dmem, RANGE), 0);
+	assert_memory_equal(got, want, RANGE);
+	free(want);
+	free(got);
+	assert_int_equal(gdx_device_free(dev, dmem), 0);
+	assert_int_equal(gdx_pinned_free(dev, src), 0);
+}
+
 /* Stopping with copies posted returns promptly; the ones done are whole. */
 static void copy_agent_stops_with_copies_posted(void **state)
 {
@@ -963,6 +1013,7 @@ int main(void)
 		cmocka_unit_test(stream_waits_for_value),
 		cmocka_unit_test(stream_writes_value),
 		cmocka_unit_test(copy_agent_copies),
+		cmocka_unit_test(copy_agent_overlaps_in_order),
 		cmocka_unit_test(copy_agent_stops_with_copies_posted),
 		cmocka_unit_test(copy_agent_bad_args),
 		cmocka_unit_test(copy_agent_error_is_reported),
