@@ -1350,31 +1350,36 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
 }
 
 /*
- * Sends a run of frames taken by tx_take_staged: the device copies of all of
- * them into the stage buffer, one wait for the stream, then one train (a
- * burst of small reads, sends or writes of device memory costs one stream
- * wait, not one each).  Once the last byte is out the peer may answer and a
- * request be freed: nothing here looks at x->req.
+ * Enqueues the device copies of a run of frames taken by tx_take_staged into
+ * stage buffer buf (no wait): a burst of small reads, sends or writes of
+ * device memory costs one stream wait, not one each.
  */
-static int tx_staged(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
+static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, int buf)
 {
-	const size_t hl = sizeof(struct hdr);
-	struct iovec iov[TX_TRAIN_IOV], *v = iov;
 	size_t off = 0;
-	int cnt = 0, ret;
+	int ret = stager_ready(&t->txs, dev);
 
-	ret = stager_ready(&t->txs, dev);
 	for (struct txi *x = list; !ret && x; x = x->next) {
 		if (!x->dev || !x->plen)
 			continue;
-		ret = gdx_memcpy_async(dev, (char *)t->txs.b[0] + off, x->pp, x->plen, t->txs.s);
-		x->pp = (char *)t->txs.b[0] + off;
+		ret = gdx_memcpy_async(dev, (char *)t->txs.b[buf] + off, x->pp, x->plen, t->txs.s);
+		x->pp = (char *)t->txs.b[buf] + off;
 		off += x->plen;
 	}
-	if (!ret && off)
-		ret = gdx_stream_synchronize(t->txs.s);
-	if (ret)
-		return ret;
+	return ret;
+}
+
+/*
+ * Sends a staged run (its copies landed) as one train.  Once the last byte
+ * is out the peer may answer and a request be freed: nothing here looks at
+ * x->req.
+ */
+static int tx_send_staged(struct tcp_ep *t, struct txi *list)
+{
+	const size_t hl = sizeof(struct hdr);
+	struct iovec iov[TX_TRAIN_IOV], *v = iov;
+	int cnt = 0, ret;
+
 	for (struct txi *x = list; x; x = x->next) {
 		if (x->off < hl)
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
@@ -1401,6 +1406,61 @@ static int tx_staged(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
 		}
 	}
 	return 0;
+}
+
+/* Whether the head of the queue starts a staged run of dev's.  Lock held. */
+static int staged_next(struct tcp_ep *t, struct gdx_device *dev)
+{
+	struct txi *x = t->txq_head;
+
+	return !t->dead && x && !x->small && staged_frame(x, dev) && !fence_blocked(t, x);
+}
+
+/*
+ * Sends staged runs of dev's while the queue starts with one, on the two
+ * stage buffers in turn: the copies of the next run are enqueued before the
+ * current one goes out, so they run while it is on the socket, and the wait
+ * before a run is sent is for its own copies only.  Called with the lock
+ * held and t->sending set; returns with the lock held.
+ */
+static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
+{
+	long nreq, nnext = 0;
+	struct txi *cur = tx_take_staged(t, dev, &nreq), *next = NULL;
+	int buf = 0, ret;
+
+	pthread_mutex_unlock(&t->lock);
+	ret = tx_stage(t, cur, dev, buf);
+	while (cur) {
+		if (!ret)
+			ret = gdx_stream_synchronize(t->txs.s);
+		if (!ret) {
+			pthread_mutex_lock(&t->lock);
+			next = staged_next(t, dev) ? tx_take_staged(t, dev, &nnext) : NULL;
+			pthread_mutex_unlock(&t->lock);
+			if (next)
+				ret = tx_stage(t, next, dev, buf ^ 1);
+		}
+		if (!ret)
+			ret = tx_send_staged(t, cur);
+		tx_free_list(cur);
+		pthread_mutex_lock(&t->lock);
+		t->on_wire += nreq;
+		pthread_mutex_unlock(&t->lock);
+		if (ret) {
+			/* the stream may still copy into the other buffer: let it finish */
+			if (next)
+				gdx_stream_synchronize(t->txs.s);
+			tx_free_list(next);
+			break;
+		}
+		cur = next;
+		nreq = nnext;
+		next = NULL;
+		buf ^= 1;
+	}
+	pthread_mutex_lock(&t->lock);
+	return ret;
 }
 
 static void *tx_main(void *arg)
@@ -1435,17 +1495,9 @@ static void *tx_main(void *arg)
 		}
 		x = t->txq_head;
 		if (x->dev && staged_frame(x, x->dev)) {
-			long nreq;
-
-			dev = x->dev;
-			x = tx_take_staged(t, dev, &nreq);
 			t->sending = 1;
-			pthread_mutex_unlock(&t->lock);
-			ret = tx_staged(t, x, dev);
-			tx_free_list(x);
-			pthread_mutex_lock(&t->lock);
+			ret = tx_staged_runs(t, x->dev);
 			t->sending = 0;
-			t->on_wire += nreq;
 			if (ret)
 				kill_conn(t, ret);
 			continue;
