@@ -200,7 +200,7 @@ static struct knob knobs[] = {
 	KNOB("nvmf.target.lat_stats", K_BOOL, "1",
 	     "NVMe/TCP target: time each I/O read's stages (three clock reads per read) and "
 	     "the reactors' sleep, poll and busy time: nvmf.target.lat in the target's stats JSON"),
-	KNOB("nvmf.host.post_first", K_BOOL, "0",
+	KNOB("nvmf.host.post_first", K_BOOL, "1",
 	     "NVMe/TCP host: with a done word, a received piece's H2D copy is posted before the "
 	     "device reads held so far complete (their callbacks then cannot delay it)"),
 	KNOB("nvmf.host.copy_poll_us", K_INT, "0",

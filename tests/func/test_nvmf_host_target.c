@@ -596,7 +596,7 @@ static void device_copy_agent(void **state)
 		assert_int_equal(io_counter(st.c, "dev_queries"), 0);
 		gdx_nvmf_disconnect(st.c);
 	}
-	gdx_config_set("nvmf.host.post_first", "0");
+	gdx_config_set("nvmf.host.post_first", NULL);
 	if (!strcmp(gdx_device_kind(dev), "emulated")) {
 		/* 32 reads, none submitted from a callback: each failure costs a reconnect */
 		struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER,
