@@ -143,6 +143,9 @@ static struct knob knobs[] = {
 	KNOB("xport.tcp_copy_agent", K_BOOL, "1",
 	     "tcp transport: data received into device memory is copied by a copy agent from a "
 	     "pinned ring, no driver call per message (0: a stream, synchronised per message)"),
+	KNOB("xport.tcp_rx_spin_us", K_INT, "0",
+	     "tcp transport: the receive thread polls the socket this long before it sleeps",
+	     .min = 0, .max = 10000),
 	KNOB("xport.tcp_rx_ring", K_SIZE, "2M",
 	     "tcp transport: pinned receive ring per endpoint for the copy agent (pieces of at "
 	     "most an eighth of it)", .min = 64 << 10, .max = 1 << 30),
