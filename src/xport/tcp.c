@@ -411,7 +411,8 @@ static ssize_t rx_spin(struct tcp_ep *t)
 			return -ECONNRESET;
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-	} while (gdx_now_ns() < until && !__atomic_load_n(&t->dead, __ATOMIC_RELAXED));
+		/* kill_conn shuts the socket down: recv then ends the spin */
+	} while (gdx_now_ns() < until);
 	return 0;
 }
 
