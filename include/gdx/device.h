@@ -219,7 +219,7 @@ GDX_API int gdx_copy_agent_start(struct gdx_device *dev, const struct gdx_copy_a
  */
 GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
 /*
- * Posts a copy of len bytes (1 to 4 GiB - 1) from src, in pinned memory of
+ * Posts a copy of len bytes (1 to 4 GiB - 4 KiB) from src, in pinned memory of
  * the agent's device, to dst in its device memory, behind the ones posted on
  * the ring before; *seq is its number (from 1, wrapping).  -EAGAIN when the
  * ring holds `entries` copies not yet done.  The bytes at src must stay as
@@ -231,7 +231,10 @@ GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
  * one faults the device, as it would in a kernel of the caller's.  Once the
  * agent cannot go on (gdx_copy_agent_status), posts return that error, also
  * as soon as the ring's worker is found stopped on an error of its own
- * (it is not launched again); such a copy is never made.
+ * (it is not launched again); such a copy is never made.  A post that
+ * published its descriptor and then failed to launch the worker returns
+ * that error too, but a worker still running may make that copy: the
+ * memory of a failed post stays off limits until the agent is stopped.
  */
 GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *dst,
 				const void *src, size_t len, uint32_t *seq);

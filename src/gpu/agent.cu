@@ -256,8 +256,12 @@ static __device__ void wait_for_work(const struct agent_args &a, struct agent_ro
 				cmd = 3;
 				break;
 			}
-		} else if (now_ns() - idle_since > a.idle_ns) {
-			/* going idle: clear live, then poll every ring once more (see the top) */
+		} else if (__shfl_sync(AG_FULL, lane == 0 && now_ns() - idle_since > a.idle_ns, 0)) {
+			/*
+			 * Going idle (lane 0's clock decides for the warp, whose lanes
+			 * must not part around the shuffles): clear live, then poll
+			 * every ring once more (see the top).
+			 */
 			if (lane == 0)
 				st_release(&w->live, 0);
 			__syncwarp();
@@ -339,8 +343,9 @@ extern "C" __global__ void __launch_bounds__(AG_THREADS) gdx_copy_agent(const st
 		__threadfence_system();
 		/* every copy of the round fenced; warp 0 may then fill s again */
 		__syncthreads();
-		if (tid < s.npub)
-			st_release(&rings[s.pub_ring[tid]].done, s.pub_seq[tid]);
+		/* warp 0's: the other warps must not read s, which warp 0 refills next */
+		if (warp == 0 && lane < s.npub)
+			st_release(&rings[s.pub_ring[lane]].done, s.pub_seq[lane]);
 		__syncwarp();
 	}
 	if (tid == 0 && s.cmd == 2)

@@ -400,7 +400,7 @@ static ssize_t rx_spin(struct tcp_ep *t)
 		ssize_t n;
 
 		for (int i = 0; i < 64; i++)
-			__builtin_ia32_pause();
+			gdx_cpu_relax();
 		n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
 		if (n > 0) {
 			atomic_fetch_add_explicit(&t->rx_reads, 1, memory_order_relaxed);
@@ -734,6 +734,17 @@ static int rr_wait_seq(struct tcp_ep *t, uint32_t seq)
 }
 
 /*
+ * A payload cut short by the connection's end: the copies of it posted so
+ * far must land before its memory is let go (a region put, a shared receive
+ * completed), or they could write into memory handed back or reused.
+ */
+static void rr_settle(struct tcp_ep *t)
+{
+	if (t->rr.on && t->rr.landed != t->rr.seq)
+		rr_wait_seq(t, t->rr.seq);
+}
+
+/*
  * Carries out the deferred effects as their copies land.  watch: returns
  * early once the socket has input (or an error, or its end), which comes
  * before the wait; the caller then reads instead of blocking.
@@ -774,6 +785,8 @@ static int defer(struct tcp_ep *t, struct deff *e, int dev)
 
 	e->dev = (uint8_t)dev;
 	e->mark = rr->seq;
+	/* what landed goes first: host frames alone would not look until the socket ran dry */
+	defer_release(t);
 	if (!rr->qn && !dev) {
 		deff_run(t, e, 0);
 		return t->rx_err;
@@ -1792,6 +1805,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	if (ret == -ECONNRESET || ret == -EPIPE) {
 		if (t->fe->opts.srq) {
 			/* A shared receive taken for a message that never arrived whole. */
+			rr_settle(t);
 			gdx_xport_complete(r->req, GDX_EDISCONNECTED, 0);
 			free(r);
 			return ret;
@@ -1856,6 +1870,7 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 	}
 	ret = rx_into(t, p, reg.dev, reg.kind, h->len, &posted);
 	if (ret == -ECONNRESET || ret == -EPIPE) {
+		rr_settle(t);
 		gdx_xport_rkey_put(k);
 		return ret;
 	}

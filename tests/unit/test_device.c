@@ -909,6 +909,9 @@ static void copy_agent_bad_args(void **state)
 	assert_int_equal(gdx_device_malloc(dev, 4096, &d), 0);
 	assert_int_equal(gdx_copy_agent_post(a, 2, d, src, 16, &seq), -EINVAL);
 	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 0, &seq), -EINVAL);
+	/* a worker counts 4 KiB units in 32 bits: no length whose count would wrap */
+	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, (size_t)UINT32_MAX - 4094, &seq),
+			 -EINVAL);
 	assert_int_equal(gdx_copy_agent_post(a, 0, NULL, src, 16, &seq), -EINVAL);
 	assert_null(gdx_copy_agent_done_word(a, 2));
 	assert_int_equal(gdx_copy_agent_status(a), 0);

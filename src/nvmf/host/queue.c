@@ -236,7 +236,8 @@ static void free_dev(struct nh_queue *q, struct gdx_device *dev)
 	q->pend_len = NULL;
 	q->stream = NULL;
 	q->ring = NULL;
-	q->dev = NULL;
+	/* submitters read it without dev_lock */
+	__atomic_store_n(&q->dev, NULL, __ATOMIC_RELAXED);
 }
 
 void nh_queue_free_mem(struct nh_queue *q)
