@@ -265,6 +265,44 @@ static off_t piece_end(const struct px_io *x, off_t at, off_t end, size_t chunk)
 	return next;
 }
 
+/* Hands the pieces of [from, to) of an I/O ending at end to the workers. */
+static void px_submit(struct px_io *x, off_t from, off_t to, off_t end)
+{
+	for (off_t at = from; at < to;) {
+		struct px_chunk *ch = malloc(sizeof(*ch));
+		size_t len = (size_t)(GDX_MIN(piece_end(x, at, end, x->pd->chunk), to) - at);
+		int err = -ENOMEM;
+
+		if (ch) {
+			ch->x = x;
+			ch->at = at;
+			ch->len = len;
+			pthread_mutex_lock(&x->lock);
+			x->pending++;
+			pthread_mutex_unlock(&x->lock);
+			err = gdx_tpool_submit(x->pd->wq, chunk_run, ch);
+		}
+		if (err) {
+			pthread_mutex_lock(&x->lock);
+			x->pending -= ch ? 1 : 0;
+			x->err = x->err ? x->err : err;
+			pthread_mutex_unlock(&x->lock);
+			free(ch);
+			return;
+		}
+		at += (off_t)len;
+	}
+}
+
+/* Waits for every piece handed out so far. */
+static void px_wait(struct px_io *x)
+{
+	pthread_mutex_lock(&x->lock);
+	while (x->pending)
+		pthread_cond_wait(&x->cond, &x->lock);
+	pthread_mutex_unlock(&x->lock);
+}
+
 static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io)
 {
 	struct px_drv *pd = priv;
@@ -272,7 +310,7 @@ static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 			   .odirect = f->odirect,
 			   .dio_ok = f->odirect && !(f->flags & GDX_FILE_NO_ODIRECT),
 			   .eof = INT64_MAX };
-	off_t end = io->off + (off_t)io->size, last;
+	off_t end = io->off + (off_t)io->size, last, head, tail;
 	const char *how = "";
 	ssize_t ret;
 
@@ -284,34 +322,25 @@ static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 	}
 	pthread_mutex_init(&x.lock, NULL);
 	pthread_cond_init(&x.cond, NULL);
-	for (off_t at = io->off; at < end;) {
-		struct px_chunk *ch = malloc(sizeof(*ch));
-		size_t len = (size_t)(piece_end(&x, at, end, pd->chunk) - at);
-		int err = -ENOMEM;
-
-		if (ch) {
-			ch->x = &x;
-			ch->at = at;
-			ch->len = len;
-			pthread_mutex_lock(&x.lock);
-			x.pending++;
-			pthread_mutex_unlock(&x.lock);
-			err = gdx_tpool_submit(pd->wq, chunk_run, ch);
-		}
-		if (err) {
-			pthread_mutex_lock(&x.lock);
-			x.pending -= ch ? 1 : 0;
-			x.err = x.err ? x.err : err;
-			pthread_mutex_unlock(&x.lock);
-			free(ch);
-			break;
-		}
-		at += (off_t)len;
+	head = GDX_ALIGN_UP(io->off, (off_t)GDX_FILE_DIO_ALIGN);
+	tail = GDX_ALIGN_DOWN(end, (off_t)GDX_FILE_DIO_ALIGN);
+	if (io->op != GDX_FILE_READ && x.dio_ok && head < tail) {
+		/*
+		 * A write's unaligned head and tail go through the page cache, its
+		 * middle O_DIRECT: the buffered pieces are written first, so that
+		 * the direct write flushes and drops the cached pages it overlaps.
+		 * A page (or large folio) dirtied by a head written at the same
+		 * time could not be dropped and would keep stale bytes.
+		 */
+		px_submit(&x, io->off, head, end);
+		px_submit(&x, tail, end, end);
+		px_wait(&x);
+		if (!x.err)
+			px_submit(&x, head, tail, end);
+	} else {
+		px_submit(&x, io->off, end, end);
 	}
-	pthread_mutex_lock(&x.lock);
-	while (x.pending)
-		pthread_cond_wait(&x.cond, &x.lock);
-	pthread_mutex_unlock(&x.lock);
+	px_wait(&x);
 	pthread_mutex_destroy(&x.lock);
 	pthread_cond_destroy(&x.cond);
 	last = GDX_MIN(end, x.eof);
