@@ -168,6 +168,7 @@ struct tcp_ep {
 	int fd;
 	int zerocopy;
 	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
+	pthread_mutex_t rr_lock;	/* the receive ring's start (rr_prepare) */
 	pthread_t rx, tx;
 	int threads;
 	pthread_mutex_t lock;
@@ -835,7 +836,6 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 	void *ring = NULL;
 	int ret;
 
-	rr->dev = dev;
 	if (!gdx_cfg_bool("xport.tcp_copy_agent")) {
 		GDX_INFO(SUBSYS, "%s: xport.tcp_copy_agent=0: device memory is received through a "
 			 "stream, synchronised per message", gdx_device_name(dev));
@@ -874,6 +874,27 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 	rr->on = 1;
 	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring, copies by a copy agent",
 		gdx_device_name(dev), rr->size);
+}
+
+/*
+ * Sets the receive ring up for dev once (rr_start), the first time device
+ * memory is posted or registered for receiving, on the caller's thread: the
+ * agent's start loads its module, which on CUDA may synchronise the context,
+ * and the receive thread must not wait on a stream whose work waits for a
+ * completion only that thread delivers.  The receive thread reaches it
+ * only for memory that came another way (a shared receive queue's); the
+ * ring's fields are published by the release store of dev.
+ */
+static void rr_prepare(struct tcp_ep *t, struct gdx_device *dev)
+{
+	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&t->rr_lock);
+	if (!t->rr.dev) {
+		rr_start(t, dev);
+		__atomic_store_n(&t->rr.dev, dev, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&t->rr_lock);
 }
 
 /* Makes room for need bytes at the head of the ring: the oldest copies must land. */
@@ -1013,8 +1034,7 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 	*posted = 0;
 	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev)
 		return rx_exact(t, dst, n);
-	if (!t->rr.dev)
-		rr_start(t, dev);
+	rr_prepare(t, dev);
 	if (t->rr.on && t->rr.dev == dev) {
 		ret = rr_recv(t, dst, n);
 		*posted = !ret && n;
@@ -2290,6 +2310,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	    !setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
 		t->zerocopy = 1;
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_mutex_init(&t->rr_lock, NULL);
 	pthread_cond_init(&t->tx_cond, NULL);
 	pthread_cond_init(&t->rx_cond, NULL);
 	pthread_cond_init(&t->flushed_cond, NULL);
@@ -2305,6 +2326,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	}
 	if (ret) {
 		pthread_mutex_destroy(&t->lock);
+		pthread_mutex_destroy(&t->rr_lock);
 		ep_fds_close(t);
 		free(t->rbuf);
 		free(t);
@@ -2454,6 +2476,7 @@ static void tcp_destroy(void *priv)
 	free(t->rr.pend);
 	free(t->rr.q);
 	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&t->rr_lock);
 	pthread_cond_destroy(&t->tx_cond);
 	pthread_cond_destroy(&t->rx_cond);
 	pthread_cond_destroy(&t->flushed_cond);
@@ -2469,8 +2492,9 @@ static int tcp_event_fd(void *priv)
 
 static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 {
-	(void)priv;
 	r->addr = (uint64_t)(uintptr_t)r->p;
+	if (r->kind == GDX_MEM_DEVICE && r->dev && (r->access & GDX_XPORT_ACCESS_REMOTE_WRITE))
+		rr_prepare(priv, r->dev);
 	if (r->kind == GDX_MEM_HOST || r->kind == GDX_MEM_PINNED) {
 		r->path = GDX_XPORT_PATH_DIRECT;
 		r->why = "socket I/O straight into host memory";
@@ -2500,6 +2524,10 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 	if (!q)
 		return -ENOMEM;
 	q->req = req;
+	/* memory the receive thread will write: a receive's, a read's */
+	if (req->buf.kind == GDX_MEM_DEVICE && req->buf.dev &&
+	    (req->op == GDX_XPORT_OP_RECV || req->op == GDX_XPORT_OP_READ))
+		rr_prepare(t, req->buf.dev);
 	if (req->op != GDX_XPORT_OP_RECV) {
 		x = calloc(1, sizeof(*x));
 		if (!x) {

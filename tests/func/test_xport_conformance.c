@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 
 #include "common/config.h"
 #include "common/util.h"
+#include "gpu/device.h"
 #include "test.h"
 
 static const char *backend = "loop";
@@ -663,6 +665,97 @@ static void test_dev_then_host_order(void **state)
  * GDX_EREMOTE, in order, the others succeed with their data; the connection
  * goes on (device memory is then received without the agent).
  */
+/*
+ * tcp sets its receive ring up (the copy agent's start, which loads a module:
+ * on CUDA that may synchronise the context) on the thread that posts or
+ * registers device memory, never on a receive thread, which must not wait on
+ * a stream whose work may wait for a completion only it delivers.  The
+ * device's set-up ops are wrapped to see which thread calls them.
+ */
+static const struct gdx_device_ops *real_ops;
+static struct gdx_device_ops watch_ops;
+static atomic_uint rx_setup_calls, agent_starts;
+
+static void watch_rx(void)
+{
+	char name[16] = "";
+
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	if (!strcmp(name, "gdx-tcp-rx"))
+		atomic_fetch_add(&rx_setup_calls, 1);
+}
+
+static int w_pinned_alloc(void *priv, size_t size, void **p)
+{
+	watch_rx();
+	return real_ops->pinned_alloc(priv, size, p);
+}
+
+static int w_stream_create(void *priv, void *stream, void *native)
+{
+	watch_rx();
+	return real_ops->stream_create(priv, stream, native);
+}
+
+static int w_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	if (!stream) {	/* gdx_copy_agent_start: loads the module */
+		watch_rx();
+		atomic_fetch_add(&agent_starts, 1);
+	}
+	return real_ops->agent_launch(priv, stream, a);
+}
+
+static void test_dev_setup_off_rx_thread(void **state)
+{
+	enum { SZ = 16384 };
+	unsigned char *tx = malloc(SZ);
+	char *dbuf = kalloc(K_DEV, SZ), *dregion = kalloc(K_DEV, SZ);
+	struct gdx_xport_mr *dmr;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp"))
+		skip();
+	real_ops = dev->ops;
+	watch_ops = *real_ops;
+	watch_ops.pinned_alloc = w_pinned_alloc;
+	watch_ops.stream_create = w_stream_create;
+	if (real_ops->agent_launch)
+		watch_ops.agent_launch = w_agent_launch;
+	dev->ops = &watch_ops;
+	atomic_store(&rx_setup_calls, 0);
+	atomic_store(&agent_starts, 0);
+	for (int round = 0; round < 2; round++) {
+		/* a send into a device receive, then a write into a device region */
+		pair_open(&p, NULL, NULL);
+		kfill(K_HOST, tx, SZ, 7 + (uint64_t)round);
+		if (round == 0) {
+			assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
+			assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
+			expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
+			expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SZ);
+			kcheck(K_DEV, dbuf, SZ, 7);
+		} else {
+			assert_int_equal(gdx_xport_mr_reg(p.s, dregion, SZ,
+							  GDX_XPORT_ACCESS_REMOTE_WRITE, &dmr), 0);
+			assert_int_equal(gdx_xport_post_write(p.c, tx, SZ, gdx_xport_mr_addr(dmr),
+							      gdx_xport_mr_key(dmr), 3, 0), 0);
+			expect(p.cqc, 3, GDX_XPORT_OP_WRITE, 0, SZ);
+			kcheck(K_DEV, dregion, SZ, 8);
+			assert_int_equal(gdx_xport_mr_dereg(dmr), 0);
+		}
+		pair_close(&p);
+	}
+	dev->ops = real_ops;
+	assert_int_equal(atomic_load(&rx_setup_calls), 0);
+	if (real_ops->agent_launch)
+		assert_int_equal(atomic_load(&agent_starts), 2);
+	free(tx);
+	kfree(K_DEV, dbuf);
+	kfree(K_DEV, dregion);
+}
+
 static void test_dev_agent_fault(void **state)
 {
 	enum { N = 16, SZ = 4096 };
@@ -1606,6 +1699,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_outstanding),
 		cmocka_unit_test(test_dev_small_ring_and_no_agent),
 		cmocka_unit_test(test_dev_then_host_order),
+		cmocka_unit_test(test_dev_setup_off_rx_thread),
 		cmocka_unit_test(test_dev_agent_fault),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_bad_access),
