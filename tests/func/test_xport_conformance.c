@@ -709,14 +709,17 @@ static int w_agent_launch(void *priv, void *stream, const struct gdx_agent_args 
 static void test_dev_setup_off_rx_thread(void **state)
 {
 	enum { SZ = 16384 };
-	unsigned char *tx = malloc(SZ);
-	char *dbuf = kalloc(K_DEV, SZ), *dregion = kalloc(K_DEV, SZ);
+	unsigned char *tx;
+	char *dbuf, *dregion;
 	struct gdx_xport_mr *dmr;
 	struct pair p;
 
 	(void)state;
 	if (strcmp(backend, "tcp"))
 		skip();
+	tx = malloc(SZ);
+	dbuf = kalloc(K_DEV, SZ);
+	dregion = kalloc(K_DEV, SZ);
 	real_ops = dev->ops;
 	watch_ops = *real_ops;
 	watch_ops.pinned_alloc = w_pinned_alloc;
