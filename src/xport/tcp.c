@@ -380,43 +380,53 @@ static void rx_wakeup(struct tcp_ep *t)
 }
 
 /*
- * Waits between frames, rbuf empty, for input: from the socket, or left in
- * rbuf by a CQ waiter that read the socket meanwhile.  Returns the bytes now
- * in rbuf.
+ * One read of what the socket holds into rbuf, without waiting: the bytes
+ * read, 0 when there were none, < 0 on an error or the connection's end.
  */
+static ssize_t rx_try(struct tcp_ep *t)
+{
+	ssize_t n;
+
+	do
+		n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n > 0) {
+		atomic_fetch_add_explicit(&t->rx_reads, 1, memory_order_relaxed);
+		t->rlen += (size_t)n;
+		return n;
+	}
+	if (n == 0)
+		return -ECONNRESET;
+	return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+}
+
 /*
  * Polls the socket for up to rx_spin_ns before the receive thread parks: a
  * thread that sleeps is woken per burst of requests, tens of microseconds on
- * a virtual machine whose idle vCPU halts.  Input found: the bytes read (> 0);
- * none: 0; an error: < 0.
+ * a virtual machine whose idle vCPU halts.  Returns as rx_try.  kill_conn
+ * shuts the socket down, which ends the spin too.
  */
 static ssize_t rx_spin(struct tcp_ep *t)
 {
 	uint64_t until;
+	ssize_t n = 0;
 
 	if (!t->rx_spin_ns)
 		return 0;
 	until = gdx_now_ns() + t->rx_spin_ns;
 	do {
-		ssize_t n;
-
 		for (int i = 0; i < 64; i++)
 			gdx_cpu_relax();
-		n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
-		if (n > 0) {
-			atomic_fetch_add_explicit(&t->rx_reads, 1, memory_order_relaxed);
-			t->rlen += (size_t)n;
-			return n;
-		}
-		if (n == 0)
-			return -ECONNRESET;
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			return -errno;
-		/* kill_conn shuts the socket down: recv then ends the spin */
-	} while (gdx_now_ns() < until);
-	return 0;
+		n = rx_try(t);
+	} while (!n && gdx_now_ns() < until);
+	return n;
 }
 
+/*
+ * Waits between frames, rbuf empty, for input: from the socket, or left in
+ * rbuf by a CQ waiter that read the socket meanwhile.  Returns the bytes now
+ * in rbuf.
+ */
 static ssize_t rx_park(struct tcp_ep *t)
 {
 	ssize_t n;
@@ -444,18 +454,9 @@ static ssize_t rx_park(struct tcp_ep *t)
 		if (!waiter) {
 			if (t->rpos == t->rlen)
 				t->rpos = t->rlen = 0;
-			do
-				n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
-			while (n < 0 && errno == EINTR);
-			if (n == 0)
-				return -ECONNRESET;
-			if (n > 0) {
-				atomic_fetch_add_explicit(&t->rx_reads, 1, memory_order_relaxed);
-				t->rlen += (size_t)n;
+			n = rx_try(t);
+			if (n)
 				return n;
-			}
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
 			/*
 			 * Parked, this thread may lose the socket to a CQ waiter, which
 			 * completes answers itself: nothing may wait on copies by then.

@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/util.h"
 #include "gpu/device.h"
+#include "dev_watch.h"
 #include "nvmf/host/host.h"
 
 #define NQN "nqn.2026-11.io.gdx:host-func"
@@ -718,59 +719,20 @@ static void device_ring_one_chunk(void **state)
  * the calling thread holds a queue lock of the connection (glibc records a
  * mutex's owner).
  */
-static const struct gdx_device_ops *real_ops;
-static struct gdx_device_ops watch_ops;
 static struct nh_ctrl *_Atomic watched;
-static atomic_uint locked_calls, agent_starts;
+static atomic_uint locked_calls;
 
-static void watch(void)
+static void watch(const char *op)
 {
 	struct nh_ctrl *c = atomic_load(&watched);
 	pid_t me = gettid();
 	bool held = false;
 
+	(void)op;
 	for (unsigned i = 0; c && i < c->nioq; i++)
 		held |= c->ioq[i]->lock.__data.__owner == me;
 	if (held)
 		atomic_fetch_add(&locked_calls, 1);
-}
-
-static int w_pinned_alloc(void *priv, size_t size, void **p)
-{
-	watch();
-	return real_ops->pinned_alloc(priv, size, p);
-}
-
-static int w_host_register(void *priv, void *p, size_t size, unsigned flags)
-{
-	watch();
-	return real_ops->host_register(priv, p, size, flags);
-}
-
-static int w_pointer_query(void *priv, const void *p, struct gdx_ptr_attrs *a)
-{
-	watch();
-	return real_ops->pointer_query(priv, p, a);
-}
-
-static int w_stream_create(void *priv, void *stream, void *native)
-{
-	watch();
-	return real_ops->stream_create(priv, stream, native);
-}
-
-static int w_event_create(void *priv, void *event, unsigned flags)
-{
-	watch();
-	return real_ops->event_create(priv, event, flags);
-}
-
-static int w_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
-{
-	watch();
-	if (!stream)	/* gdx_copy_agent_start: loads the module */
-		atomic_fetch_add(&agent_starts, 1);
-	return real_ops->agent_launch(priv, stream, a);
 }
 
 static void device_setup_outside_queue_lock(void **state)
@@ -786,18 +748,8 @@ static void device_setup_outside_queue_lock(void **state)
 	(void)state;
 	assert_int_equal(gdx_device_open(NULL, &dev), 0);
 	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
-	real_ops = dev->ops;
-	watch_ops = *real_ops;
-	watch_ops.pinned_alloc = w_pinned_alloc;
-	watch_ops.host_register = w_host_register;
-	watch_ops.pointer_query = w_pointer_query;
-	watch_ops.stream_create = w_stream_create;
-	watch_ops.event_create = w_event_create;
-	if (real_ops->agent_launch)
-		watch_ops.agent_launch = w_agent_launch;
-	dev->ops = &watch_ops;
 	atomic_store(&locked_calls, 0);
-	atomic_store(&agent_starts, 0);
+	dev_watch_start(dev, watch);
 	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "2"), 0);
 	gdx_nvmf_host_opts_init(&o, sizeof(o));
 	o.nr_io_queues = 2;
@@ -815,10 +767,10 @@ static void device_setup_outside_queue_lock(void **state)
 	assert_memory_equal(a, b, n);
 	atomic_store(&watched, NULL);
 	gdx_nvmf_disconnect(c);
-	dev->ops = real_ops;
+	dev_watch_stop(dev);
 	assert_int_equal(atomic_load(&locked_calls), 0);
-	if (real_ops->agent_launch)
-		assert_int_equal(atomic_load(&agent_starts), 1);
+	if (dev->ops->agent_launch)
+		assert_int_equal(atomic_load(&dw_agent_starts), 1);
 	gdx_config_reset();
 	gdx_device_free(dev, d);
 	gdx_device_close(dev);

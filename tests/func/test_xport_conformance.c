@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "common/util.h"
 #include "gpu/device.h"
+#include "dev_watch.h"
 #include "test.h"
 
 static const char *backend = "loop";
@@ -672,38 +673,18 @@ static void test_dev_then_host_order(void **state)
  * a stream whose work may wait for a completion only it delivers.  The
  * device's set-up ops are wrapped to see which thread calls them.
  */
-static const struct gdx_device_ops *real_ops;
-static struct gdx_device_ops watch_ops;
-static atomic_uint rx_setup_calls, agent_starts;
+static atomic_uint rx_setup_calls;
 
-static void watch_rx(void)
+/* Lookups may run anywhere; what sets the device up must not on a receive thread. */
+static void watch_rx(const char *op)
 {
 	char name[16] = "";
 
+	if (!strcmp(op, "pointer_query"))
+		return;
 	pthread_getname_np(pthread_self(), name, sizeof(name));
 	if (!strcmp(name, "gdx-tcp-rx"))
 		atomic_fetch_add(&rx_setup_calls, 1);
-}
-
-static int w_pinned_alloc(void *priv, size_t size, void **p)
-{
-	watch_rx();
-	return real_ops->pinned_alloc(priv, size, p);
-}
-
-static int w_stream_create(void *priv, void *stream, void *native)
-{
-	watch_rx();
-	return real_ops->stream_create(priv, stream, native);
-}
-
-static int w_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
-{
-	if (!stream) {	/* gdx_copy_agent_start: loads the module */
-		watch_rx();
-		atomic_fetch_add(&agent_starts, 1);
-	}
-	return real_ops->agent_launch(priv, stream, a);
 }
 
 static void test_dev_setup_off_rx_thread(void **state)
@@ -720,15 +701,8 @@ static void test_dev_setup_off_rx_thread(void **state)
 	tx = malloc(SZ);
 	dbuf = kalloc(K_DEV, SZ);
 	dregion = kalloc(K_DEV, SZ);
-	real_ops = dev->ops;
-	watch_ops = *real_ops;
-	watch_ops.pinned_alloc = w_pinned_alloc;
-	watch_ops.stream_create = w_stream_create;
-	if (real_ops->agent_launch)
-		watch_ops.agent_launch = w_agent_launch;
-	dev->ops = &watch_ops;
 	atomic_store(&rx_setup_calls, 0);
-	atomic_store(&agent_starts, 0);
+	dev_watch_start(dev, watch_rx);
 	for (int round = 0; round < 2; round++) {
 		/* a send into a device receive, then a write into a device region */
 		pair_open(&p, NULL, NULL);
@@ -750,10 +724,10 @@ static void test_dev_setup_off_rx_thread(void **state)
 		}
 		pair_close(&p);
 	}
-	dev->ops = real_ops;
+	dev_watch_stop(dev);
 	assert_int_equal(atomic_load(&rx_setup_calls), 0);
-	if (real_ops->agent_launch)
-		assert_int_equal(atomic_load(&agent_starts), 2);
+	if (dev->ops->agent_launch)
+		assert_int_equal(atomic_load(&dw_agent_starts), 2);
 	free(tx);
 	kfree(K_DEV, dbuf);
 	kfree(K_DEV, dregion);
