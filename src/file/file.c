@@ -364,7 +364,8 @@ static int opts_get(const struct gdx_file_opts *o, struct gdx_file_opts *out)
  * open keeping the access mode and the flags that change what a write means.
  * Made at open, so every thread (the stream-ordered workers too, which call
  * nothing but pread/pwrite) finds it ready.  A failure (no /proc, a file
- * this process may no longer open) costs only the unaligned I/O.
+ * this process may no longer open, no descriptor left) costs only the
+ * unaligned I/O: the rest goes O_DIRECT on the descriptor itself.
  */
 static int buffered_open(int fd, int fl)
 {
@@ -377,8 +378,17 @@ static int buffered_open(int fd, int fl)
 		return bfd;
 	bfd = -errno;
 	GDX_WARN("file", "O_DIRECT descriptor: a second open of the file without O_DIRECT "
-		 "failed (%s); unaligned I/O on it will fail", strerror(-bfd));
+		 "failed (%s); its I/O goes O_DIRECT, unaligned I/O will fail", strerror(-bfd));
 	return bfd;
+}
+
+int gdx_file_twin_refuse(const struct gdx_file *f, struct gdx_file_io_info *info,
+			 const char *what)
+{
+	gdx_file_why(info, "%s: unaligned offset, size or memory on an O_DIRECT descriptor "
+		     "needs a second open of the file without O_DIRECT, which failed at open: %s",
+		     what, strerror(-f->buffered_fd));
+	return -EINVAL;
 }
 
 static int handle_new(struct gdx_file_driver *drv, int fd, bool own, const struct gdx_file_opts *o,
@@ -1459,16 +1469,6 @@ void gdx_file_set_read_hook(struct gdx_file_driver *drv, void (*fn)(void *arg), 
 	drv->read_hook = fn;
 }
 
-/* Stream-ordered I/O needs the buffered twin of an O_DIRECT descriptor. */
-static int buffered_ready(struct gdx_file *f)
-{
-	if (f->buffered_fd >= 0)
-		return 0;
-	GDX_ERR("file", "stream-ordered I/O on an O_DIRECT descriptor needs a second open of "
-		"the file without it, which failed: %s", strerror(-f->buffered_fd));
-	return f->buffered_fd;
-}
-
 /*
  * A stream-ordered I/O on a file worker, always into or out of host memory
  * (pinned staging, or the caller's host buffer).  A stream may already be
@@ -1482,13 +1482,15 @@ static int buffered_ready(struct gdx_file *f)
  * the device: not the pointer query (the submitting thread knew the kind), not
  * the backends (they set up pinned bounce buffers, streams and events on first
  * use), only pread/pwrite on the handle's descriptor, or on its buffered
- * twin where that one has O_DIRECT.
+ * twin where that one has O_DIRECT.  Should the twin be missing, aligned I/O
+ * goes O_DIRECT on the descriptor itself.
  */
 static ssize_t rw_gated(struct gdx_file *f, enum gdx_file_op op, void *buf, size_t size,
 			off_t off, enum gdx_mem_kind kind)
 {
-	int fd = f->buffered_fd;
-	bool rd = op == GDX_FILE_READ;
+	bool rd = op == GDX_FILE_READ, dio = gdx_file_no_twin(f);
+	int fd = dio ? f->fd : f->buffered_fd;
+	char twin[128] = "";
 	struct gdx_file_io io;
 	size_t done = 0;
 	ssize_t ret = 0;
@@ -1508,6 +1510,13 @@ static ssize_t rw_gated(struct gdx_file *f, enum gdx_file_op op, void *buf, size
 	io.off = off;
 	io.attrs.kind = kind;
 	io.attrs.device_ordinal = -1;
+	if (dio && !gdx_file_dio_aligned(buf, off, size)) {
+		io.result = gdx_file_twin_refuse(f, &io.info, rd ? "stream-ordered read" :
+						 "stream-ordered write");
+		GDX_ERR("file", "%s", io.info.why);
+		io_record(f, &io);
+		return io.result;
+	}
 	while (done < size) {
 		char *p = (char *)buf + done;
 		ssize_t n = rd ? pread(fd, p, size - done, off + (off_t)done) :
@@ -1520,12 +1529,19 @@ static ssize_t rw_gated(struct gdx_file *f, enum gdx_file_op op, void *buf, size
 			break;
 		}
 		done += (size_t)n;
+		/* A short O_DIRECT read that stops off the alignment is end of file. */
+		if (dio && rd && !GDX_IS_ALIGNED(done, (size_t)GDX_FILE_DIO_ALIGN))
+			break;
 	}
 	io.result = ret ? ret : (ssize_t)done;
 	io.info.bytes[GDX_FILE_PATH_HOST] = done;
+	if (dio)
+		snprintf(twin, sizeof(twin), ", O_DIRECT on the descriptor itself (its second "
+			 "open without O_DIRECT failed: %s)", strerror(-f->buffered_fd));
+	else if (fd != f->fd)
+		snprintf(twin, sizeof(twin), " through a second open without O_DIRECT");
 	gdx_file_why(&io.info, "stream-ordered %s on a file worker%s, %s memory (no device call "
-		     "before the stream's gate opens)", rd ? "pread" : "pwrite",
-		     fd != f->fd ? " through a second open without O_DIRECT" : "",
+		     "before the stream's gate opens)", rd ? "pread" : "pwrite", twin,
 		     gdx_mem_kind_name(kind));
 	io_record(f, &io);
 	return io.result;
@@ -1623,8 +1639,6 @@ static int rw_async(struct gdx_file *f, enum gdx_file_op op, const void *buf, co
 	if (max > (size_t)SSIZE_MAX || (max && !buf))
 		return -EINVAL;
 	ret = async_ready(drv);
-	if (!ret)
-		ret = buffered_ready(f);
 	if (ret)
 		return ret;
 	if (max) {
@@ -1714,9 +1728,15 @@ int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
 	if (!f || !len || off < 0 || len > (size_t)SSIZE_MAX || f->accmode == O_WRONLY)
 		return -EINVAL;
 	drv = f->drv;
+	if (gdx_file_no_twin(f) && !gdx_file_dio_aligned(NULL, off, len)) {
+		struct gdx_file_io_info info;
+
+		/* The early read that would have claimed it fails, and logs, the same way. */
+		gdx_file_twin_refuse(f, &info, "read ahead");
+		GDX_DBG("file", "%s", info.why);
+		return -EINVAL;
+	}
 	ret = async_ready(drv);
-	if (!ret)
-		ret = buffered_ready(f);
 	if (ret)
 		return ret;
 	if (atomic_load(&drv->writes_pending[f->wbucket]))

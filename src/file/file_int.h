@@ -102,6 +102,8 @@ struct gdx_file {
 	 * twin (a dup would share the flag), made at open and closed with the
 	 * handle; -errno where that open failed.  What buffered I/O goes
 	 * through: stream-ordered I/O, and the unaligned I/O of the backends.
+	 * Without it (gdx_file_no_twin) I/O that O_DIRECT takes goes on fd,
+	 * also with O_DIRECT turned off, and the rest fails with EINVAL.
 	 */
 	int buffered_fd;
 	bool odirect;		/* fd had O_DIRECT when the handle opened */
@@ -130,6 +132,25 @@ void gdx_file_info_finish(struct gdx_file_io_info *info);
 /* printf into info->why (overwrites). */
 void gdx_file_why(struct gdx_file_io_info *info, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* Whether memory, offset and size all suit O_DIRECT (NULL memory: not the caller's). */
+static inline bool gdx_file_dio_aligned(const void *mem, off_t off, size_t size)
+{
+	return !(((uintptr_t)mem | (uint64_t)off | size) & (GDX_FILE_DIO_ALIGN - 1));
+}
+
+/* The handle's descriptor has O_DIRECT and its buffered twin could not be opened. */
+static inline bool gdx_file_no_twin(const struct gdx_file *f)
+{
+	return f->odirect && f->buffered_fd < 0;
+}
+
+/*
+ * Records why an I/O fails that needs the buffered twin of such a handle,
+ * and returns its error, -EINVAL (what the descriptor itself says).
+ */
+int gdx_file_twin_refuse(const struct gdx_file *f, struct gdx_file_io_info *info,
+			 const char *what);
 
 /* True for tmpfs/ramfs: everything is page cache, O_DIRECT buys nothing. */
 bool gdx_file_fd_is_memfs(int fd);

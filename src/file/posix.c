@@ -8,7 +8,9 @@
  * A handle whose descriptor has O_DIRECT keeps it for the pieces whose
  * offset, size and memory are aligned; the rest (the unaligned head and tail,
  * or all of an I/O whose memory is off the file's alignment) goes through the
- * handle's buffered twin, a second open without O_DIRECT (file_int.h).
+ * handle's buffered twin, a second open without O_DIRECT (file_int.h).  Where
+ * that open failed, an I/O that would need it fails up front, before any
+ * piece runs, and every other goes O_DIRECT, even with O_DIRECT turned off.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -186,14 +188,6 @@ static ssize_t full_rw(int fd, int bfd, bool dio, bool rd, void *p, size_t len, 
 	return (ssize_t)done;
 }
 
-/* Whether a piece can go O_DIRECT, as opposed to through the buffered twin. */
-static bool piece_direct(const void *mem, off_t at, size_t len)
-{
-	return GDX_IS_ALIGNED((uintptr_t)mem, GDX_FILE_DIO_ALIGN) &&
-	       GDX_IS_ALIGNED(at, (off_t)GDX_FILE_DIO_ALIGN) &&
-	       GDX_IS_ALIGNED(len, (size_t)GDX_FILE_DIO_ALIGN);
-}
-
 static void chunk_run(void *arg)
 {
 	struct px_chunk *ch = arg;
@@ -208,7 +202,7 @@ static void chunk_run(void *arg)
 	if (x->dev)
 		ret = buf_get(x->pd, &b);
 	if (x->dio_ok && !ret)
-		dio = piece_direct(b ? b : user, ch->at, ch->len);
+		dio = gdx_file_dio_aligned(b ? b : user, ch->at, ch->len);
 	fd = dio ? x->fd : x->bfd;
 	if (ret) {
 		n = ret;
@@ -306,12 +300,14 @@ static void px_wait(struct px_io *x)
 static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_file_io *io)
 {
 	struct px_drv *pd = priv;
+	/* Without the twin the descriptor is all there is, O_DIRECT turned off or not. */
+	bool no_twin = gdx_file_no_twin(f);
 	struct px_io x = { .pd = pd, .io = io, .fd = f->fd, .bfd = f->buffered_fd,
 			   .odirect = f->odirect,
-			   .dio_ok = f->odirect && !(f->flags & GDX_FILE_NO_ODIRECT),
+			   .dio_ok = f->odirect && (!(f->flags & GDX_FILE_NO_ODIRECT) || no_twin),
 			   .eof = INT64_MAX };
 	off_t end = io->off + (off_t)io->size, last, head, tail;
-	const char *how = "";
+	char how[160] = "";
 	ssize_t ret;
 
 	(void)fpriv;
@@ -320,6 +316,9 @@ static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 		gdx_file_why(&io->info, "posix backend stages device memory through host memory");
 		return GDX_ENOTDIRECT;
 	}
+	/* Device memory is staged through aligned buffers: only the file's side counts. */
+	if (no_twin && !gdx_file_dio_aligned(x.dev ? NULL : io->buf, io->off, io->size))
+		return gdx_file_twin_refuse(f, &io->info, "posix");
 	pthread_mutex_init(&x.lock, NULL);
 	pthread_cond_init(&x.cond, NULL);
 	head = GDX_ALIGN_UP(io->off, (off_t)GDX_FILE_DIO_ALIGN);
@@ -352,16 +351,18 @@ static ssize_t px_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 		ret = (ssize_t)io->size;
 	io->info.bytes[x.dev ? GDX_FILE_PATH_POSIX : GDX_FILE_PATH_HOST] +=
 		ret > 0 ? (uint64_t)ret : 0;
-	if (x.odirect && x.nbuffered && x.bfd < 0)
-		how = ", O_DIRECT descriptor: unaligned parts need a second open without it, "
-		      "refused at open";
+	if (no_twin)
+		snprintf(how, sizeof(how), ", O_DIRECT on the descriptor itself (%sits second "
+			 "open without O_DIRECT failed: %s)", f->flags & GDX_FILE_NO_ODIRECT ?
+			 "turned off, but " : "", strerror(-x.bfd));
 	else if (x.nbuffered && !x.dio_ok)
-		how = ", O_DIRECT turned off: through a second open without it";
+		snprintf(how, sizeof(how), ", O_DIRECT turned off: through a second open without it");
 	else if (x.nbuffered)
-		how = x.ndirect ? ", O_DIRECT, unaligned parts through a second open without it" :
-			", unaligned on an O_DIRECT descriptor: through a second open without it";
+		snprintf(how, sizeof(how), "%s", x.ndirect ?
+			 ", O_DIRECT, unaligned parts through a second open without it" :
+			 ", unaligned on an O_DIRECT descriptor: through a second open without it");
 	else if (x.ndirect)
-		how = ", O_DIRECT";
+		snprintf(how, sizeof(how), ", O_DIRECT");
 	gdx_file_why(&io->info, "pread/pwrite on %u threads%s%s", pd->nthreads,
 		     x.dev ? " through pinned staging buffers" : "", how);
 	return ret;

@@ -71,6 +71,12 @@ struct ur_file {
 	int fd_direct;		/* -1: no O_DIRECT for this file */
 	bool own_direct;	/* fd_direct was opened here */
 	bool twin;		/* fd is the handle's buffered twin (its own one has O_DIRECT) */
+	/*
+	 * The handle's descriptor has O_DIRECT and its twin could not be opened:
+	 * fd is the O_DIRECT one too, only mapped and asked about the cache;
+	 * every I/O goes O_DIRECT and what cannot is refused (twin_refuse).
+	 */
+	bool no_twin;
 	_Atomic bool direct_ok;
 	bool memfs;
 	char dio_why[96];
@@ -439,11 +445,11 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	 * Buffered I/O (unaligned host memory, the unaligned head and tail of
 	 * writes, cached chunks, the page-cache mapping) goes through a
 	 * descriptor without O_DIRECT: where the handle's has it, its buffered
-	 * twin, which the handle made at open (file_int.h).  Should that open
-	 * have failed, unaligned I/O fails with EINVAL, as the descriptor says.
+	 * twin, which the handle made at open (file_int.h).
 	 */
 	uf->fd = f->odirect && f->buffered_fd >= 0 ? f->buffered_fd : f->fd;
 	uf->twin = uf->fd != f->fd;
+	uf->no_twin = gdx_file_no_twin(f);
 	uf->fd_direct = -1;
 	uf->pc_min = gdx_cfg_size("file.pagecache_min");
 	uf->pc_chunk = GDX_ALIGN_UP(gdx_cfg_size("file.pagecache_chunk"), (size_t)PG);
@@ -459,7 +465,10 @@ static int ur_open(void *priv, struct gdx_file *f, void **fpriv, char *why, size
 	uf->id = (uint64_t)(uintptr_t)f ^ ((uint64_t)f->fd << 48);
 	fl = fcntl(f->fd, F_GETFL);
 	acc = fl & O_ACCMODE;
-	if (flags & GDX_FILE_NO_ODIRECT) {
+	if (uf->no_twin) {
+		/* The descriptor is all there is, O_DIRECT turned off or not. */
+		uf->fd_direct = f->fd;
+	} else if (flags & GDX_FILE_NO_ODIRECT) {
 		snprintf(uf->dio_why, sizeof(uf->dio_why), "O_DIRECT turned off");
 	} else if (uf->memfs) {
 		/* tmpfs may accept O_DIRECT, but it only adds a copy there. */
@@ -797,9 +806,10 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 		/*
 		 * Cached data goes buffered (a memory copy) rather than to the disk
 		 * again.  A split worker preads it itself, and also tries chunks it
-		 * cannot tell about that go buffered anyway.
+		 * cannot tell about that go buffered anyway.  Without a buffered
+		 * descriptor all of it goes O_DIRECT.
 		 */
-		if (direct || split_pread(e, r)) {
+		if (!r->uf->no_twin && (direct || split_pread(e, r))) {
 			ret = chunk_cached(e, r, c, chunk);
 			hot = ret > 0 || (ret < 0 && !direct);
 			direct = direct && ret <= 0;
@@ -969,7 +979,7 @@ static void cqe_handle(struct engine *e, struct ur_slot *s, int res)
 		kio_submit(e, s);
 		return;
 	}
-	if (res == -EINVAL && s->kdirect) {
+	if (res == -EINVAL && s->kdirect && !r->uf->no_twin) {
 		/* The filesystem refused O_DIRECT here: the rest of this file goes buffered. */
 		if (atomic_exchange(&r->uf->direct_ok, false))
 			snprintf(r->uf->dio_why, sizeof(r->uf->dio_why),
@@ -1078,7 +1088,7 @@ static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io
 	if (fstat(r->uf->fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= io->off)
 		return;
 	r->fsize = st.st_size;
-	if (!reg && (!atomic_load(&r->uf->direct_ok) ||
+	if (!reg && (r->uf->no_twin || !atomic_load(&r->uf->direct_ok) ||
 		     (split_pread(e, r) && atomic_load(&r->uf->cachestat_ok))))
 		return;
 	r->pc_chunk = r->uf->pc_chunk;
@@ -1147,6 +1157,14 @@ static void req_finish(struct engine *e, struct ur_req *r)
 			     twin ? "; buffered chunks through a second open without O_DIRECT" : "",
 			     r->pc_why[0] ? "; page cache: " : "", r->pc_why,
 			     dio[0] ? "; " : "", dio);
+	if (r->uf->no_twin && r->kdirect_chunks) {
+		size_t n = strlen(in->why);
+
+		snprintf(in->why + n, sizeof(in->why) - n, "; O_DIRECT on the descriptor itself "
+			 "(%sits second open without O_DIRECT failed: %s)",
+			 gdx_file_flags(io->file) & GDX_FILE_NO_ODIRECT ? "turned off, but " : "",
+			 strerror(-io->file->buffered_fd));
+	}
 	e->active--;
 	if (e->done)
 		e->done(io, e->arg);
@@ -1163,6 +1181,7 @@ static void engine_add(struct engine *e, struct ur_req *r)
 }
 
 static ssize_t strict_refuse(struct gdx_file_io *io);
+static bool twin_refuse(struct gdx_file_io *io);
 
 /* Takes I/Os the caller queued since the last look. */
 static void engine_feed(struct engine *e)
@@ -1181,6 +1200,10 @@ static void engine_feed(struct engine *e)
 
 		if (ios[i]->strict && ios[i]->attrs.kind == GDX_MEM_DEVICE) {
 			ios[i]->result = strict_refuse(ios[i]);
+			e->done(ios[i], e->arg);
+			continue;
+		}
+		if (twin_refuse(ios[i])) {
 			e->done(ios[i], e->arg);
 			continue;
 		}
@@ -1317,6 +1340,24 @@ static ssize_t strict_refuse(struct gdx_file_io *io)
 	gdx_file_why(&io->info, "uring backend stages device memory through host memory; "
 		     "the direct path is not available for this file");
 	return GDX_ENOTDIRECT;
+}
+
+/*
+ * Without a buffered descriptor (ur_file.no_twin) an I/O that has a part
+ * O_DIRECT refuses fails whole, before any of it runs: host memory, offset
+ * and size must be aligned, and so must a write's offset and size (its head
+ * and tail would go buffered).  A device read is always an aligned superset.
+ */
+static bool twin_refuse(struct gdx_file_io *io)
+{
+	struct ur_file *uf = gdx_file_backend_priv(io->file);
+	bool devmem = io->attrs.kind == GDX_MEM_DEVICE;
+
+	if (!uf->no_twin || (devmem && io->op == GDX_FILE_READ) ||
+	    gdx_file_dio_aligned(devmem ? NULL : io->buf, io->off, io->size))
+		return false;
+	io->result = gdx_file_twin_refuse(io->file, &io->info, "uring");
+	return true;
 }
 
 /* One I/O on one context, start to end on this thread. */
@@ -1515,6 +1556,8 @@ static ssize_t ur_io(void *priv, struct gdx_file *f, void *fpriv, struct gdx_fil
 	(void)f;
 	if (io->strict && io->attrs.kind == GDX_MEM_DEVICE)
 		return strict_refuse(io);
+	if (twin_refuse(io))
+		return io->result;
 	if (ud->split && n > 1 && io->size >= split_min) {
 		size_t psz = uf->split_piece;
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1356,6 +1357,220 @@ static void sync_odirect(void **state)
 }
 
 /*
+ * Opens fd on backend be as a handle whose buffered twin cannot be made: the
+ * soft descriptor limit is the lowest free descriptor while it opens, so the
+ * twin's open fails with EMFILE (as in a process out of descriptors).
+ */
+static struct gdx_file *open_no_twin(int fd, const char *be, unsigned flags)
+{
+	struct gdx_file_opts o;
+	struct rlimit rl, low;
+	struct gdx_file *g;
+	int spare = open("/dev/null", O_RDONLY | O_CLOEXEC), ret;
+
+	assert_true(spare >= 0);
+	close(spare);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = (rlim_t)spare;
+	gdx_file_opts_init(&o, sizeof(o));
+	o.backend = be;
+	o.flags = flags;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	ret = gdx_file_open_fd(drv, fd, &o, &g);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	assert_int_equal(ret, 0);
+	assert_int_equal(g->buffered_fd, -EMFILE);
+	return g;
+}
+
+/* The record of an I/O that went O_DIRECT on the descriptor itself, and says why. */
+static void assert_no_twin_direct(const char *why)
+{
+	assert_non_null(strstr(why, "O_DIRECT"));
+	assert_non_null(strstr(why, strerror(EMFILE)));
+	assert_null(strstr(why, "buffered"));
+	assert_null(strstr(why, "through a second open"));
+}
+
+/*
+ * An O_DIRECT descriptor whose buffered twin could not be opened: every I/O
+ * that can go on the descriptor itself does, on both backends and with
+ * O_DIRECT turned off too (the descriptor has it, there is no other), and
+ * says so: aligned synchronous, batch, stream-ordered and read-ahead I/O from
+ * host, pinned and device memory, and uring's device reads at any offset
+ * (an aligned superset into its bounce buffers).  What needs the twin (an
+ * unaligned part of host I/O or of a write, of posix reads, of stream-ordered
+ * I/O) fails with EINVAL, saying why, and leaves the file as it was.
+ */
+static void odirect_no_twin(void **state)
+{
+	static const char *const bes[] = { "posix", "uring" };
+	unsigned char *pat = malloc(1 << 20), *back = malloc(1 << 20), *h;
+	struct gdx_file_batch_event ev;
+	struct gdx_file_io_info info;
+	struct gdx_file_batch_io bio;
+	struct gdx_file_batch *bt;
+	struct gdx_stream *s;
+	int fds, fd, pfd;
+	void *hostmem, *d;
+
+	(void)state;
+	fds = count_fds();
+	fd = open(disk_path, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (fd < 0 && errno == EINVAL) {	/* the filesystem takes no O_DIRECT */
+		free(pat);
+		free(back);
+		skip();
+	}
+	assert_true(fd >= 0 && pat && back);
+	pfd = open(disk_path, O_RDWR | O_CLOEXEC);
+	assert_true(pfd >= 0);
+	assert_int_equal(posix_memalign(&hostmem, 4096, 1 << 20), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, 1 << 20, (void **)&h), 0);
+	assert_int_equal(gdx_device_malloc(dev, 1 << 20, &d), 0);
+	assert_int_equal(gdx_stream_create(dev, &s), 0);
+	assert_int_equal(gdx_file_batch_create(drv, 1, &bt), 0);
+	t_fill(pat, 1 << 20, 77);
+	for (unsigned i = 0; i < 4; i++) {
+		const char *be = bes[i & 1];
+		bool ur = i & 1;
+		/* Hot data must not be read buffered either: no registration. */
+		struct gdx_file *g = open_no_twin(fd, be, GDX_FILE_NO_PAGECACHE |
+						  (i & 2 ? GDX_FILE_NO_ODIRECT : 0));
+		size_t size, wsize;
+		off_t off, woff;
+		ssize_t done;
+
+		/* Aligned synchronous I/O from each kind of memory. */
+		for (unsigned k = 0; k < 3; k++) {
+			void *mem = k == 0 ? hostmem : k == 1 ? (void *)h : d;
+
+			memset(back, 0, 8192);
+			assert_int_equal(gdx_file_read_ex(g, mem, 8192, 4096, &info), 8192);
+			if (k == 2)
+				assert_int_equal(gdx_memcpy(dev, back, d, 8192), 0);
+			else
+				memcpy(back, mem, 8192);
+			assert_memory_equal(back, ref + 4096, 8192);
+			assert_no_twin_direct(info.why);
+			if (k == 2)
+				assert_int_equal(gdx_memcpy(dev, d, pat, 8192), 0);
+			else
+				memcpy(mem, pat, 8192);
+			assert_int_equal(gdx_file_write_ex(g, mem, 8192, 4096, &info), 8192);
+			assert_no_twin_direct(info.why);
+			assert_int_equal(pread(pfd, back, 8192, 4096), 8192);
+			assert_memory_equal(back, pat, 8192);
+			assert_int_equal(pwrite(pfd, ref + 4096, 8192, 4096), 8192);
+			/* Aligned up to an end of file that is not: short, like pread. */
+			assert_int_equal(gdx_file_read(g, mem, 16384, 8 << 20),
+					 (ssize_t)(FSIZE - (8 << 20)));
+		}
+
+		/* Unaligned host I/O and writes need the twin: refused, file intact. */
+		memcpy((char *)hostmem + 1, pat, 5000);
+		assert_int_equal(gdx_file_write_ex(g, (char *)hostmem + 1, 5000, 4096, &info),
+				 -EINVAL);
+		assert_non_null(strstr(info.why, strerror(EMFILE)));
+		assert_int_equal(gdx_file_read_ex(g, hostmem, 5000, 3, &info), -EINVAL);
+		assert_non_null(strstr(info.why, strerror(EMFILE)));
+		assert_int_equal(gdx_memcpy(dev, d, pat, 8192), 0);
+		assert_int_equal(gdx_file_write_ex(g, d, 5000, 4096, &info), -EINVAL);
+		assert_non_null(strstr(info.why, strerror(EMFILE)));
+		assert_int_equal(gdx_file_write_ex(g, d, 8192, 4095, &info), -EINVAL);
+		assert_int_equal(pread(pfd, back, 16384, 0), 16384);
+		assert_memory_equal(back, ref, 16384);
+
+		/* Device reads at any offset: uring reads an aligned superset, posix cannot. */
+		if (ur) {
+			check_dev_read(g, d, back, 54321, 300001, &info);
+			assert_no_twin_direct(info.why);
+		} else {
+			assert_int_equal(gdx_file_read_ex(g, d, 300001, 54321, &info), -EINVAL);
+			assert_non_null(strstr(info.why, strerror(EMFILE)));
+		}
+
+		/* Batch: an aligned read goes, an unaligned one fails alone. */
+		bio = (struct gdx_file_batch_io){ .file = g, .op = GDX_FILE_READ, .buf = hostmem,
+						  .size = 4096, .off = 8192, .cookie = &bio };
+		assert_int_equal(gdx_file_batch_submit(bt, &bio, 1), 0);
+		assert_int_equal(gdx_file_batch_wait(bt, 1, &ev, 1, 5000), 1);
+		assert_int_equal(ev.result, 4096);
+		assert_memory_equal(hostmem, ref + 8192, 4096);
+		assert_no_twin_direct(ev.info.why);
+		bio.buf = (char *)hostmem + 5;
+		assert_int_equal(gdx_file_batch_submit(bt, &bio, 1), 0);
+		assert_int_equal(gdx_file_batch_wait(bt, 1, &ev, 1, 5000), 1);
+		assert_int_equal(ev.result, -EINVAL);
+		assert_non_null(strstr(ev.info.why, strerror(EMFILE)));
+
+		/* Stream-ordered: aligned into device memory, and up to end of file. */
+		size = 65536;
+		off = 8192;
+		done = 0;
+		assert_int_equal(gdx_file_read_async(g, d, &size, &off, &done, s), 0);
+		assert_int_equal(gdx_memcpy_async(dev, back, d, 65536, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_int_equal(done, 65536);
+		assert_memory_equal(back, ref + 8192, 65536);
+		assert_int_equal(gdx_file_info(g, &info), 0);
+		assert_no_twin_direct(info.why);
+		size = 16384;
+		off = 8 << 20;
+		assert_int_equal(gdx_file_read_async(g, d, &size, &off, &done, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_int_equal(done, (ssize_t)(FSIZE - (8 << 20)));
+		/* An aligned write from pinned memory. */
+		memcpy(h, pat, 4096);
+		wsize = 4096;
+		woff = 12288;
+		done = 0;
+		assert_int_equal(gdx_file_write_async(g, h, &wsize, &woff, &done, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_int_equal(done, 4096);
+		assert_int_equal(pread(pfd, back, 4096, 12288), 4096);
+		assert_memory_equal(back, pat, 4096);
+		assert_int_equal(pwrite(pfd, ref + 12288, 4096, 12288), 4096);
+		/* Unaligned: fails when it runs, with nothing written. */
+		wsize = 100;
+		woff = 12288;
+		assert_int_equal(gdx_file_write_async(g, h, &wsize, &woff, &done, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_int_equal(done, -EINVAL);
+		assert_int_equal(gdx_file_info(g, &info), 0);
+		assert_non_null(strstr(info.why, strerror(EMFILE)));
+		assert_int_equal(pread(pfd, back, 4096, 12288), 4096);
+		assert_memory_equal(back, ref + 12288, 4096);
+
+		/* Read ahead: aligned, claimed by an early read; unaligned refused. */
+		assert_int_equal(gdx_file_read_ahead(g, 8192, 16384), 0);
+		assert_int_equal(gdx_file_ahead_wait(g), 1);
+		size = 8192;
+		off = 16384;
+		done = 0;
+		assert_int_equal(gdx_file_read_async_ex(g, d, &size, &off, &done, s,
+							GDX_FILE_ASYNC_EARLY), 0);
+		assert_int_equal(gdx_memcpy_async(dev, back, d, 8192, s), 0);
+		assert_int_equal(gdx_stream_synchronize(s), 0);
+		assert_int_equal(done, 8192);
+		assert_memory_equal(back, ref + 16384, 8192);
+		assert_int_equal(gdx_file_read_ahead(g, 5000, 16384), -EINVAL);
+		assert_int_equal(gdx_file_close(g), 0);
+	}
+	gdx_file_batch_destroy(bt);
+	gdx_stream_destroy(s);
+	close(pfd);
+	close(fd);
+	assert_int_equal(count_fds(), fds);
+	gdx_device_free(dev, d);
+	gdx_pinned_free(dev, h);
+	free(hostmem);
+	free(pat);
+	free(back);
+}
+
+/*
  * Reads ahead of different ranges run on different workers at once, and the
  * handle's figures say how its reads ran.
  */
@@ -1670,6 +1885,7 @@ int main(void)
 		cmocka_unit_test(read_ahead_concurrent),
 		cmocka_unit_test(stream_ordered_odirect),
 		cmocka_unit_test(sync_odirect),
+		cmocka_unit_test(odirect_no_twin),
 		cmocka_unit_test(errors),
 		cmocka_unit_test_teardown(enospc, enospc_teardown),
 		cmocka_unit_test(buf_register),
