@@ -20,7 +20,8 @@
  *
  * O_DIRECT needs aligned offsets: reads round the chunk out to the alignment
  * and copy only the caller's bytes; writes send the unaligned head and tail
- * through the page cache and only the aligned middle through O_DIRECT.
+ * through the page cache, first, and only the aligned middle, once they are
+ * written, through O_DIRECT.
  * Contexts are pooled per driver; each thread doing I/O holds one, so many
  * threads can share one handle.
  */
@@ -103,6 +104,7 @@ struct ur_slot {
 	off_t ks;		/* file offset of the kernel I/O */
 	size_t klen, kdone;
 	bool kdirect;
+	bool edge;		/* a write's buffered head or tail (ur_req.edges) */
 	bool kfixed;		/* kbuf lies in the registered bounce ring */
 	unsigned char *kbuf;
 	off_t us;		/* the caller's part of the chunk, in file offsets */
@@ -138,6 +140,17 @@ struct ur_req {
 	bool dev;		/* the caller's memory is device memory */
 	bool host_direct;	/* host memory, offset and size allow O_DIRECT */
 	off_t off, end, cur, eof;
+	/*
+	 * A write with an O_DIRECT middle between an unaligned head and tail
+	 * (edges_first) issues the head, then the tail (at tail_at, lim then
+	 * stops the cursor there), and the middle only once both are written:
+	 * the direct write then writes back and drops the cached pages it
+	 * overlaps, where a page or large folio spanning a head dirtied at the
+	 * same time would keep stale bytes (as posix does, docs/storage.md).
+	 */
+	off_t lim, tail_at;
+	bool edges_first;
+	unsigned edges;		/* head and tail writes not yet finished */
 	int err;
 	unsigned inflight;
 	int fslot[2];		/* fixed-file index for [buffered, direct], or -1 */
@@ -545,6 +558,9 @@ static struct ur_slot *slot_take(struct ur_ctx *c)
 static void slot_release(struct engine *e, struct ur_slot *s)
 {
 	s->req->inflight--;
+	if (s->edge)
+		s->req->edges--;
+	s->edge = false;
 	s->state = S_FREE;
 	s->req = NULL;
 	s->next = e->c->free_slots;
@@ -795,9 +811,21 @@ static int chunk_cached(struct engine *e, struct ur_req *r, off_t c, size_t chun
 static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 {
 	size_t chunk = e->c->chunk;
-	bool direct = atomic_load(&r->uf->direct_ok), hot = false;
+	bool direct = atomic_load(&r->uf->direct_ok), hot = false, tail = false, edge = false;
 	off_t c = r->cur, ks, ke;
 	int ret;
+
+	if (r->edges_first && GDX_IS_ALIGNED(c, (off_t)GDX_FILE_DIO_ALIGN)) {
+		/* The head is issued: the tail next, then the middle once both are done. */
+		if (r->lim > r->tail_at) {
+			c = r->tail_at;
+			r->lim = r->tail_at;
+			tail = true;
+		} else if (r->edges) {
+			return -EAGAIN;
+		}
+	}
+	edge = r->edges_first && (tail || !GDX_IS_ALIGNED(c, (off_t)GDX_FILE_DIO_ALIGN));
 
 	if (r->dev && r->io->op == GDX_FILE_READ) {
 		ret = pc_issue(e, r, s);
@@ -854,8 +882,11 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	s->klen = (size_t)(ke - ks);
 	s->kdirect = direct;
 	s->req = r;
+	s->edge = edge;
+	r->edges += edge;
 	r->inflight++;
-	r->cur = s->us + (off_t)s->ulen;
+	if (!tail)
+		r->cur = s->us + (off_t)s->ulen;
 	if (r->dev) {
 		s->kbuf = s->buf;
 		s->kfixed = true;
@@ -1038,7 +1069,7 @@ static void copy_retired(struct engine *e, struct ur_slot *s)
 
 static bool req_more(const struct ur_req *r)
 {
-	return !r->err && r->cur < r->end && r->cur < r->eof;
+	return !r->err && r->cur < r->lim && r->cur < r->eof;
 }
 
 static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io)
@@ -1054,7 +1085,7 @@ static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io
 	r->uf = gdx_file_backend_priv(io->file);
 	r->dev = io->attrs.kind == GDX_MEM_DEVICE;
 	r->off = r->cur = io->off;
-	r->end = io->off + (off_t)io->size;
+	r->end = r->lim = io->off + (off_t)io->size;
 	r->eof = INT64_MAX;
 	r->host_direct = !r->dev && GDX_IS_ALIGNED((uintptr_t)io->buf, GDX_FILE_DIO_ALIGN) &&
 			 GDX_IS_ALIGNED(io->off, (off_t)GDX_FILE_DIO_ALIGN) &&
@@ -1062,6 +1093,12 @@ static void req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io
 	r->fslot[0] = ftab_get(c, r->uf, false);
 	r->fslot[1] = atomic_load(&r->uf->direct_ok) ? ftab_get(c, r->uf, true) : -1;
 	r->pc_why[0] = 0;
+	if (r->dev && io->op != GDX_FILE_READ && atomic_load(&r->uf->direct_ok)) {
+		off_t head = GDX_ALIGN_UP(r->off, (off_t)GDX_FILE_DIO_ALIGN);
+
+		r->tail_at = GDX_ALIGN_DOWN(r->end, (off_t)GDX_FILE_DIO_ALIGN);
+		r->edges_first = head < r->tail_at && (head != r->off || r->tail_at != r->end);
+	}
 	if (!r->dev || io->op != GDX_FILE_READ)
 		return;
 	small = (e->whole_size ? e->whole_size : io->size) < r->uf->pc_min;
@@ -1482,22 +1519,54 @@ static ssize_t run_split(struct ur_drv *ud, struct ur_file *uf, struct gdx_file_
 {
 	struct split sp = { .ud = ud, .size = io->size, .ahead = GDX_MAX(uf->pc_depth, 1u),
 			    .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
-	unsigned k, nreg = uf->pc_threads;
+	off_t end = io->off + (off_t)io->size, from = io->off, to = end;
+	off_t head = GDX_ALIGN_UP(from, (off_t)GDX_FILE_DIO_ALIGN);
+	off_t tail = GDX_ALIGN_DOWN(end, (off_t)GDX_FILE_DIO_ALIGN);
+	unsigned k, nreg = uf->pc_threads, nedges = 0;
 	ssize_t total = 0;
 	bool short_seen = false;
 
-	sp.npieces = (unsigned)((io->size + psz - 1) / psz);
+	/*
+	 * A device write with an O_DIRECT middle writes its unaligned head and
+	 * tail first, as pieces of their own, and hands the workers the middle
+	 * once they are done (struct ur_req, edges_first: a large folio can span
+	 * a head and the middle of several pieces).
+	 */
+	if (io->op != GDX_FILE_READ && io->attrs.kind == GDX_MEM_DEVICE &&
+	    atomic_load(&uf->direct_ok) && head < tail && (head != from || tail != end)) {
+		nedges = (head != from) + (tail != end);
+		from = head;
+		to = tail;
+	}
+	sp.npieces = nedges + (unsigned)(((size_t)(to - from) + psz - 1) / psz);
 	sp.pieces = calloc(sp.npieces, sizeof(*sp.pieces));
 	if (!sp.pieces)
 		return run_one(ud, io);
-	atomic_init(&sp.next, 0);
 	for (k = 0; k < sp.npieces; k++) {
 		struct gdx_file_io *p = &sp.pieces[k].io;
+		off_t at, stop;
 
+		if (k < nedges) {	/* the head, then the tail */
+			bool h = k == 0 && head != io->off;
+
+			at = h ? io->off : tail;
+			stop = h ? head : end;
+		} else {
+			at = from + (off_t)((size_t)(k - nedges) * psz);
+			stop = GDX_MIN(at + (off_t)psz, to);
+		}
 		*p = *io;
-		p->off = io->off + (off_t)((size_t)k * psz);
-		p->buf = (char *)io->buf + (size_t)k * psz;
-		p->size = GDX_MIN(psz, io->size - (size_t)k * psz);
+		p->off = at;
+		p->buf = (char *)io->buf + (at - io->off);
+		p->size = (size_t)(stop - at);
+	}
+	atomic_init(&sp.next, nedges);
+	for (k = 0; k < nedges; k++) {
+		if (run_one(ud, &sp.pieces[k].io) < 0) {
+			/* The middle is not written: its pieces keep the I/O's result, 0. */
+			atomic_store(&sp.next, sp.npieces);
+			n = 1;
+		}
 	}
 	sp.pending = n - 1;
 	for (k = 1; k < n; k++) {
