@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -778,6 +779,140 @@ static void device_setup_outside_queue_lock(void **state)
 	free(b);
 }
 
+/*
+ * A device read submitted from a completion callback, on a receive thread, to
+ * a queue whose device side is not set up: the receive thread must not set it
+ * up (the agent's start loads its module, which on CUDA may synchronise the
+ * context while a stream waits for a completion only a receiver delivers).
+ * The control thread sets it up and sends the read, through the queue's
+ * backlog when the queue is full; a set-up that fails ends each such read
+ * once, with the error.  The device's set-up ops are wrapped to count the
+ * calls made on receive threads.
+ */
+static atomic_uint rx_setup_calls;
+
+/* Lookups may run anywhere; what sets the device up must not on a receive thread. */
+static void watch_rx(const char *op)
+{
+	if (strcmp(op, "pointer_query") && nh_queue_rx_self())
+		atomic_fetch_add(&rx_setup_calls, 1);
+}
+
+struct chain {
+	struct gdx_nvmf_ctrl *c;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	void *d;			/* device memory the callbacks read into */
+	struct gdx_nvmf_io dio[16];	/* two device reads per host read */
+	unsigned ndone, nfail;
+	int err;			/* the first device read's error */
+};
+
+static void chain_dev_cb(struct gdx_nvmf_io *io, void *arg)
+{
+	struct chain *ch = arg;
+
+	pthread_mutex_lock(&ch->m);
+	if (io->result && !ch->nfail++)
+		ch->err = io->result;
+	ch->ndone++;
+	pthread_cond_broadcast(&ch->cv);
+	pthread_mutex_unlock(&ch->m);
+}
+
+/* A host read done: its two device reads go out from this receive thread. */
+static void chain_host_cb(struct gdx_nvmf_io *io, void *arg)
+{
+	struct chain *ch = arg;
+	unsigned k = (unsigned)(io->offset / 65536);
+
+	assert_int_equal(io->result, 0);
+	for (unsigned j = 2 * k; j < 2 * k + 2; j++) {
+		ch->dio[j] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
+						   .offset = (uint64_t)j * 32768, .len = 32768,
+						   .buf = (char *)ch->d + j * 32768 };
+		if (gdx_nvmf_submit_cb(ch->c, &ch->dio[j], chain_dev_cb, ch))
+			abort();
+	}
+}
+
+/* Eight host reads on one queue of depth 4; each callback sends two device reads. */
+static void chain_run(struct chain *ch, uint8_t *host)
+{
+	struct gdx_nvmf_io hio[8];
+	struct timespec ts;
+
+	for (unsigned k = 0; k < 8; k++) {
+		hio[k] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1,
+					       .offset = (uint64_t)k * 65536, .len = 4096,
+					       .buf = host + k * 4096 };
+		assert_int_equal(gdx_nvmf_submit_cb(ch->c, &hio[k], chain_host_cb, ch), 0);
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	pthread_mutex_lock(&ch->m);
+	while (ch->ndone < 16)
+		assert_int_equal(pthread_cond_timedwait(&ch->cv, &ch->m, &ts), 0);
+	pthread_mutex_unlock(&ch->m);
+}
+
+static int fail_stream_create(void *priv, void *stream, void *native)
+{
+	(void)priv;
+	(void)stream;
+	(void)native;
+	return -ENOMEM;
+}
+
+static void device_setup_off_receivers(void **state)
+{
+	const size_t n = 16 * 32768;
+	uint8_t *a = malloc(n), *b = malloc(n), *host = malloc(8 * 4096);
+	struct chain ch = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	struct gdx_nvmf_host_opts o;
+	struct gdx_device *dev;
+
+	(void)state;
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &ch.d), 0);
+	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "2"), 0);
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.nr_io_queues = 1;
+	o.queue_depth = 4;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &ch.c), 0);
+	t_fill(a, n, 91);
+	assert_int_equal(gdx_nvmf_write(ch.c, 1, a, n, 0), 0);
+	atomic_store(&rx_setup_calls, 0);
+	dev_watch_start(dev, watch_rx);
+	chain_run(&ch, host);
+	assert_int_equal(ch.nfail, 0);
+	assert_int_equal(gdx_memcpy(dev, b, ch.d, n), 0);
+	assert_memory_equal(a, b, n);
+	gdx_nvmf_disconnect(ch.c);
+	dev_watch_stop(dev);
+	assert_int_equal(atomic_load(&rx_setup_calls), 0);
+
+	/* A set-up that fails: every device read ends once, with its error. */
+	ch.ndone = 0;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &ch.c), 0);
+	atomic_store(&rx_setup_calls, 0);
+	dev_watch_start(dev, watch_rx);
+	dw_ops.stream_create = fail_stream_create;
+	chain_run(&ch, host);
+	assert_int_equal(ch.nfail, 16);
+	assert_int_equal(ch.err, -ENOMEM);
+	gdx_nvmf_disconnect(ch.c);
+	dev_watch_stop(dev);
+	assert_int_equal(ch.ndone, 16);
+	assert_int_equal(atomic_load(&rx_setup_calls), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, ch.d);
+	gdx_device_close(dev);
+	free(a);
+	free(b);
+	free(host);
+}
+
 /* The target dies and comes back on the same port; the reads in flight are resubmitted. */
 static void target_restart(void **state)
 {
@@ -833,6 +968,7 @@ int main(void)
 		cmocka_unit_test(device_ring_one_chunk),
 		cmocka_unit_test(device_copy_agent),
 		cmocka_unit_test(device_setup_outside_queue_lock),
+		cmocka_unit_test(device_setup_off_receivers),
 		cmocka_unit_test(target_restart),
 	};
 

@@ -157,6 +157,9 @@ int nh_ctrl_exec(struct nh_ctrl *c, struct nh_req *r)
 
 /* ---- parking and resubmission ------------------------------------------- */
 
+/* Set on the control thread, which sets queues up for receivers and must not wait on itself. */
+static __thread bool ctrl_thread;
+
 /* Caller holds c->lock. */
 static void park(struct nh_ctrl *c, struct nh_req *r)
 {
@@ -208,6 +211,7 @@ void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r)
 	r->t_sub = c->p.lat_stats ? gdx_now_ns() : 0;
 	for (;;) {
 		struct nh_queue *q;
+		bool defer;
 		int rc;
 
 		pthread_mutex_lock(&c->lock);
@@ -238,14 +242,30 @@ void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r)
 		c->users++;
 		pthread_mutex_unlock(&c->lock);
 		rc = nh_queue_submit(q, r, true);
+		/*
+		 * A receiver's device read for a queue whose device side is not set
+		 * up (NH_SUBMIT_DEFER) is parked for the control thread, which sets
+		 * the queue up and submits it; parked while still counted as a
+		 * user, so that a disconnect, which waits for the users, then fails
+		 * it with the rest.  The control thread parks a request whose queue
+		 * died: waiting below for the recovery it runs itself would never
+		 * end.
+		 */
+		defer = rc == NH_SUBMIT_DEFER || (rc == -EPIPE && ctrl_thread && !r->no_retry);
 		pthread_mutex_lock(&c->lock);
+		if (defer) {
+			park(c, r);
+			if (rc == NH_SUBMIT_DEFER)
+				c->resubmit = true;
+			pthread_cond_broadcast(&c->cv);
+		}
 		if (!--c->users)
 			pthread_cond_broadcast(&c->cv);
 		pthread_mutex_unlock(&c->lock);
-		if (!rc)
+		if (!rc || defer)
 			return;
-		if (rc != -EPIPE) {
-			nh_req_complete(r, rc);
+		if (rc != -EPIPE || ctrl_thread) {
+			nh_req_complete(r, rc == -EPIPE ? GDX_EDISCONNECTED : rc);
 			return;
 		}
 		/* the queue died under us: wait for recovery to start, then park or retry */
@@ -612,14 +632,16 @@ static void fail_pending(struct nh_ctrl *c, int err)
 	}
 }
 
-static void resubmit_pending(struct nh_ctrl *c)
+/* retry: after a reconnect (counted), else receivers' device reads (NH_SUBMIT_DEFER). */
+static void resubmit_pending(struct nh_ctrl *c, bool retry)
 {
 	struct nh_req *r = take_pending(c);
 
 	while (r) {
 		struct nh_req *next = r->next;
 
-		gdx_counter_add(&c->retries, 1);
+		if (retry)
+			gdx_counter_add(&c->retries, 1);
 		nh_ctrl_submit(c, r);
 		r = next;
 	}
@@ -717,7 +739,7 @@ static void try_reconnect(struct nh_ctrl *c)
 		pthread_mutex_unlock(&c->lock);
 		GDX_WARN(SUB, "reconnected to %s at %s:%s as controller %u", c->p.subnqn,
 			 c->p.addr, c->p.svc, c->cntlid);
-		resubmit_pending(c);
+		resubmit_pending(c, true);
 		return;
 	}
 	c->backoff++;
@@ -742,13 +764,15 @@ static void *ctrl_main(void *arg)
 {
 	struct nh_ctrl *c = arg;
 
+	ctrl_thread = true;
+	nh_queue_never_wait();
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
 		struct timespec ts;
 		uint64_t now;
 
 		tick_deadline(&ts);
-		if (!(c->need_recovery && c->state == GDX_NVMF_LIVE))
+		if (!((c->need_recovery || c->resubmit) && c->state == GDX_NVMF_LIVE))
 			pthread_cond_timedwait(&c->cv, &c->lock, &ts);
 		if (c->stopping)
 			break;
@@ -757,6 +781,13 @@ static void *ctrl_main(void *arg)
 			c->need_recovery = false;
 			pthread_mutex_unlock(&c->lock);
 			recover(c);
+			pthread_mutex_lock(&c->lock);
+			continue;
+		}
+		if (c->state == GDX_NVMF_LIVE && c->resubmit) {
+			c->resubmit = false;
+			pthread_mutex_unlock(&c->lock);
+			resubmit_pending(c, false);
 			pthread_mutex_lock(&c->lock);
 			continue;
 		}

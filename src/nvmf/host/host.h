@@ -90,7 +90,8 @@ struct nh_queue {
 	/*
 	 * Commands a receiver thread submitted while this queue was full (from a
 	 * completion callback): a receiver must never wait for a slot, since it
-	 * may be the one that frees them.  Sent as slots free up.
+	 * may be the one that frees them; nor the control thread.  Sent as slots
+	 * free up.
 	 */
 	struct nh_req *backlog;
 	struct nh_req **backlog_tail;
@@ -216,6 +217,7 @@ struct nh_ctrl {
 	unsigned nioq;
 	struct nh_req *pending;		/* waiting for a live connection */
 	struct nh_req **pending_tail;
+	bool resubmit;			/* receivers parked device reads (NH_SUBMIT_DEFER) */
 	unsigned users;			/* submitters inside a queue; teardown waits for 0 */
 	struct gdx_counter retries;
 	struct nh_ns_cache {
@@ -260,8 +262,17 @@ void nh_queue_close(struct nh_queue *q, nh_reap_fn fn);
 /* Like close but keeps the (dead) queue allocated. */
 void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn);
 void nh_queue_kill(struct nh_queue *q, int err);
-/* Puts r in a free slot and sends it; -EAGAIN when the queue is full or dead. */
+/*
+ * Puts r in a free slot and sends it: 0, or -EAGAIN when the queue is full
+ * and !wait, -EPIPE when it is dead, the device set-up's error, or
+ * NH_SUBMIT_DEFER: r reads into device memory, the queue's device side is not
+ * set up and this thread is a receiver, which must not set it up; r is not
+ * sent, the control thread is to submit it.
+ */
+#define NH_SUBMIT_DEFER 1
 int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait);
+/* The calling thread (the control thread) queues on a full queue instead of waiting. */
+void nh_queue_never_wait(void);
 int nh_queue_abort_lookup(struct nh_queue *q, const struct gdx_nvmf_io *io, uint16_t *cid);
 /* Times out expired slots; returns true if the queue needs to be torn down. */
 bool nh_queue_check_timeouts(struct nh_queue *q, uint64_t now);

@@ -32,14 +32,25 @@
 #define NH_MAX_DEPTH (1u << CID_IDX_BITS)
 #define NH_MANY_MARKS 256u
 
-/* Set on receiver threads: they queue instead of waiting for a free slot. */
+/* Set on receiver threads: they never set a queue's device side up. */
 static __thread bool in_rx;
+/*
+ * Set on receiver threads and the control thread: they queue instead of
+ * waiting for a free slot (a receiver may be the one that frees them; the
+ * control thread must go on timing the queues out).
+ */
+static __thread bool no_wait;
 /* the queue whose receiver runs on this thread */
 static __thread struct nh_queue *rx_self;
 
 struct nh_queue *nh_queue_rx_self(void)
 {
 	return rx_self;
+}
+
+void nh_queue_never_wait(void)
+{
+	no_wait = true;
 }
 
 static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "errors",
@@ -531,7 +542,12 @@ void nh_queue_kill(struct nh_queue *q, int err)
 		shutdown(q->fd, SHUT_RDWR);
 }
 
-int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
+/*
+ * Takes a free slot and sends r; with !wait, -EAGAIN when there is none.  A
+ * thread that must not wait (no_wait) puts r on the backlog instead, which
+ * the receiver sends as slots free up.  -EPIPE once the queue is dead.
+ */
+static int queue_send(struct nh_queue *q, struct nh_req *r, bool wait)
 {
 	union gdx_tcp_pdu pdu;
 	struct gdx_nvme_sqe sqe;
@@ -541,11 +557,6 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	uint32_t hl;
 	int rc;
 
-	if (r->mem == NH_MEM_DEVICE) {
-		rc = queue_dev_ready(q, r->buf);
-		if (rc)
-			return rc;
-	}
 	pthread_mutex_lock(&q->lock);
 	while (q->state == NH_Q_LIVE && !q->nfree) {
 		if (!wait) {
@@ -553,7 +564,7 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 			return -EAGAIN;
 		}
 		gdx_counter_add(&q->cnt[NH_CNT_FULL], 1);
-		if (in_rx) {
+		if (no_wait) {
 			r->next = NULL;
 			*q->backlog_tail = r;
 			q->backlog_tail = &r->next;
@@ -600,6 +611,29 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 		nh_queue_kill(q, rc);
 	}
 	return 0;
+}
+
+int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
+{
+	int rc;
+
+	/*
+	 * A device read's queue has its device side set up by the submitting
+	 * thread (queue_dev_ready), never by a receiver, whose callbacks also
+	 * submit: the agent's start loads its module, which on CUDA may
+	 * synchronise the context while a stream waits for a completion only a
+	 * receiver delivers.  A receiver hands such a read to the control thread
+	 * (NH_SUBMIT_DEFER).  What sits in the backlog was set up before it was
+	 * queued, so sending it later never sets anything up.
+	 */
+	if (r->mem == NH_MEM_DEVICE && !__atomic_load_n(&q->dev, __ATOMIC_ACQUIRE)) {
+		if (in_rx)
+			return NH_SUBMIT_DEFER;
+		rc = queue_dev_ready(q, r->buf);
+		if (rc)
+			return rc;
+	}
+	return queue_send(q, r, wait);
 }
 
 /* ---- receiving ------------------------------------------------------------ */
@@ -978,7 +1012,7 @@ static void drain_backlog(struct nh_queue *q)
 		pthread_mutex_unlock(&q->lock);
 		if (!r)
 			return;
-		if (!nh_queue_submit(q, r, false))
+		if (!queue_send(q, r, false))
 			continue;
 		/* the slot went to another submitter, or the queue died: back to the front */
 		pthread_mutex_lock(&q->lock);
@@ -1456,6 +1490,7 @@ static void *rx_main(void *arg)
 	int rc;
 
 	in_rx = true;
+	no_wait = true;
 	rx_self = q;
 	rc = nh_queue_rx_loop(q);
 
