@@ -182,10 +182,10 @@ GDX_API int gdx_event_elapsed_ms(struct gdx_event *start, struct gdx_event *end,
 /* ---- copy agent --------------------------------------------------------- */
 
 /*
- * A copy agent copies pieces of pinned host memory into device memory as
- * host threads describe them in rings of descriptors in pinned memory: each
- * copy is handed over with a few stores and its landing seen by reading a
- * word, with no call into the driver.  On the cuda device each worker is one
+ * A copy agent copies pieces between pinned host memory and device memory
+ * (either way) as host threads describe them in rings of descriptors in
+ * pinned memory: each copy is handed over with a few stores and its landing
+ * seen by reading a word, with no call into the driver.  On the cuda device each worker is one
  * resident block of a kernel on a stream of its own (sm_70 and later); on the
  * emulated device a stream's thread runs the same loop.
  *
@@ -219,8 +219,9 @@ GDX_API int gdx_copy_agent_start(struct gdx_device *dev, const struct gdx_copy_a
  */
 GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
 /*
- * Posts a copy of len bytes (1 to 4 GiB - 4 KiB) from src, in pinned memory of
- * the agent's device, to dst in its device memory, behind the ones posted on
+ * Posts a copy of len bytes (1 to 4 GiB - 4 KiB) from src to dst, each in one
+ * allocation of pinned memory or of device memory of the agent's device (the
+ * two not overlapping), behind the ones posted on
  * the ring before; *seq is its number (from 1, wrapping).  -EAGAIN when the
  * ring holds `entries` copies not yet done.  The bytes at src must stay as
  * they are until done reaches *seq.  Copies in flight may run at the same

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The copy agent's worker on the cuda device: one block that stays resident
- * and copies pieces from pinned host memory into device memory as the CPU
+ * and copies pieces between pinned host memory and device memory (either way) as the CPU
  * describes them in descriptor rings (pinned, read by the GPU over PCIe), so
  * that a receiver thread hands a copy over with plain stores instead of a
  * driver call.  The protocol and the memory layout are those of

@@ -204,30 +204,34 @@ static int resolve(struct emu_dev *d, const void *p, size_t n, void **out, bool 
 /* ---- copy agent ------------------------------------------------------------ */
 
 /*
- * One agent copy: src must lie in pinned memory and dst in one device
- * allocation, as the kernel's loads and stores must on a GPU.
+ * The CPU's view of [p, p + len) for an agent copy, which must lie in one
+ * allocation of pinned or device memory, as the kernel's loads and stores
+ * must on a GPU (device memory: its read-write shadow).  Lock held.
  */
+static unsigned char *agent_view(struct emu_dev *d, uintptr_t p, uint32_t len)
+{
+	long i = range_find(d, p);
+
+	if (i < 0 || p + len > d->ranges[i].base + d->ranges[i].size)
+		return NULL;
+	if (d->ranges[i].kind != R_DEVICE)
+		return (unsigned char *)p;
+	return d->ranges[i].shadow + (p - d->ranges[i].base);
+}
+
+/* One agent copy, either way between pinned and device memory (or device to device). */
 static int agent_copy(struct emu_dev *d, uintptr_t t, uintptr_t s, uint32_t len)
 {
-	void *rd = NULL;
-	int ret = GDX_EBADPTR;
-	long i;
+	unsigned char *rd, *rs;
 
 	pthread_mutex_lock(&d->lock);
-	i = range_find(d, s);
-	if (i >= 0 && d->ranges[i].kind != R_DEVICE &&
-	    s + len <= d->ranges[i].base + d->ranges[i].size) {
-		i = range_find(d, t);
-		if (i >= 0 && d->ranges[i].kind == R_DEVICE &&
-		    t + len <= d->ranges[i].base + d->ranges[i].size) {
-			rd = d->ranges[i].shadow + (t - d->ranges[i].base);
-			ret = 0;
-		}
-	}
+	rd = agent_view(d, t, len);
+	rs = agent_view(d, s, len);
 	pthread_mutex_unlock(&d->lock);
-	if (!ret)
-		memcpy(rd, (const void *)s, len);
-	return ret;
+	if (!rd || !rs)
+		return GDX_EBADPTR;
+	memmove(rd, rs, len);
+	return 0;
 }
 
 /*

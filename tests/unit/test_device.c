@@ -789,6 +789,79 @@ static void copy_agent_copies(void **state)
 }
 
 /*
+ * Copies out of device memory into pinned memory, on a ring of their own,
+ * while another ring's producer copies the other way (ag_produce): pieces of
+ * random size and alignment from a device range filled beforehand into a
+ * pinned range the CPU then reads straight, with no copy of its own behind.
+ */
+static void copy_agent_copies_to_host(void **state)
+{
+	struct gdx_copy_agent_opts o;
+	struct gdx_copy_agent *a;
+	struct ag_producer up;
+	pthread_t th;
+	unsigned char *dsrc, *pdst, *pat, *want;
+	uint64_t seed = 4242;
+	size_t at = 0;
+	uint32_t seq = 0;
+	int rc = 0;
+
+	(void)state;
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	o.rings = 2;
+	o.workers = 2;
+	o.entries = 32;
+	o.idle_us = 1000;
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	assert_int_equal(gdx_device_malloc(dev, 2 * AG_SRC, (void **)&dsrc), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, AG_SRC, (void **)&pdst), 0);
+	up = (struct ag_producer){ .a = a, .ring = 0, .rounds = 4, .seed = 99,
+				   .dst = dsrc + AG_SRC };
+	assert_int_equal(gdx_pinned_alloc(dev, AG_SRC, (void **)&up.src), 0);
+	up.want = calloc(1, AG_SRC);
+	up.got = malloc(AG_SRC);
+	pat = malloc(AG_SRC);
+	want = calloc(1, AG_SRC);
+	assert_true(up.want && up.got && pat && want);
+	t_fill(pat, AG_SRC, 31);
+	assert_int_equal(gdx_memcpy(dev, dsrc, pat, AG_SRC), 0);
+	assert_int_equal(gdx_memset(dev, dsrc + AG_SRC, 0, AG_SRC), 0);
+	memset(pdst, 0, AG_SRC);
+	assert_int_equal(pthread_create(&th, NULL, ag_produce, &up), 0);
+	for (unsigned i = 0; i < 4 * AG_PIECES && !rc; i++) {
+		size_t len = 1 + (size_t)(t_rand(&seed) % (i % 3 ? 4096 : 20000));
+		size_t soff;
+
+		at += i % 2 ? (size_t)(t_rand(&seed) % 16) : (16 - at % 16) % 16;
+		if (at + len > AG_SRC)
+			break;
+		soff = (size_t)(t_rand(&seed) % (AG_SRC - len));
+		if (i % 2 == 0)
+			soff = soff / 16 * 16;
+		while ((rc = gdx_copy_agent_post(a, 1, pdst + at, dsrc + soff, len, &seq)) ==
+		       -EAGAIN)
+			rc = ag_wait(a, 1, seq - 8);
+		memcpy(want + at, pat + soff, len);
+		at += len;
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(ag_wait(a, 1, seq), 0);
+	assert_memory_equal(pdst, want, AG_SRC);
+	pthread_join(th, NULL);
+	assert_int_equal(up.err, 0);
+	assert_int_equal(gdx_copy_agent_stop(a), 0);
+	assert_int_equal(gdx_memcpy(dev, up.got, up.dst, AG_SRC), 0);
+	assert_memory_equal(up.got, up.want, AG_SRC);
+	assert_int_equal(gdx_pinned_free(dev, up.src), 0);
+	assert_int_equal(gdx_pinned_free(dev, pdst), 0);
+	assert_int_equal(gdx_device_free(dev, dsrc), 0);
+	free(up.want);
+	free(up.got);
+	free(pat);
+	free(want);
+}
+
+/*
  * Copies posted to one ring over overlapping destinations land in the order
  * posted: rounds of pieces at shifting offsets of one small range, each from
  * a source of its own bytes, posted back to back so that a worker finds many
@@ -1016,6 +1089,7 @@ int main(void)
 		cmocka_unit_test(stream_waits_for_value),
 		cmocka_unit_test(stream_writes_value),
 		cmocka_unit_test(copy_agent_copies),
+		cmocka_unit_test(copy_agent_copies_to_host),
 		cmocka_unit_test(copy_agent_overlaps_in_order),
 		cmocka_unit_test(copy_agent_stops_with_copies_posted),
 		cmocka_unit_test(copy_agent_bad_args),
