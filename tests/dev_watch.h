@@ -4,7 +4,9 @@
  * set-up ops (pinned_alloc, host_register, pointer_query, stream_create,
  * event_create, and agent_launch without a stream, which starts a copy agent
  * and loads its module) so that each call first runs the test's callback with
- * the op's name.  Include after gpu/device.h; one watch at a time.
+ * the op's name; dev_watch_copies adds the copies and the stream waits
+ * (memcpy, stream_synchronize).  Include after gpu/device.h; one watch at a
+ * time.
  */
 #ifndef GDX_TESTS_DEV_WATCH_H
 #define GDX_TESTS_DEV_WATCH_H
@@ -57,6 +59,18 @@ static int dw_agent_launch(void *priv, void *stream, const struct gdx_agent_args
 	return dw_real->agent_launch(priv, stream, a);
 }
 
+static inline int dw_memcpy(void *priv, void *dst, const void *src, size_t n, void *stream)
+{
+	dw_fn("memcpy");
+	return dw_real->memcpy(priv, dst, src, n, stream);
+}
+
+static inline int dw_stream_synchronize(void *priv, void *stream)
+{
+	dw_fn("stream_synchronize");
+	return dw_real->stream_synchronize(priv, stream);
+}
+
 static void dev_watch_start(struct gdx_device *dev, void (*fn)(const char *op))
 {
 	dw_real = dev->ops;
@@ -71,6 +85,13 @@ static void dev_watch_start(struct gdx_device *dev, void (*fn)(const char *op))
 	dw_fn = fn;
 	atomic_store(&dw_agent_starts, 0);
 	dev->ops = &dw_ops;
+}
+
+/* After dev_watch_start: the copies and stream waits are watched too. */
+static inline void dev_watch_copies(void)
+{
+	dw_ops.memcpy = dw_memcpy;
+	dw_ops.stream_synchronize = dw_stream_synchronize;
 }
 
 static void dev_watch_stop(struct gdx_device *dev)

@@ -141,8 +141,9 @@ static struct knob knobs[] = {
 	KNOB("xport.tcp_zerocopy", K_BOOL, "1",
 	     "tcp transport: send large host payloads with MSG_ZEROCOPY where the kernel has it"),
 	KNOB("xport.tcp_copy_agent", K_BOOL, "1",
-	     "tcp transport: data received into device memory is copied by a copy agent from a "
-	     "pinned ring, no driver call per message (0: a stream, synchronised per message)"),
+	     "tcp transport: device memory is copied by a copy agent, from a pinned ring when "
+	     "received and into pinned stage buffers when sent, no driver call per message "
+	     "(0: a stream, synchronised per message or burst)"),
 	KNOB("xport.tcp_rx_spin_us", K_INT, "0",
 	     "tcp transport: the receive thread polls the socket this long before it sleeps",
 	     .min = 0, .max = 10000),

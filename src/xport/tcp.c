@@ -18,9 +18,9 @@
  * MSG_ZEROCOPY where the kernel has it.  Device memory is received into a
  * pinned ring whose copies a copy agent makes while the receive thread goes on
  * (what depends on the bytes having landed is deferred until they have, in
- * order), and sent through two pinned buffers, the device copy of one chunk
- * overlapping the socket transfer of the next (small payloads: the copies of
- * a burst of frames, then one wait and one train).
+ * order), and sent through two pinned buffers the same agent fills, the copy
+ * into one overlapping the socket transfer of the other (payloads of up to a
+ * buffer: the copies of a burst of frames, then one wait and one train).
  *
  * The two threads never wait on each other: the receive thread hands read
  * data and responses to the transmit queue, so both peers can stream at once.
@@ -144,12 +144,13 @@ struct deff {
  * makes (include/gdx/device.h): pieces go in back to back, each one's copy
  * posted as soon as it is in, and what depends on the bytes having landed
  * waits in a FIFO of deferred effects until the agent's done word passed its
- * mark.  Receive thread only.
+ * mark.  Receive thread only, but for dev, agent and tx_word: the agent's
+ * ring RR_TX takes the transmit thread's copies out of device memory.
  */
 struct rxring {
 	struct gdx_device *dev;		/* ring and agent's device; NULL until the first */
 	struct gdx_copy_agent *agent;
-	const uint32_t *word;
+	const uint32_t *word, *tx_word;
 	unsigned char *ring;
 	uint64_t *pend;			/* ring position after each posted copy, by seq & pmask */
 	size_t size, chunk;
@@ -223,6 +224,9 @@ struct tcp_ep {
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp;
 	struct stager rxs, txs;
+	uint32_t tx_seq;	/* transmit thread: the last copy it posted to the agent */
+	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
+	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
 	struct rxring rr;
 	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
 };
@@ -608,7 +612,9 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 
 /* ---- device receives through the copy agent ------------------------------ */
 
-#define RR_ENTRIES 1024u	/* agent descriptors per endpoint: copies in flight */
+#define RR_ENTRIES 1024u	/* agent descriptors per ring: copies in flight */
+#define RR_RX 0			/* the agent's ring of the receive thread's copies */
+#define RR_TX 1			/* and of the transmit thread's */
 
 static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
 
@@ -826,9 +832,9 @@ static int defer_resp(struct tcp_ep *t, uint64_t id, int st)
 }
 
 /*
- * The first receive into device memory: the ring and an agent of its device,
- * else (no agent on that device, the knob off, out of memory) the stream
- * path, which says so.
+ * The first device memory posted or registered: the ring and an agent of its
+ * device, else (no agent on that device, the knob off, out of memory) the
+ * stream path, which says so.
  */
 static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 {
@@ -838,16 +844,18 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 	int ret;
 
 	if (!gdx_cfg_bool("xport.tcp_copy_agent")) {
-		GDX_INFO(SUBSYS, "%s: xport.tcp_copy_agent=0: device memory is received through a "
-			 "stream, synchronised per message", gdx_device_name(dev));
+		GDX_INFO(SUBSYS, "%s: xport.tcp_copy_agent=0: device memory is received and sent "
+			 "through a stream, synchronised per message or burst",
+			 gdx_device_name(dev));
 		return;
 	}
 	rr->size = gdx_cfg_size("xport.tcp_rx_ring");
 	rr->chunk = rr->size / 8;
 	rr->pmask = 2 * RR_ENTRIES - 1;
 	gdx_copy_agent_opts_init(&o, sizeof(o));
-	o.rings = 1;
-	o.workers = 1;
+	/* a worker per direction: a large send's copy does not hold up receives */
+	o.rings = 2;
+	o.workers = 2;
 	o.entries = RR_ENTRIES;
 	ret = gdx_copy_agent_start(dev, &o, &rr->agent);
 	if (!ret)
@@ -858,9 +866,9 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 		ret = rr->pend ? 0 : -ENOMEM;
 	}
 	if (ret) {
-		GDX_WARN(SUBSYS, "%s: no copy agent for receives (%s): device memory is received "
-			 "through a stream, synchronised per message", gdx_device_name(dev),
-			 gdx_strerror(ret));
+		GDX_WARN(SUBSYS, "%s: no copy agent (%s): device memory is received and sent "
+			 "through a stream, synchronised per message or burst",
+			 gdx_device_name(dev), gdx_strerror(ret));
 		if (rr->agent && gdx_copy_agent_stop(rr->agent))
 			ring = NULL;	/* the device may still look at its memory: leave it */
 		rr->agent = NULL;
@@ -871,17 +879,18 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 		return;
 	}
 	rr->ring = ring;
-	rr->word = gdx_copy_agent_done_word(rr->agent, 0);
+	rr->word = gdx_copy_agent_done_word(rr->agent, RR_RX);
+	rr->tx_word = gdx_copy_agent_done_word(rr->agent, RR_TX);
 	rr->on = 1;
-	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring, copies by a copy agent",
-		gdx_device_name(dev), rr->size);
+	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring and sends through stage buffers, "
+		"copies by a copy agent", gdx_device_name(dev), rr->size);
 }
 
 /*
- * Sets the receive ring up for dev once (rr_start), the first time device
- * memory is posted or registered for receiving, on the caller's thread: the
+ * Sets the receive ring and the agent up for dev once (rr_start), the first
+ * time device memory is posted or registered, on the caller's thread: the
  * agent's start loads its module, which on CUDA may synchronise the context,
- * and the receive thread must not wait on a stream whose work waits for a
+ * and neither endpoint thread may wait on a stream whose work waits for a
  * completion only that thread delivers.  The receive thread reaches it
  * only for memory that came another way (a shared receive queue's); the
  * ring's fields are published by the release store of dev.
@@ -948,7 +957,7 @@ static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
 		 * ring's overlapping copies land in the order posted.
 		 */
 		ret = rr->on ? 0 : rr->err;
-		for (unsigned i = 1; !ret && (ret = gdx_copy_agent_post(rr->agent, 0, dst, p, piece,
+		for (unsigned i = 1; !ret && (ret = gdx_copy_agent_post(rr->agent, RR_RX, dst, p, piece,
 									  &seq)) == -EAGAIN; i++) {
 			ret = 0;
 			if (!(i % 64))
@@ -1131,6 +1140,73 @@ static int tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int
 	return 0;
 }
 
+/* ---- copies out of device memory (transmit thread) ---------------------- */
+
+/*
+ * The copy agent that takes the transmit thread's copies out of dev's memory,
+ * or NULL (another device, or none started): then the stage stream does.
+ * rr.agent is set before rr.dev is published and stays until both threads
+ * are done (rr_stop).
+ */
+static struct gdx_copy_agent *tx_agent(struct tcp_ep *t, const struct gdx_device *dev)
+{
+	return __atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) == dev ? t->rr.agent : NULL;
+}
+
+/* Says once that the agent failed the transmit side, whose connection then ends. */
+static int tx_agent_failed(struct tcp_ep *t, const struct gdx_device *dev, int err)
+{
+	if (!t->tx_agent_err)
+		GDX_ERR(SUBSYS, "%s: copy agent failed (%s) copying device memory to send: the "
+			"connection ends", gdx_device_name(dev), gdx_strerror(err));
+	t->tx_agent_err = err;
+	return err;
+}
+
+/* Starts the copy of n bytes of dev's memory at src into dst, in a stage buffer. */
+static int tx_copy(struct tcp_ep *t, struct gdx_device *dev, void *dst, const void *src,
+		   size_t n)
+{
+	struct gdx_copy_agent *a = tx_agent(t, dev);
+	uint32_t seq;
+	int ret;
+
+	if (!a)
+		return gdx_memcpy_async(dev, dst, src, n, t->txs.s);
+	for (unsigned i = 1; (ret = gdx_copy_agent_post(a, RR_TX, dst, src, n, &seq)) == -EAGAIN;
+	     i++) {
+		if (!(i % 64) && (ret = gdx_copy_agent_status(a)))
+			break;
+		sched_yield();
+	}
+	if (ret)
+		return tx_agent_failed(t, dev, ret);
+	t->tx_seq = seq;
+	return 0;
+}
+
+/*
+ * Waits until the copies tx_copy started have landed.  An agent's error is
+ * the connection's end (the caller drops it): frames whose copies may still
+ * be in flight are kept until the agent has stopped (tx_hold).
+ */
+static int tx_copy_wait(struct tcp_ep *t, struct gdx_device *dev)
+{
+	struct gdx_copy_agent *a = tx_agent(t, dev);
+
+	if (!a)
+		return gdx_stream_synchronize(t->txs.s);
+	for (unsigned spins = 1;
+	     !seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), t->tx_seq); spins++) {
+		int ret;
+
+		if (!(spins % 64) && (ret = gdx_copy_agent_status(a)))
+			return tx_agent_failed(t, dev, ret);
+		sched_yield();
+	}
+	return 0;
+}
+
 /* Sends frame x whose payload is n bytes of device memory, staged through pinned buffers. */
 static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gdx_device *dev,
 		     size_t n)
@@ -1143,24 +1219,23 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 		return ret;
 	ret = stager_ready(&t->txs, dev);
 	if (!ret)
-		ret = gdx_memcpy_async(dev, t->txs.b[0], src, GDX_MIN((size_t)STAGE_SIZE, n),
-				       t->txs.s);
+		ret = tx_copy(t, dev, t->txs.b[0], src, GDX_MIN((size_t)STAGE_SIZE, n));
 	if (!ret)
-		ret = gdx_stream_synchronize(t->txs.s);
+		ret = tx_copy_wait(t, dev);
 	while (!ret && done < n) {
 		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done), next = done + c, sent = 0;
 		struct iovec v = { t->txs.b[i], c };
 
 		if (next < n)
-			ret = gdx_memcpy_async(dev, t->txs.b[i ^ 1], (const char *)src + next,
-					       GDX_MIN((size_t)STAGE_SIZE, n - next), t->txs.s);
+			ret = tx_copy(t, dev, t->txs.b[i ^ 1], (const char *)src + next,
+				      GDX_MIN((size_t)STAGE_SIZE, n - next));
 		while (!ret && v.iov_len) {
 			ret = send_iov(t, &v, 1, 0, &sent);
 			v.iov_base = (char *)v.iov_base + sent;
 			v.iov_len -= sent;
 		}
 		if (!ret)
-			ret = gdx_stream_synchronize(t->txs.s);
+			ret = tx_copy_wait(t, dev);
 		done = next;
 		i ^= 1;
 	}
@@ -1216,6 +1291,27 @@ static void tx_free_list(struct txi *x)
 		tx_free(x);
 		x = next;
 	}
+}
+
+/*
+ * Frees list, frames whose device copies may still be in flight after a
+ * failure: they must land first (the frames hold the memory they read, a
+ * region's key), or, where the agent failed, the frames are kept until it has
+ * stopped (tx_hold, freed after rr_stop).
+ */
+static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list)
+{
+	struct txi **tail = &t->tx_hold;
+
+	if (!list)
+		return;
+	if (!tx_copy_wait(t, dev)) {
+		tx_free_list(list);
+		return;
+	}
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = list;
 }
 
 
@@ -1372,14 +1468,12 @@ static int tx_train(struct tcp_ep *t, int nonblock, struct txi **done)
 }
 
 /*
- * Frames the tx thread stages together: device memory payloads of up to this
- * much (larger ones go through tx_device, chunk by chunk).
+ * Frames the tx thread stages together: device memory payloads that fit in a
+ * stage buffer (larger ones go through tx_device, chunk by chunk).
  */
-#define STAGED_MAX (256u << 10)
-
 static int staged_frame(const struct txi *x, const struct gdx_device *dev)
 {
-	return x->dev == dev && x->plen <= STAGED_MAX;
+	return x->dev == dev && x->plen <= STAGE_SIZE;
 }
 
 /*
@@ -1433,7 +1527,7 @@ static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, 
 	for (struct txi *x = list; !ret && x; x = x->next) {
 		if (!x->dev || !x->plen)
 			continue;
-		ret = gdx_memcpy_async(dev, (char *)t->txs.b[buf] + off, x->pp, x->plen, t->txs.s);
+		ret = tx_copy(t, dev, (char *)t->txs.b[buf] + off, x->pp, x->plen);
 		x->pp = (char *)t->txs.b[buf] + off;
 		off += x->plen;
 	}
@@ -1504,7 +1598,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 	ret = tx_stage(t, cur, dev, buf);
 	while (cur) {
 		if (!ret)
-			ret = gdx_stream_synchronize(t->txs.s);
+			ret = tx_copy_wait(t, dev);
 		if (!ret) {
 			pthread_mutex_lock(&t->lock);
 			next = staged_next(t, dev) ? tx_take_staged(t, dev, &nnext) : NULL;
@@ -1514,17 +1608,15 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 		}
 		if (!ret)
 			ret = tx_send_staged(t, cur);
-		tx_free_list(cur);
 		pthread_mutex_lock(&t->lock);
 		t->on_wire += nreq;
 		pthread_mutex_unlock(&t->lock);
 		if (ret) {
-			/* the stream may still copy into the other buffer: let it finish */
-			if (next)
-				gdx_stream_synchronize(t->txs.s);
-			tx_free_list(next);
+			tx_let_go(t, dev, cur);
+			tx_let_go(t, dev, next);
 			break;
 		}
+		tx_free_list(cur);
 		cur = next;
 		nreq = nnext;
 		next = NULL;
@@ -1584,7 +1676,12 @@ static void *tx_main(void *arg)
 		tx_payload(x, &p, &dev, &n);
 		is_req = x->req != NULL;
 		ret = dev ? tx_device(t, x, p, dev, n) : tx_host(t, x, p, n, 0);
-		tx_free(x);
+		if (ret && dev) {
+			x->next = NULL;
+			tx_let_go(t, dev, x);
+		} else {
+			tx_free(x);
+		}
 		pthread_mutex_lock(&t->lock);
 		t->sending = 0;
 		t->on_wire += is_req;
@@ -2221,6 +2318,8 @@ static void *rx_main(void *arg)
 	pthread_join(t->tx, NULL);
 	/* Deferred effects are older than what is still queued: they go first. */
 	rr_stop(t);
+	tx_free_list(t->tx_hold);
+	t->tx_hold = NULL;
 	flush_all(t);
 	return NULL;
 }
@@ -2471,6 +2570,8 @@ static void tcp_destroy(void *priv)
 	pthread_join(t->rx, NULL);
 	close(t->fd);
 	stager_fini(&t->rxs);
+	if (t->rr.leak)
+		t->txs.b[0] = t->txs.b[1] = NULL;	/* the agent that did not stop may write them */
 	stager_fini(&t->txs);
 	if (t->rr.ring && !t->rr.leak)
 		gdx_pinned_free(t->rr.dev, t->rr.ring);
@@ -2494,7 +2595,8 @@ static int tcp_event_fd(void *priv)
 static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 {
 	r->addr = (uint64_t)(uintptr_t)r->p;
-	if (r->kind == GDX_MEM_DEVICE && r->dev && (r->access & GDX_XPORT_ACCESS_REMOTE_WRITE))
+	if (r->kind == GDX_MEM_DEVICE && r->dev &&
+	    (r->access & (GDX_XPORT_ACCESS_REMOTE_WRITE | GDX_XPORT_ACCESS_REMOTE_READ)))
 		rr_prepare(priv, r->dev);
 	if (r->kind == GDX_MEM_HOST || r->kind == GDX_MEM_PINNED) {
 		r->path = GDX_XPORT_PATH_DIRECT;
@@ -2502,7 +2604,7 @@ static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 	} else {
 		r->path = GDX_XPORT_PATH_BOUNCE;
 		r->why = "device memory staged through pinned memory (TCP has no device DMA): "
-			 "received into a ring a copy agent copies from, sent through a stream";
+			 "received into a ring and sent from buffers a copy agent copies between";
 	}
 	if (!r->access)
 		return 0;
@@ -2525,9 +2627,8 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 	if (!q)
 		return -ENOMEM;
 	q->req = req;
-	/* memory the receive thread will write: a receive's, a read's */
-	if (req->buf.kind == GDX_MEM_DEVICE && req->buf.dev &&
-	    (req->op == GDX_XPORT_OP_RECV || req->op == GDX_XPORT_OP_READ))
+	/* device memory an endpoint thread will write or read */
+	if (req->buf.kind == GDX_MEM_DEVICE && req->buf.dev)
 		rr_prepare(t, req->buf.dev);
 	if (req->op != GDX_XPORT_OP_RECV) {
 		x = calloc(1, sizeof(*x));

@@ -733,6 +733,159 @@ static void test_dev_setup_off_rx_thread(void **state)
 	kfree(K_DEV, dregion);
 }
 
+/*
+ * tcp copies device memory it sends (sends, writes, read data; staged in
+ * bursts or, past a stage buffer, chunk by chunk) through the endpoint's copy
+ * agent: its transmit threads make no copy or stream wait of the device.
+ * With xport.tcp_copy_agent=0 they do (the watch sees them), and the data is
+ * the same both ways.
+ */
+static atomic_uint tx_copy_calls;
+
+static void watch_tx_copies(const char *op)
+{
+	char name[16] = "";
+
+	if (strcmp(op, "memcpy") && strcmp(op, "stream_synchronize"))
+		return;
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	if (!strcmp(name, "gdx-tcp-tx"))
+		atomic_fetch_add(&tx_copy_calls, 1);
+}
+
+static void dev_sends(void)
+{
+	enum { N = 24, SZ = 65536 };
+	const size_t big = GDX_MIN(max_msg, (size_t)(3u << 20) + 5);
+	char *src = kalloc(K_DEV, (size_t)N * SZ), *dbig = kalloc(K_DEV, big);
+	char *dregion = kalloc(K_DEV, (size_t)N * SZ);
+	unsigned char *rx = malloc((size_t)N * SZ), *hbig = malloc(big);
+	unsigned char *back = malloc((size_t)N * SZ);
+	struct gdx_xport_opts o = deep_opts(4 * N);
+	struct gdx_xport_mr *hmr, *dmr;
+	struct pair p;
+
+	pair_open(&p, &o, &o);
+	kfill(K_DEV, src, (size_t)N * SZ, 11);
+	kfill(K_DEV, dbig, big, 12);
+	kfill(K_DEV, dregion, (size_t)N * SZ, 13);
+	assert_int_equal(gdx_xport_mr_reg(p.s, hbig, big, GDX_XPORT_ACCESS_REMOTE_WRITE, &hmr), 0);
+	assert_int_equal(gdx_xport_mr_reg(p.s, dregion, (size_t)N * SZ,
+					  GDX_XPORT_ACCESS_REMOTE_READ, &dmr), 0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, 100 + i), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, src + (size_t)i * SZ, SZ, 200 + i, 0),
+				 0);
+	}
+	assert_int_equal(gdx_xport_post_write(p.c, dbig, big, gdx_xport_mr_addr(hmr),
+					      gdx_xport_mr_key(hmr), 300, 0), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_read(p.c, back + (size_t)i * SZ, SZ,
+						     gdx_xport_mr_addr(dmr) + (uint64_t)i * SZ,
+						     gdx_xport_mr_key(dmr), 400 + i, 0), 0);
+	for (int i = 0; i < N; i++)
+		expect(p.cqs, 100 + i, GDX_XPORT_OP_RECV, 0, SZ);
+	for (int i = 0; i < N; i++)
+		expect(p.cqc, 200 + i, GDX_XPORT_OP_SEND, 0, SZ);
+	expect(p.cqc, 300, GDX_XPORT_OP_WRITE, 0, big);
+	for (int i = 0; i < N; i++)
+		expect(p.cqc, 400 + i, GDX_XPORT_OP_READ, 0, SZ);
+	kcheck(K_HOST, rx, (size_t)N * SZ, 11);
+	kcheck(K_HOST, hbig, big, 12);
+	kcheck(K_HOST, back, (size_t)N * SZ, 13);
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	assert_int_equal(gdx_xport_mr_dereg(hmr), 0);
+	assert_int_equal(gdx_xport_mr_dereg(dmr), 0);
+	pair_close(&p);
+	kfree(K_DEV, src);
+	kfree(K_DEV, dbig);
+	kfree(K_DEV, dregion);
+	free(rx);
+	free(hbig);
+	free(back);
+}
+
+static void test_dev_sends_through_agent(void **state)
+{
+	(void)state;
+	if (strcmp(backend, "tcp") || !dev->ops->agent_launch)
+		skip();
+	dev_watch_start(dev, watch_tx_copies);
+	dev_watch_copies();
+	atomic_store(&tx_copy_calls, 0);
+	dev_sends();
+	assert_int_equal(atomic_load(&tx_copy_calls), 0);
+	assert_int_equal(gdx_config_set("xport.tcp_copy_agent", "0"), 0);
+	dev_sends();
+	assert_true(atomic_load(&tx_copy_calls) > 0);
+	gdx_config_reset();
+	dev_watch_stop(dev);
+}
+
+/*
+ * The copy agent faults under sends out of device memory: the connection
+ * ends (a frame whose payload cannot be copied cannot be sent), every request
+ * on both sides completes once, the ones that succeeded with their data in
+ * place, and the next connection works.
+ */
+static void test_dev_send_agent_fault(void **state)
+{
+	enum { N = 32, SZ = 4096 };
+	char *src = kalloc(K_DEV, (size_t)N * SZ);
+	unsigned char *rx = malloc((size_t)N * SZ);
+	struct gdx_xport_opts o = deep_opts(4 * N);
+	int rst[N], sst[N], failed = 0;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	for (int i = 0; i < N; i++)
+		kfill(K_DEV, src + (size_t)i * SZ, SZ, 21 + (uint64_t)i);
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "5"), 0);
+	pair_open(&p, &o, &o);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, 100 + i), 0);
+	for (int i = 0; i < N; i++) {
+		int r = gdx_xport_post_send(p.c, src + (size_t)i * SZ, SZ, 200 + i, 0);
+
+		/* a post after the end is refused and completes nothing */
+		sst[i] = r ? 1 : -1;
+		if (r)
+			assert_int_equal(r, GDX_EDISCONNECTED);
+	}
+	for (int i = 0; i < N; i++) {
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, 100 + i);
+		rst[i] = e.status;
+		if (e.status)
+			assert_int_equal(e.status, GDX_EDISCONNECTED);
+		else
+			kcheck(K_HOST, rx + (size_t)i * SZ, SZ, 21 + (uint64_t)i);
+	}
+	for (int i = 0; i < N; i++) {
+		if (sst[i] == 1)
+			continue;
+		get_cqe(p.cqc, &e);
+		assert_int_equal(e.wr_id, 200 + i);
+		/* a sender told of success: its receive has the data */
+		if (!e.status)
+			assert_int_equal(rst[i], 0);
+		failed += e.status != 0 || sst[i] == 1;
+	}
+	if (!strcmp(backend, "tcp") && !strncmp(gdx_device_name(dev), "emulated", 8))
+		assert_true(failed > 0);
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "0"), 0);
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+	pair_open(&p, NULL, NULL);
+	xfer(&p, 70000, K_DEV, K_HOST);
+	pair_close(&p);
+	kfree(K_DEV, src);
+	free(rx);
+}
+
 static void test_dev_agent_fault(void **state)
 {
 	enum { N = 16, SZ = 4096 };
@@ -1678,6 +1831,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_then_host_order),
 		cmocka_unit_test(test_dev_setup_off_rx_thread),
 		cmocka_unit_test(test_dev_agent_fault),
+		cmocka_unit_test(test_dev_sends_through_agent),
+		cmocka_unit_test(test_dev_send_agent_fault),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_bad_access),
 		cmocka_unit_test(test_recv_too_small),
