@@ -18,9 +18,8 @@
  * MSG_ZEROCOPY where the kernel has it.  Device memory is received into a
  * pinned ring whose copies a copy agent makes while the receive thread goes on
  * (what depends on the bytes having landed is deferred until they have, in
- * order), and sent through two pinned buffers the same agent fills, the copy
- * into one overlapping the socket transfer of the other (payloads of up to a
- * buffer: the copies of a burst of frames, then one wait and one train).
+ * order), and sent out of a pinned ring the same agent copies each frame into
+ * as it is queued, so that the copy runs while the frames ahead are sent.
  *
  * The two threads never wait on each other: the receive thread hands read
  * data and responses to the transmit queue, so both peers can stream at once.
@@ -76,6 +75,7 @@ enum {
 #define RESP_BATCH 64
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)
+#define SR_SIZE (2 * STAGE_SIZE)	/* the stage ring: device payloads sent through the agent */
 #define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
 #define TX_TRAIN_BYTES (256u << 10)
 
@@ -113,6 +113,14 @@ struct txi {			/* one frame to transmit */
 	size_t plen;
 	int small;			/* host payload of at most DIRECT_MAX: goes in trains */
 	int counted;			/* a read counted in reads_in_flight */
+	/*
+	 * Device payloads sent through the stage ring (sr: the endpoint's agent
+	 * copies them): staged, its copy posted (seq) into the ring up to
+	 * sr_end; else late, the transmit thread's to copy.
+	 */
+	uint8_t sr, staged, late;
+	uint32_t seq;
+	uint64_t sr_end;
 	struct txi *next;
 };
 
@@ -224,7 +232,14 @@ struct tcp_ep {
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp;
 	struct stager rxs, txs;
-	uint32_t tx_seq;	/* transmit thread: the last copy it posted to the agent */
+	/*
+	 * The stage ring (the agent's, SR_SIZE bytes of rr.dev's pinned memory;
+	 * see sr_queue) and the last copy posted into it: lock held.
+	 */
+	unsigned char *sr;
+	uint64_t sr_head, sr_tail;
+	unsigned sr_late;	/* ring frames queued without room: none takes any meanwhile */
+	uint32_t tx_seq;
 	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
 	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
 	struct rxring rr;
@@ -860,6 +875,8 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 	ret = gdx_copy_agent_start(dev, &o, &rr->agent);
 	if (!ret)
 		ret = gdx_pinned_alloc(dev, rr->size, &ring);
+	if (!ret)
+		ret = gdx_pinned_alloc(dev, SR_SIZE, (void **)&t->sr);
 	if (!ret) {
 		/* twice the descriptors: the entry of the landed seq stays while the ring is full */
 		rr->pend = calloc(2 * RR_ENTRIES, sizeof(*rr->pend));
@@ -874,6 +891,9 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 		rr->agent = NULL;
 		if (ring)
 			gdx_pinned_free(dev, ring);
+		if (t->sr)
+			gdx_pinned_free(dev, t->sr);
+		t->sr = NULL;
 		free(rr->pend);
 		rr->pend = NULL;
 		return;
@@ -882,8 +902,8 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 	rr->word = gdx_copy_agent_done_word(rr->agent, RR_RX);
 	rr->tx_word = gdx_copy_agent_done_word(rr->agent, RR_TX);
 	rr->on = 1;
-	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring and sends through stage buffers, "
-		"copies by a copy agent", gdx_device_name(dev), rr->size);
+	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring and sends through one of %u bytes, "
+		"copies by a copy agent", gdx_device_name(dev), rr->size, SR_SIZE);
 }
 
 /*
@@ -1140,13 +1160,13 @@ static int tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int
 	return 0;
 }
 
-/* ---- copies out of device memory (transmit thread) ---------------------- */
+/* ---- copies out of device memory ------------------------------------------ */
 
 /*
- * The copy agent that takes the transmit thread's copies out of dev's memory,
- * or NULL (another device, or none started): then the stage stream does.
- * rr.agent is set before rr.dev is published and stays until both threads
- * are done (rr_stop).
+ * The copy agent that takes copies out of dev's memory for sending, or NULL
+ * (another device, or none started): then the stage stream does.  rr.agent is
+ * set before rr.dev is published and stays until both threads are done
+ * (rr_stop).
  */
 static struct gdx_copy_agent *tx_agent(struct tcp_ep *t, const struct gdx_device *dev)
 {
@@ -1163,41 +1183,26 @@ static int tx_agent_failed(struct tcp_ep *t, const struct gdx_device *dev, int e
 	return err;
 }
 
-/* Starts the copy of n bytes of dev's memory at src into dst, in a stage buffer. */
-static int tx_copy(struct tcp_ep *t, struct gdx_device *dev, void *dst, const void *src,
-		   size_t n)
+/*
+ * Posts a copy to the agent's ring RR_TX, whose one producer at a time is the
+ * holder of t->lock (held).  -EAGAIN: the ring's descriptors are all in use.
+ */
+static int tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const void *src,
+		   size_t n, uint32_t *seq)
 {
-	struct gdx_copy_agent *a = tx_agent(t, dev);
-	uint32_t seq;
-	int ret;
+	int ret = gdx_copy_agent_post(a, RR_TX, dst, src, n, seq);
 
-	if (!a)
-		return gdx_memcpy_async(dev, dst, src, n, t->txs.s);
-	for (unsigned i = 1; (ret = gdx_copy_agent_post(a, RR_TX, dst, src, n, &seq)) == -EAGAIN;
-	     i++) {
-		if (!(i % 64) && (ret = gdx_copy_agent_status(a)))
-			break;
-		sched_yield();
-	}
-	if (ret)
-		return tx_agent_failed(t, dev, ret);
-	t->tx_seq = seq;
-	return 0;
+	if (!ret)
+		t->tx_seq = *seq;
+	return ret;
 }
 
-/*
- * Waits until the copies tx_copy started have landed.  An agent's error is
- * the connection's end (the caller drops it): frames whose copies may still
- * be in flight are kept until the agent has stopped (tx_hold).
- */
-static int tx_copy_wait(struct tcp_ep *t, struct gdx_device *dev)
+/* Spins until the agent's copies out of device memory up to seq have landed. */
+static int tx_wait_seq(struct tcp_ep *t, struct gdx_copy_agent *a, const struct gdx_device *dev,
+		       uint32_t seq)
 {
-	struct gdx_copy_agent *a = tx_agent(t, dev);
-
-	if (!a)
-		return gdx_stream_synchronize(t->txs.s);
-	for (unsigned spins = 1;
-	     !seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), t->tx_seq); spins++) {
+	for (unsigned spins = 1; !seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), seq);
+	     spins++) {
 		int ret;
 
 		if (!(spins % 64) && (ret = gdx_copy_agent_status(a)))
@@ -1207,27 +1212,79 @@ static int tx_copy_wait(struct tcp_ep *t, struct gdx_device *dev)
 	return 0;
 }
 
-/* Sends frame x whose payload is n bytes of device memory, staged through pinned buffers. */
+/* Starts the copy of n bytes of dev's memory at src into dst, pinned memory to send from. */
+static int tx_copy(struct tcp_ep *t, struct gdx_device *dev, void *dst, const void *src,
+		   size_t n)
+{
+	struct gdx_copy_agent *a = tx_agent(t, dev);
+	uint32_t seq;
+	int ret;
+
+	if (!a)
+		return gdx_memcpy_async(dev, dst, src, n, t->txs.s);
+	pthread_mutex_lock(&t->lock);
+	for (unsigned i = 1; (ret = tx_post(t, a, dst, src, n, &seq)) == -EAGAIN; i++) {
+		pthread_mutex_unlock(&t->lock);
+		if (!(i % 64) && (ret = gdx_copy_agent_status(a)))
+			return tx_agent_failed(t, dev, ret);
+		sched_yield();
+		pthread_mutex_lock(&t->lock);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret ? tx_agent_failed(t, dev, ret) : 0;
+}
+
+/*
+ * Waits until every copy out of dev's memory started for sending has landed.
+ * An agent's error is the connection's end (the caller drops it): frames whose
+ * copies may still be in flight are kept until the agent has stopped (tx_hold).
+ */
+static int tx_copy_wait(struct tcp_ep *t, struct gdx_device *dev)
+{
+	struct gdx_copy_agent *a = tx_agent(t, dev);
+	uint32_t seq;
+
+	if (!a)
+		return gdx_stream_synchronize(t->txs.s);
+	pthread_mutex_lock(&t->lock);
+	seq = t->tx_seq;
+	pthread_mutex_unlock(&t->lock);
+	return tx_wait_seq(t, a, dev, seq);
+}
+
+/*
+ * Sends frame x whose payload is n bytes of device memory, staged through two
+ * pinned buffers: the stage ring's halves (the ring is empty: x is a late
+ * frame at the head of the queue), or the stage stream's.
+ */
 static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gdx_device *dev,
 		     size_t n)
 {
+	unsigned char *b[2];
 	size_t done = 0;
 	int i = 0, ret;
 
 	ret = tx_host(t, x, NULL, 0, 0);
 	if (ret)
 		return ret;
-	ret = stager_ready(&t->txs, dev);
+	if (x->sr) {
+		b[0] = t->sr;
+		b[1] = t->sr + STAGE_SIZE;
+	} else {
+		ret = stager_ready(&t->txs, dev);
+		b[0] = t->txs.b[0];
+		b[1] = t->txs.b[1];
+	}
 	if (!ret)
-		ret = tx_copy(t, dev, t->txs.b[0], src, GDX_MIN((size_t)STAGE_SIZE, n));
+		ret = tx_copy(t, dev, b[0], src, GDX_MIN((size_t)STAGE_SIZE, n));
 	if (!ret)
 		ret = tx_copy_wait(t, dev);
 	while (!ret && done < n) {
 		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done), next = done + c, sent = 0;
-		struct iovec v = { t->txs.b[i], c };
+		struct iovec v = { b[i], c };
 
 		if (next < n)
-			ret = tx_copy(t, dev, t->txs.b[i ^ 1], (const char *)src + next,
+			ret = tx_copy(t, dev, b[i ^ 1], (const char *)src + next,
 				      GDX_MIN((size_t)STAGE_SIZE, n - next));
 		while (!ret && v.iov_len) {
 			ret = send_iov(t, &v, 1, 0, &sent);
@@ -1473,7 +1530,7 @@ static int tx_train(struct tcp_ep *t, int nonblock, struct txi **done)
  */
 static int staged_frame(const struct txi *x, const struct gdx_device *dev)
 {
-	return x->dev == dev && x->plen <= STAGE_SIZE;
+	return x->dev == dev && !x->sr && x->plen <= STAGE_SIZE;
 }
 
 /*
@@ -1539,13 +1596,13 @@ static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, 
  * is out the peer may answer and a request be freed: nothing here looks at
  * x->req.
  */
-static int tx_send_staged(struct tcp_ep *t, struct txi *list)
+static int tx_send_staged(struct tcp_ep *t, struct txi *list, const struct txi *stop)
 {
 	const size_t hl = sizeof(struct hdr);
 	struct iovec iov[TX_TRAIN_IOV], *v = iov;
 	int cnt = 0, ret;
 
-	for (struct txi *x = list; x; x = x->next) {
+	for (struct txi *x = list; x != stop; x = x->next) {
 		if (x->off < hl)
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
 		if (x->plen) {
@@ -1607,7 +1664,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 				ret = tx_stage(t, next, dev, buf ^ 1);
 		}
 		if (!ret)
-			ret = tx_send_staged(t, cur);
+			ret = tx_send_staged(t, cur, NULL);
 		pthread_mutex_lock(&t->lock);
 		t->on_wire += nreq;
 		pthread_mutex_unlock(&t->lock);
@@ -1626,6 +1683,197 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 	return ret;
 }
 
+/*
+ * ---- the stage ring -----------------------------------------------------------
+ *
+ * With a copy agent, device payloads of up to STAGE_SIZE go out of the stage
+ * ring (t->sr, SR_SIZE bytes of pinned memory) that the agent copies them
+ * into.  A frame's copy is posted when the frame is queued, by the thread that
+ * queues it (a poster; the receive thread, for read data), so it runs while the
+ * frames ahead of it are sent, and the transmit thread waits only for the copy
+ * of the frame it is about to send.  Room is taken in queue order and given
+ * back, in the same order, once frames are sent: a frame that finds none (or
+ * is larger than STAGE_SIZE, or whose copy cannot be posted) is late, and
+ * while a late frame is queued no other takes room; the transmit thread copies
+ * late frames when it takes them, when the ring holds nothing ahead of them.
+ * All of it under t->lock, whose holder is thereby the one producer of RR_TX.
+ */
+
+/* Room for n bytes of the ring, not across its end: *pos, or -EAGAIN.  Lock held. */
+static int sr_room(struct tcp_ep *t, size_t n, uint64_t *pos)
+{
+	uint64_t off = t->sr_head % SR_SIZE, skip = off + n > SR_SIZE ? SR_SIZE - off : 0;
+
+	if (t->sr_head + skip + n - t->sr_tail > SR_SIZE)
+		return -EAGAIN;
+	*pos = t->sr_head + skip;
+	t->sr_head = *pos + n;
+	return 0;
+}
+
+/*
+ * Takes room for x's payload and posts its copy there.  -EAGAIN: no room,
+ * or no descriptor free (nothing taken).  Lock held.
+ */
+static int sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
+{
+	uint64_t head = t->sr_head, pos;
+	uint32_t seq;
+	int ret = sr_room(t, x->plen, &pos);
+
+	if (ret)
+		return ret;
+	ret = tx_post(t, a, t->sr + pos % SR_SIZE, x->pp, x->plen, &seq);
+	if (ret) {
+		/* a failed launch may still be copied: that room stays taken */
+		if (ret == -EAGAIN)
+			t->sr_head = head;
+		return ret;
+	}
+	x->pp = t->sr + pos % SR_SIZE;
+	x->sr_end = pos + x->plen;
+	x->seq = seq;
+	x->staged = 1;
+	return 0;
+}
+
+/* x is being queued: a ring frame if the agent copies its device payload.  Lock held. */
+static void sr_queue(struct tcp_ep *t, struct txi *x)
+{
+	struct gdx_copy_agent *a;
+
+	if (!x->dev || !x->plen || t->dead || !(a = tx_agent(t, x->dev)))
+		return;
+	x->sr = 1;
+	if (t->sr_late || x->plen > STAGE_SIZE || sr_stage(t, x, a)) {
+		x->late = 1;
+		t->sr_late++;
+	}
+}
+
+/* Whether x goes in the ring's trains: a small host frame, or a ring frame that fits. */
+static int sr_train_frame(const struct txi *x)
+{
+	return x->small || (x->sr && x->plen <= STAGE_SIZE);
+}
+
+/*
+ * Takes a train off the head of the queue: small host frames and ring frames
+ * (late ones staged now), up to a fenced request, as far as there is room.
+ * *nreq: the requests among them.  Lock held.
+ */
+static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_copy_agent *a,
+			   long *nreq, int *err)
+{
+	struct txi *head = NULL, **tail = &head;
+	int n = 0;
+
+	*nreq = 0;
+	*err = 0;
+	while (t->txq_head && n < TX_TRAIN_IOV / 2) {
+		struct txi *x = t->txq_head;
+
+		if (!sr_train_frame(x) || fence_blocked(t, x))
+			break;
+		if (x->late) {
+			int r = sr_stage(t, x, a);
+
+			/* no room: the frames taken are sent first, and give theirs back */
+			if (r == -EAGAIN && head)
+				break;
+			if (r) {
+				/*
+				 * With nothing ahead, room is there and every
+				 * descriptor is done, unless the agent failed.
+				 */
+				*err = tx_agent_failed(t, dev, r == -EAGAIN ? GDX_EDRIVER : r);
+				break;
+			}
+			x->late = 0;
+			t->sr_late--;
+		}
+		if (x->h.type == F_READ && !x->counted) {
+			x->counted = 1;
+			t->reads_in_flight++;
+		}
+		*nreq += x->req != NULL;
+		t->txq_head = x->next;
+		if (!t->txq_head)
+			t->txq_tail = NULL;
+		t->qlen--;
+		x->next = NULL;
+		*tail = x;
+		tail = &x->next;
+		n++;
+	}
+	return head;
+}
+
+/*
+ * Sends a train taken by sr_take: each run of it once the copy of the run's
+ * first frame has landed, the run reaching as far as the copies that have
+ * landed too (done says all up to a seq have).
+ */
+static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
+		   const struct gdx_device *dev)
+{
+	while (list) {
+		struct txi *end = list->next;
+		uint32_t done;
+		int ret = list->staged ? tx_wait_seq(t, a, dev, list->seq) : 0;
+
+		if (ret)
+			return ret;
+		done = __atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE);
+		while (end && (!end->staged || seq_landed(done, end->seq)))
+			end = end->next;
+		ret = tx_send_staged(t, list, end);
+		if (ret)
+			return ret;
+		list = end;
+	}
+	return 0;
+}
+
+/*
+ * Sends trains of ring frames (and the small host frames between them) while
+ * the queue starts with one.  Called with the lock held and t->sending set;
+ * returns with the lock held.
+ */
+static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
+{
+	struct gdx_copy_agent *a = tx_agent(t, dev);
+	int ret = 0;
+
+	while (!ret && !t->dead && t->txq_head && t->txq_head->sr &&
+	       sr_train_frame(t->txq_head) && !fence_blocked(t, t->txq_head)) {
+		long nreq;
+		struct txi *list = sr_take(t, dev, a, &nreq, &ret);
+		uint64_t end = 0;
+
+		if (!list)
+			break;
+		pthread_mutex_unlock(&t->lock);
+		if (!ret)
+			ret = sr_send(t, list, a, dev);
+		if (ret) {
+			tx_let_go(t, dev, list);
+			pthread_mutex_lock(&t->lock);
+			break;
+		}
+		for (struct txi *x = list; x; x = x->next)
+			if (x->staged)
+				end = x->sr_end;
+		tx_free_list(list);
+		pthread_mutex_lock(&t->lock);
+		/* sent: the peer has the bytes, the room is free */
+		if (end)
+			t->sr_tail = end;
+		t->on_wire += nreq;
+	}
+	return ret;
+}
+
 static void *tx_main(void *arg)
 {
 	struct tcp_ep *t = arg;
@@ -1638,7 +1886,7 @@ static void *tx_main(void *arg)
 		struct gdx_device *dev;
 		struct txi *x;
 		size_t n;
-		int ret, is_req;
+		int ret, is_req, late;
 
 		while (!t->dead && (t->sending || !t->txq_head || fence_blocked(t, t->txq_head))) {
 			if (done) {
@@ -1657,6 +1905,14 @@ static void *tx_main(void *arg)
 			continue;
 		}
 		x = t->txq_head;
+		if (x->sr && sr_train_frame(x)) {
+			t->sending = 1;
+			ret = tx_ring_runs(t, x->dev);
+			t->sending = 0;
+			if (ret)
+				kill_conn(t, ret);
+			continue;
+		}
 		if (x->dev && staged_frame(x, x->dev)) {
 			t->sending = 1;
 			ret = tx_staged_runs(t, x->dev);
@@ -1675,6 +1931,7 @@ static void *tx_main(void *arg)
 		/* Once the last byte is out the peer may answer and x->req be freed. */
 		tx_payload(x, &p, &dev, &n);
 		is_req = x->req != NULL;
+		late = x->late;
 		ret = dev ? tx_device(t, x, p, dev, n) : tx_host(t, x, p, n, 0);
 		if (ret && dev) {
 			x->next = NULL;
@@ -1685,6 +1942,9 @@ static void *tx_main(void *arg)
 		pthread_mutex_lock(&t->lock);
 		t->sending = 0;
 		t->on_wire += is_req;
+		/* a late ring frame (a large one) had the ring to itself: others may take room again */
+		if (late)
+			t->sr_late--;
 		if (ret)
 			kill_conn(t, ret);
 	}
@@ -1721,6 +1981,7 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 	tx_payload(x, &x->pp, &dev, &x->plen);
 	x->dev = dev;
 	x->small = !dev && x->plen <= DIRECT_MAX;
+	sr_queue(t, x);
 	if (x->req && !x->small)
 		t->big_id = x->h.id;
 	Q_PUSH(x, &t->txq_head, &t->txq_tail);
@@ -2570,9 +2831,9 @@ static void tcp_destroy(void *priv)
 	pthread_join(t->rx, NULL);
 	close(t->fd);
 	stager_fini(&t->rxs);
-	if (t->rr.leak)
-		t->txs.b[0] = t->txs.b[1] = NULL;	/* the agent that did not stop may write them */
 	stager_fini(&t->txs);
+	if (t->sr && !t->rr.leak)	/* an agent that did not stop may still write it */
+		gdx_pinned_free(t->rr.dev, t->sr);
 	if (t->rr.ring && !t->rr.leak)
 		gdx_pinned_free(t->rr.dev, t->rr.ring);
 	free(t->rr.pend);
@@ -2604,7 +2865,7 @@ static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 	} else {
 		r->path = GDX_XPORT_PATH_BOUNCE;
 		r->why = "device memory staged through pinned memory (TCP has no device DMA): "
-			 "received into a ring and sent from buffers a copy agent copies between";
+			 "received into a ring and sent from one, copies by a copy agent";
 	}
 	if (!r->access)
 		return 0;

@@ -734,11 +734,12 @@ static void test_dev_setup_off_rx_thread(void **state)
 }
 
 /*
- * tcp copies device memory it sends (sends, writes, read data; staged in
- * bursts or, past a stage buffer, chunk by chunk) through the endpoint's copy
+ * tcp copies device memory it sends (sends, writes, read data; through the
+ * stage ring or, past a stage buffer, chunk by chunk) with the endpoint's copy
  * agent: its transmit threads make no copy or stream wait of the device.
  * With xport.tcp_copy_agent=0 they do (the watch sees them), and the data is
- * the same both ways.
+ * the same both ways: more than the ring holds at once, host sends between
+ * device ones, a payload larger than a stage buffer among them.
  */
 static atomic_uint tx_copy_calls;
 
@@ -755,39 +756,48 @@ static void watch_tx_copies(const char *op)
 
 static void dev_sends(void)
 {
-	enum { N = 24, SZ = 65536 };
+	/* more than the stage ring holds (2 MiB), a large payload in the middle */
+	enum { N = 48, SZ = 65536 };
 	const size_t big = GDX_MIN(max_msg, (size_t)(3u << 20) + 5);
 	char *src = kalloc(K_DEV, (size_t)N * SZ), *dbig = kalloc(K_DEV, big);
 	char *dregion = kalloc(K_DEV, (size_t)N * SZ);
 	unsigned char *rx = malloc((size_t)N * SZ), *hbig = malloc(big);
-	unsigned char *back = malloc((size_t)N * SZ);
+	unsigned char *back = malloc((size_t)N * SZ), *hsrc = malloc((size_t)N * SZ);
 	struct gdx_xport_opts o = deep_opts(4 * N);
 	struct gdx_xport_mr *hmr, *dmr;
 	struct pair p;
 
 	pair_open(&p, &o, &o);
 	kfill(K_DEV, src, (size_t)N * SZ, 11);
+	kfill(K_HOST, hsrc, (size_t)N * SZ, 11);
 	kfill(K_DEV, dbig, big, 12);
 	kfill(K_DEV, dregion, (size_t)N * SZ, 13);
 	assert_int_equal(gdx_xport_mr_reg(p.s, hbig, big, GDX_XPORT_ACCESS_REMOTE_WRITE, &hmr), 0);
 	assert_int_equal(gdx_xport_mr_reg(p.s, dregion, (size_t)N * SZ,
 					  GDX_XPORT_ACCESS_REMOTE_READ, &dmr), 0);
-	for (int i = 0; i < N; i++) {
+	for (int i = 0; i < N; i++)
 		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, 100 + i), 0);
-		assert_int_equal(gdx_xport_post_send(p.c, src + (size_t)i * SZ, SZ, 200 + i, 0),
+	/* every fifth send from host memory (the same bytes), between the device ones */
+	for (int i = 0; i < N; i++) {
+		const char *from = i % 5 == 4 ? (const char *)hsrc : src;
+
+		if (i == N / 2)
+			assert_int_equal(gdx_xport_post_write(p.c, dbig, big, gdx_xport_mr_addr(hmr),
+							      gdx_xport_mr_key(hmr), 300, 0), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, from + (size_t)i * SZ, SZ, 200 + i, 0),
 				 0);
 	}
-	assert_int_equal(gdx_xport_post_write(p.c, dbig, big, gdx_xport_mr_addr(hmr),
-					      gdx_xport_mr_key(hmr), 300, 0), 0);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(gdx_xport_post_read(p.c, back + (size_t)i * SZ, SZ,
 						     gdx_xport_mr_addr(dmr) + (uint64_t)i * SZ,
 						     gdx_xport_mr_key(dmr), 400 + i, 0), 0);
 	for (int i = 0; i < N; i++)
 		expect(p.cqs, 100 + i, GDX_XPORT_OP_RECV, 0, SZ);
-	for (int i = 0; i < N; i++)
+	for (int i = 0; i < N; i++) {
+		if (i == N / 2)
+			expect(p.cqc, 300, GDX_XPORT_OP_WRITE, 0, big);
 		expect(p.cqc, 200 + i, GDX_XPORT_OP_SEND, 0, SZ);
-	expect(p.cqc, 300, GDX_XPORT_OP_WRITE, 0, big);
+	}
 	for (int i = 0; i < N; i++)
 		expect(p.cqc, 400 + i, GDX_XPORT_OP_READ, 0, SZ);
 	kcheck(K_HOST, rx, (size_t)N * SZ, 11);
@@ -804,6 +814,7 @@ static void dev_sends(void)
 	free(rx);
 	free(hbig);
 	free(back);
+	free(hsrc);
 }
 
 static void test_dev_sends_through_agent(void **state)
