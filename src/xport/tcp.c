@@ -168,6 +168,7 @@ struct rxring {
 	int on;				/* the agent takes the copies */
 	int err;			/* why it stopped taking them */
 	int leak;			/* the agent did not stop: the ring stays allocated */
+	int stopped;			/* rr_stop ran: no agent starts any more (rr_lock) */
 	struct deff *q;			/* circular, qcap entries */
 	unsigned qcap, qhead, qn;
 };
@@ -920,7 +921,8 @@ static void rr_prepare(struct tcp_ep *t, struct gdx_device *dev)
 	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&t->rr_lock);
-	if (!t->rr.dev) {
+	/* after rr_stop (a registration outlives the connection) nobody would stop it */
+	if (!t->rr.dev && !t->rr.stopped) {
 		rr_start(t, dev);
 		__atomic_store_n(&t->rr.dev, dev, __ATOMIC_RELEASE);
 	}
@@ -1014,6 +1016,10 @@ static void rr_stop(struct tcp_ep *t)
 {
 	struct rxring *rr = &t->rr;
 
+	/* a poster's rr_prepare may be starting the agent right now: it is stopped below */
+	pthread_mutex_lock(&t->rr_lock);
+	rr->stopped = 1;
+	pthread_mutex_unlock(&t->rr_lock);
 	defer_release(t);
 	if (rr->agent) {
 		int ret = gdx_copy_agent_stop(rr->agent);

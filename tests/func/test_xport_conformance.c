@@ -1206,6 +1206,29 @@ static void test_disconnect(void **state)
 }
 
 /*
+ * Device memory registered on an endpoint whose connection has already ended
+ * (the receive thread has stopped what it started): tcp starts no copy agent
+ * that nobody would stop, so the device is held no longer than the endpoint.
+ */
+static void test_dev_reg_after_end(void **state)
+{
+	char *region = kalloc(K_DEV, 4096);
+	struct gdx_xport_mr *mr;
+	int refs;
+	struct pair p;
+
+	(void)state;
+	refs = atomic_load(&dev->refs);
+	pair_open(&p, NULL, NULL);
+	assert_int_equal(gdx_xport_disconnect(p.c), 0);
+	if (!reg_remote(p.c, region, 4096, GDX_XPORT_ACCESS_REMOTE_READ, &mr))
+		assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	pair_close(&p);
+	assert_int_equal(atomic_load(&dev->refs), refs);
+	kfree(K_DEV, region);
+}
+
+/*
  * Requests go out without the poster looking at its CQ: a burst of sends is
  * received while only the receiving side polls, also while the poster's side
  * is stalled on a message of the peer's that no receive takes yet.
@@ -1849,6 +1872,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_recv_too_small),
 		cmocka_unit_test(test_recv_posted_during_arrival),
 		cmocka_unit_test(test_disconnect),
+		cmocka_unit_test(test_dev_reg_after_end),
 		cmocka_unit_test(test_progress_without_polling),
 		cmocka_unit_test(test_peer_death),
 		cmocka_unit_test(test_srq),
