@@ -12,7 +12,8 @@
  *   device memory on either side: also pinned host <-> device copies of the
  *            same size (the ceiling is the lower of the two)
  *
- * Bandwidth keeps `depth` requests of the operation in flight; latency is half
+ * Bandwidth keeps `depth` requests of the operation in flight (sends: the
+ * server keeps twice as many receives posted); latency is half
  * the round trip of a send answered by a send, between the same two buffers.
  * "dst path" is the path of the server's buffer (where writes and sends land,
  * where reads come from).
@@ -138,7 +139,14 @@ static void *serve_main(void *arg)
 {
 	struct server *s = arg;
 	struct gdx_xport_cqe e[32];
-	unsigned n = s->echo ? 1 : s->c->depth;
+	/*
+	 * Twice the sender's window, as perftest's receive depth exceeds its send
+	 * depth: a receive is posted again only once this thread has seen the
+	 * last one complete, and a send finding none posted meanwhile is kept as
+	 * unexpected (tcp, loop: one more copy, a synchronous one into device
+	 * memory) or retried after receiver-not-ready (verbs).
+	 */
+	unsigned n = s->echo ? 1 : 2 * s->c->depth;
 
 	for (unsigned i = 0; i < n; i++)
 		if ((s->err = gdx_xport_post_recv(s->ep, s->buf, s->size, i)))
