@@ -2180,11 +2180,12 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		e = (struct deff){ .req = r->req, .st = -EMSGSIZE, .has_resp = 1,
 				   .resp_id = h->id, .resp_st = GDX_EREMOTE };
 		free(r);
-		if (ret) {
-			deff_run(t, &e, 0);
-			return ret;
-		}
-		return defer(t, &e, 0);
+		/*
+		 * Even when the connection ended in the payload: behind what is
+		 * deferred, which the end carries out or fails first (rr_stop).
+		 */
+		defer(t, &e, 0);
+		return ret ? ret : t->rx_err;
 	}
 	ret = rx_into(t, r->req->buf.p, r->req->buf.dev, r->req->buf.kind, h->len, &posted);
 	if (ret == -ECONNRESET || ret == -EPIPE) {

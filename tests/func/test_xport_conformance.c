@@ -1029,6 +1029,50 @@ static void test_dev_disconnect(void **state)
 	free(tx);
 }
 
+/*
+ * A message too large for its receive behind messages into device memory
+ * whose copies are slow (2 ms each on the emulated device): the too-small
+ * receive's -EMSGSIZE comes after the earlier receives' completions, and the
+ * oversized send's GDX_EREMOTE after theirs (rules 1, 2 and 7; tcp queues
+ * both behind the deferred effects of the earlier messages).  The cut-short
+ * drain of such a message is test_xport_tcp_wire's.
+ */
+static void test_dev_then_too_large(void **state)
+{
+	enum { N = 64, SZ = 4096, BIG = 8192 };
+	unsigned char *tx = malloc((size_t)N * SZ), small[64], *big = calloc(1, BIG);
+	char *rx = kalloc(K_DEV, (size_t)N * SZ);
+	struct gdx_xport_opts o = deep_opts(4 * N);
+	struct pair p;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
+	pair_open(&p, &o, &o);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, i), 0);
+	assert_int_equal(gdx_xport_post_recv(p.s, small, sizeof(small), N), 0);
+	for (int i = 0; i < N; i++) {
+		t_fill(tx + (size_t)i * SZ, SZ, 80 + i);
+		assert_int_equal(gdx_xport_post_send(p.c, tx + (size_t)i * SZ, SZ, 100 + i, 0), 0);
+	}
+	assert_int_equal(gdx_xport_post_send(p.c, big, BIG, 100 + N, 0), 0);
+	for (int i = 0; i < N; i++)
+		expect(p.cqs, i, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqs, N, GDX_XPORT_OP_RECV, -EMSGSIZE, 0);
+	for (int i = 0; i < N; i++)
+		expect(p.cqc, 100 + i, GDX_XPORT_OP_SEND, 0, SZ);
+	expect(p.cqc, 100 + N, GDX_XPORT_OP_SEND, GDX_EREMOTE, 0);
+	for (int i = 0; i < N; i++)
+		kcheck(K_DEV, rx + (size_t)i * SZ, SZ, 80 + i);
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+	gdx_config_reset();
+	kfree(K_DEV, rx);
+	free(tx);
+	free(big);
+}
+
 /* ---- refused accesses -------------------------------------------------------- */
 
 /*
@@ -1868,6 +1912,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_sends_through_agent),
 		cmocka_unit_test(test_dev_send_agent_fault),
 		cmocka_unit_test(test_dev_disconnect),
+		cmocka_unit_test(test_dev_then_too_large),
 		cmocka_unit_test(test_bad_access),
 		cmocka_unit_test(test_recv_too_small),
 		cmocka_unit_test(test_recv_posted_during_arrival),

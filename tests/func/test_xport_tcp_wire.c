@@ -16,9 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <gdx/device.h>
 #include <gdx/gdx.h>
 #include <gdx/xport.h>
 
+#include "common/config.h"
 #include "test.h"
 
 #define MAGIC 0x54584447u
@@ -289,12 +291,80 @@ static void test_recv_posted_mid_message(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 }
 
+/*
+ * A message too large for its receive, cut short by the connection's end
+ * while tcp reads and drops its payload, behind messages into device memory
+ * whose copies are slow (2 ms each on the emulated device): the too-small
+ * receive's completion still comes after the earlier receives' (their
+ * deferred effects first, rule 7), whose successes, data in place, come
+ * before their failures.
+ */
+static void test_too_large_cut_behind_device(void **state)
+{
+	enum { N = 64, SZ = 4096 };
+	static unsigned char payload[N * SZ], got[N * SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	unsigned char small[64];
+	int fd, seen_fail = 0;
+	void *rx;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, sizeof(payload), &rx), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(ep, (char *)rx + (size_t)i * SZ, SZ, i), 0);
+	assert_int_equal(gdx_xport_post_recv(ep, small, sizeof(small), N), 0);
+	t_fill(payload, sizeof(payload), 3);
+	for (int i = 0; i < N; i++) {
+		send_frame(fd, 2 /* SEND */, 10 + (uint64_t)i, SZ, 0);
+		assert_int_equal(send(fd, payload + (size_t)i * SZ, SZ, MSG_NOSIGNAL), SZ);
+	}
+	send_frame(fd, 2, 10 + N, 1 << 20, 0);
+	assert_int_equal(send(fd, payload, 1000, MSG_NOSIGNAL), 1000);
+	shutdown(fd, SHUT_WR);
+	for (int i = 0; i <= N; i++) {
+		while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		if (e.wr_id != (uint64_t)i)
+			fail_msg("receive %llu (%s) completed where %d was due",
+				 (unsigned long long)e.wr_id, gdx_strerror(e.status), i);
+		if (i == N && e.status != GDX_EDISCONNECTED) {
+			assert_int_equal(e.status, -EMSGSIZE);
+		} else if (e.status) {
+			assert_int_equal(e.status, GDX_EDISCONNECTED);
+			seen_fail = 1;
+		} else {
+			assert_false(seen_fail);
+			assert_int_equal(gdx_memcpy(dev, got, (char *)rx + (size_t)i * SZ, SZ), 0);
+			assert_memory_equal(got, payload + (size_t)i * SZ, SZ);
+		}
+	}
+	assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, rx);
+	gdx_device_close(dev);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_hello),
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test(test_recv_posted_mid_message),
+		cmocka_unit_test(test_too_large_cut_behind_device),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
