@@ -912,9 +912,9 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
  * time device memory is posted or registered, on the caller's thread: the
  * agent's start loads its module, which on CUDA may synchronise the context,
  * and neither endpoint thread may wait on a stream whose work waits for a
- * completion only that thread delivers.  The receive thread reaches it
- * only for memory that came another way (a shared receive queue's); the
- * ring's fields are published by the release store of dev.
+ * completion only that thread delivers (a shared receive queue's memory:
+ * tcp_srq_device).  The ring's fields are published by the release store of
+ * dev.
  */
 static void rr_prepare(struct tcp_ep *t, struct gdx_device *dev)
 {
@@ -2886,6 +2886,12 @@ static void tcp_mr_dereg(void *priv, struct gdx_xport_region *r)
 		gdx_xport_rkey_del(r->key);
 }
 
+/* Device memory in the shared receive queue: the receive thread may take it (rx_into). */
+static void tcp_srq_device(void *priv, struct gdx_device *dev)
+{
+	rr_prepare(priv, dev);
+}
+
 static int tcp_post(void *priv, struct gdx_xport_req *req)
 {
 	struct tcp_ep *t = priv;
@@ -2973,4 +2979,5 @@ const struct gdx_xport_ops gdx_xport_tcp_ops = {
 	.progress = tcp_progress,
 	.event_fd = tcp_event_fd,
 	.wait = tcp_wait,
+	.srq_device = tcp_srq_device,
 };

@@ -1167,7 +1167,13 @@ struct srq_ent {
 	void *buf;
 	size_t len;
 	uint64_t wr_id;
+	struct gdx_device *dev;		/* memory of a device, not host memory: else NULL */
 	struct srq_ent *next;
+};
+
+struct srq_dev {
+	struct gdx_device *dev;
+	struct srq_dev *next;
 };
 
 struct gdx_xport_srq {
@@ -1175,8 +1181,13 @@ struct gdx_xport_srq {
 	struct srq_ent *head, *tail;
 	unsigned depth, count;		/* count: waiting here, not yet taken */
 	unsigned outstanding;		/* posted and not completed: against depth */
-	pthread_mutex_t eps_lock;	/* eps, anchor; held while kicking them */
+	pthread_mutex_t eps_lock;	/* eps, anchor, devs; held while kicking them */
 	struct gdx_xport_ep *eps;
+	/*
+	 * Devices whose memory was posted: every member has been set up for each
+	 * (ops->srq_device), on the poster's or the joiner's thread.
+	 */
+	struct srq_dev *devs;
 	const struct gdx_xport_ops *ops;
 	int neps;
 	/*
@@ -1229,16 +1240,58 @@ GDX_API int gdx_xport_srq_destroy(struct gdx_xport_srq *q)
 		q->head = e->next;
 		free(e);
 	}
+	while (q->devs) {
+		struct srq_dev *d = q->devs;
+
+		q->devs = d->next;
+		free(d);
+	}
 	pthread_mutex_destroy(&q->lock);
 	pthread_mutex_destroy(&q->eps_lock);
 	free(q);
 	return 0;
 }
 
+/*
+ * Device memory of dev is posted: each member is set up for it now, on this
+ * thread, and each endpoint that joins later when it joins (srq_join), never
+ * by the thread that takes the receive (tcp's receive thread must not load
+ * the copy agent's module: on CUDA that may synchronise the context while a
+ * stream waits for a completion only that thread delivers).  Before the entry
+ * is queued, so no member can take it unprepared.
+ */
+static int srq_device(struct gdx_xport_srq *q, struct gdx_device *dev)
+{
+	struct srq_dev *d;
+	int ret = 0;
+
+	pthread_mutex_lock(&q->eps_lock);
+	for (d = q->devs; d && d->dev != dev; d = d->next)
+		;
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (d) {
+			d->dev = dev;
+			d->next = q->devs;
+			q->devs = d;
+			for (struct gdx_xport_ep *ep = q->eps; ep; ep = ep->srq_next)
+				if (ep->ops->srq_device)
+					ep->ops->srq_device(ep->priv, dev);
+		} else {
+			ret = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&q->eps_lock);
+	return ret;
+}
+
 GDX_API int gdx_xport_srq_post_recv(struct gdx_xport_srq *q, void *buf, size_t len,
 				    uint64_t wr_id)
 {
+	struct gdx_ptr_attrs a;
+	struct gdx_device *dev;
 	struct srq_ent *e;
+	int ret;
 
 	if (!q || (!buf && len))
 		return -EINVAL;
@@ -1246,6 +1299,15 @@ GDX_API int gdx_xport_srq_post_recv(struct gdx_xport_srq *q, void *buf, size_t l
 	if (!e)
 		return -ENOMEM;
 	*e = (struct srq_ent){ .buf = buf, .len = len, .wr_id = wr_id };
+	dev = len ? gdx_device_of_ptr(buf, &a) : NULL;
+	if (dev && a.kind != GDX_MEM_PINNED) {
+		ret = srq_device(q, dev);
+		if (ret) {
+			free(e);
+			return ret;
+		}
+		e->dev = dev;
+	}
 	pthread_mutex_lock(&q->lock);
 	if (q->outstanding >= q->depth) {
 		pthread_mutex_unlock(&q->lock);
@@ -1268,14 +1330,23 @@ GDX_API int gdx_xport_srq_post_recv(struct gdx_xport_srq *q, void *buf, size_t l
 	return 0;
 }
 
+/*
+ * A message may arrive before its endpoint has joined (opts.srq is set from
+ * the start): device memory at the head waits until it has, and has been set
+ * up for it (srq_join); until then the message waits as one no receive took.
+ */
+static int srq_withheld(const struct gdx_xport_ep *ep, const struct srq_ent *e)
+{
+	return e && e->dev && ep->ops->srq_device && !atomic_load(&ep->srq_ready);
+}
+
 unsigned gdx_xport_srq_waiting(const struct gdx_xport_ep *ep)
 {
-	/* opts.srq: a message may arrive before the endpoint has finished joining. */
 	struct gdx_xport_srq *q = ep->opts.srq;
 	unsigned n;
 
 	pthread_mutex_lock(&q->lock);
-	n = q->count;
+	n = srq_withheld(ep, q->head) ? 0 : q->count;
 	pthread_mutex_unlock(&q->lock);
 	return n;
 }
@@ -1299,7 +1370,7 @@ int gdx_xport_srq_take(struct gdx_xport_ep *ep, struct gdx_xport_req **out)
 		int ret;
 
 		pthread_mutex_lock(&q->lock);
-		e = q->head;
+		e = srq_withheld(ep, q->head) ? NULL : q->head;
 		if (e) {
 			q->head = e->next;
 			if (!q->head)
@@ -1378,6 +1449,11 @@ static int srq_join(struct gdx_xport_ep *ep)
 	ep->srq_next = q->eps;
 	q->eps = ep;
 	q->neps++;
+	if (ep->ops->srq_device) {
+		for (struct srq_dev *d = q->devs; d; d = d->next)
+			ep->ops->srq_device(ep->priv, d->dev);
+		atomic_store(&ep->srq_ready, 1);
+	}
 	/* Receives posted while no member could take them. */
 	ep->ops->srq_kick(ep->priv);
 	pthread_mutex_unlock(&q->eps_lock);

@@ -27,6 +27,7 @@ struct gdx_xport_ep {
 	struct gdx_xport_mr *mrs;	/* live explicit registrations */
 	struct gdx_xport_srq *srq;	/* opts.srq, once joined */
 	struct gdx_xport_ep *srq_next;
+	_Atomic int srq_ready;		/* joined, set up for the queue's devices (srq_device) */
 };
 
 struct gdx_xport_listener {

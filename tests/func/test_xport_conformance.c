@@ -671,7 +671,9 @@ static void test_dev_then_host_order(void **state)
  * on CUDA that may synchronise the context) on the thread that posts or
  * registers device memory, never on a receive thread, which must not wait on
  * a stream whose work may wait for a completion only it delivers.  The
- * device's set-up ops are wrapped to see which thread calls them.
+ * device's set-up ops are wrapped to see which thread calls them.  Device
+ * memory in a shared receive queue too: its members are set up when it is
+ * posted, and a connection accepted later when it joins.
  */
 static atomic_uint rx_setup_calls;
 
@@ -685,6 +687,49 @@ static void watch_rx(const char *op)
 	pthread_getname_np(pthread_self(), name, sizeof(name));
 	if (!strcmp(name, "gdx-tcp-rx"))
 		atomic_fetch_add(&rx_setup_calls, 1);
+}
+
+static void dev_setup_srq(unsigned char *tx, char *dbuf)
+{
+	enum { SZ = 16384 };
+	struct gdx_xport_ep *s2, *c2;
+	struct gdx_xport_opts o;
+	struct gdx_xport_srq *q;
+	struct acc a = { 0 };
+	struct pair p;
+	pthread_t th;
+
+	assert_int_equal(gdx_xport_srq_create(4, &q), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.srq = q;
+	pair_open(&p, &o, NULL);
+	kfill(K_HOST, tx, SZ, 9);
+	assert_int_equal(gdx_xport_srq_post_recv(q, dbuf, SZ, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
+	expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SZ);
+	kcheck(K_DEV, dbuf, SZ, 9);
+	/*
+	 * Device memory already in the queue when a connection joins it; the
+	 * message may arrive before the join is done (then it waits for it).
+	 */
+	kfill(K_HOST, tx, SZ, 10);
+	assert_int_equal(gdx_xport_srq_post_recv(q, dbuf, SZ, 3), 0);
+	a.l = p.l;
+	a.cq = p.cqs;
+	assert_int_equal(pthread_create(&th, NULL, accept_thread, &a), 0);
+	assert_int_equal(gdx_xport_connect(gdx_xport_listener_addr(p.l), NULL, p.cqc, &c2), 0);
+	assert_int_equal(gdx_xport_post_send(c2, tx, SZ, 4, 0), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(a.ret, 0);
+	s2 = a.ep;
+	expect(p.cqs, 3, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqc, 4, GDX_XPORT_OP_SEND, 0, SZ);
+	kcheck(K_DEV, dbuf, SZ, 10);
+	gdx_xport_ep_destroy(c2);
+	gdx_xport_ep_destroy(s2);
+	pair_close(&p);
+	assert_int_equal(gdx_xport_srq_destroy(q), 0);
 }
 
 static void test_dev_setup_off_rx_thread(void **state)
@@ -724,10 +769,12 @@ static void test_dev_setup_off_rx_thread(void **state)
 		}
 		pair_close(&p);
 	}
+	dev_setup_srq(tx, dbuf);
 	dev_watch_stop(dev);
 	assert_int_equal(atomic_load(&rx_setup_calls), 0);
+	/* one agent an endpoint that received device memory: 2 connections, then 2 of the queue */
 	if (dev->ops->agent_launch)
-		assert_int_equal(atomic_load(&dw_agent_starts), 2);
+		assert_int_equal(atomic_load(&dw_agent_starts), 4);
 	free(tx);
 	kfree(K_DEV, dbuf);
 	kfree(K_DEV, dregion);

@@ -115,6 +115,15 @@ struct gdx_xport_ops {
 	 * its receive thread need not wake to hand them over.
 	 */
 	void (*wait)(void *priv, int sleeping);
+	/*
+	 * Optional, with srq_kick: memory of dev (not pinned host memory) is in
+	 * the endpoint's shared receive queue; set up what receiving into it
+	 * needs, on this thread (the poster's, or the one that accepts or
+	 * connects the endpoint), so that the thread that takes the receive need
+	 * not.  Called once per endpoint and device, before the endpoint can take
+	 * such a receive (gdx_xport_srq_take holds one back until then).
+	 */
+	void (*srq_device)(void *priv, struct gdx_device *dev);
 };
 
 /* Queues req's completion on its endpoint's CQ; frees nothing the backend owns. */
