@@ -227,9 +227,10 @@ struct gdx_pipeline_stats {
 	double overlap;		/* step / max_stage; 1.0 is perfect overlap */
 	double speedup;		/* serial / step */
 	/*
-	 * Waits of the producer and the host stages that outlasted the spin
-	 * time and blocked (a sleep and a wake-up, or the device's own event
-	 * synchronisation).
+	 * Waits of the producer and the host stages for batches already
+	 * submitted that outlasted the spin time and blocked (a sleep and a
+	 * wake-up, or the device's own event synchronisation).  A host stage
+	 * idle until the next batch is submitted is not counted.
 	 */
 	uint64_t long_waits;
 	/*

@@ -505,18 +505,35 @@ static bool queue_ready(void *arg)
 	       __atomic_load_n(&st->quit, __ATOMIC_ACQUIRE);
 }
 
+/*
+ * Whether batch b has been submitted.  A host stage waiting for a batch that
+ * has not is idle (it waits for the application, or for the end): that
+ * wait is no long wait, or long_waits would count every pause between runs
+ * and say nothing of the waits the spin time is for.
+ */
+static bool submitted(struct gdx_pipeline *p, uint64_t b)
+{
+	bool ret;
+
+	pthread_mutex_lock(&p->lock);
+	ret = p->submitted > b;
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
 static void *host_stage_main(void *arg)
 {
 	struct stage *st = arg;
 	struct gdx_pipeline *p = st->p;
 	unsigned k = st->idx;
+	uint64_t next = 0;	/* the batch it gets next: they come in order */
 
 	for (;;) {
 		struct job *j;
 		uint64_t t, calls;
 		int ret;
 
-		if (!spin_for(p, queue_ready, st, 0))
+		if (!spin_for(p, queue_ready, st, 0) && submitted(p, next))
 			atomic_fetch_add(&p->long_waits, 1);
 		pthread_mutex_lock(&st->qlock);
 		while (!st->qcount && !st->quit)
@@ -529,6 +546,7 @@ static void *host_stage_main(void *arg)
 		st->qhead = (st->qhead + 1) % p->nring;
 		__atomic_store_n(&st->qcount, st->qcount - 1, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&st->qlock);
+		next = j->pub.batch + 1;
 
 		calls = gdx_device_calls();
 		t = gdx_now_ns();

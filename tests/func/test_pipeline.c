@@ -602,7 +602,8 @@ static void back_pressure(void **state)
 /*
  * Runs a three-stage shape whose last stage takes 1 ms over 2 slots with the
  * given spin time (-1: the knob); the data, the order and the slot reuse
- * must not depend on it.  Returns the waits that outlasted the spin.
+ * must not depend on it.  Returns the waits for submitted batches that
+ * outlasted the spin (idle waits are not counted: idle_waits).
  */
 static uint64_t run_spin(const char *shape, int spin_us)
 {
@@ -666,6 +667,35 @@ static void spin(void **state)
 		assert_true(polled < slept);
 		run_spin(shapes[i], 200);
 	}
+}
+
+/*
+ * A host stage waiting for a batch the producer has not submitted yet is
+ * idle, not in a long wait: batches submitted one at a time, 20 ms apart,
+ * without a spin time, leave long_waits at 0 (it counted one per pause).
+ */
+static void idle_waits(void **state)
+{
+	struct gdx_pipeline_stats ps = { .struct_size = sizeof(ps) };
+	const struct tstage st = { 'H', R_NONE, 0, -1, false, false };
+	const uint64_t n = 8;
+	struct tctx *t = make_ctx(&st, 1);
+
+	(void)state;
+	make_pipe_spin(t, 2, 2, 0);
+	add_test_stage(t, 0);
+	for (uint64_t b = 0; b < n; b++) {
+		assert_int_equal(gdx_pipeline_submit(t->p, NULL, GDX_PIPELINE_NOWAIT), 0);
+		for (unsigned ms = 0; t->ran[0] <= b && ms < 10000; ms++)
+			sleep_us(1000);
+		assert_int_equal(t->ran[0], b + 1);
+		sleep_us(20000);
+	}
+	assert_int_equal(gdx_pipeline_drain(t->p), 0);
+	assert_int_equal(gdx_pipeline_stats(t->p, &ps), 0);
+	assert_int_equal(ps.completed, n);
+	assert_int_equal(ps.long_waits, 0);
+	destroy(t);
 }
 
 /*
@@ -1295,6 +1325,7 @@ int main(void)
 		cmocka_unit_test(slot_reuse),
 		cmocka_unit_test(back_pressure),
 		cmocka_unit_test(spin),
+		cmocka_unit_test(idle_waits),
 		cmocka_unit_test(driver_calls),
 		cmocka_unit_test(errors),
 		cmocka_unit_test(load_stage),
