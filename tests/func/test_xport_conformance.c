@@ -882,6 +882,56 @@ static void test_dev_sends_through_agent(void **state)
 }
 
 /*
+ * tcp's stage ring with payloads of odd sizes, from device memory: large ones
+ * that do not divide the ring (where one would run past its end, its start
+ * takes it), between more tiny ones than the agent holds descriptors while its
+ * copies are slowed (frames that find none, or no room, go late); every
+ * message arrives whole and in order.
+ */
+static void test_dev_sends_odd_sizes(void **state)
+{
+	enum { N = 1400 };
+	size_t *sz = malloc(N * sizeof(*sz)), total = 0;
+	struct gdx_xport_opts o = deep_opts(N);
+	uint64_t seed = 77;
+	unsigned char *rx;
+	struct pair p;
+	char *src;
+
+	(void)state;
+	assert_non_null(sz);
+	for (int i = 0; i < N; i++) {
+		/* tiny ones first: more copies at once than descriptors, the ring far from full */
+		sz[i] = i >= 1100 && i % 8 == 0 ? 300001 + (size_t)(t_rand(&seed) % 360000) * 2
+						: 1 + (size_t)(t_rand(&seed) % 64);
+		total += sz[i];
+	}
+	src = kalloc(K_DEV, total);
+	rx = malloc(total);
+	assert_non_null(rx);
+	kfill(K_DEV, src, total, 31);
+	memset(rx, 0, total);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "5"), 0);
+	pair_open(&p, &o, &o);
+	for (size_t i = 0, off = 0; i < N; off += sz[i++])
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + off, sz[i], i), 0);
+	for (size_t i = 0, off = 0; i < N; off += sz[i++])
+		assert_int_equal(gdx_xport_post_send(p.c, src + off, sz[i], 10000 + i, 0), 0);
+	for (size_t i = 0; i < N; i++)
+		expect(p.cqs, i, GDX_XPORT_OP_RECV, 0, sz[i]);
+	for (size_t i = 0; i < N; i++)
+		expect(p.cqc, 10000 + i, GDX_XPORT_OP_SEND, 0, sz[i]);
+	kcheck(K_HOST, rx, total, 31);
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+	gdx_config_reset();
+	kfree(K_DEV, src);
+	free(rx);
+	free(sz);
+}
+
+/*
  * The copy agent faults under sends out of device memory: the connection
  * ends (a frame whose payload cannot be copied cannot be sent), every request
  * on both sides completes once, the ones that succeeded with their data in
@@ -1957,6 +2007,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_setup_off_rx_thread),
 		cmocka_unit_test(test_dev_agent_fault),
 		cmocka_unit_test(test_dev_sends_through_agent),
+		cmocka_unit_test(test_dev_sends_odd_sizes),
 		cmocka_unit_test(test_dev_send_agent_fault),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_dev_then_too_large),
