@@ -1699,7 +1699,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
  * frames ahead of it are sent, and the transmit thread waits only for the copy
  * of the frame it is about to send.  Room is taken in queue order and given
  * back, in the same order, once frames are sent: a frame that finds none (or
- * is larger than STAGE_SIZE, or whose copy cannot be posted) is late, and
+ * is larger than STAGE_SIZE, or fenced, or whose copy cannot be posted) is late, and
  * while a late frame is queued no other takes room; the transmit thread copies
  * late frames when it takes them, when the ring holds nothing ahead of them.
  * All of it under t->lock, whose holder is thereby the one producer of RR_TX.
@@ -1751,7 +1751,12 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
 	if (!x->dev || !x->plen || t->dead || !(a = tx_agent(t, x->dev)))
 		return;
 	x->sr = 1;
-	if (t->sr_late || x->plen > STAGE_SIZE || sr_stage(t, x, a)) {
+	/*
+	 * A fenced request's payload may be what an earlier read brings: it is
+	 * copied once the fence lets it go (rule 5), by the transmit thread.
+	 */
+	if (t->sr_late || x->plen > STAGE_SIZE || (x->req && (x->req->flags & GDX_XPORT_FENCE)) ||
+	    sr_stage(t, x, a)) {
 		x->late = 1;
 		t->sr_late++;
 	}
