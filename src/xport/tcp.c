@@ -1540,6 +1540,29 @@ static int staged_frame(const struct txi *x, const struct gdx_device *dev)
 }
 
 /*
+ * Moves the frame at the head of the queue to the end of a list being sent
+ * (*tail: where it goes); a read counts as in flight from here, a request in
+ * *nreq.  Lock held.
+ */
+static void tx_take_head(struct tcp_ep *t, struct txi ***tail, long *nreq)
+{
+	struct txi *x = t->txq_head;
+
+	if (x->h.type == F_READ && !x->counted) {
+		x->counted = 1;
+		t->reads_in_flight++;
+	}
+	*nreq += x->req != NULL;
+	t->txq_head = x->next;
+	if (!t->txq_head)
+		t->txq_tail = NULL;
+	t->qlen--;
+	x->next = NULL;
+	**tail = x;
+	*tail = &x->next;
+}
+
+/*
  * Takes the run of frames at the head of the queue that can go in one staged
  * train: device memory payloads of dev (read data, sends and writes; as much
  * as one stage buffer holds) and small host frames, up to a fenced request.
@@ -1560,18 +1583,7 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
 			break;
 		if (x->dev)
 			staged += x->plen;
-		if (x->h.type == F_READ && !x->counted) {
-			x->counted = 1;
-			t->reads_in_flight++;
-		}
-		*nreq += x->req != NULL;
-		t->txq_head = x->next;
-		if (!t->txq_head)
-			t->txq_tail = NULL;
-		t->qlen--;
-		x->next = NULL;
-		*tail = x;
-		tail = &x->next;
+		tx_take_head(t, &tail, nreq);
 		iov += 2;
 	}
 	return head;
@@ -1803,18 +1815,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 			x->late = 0;
 			t->sr_late--;
 		}
-		if (x->h.type == F_READ && !x->counted) {
-			x->counted = 1;
-			t->reads_in_flight++;
-		}
-		*nreq += x->req != NULL;
-		t->txq_head = x->next;
-		if (!t->txq_head)
-			t->txq_tail = NULL;
-		t->qlen--;
-		x->next = NULL;
-		*tail = x;
-		tail = &x->next;
+		tx_take_head(t, &tail, nreq);
 		n++;
 	}
 	return head;
