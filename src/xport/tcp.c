@@ -913,8 +913,10 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
  * agent's start loads its module, which on CUDA may synchronise the context,
  * and neither endpoint thread may wait on a stream whose work waits for a
  * completion only that thread delivers (a shared receive queue's memory:
- * tcp_srq_device).  The ring's fields are published by the release store of
- * dev.
+ * tcp_srq_device).  Without an agent, the same goes for the stream path's
+ * buffers and stream (rxs).  The ring's fields and rxs are published by the
+ * release store of dev.  Still set up on the receive thread: the stream
+ * path of a second device, and of the agent's after the agent failed.
  */
 static void rr_prepare(struct tcp_ep *t, struct gdx_device *dev)
 {
@@ -924,6 +926,9 @@ static void rr_prepare(struct tcp_ep *t, struct gdx_device *dev)
 	/* after rr_stop (a registration outlives the connection) nobody would stop it */
 	if (!t->rr.dev && !t->rr.stopped) {
 		rr_start(t, dev);
+		/* one that fails is tried again by the receive thread, which reports it */
+		if (!t->rr.on)
+			stager_ready(&t->rxs, dev);
 		__atomic_store_n(&t->rr.dev, dev, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&t->rr_lock);

@@ -788,35 +788,42 @@ static void test_dev_setup_off_rx_thread(void **state)
 	tx = malloc(SZ);
 	dbuf = kalloc(K_DEV, SZ);
 	dregion = kalloc(K_DEV, SZ);
-	atomic_store(&rx_setup_calls, 0);
-	dev_watch_start(dev, watch_rx);
-	for (int round = 0; round < 2; round++) {
-		/* a send into a device receive, then a write into a device region */
-		pair_open(&p, NULL, NULL);
-		kfill(K_HOST, tx, SZ, 7 + (uint64_t)round);
-		if (round == 0) {
-			assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
-			assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
-			expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
-			expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SZ);
-			kcheck(K_DEV, dbuf, SZ, 7);
-		} else {
-			assert_int_equal(gdx_xport_mr_reg(p.s, dregion, SZ,
-							  GDX_XPORT_ACCESS_REMOTE_WRITE, &dmr), 0);
-			assert_int_equal(gdx_xport_post_write(p.c, tx, SZ, gdx_xport_mr_addr(dmr),
-							      gdx_xport_mr_key(dmr), 3, 0), 0);
-			expect(p.cqc, 3, GDX_XPORT_OP_WRITE, 0, SZ);
-			kcheck(K_DEV, dregion, SZ, 8);
-			assert_int_equal(gdx_xport_mr_dereg(dmr), 0);
+	/* without the agent: the stream path's pinned buffers and stream */
+	for (int agent = 1; agent >= 0; agent--) {
+		assert_int_equal(gdx_config_set("xport.tcp_copy_agent", agent ? "1" : "0"), 0);
+		atomic_store(&rx_setup_calls, 0);
+		dev_watch_start(dev, watch_rx);
+		for (int round = 0; round < 2; round++) {
+			/* a send into a device receive, then a write into a device region */
+			pair_open(&p, NULL, NULL);
+			kfill(K_HOST, tx, SZ, 7 + (uint64_t)round);
+			if (round == 0) {
+				assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
+				assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
+				expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
+				expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SZ);
+				kcheck(K_DEV, dbuf, SZ, 7);
+			} else {
+				assert_int_equal(gdx_xport_mr_reg(p.s, dregion, SZ,
+								  GDX_XPORT_ACCESS_REMOTE_WRITE, &dmr),
+						 0);
+				assert_int_equal(gdx_xport_post_write(p.c, tx, SZ,
+								      gdx_xport_mr_addr(dmr),
+								      gdx_xport_mr_key(dmr), 3, 0), 0);
+				expect(p.cqc, 3, GDX_XPORT_OP_WRITE, 0, SZ);
+				kcheck(K_DEV, dregion, SZ, 8);
+				assert_int_equal(gdx_xport_mr_dereg(dmr), 0);
+			}
+			pair_close(&p);
 		}
-		pair_close(&p);
+		dev_setup_srq(tx, dbuf);
+		dev_watch_stop(dev);
+		assert_int_equal(atomic_load(&rx_setup_calls), 0);
+		/* an agent per endpoint that received device memory: 2 pairs, then 2 of the queue */
+		if (agent && dev->ops->agent_launch)
+			assert_int_equal(atomic_load(&dw_agent_starts), 4);
 	}
-	dev_setup_srq(tx, dbuf);
-	dev_watch_stop(dev);
-	assert_int_equal(atomic_load(&rx_setup_calls), 0);
-	/* one agent an endpoint that received device memory: 2 connections, then 2 of the queue */
-	if (dev->ops->agent_launch)
-		assert_int_equal(atomic_load(&dw_agent_starts), 4);
+	gdx_config_reset();
 	free(tx);
 	kfree(K_DEV, dbuf);
 	kfree(K_DEV, dregion);
