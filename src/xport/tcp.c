@@ -1365,7 +1365,9 @@ static void tx_free_list(struct txi *x)
  * Frees list, frames whose device copies may still be in flight after a
  * failure: they must land first (the frames hold the memory they read, a
  * region's key), or, where the agent failed, the frames are kept until it has
- * stopped (tx_hold, freed after rr_stop).
+ * stopped (tx_hold, freed after rr_stop).  A failed agent's copies are not
+ * all below tx_seq: a post that failed to launch the worker has no seq here,
+ * yet a worker still running may make its copy.
  */
 static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list)
 {
@@ -1373,7 +1375,7 @@ static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list
 
 	if (!list)
 		return;
-	if (!tx_copy_wait(t, dev)) {
+	if (!t->tx_agent_err && !tx_copy_wait(t, dev)) {
 		tx_free_list(list);
 		return;
 	}

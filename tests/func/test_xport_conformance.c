@@ -1043,6 +1043,77 @@ static void test_dev_send_agent_fault(void **state)
 	free(rx);
 }
 
+/*
+ * A post whose worker launch failed may still be copied by a worker that runs
+ * on (include/gdx/device.h: its memory stays off limits until the agent is
+ * stopped).  The launch here launches the worker, whose copies are slowed,
+ * and then reports a failure, under the transmit thread's copy of read data
+ * larger than a stage buffer: the region the peer reads keeps its key (its
+ * deregistration waits) until the receive thread has stopped the agent.
+ */
+static const struct gdx_device_ops *lf_real;
+static struct gdx_device_ops lf_ops;
+static atomic_int lf_armed, lf_stopped;
+
+static int lf_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	int rc = lf_real->agent_launch(priv, stream, a);
+
+	return !rc && stream && atomic_exchange(&lf_armed, 0) ? -EIO : rc;
+}
+
+/* the agent's stop destroys its workers' streams */
+static int lf_stream_destroy(void *priv, void *stream)
+{
+	char name[16] = "";
+
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	if (!strcmp(name, "gdx-tcp-rx"))
+		atomic_store(&lf_stopped, 1);
+	return lf_real->stream_destroy(priv, stream);
+}
+
+static void test_dev_send_launch_fails(void **state)
+{
+	const size_t n = (size_t)3 << 20;
+	char *region;
+	unsigned char *back;
+	struct gdx_xport_mr *mr;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+		skip();
+	region = kalloc(K_DEV, n);
+	back = malloc(n);
+	assert_non_null(back);
+	pair_open(&p, NULL, NULL);
+	/* the agent starts here; its workers on their first copies */
+	assert_int_equal(gdx_xport_mr_reg(p.s, region, n, GDX_XPORT_ACCESS_REMOTE_READ, &mr), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "200000"), 0);
+	lf_real = dev->ops;
+	lf_ops = *lf_real;
+	lf_ops.agent_launch = lf_agent_launch;
+	lf_ops.stream_destroy = lf_stream_destroy;
+	atomic_store(&lf_armed, 1);
+	atomic_store(&lf_stopped, 0);
+	dev->ops = &lf_ops;
+	assert_int_equal(gdx_xport_post_read(p.c, back, n, gdx_xport_mr_addr(mr),
+					     gdx_xport_mr_key(mr), 1, 0), 0);
+	get_cqe(p.cqc, &e);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_not_equal(e.status, 0);
+	assert_int_equal(atomic_load(&lf_armed), 0);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	assert_int_equal(atomic_load(&lf_stopped), 1);
+	dev->ops = lf_real;
+	gdx_config_reset();
+	pair_close(&p);
+	kfree(K_DEV, region);
+	free(back);
+}
+
 static void test_dev_agent_fault(void **state)
 {
 	enum { N = 16, SZ = 4096 };
@@ -2060,6 +2131,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_sends_through_agent),
 		cmocka_unit_test(test_dev_sends_odd_sizes),
 		cmocka_unit_test(test_dev_send_agent_fault),
+		cmocka_unit_test(test_dev_send_launch_fails),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_dev_then_too_large),
 		cmocka_unit_test(test_bad_access),
