@@ -76,6 +76,7 @@ enum {
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)
 #define SR_SIZE (2 * STAGE_SIZE)	/* the stage ring: device payloads sent through the agent */
+#define SR_ALIGN 64u			/* where each payload starts in it */
 #define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
 #define TX_TRAIN_BYTES (256u << 10)
 
@@ -115,8 +116,8 @@ struct txi {			/* one frame to transmit */
 	int counted;			/* a read counted in reads_in_flight */
 	/*
 	 * Device payloads sent through the stage ring (sr: the endpoint's agent
-	 * copies them): staged, its copy posted (seq) into the ring up to
-	 * sr_end; else late, the transmit thread's to copy.
+	 * copies them): staged, its copy posted (seq) into room of the ring
+	 * that ends at sr_end; else late, the transmit thread's to copy.
 	 */
 	uint8_t sr, staged, late;
 	uint32_t seq;
@@ -1724,11 +1725,18 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
  * All of it under t->lock, whose holder is thereby the one producer of RR_TX.
  */
 
-/* Room for n bytes of the ring, not across its end: *pos, or -EAGAIN.  Lock held. */
+/*
+ * Room for n bytes of the ring, not across its end: *pos, or -EAGAIN.  Each
+ * frame's room starts at an SR_ALIGN boundary, whatever the sizes before it:
+ * the cuda agent copies with 16-byte vectors only where both ends are
+ * aligned, byte by byte elsewhere.  Lock held.
+ */
 static int sr_room(struct tcp_ep *t, size_t n, uint64_t *pos)
 {
-	uint64_t off = t->sr_head % SR_SIZE, skip = off + n > SR_SIZE ? SR_SIZE - off : 0;
+	uint64_t off = t->sr_head % SR_SIZE, skip;
 
+	n = GDX_ALIGN_UP(n, (size_t)SR_ALIGN);
+	skip = off + n > SR_SIZE ? SR_SIZE - off : 0;
 	if (t->sr_head + skip + n - t->sr_tail > SR_SIZE)
 		return -EAGAIN;
 	*pos = t->sr_head + skip;
@@ -1756,7 +1764,7 @@ static int sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
 		return ret;
 	}
 	x->pp = t->sr + pos % SR_SIZE;
-	x->sr_end = pos + x->plen;
+	x->sr_end = t->sr_head;
 	x->seq = seq;
 	x->staged = 1;
 	return 0;

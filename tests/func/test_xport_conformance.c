@@ -1114,6 +1114,80 @@ static void test_dev_send_launch_fails(void **state)
 	free(back);
 }
 
+/*
+ * The stage ring places each payload at a 64-byte boundary whatever the sizes
+ * before it: the cuda agent copies with 16-byte vectors only where both ends
+ * are aligned (src/gpu/agent.cu), byte by byte elsewhere.  Device sends of
+ * 4097 bytes from aligned sources; the destinations of the agent's send ring
+ * (ring 1, worker 1: seen at its launch) are read back from its descriptors.
+ */
+static struct gdx_agent_args al_args;
+static atomic_int al_seen;
+
+static int al_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	if (stream && a->worker == 1 && !atomic_load(&al_seen)) {
+		al_args = *a;
+		atomic_store(&al_seen, 1);
+	}
+	return lf_real->agent_launch(priv, stream, a);
+}
+
+static void test_dev_ring_aligned(void **state)
+{
+	enum { N = 24, SZ = 4097, STRIDE = 8192 };
+	char *src;
+	unsigned char *rx, *want;
+	struct gdx_xport_opts o = deep_opts(N);
+	unsigned checked = 0;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+		skip();
+	src = kalloc(K_DEV, (size_t)N * STRIDE);
+	rx = malloc((size_t)N * STRIDE);
+	want = malloc((size_t)N * STRIDE);
+	assert_true(rx && want);
+	kfill(K_DEV, src, (size_t)N * STRIDE, 41);
+	lf_real = dev->ops;
+	lf_ops = *lf_real;
+	lf_ops.agent_launch = al_agent_launch;
+	atomic_store(&al_seen, 0);
+	dev->ops = &lf_ops;
+	pair_open(&p, &o, &o);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * STRIDE, SZ, i), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_send(p.c, src + (size_t)i * STRIDE, SZ, 100 + i, 0),
+				 0);
+	for (int i = 0; i < N; i++)
+		expect(p.cqs, (uint64_t)i, GDX_XPORT_OP_RECV, 0, SZ);
+	t_fill(want, (size_t)N * STRIDE, 41);
+	for (int i = 0; i < N; i++) {
+		expect(p.cqc, 100 + (uint64_t)i, GDX_XPORT_OP_SEND, 0, SZ);
+		assert_memory_equal(rx + (size_t)i * STRIDE, want + (size_t)i * STRIDE, SZ);
+	}
+	assert_int_equal(atomic_load(&al_seen), 1);
+	for (uint32_t i = 0; i < al_args.entries; i++) {
+		const struct gdx_agent_desc *d = (const struct gdx_agent_desc *)(uintptr_t)
+			al_args.descs + (size_t)1 * al_args.entries + i;
+		uint64_t dst = (uint32_t)d->w[0] | (uint64_t)(uint32_t)d->w[1] << 32;
+
+		if (!(d->w[4] >> 32))
+			continue;
+		if (dst % 64)
+			fail_msg("copy %u of the send ring lands at %#llx", i, (unsigned long long)dst);
+		checked++;
+	}
+	assert_int_equal(checked, N);
+	dev->ops = lf_real;
+	pair_close(&p);
+	kfree(K_DEV, src);
+	free(rx);
+	free(want);
+}
+
 static void test_dev_agent_fault(void **state)
 {
 	enum { N = 16, SZ = 4096 };
@@ -2132,6 +2206,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_sends_odd_sizes),
 		cmocka_unit_test(test_dev_send_agent_fault),
 		cmocka_unit_test(test_dev_send_launch_fails),
+		cmocka_unit_test(test_dev_ring_aligned),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_dev_then_too_large),
 		cmocka_unit_test(test_bad_access),
