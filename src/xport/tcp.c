@@ -113,7 +113,8 @@ struct txi {			/* one frame to transmit */
 	const void *pp;			/* the payload (host memory when small) */
 	size_t plen;
 	int small;			/* host payload of at most DIRECT_MAX: goes in trains */
-	int counted;			/* a read counted in reads_in_flight */
+	int going;			/* its bytes began to go out (tx_going) */
+	struct qent *q;			/* request frames: the request's outstanding entry */
 	/*
 	 * Device payloads sent through the stage ring (sr: the endpoint's agent
 	 * copies them): staged, its copy posted (seq) into room of the ring
@@ -131,6 +132,7 @@ struct qent {
 	uint64_t len;
 	int is_imm;
 	uint32_t imm;
+	int sent;		/* outstanding requests: its frame began to go out */
 	struct qent *next;
 };
 
@@ -1441,14 +1443,28 @@ static int fence_blocked(struct tcp_ep *t, struct txi *x)
 	return x->req && (x->req->flags & GDX_XPORT_FENCE) && t->reads_in_flight;
 }
 
+/*
+ * Frame x is about to go out (once; lock held): a read is in flight from
+ * here, and a request may be answered, not before (resp_take): a peer that
+ * answers a request still queued would complete it, and have it freed, while
+ * its frame still points at it.  Nothing of x->req is looked at past here.
+ */
+static void tx_going(struct tcp_ep *t, struct txi *x)
+{
+	if (x->going)
+		return;
+	x->going = 1;
+	if (x->h.type == F_READ)
+		t->reads_in_flight++;
+	if (x->q)
+		x->q->sent = 1;
+}
+
 /* Takes the socket for sending x.  Lock held. */
 static void tx_begin(struct tcp_ep *t, struct txi *x)
 {
 	t->sending = 1;
-	if (x->h.type == F_READ && !x->counted) {
-		x->counted = 1;
-		t->reads_in_flight++;
-	}
+	tx_going(t, x);
 }
 
 /*
@@ -1465,10 +1481,7 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov)
 
 	for (struct txi *x = t->txq_head; x && x->small && cnt + 2 <= TX_TRAIN_IOV &&
 	     bytes < TX_TRAIN_BYTES && !fence_blocked(t, x); x = x->next) {
-		if (x->h.type == F_READ && !x->counted) {
-			x->counted = 1;
-			t->reads_in_flight++;
-		}
+		tx_going(t, x);
 		if (x->off < hl)
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
 		if (x->plen) {
@@ -1556,10 +1569,7 @@ static void tx_take_head(struct tcp_ep *t, struct txi ***tail, long *nreq)
 {
 	struct txi *x = t->txq_head;
 
-	if (x->h.type == F_READ && !x->counted) {
-		x->counted = 1;
-		t->reads_in_flight++;
-	}
+	tx_going(t, x);
 	*nreq += x->req != NULL;
 	t->txq_head = x->next;
 	if (!t->txq_head)
@@ -1955,8 +1965,13 @@ static void *tx_main(void *arg)
 		tx_begin(t, x);
 		pthread_mutex_unlock(&t->lock);
 
-		/* Once the last byte is out the peer may answer and x->req be freed. */
-		tx_payload(x, &p, &dev, &n);
+		/*
+		 * What tx_submit_locked found of the payload: once the bytes go out,
+		 * the peer may answer and x->req be freed.
+		 */
+		p = x->pp;
+		dev = x->dev;
+		n = x->plen;
 		is_req = x->req != NULL;
 		late = x->late;
 		ret = dev ? tx_device(t, x, p, dev, n) : tx_host(t, x, p, n, 0);
@@ -2366,6 +2381,12 @@ static int resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qe
 	    (h->type == F_READ_RESP) != (q->req->op == GDX_XPORT_OP_READ)) {
 		if (!quiet)
 			GDX_ERR(SUBSYS, "response to a request not outstanding (id %llu)",
+				(unsigned long long)h->id);
+		return GDX_EPROTO;
+	}
+	if (!q->sent) {
+		if (!quiet)
+			GDX_ERR(SUBSYS, "response to request %llu, which was not sent yet",
 				(unsigned long long)h->id);
 		return GDX_EPROTO;
 	}
@@ -2960,6 +2981,7 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 	}
 	q->data = (void *)(uintptr_t)++t->next_id;
 	x->req = req;
+	x->q = q;
 	x->h.id = t->next_id;
 	x->h.len = req->buf.len;
 	x->h.raddr = req->raddr;

@@ -358,6 +358,50 @@ static void test_too_large_cut_behind_device(void **state)
 	gdx_device_close(dev);
 }
 
+/*
+ * An answer to a request whose frame has not begun to go out (queued behind a
+ * large write the peer does not read) is refused: the connection drops and
+ * the request completes with GDX_EDISCONNECTED, never with success (and never
+ * while its frame still points at it).  The write, answered while its bytes
+ * were going out, may complete.
+ */
+static void test_answer_before_sent(void **state)
+{
+	static unsigned char big[8u << 20], small[16];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	struct frame f;
+	int fd, st[2] = { 1, 1 };
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	/* more than the sockets hold: the transmit thread stays inside the write */
+	assert_int_equal(gdx_xport_post_write(ep, big, sizeof(big), 0x1000, 1, 100, 0), 0);
+	assert_int_equal(gdx_xport_post_send(ep, small, sizeof(small), 101, 0), 0);
+	assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	assert_int_equal(f.type, 3);	/* WRITE */
+	send_frame(fd, 5, f.id, 0, 0);
+	send_frame(fd, 5, f.id + 1, 0, 0);
+	for (int got = 0; got < 2; got++) {
+		while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		assert_true(e.wr_id == 100 || e.wr_id == 101);
+		st[e.wr_id - 100] = e.status;
+	}
+	assert_true(st[0] == 0 || st[0] == GDX_EDISCONNECTED);
+	assert_int_equal(st[1], GDX_EDISCONNECTED);
+	assert_int_equal(gdx_xport_ep_connected(ep), 0);
+	assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -365,6 +409,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test(test_recv_posted_mid_message),
 		cmocka_unit_test(test_too_large_cut_behind_device),
+		cmocka_unit_test(test_answer_before_sent),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
