@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer target: the tcp transport's receive path against whatever a peer
+ * sends.  A raw socket does the hello, then writes the input (after its first
+ * byte) to a real endpoint that has work posted: two receives, a send, a read
+ * and a write of its own, and a region the peer may read and write (its key
+ * and address stand wherever the input has the 8-byte words KEY_MAGIC and
+ * ADDR_MAGIC, so that mutations reach the served paths, not only the key
+ * check).  The first byte picks host or (emulated) device memory for the
+ * receives, the read and the region, and whether device memory goes through
+ * the copy agent.  Then the peer hangs up.  Beyond "no crash": every request
+ * posted completes exactly once, nothing hangs, and no byte lands outside the
+ * buffers and region (guards around the host ones).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gdx/gdx.h>
+#include <gdx/xport.h>
+
+#include "common/config.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_INPUT (64u << 10)
+#define BUF 8192
+#define GUARD 256
+#define KEY_MAGIC 0x59454b5a5a5a5a5aull		/* "ZZZZZKEY" little-endian */
+#define ADDR_MAGIC 0x5244445a5a5a5a5aull	/* "ZZZZZDDR" */
+#define HELLO_MAGIC 0x54584447u
+#define NREQ 5
+
+struct frame {
+	uint8_t type, flags;
+	uint16_t rsvd;
+	int32_t status;
+	uint32_t imm, rsvd2;
+	uint64_t id, raddr, key, len;
+};
+
+/* Host memory with guards on both sides; the device twin of each buffer. */
+static uint8_t host[4][GUARD + BUF + GUARD];
+static void *devbuf[3];
+static struct gdx_device *dev;
+static struct gdx_xport_listener *l;
+static struct gdx_xport_cq *cq;
+static uint16_t port;
+
+static void quiet(enum gdx_log_level lvl, const char *subsys, const char *msg, void *arg)
+{
+	(void)lvl;
+	(void)subsys;
+	(void)msg;
+	(void)arg;
+}
+
+static void setup(void)
+{
+	const char *a;
+
+	gdx_log_set_callback(quiet, NULL);
+	if (gdx_device_open("emulated", &dev))
+		abort();
+	for (int i = 0; i < 3; i++)
+		if (gdx_device_malloc(dev, BUF, &devbuf[i]))
+			abort();
+	if (gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l) || gdx_xport_cq_create(&cq))
+		abort();
+	a = strrchr(gdx_xport_listener_addr(l), ':');
+	port = (uint16_t)atoi(a + 1);
+}
+
+static int raw_connect(void)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port),
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)))
+		abort();
+	return fd;
+}
+
+/* Writes n bytes while the endpoint reads them; gives up if it stops reading. */
+static void feed(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT | POLLIN };
+		char sink[4096];
+		ssize_t w;
+
+		if (poll(&pfd, 1, 200) <= 0)
+			return;
+		/* what the endpoint sends (answers, read data) must not fill its socket */
+		while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+			;
+		if (!(pfd.revents & POLLOUT))
+			continue;
+		w = send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w < 0 && errno != EAGAIN && errno != EINTR)
+			return;
+		if (w > 0) {
+			p += w;
+			n -= (size_t)w;
+		}
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static uint8_t in[MAX_INPUT];
+	unsigned seen[NREQ] = { 0 }, done = 0;
+	bool on_dev, agent;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_mr *mr;
+	struct frame f = { .type = 1, .imm = HELLO_MAGIC, .id = 1 };
+	uint8_t *region;
+	uint64_t key, addr;
+	int fd;
+
+	if (size < 1 || size > MAX_INPUT)
+		return 0;
+	if (!l)
+		setup();
+	on_dev = data[0] & 1;
+	agent = data[0] & 2;
+	if (gdx_config_set("xport.tcp_copy_agent", agent ? "1" : "0"))
+		abort();
+	for (int i = 0; i < 4; i++)
+		memset(host[i], 0xa5, sizeof(host[i]));
+
+	/* the hello first: accept finds it waiting and answers */
+	fd = raw_connect();
+	if (send(fd, &f, sizeof(f), MSG_NOSIGNAL) != sizeof(f) ||
+	    gdx_xport_accept(l, cq, 5000, &ep) ||
+	    recv(fd, &f, sizeof(f), MSG_WAITALL) != sizeof(f))
+		abort();
+
+	region = on_dev ? devbuf[2] : host[3] + GUARD;
+	if (gdx_xport_mr_reg(ep, region, BUF,
+			     GDX_XPORT_ACCESS_REMOTE_READ | GDX_XPORT_ACCESS_REMOTE_WRITE, &mr))
+		abort();
+	key = gdx_xport_mr_key(mr);
+	addr = gdx_xport_mr_addr(mr);
+
+	/* wr_id i: receives 0 and 1; requests 2 (send, id 1), 3 (read, id 2), 4 (write, id 3) */
+	if (gdx_xport_post_recv(ep, host[0] + GUARD, 4096, 0) ||
+	    gdx_xport_post_recv(ep, on_dev ? devbuf[0] : host[1] + GUARD, BUF, 1) ||
+	    gdx_xport_post_send(ep, host[0] + GUARD + 4096, 100, 2, 0) ||
+	    gdx_xport_post_read(ep, on_dev ? devbuf[1] : host[2] + GUARD, 4096, 0x1000, 77, 3,
+				0) ||
+	    gdx_xport_post_write(ep, host[0] + GUARD + 4096, 64, 0x2000, 78, 4, 0))
+		abort();
+
+	memcpy(in, data + 1, size - 1);
+	for (size_t i = 0; i + 8 <= size - 1; i++) {
+		uint64_t w;
+
+		memcpy(&w, in + i, 8);
+		if (w == KEY_MAGIC)
+			memcpy(in + i, &key, 8);
+		else if (w == ADDR_MAGIC)
+			memcpy(in + i, &addr, 8);
+	}
+	feed(fd, in, size - 1);
+	shutdown(fd, SHUT_WR);
+
+	/* The peer is gone: every request completes, once. */
+	while (done < NREQ) {
+		struct gdx_xport_cqe e[8];
+		int n = gdx_xport_cq_poll(cq, e, 8);
+
+		if (n < 0)
+			abort();
+		if (!n) {
+			char sink[4096];
+
+			while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+				;
+			if (gdx_xport_cq_wait(cq, 5000) != 1)
+				abort();	/* hung: nothing completed in 5 s */
+			continue;
+		}
+		for (int i = 0; i < n; i++) {
+			if (e[i].wr_id >= NREQ || seen[e[i].wr_id]++)
+				abort();
+			done++;
+		}
+	}
+	close(fd);
+	if (gdx_xport_mr_dereg(mr))
+		abort();
+	gdx_xport_ep_destroy(ep);
+	for (int i = 0; i < 4; i++)
+		for (size_t j = 0; j < GUARD; j++)
+			if (host[i][j] != 0xa5 || host[i][GUARD + BUF + j] != 0xa5)
+				abort();
+	return 0;
+}
