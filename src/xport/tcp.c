@@ -2136,6 +2136,30 @@ static void tcp_match(void *priv)
 
 /* ---- receive thread ------------------------------------------------------- */
 
+/*
+ * The receive thread, stalled until a receive is posted for a message beyond
+ * max_unexpected, reads nothing meanwhile: it would not see the peer go.  So
+ * it waits on rx_cond a while at a time and between waits looks at the socket
+ * for the peer's end (shut down for writing, reset).  Then 1: the message
+ * cannot be received whole any more, and at the end of the connection the
+ * messages kept as unexpected are dropped, stalled or not.  Lock held.
+ */
+static int rx_stall_wait(struct tcp_ep *t)
+{
+	struct timespec ts;
+	struct pollfd pfd = { .fd = t->fd, .events = POLLRDHUP };
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 20 * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	if (pthread_cond_timedwait(&t->rx_cond, &t->lock, &ts) != ETIMEDOUT)
+		return 0;
+	return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* Hands a message to the oldest receive.  Lock held; may drop it to receive the payload. */
 static int rx_send(struct tcp_ep *t, const struct hdr *h)
 {
@@ -2173,7 +2197,11 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	       t->unexpected_bytes + h->len > t->max_unexpected) {
 		/* Nobody reads answers meanwhile: posts must not wait for us. */
 		t->rx_stalled = 1;
-		pthread_cond_wait(&t->rx_cond, &t->lock);	/* receiver not ready */
+		/* receiver not ready; the peer's end ends the wait too (rx_peer_gone) */
+		if (rx_stall_wait(t)) {
+			kill_conn(t, 0);
+			break;
+		}
 	}
 	t->rx_stalled = 0;
 	if (t->dead) {

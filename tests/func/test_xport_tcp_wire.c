@@ -402,6 +402,41 @@ static void test_answer_before_sent(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 }
 
+/*
+ * A peer that sends a message no receive can take, beyond what is kept as
+ * unexpected (the receive thread then stalls until a receive is posted), and
+ * hangs up: the endpoint sees it go all the same, and the request waiting for
+ * an answer completes with GDX_EDISCONNECTED instead of waiting forever.
+ */
+static void test_peer_gone_while_stalled(void **state)
+{
+	static unsigned char dst[64], part[16];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	assert_int_equal(gdx_xport_post_read(ep, dst, sizeof(dst), 0x1000, 1, 100, 0), 0);
+	send_frame(fd, 2 /* SEND */, 1, sizeof(part), 0);
+	assert_int_equal(send(fd, part, sizeof(part), MSG_NOSIGNAL), sizeof(part));
+	send_frame(fd, 2, 2, 1ull << 30, 0);
+	shutdown(fd, SHUT_WR);
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	assert_int_equal(e.wr_id, 100);
+	assert_int_equal(e.status, GDX_EDISCONNECTED);
+	assert_int_equal(gdx_xport_ep_connected(ep), 0);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -410,6 +445,7 @@ int main(void)
 		cmocka_unit_test(test_recv_posted_mid_message),
 		cmocka_unit_test(test_too_large_cut_behind_device),
 		cmocka_unit_test(test_answer_before_sent),
+		cmocka_unit_test(test_peer_gone_while_stalled),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
