@@ -76,7 +76,7 @@ enum {
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)
 #define SR_SIZE (2 * STAGE_SIZE)	/* the stage ring: device payloads sent through the agent */
-#define SR_ALIGN 64u			/* where each payload starts in it */
+#define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (sr_room) */
 #define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
 #define TX_TRAIN_BYTES (256u << 10)
 
@@ -868,8 +868,8 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 			 gdx_device_name(dev));
 		return;
 	}
-	rr->size = gdx_cfg_size("xport.tcp_rx_ring");
-	rr->chunk = rr->size / 8;
+	rr->size = gdx_cfg_size("xport.tcp_rx_ring") & ~(size_t)(RING_ALIGN - 1);
+	rr->chunk = rr->size / 8 & ~(size_t)(RING_ALIGN - 1);
 	rr->pmask = 2 * RR_ENTRIES - 1;
 	gdx_copy_agent_opts_init(&o, sizeof(o));
 	/* a worker per direction: a large send's copy does not hold up receives */
@@ -956,8 +956,9 @@ static int rr_reserve(struct tcp_ep *t, size_t need)
  * Receives n bytes for dst, device memory of the ring's device, through the
  * ring: pieces of at most a chunk back to back, each one's copy posted to the
  * agent as soon as it is in, so small messages share the ring and large ones
- * overlap receiving and copying.  A piece that would run past the ring's end
- * starts over at its beginning (the tail is skipped).  Only ring space is
+ * overlap receiving and copying.  Each piece starts at a RING_ALIGN boundary
+ * (sr_room says why); one that would run past the ring's end starts over at
+ * its beginning (the tail is skipped).  Only ring space is
  * waited for: the caller defers what depends on the bytes having landed.  An
  * agent that fails on the way: the rest of the payload is read and dropped,
  * and its error returned.
@@ -969,11 +970,12 @@ static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
 
 	while (n) {
 		size_t off = (size_t)(rr->head % rr->size), piece = GDX_MIN(n, rr->chunk);
-		size_t skip = off + piece > rr->size ? rr->size - off : 0;
+		size_t span = GDX_ALIGN_UP(piece, (size_t)RING_ALIGN);
+		size_t skip = off + span > rr->size ? rr->size - off : 0;
 		unsigned char *p = rr->ring + (skip ? 0 : off);
 		uint32_t seq;
 
-		ret = rr_reserve(t, skip + piece);
+		ret = rr_reserve(t, skip + span);
 		if (ret)
 			break;
 		rr->head += skip;
@@ -999,9 +1001,9 @@ static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
 				rr_fail(t, ret);
 			break;
 		}
-		rr->pend[seq & rr->pmask] = rr->head + piece;
+		rr->pend[seq & rr->pmask] = rr->head + span;
 		rr->seq = seq;
-		rr->head += piece;
+		rr->head += span;
 		dst += piece;
 		defer_release(t);
 	}
@@ -1737,7 +1739,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 
 /*
  * Room for n bytes of the ring, not across its end: *pos, or -EAGAIN.  Each
- * frame's room starts at an SR_ALIGN boundary, whatever the sizes before it:
+ * frame's room starts at a RING_ALIGN boundary, whatever the sizes before it:
  * the cuda agent copies with 16-byte vectors only where both ends are
  * aligned, byte by byte elsewhere.  Lock held.
  */
@@ -1745,7 +1747,7 @@ static int sr_room(struct tcp_ep *t, size_t n, uint64_t *pos)
 {
 	uint64_t off = t->sr_head % SR_SIZE, skip;
 
-	n = GDX_ALIGN_UP(n, (size_t)SR_ALIGN);
+	n = GDX_ALIGN_UP(n, (size_t)RING_ALIGN);
 	skip = off + n > SR_SIZE ? SR_SIZE - off : 0;
 	if (t->sr_head + skip + n - t->sr_tail > SR_SIZE)
 		return -EAGAIN;

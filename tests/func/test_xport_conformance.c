@@ -1115,45 +1115,56 @@ static void test_dev_send_launch_fails(void **state)
 }
 
 /*
- * The stage ring places each payload at a 64-byte boundary whatever the sizes
+ * tcp's pinned rings place each piece at a 64-byte boundary whatever the sizes
  * before it: the cuda agent copies with 16-byte vectors only where both ends
- * are aligned (src/gpu/agent.cu), byte by byte elsewhere.  Device sends of
- * 4097 bytes from aligned sources; the destinations of the agent's send ring
- * (ring 1, worker 1: seen at its launch) are read back from its descriptors.
+ * are aligned (src/gpu/agent.cu), byte by byte elsewhere.  Sends of 4097 bytes
+ * between aligned device buffers; the agents' descriptors (found at their
+ * workers' launches) say where the copies went out of the receive ring (ring
+ * 0, the source) and into the stage ring (ring 1, the destination).
  */
-static struct gdx_agent_args al_args;
-static atomic_int al_seen;
+static pthread_mutex_t al_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gdx_agent_args al_args[4];
+static int al_n;
 
 static int al_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
 {
-	if (stream && a->worker == 1 && !atomic_load(&al_seen)) {
-		al_args = *a;
-		atomic_store(&al_seen, 1);
+	pthread_mutex_lock(&al_lock);
+	if (stream) {
+		int i = 0;
+
+		while (i < al_n && al_args[i].descs != a->descs)
+			i++;
+		if (i == al_n && al_n < (int)GDX_ARRAY_SIZE(al_args))
+			al_args[al_n++] = *a;
 	}
+	pthread_mutex_unlock(&al_lock);
 	return lf_real->agent_launch(priv, stream, a);
 }
 
 static void test_dev_ring_aligned(void **state)
 {
 	enum { N = 24, SZ = 4097, STRIDE = 8192 };
-	char *src;
-	unsigned char *rx, *want;
+	char *src, *rx;
+	unsigned char *got, *want;
 	struct gdx_xport_opts o = deep_opts(N);
-	unsigned checked = 0;
+	unsigned checked[2] = { 0, 0 };
+	struct gdx_agent_args args[GDX_ARRAY_SIZE(al_args)];
 	struct pair p;
+	int n;
 
 	(void)state;
 	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
 		skip();
 	src = kalloc(K_DEV, (size_t)N * STRIDE);
-	rx = malloc((size_t)N * STRIDE);
+	rx = kalloc(K_DEV, (size_t)N * STRIDE);
+	got = malloc((size_t)N * STRIDE);
 	want = malloc((size_t)N * STRIDE);
-	assert_true(rx && want);
+	assert_true(got && want);
 	kfill(K_DEV, src, (size_t)N * STRIDE, 41);
 	lf_real = dev->ops;
 	lf_ops = *lf_real;
 	lf_ops.agent_launch = al_agent_launch;
-	atomic_store(&al_seen, 0);
+	al_n = 0;
 	dev->ops = &lf_ops;
 	pair_open(&p, &o, &o);
 	for (int i = 0; i < N; i++)
@@ -1163,28 +1174,41 @@ static void test_dev_ring_aligned(void **state)
 				 0);
 	for (int i = 0; i < N; i++)
 		expect(p.cqs, (uint64_t)i, GDX_XPORT_OP_RECV, 0, SZ);
-	t_fill(want, (size_t)N * STRIDE, 41);
-	for (int i = 0; i < N; i++) {
+	for (int i = 0; i < N; i++)
 		expect(p.cqc, 100 + (uint64_t)i, GDX_XPORT_OP_SEND, 0, SZ);
-		assert_memory_equal(rx + (size_t)i * STRIDE, want + (size_t)i * STRIDE, SZ);
-	}
-	assert_int_equal(atomic_load(&al_seen), 1);
-	for (uint32_t i = 0; i < al_args.entries; i++) {
-		const struct gdx_agent_desc *d = (const struct gdx_agent_desc *)(uintptr_t)
-			al_args.descs + (size_t)1 * al_args.entries + i;
-		uint64_t dst = (uint32_t)d->w[0] | (uint64_t)(uint32_t)d->w[1] << 32;
-
-		if (!(d->w[4] >> 32))
-			continue;
-		if (dst % 64)
-			fail_msg("copy %u of the send ring lands at %#llx", i, (unsigned long long)dst);
-		checked++;
-	}
-	assert_int_equal(checked, N);
+	t_fill(want, (size_t)N * STRIDE, 41);
+	assert_int_equal(gdx_memcpy(dev, got, rx, (size_t)N * STRIDE), 0);
+	for (int i = 0; i < N; i++)
+		assert_memory_equal(got + (size_t)i * STRIDE, want + (size_t)i * STRIDE, SZ);
+	pthread_mutex_lock(&al_lock);
+	n = al_n;
+	memcpy(args, al_args, sizeof(args));
+	pthread_mutex_unlock(&al_lock);
 	dev->ops = lf_real;
+	/* the agents run until the pair is closed: their descriptors are there */
+	for (int k = 0; k < n; k++) {
+		for (uint32_t r = 0; r < 2 && r < args[k].nrings; r++) {
+			for (uint32_t i = 0; i < args[k].entries; i++) {
+				const struct gdx_agent_desc *d = (const struct gdx_agent_desc *)(uintptr_t)
+					args[k].descs + (size_t)r * args[k].entries + i;
+				unsigned w = r ? 0 : 2;	/* the ring's side: src of 0, dst of 1 */
+				uint64_t at = (uint32_t)d->w[w] | (uint64_t)(uint32_t)d->w[w + 1] << 32;
+
+				if (!(d->w[4] >> 32))
+					continue;
+				if (at % 64)
+					fail_msg("copy %u of ring %u goes %s %#llx", i, r,
+						 r ? "to" : "from", (unsigned long long)at);
+				checked[r]++;
+			}
+		}
+	}
+	assert_int_equal(checked[0], N);
+	assert_int_equal(checked[1], N);
 	pair_close(&p);
 	kfree(K_DEV, src);
-	free(rx);
+	kfree(K_DEV, rx);
+	free(got);
 	free(want);
 }
 
