@@ -171,7 +171,7 @@ struct rxring {
 	int on;				/* the agent takes the copies */
 	int err;			/* why it stopped taking them */
 	int leak;			/* the agent did not stop: the ring stays allocated */
-	int stopped;			/* rr_stop ran: no agent starts any more (rr_lock) */
+	int stopped;			/* rr_stop ran: no agent starts any more (atomic) */
 	struct deff *q;			/* circular, qcap entries */
 	unsigned qcap, qhead, qn;
 };
@@ -926,8 +926,8 @@ static void rr_prepare(struct tcp_ep *t, struct gdx_device *dev)
 	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&t->rr_lock);
-	/* after rr_stop (a registration outlives the connection) nobody would stop it */
-	if (!t->rr.dev && !t->rr.stopped) {
+	/* not after rr_stop (a registration outlives the connection): see rr_stop */
+	if (!t->rr.dev && !__atomic_load_n(&t->rr.stopped, __ATOMIC_SEQ_CST)) {
 		rr_start(t, dev);
 		/* one that fails is tried again by the receive thread, which reports it */
 		if (!t->rr.on)
@@ -1026,10 +1026,16 @@ static void rr_stop(struct tcp_ep *t)
 {
 	struct rxring *rr = &t->rr;
 
-	/* a poster's rr_prepare may be starting the agent right now: it is stopped below */
-	pthread_mutex_lock(&t->rr_lock);
-	rr->stopped = 1;
-	pthread_mutex_unlock(&t->rr_lock);
+	/*
+	 * No agent starts from here on.  One that a poster's rr_prepare is
+	 * starting right now (dev not published yet: nothing was received or
+	 * deferred through it) is tcp_destroy's to stop: this thread must not
+	 * wait for that start, which on CUDA may synchronise the context while a
+	 * stream waits for a completion that flush_all delivers.
+	 */
+	__atomic_store_n(&rr->stopped, 1, __ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&rr->dev, __ATOMIC_SEQ_CST))
+		return;
 	defer_release(t);
 	if (rr->agent) {
 		int ret = gdx_copy_agent_stop(rr->agent);
@@ -2909,6 +2915,9 @@ static void tcp_destroy(void *priv)
 
 	pthread_join(t->rx, NULL);
 	close(t->fd);
+	/* started by a poster while the receive thread stopped the endpoint's (rr_stop) */
+	if (t->rr.agent && gdx_copy_agent_stop(t->rr.agent))
+		t->rr.leak = 1;
 	stager_fini(&t->rxs);
 	stager_fini(&t->txs);
 	if (t->sr && !t->rr.leak)	/* an agent that did not stop may still write it */
