@@ -1107,9 +1107,9 @@ static void test_dev_send_launch_fails(void **state)
 	assert_int_equal(atomic_load(&lf_armed), 0);
 	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
 	assert_int_equal(atomic_load(&lf_stopped), 1);
-	dev->ops = lf_real;
 	gdx_config_reset();
 	pair_close(&p);
+	dev->ops = lf_real;
 	kfree(K_DEV, region);
 	free(back);
 }
@@ -1184,7 +1184,6 @@ static void test_dev_ring_aligned(void **state)
 	n = al_n;
 	memcpy(args, al_args, sizeof(args));
 	pthread_mutex_unlock(&al_lock);
-	dev->ops = lf_real;
 	/* the agents run until the pair is closed: their descriptors are there */
 	for (int k = 0; k < n; k++) {
 		for (uint32_t r = 0; r < 2 && r < args[k].nrings; r++) {
@@ -1206,6 +1205,8 @@ static void test_dev_ring_aligned(void **state)
 	assert_int_equal(checked[0], N);
 	assert_int_equal(checked[1], N);
 	pair_close(&p);
+	/* the endpoints' threads use the ops until they are gone */
+	dev->ops = lf_real;
 	kfree(K_DEV, src);
 	kfree(K_DEV, rx);
 	free(got);
