@@ -395,7 +395,7 @@ static void run_inbound(struct loop_ep *e)
 				deliver(e, req->buf.p, req->buf.dev, len, 0, 0, &st);
 				break;
 			}
-			if (e->unexpected_bytes + len > e->max_unexpected && e->unexpected.head)
+			if (e->unexpected_bytes + len > e->max_unexpected)
 				return;	/* receiver not ready: stall, as RC would retry */
 			{
 				struct qent *u = calloc(1, sizeof(*u));

@@ -2201,8 +2201,11 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		tx_kick(t);
 	}
 	pthread_mutex_lock(&t->lock);
-	while (!t->dead && !have_recv(t) && t->unexp_head &&
-	       t->unexpected_bytes + h->len > t->max_unexpected) {
+	/*
+	 * Kept as unexpected only within max_unexpected, the first message too:
+	 * a peer's length would otherwise be what this side allocates.
+	 */
+	while (!t->dead && !have_recv(t) && t->unexpected_bytes + h->len > t->max_unexpected) {
 		/* Nobody reads answers meanwhile: posts must not wait for us. */
 		t->rx_stalled = 1;
 		/* receiver not ready; the peer's end ends the wait too (rx_peer_gone) */

@@ -1526,6 +1526,46 @@ static void test_recv_posted_during_arrival(void **state)
 	kfree(K_HOST, dst);
 }
 
+/*
+ * A send larger than what the receiver keeps as unexpected (max_unexpected,
+ * 64 KiB here), arriving before any receive, is not kept: its sender waits
+ * (as on receiver-not-ready) until a receive is posted, which then takes it
+ * whole; a smaller one after it waits behind it.
+ */
+static void test_unexpected_limit(void **state)
+{
+	enum { BIG = 200000, SMALL = 1000 };
+	struct gdx_xport_opts o;
+	struct gdx_xport_cqe e;
+	struct pair p;
+	void *src = kalloc(K_HOST, BIG), *dst = kalloc(K_HOST, BIG), *dst2 = kalloc(K_HOST, SMALL);
+
+	(void)state;
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.max_unexpected = 64u << 10;
+	pair_open(&p, &o, &o);
+	kfill(K_HOST, src, BIG, 5);
+	assert_int_equal(gdx_xport_post_send(p.c, src, BIG, 1, 0), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, src, SMALL, 2, 0), 0);
+	/* nothing completes while no receive is posted */
+	assert_int_equal(gdx_xport_cq_wait(p.cqc, 200), 0);
+	assert_int_equal(gdx_xport_cq_poll(p.cqc, &e, 1), 0);
+	assert_int_equal(gdx_xport_post_recv(p.s, dst, BIG, 3), 0);
+	assert_int_equal(gdx_xport_post_recv(p.s, dst2, SMALL, 4), 0);
+	expect(p.cqs, 3, GDX_XPORT_OP_RECV, 0, BIG);
+	expect(p.cqs, 4, GDX_XPORT_OP_RECV, 0, SMALL);
+	expect(p.cqc, 1, GDX_XPORT_OP_SEND, 0, BIG);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SMALL);
+	kcheck(K_HOST, dst, BIG, 5);
+	kcheck(K_HOST, dst2, SMALL, 5);
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+	kfree(K_HOST, src);
+	kfree(K_HOST, dst);
+	kfree(K_HOST, dst2);
+}
+
 /* ---- disconnects --------------------------------------------------------------- */
 
 static void test_disconnect(void **state)
@@ -2237,6 +2277,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_bad_access),
 		cmocka_unit_test(test_recv_too_small),
 		cmocka_unit_test(test_recv_posted_during_arrival),
+		cmocka_unit_test(test_unexpected_limit),
 		cmocka_unit_test(test_disconnect),
 		cmocka_unit_test(test_dev_reg_after_end),
 		cmocka_unit_test(test_progress_without_polling),
