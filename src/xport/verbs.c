@@ -81,6 +81,13 @@ struct vb_ep {
 	/* send-side requests in post order, for unsignaled completion */
 	struct gdx_xport_req **ring;
 	unsigned ring_size, head, count, since_signal;
+	unsigned reads;			/* reads in the ring */
+	/*
+	 * Requests held back in post order (vb_post): the first is fenced and
+	 * staged through a bounce buffer, and reads are in flight.
+	 */
+	struct gdx_xport_req **held;	/* ring_size slots, from held_head */
+	unsigned held_head, nheld;
 	int dead, drain_posted, drained;
 	pthread_t cm_thread;
 	int cm_started, stop_fd;
@@ -296,6 +303,7 @@ static void vb_srq_kick(void *priv)
 
 static void vb_kill(struct vb_ep *v);
 static int vb_arm(void *priv);
+static void vb_release(struct vb_ep *v);
 
 /* Send-side completion for wr: everything posted before it finished without error. Lock held. */
 static void sq_complete(struct vb_ep *v, const struct ibv_wc *wc)
@@ -306,6 +314,8 @@ static void sq_complete(struct vb_ep *v, const struct ibv_wc *wc)
 		v->ring[v->head] = NULL;
 		v->head = (v->head + 1) % v->ring_size;
 		v->count--;
+		if (r != (void *)&drain_marker && r->op == GDX_XPORT_OP_READ)
+			v->reads--;
 		if ((uint64_t)(uintptr_t)r == wc->wr_id) {
 			if (r == (void *)&drain_marker) {
 				v->drained = 1;
@@ -374,6 +384,8 @@ static int vb_progress(void *priv)
 		}
 		total += n;
 	}
+	if (!failed)
+		vb_release(v);
 	pthread_mutex_unlock(&v->lock);
 	/* Any error leaves the QP in the error state: the connection is over. */
 	if (failed) {
@@ -458,6 +470,12 @@ static void vb_kill(struct vb_ep *v)
 	v->dead = 1;
 	gdx_xport_ep_set_disconnected(v->fe);
 	qp_to_error(v);
+	for (; v->nheld; v->nheld--) {
+		struct gdx_xport_req *r = v->held[v->held_head];
+
+		v->held_head = (v->held_head + 1) % v->ring_size;
+		finish(r, GDX_EDISCONNECTED, 0, NULL);
+	}
 	if (v->qp && !ibv_post_send(v->qp, &wr, &bad)) {
 		v->ring[(v->head + v->count) % v->ring_size] = (void *)&drain_marker;
 		v->count++;
@@ -558,7 +576,8 @@ static int setup_qp(struct vb_ep *v, struct gdx_xport_ep *fe)
 	v->max_inline = qa.cap.max_inline_data;
 	v->ring_size = o->sq_depth + 2;
 	v->ring = calloc(v->ring_size, sizeof(*v->ring));
-	if (!v->ring)
+	v->held = calloc(v->ring_size, sizeof(*v->held));
+	if (!v->ring || !v->held)
 		return -ENOMEM;
 	pthread_mutex_init(&v->lock, NULL);
 	v->stop_fd = eventfd(0, EFD_CLOEXEC);
@@ -609,6 +628,7 @@ static void vb_free(struct vb_ep *v)
 	if (v->ring)
 		pthread_mutex_destroy(&v->lock);
 	free(v->ring);
+	free(v->held);
 	free(v);
 }
 
@@ -925,11 +945,88 @@ static void vb_mr_dereg(void *priv, struct gdx_xport_region *r)
 
 /* ---- requests ------------------------------------------------------------------- */
 
+/* Whether req is fenced and its data is copied into a bounce buffer when it goes. */
+static int fenced_bounce(const struct gdx_xport_req *req)
+{
+	return (req->flags & GDX_XPORT_FENCE) && req->be[0] && req->op != GDX_XPORT_OP_READ;
+}
+
+/*
+ * Hands send-side request req to the hardware, its data first into its bounce
+ * buffer if it has one.  Lock held; 0 or a negative errno.
+ */
+static int post_send_wr(struct vb_ep *v, struct gdx_xport_req *req)
+{
+	struct vb_reg *g = req->buf.reg;
+	struct ibv_sge sge = { .addr = (uintptr_t)req->buf.p, .length = (uint32_t)req->buf.len };
+	struct ibv_send_wr wr = { .wr_id = (uintptr_t)req, .sg_list = &sge,
+				  .num_sge = req->buf.len ? 1 : 0 }, *bad;
+	int sig = !(req->flags & GDX_XPORT_UNSIGNALED) ||
+		  v->since_signal + 1 >= (v->ring_size - 2) / 2;
+	int ret;
+
+	if (req->be[0]) {
+		if (req->op != GDX_XPORT_OP_READ) {
+			ret = gdx_memcpy(req->buf.dev, req->be[0], req->buf.p, req->buf.len);
+			if (ret)
+				return ret;
+		}
+		sge.addr = (uintptr_t)req->be[0];
+		sge.lkey = ((struct ibv_mr *)req->be[1])->lkey;
+	} else if (req->buf.len) {
+		sge.lkey = g->mr->lkey;
+	}
+	switch (req->op) {
+	case GDX_XPORT_OP_SEND: wr.opcode = IBV_WR_SEND; break;
+	case GDX_XPORT_OP_WRITE: wr.opcode = IBV_WR_RDMA_WRITE; break;
+	case GDX_XPORT_OP_WRITE_IMM:
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.imm_data = htonl(req->imm);
+		break;
+	default: wr.opcode = IBV_WR_RDMA_READ; break;
+	}
+	if (req->op != GDX_XPORT_OP_SEND) {
+		wr.wr.rdma.remote_addr = req->raddr;
+		wr.wr.rdma.rkey = (uint32_t)req->key;
+	}
+	if (sig)
+		wr.send_flags |= IBV_SEND_SIGNALED;
+	if (req->flags & GDX_XPORT_FENCE)
+		wr.send_flags |= IBV_SEND_FENCE;
+	if (req->op != GDX_XPORT_OP_READ && req->buf.len && req->buf.len <= v->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
+	ret = ibv_post_send(v->qp, &wr, &bad);
+	if (ret)
+		return -ret;
+	v->ring[(v->head + v->count) % v->ring_size] = req;
+	v->count++;
+	v->since_signal = sig ? 0 : v->since_signal + 1;
+	v->reads += req->op == GDX_XPORT_OP_READ;
+	return 0;
+}
+
+/*
+ * Sends the held requests that may go now (vb_post): up to a fenced bounced
+ * one while reads are still in flight.  One that fails to go completes with
+ * its error.  Lock held.
+ */
+static void vb_release(struct vb_ep *v)
+{
+	while (v->nheld && !(fenced_bounce(v->held[v->held_head]) && v->reads)) {
+		struct gdx_xport_req *r = v->held[v->held_head];
+		int ret;
+
+		v->held_head = (v->held_head + 1) % v->ring_size;
+		v->nheld--;
+		ret = post_send_wr(v, r);
+		if (ret)
+			finish(r, ret, 0, NULL);
+	}
+}
+
 static int vb_post(void *priv, struct gdx_xport_req *req)
 {
 	struct vb_ep *v = priv;
-	struct vb_reg *g = req->buf.reg;
-	struct ibv_sge sge = { .addr = (uintptr_t)req->buf.p, .length = (uint32_t)req->buf.len };
 	int ret;
 
 	if (req->buf.len > UINT32_MAX)
@@ -938,19 +1035,7 @@ static int vb_post(void *priv, struct gdx_xport_req *req)
 		ret = bounce_get(v->pd, req);
 		if (ret)
 			return ret;
-		if (req->op != GDX_XPORT_OP_RECV && req->op != GDX_XPORT_OP_READ) {
-			ret = gdx_memcpy(req->buf.dev, req->be[0], req->buf.p, req->buf.len);
-			if (ret) {
-				bounce_put(req);
-				return ret;
-			}
-		}
-		sge.addr = (uintptr_t)req->be[0];
-		sge.lkey = ((struct ibv_mr *)req->be[1])->lkey;
-	} else if (req->buf.len) {
-		sge.lkey = g->mr->lkey;
 	}
-
 	pthread_mutex_lock(&v->lock);
 	if (v->dead) {
 		pthread_mutex_unlock(&v->lock);
@@ -958,46 +1043,38 @@ static int vb_post(void *priv, struct gdx_xport_req *req)
 		return GDX_EDISCONNECTED;
 	}
 	if (req->op == GDX_XPORT_OP_RECV) {
+		struct vb_reg *g = req->buf.reg;
+		struct ibv_sge sge = { .addr = (uintptr_t)req->buf.p,
+				       .length = (uint32_t)req->buf.len };
 		struct ibv_recv_wr wr = { .wr_id = (uintptr_t)req, .sg_list = &sge,
 					  .num_sge = req->buf.len ? 1 : 0 }, *bad;
 
-		ret = ibv_post_recv(v->qp, &wr, &bad);
+		if (req->be[0]) {
+			sge.addr = (uintptr_t)req->be[0];
+			sge.lkey = ((struct ibv_mr *)req->be[1])->lkey;
+		} else if (req->buf.len) {
+			sge.lkey = g->mr->lkey;
+		}
+		ret = -ibv_post_recv(v->qp, &wr, &bad);
+	} else if (v->nheld || (fenced_bounce(req) && v->reads)) {
+		/*
+		 * The NIC's fence waits for the reads before it, not for their
+		 * copies out of bounce buffers, which are made as they complete:
+		 * a fenced request whose data goes through a bounce buffer (the
+		 * data an earlier read brings, maybe) is copied and handed over
+		 * once the reads before it have completed (vb_release, from
+		 * vb_progress), and what is posted after it waits behind it.
+		 */
+		/* the front end lets no more than sq_depth be outstanding */
+		v->held[(v->held_head + v->nheld++) % v->ring_size] = req;
+		ret = 0;
 	} else {
-		struct ibv_send_wr wr = { .wr_id = (uintptr_t)req, .sg_list = &sge,
-					  .num_sge = req->buf.len ? 1 : 0 }, *bad;
-		int sig = !(req->flags & GDX_XPORT_UNSIGNALED) ||
-			  v->since_signal + 1 >= (v->ring_size - 2) / 2;
-
-		switch (req->op) {
-		case GDX_XPORT_OP_SEND: wr.opcode = IBV_WR_SEND; break;
-		case GDX_XPORT_OP_WRITE: wr.opcode = IBV_WR_RDMA_WRITE; break;
-		case GDX_XPORT_OP_WRITE_IMM:
-			wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-			wr.imm_data = htonl(req->imm);
-			break;
-		default: wr.opcode = IBV_WR_RDMA_READ; break;
-		}
-		if (req->op != GDX_XPORT_OP_SEND) {
-			wr.wr.rdma.remote_addr = req->raddr;
-			wr.wr.rdma.rkey = (uint32_t)req->key;
-		}
-		if (sig)
-			wr.send_flags |= IBV_SEND_SIGNALED;
-		if (req->flags & GDX_XPORT_FENCE)
-			wr.send_flags |= IBV_SEND_FENCE;
-		if (req->op != GDX_XPORT_OP_READ && req->buf.len && req->buf.len <= v->max_inline)
-			wr.send_flags |= IBV_SEND_INLINE;
-		ret = ibv_post_send(v->qp, &wr, &bad);
-		if (!ret) {
-			v->ring[(v->head + v->count) % v->ring_size] = req;
-			v->count++;
-			v->since_signal = sig ? 0 : v->since_signal + 1;
-		}
+		ret = post_send_wr(v, req);
 	}
 	pthread_mutex_unlock(&v->lock);
 	if (ret) {
 		bounce_put(req);
-		return -ret;
+		return ret;
 	}
 	return 0;
 }
