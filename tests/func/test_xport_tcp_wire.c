@@ -21,17 +21,8 @@
 #include <gdx/xport.h>
 
 #include "common/config.h"
+#include "tcp_frame.h"
 #include "test.h"
-
-#define MAGIC 0x54584447u
-
-struct frame {
-	uint8_t type, flags;
-	uint16_t rsvd;
-	int32_t status;
-	uint32_t imm, rsvd2;
-	uint64_t id, raddr, key, len;
-};
 
 static int raw_connect(const char *addr)
 {
@@ -77,11 +68,11 @@ static struct gdx_xport_ep *accept_raw(struct gdx_xport_listener *l, struct gdx_
 
 	pthread_create(&th, NULL, accept_main, &a);
 	*fd = raw_connect(gdx_xport_listener_addr(l));
-	f = (struct frame){ .type = 1, .imm = MAGIC, .id = 1 };
+	f = (struct frame){ .type = 1, .imm = TCP_HELLO_MAGIC, .id = 1 };
 	assert_int_equal(send(*fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
 	assert_int_equal(recv(*fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
 	assert_int_equal(f.type, 1);
-	assert_int_equal(f.imm, MAGIC);
+	assert_int_equal(f.imm, TCP_HELLO_MAGIC);
 	pthread_join(th, NULL);
 	assert_int_equal(a.ret, 0);
 	return a.ep;

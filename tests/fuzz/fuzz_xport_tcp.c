@@ -27,6 +27,7 @@
 #include <gdx/xport.h>
 
 #include "common/config.h"
+#include "tcp_frame.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,16 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define GUARD 256
 #define KEY_MAGIC 0x59454b5a5a5a5a5aull		/* "ZZZZZKEY" little-endian */
 #define ADDR_MAGIC 0x5244445a5a5a5a5aull	/* "ZZZZZDDR" */
-#define HELLO_MAGIC 0x54584447u
 #define NREQ 5
-
-struct frame {
-	uint8_t type, flags;
-	uint16_t rsvd;
-	int32_t status;
-	uint32_t imm, rsvd2;
-	uint64_t id, raddr, key, len;
-};
 
 /* Host memory with guards on both sides; the device twin of each buffer. */
 static uint8_t host[4][GUARD + BUF + GUARD];
@@ -128,7 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bool on_dev, agent;
 	struct gdx_xport_ep *ep;
 	struct gdx_xport_mr *mr;
-	struct frame f = { .type = 1, .imm = HELLO_MAGIC, .id = 1 };
+	struct frame f = { .type = TF_HELLO, .imm = TCP_HELLO_MAGIC, .id = 1 };
 	uint8_t *region;
 	uint64_t key, addr;
 	int fd;
