@@ -46,6 +46,23 @@ static int count_fds(void)
 	return n;
 }
 
+/*
+ * The test file opened O_DIRECT, or a skip where its filesystem takes no
+ * O_DIRECT (the test's pat and back buffers freed first).
+ */
+static int open_odirect_or_skip(unsigned char *pat, unsigned char *back)
+{
+	int fd = open(disk_path, O_RDWR | O_DIRECT | O_CLOEXEC);
+
+	if (fd < 0 && errno == EINVAL) {
+		free(pat);
+		free(back);
+		skip();
+	}
+	assert_true(fd >= 0 && pat && back);
+	return fd;
+}
+
 static void write_file(const char *path, const void *p, size_t n)
 {
 	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
@@ -1051,13 +1068,7 @@ static void stream_ordered_odirect(void **state)
 
 	(void)state;
 	fds = count_fds();
-	fd = open(disk_path, O_RDWR | O_DIRECT | O_CLOEXEC);
-	if (fd < 0 && errno == EINVAL) {	/* the filesystem takes no O_DIRECT */
-		free(pat);
-		free(back);
-		skip();
-	}
-	assert_true(fd >= 0);
+	fd = open_odirect_or_skip(pat, back);
 	gdx_file_opts_init(&o, sizeof(o));
 	o.oflags = O_RDWR | O_DIRECT;
 	ret = gdx_file_open(drv, disk_path, &o, &f);
@@ -1256,13 +1267,7 @@ static void sync_odirect(void **state)
 
 	(void)state;
 	fds = count_fds();
-	fd = open(disk_path, O_RDWR | O_DIRECT | O_CLOEXEC);
-	if (fd < 0 && errno == EINVAL) {	/* the filesystem takes no O_DIRECT */
-		free(pat);
-		free(back);
-		skip();
-	}
-	assert_true(fd >= 0 && pat && back);
+	fd = open_odirect_or_skip(pat, back);
 	/* stream_ordered leaves its own bytes in the last 10: make the file ref again. */
 	{
 		int pfd = open(disk_path, O_WRONLY | O_CLOEXEC);
@@ -1382,13 +1387,7 @@ static void odirect_write_order(void **state)
 	void *d;
 
 	(void)state;
-	fd = open(disk_path, O_RDWR | O_DIRECT | O_CLOEXEC);
-	if (fd < 0 && errno == EINVAL) {	/* the filesystem takes no O_DIRECT */
-		free(pat);
-		free(back);
-		skip();
-	}
-	assert_true(fd >= 0 && pat && back);
+	fd = open_odirect_or_skip(pat, back);
 	close(fd);
 	pfd = open(disk_path, O_RDWR | O_CLOEXEC);
 	assert_true(pfd >= 0);
@@ -1527,13 +1526,7 @@ static void odirect_no_twin(void **state)
 
 	(void)state;
 	fds = count_fds();
-	fd = open(disk_path, O_RDWR | O_DIRECT | O_CLOEXEC);
-	if (fd < 0 && errno == EINVAL) {	/* the filesystem takes no O_DIRECT */
-		free(pat);
-		free(back);
-		skip();
-	}
-	assert_true(fd >= 0 && pat && back);
+	fd = open_odirect_or_skip(pat, back);
 	pfd = open(disk_path, O_RDWR | O_CLOEXEC);
 	assert_true(pfd >= 0);
 	assert_int_equal(posix_memalign(&hostmem, 4096, 1 << 20), 0);
