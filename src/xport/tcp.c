@@ -1950,17 +1950,10 @@ static void *tx_main(void *arg)
 			continue;
 		}
 		x = t->txq_head;
-		if (x->sr && sr_train_frame(x)) {
+		/* device payloads of a stage buffer at most: the stage ring, else the stream's buffers */
+		if ((x->sr && sr_train_frame(x)) || (x->dev && staged_frame(x, x->dev))) {
 			t->sending = 1;
-			ret = tx_ring_runs(t, x->dev);
-			t->sending = 0;
-			if (ret)
-				kill_conn(t, ret);
-			continue;
-		}
-		if (x->dev && staged_frame(x, x->dev)) {
-			t->sending = 1;
-			ret = tx_staged_runs(t, x->dev);
+			ret = x->sr ? tx_ring_runs(t, x->dev) : tx_staged_runs(t, x->dev);
 			t->sending = 0;
 			if (ret)
 				kill_conn(t, ret);
@@ -2208,7 +2201,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	while (!t->dead && !have_recv(t) && t->unexpected_bytes + h->len > t->max_unexpected) {
 		/* Nobody reads answers meanwhile: posts must not wait for us. */
 		t->rx_stalled = 1;
-		/* receiver not ready; the peer's end ends the wait too (rx_peer_gone) */
+		/* receiver not ready; the peer's end ends the wait too */
 		if (rx_stall_wait(t)) {
 			kill_conn(t, 0);
 			break;

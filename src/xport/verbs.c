@@ -163,13 +163,27 @@ static void finish(struct gdx_xport_req *req, int st, uint64_t len, const struct
 		gdx_xport_complete(req, st, st ? 0 : len);
 }
 
+/* Where the NIC finds req's data: its bounce buffer, or its registered memory. */
+static struct ibv_sge req_sge(const struct gdx_xport_req *req)
+{
+	const struct vb_reg *g = req->buf.reg;
+	struct ibv_sge sge = { .addr = (uintptr_t)req->buf.p, .length = (uint32_t)req->buf.len };
+
+	if (req->be[0]) {
+		sge.addr = (uintptr_t)req->be[0];
+		sge.lkey = ((struct ibv_mr *)req->be[1])->lkey;
+	} else if (req->buf.len) {
+		sge.lkey = g->mr->lkey;
+	}
+	return sge;
+}
+
 /* ---- shared receive queues ----------------------------------------------- */
 
 /* Hands receive req (of the queue's anchor) to the hardware queue.  s->lock held. */
 static int srq_post(struct vb_srq *s, struct gdx_xport_req *req)
 {
-	struct vb_reg *g = req->buf.reg;
-	struct ibv_sge sge = { .addr = (uintptr_t)req->buf.p, .length = (uint32_t)req->buf.len };
+	struct ibv_sge sge;
 	struct ibv_recv_wr wr = { .wr_id = (uintptr_t)req, .sg_list = &sge,
 				  .num_sge = req->buf.len ? 1 : 0 }, *bad;
 	unsigned slot;
@@ -185,11 +199,8 @@ static int srq_post(struct vb_srq *s, struct gdx_xport_req *req)
 		ret = bounce_get(s->pd, req);
 		if (ret)
 			return ret;
-		sge.addr = (uintptr_t)req->be[0];
-		sge.lkey = ((struct ibv_mr *)req->be[1])->lkey;
-	} else if (req->buf.len) {
-		sge.lkey = g->mr->lkey;
 	}
+	sge = req_sge(req);
 	ret = ibv_post_srq_recv(s->srq, &wr, &bad);
 	if (ret) {
 		bounce_put(req);
@@ -957,24 +968,17 @@ static int fenced_bounce(const struct gdx_xport_req *req)
  */
 static int post_send_wr(struct vb_ep *v, struct gdx_xport_req *req)
 {
-	struct vb_reg *g = req->buf.reg;
-	struct ibv_sge sge = { .addr = (uintptr_t)req->buf.p, .length = (uint32_t)req->buf.len };
+	struct ibv_sge sge = req_sge(req);
 	struct ibv_send_wr wr = { .wr_id = (uintptr_t)req, .sg_list = &sge,
 				  .num_sge = req->buf.len ? 1 : 0 }, *bad;
 	int sig = !(req->flags & GDX_XPORT_UNSIGNALED) ||
 		  v->since_signal + 1 >= (v->ring_size - 2) / 2;
 	int ret;
 
-	if (req->be[0]) {
-		if (req->op != GDX_XPORT_OP_READ) {
-			ret = gdx_memcpy(req->buf.dev, req->be[0], req->buf.p, req->buf.len);
-			if (ret)
-				return ret;
-		}
-		sge.addr = (uintptr_t)req->be[0];
-		sge.lkey = ((struct ibv_mr *)req->be[1])->lkey;
-	} else if (req->buf.len) {
-		sge.lkey = g->mr->lkey;
+	if (req->be[0] && req->op != GDX_XPORT_OP_READ) {
+		ret = gdx_memcpy(req->buf.dev, req->be[0], req->buf.p, req->buf.len);
+		if (ret)
+			return ret;
 	}
 	switch (req->op) {
 	case GDX_XPORT_OP_SEND: wr.opcode = IBV_WR_SEND; break;
@@ -1043,18 +1047,10 @@ static int vb_post(void *priv, struct gdx_xport_req *req)
 		return GDX_EDISCONNECTED;
 	}
 	if (req->op == GDX_XPORT_OP_RECV) {
-		struct vb_reg *g = req->buf.reg;
-		struct ibv_sge sge = { .addr = (uintptr_t)req->buf.p,
-				       .length = (uint32_t)req->buf.len };
+		struct ibv_sge sge = req_sge(req);
 		struct ibv_recv_wr wr = { .wr_id = (uintptr_t)req, .sg_list = &sge,
 					  .num_sge = req->buf.len ? 1 : 0 }, *bad;
 
-		if (req->be[0]) {
-			sge.addr = (uintptr_t)req->be[0];
-			sge.lkey = ((struct ibv_mr *)req->be[1])->lkey;
-		} else if (req->buf.len) {
-			sge.lkey = g->mr->lkey;
-		}
 		ret = -ibv_post_recv(v->qp, &wr, &bad);
 	} else if (v->nheld || (fenced_bounce(req) && v->reads)) {
 		/*
