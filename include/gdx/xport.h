@@ -88,6 +88,13 @@ enum gdx_xport_path {
 GDX_API const char *gdx_xport_path_name(enum gdx_xport_path path);
 
 #define GDX_XPORT_CQE_IMM 0x1u	/* imm holds immediate data */
+/*
+ * A receive's message arrived before any receive was posted for it (tcp, loop):
+ * it waited in a host buffer of the backend and was copied again into this one
+ * (path: bounce).  Posting receives ahead of the peer's sends avoids that copy,
+ * which into device memory is a synchronous one.
+ */
+#define GDX_XPORT_CQE_UNEXPECTED 0x2u
 
 struct gdx_xport_cqe {
 	uint64_t wr_id;			/* as posted */

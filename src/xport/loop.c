@@ -349,7 +349,7 @@ static struct gdx_xport_req *take_recv(struct loop_ep *e)
 
 /* Delivers a send or an immediate into the next receive (have_recv said there is one). */
 static void deliver(struct loop_ep *e, const void *src, struct gdx_device *src_dev,
-		    uint64_t len, int is_imm, uint32_t imm, int *status)
+		    uint64_t len, int is_imm, uint32_t imm, int unexpected, int *status)
 {
 	struct gdx_xport_req *rreq = take_recv(e);
 	int st = 0;
@@ -359,6 +359,8 @@ static void deliver(struct loop_ep *e, const void *src, struct gdx_device *src_d
 		*status = GDX_EREMOTE;
 		return;
 	}
+	if (unexpected)
+		rreq->cqe_flags |= GDX_XPORT_CQE_UNEXPECTED;
 	if (is_imm) {
 		gdx_xport_complete_imm(rreq, 0, len, GDX_XPORT_OP_RECV_WRITE_IMM, imm);
 		*status = 0;
@@ -392,7 +394,7 @@ static void run_inbound(struct loop_ep *e)
 		switch (req->op) {
 		case GDX_XPORT_OP_SEND:
 			if (have_recv(e) && !e->unexpected.head) {
-				deliver(e, req->buf.p, req->buf.dev, len, 0, 0, &st);
+				deliver(e, req->buf.p, req->buf.dev, len, 0, 0, 0, &st);
 				break;
 			}
 			if (e->unexpected_bytes + len > e->max_unexpected)
@@ -430,7 +432,7 @@ static void run_inbound(struct loop_ep *e)
 			if (st || req->op == GDX_XPORT_OP_WRITE)
 				break;
 			if (have_recv(e) && !e->unexpected.head) {
-				deliver(e, NULL, NULL, len, 1, req->imm, &st);
+				deliver(e, NULL, NULL, len, 1, req->imm, 0, &st);
 			} else {
 				struct qent *u = calloc(1, sizeof(*u));
 
@@ -471,7 +473,7 @@ static void match_unexpected(struct loop_ep *e)
 
 		if (!u->is_imm)
 			e->unexpected_bytes -= u->len;
-		deliver(e, u->data, NULL, u->len, u->is_imm, u->imm, &st);
+		deliver(e, u->data, NULL, u->len, u->is_imm, u->imm, 1, &st);
 		free(u->data);
 		free(u);
 	}

@@ -304,6 +304,7 @@ static int have_recv(struct tcp_ep *t)
 /* Completes receive req with message u, which arrived before it. */
 static void deliver_unexpected(struct gdx_xport_req *req, struct qent *u)
 {
+	req->cqe_flags |= GDX_XPORT_CQE_UNEXPECTED;
 	if (u->is_imm) {
 		gdx_xport_complete_imm(req, 0, u->len, GDX_XPORT_OP_RECV_WRITE_IMM, u->imm);
 	} else if (u->len > req->buf.len) {

@@ -1013,7 +1013,7 @@ static void req_done(struct gdx_xport_req *req, int report, int status, uint64_t
 	struct gdx_xport_cqe e = {
 		.wr_id = req->wr_id, .ep = ep, .status = status, .op = op,
 		.path = req->buf.len ? req->buf.path : GDX_XPORT_PATH_NONE,
-		.flags = flags, .imm = imm, .len = len,
+		.flags = flags | req->cqe_flags, .imm = imm, .len = len,
 	};
 	struct xreg *x = req->fe;
 

@@ -1566,6 +1566,58 @@ static void test_unexpected_limit(void **state)
 	kfree(K_HOST, dst2);
 }
 
+/*
+ * A receive tells whether its message waited for it: GDX_XPORT_CQE_UNEXPECTED
+ * when the message arrived before the receive was posted and was copied again
+ * out of the backend's buffer (tcp, loop; on verbs such a send is retried until
+ * the receive is there, and the flag is never set), never when the receive was
+ * posted first.  Host and device receives.
+ */
+static void test_unexpected_flag(void **state)
+{
+	enum { N = 3000 };
+	int keeps = strcmp(backend, "rdma") != 0;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	for (enum kind k = K_HOST; k <= K_DEV; k++) {
+		void *src = kalloc(K_HOST, N), *dst = kalloc(k, N);
+
+		kfill(K_HOST, src, N, 10 + k);
+		assert_int_equal(gdx_xport_post_recv(p.s, dst, N, 1), 0);
+		assert_int_equal(gdx_xport_post_send(p.c, src, N, 2, 0), 0);
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(e.flags & GDX_XPORT_CQE_UNEXPECTED, 0);
+		expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, N);
+
+		kfill(K_HOST, src, N, 20 + k);
+		assert_int_equal(gdx_xport_post_send(p.c, src, N, 3, 0), 0);
+		/* tcp and loop keep it and answer: it is there before the receive */
+		if (keeps)
+			expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, N);
+		else
+			usleep(20000);
+		assert_int_equal(gdx_xport_post_recv(p.s, dst, N, 4), 0);
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(e.wr_id, 4);
+		assert_int_equal(e.len, N);
+		assert_int_equal(!!(e.flags & GDX_XPORT_CQE_UNEXPECTED), keeps);
+		/* it sat in an intermediate buffer (loop copies everything anyway) */
+		if (!strcmp(backend, "tcp"))
+			assert_int_equal(e.path, GDX_XPORT_PATH_BOUNCE);
+		if (!keeps)
+			expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, N);
+		kcheck(k, dst, N, 20 + k);
+		kfree(K_HOST, src);
+		kfree(k, dst);
+	}
+	pair_close(&p);
+}
+
 /* ---- disconnects --------------------------------------------------------------- */
 
 static void test_disconnect(void **state)
@@ -2278,6 +2330,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_recv_too_small),
 		cmocka_unit_test(test_recv_posted_during_arrival),
 		cmocka_unit_test(test_unexpected_limit),
+		cmocka_unit_test(test_unexpected_flag),
 		cmocka_unit_test(test_disconnect),
 		cmocka_unit_test(test_dev_reg_after_end),
 		cmocka_unit_test(test_progress_without_polling),

@@ -35,6 +35,7 @@ struct gdx_xport_req {
 	uint64_t wr_id;
 	enum gdx_xport_op op;
 	unsigned flags;			/* GDX_XPORT_UNSIGNALED, GDX_XPORT_FENCE */
+	unsigned cqe_flags;		/* backend: GDX_XPORT_CQE_* its completion reports */
 	struct gdx_xport_buf buf;
 	uint64_t raddr, key;
 	uint32_t imm;
