@@ -45,6 +45,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/stats.h"
 #include "common/util.h"
 #include "xport/xport.h"
 
@@ -176,6 +177,16 @@ struct rxring {
 	unsigned qcap, qhead, qn;
 };
 
+/* The endpoint's counters (stats scope xport.tcp.N): the stage ring's frames. */
+enum {
+	C_SR_FRAMES,		/* device payloads sent out of the stage ring */
+	C_SR_LATE,		/* of them, queued late (sr_queue) */
+	C_SR_CAUGHT_UP,		/* late ones staged when room came back, before the transmit
+				   thread reached them (sr_catch_up) */
+	C_SR_TX_COPIED,		/* late ones the transmit thread copied when it took them */
+	C_NR
+};
+
 struct tcp_ep {
 	struct gdx_xport_ep *fe;
 	int fd;
@@ -242,12 +253,21 @@ struct tcp_ep {
 	 */
 	unsigned char *sr;
 	uint64_t sr_head, sr_tail;
-	unsigned sr_late;	/* ring frames queued without room: none takes any meanwhile */
+	/*
+	 * The first late ring frame in the queue: none behind it takes room
+	 * meanwhile, so every ring frame behind it is late too.  sr_whole: a
+	 * late frame larger than a stage buffer is being sent through the
+	 * ring's halves, which no other frame takes meanwhile.
+	 */
+	struct txi *sr_late;
+	int sr_whole;
 	uint32_t tx_seq;
 	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
 	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
 	struct rxring rr;
 	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
+	struct gdx_counter ctr[C_NR];
+	struct gdx_stats *stats;
 };
 
 struct tcp_listener {
@@ -1424,6 +1444,7 @@ static void flush_all(struct tcp_ep *t)
 	x = t->txq_head;
 	t->txq_head = t->txq_tail = NULL;
 	t->qlen = 0;
+	t->sr_late = NULL;
 	tx_free_list(x);
 	while ((q = q_pop(&t->outst_head, &t->outst_tail))) {
 		gdx_xport_complete(q->req, GDX_EDISCONNECTED, 0);
@@ -1739,8 +1760,9 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
  * of the frame it is about to send.  Room is taken in queue order and given
  * back, in the same order, once frames are sent: a frame that finds none (or
  * is larger than STAGE_SIZE, or fenced, or whose copy cannot be posted) is late, and
- * while a late frame is queued no other takes room; the transmit thread copies
- * late frames when it takes them, when the ring holds nothing ahead of them.
+ * while a late frame is queued no other takes room when queued; the transmit
+ * thread stages late frames as room comes back (sr_catch_up), and copies
+ * itself only those that may not go early (sr_early), when it takes them.
  * All of it under t->lock, whose holder is thereby the one producer of RR_TX.
  */
 
@@ -1789,6 +1811,44 @@ static int sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
 	return 0;
 }
 
+/*
+ * Whether ring frame x may be staged before the transmit thread takes it: not
+ * one larger than a stage buffer (sent through the ring's halves, the ring
+ * empty), nor a fenced one, whose payload may be what an earlier read brings:
+ * it is copied once the fence lets it go (rule 5), by the transmit thread.
+ */
+static int sr_early(const struct txi *x)
+{
+	return x->plen <= STAGE_SIZE && !(x->req && (x->req->flags & GDX_XPORT_FENCE));
+}
+
+/* The late ring frame queued behind late frame x, if any.  Lock held. */
+static struct txi *sr_late_next(const struct txi *x)
+{
+	do
+		x = x->next;
+	while (x && !x->late);
+	return (struct txi *)x;
+}
+
+/*
+ * Room came back: stages the late frames, from the first on, in queue order,
+ * as far as room and descriptors go, up to one that may not go early.  So
+ * their copies run while the frames ahead of them are sent, and a frame that
+ * once found no room does not leave every frame behind it late until the
+ * transmit thread reaches them.  Transmit thread, lock held.
+ */
+static void sr_catch_up(struct tcp_ep *t, struct gdx_copy_agent *a)
+{
+	struct txi *x;
+
+	while (!t->dead && (x = t->sr_late) && sr_early(x) && !sr_stage(t, x, a)) {
+		x->late = 0;
+		t->sr_late = sr_late_next(x);
+		gdx_counter_add(&t->ctr[C_SR_CAUGHT_UP], 1);
+	}
+}
+
 /* x is being queued: a ring frame if the agent copies its device payload.  Lock held. */
 static void sr_queue(struct tcp_ep *t, struct txi *x)
 {
@@ -1797,14 +1857,12 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
 	if (!x->dev || !x->plen || t->dead || !(a = tx_agent(t, x->dev)))
 		return;
 	x->sr = 1;
-	/*
-	 * A fenced request's payload may be what an earlier read brings: it is
-	 * copied once the fence lets it go (rule 5), by the transmit thread.
-	 */
-	if (t->sr_late || x->plen > STAGE_SIZE || (x->req && (x->req->flags & GDX_XPORT_FENCE)) ||
-	    sr_stage(t, x, a)) {
+	gdx_counter_add(&t->ctr[C_SR_FRAMES], 1);
+	if (t->sr_late || t->sr_whole || !sr_early(x) || sr_stage(t, x, a)) {
 		x->late = 1;
-		t->sr_late++;
+		if (!t->sr_late)
+			t->sr_late = x;
+		gdx_counter_add(&t->ctr[C_SR_LATE], 1);
 	}
 }
 
@@ -1816,7 +1874,8 @@ static int sr_train_frame(const struct txi *x)
 
 /*
  * Takes a train off the head of the queue: small host frames and ring frames
- * (late ones staged now), up to a fenced request, as far as there is room.
+ * (a late one staged now: one that may not go early, sr_early), up to a fenced
+ * request, as far as there is room.
  * *nreq: the requests among them.  Lock held.
  */
 static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_copy_agent *a,
@@ -1847,7 +1906,10 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 				break;
 			}
 			x->late = 0;
-			t->sr_late--;
+			t->sr_late = sr_late_next(x);
+			gdx_counter_add(&t->ctr[C_SR_TX_COPIED], 1);
+			/* the frames behind it copy while it is sent */
+			sr_catch_up(t, a);
 		}
 		tx_take_head(t, &tail, nreq);
 		n++;
@@ -1858,13 +1920,16 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 /*
  * Sends a train taken by sr_take: each run of it once the copy of the run's
  * first frame has landed, the run reaching as far as the copies that have
- * landed too (done says all up to a seq have).
+ * landed too (done says all up to a seq have).  Once a run is sent the peer
+ * has its bytes: its room goes back, and late frames take it (sr_catch_up)
+ * while the rest of the train goes out.
  */
 static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
 		   const struct gdx_device *dev)
 {
 	while (list) {
 		struct txi *end = list->next;
+		uint64_t room = 0;
 		uint32_t done;
 		int ret = list->staged ? tx_wait_seq(t, a, dev, list->seq) : 0;
 
@@ -1876,7 +1941,15 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
 		ret = tx_send_staged(t, list, end);
 		if (ret)
 			return ret;
-		list = end;
+		for (; list != end; list = list->next)
+			if (list->staged)
+				room = list->sr_end;
+		if (room) {
+			pthread_mutex_lock(&t->lock);
+			t->sr_tail = room;
+			sr_catch_up(t, a);
+			pthread_mutex_unlock(&t->lock);
+		}
 	}
 	return 0;
 }
@@ -1895,7 +1968,6 @@ static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 	       sr_train_frame(t->txq_head) && !fence_blocked(t, t->txq_head)) {
 		long nreq;
 		struct txi *list = sr_take(t, dev, a, &nreq, &ret);
-		uint64_t end = 0;
 
 		if (!list)
 			break;
@@ -1907,14 +1979,8 @@ static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 			pthread_mutex_lock(&t->lock);
 			break;
 		}
-		for (struct txi *x = list; x; x = x->next)
-			if (x->staged)
-				end = x->sr_end;
 		tx_free_list(list);
 		pthread_mutex_lock(&t->lock);
-		/* sent: the peer has the bytes, the room is free */
-		if (end)
-			t->sr_tail = end;
 		t->on_wire += nreq;
 	}
 	return ret;
@@ -1960,6 +2026,11 @@ static void *tx_main(void *arg)
 				kill_conn(t, ret);
 			continue;
 		}
+		/* a late ring frame (a large one) has the ring to itself */
+		if (x->late) {
+			t->sr_late = sr_late_next(x);
+			t->sr_whole = 1;
+		}
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
@@ -1976,6 +2047,8 @@ static void *tx_main(void *arg)
 		n = x->plen;
 		is_req = x->req != NULL;
 		late = x->late;
+		if (late)
+			gdx_counter_add(&t->ctr[C_SR_TX_COPIED], 1);
 		ret = dev ? tx_device(t, x, p, dev, n) : tx_host(t, x, p, n, 0);
 		if (ret && dev) {
 			x->next = NULL;
@@ -1986,9 +2059,11 @@ static void *tx_main(void *arg)
 		pthread_mutex_lock(&t->lock);
 		t->sending = 0;
 		t->on_wire += is_req;
-		/* a late ring frame (a large one) had the ring to itself: others may take room again */
-		if (late)
-			t->sr_late--;
+		if (late) {
+			t->sr_whole = 0;
+			if (!ret)
+				sr_catch_up(t, tx_agent(t, dev));
+		}
 		if (ret)
 			kill_conn(t, ret);
 	}
@@ -2725,6 +2800,27 @@ static int ep_fds(struct tcp_ep *t)
 	return 0;
 }
 
+/* Registers the endpoint's counters; an endpoint without them works the same. */
+static void ep_stats(struct tcp_ep *t)
+{
+	static const char *const names[C_NR] = {
+		[C_SR_FRAMES] = "sr_frames",
+		[C_SR_LATE] = "sr_late",
+		[C_SR_CAUGHT_UP] = "sr_caught_up",
+		[C_SR_TX_COPIED] = "sr_tx_copied",
+	};
+	static atomic_uint next;
+	char scope[32];
+	int ret;
+
+	for (unsigned i = 0; i < C_NR; i++)
+		t->ctr[i].name = names[i];
+	snprintf(scope, sizeof(scope), "xport.tcp.%u", atomic_fetch_add(&next, 1));
+	ret = gdx_stats_create(scope, t->ctr, C_NR, &t->stats);
+	if (ret)
+		GDX_DBG(SUBSYS, "%s: no counters (%s)", scope, gdx_strerror(ret));
+}
+
 static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 {
 	struct tcp_ep *t = calloc(1, sizeof(*t));
@@ -2757,6 +2853,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	pthread_cond_init(&t->tx_cond, NULL);
 	pthread_cond_init(&t->rx_cond, NULL);
 	pthread_cond_init(&t->flushed_cond, NULL);
+	ep_stats(t);
 	ret = -pthread_create(&t->tx, NULL, tx_main, t);
 	if (!ret) {
 		ret = -pthread_create(&t->rx, NULL, rx_main, t);
@@ -2768,6 +2865,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 		}
 	}
 	if (ret) {
+		gdx_stats_destroy(t->stats);
 		pthread_mutex_destroy(&t->lock);
 		pthread_mutex_destroy(&t->rr_lock);
 		ep_fds_close(t);
@@ -2923,6 +3021,7 @@ static void tcp_destroy(void *priv)
 		gdx_pinned_free(t->rr.dev, t->rr.ring);
 	free(t->rr.pend);
 	free(t->rr.q);
+	gdx_stats_destroy(t->stats);
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->rr_lock);
 	pthread_cond_destroy(&t->tx_cond);
