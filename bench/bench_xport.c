@@ -66,6 +66,7 @@ struct cfg {
 	int runs;		/* measurements of each figure, interleaved; the median counts */
 	/* send bandwidth, summed over a size's runs: receives, and those a message waited for */
 	uint64_t recvs, unexpected;
+	uint64_t max_unexpected;	/* the server's (tcp, loop); UINT64_MAX: the default */
 };
 
 static void *mem_alloc(struct mem *m, size_t n)
@@ -215,6 +216,8 @@ static int conn_open(struct cfg *c, struct conn *k)
 	gdx_xport_opts_init(&o, sizeof(o));
 	o.sq_depth = o.rq_depth = GDX_MAX(c->depth * 2, 64u);
 	o.dev = c->dst.dev ? c->dst.dev : c->src.dev;
+	if (c->max_unexpected != UINT64_MAX)
+		o.max_unexpected = c->max_unexpected;
 	k->s.c = c;
 	ret = gdx_xport_listen(c->addr, &o, &k->s.l);
 	if (!ret)
@@ -701,7 +704,10 @@ static void usage(void)
 		"  --busy | --sleep  spin on the CQ (rdma default) or sleep on it (tcp default)\n"
 		"  --runs N          measure each figure N times, gdx and ceiling in turn,\n"
 		"                    and report the medians (default 1)\n"
-		"  --no-ceiling      skip the ceilings\n");
+		"  --no-ceiling      skip the ceilings\n"
+		"  --max-unexpected SIZE  bytes of messages the server keeps that came before\n"
+		"                    a receive (tcp, loop; default 64M); 0: such a message\n"
+		"                    waits for one, as on verbs\n");
 }
 
 #define MAX_RUNS 31
@@ -764,8 +770,10 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		{ "secs", required_argument, NULL, 't' }, { "no-ceiling", no_argument, NULL, 'n' },
 		{ "busy", no_argument, NULL, 'b' }, { "sleep", no_argument, NULL, 'S' },
 		{ "runs", required_argument, NULL, 'r' }, { "help", no_argument, NULL, 'h' },
+		{ "max-unexpected", required_argument, NULL, 'u' },
 		{ 0 } };
 	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0, .runs = 1,
+			 .max_unexpected = UINT64_MAX,
 			 .sizes = { 4096, 65536, 1u << 20, 4u << 20 }, .nsizes = 4 };
 	char host[64] = "";
 	int opt, fails = 0, busy = -1;
@@ -798,6 +806,9 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		case 'b': busy = 1; break;
 		case 'S': busy = 0; break;
 		case 'r': c.runs = atoi(optarg); break;
+		case 'u':
+			if (gdx_parse_size(optarg, &c.max_unexpected)) { usage(); return 2; }
+			break;
 		default: usage(); return opt == 'h' ? 0 : 2;
 		}
 	}
