@@ -219,6 +219,15 @@ GDX_API int gdx_copy_agent_start(struct gdx_device *dev, const struct gdx_copy_a
  */
 GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
 /*
+ * Stops the workers as gdx_copy_agent_stop does, but leaves the agent
+ * allocated for gdx_copy_agent_stop to free: once it returns 0 no copy is
+ * made any more (a post returns the agent's error, -ESHUTDOWN if it had
+ * none), so the memory of copies that have not landed, failed posts' too,
+ * may be given back while other threads still call into the agent.
+ * -ETIMEDOUT as gdx_copy_agent_stop; calling either again waits again.
+ */
+GDX_API int gdx_copy_agent_halt(struct gdx_copy_agent *a);
+/*
  * Posts a copy of len bytes (1 to 4 GiB - 4 KiB) from src to dst, each in one
  * allocation of pinned memory or of device memory of the agent's device (the
  * two not overlapping), behind the ones posted on
@@ -235,7 +244,8 @@ GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
  * (it is not launched again); such a copy is never made.  A post that
  * published its descriptor and then failed to launch the worker returns
  * that error too, but a worker still running may make that copy: the
- * memory of a failed post stays off limits until the agent is stopped.
+ * memory of a failed post stays off limits until the agent is stopped
+ * (or halted).
  */
 GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *dst,
 				const void *src, size_t len, uint32_t *seq);

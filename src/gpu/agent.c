@@ -46,6 +46,7 @@ struct gdx_copy_agent {
 	struct gdx_stream **streams;	/* one per worker */
 	pthread_mutex_t lock;		/* launches */
 	bool stopping;
+	bool halted;			/* every worker has ended since stopping began */
 	int err;			/* sticky: why the agent cannot go on */
 	uint64_t next_query_ns;		/* when status may ask the workers' streams again */
 	uint64_t launches;
@@ -299,16 +300,18 @@ GDX_API int gdx_copy_agent_status(struct gdx_copy_agent *a)
 	return __atomic_load_n(&a->err, __ATOMIC_RELAXED);
 }
 
-GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a)
+GDX_API int gdx_copy_agent_halt(struct gdx_copy_agent *a)
 {
 	uint64_t deadline;
 	int rc = 0;
 
 	if (!a)
-		return 0;
+		return -EINVAL;
 	pthread_mutex_lock(&a->lock);
 	a->stopping = true;
 	pthread_mutex_unlock(&a->lock);
+	if (__atomic_load_n(&a->halted, __ATOMIC_ACQUIRE))
+		return 0;
 	set_err(a, -ESHUTDOWN, "stopped");
 	__atomic_store_n(a->stop, 1, __ATOMIC_RELEASE);
 	deadline = gdx_now_ns() + (uint64_t)a->o.stop_timeout_ms * 1000000;
@@ -316,14 +319,27 @@ GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a)
 		while ((rc = gdx_stream_query(a->streams[w])) == -EBUSY && gdx_now_ns() < deadline)
 			usleep(100);
 		if (rc == -EBUSY) {
-			/* the device may still read and write the rings: leave them be */
-			GDX_ERR("device", "%s: copy agent worker %u did not stop within %u ms; "
-				"its memory stays allocated", a->dev->name, w, a->o.stop_timeout_ms);
+			GDX_ERR("device", "%s: copy agent worker %u did not stop within %u ms",
+				a->dev->name, w, a->o.stop_timeout_ms);
 			return -ETIMEDOUT;
 		}
 		if (rc)
 			GDX_WARN("device", "%s: copy agent worker %u ended in error: %s",
 				 a->dev->name, w, gdx_strerror(rc));
+	}
+	__atomic_store_n(&a->halted, true, __ATOMIC_RELEASE);
+	return 0;
+}
+
+GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a)
+{
+	if (!a)
+		return 0;
+	if (gdx_copy_agent_halt(a)) {
+		/* the device may still read and write the rings: leave them be */
+		GDX_ERR("device", "%s: copy agent not stopped: its memory stays allocated",
+			a->dev->name);
+		return -ETIMEDOUT;
 	}
 	GDX_DBG("device", "%s: copy agent stopped after %llu launches", a->dev->name,
 		(unsigned long long)a->launches);
