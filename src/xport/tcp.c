@@ -735,9 +735,30 @@ static void defer_release(struct tcp_ep *t)
 }
 
 /*
- * The agent cannot go on (err): the effects whose copies had not landed fail
- * with its code (the peer's requests with GDX_EREMOTE), the others are carried
- * out, and device memory is received synchronously from here on.
+ * Stops the agent's workers, however long that takes: the memory that copies
+ * posted to it may still write (receives' buffers, regions) goes back to the
+ * user only once none runs.  The agent stays allocated (the transmit thread
+ * may still call into it: its posts fail from here on) until rr_stop frees it.
+ * A device that does not let a worker end keeps this thread here, and the
+ * memory held; said at every stop timeout.
+ */
+static void rr_halt(struct tcp_ep *t)
+{
+	struct rxring *rr = &t->rr;
+
+	for (unsigned i = 1; gdx_copy_agent_halt(rr->agent) == -ETIMEDOUT; i++)
+		GDX_ERR(SUBSYS, "%s: copy agent not stopped (%u tries): %u requests whose data "
+			"it may still place keep their memory until it is", gdx_device_name(rr->dev),
+			i, rr->qn);
+}
+
+/*
+ * The agent cannot go on (err): once its workers have stopped (a failed
+ * agent's may run on: the other ring's, or one that a launch reported failed
+ * started after all, taking a descriptor whose post returned the error), the
+ * effects whose copies had not landed fail with its code (the peer's requests
+ * with GDX_EREMOTE), the others are carried out, and device memory is received
+ * synchronously from here on.
  */
 static void rr_fail(struct tcp_ep *t, int err)
 {
@@ -746,6 +767,7 @@ static void rr_fail(struct tcp_ep *t, int err)
 	GDX_ERR(SUBSYS, "%s: copy agent failed (%s): requests whose data it had not placed "
 		"fail; device memory is received synchronously from here on",
 		gdx_device_name(rr->dev), gdx_strerror(err));
+	rr_halt(t);
 	rr_progress(rr);
 	rr->on = 0;
 	rr->err = err;

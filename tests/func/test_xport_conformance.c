@@ -1339,6 +1339,60 @@ static void test_dev_ring_aligned(void **state)
 	free(want);
 }
 
+/*
+ * A receive whose copy's post failed to launch the worker (the launch starts
+ * the slowed worker and then reports failure, as in dev_send_launch_fails):
+ * the receive fails, and nothing lands in its buffer once it has completed,
+ * though the worker took the descriptor; the connection goes on, receiving
+ * device memory without the agent.
+ */
+static void test_dev_recv_launch_fails(void **state)
+{
+	enum { SZ = 16384 };
+	unsigned char *tx;
+	char *dbuf;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+		skip();
+	tx = malloc(SZ);
+	assert_non_null(tx);
+	dbuf = kalloc(K_DEV, SZ);
+	pair_open(&p, NULL, NULL);
+	/* the agent starts here; its worker on the first copy */
+	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
+	lf_real = dev->ops;
+	lf_ops = *lf_real;
+	lf_ops.agent_launch = lf_agent_launch;
+	atomic_store(&lf_armed, 1);
+	dev->ops = &lf_ops;
+	t_fill(tx, SZ, 51);
+	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_not_equal(e.status, 0);
+	assert_int_equal(atomic_load(&lf_armed), 0);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, SZ);
+	/* the buffer is the user's again: what it puts there stays, past the worker's copy */
+	kfill(K_DEV, dbuf, SZ, 52);
+	usleep(600000);
+	kcheck(K_DEV, dbuf, SZ, 52);
+	gdx_config_reset();
+	t_fill(tx, SZ, 53);
+	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 3), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 4, 0), 0);
+	expect(p.cqs, 3, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqc, 4, GDX_XPORT_OP_SEND, 0, SZ);
+	kcheck(K_DEV, dbuf, SZ, 53);
+	pair_close(&p);
+	dev->ops = lf_real;
+	kfree(K_DEV, dbuf);
+	free(tx);
+}
+
 static void test_dev_agent_fault(void **state)
 {
 	enum { N = 16, SZ = 4096 };
@@ -2451,6 +2505,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_send_agent_fault),
 		cmocka_unit_test(test_dev_send_launch_fails),
 		cmocka_unit_test(test_dev_ring_aligned),
+		cmocka_unit_test(test_dev_recv_launch_fails),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_dev_then_too_large),
 		cmocka_unit_test(test_bad_access),
