@@ -68,7 +68,7 @@ static struct knob knobs[] = {
 	     .min = 0, .max = INT32_MAX),
 	KNOB("emulated.agent_copy_us", K_INT, "0",
 	     "for tests: microseconds each copy of a copy agent's workers takes (a slow device; "
-	     "read when a worker is launched)", .min = 0, .max = 1000000),
+	     "read when a worker is launched)", .min = 0, .max = 10000000),
 	KNOB("file.backend", K_ENUM, "auto",
 	     "storage backend for file handles: auto (by priority), cufile, uring or posix",
 	     .choices = "auto|cufile|uring|posix"),

@@ -171,7 +171,7 @@ struct rxring {
 	uint32_t seq, landed;		/* last posted, last known landed */
 	int on;				/* the agent takes the copies */
 	int err;			/* why it stopped taking them */
-	int leak;			/* the agent did not stop: the ring stays allocated */
+	int leak;			/* an agent did not stop (tcp_destroy): the rings stay allocated */
 	int stopped;			/* rr_stop ran: no agent starts any more (atomic) */
 	struct deff *q;			/* circular, qcap entries */
 	unsigned qcap, qhead, qn;
@@ -1061,9 +1061,10 @@ static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
 
 /*
  * The connection is gone, both threads' work done: effects whose copies
- * landed are carried out (answers go nowhere now); the agent is stopped, so
- * no copy runs once the rest report GDX_EDISCONNECTED (their buffers may be
- * freed then).
+ * landed are carried out (answers go nowhere now); the agent is stopped,
+ * waiting as long as its workers take (rr_halt), so no copy runs once the
+ * rest report GDX_EDISCONNECTED (their buffers may be freed then, and the
+ * regions written deregistered).
  */
 static void rr_stop(struct tcp_ep *t)
 {
@@ -1081,13 +1082,9 @@ static void rr_stop(struct tcp_ep *t)
 		return;
 	defer_release(t);
 	if (rr->agent) {
-		int ret = gdx_copy_agent_stop(rr->agent);
-
-		if (ret) {
-			GDX_ERR(SUBSYS, "%s: the receive copy agent did not stop (%s): its ring "
-				"stays allocated", gdx_device_name(rr->dev), gdx_strerror(ret));
-			rr->leak = 1;
-		}
+		rr_halt(t);
+		/* halted: this frees it */
+		gdx_copy_agent_stop(rr->agent);
 		rr->agent = NULL;
 	}
 	rr->on = 0;

@@ -1393,6 +1393,82 @@ static void test_dev_recv_launch_fails(void **state)
 	free(tx);
 }
 
+/*
+ * Copies that outlast the agent's stop timeout (2 s) at the disconnect: a
+ * write into a device region and a send into a device receive, each copy
+ * taking 1.5 s on the emulated device, the worker in the first when the
+ * disconnect comes.  The endpoint keeps the receive's buffer and the region
+ * until the worker has stopped: once the receive has completed and the
+ * region is deregistered, nothing lands in them any more.
+ */
+static void test_dev_agent_stuck(void **state)
+{
+	enum { SZ = 16384 };
+	unsigned char *tx;
+	char *dbuf, *dregion;
+	const struct gdx_agent_desc *descs;
+	struct gdx_xport_mr *mr;
+	struct gdx_xport_cqe e;
+	uint64_t t0;
+	unsigned entries;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+		skip();
+	tx = malloc(2 * SZ);
+	assert_non_null(tx);
+	dbuf = kalloc(K_DEV, SZ);
+	dregion = kalloc(K_DEV, SZ);
+	lf_real = dev->ops;
+	lf_ops = *lf_real;
+	lf_ops.agent_launch = al_agent_launch;
+	al_n = 0;
+	dev->ops = &lf_ops;
+	pair_open(&p, NULL, NULL);
+	assert_int_equal(gdx_xport_mr_reg(p.s, dregion, SZ, GDX_XPORT_ACCESS_REMOTE_WRITE, &mr),
+			 0);
+	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "1500000"), 0);
+	t_fill(tx, 2 * SZ, 81);
+	assert_int_equal(gdx_xport_post_write(p.c, tx, SZ, gdx_xport_mr_addr(mr),
+					      gdx_xport_mr_key(mr), 2, 0), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, tx + SZ, SZ, 3, 0), 0);
+	/* both copies posted (ring 0's first two descriptors), the worker in the first */
+	for (int i = 0;; i++) {
+		pthread_mutex_lock(&al_lock);
+		descs = al_n ? (const struct gdx_agent_desc *)(uintptr_t)al_args[0].descs : NULL;
+		entries = al_n ? al_args[0].entries : 0;
+		pthread_mutex_unlock(&al_lock);
+		if (descs && __atomic_load_n(&descs[1].w[4], __ATOMIC_ACQUIRE) >> 32 == 1 &&
+		    __atomic_load_n(&descs[2 % entries].w[4], __ATOMIC_ACQUIRE) >> 32 == 2)
+			break;
+		assert_true(i < 1000);
+		usleep(10000);
+	}
+	usleep(200000);
+	t0 = gdx_now_ns();
+	assert_int_equal(gdx_xport_disconnect(p.s), 0);
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	/* given back: what the user puts there stays, past both copies' time */
+	kfill(K_DEV, dbuf, SZ, 82);
+	kfill(K_DEV, dregion, SZ, 83);
+	while (gdx_now_ns() - t0 < 3500000000ull)
+		usleep(100000);
+	kcheck(K_DEV, dbuf, SZ, 82);
+	kcheck(K_DEV, dregion, SZ, 83);
+	for (int i = 0; i < 2; i++)
+		get_cqe(p.cqc, &e);
+	gdx_config_reset();
+	pair_close(&p);
+	dev->ops = lf_real;
+	kfree(K_DEV, dbuf);
+	kfree(K_DEV, dregion);
+	free(tx);
+}
+
 static void test_dev_agent_fault(void **state)
 {
 	enum { N = 16, SZ = 4096 };
@@ -2506,6 +2582,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_send_launch_fails),
 		cmocka_unit_test(test_dev_ring_aligned),
 		cmocka_unit_test(test_dev_recv_launch_fails),
+		cmocka_unit_test(test_dev_agent_stuck),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_dev_then_too_large),
 		cmocka_unit_test(test_bad_access),
