@@ -95,11 +95,19 @@ struct hdr {
 };
 _Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire");
 
-/* Two pinned buffers and a stream for moving device memory through the socket. */
+/*
+ * Two pinned buffers of bsz bytes and a stream for moving device memory
+ * through the socket.  The receive side's, one per device (tcp_ep.rxs), are
+ * made by rr_prepare; the agent's device's gets its buffers only once the
+ * agent failed: the halves of its receive ring, lent (rx_stager).
+ */
 struct stager {
 	struct gdx_device *dev;
 	struct gdx_stream *s;
 	void *b[2];
+	size_t bsz;
+	int lent;			/* b is the receive ring's, not this stager's to free */
+	struct stager *next;
 };
 
 struct txi {			/* one frame to transmit */
@@ -192,7 +200,7 @@ struct tcp_ep {
 	int fd;
 	int zerocopy;
 	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
-	pthread_mutex_t rr_lock;	/* the receive ring's start (rr_prepare) */
+	pthread_mutex_t rr_lock;	/* the receive ring's start and rxs's additions (rr_prepare) */
 	pthread_t rx, tx;
 	int threads;
 	pthread_mutex_t lock;
@@ -246,7 +254,8 @@ struct tcp_ep {
 	 */
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp;
-	struct stager rxs, txs;
+	struct stager *rxs;	/* receives' stagers, a device each: published with release */
+	struct stager txs;
 	/*
 	 * The stage ring (the agent's, SR_SIZE bytes of rr.dev's pinned memory;
 	 * see sr_queue) and the last copy posted into it: lock held.
@@ -351,31 +360,37 @@ static void stager_fini(struct stager *st)
 	if (!st->dev)
 		return;
 	gdx_stream_destroy(st->s);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2 && !st->lent; i++)
 		if (st->b[i])
 			gdx_pinned_free(st->dev, st->b[i]);
 	memset(st, 0, sizeof(*st));
 }
 
-static int stager_ready(struct stager *st, struct gdx_device *dev)
+/* Sets st up for dev: a stream, and two buffers of bsz bytes unless bsz is 0. */
+static int stager_init(struct stager *st, struct gdx_device *dev, size_t bsz)
 {
-	int ret;
+	int ret = gdx_stream_create(dev, &st->s);
 
-	if (st->dev == dev)
-		return 0;
-	stager_fini(st);
-	ret = gdx_stream_create(dev, &st->s);
 	if (ret)
 		return ret;
 	st->dev = dev;
-	for (int i = 0; i < 2; i++) {
-		ret = gdx_pinned_alloc(dev, STAGE_SIZE, &st->b[i]);
+	for (int i = 0; i < 2 && bsz; i++) {
+		ret = gdx_pinned_alloc(dev, bsz, &st->b[i]);
 		if (ret) {
 			stager_fini(st);
 			return ret;
 		}
 	}
+	st->bsz = bsz;
 	return 0;
+}
+
+static int stager_ready(struct stager *st, struct gdx_device *dev)
+{
+	if (st->dev == dev)
+		return 0;
+	stager_fini(st);
+	return stager_init(st, dev, STAGE_SIZE);
 }
 
 /* ---- socket I/O ----------------------------------------------------------- */
@@ -953,31 +968,62 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 		"copies by a copy agent", gdx_device_name(dev), rr->size, SR_SIZE);
 }
 
-/*
- * Sets the receive ring and the agent up for dev once (rr_start), the first
- * time device memory is posted or registered, on the caller's thread: the
- * agent's start loads its module, which on CUDA may synchronise the context,
- * and neither endpoint thread may wait on a stream whose work waits for a
- * completion only that thread delivers (a shared receive queue's memory:
- * tcp_srq_device).  Without an agent, the same goes for the stream path's
- * buffers and stream (rxs).  The ring's fields and rxs are published by the
- * release store of dev.  Still set up on the receive thread: the stream
- * path of a second device, and of the agent's after the agent failed.
- */
-static void rr_prepare(struct tcp_ep *t, struct gdx_device *dev)
+/* The stager for receives into dev's memory, or NULL: any thread. */
+static struct stager *rx_stager_of(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE))
-		return;
+	struct stager *st = __atomic_load_n(&t->rxs, __ATOMIC_ACQUIRE);
+
+	while (st && st->dev != dev)
+		st = st->next;
+	return st;
+}
+
+/*
+ * Sets up what the endpoint's threads need to move dev's memory, on the
+ * caller's thread (the one that posts or registers the memory, posts it to a
+ * shared receive queue or joins one: tcp_srq_device), never on theirs: the
+ * agent's start loads its module, which on CUDA may synchronise the context,
+ * and neither thread may wait on a stream whose work waits for a completion
+ * only that thread delivers.  The first device gets the receive ring and the
+ * agent (rr_start; its fields published by the release store of rr.dev).  rx:
+ * the receive thread will write dev's memory: it gets a stager, a stream and
+ * two pinned buffers for the stream path (any other device, or the first
+ * without an agent); the agent's device's gets its stream alone (the ring lends
+ * it buffers if the agent fails: rx_stager).  Once per device; 0, or why dev's
+ * memory cannot be received (the post or registration fails with it).
+ */
+static int rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx)
+{
+	struct stager *st;
+	int ret = 0;
+
+	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && (!rx || rx_stager_of(t, dev)))
+		return 0;
 	pthread_mutex_lock(&t->rr_lock);
 	/* not after rr_stop (a registration outlives the connection): see rr_stop */
-	if (!t->rr.dev && !__atomic_load_n(&t->rr.stopped, __ATOMIC_SEQ_CST)) {
+	if (__atomic_load_n(&t->rr.stopped, __ATOMIC_SEQ_CST))
+		goto out;
+	if (!t->rr.dev) {
 		rr_start(t, dev);
-		/* one that fails is tried again by the receive thread, which reports it */
-		if (!t->rr.on)
-			stager_ready(&t->rxs, dev);
 		__atomic_store_n(&t->rr.dev, dev, __ATOMIC_RELEASE);
 	}
+	if (rx && !rx_stager_of(t, dev)) {
+		st = calloc(1, sizeof(*st));
+		/* the agent's ring, once set, stays until the endpoint goes */
+		ret = st ? stager_init(st, dev, t->rr.ring && t->rr.dev == dev ? 0 : STAGE_SIZE)
+			 : -ENOMEM;
+		if (ret) {
+			GDX_ERR(SUBSYS, "%s: cannot set up receiving into its memory: %s",
+				gdx_device_name(dev), gdx_strerror(ret));
+			free(st);
+			goto out;
+		}
+		st->next = t->rxs;
+		__atomic_store_n(&t->rxs, st, __ATOMIC_RELEASE);
+	}
+out:
 	pthread_mutex_unlock(&t->rr_lock);
+	return ret;
 }
 
 /* Makes room for need bytes at the head of the ring: the oldest copies must land. */
@@ -1111,6 +1157,26 @@ static int rx_idle(struct tcp_ep *t)
 }
 
 /*
+ * The stager of dev's memory for the stream path (rr_prepare made it), or
+ * NULL.  Receive thread.  The agent's device's has its stream only: once the
+ * agent failed (halted: rr_fail) the halves of its receive ring, idle from
+ * then on, are its buffers, so no set-up runs here then either.
+ */
+static struct stager *rx_stager(struct tcp_ep *t, struct gdx_device *dev)
+{
+	struct rxring *rr = &t->rr;
+	struct stager *st = rx_stager_of(t, dev);
+
+	if (st && !st->bsz && dev == rr->dev && rr->ring && !rr->on) {
+		st->b[0] = rr->ring;
+		st->b[1] = rr->ring + rr->size / 2;
+		st->bsz = rr->size / 2;
+		st->lent = 1;
+	}
+	return st && st->bsz ? st : NULL;
+}
+
+/*
  * Receives n bytes into dst of any memory kind.  *posted: they went to device
  * memory through the ring, and may not have landed yet (defer what depends on
  * them); else they are in place on return.  Other devices than the ring's,
@@ -1120,34 +1186,35 @@ static int rx_idle(struct tcp_ep *t)
 static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx_mem_kind kind,
 		   size_t n, int *posted)
 {
+	struct stager *st;
 	size_t done = 0;
 	int i = 0, ret;
 
 	*posted = 0;
 	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev)
 		return rx_exact(t, dst, n);
-	rr_prepare(t, dev);
-	if (t->rr.on && t->rr.dev == dev) {
+	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) == dev && t->rr.on) {
 		ret = rr_recv(t, dst, n);
 		*posted = !ret && n;
 		return ret;
 	}
-	ret = stager_ready(&t->rxs, dev);
-	if (ret) {
-		/* The bytes still have to leave the socket for the stream to stay in step. */
-		rx_exact(t, NULL, n);
-		return ret;
+	st = rx_stager(t, dev);
+	if (!st) {
+		/* its set-up failed (and was reported) where it was posted */
+		GDX_ERR(SUBSYS, "%s: receive into memory not set up for it", gdx_device_name(dev));
+		ret = rx_exact(t, NULL, n);
+		return ret ? ret : -ENOMEM;
 	}
 	while (done < n) {
-		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done);
+		size_t c = GDX_MIN(st->bsz, n - done);
 
-		ret = rx_exact(t, t->rxs.b[i], c);
+		ret = rx_exact(t, st->b[i], c);
 		if (ret)
 			break;
 		/* The copy out of the other buffer must be done before it is refilled. */
-		ret = gdx_stream_synchronize(t->rxs.s);
+		ret = gdx_stream_synchronize(st->s);
 		if (!ret)
-			ret = gdx_memcpy_async(dev, (char *)dst + done, t->rxs.b[i], c, t->rxs.s);
+			ret = gdx_memcpy_async(dev, (char *)dst + done, st->b[i], c, st->s);
 		if (ret) {
 			rx_exact(t, NULL, n - done - c);
 			break;
@@ -1156,9 +1223,9 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 		i ^= 1;
 	}
 	if (!ret)
-		ret = gdx_stream_synchronize(t->rxs.s);
+		ret = gdx_stream_synchronize(st->s);
 	else
-		gdx_stream_synchronize(t->rxs.s);
+		gdx_stream_synchronize(st->s);
 	return ret;
 }
 
@@ -3032,7 +3099,13 @@ static void tcp_destroy(void *priv)
 	/* started by a poster while the receive thread stopped the endpoint's (rr_stop) */
 	if (t->rr.agent && gdx_copy_agent_stop(t->rr.agent))
 		t->rr.leak = 1;
-	stager_fini(&t->rxs);
+	while (t->rxs) {
+		struct stager *st = t->rxs;
+
+		t->rxs = st->next;
+		stager_fini(st);
+		free(st);
+	}
 	stager_fini(&t->txs);
 	if (t->sr && !t->rr.leak)	/* an agent that did not stop may still write it */
 		gdx_pinned_free(t->rr.dev, t->sr);
@@ -3056,12 +3129,22 @@ static int tcp_event_fd(void *priv)
 	return ((struct tcp_ep *)priv)->w_epfd;
 }
 
+/* Memory an endpoint thread moves through a device: device or managed memory. */
+static int dev_mem(enum gdx_mem_kind kind, const struct gdx_device *dev)
+{
+	return dev && kind != GDX_MEM_HOST && kind != GDX_MEM_PINNED;
+}
+
 static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 {
 	r->addr = (uint64_t)(uintptr_t)r->p;
-	if (r->kind == GDX_MEM_DEVICE && r->dev &&
-	    (r->access & (GDX_XPORT_ACCESS_REMOTE_WRITE | GDX_XPORT_ACCESS_REMOTE_READ)))
-		rr_prepare(priv, r->dev);
+	if (dev_mem(r->kind, r->dev) &&
+	    (r->access & (GDX_XPORT_ACCESS_REMOTE_WRITE | GDX_XPORT_ACCESS_REMOTE_READ))) {
+		int ret = rr_prepare(priv, r->dev, !!(r->access & GDX_XPORT_ACCESS_REMOTE_WRITE));
+
+		if (ret)
+			return ret;
+	}
 	if (r->kind == GDX_MEM_HOST || r->kind == GDX_MEM_PINNED) {
 		r->path = GDX_XPORT_PATH_DIRECT;
 		r->why = "socket I/O straight into host memory";
@@ -3082,10 +3165,13 @@ static void tcp_mr_dereg(void *priv, struct gdx_xport_region *r)
 		gdx_xport_rkey_del(r->key);
 }
 
-/* Device memory in the shared receive queue: the receive thread may take it (rx_into). */
+/*
+ * Device memory in the shared receive queue: the receive thread may take it
+ * (rx_into).  One whose set-up failed (reported) fails the receives into it.
+ */
 static void tcp_srq_device(void *priv, struct gdx_device *dev)
 {
-	rr_prepare(priv, dev);
+	rr_prepare(priv, dev, 1);
 }
 
 static int tcp_post(void *priv, struct gdx_xport_req *req)
@@ -3097,9 +3183,16 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 	if (!q)
 		return -ENOMEM;
 	q->req = req;
-	/* device memory an endpoint thread will write or read */
-	if (req->buf.kind == GDX_MEM_DEVICE && req->buf.dev)
-		rr_prepare(t, req->buf.dev);
+	/* device memory an endpoint thread will write (receives, reads) or read */
+	if (dev_mem(req->buf.kind, req->buf.dev)) {
+		int ret = rr_prepare(t, req->buf.dev, req->op == GDX_XPORT_OP_RECV ||
+						   req->op == GDX_XPORT_OP_READ);
+
+		if (ret) {
+			free(q);
+			return ret;
+		}
+	}
 	if (req->op != GDX_XPORT_OP_RECV) {
 		x = calloc(1, sizeof(*x));
 		if (!x) {

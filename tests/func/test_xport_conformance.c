@@ -833,6 +833,152 @@ static void test_dev_setup_off_rx_thread(void **state)
 }
 
 /*
+ * The same where tcp used to leave the set-up to the receive thread: receives
+ * into a second device (its stream path: a stream and pinned buffers of that
+ * device, set up when its memory is posted or registered), alternating with
+ * the agent's device; managed memory posted to an endpoint as its first
+ * device memory (the device's pointer query is wrapped to call one allocation
+ * managed), which set nothing up when posted; and receives into the agent's
+ * device after the agent failed (the stream path: its stream set up with the
+ * first receive, its buffers the halted agent's ring).
+ */
+static const struct gdx_device_ops *mg_real;
+static struct gdx_device_ops mg_ops;
+static atomic_int mg_all;
+static uintptr_t mg_base, mg_end;
+
+static int mg_pointer_query(void *priv, const void *p, struct gdx_ptr_attrs *a)
+{
+	int rc = mg_real->pointer_query(priv, p, a);
+
+	if (!rc && a->kind == GDX_MEM_DEVICE &&
+	    (atomic_load(&mg_all) || ((uintptr_t)p >= mg_base && (uintptr_t)p < mg_end)))
+		a->kind = GDX_MEM_MANAGED;
+	return rc;
+}
+
+static void dcheck(struct gdx_device *d, const void *p, size_t n, uint64_t seed)
+{
+	unsigned char *want = malloc(n), *got = malloc(n);
+
+	assert_true(want && got);
+	t_fill(want, n, seed);
+	assert_int_equal(gdx_memcpy(d, got, p, n), 0);
+	assert_memory_equal(got, want, n);
+	free(want);
+	free(got);
+}
+
+/* A send into a receive of n bytes at buf, memory of d. */
+static void recv_into(struct pair *p, struct gdx_device *d, void *buf, size_t n, uint64_t seed)
+{
+	unsigned char *tx = malloc(n);
+
+	assert_non_null(tx);
+	t_fill(tx, n, seed);
+	assert_int_equal(gdx_xport_post_recv(p->s, buf, n, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p->c, tx, n, 2, 0), 0);
+	expect(p->cqs, 1, GDX_XPORT_OP_RECV, 0, n);
+	expect(p->cqc, 2, GDX_XPORT_OP_SEND, 0, n);
+	dcheck(d, buf, n, seed);
+	free(tx);
+}
+
+static void test_dev_setup_off_rx_thread_more(void **state)
+{
+	enum { SZ = 16384, N = 8, PIECE = SZ / N };
+	const struct gdx_device_ops *ops2;
+	struct gdx_xport_opts o = deep_opts(4 * N);
+	unsigned char *tx;
+	struct gdx_device *dev2;
+	void *dbuf, *d2buf, *d2region, *mbuf;
+	struct gdx_xport_mr *mr;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) ||
+	    !dev->ops->agent_launch)
+		skip();
+	tx = malloc(SZ);
+	assert_non_null(tx);
+	assert_int_equal(gdx_config_set("emulated.devices", "2"), 0);
+	assert_int_equal(gdx_device_open("emulated:1", &dev2), 0);
+	dbuf = kalloc(K_DEV, SZ);
+	assert_int_equal(gdx_device_malloc(dev2, SZ, &d2buf), 0);
+	assert_int_equal(gdx_device_malloc(dev2, SZ, &d2region), 0);
+	mg_real = dev->ops;
+	mg_ops = *mg_real;
+	mg_ops.pointer_query = mg_pointer_query;
+	dev->ops = &mg_ops;
+	/* managed from its allocation on: the device layer keeps no entry of its own */
+	atomic_store(&mg_all, 1);
+	mbuf = kalloc(K_DEV, SZ);
+	atomic_store(&mg_all, 0);
+	mg_base = (uintptr_t)mbuf;
+	mg_end = mg_base + SZ;
+	atomic_store(&rx_setup_calls, 0);
+	dev_watch_start(dev, watch_rx);
+	ops2 = dev2->ops;
+	dev2->ops = &dw_ops;
+
+	/* a second device, alternating with the agent's; a region of it written */
+	pair_open(&p, NULL, NULL);
+	for (int r = 0; r < 2; r++) {
+		recv_into(&p, dev, dbuf, SZ, 100 + (uint64_t)r);
+		recv_into(&p, dev2, d2buf, SZ, 110 + (uint64_t)r);
+	}
+	assert_int_equal(gdx_xport_mr_reg(p.s, d2region, SZ, GDX_XPORT_ACCESS_REMOTE_WRITE, &mr),
+			 0);
+	t_fill(tx, SZ, 120);
+	assert_int_equal(gdx_xport_post_write(p.c, tx, SZ, gdx_xport_mr_addr(mr),
+					      gdx_xport_mr_key(mr), 3, 0), 0);
+	expect(p.cqc, 3, GDX_XPORT_OP_WRITE, 0, SZ);
+	dcheck(dev2, d2region, SZ, 120);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	pair_close(&p);
+
+	/* managed memory, the endpoint's first device memory */
+	pair_open(&p, NULL, NULL);
+	recv_into(&p, dev, mbuf, SZ, 130);
+	pair_close(&p);
+
+	/* the agent faults on its fourth copy; then receives go through the stream */
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
+	pair_open(&p, &o, &o);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, (char *)dbuf + i * PIECE, PIECE, 10 + i),
+				 0);
+	t_fill(tx, SZ, 140);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_send(p.c, tx + i * PIECE, PIECE, 20 + i, 0), 0);
+	for (int i = 0; i < N; i++) {
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, 10 + i);
+		get_cqe(p.cqc, &e);
+		assert_int_equal(e.wr_id, 20 + i);
+	}
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "0"), 0);
+	for (int r = 0; r < 2; r++)
+		recv_into(&p, dev, dbuf, SZ, 150 + (uint64_t)r);
+	pair_close(&p);
+
+	dev_watch_stop(dev);
+	dev2->ops = ops2;
+	dev->ops = mg_real;
+	assert_int_equal(atomic_load(&rx_setup_calls), 0);
+	/* an agent per endpoint that received device memory of the first device */
+	assert_int_equal(atomic_load(&dw_agent_starts), 3);
+	gdx_config_reset();
+	kfree(K_DEV, dbuf);
+	kfree(K_DEV, mbuf);
+	assert_int_equal(gdx_device_free(dev2, d2buf), 0);
+	assert_int_equal(gdx_device_free(dev2, d2region), 0);
+	gdx_device_close(dev2);
+	free(tx);
+}
+
+/*
  * tcp copies device memory it sends (sends, writes, read data; through the
  * stage ring or, past a stage buffer, chunk by chunk) with the endpoint's copy
  * agent: its transmit threads make no copy or stream wait of the device.
@@ -2574,6 +2720,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_small_ring_and_no_agent),
 		cmocka_unit_test(test_dev_then_host_order),
 		cmocka_unit_test(test_dev_setup_off_rx_thread),
+		cmocka_unit_test(test_dev_setup_off_rx_thread_more),
 		cmocka_unit_test(test_dev_agent_fault),
 		cmocka_unit_test(test_dev_sends_through_agent),
 		cmocka_unit_test(test_dev_sends_odd_sizes),
