@@ -1072,10 +1072,11 @@ static void copy_agent_no_relaunch_after_error(void **state)
 
 /*
  * Halting stops the workers and keeps the agent: a worker in a slow copy
- * (emulated.agent_copy_us) outlasts the stop timeout (-ETIMEDOUT; posts are
- * refused from then on and nothing they describe is copied), halting again
- * waits again until it has ended, the copy it had taken landed; status and
- * posts still answer (the agent is not freed) until it is stopped.
+ * (emulated.agent_copy_us: 1 s each; the first one seen landed, the worker is
+ * in the second) outlasts the stop timeout (-ETIMEDOUT; posts are refused
+ * from then on and what they describe is never copied), halting again waits
+ * again until it has ended, the copy it had taken landed; status and posts
+ * still answer (the agent is not freed) until it is stopped.
  */
 static void copy_agent_halt(void **state)
 {
@@ -1083,7 +1084,7 @@ static void copy_agent_halt(void **state)
 	struct gdx_copy_agent *a;
 	unsigned char *src, back[64], zero[64] = { 0 };
 	uint32_t seq;
-	void *d;
+	char *d;
 	int rc, tries = 0;
 
 	(void)state;
@@ -1092,26 +1093,33 @@ static void copy_agent_halt(void **state)
 		skip();
 	gdx_copy_agent_opts_init(&o, sizeof(o));
 	o.stop_timeout_ms = 100;
-	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "400000"), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "1000000"), 0);
 	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
 	assert_int_equal(gdx_pinned_alloc(dev, 4096, (void **)&src), 0);
-	assert_int_equal(gdx_device_malloc(dev, 4096, &d), 0);
+	assert_int_equal(gdx_device_malloc(dev, 4096, (void **)&d), 0);
 	assert_int_equal(gdx_memset(dev, d, 0, 4096), 0);
 	memset(src, 0x5a, 4096);
 	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 64, &seq), 0);
-	/* the worker takes it at once and sleeps in it */
-	usleep(100000);
+	assert_int_equal(gdx_copy_agent_post(a, 0, d + 64, src, 64, &seq), 0);
+	/* the first copy's bytes are there: the worker is in the second (done comes after it) */
+	for (int i = 0;; i++) {
+		assert_int_equal(gdx_memcpy(dev, back, d, 64), 0);
+		if (!memcmp(back, src, 64))
+			break;
+		assert_true(i < 10000);
+		usleep(1000);
+	}
 	assert_int_equal(gdx_copy_agent_halt(a), -ETIMEDOUT);
 	assert_int_equal(gdx_copy_agent_status(a), -ESHUTDOWN);
-	assert_int_equal(gdx_copy_agent_post(a, 0, (char *)d + 64, src, 64, &seq), -ESHUTDOWN);
+	assert_int_equal(gdx_copy_agent_post(a, 0, d + 128, src, 64, &seq), -ESHUTDOWN);
 	while ((rc = gdx_copy_agent_halt(a)) == -ETIMEDOUT)
-		assert_true(++tries < 50);
+		assert_true(++tries < 100);
 	assert_int_equal(rc, 0);
 	assert_int_equal(gdx_copy_agent_halt(a), 0);
-	assert_int_equal(__atomic_load_n(gdx_copy_agent_done_word(a, 0), __ATOMIC_ACQUIRE), 1);
-	assert_int_equal(gdx_memcpy(dev, back, d, 64), 0);
+	assert_int_equal(__atomic_load_n(gdx_copy_agent_done_word(a, 0), __ATOMIC_ACQUIRE), 2);
+	assert_int_equal(gdx_memcpy(dev, back, d + 64, 64), 0);
 	assert_memory_equal(back, src, 64);
-	assert_int_equal(gdx_memcpy(dev, back, (char *)d + 64, 64), 0);
+	assert_int_equal(gdx_memcpy(dev, back, d + 128, 64), 0);
 	assert_memory_equal(back, zero, 64);
 	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 64, &seq), -ESHUTDOWN);
 	assert_int_equal(gdx_copy_agent_stop(a), 0);
