@@ -14,8 +14,8 @@
  *
  * Data lands straight in the target: payloads are received into the posted
  * receive or registered region itself (only the start of a frame that shared a
- * socket read with its header is copied), and large host payloads go out with
- * MSG_ZEROCOPY where the kernel has it.  Device memory is received into a
+ * socket read with its header is copied), and large host payloads of requests go
+ * out with MSG_ZEROCOPY where the kernel has it.  Device memory is received into a
  * pinned ring whose copies a copy agent makes while the receive thread goes on
  * (what depends on the bytes having landed is deferred until they have, in
  * order), and sent out of a pinned ring the same agent copies each frame into
@@ -23,6 +23,9 @@
  *
  * The two threads never wait on each other: the receive thread hands read
  * data and responses to the transmit queue, so both peers can stream at once.
+ * A read answer's bytes are taken out of the region when it is sent: a write
+ * to the same range that arrives after the read has them taken first, without
+ * waiting for the answer to go out (ans_settle).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -132,6 +135,17 @@ struct txi {			/* one frame to transmit */
 	uint8_t sr, staged, late;
 	uint32_t seq;
 	uint64_t sr_end;
+	/*
+	 * Read answers whose bytes still come out of the region (ans: on
+	 * t->ans_head, lock held): a write that overlaps one takes them first
+	 * (ans_settle, rule 1).  snap: that private copy of the payload, valid
+	 * from snap_off on; cnext: bytes of a device payload whose copies were
+	 * posted (to the transmit thread's stream or the agent's ring RR_TX).
+	 */
+	uint8_t ans;
+	struct txi *an_prev, *an_next;
+	unsigned char *snap;
+	size_t snap_off, cnext;
 	struct txi *next;
 };
 
@@ -277,6 +291,14 @@ struct tcp_ep {
 	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
 	struct gdx_counter ctr[C_NR];
 	struct gdx_stats *stats;
+	/*
+	 * Read answers still to be read out of their region (txi.ans), and the
+	 * threads in a send that may read one's host memory (never blocking:
+	 * ans_settle waits for them to leave it).  Lock held.
+	 */
+	struct txi *ans_head;
+	int rd_busy, rd_waiting;
+	pthread_cond_t rd_cond;
 };
 
 struct tcp_listener {
@@ -1289,6 +1311,50 @@ static int tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int
 	return 0;
 }
 
+static void tx_wait_out(struct tcp_ep *t);
+static void rd_leave(struct tcp_ep *t);
+
+/*
+ * Sends read answer x, n bytes of host memory, from the transmit thread.  No
+ * send reads the region while it blocks, so that a write to the region can
+ * wait for the sends that read it without waiting for the peer (ans_settle:
+ * it gives x its own copy of the rest, then waits): each sendmsg is
+ * non-blocking, the lock taken around it, and the socket's room waited for
+ * apart.  Never zero-copy: the kernel would read the region when the NIC
+ * sends, after the call returned, and the write could not know when.
+ */
+static int tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
+{
+	const size_t hl = sizeof(x->h), total = hl + n;
+	int ret = 0;
+
+	pthread_mutex_lock(&t->lock);
+	while (!ret && x->off < total) {
+		struct iovec iov[2];
+		int cnt = 0, region = x->ans;
+		size_t sent = 0;
+
+		if (x->off < hl)
+			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
+		iov[cnt] = (struct iovec){ (char *)x->pp + (x->off > hl ? x->off - hl : 0),
+					   total - GDX_MAX(x->off, hl) };
+		cnt++;
+		t->rd_busy += region;
+		pthread_mutex_unlock(&t->lock);
+		ret = send_iov(t, iov, cnt, MSG_DONTWAIT, &sent);
+		pthread_mutex_lock(&t->lock);
+		if (region)
+			rd_leave(t);
+		x->off += sent;
+		if (ret == -EAGAIN) {
+			ret = 0;
+			tx_wait_out(t);
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
 /* ---- copies out of device memory ------------------------------------------ */
 
 /*
@@ -1326,41 +1392,71 @@ static int tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const 
 	return ret;
 }
 
-/* Spins until the agent's copies out of device memory up to seq have landed. */
-static int tx_wait_seq(struct tcp_ep *t, struct gdx_copy_agent *a, const struct gdx_device *dev,
-		       uint32_t seq)
+/*
+ * Spins until the agent's copies out of device memory up to seq have landed
+ * (either thread: the receive thread waits for those of read answers, in
+ * ans_settle); the agent's error if it failed.
+ */
+static int tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq)
 {
 	for (unsigned spins = 1; !seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), seq);
 	     spins++) {
 		int ret;
 
 		if (!(spins % 64) && (ret = gdx_copy_agent_status(a)))
-			return tx_agent_failed(t, dev, ret);
+			return ret;
 		sched_yield();
 	}
 	return 0;
 }
 
-/* Starts the copy of n bytes of dev's memory at src into dst, pinned memory to send from. */
-static int tx_copy(struct tcp_ep *t, struct gdx_device *dev, void *dst, const void *src,
-		   size_t n)
+/* The same for the transmit thread: an agent's failure ends the connection. */
+static int tx_wait_seq(struct tcp_ep *t, struct gdx_copy_agent *a, const struct gdx_device *dev,
+		       uint32_t seq)
+{
+	int ret = tx_seq_landed(t, a, seq);
+
+	return ret ? tx_agent_failed(t, dev, ret) : 0;
+}
+
+/*
+ * Starts the copy of n bytes of frame x's payload, at off, into dst, pinned
+ * memory to send from: out of dev's memory at src, or out of x's own copy of
+ * it where a write to the region made one (ans_settle; a plain memcpy then).
+ * Posted under the lock, so that the receive thread knows which bytes were
+ * copied (x->cnext) and which copies to wait for (the last one posted).
+ */
+static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void *dst,
+		   const void *src, size_t off, size_t n)
 {
 	struct gdx_copy_agent *a = tx_agent(t, dev);
 	uint32_t seq;
 	int ret;
 
-	if (!a)
-		return gdx_memcpy_async(dev, dst, src, n, t->txs.s);
 	pthread_mutex_lock(&t->lock);
-	for (unsigned i = 1; (ret = tx_post(t, a, dst, src, n, &seq)) == -EAGAIN; i++) {
+	for (unsigned i = 1;; i++) {
+		if (x->snap && off >= x->snap_off) {
+			memcpy(dst, x->snap + off, n);
+			pthread_mutex_unlock(&t->lock);
+			return 0;
+		}
+		if (!a) {
+			ret = gdx_memcpy_async(dev, dst, src, n, t->txs.s);
+			break;
+		}
+		ret = tx_post(t, a, dst, src, n, &seq);
+		if (ret != -EAGAIN)
+			break;
 		pthread_mutex_unlock(&t->lock);
 		if (!(i % 64) && (ret = gdx_copy_agent_status(a)))
 			return tx_agent_failed(t, dev, ret);
 		sched_yield();
 		pthread_mutex_lock(&t->lock);
 	}
+	if (!ret)
+		x->cnext = off + n;
 	pthread_mutex_unlock(&t->lock);
-	return ret ? tx_agent_failed(t, dev, ret) : 0;
+	return ret && a ? tx_agent_failed(t, dev, ret) : ret;
 }
 
 /*
@@ -1405,7 +1501,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 		b[1] = t->txs.b[1];
 	}
 	if (!ret)
-		ret = tx_copy(t, dev, b[0], src, GDX_MIN((size_t)STAGE_SIZE, n));
+		ret = tx_copy(t, x, dev, b[0], src, 0, GDX_MIN((size_t)STAGE_SIZE, n));
 	if (!ret)
 		ret = tx_copy_wait(t, dev);
 	while (!ret && done < n) {
@@ -1413,7 +1509,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 		struct iovec v = { b[i], c };
 
 		if (next < n)
-			ret = tx_copy(t, dev, b[i ^ 1], (const char *)src + next,
+			ret = tx_copy(t, x, dev, b[i ^ 1], (const char *)src + next, next,
 				      GDX_MIN((size_t)STAGE_SIZE, n - next));
 		while (!ret && v.iov_len) {
 			ret = send_iov(t, &v, 1, 0, &sent);
@@ -1461,20 +1557,42 @@ static void tx_payload(struct txi *x, const void **p, struct gdx_device **dev, s
 
 /* ---- connection teardown ------------------------------------------------ */
 
-static void tx_free(struct txi *x)
+/* x's bytes no longer come out of its region: off the answer list.  Lock held. */
+static void ans_unlink(struct tcp_ep *t, struct txi *x)
 {
+	if (!x->ans)
+		return;
+	if (x->an_prev)
+		x->an_prev->an_next = x->an_next;
+	else
+		t->ans_head = x->an_next;
+	if (x->an_next)
+		x->an_next->an_prev = x->an_prev;
+	/* last: tx_free looks at it unlocked, and frees x once it sees 0 */
+	__atomic_store_n(&x->ans, 0, __ATOMIC_RELEASE);
+}
+
+/* Frees frame x (lock not held, or x is on no answer list). */
+static void tx_free(struct tcp_ep *t, struct txi *x)
+{
+	if (__atomic_load_n(&x->ans, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_lock(&t->lock);
+		ans_unlink(t, x);
+		pthread_mutex_unlock(&t->lock);
+	}
 	if (x->k)
 		gdx_xport_rkey_put(x->k);
 	free(x->extra);
+	free(x->snap);
 	free(x);
 }
 
-static void tx_free_list(struct txi *x)
+static void tx_free_list(struct tcp_ep *t, struct txi *x)
 {
 	while (x) {
 		struct txi *next = x->next;
 
-		tx_free(x);
+		tx_free(t, x);
 		x = next;
 	}
 }
@@ -1494,7 +1612,7 @@ static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list
 	if (!list)
 		return;
 	if (!t->tx_agent_err && !tx_copy_wait(t, dev)) {
-		tx_free_list(list);
+		tx_free_list(t, list);
 		return;
 	}
 	while (*tail)
@@ -1531,7 +1649,9 @@ static void flush_all(struct tcp_ep *t)
 	t->txq_head = t->txq_tail = NULL;
 	t->qlen = 0;
 	t->sr_late = NULL;
-	tx_free_list(x);
+	while (t->ans_head)
+		ans_unlink(t, t->ans_head);
+	tx_free_list(t, x);
 	while ((q = q_pop(&t->outst_head, &t->outst_tail))) {
 		gdx_xport_complete(q->req, GDX_EDISCONNECTED, 0);
 		free(q);
@@ -1587,17 +1707,20 @@ static void tx_begin(struct tcp_ep *t, struct txi *x)
  * Gathers a train of small host frames from the head of the queue into iov,
  * for one sendmsg: the part of each not yet sent.  Stops at a frame that
  * needs the transmit thread (large, device memory) or waits for a fence.
- * Lock held; returns the number of iovecs.
+ * *region: a read answer among them is still read out of its region.  Lock
+ * held; returns the number of iovecs.
  */
-static int tx_gather(struct tcp_ep *t, struct iovec *iov)
+static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region)
 {
 	const size_t hl = sizeof(struct hdr);
 	size_t bytes = 0;
 	int cnt = 0;
 
+	*region = 0;
 	for (struct txi *x = t->txq_head; x && x->small && cnt + 2 <= TX_TRAIN_IOV &&
 	     bytes < TX_TRAIN_BYTES && !fence_blocked(t, x); x = x->next) {
 		tx_going(t, x);
+		*region |= x->ans;
 		if (x->off < hl)
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
 		if (x->plen) {
@@ -1629,6 +1752,7 @@ static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done)
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
+		ans_unlink(t, x);
 		if (x->req)
 			t->on_wire++;
 		t->qlen--;
@@ -1637,24 +1761,49 @@ static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done)
 	}
 }
 
+/* A send that read a region's host memory for a read answer returned.  Lock held. */
+static void rd_leave(struct tcp_ep *t)
+{
+	if (!--t->rd_busy && t->rd_waiting)
+		pthread_cond_broadcast(&t->rd_cond);
+}
+
 /*
- * Sends one train from the head of the queue: without blocking for the posting
- * and receive threads, blocking for the transmit thread.  Lock held (dropped
- * around the sendmsg); -EAGAIN when the socket was full, 1 when the head is not
- * a small frame (or is fenced).
+ * Waits, lock dropped, until the socket takes more; a zero-copy
+ * notification, which wakes it as an error, is reaped.  Lock held.
  */
-static int tx_train(struct tcp_ep *t, int nonblock, struct txi **done)
+static void tx_wait_out(struct tcp_ep *t)
+{
+	struct pollfd pf = { .fd = t->fd, .events = POLLOUT };
+
+	pthread_mutex_unlock(&t->lock);
+	if (poll(&pf, 1, -1) > 0 && (pf.revents & POLLERR))
+		zc_reap(t);
+	pthread_mutex_lock(&t->lock);
+}
+
+/*
+ * Sends one train from the head of the queue, without blocking (the transmit
+ * thread waits for room with tx_wait_out: a send never blocks while it reads
+ * a region for a read answer, ans_settle).  Lock held (dropped around the
+ * sendmsg); -EAGAIN when the socket was full, 1 when the head is not a small
+ * frame (or is fenced).
+ */
+static int tx_train(struct tcp_ep *t, struct txi **done)
 {
 	struct iovec iov[TX_TRAIN_IOV];
 	size_t sent = 0;
-	int cnt = tx_gather(t, iov), ret;
+	int region, cnt = tx_gather(t, iov, &region), ret;
 
 	if (!cnt)
 		return 1;
 	t->sending = 1;
+	t->rd_busy += region;
 	pthread_mutex_unlock(&t->lock);
-	ret = send_iov(t, iov, cnt, nonblock ? MSG_DONTWAIT : 0, &sent);
+	ret = send_iov(t, iov, cnt, MSG_DONTWAIT, &sent);
 	pthread_mutex_lock(&t->lock);
+	if (region)
+		rd_leave(t);
 	t->sending = 0;
 	if (t->dead)
 		pthread_cond_broadcast(&t->tx_cond);	/* flush_all may wait for the queue */
@@ -1699,8 +1848,9 @@ static void tx_take_head(struct tcp_ep *t, struct txi ***tail, long *nreq)
 /*
  * Takes the run of frames at the head of the queue that can go in one staged
  * train: device memory payloads of dev (read data, sends and writes; as much
- * as one stage buffer holds) and small host frames, up to a fenced request.
- * *nreq: the requests among them.  Lock held.
+ * as one stage buffer holds) and small host frames, up to a fenced request
+ * or a read answer still read out of a host region (the run's send blocks:
+ * tx_train sends that one).  *nreq: the requests among them.  Lock held.
  */
 static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long *nreq)
 {
@@ -1713,7 +1863,7 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
 		struct txi *x = t->txq_head;
 
 		if ((!x->small && !staged_frame(x, dev)) || fence_blocked(t, x) ||
-		    (x->dev && staged + x->plen > STAGE_SIZE))
+		    (x->dev && staged + x->plen > STAGE_SIZE) || (x->small && x->ans))
 			break;
 		if (x->dev)
 			staged += x->plen;
@@ -1736,7 +1886,7 @@ static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, 
 	for (struct txi *x = list; !ret && x; x = x->next) {
 		if (!x->dev || !x->plen)
 			continue;
-		ret = tx_copy(t, dev, (char *)t->txs.b[buf] + off, x->pp, x->plen);
+		ret = tx_copy(t, x, dev, (char *)t->txs.b[buf] + off, x->pp, 0, x->plen);
 		x->pp = (char *)t->txs.b[buf] + off;
 		off += x->plen;
 	}
@@ -1825,7 +1975,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 			tx_let_go(t, dev, next);
 			break;
 		}
-		tx_free_list(cur);
+		tx_free_list(t, cur);
 		cur = next;
 		nreq = nnext;
 		next = NULL;
@@ -1961,8 +2111,9 @@ static int sr_train_frame(const struct txi *x)
 /*
  * Takes a train off the head of the queue: small host frames and ring frames
  * (a late one staged now: one that may not go early, sr_early), up to a fenced
- * request, as far as there is room.
- * *nreq: the requests among them.  Lock held.
+ * request or a read answer still read out of a host region (as
+ * tx_take_staged), as far as there is room.  *nreq: the requests among them.
+ * Lock held.
  */
 static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_copy_agent *a,
 			   long *nreq, int *err)
@@ -1975,7 +2126,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 	while (t->txq_head && n < TX_TRAIN_IOV / 2) {
 		struct txi *x = t->txq_head;
 
-		if (!sr_train_frame(x) || fence_blocked(t, x))
+		if (!sr_train_frame(x) || fence_blocked(t, x) || (x->small && x->ans))
 			break;
 		if (x->late) {
 			int r = sr_stage(t, x, a);
@@ -2065,7 +2216,7 @@ static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 			pthread_mutex_lock(&t->lock);
 			break;
 		}
-		tx_free_list(list);
+		tx_free_list(t, list);
 		pthread_mutex_lock(&t->lock);
 		t->on_wire += nreq;
 	}
@@ -2089,7 +2240,7 @@ static void *tx_main(void *arg)
 		while (!t->dead && (t->sending || !t->txq_head || fence_blocked(t, t->txq_head))) {
 			if (done) {
 				pthread_mutex_unlock(&t->lock);
-				tx_free_list(done);
+				tx_free_list(t, done);
 				done = NULL;
 				pthread_mutex_lock(&t->lock);
 				continue;
@@ -2099,7 +2250,8 @@ static void *tx_main(void *arg)
 		if (t->dead)
 			break;
 		if (t->txq_head->small) {
-			tx_train(t, 0, &done);
+			if (tx_train(t, &done) == -EAGAIN)
+				tx_wait_out(t);
 			continue;
 		}
 		x = t->txq_head;
@@ -2122,11 +2274,10 @@ static void *tx_main(void *arg)
 			t->txq_tail = NULL;
 		t->qlen--;
 		tx_begin(t, x);
-		pthread_mutex_unlock(&t->lock);
-
 		/*
-		 * What tx_submit_locked found of the payload: once the bytes go out,
-		 * the peer may answer and x->req be freed.
+		 * What tx_submit_locked found of the payload (taken under the lock: a
+		 * write may point a read answer at its own copy, ans_settle): once the
+		 * bytes go out, the peer may answer and x->req be freed.
 		 */
 		p = x->pp;
 		dev = x->dev;
@@ -2135,12 +2286,18 @@ static void *tx_main(void *arg)
 		late = x->late;
 		if (late)
 			gdx_counter_add(&t->ctr[C_SR_TX_COPIED], 1);
-		ret = dev ? tx_device(t, x, p, dev, n) : tx_host(t, x, p, n, 0);
+		pthread_mutex_unlock(&t->lock);
+		if (dev)
+			ret = tx_device(t, x, p, dev, n);
+		else if (x->h.type == F_READ_RESP)
+			ret = tx_answer(t, x, n);
+		else
+			ret = tx_host(t, x, p, n, 0);
 		if (ret && dev) {
 			x->next = NULL;
 			tx_let_go(t, dev, x);
 		} else {
-			tx_free(x);
+			tx_free(t, x);
 		}
 		pthread_mutex_lock(&t->lock);
 		t->sending = 0;
@@ -2154,7 +2311,7 @@ static void *tx_main(void *arg)
 			kill_conn(t, ret);
 	}
 	pthread_mutex_unlock(&t->lock);
-	tx_free_list(done);
+	tx_free_list(t, done);
 	return NULL;
 }
 
@@ -2170,12 +2327,12 @@ static void tx_push_locked(struct tcp_ep *t)
 {
 	struct txi *done = NULL;
 
-	while (!t->dead && !t->sending && t->txq_head && !tx_train(t, 1, &done))
+	while (!t->dead && !t->sending && t->txq_head && !tx_train(t, &done))
 		;
 	if (!t->dead && !t->sending && t->txq_head)
 		pthread_cond_broadcast(&t->tx_cond);
 	pthread_mutex_unlock(&t->lock);
-	tx_free_list(done);
+	tx_free_list(t, done);
 }
 
 /* Queues frame x and sends it, or holds it for the next train.  Lock held; released. */
@@ -2186,6 +2343,14 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 	tx_payload(x, &x->pp, &dev, &x->plen);
 	x->dev = dev;
 	x->small = !dev && x->plen <= DIRECT_MAX;
+	if (x->h.type == F_READ_RESP && x->plen) {
+		/* read out of the region when sent: a write to it takes the bytes first */
+		x->ans = 1;
+		x->an_next = t->ans_head;
+		if (t->ans_head)
+			t->ans_head->an_prev = x;
+		t->ans_head = x;
+	}
 	sr_queue(t, x);
 	if (x->req && !x->small)
 		t->big_id = x->h.id;
@@ -2231,7 +2396,7 @@ static int tx_submit(struct tcp_ep *t, struct txi *x)
 	pthread_mutex_lock(&t->lock);
 	if (t->dead) {
 		pthread_mutex_unlock(&t->lock);
-		tx_free(x);
+		tx_free(t, x);
 		return -ECONNRESET;
 	}
 	tx_submit_locked(t, x);
@@ -2466,6 +2631,106 @@ static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
 	}
 }
 
+/*
+ * Gives read answer x its own copy of the payload bytes not yet taken out of
+ * the region: those not handed to the socket yet (host memory), or whose
+ * copies were not posted yet (device memory; x->cnext).  A frame no sender
+ * took yet becomes a host frame; one the transmit thread took keeps going
+ * its way, its copies from here made out of the copy (tx_copy).  Lock held.
+ */
+static int ans_snap(struct tcp_ep *t, struct txi *x)
+{
+	const size_t hl = sizeof(x->h);
+	size_t from = x->dev ? x->cnext : x->off > hl ? x->off - hl : 0;
+	unsigned char *b;
+	int ret = 0;
+
+	if (from == x->plen)
+		return 0;
+	b = malloc(x->plen);
+	if (!b)
+		return -ENOMEM;
+	if (x->dev)
+		ret = gdx_memcpy(x->dev, b + from, (const char *)x->data + from, x->plen - from);
+	else
+		memcpy(b + from, (const char *)x->data + from, x->plen - from);
+	if (ret) {
+		free(b);
+		return ret;
+	}
+	x->snap = b;
+	x->snap_off = from;
+	if (!x->dev) {
+		x->pp = b;
+	} else if (!x->going) {
+		x->pp = b;
+		x->dev = NULL;
+		x->small = x->plen <= DIRECT_MAX;
+		/* out of the ring's frames: the first late one may be the next */
+		if (x->late && t->sr_late == x)
+			t->sr_late = sr_late_next(x);
+		x->sr = x->late = 0;
+	}
+	return 0;
+}
+
+/*
+ * Rule 1 for a write of n bytes at p (receive thread, before a byte of it
+ * lands): read answers queued before it take what they still had to read of
+ * an overlapping range now.  A frame no sender has touched gets a copy of its
+ * own (ans_snap); one staged through the stage ring has its copy there once
+ * that lands; one being sent keeps the bytes handed to the socket or copied
+ * already, gets a copy of the rest, and the write waits for the sends and
+ * copies under way to be done with the region.  Those never wait for the
+ * peer or for this thread -- sends that read a region do not block
+ * (tx_answer, tx_train), copies land by themselves -- so neither does the
+ * write: waiting for the answers to go out could deadlock (a fenced request
+ * ahead of them in the queue waits for answers that only this thread reads,
+ * and the peer's receive thread may be waiting the same way for ours).
+ */
+static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
+{
+	const uintptr_t lo = (uintptr_t)p, hi = lo + n;
+	struct gdx_copy_agent *a = NULL;
+	int ret = 0, sends = 0, sync = 0;
+	uint32_t seq = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (struct txi *x = t->ans_head, *next; x && !ret; x = next) {
+		next = x->an_next;
+		if ((uintptr_t)x->data >= hi || (uintptr_t)x->data + x->plen <= lo)
+			continue;
+		if (x->dev && (x->staged || x->cnext)) {
+			/* copies posted: the rest of the frame's come from its copy */
+			if (tx_agent(t, x->dev))
+				a = tx_agent(t, x->dev);
+			else
+				sync = 1;
+		}
+		sends |= !x->dev && x->going;
+		if (!x->staged)
+			ret = ans_snap(t, x);
+		if (!ret)
+			ans_unlink(t, x);
+	}
+	/*
+	 * Only the transmit thread posts to its stream, and takes no frame of
+	 * another device while one of this one's is on the list.
+	 */
+	if (sync && !ret)
+		ret = gdx_stream_synchronize(t->txs.s);
+	while (sends && t->rd_busy) {
+		t->rd_waiting++;
+		pthread_cond_wait(&t->rd_cond, &t->lock);
+		t->rd_waiting--;
+	}
+	seq = t->tx_seq;
+	pthread_mutex_unlock(&t->lock);
+	if (a && !ret)
+		ret = tx_seq_landed(t, a, seq);
+	return ret;
+}
+
 static int rx_write(struct tcp_ep *t, const struct hdr *h)
 {
 	struct gdx_xport_region reg;
@@ -2483,6 +2748,16 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 			(unsigned long long)h->len);
 		ret = rx_exact(t, NULL, h->len);
 		return ret ? ret : defer_resp(t, h->id, st);
+	}
+	st = ans_settle(t, p, h->len);
+	if (st) {
+		/* refused: the answers before it still return what was there */
+		GDX_ERR(SUBSYS, "write of %llu bytes refused: the read answers before it could "
+			"not take the bytes it overwrites (%s)", (unsigned long long)h->len,
+			gdx_strerror(st));
+		gdx_xport_rkey_put(k);
+		ret = rx_exact(t, NULL, h->len);
+		return ret ? ret : defer_resp(t, h->id, GDX_EREMOTE);
 	}
 	ret = rx_into(t, p, reg.dev, reg.kind, h->len, &posted);
 	if (ret == -ECONNRESET || ret == -EPIPE) {
@@ -2822,7 +3097,7 @@ static void *rx_main(void *arg)
 	pthread_join(t->tx, NULL);
 	/* Deferred effects are older than what is still queued: they go first. */
 	rr_stop(t);
-	tx_free_list(t->tx_hold);
+	tx_free_list(t, t->tx_hold);
 	t->tx_hold = NULL;
 	flush_all(t);
 	return NULL;
@@ -2940,6 +3215,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	pthread_cond_init(&t->rx_cond, NULL);
 	pthread_cond_init(&t->flushed_cond, NULL);
 	ep_stats(t);
+	pthread_cond_init(&t->rd_cond, NULL);
 	ret = -pthread_create(&t->tx, NULL, tx_main, t);
 	if (!ret) {
 		ret = -pthread_create(&t->rx, NULL, rx_main, t);
@@ -3119,6 +3395,7 @@ static void tcp_destroy(void *priv)
 	pthread_cond_destroy(&t->tx_cond);
 	pthread_cond_destroy(&t->rx_cond);
 	pthread_cond_destroy(&t->flushed_cond);
+	pthread_cond_destroy(&t->rd_cond);
 	ep_fds_close(t);
 	free(t->rbuf);
 	free(t);

@@ -455,8 +455,6 @@ static void test_fence_forwards_read(void **state)
 	free(rbuf);
 }
 
-/* ---- device memory as the target of many requests ---------------------------- */
-
 static struct gdx_xport_opts deep_opts(unsigned n)
 {
 	struct gdx_xport_opts o;
@@ -466,6 +464,190 @@ static struct gdx_xport_opts deep_opts(unsigned n)
 	o.rq_depth = n;
 	return o;
 }
+
+/*
+ * Rule 1 for a read then a write of the same range, no fence: the read
+ * returns the bytes from before the write.  tcp answers a read from the
+ * transmit queue, so the answer's bytes must be taken before the write that
+ * follows lands.  Per round: NBIG reads of a large range of region B (the
+ * later ones' answers wait in the queue behind the first), NS small reads of
+ * the chunks of region S, then writes of other bytes to S, chunk by chunk,
+ * and to B's range; every read must see the old bytes, the regions the new
+ * ones.  B and S are of kinds bk and sk (a host B ahead of a device S: tcp
+ * copies S's answers into its stage ring while B's go out).
+ */
+static void read_then_write(enum kind bk, enum kind sk, int rounds)
+{
+	enum { NBIG = 3, NS = 64, CH = 4096 };
+	const size_t big = GDX_MIN(max_msg, (size_t)(8u << 20)), len = big + NS * CH;
+	void *rb = kalloc(bk, big), *rs = kalloc(sk, NS * CH);
+	unsigned char *back = malloc(NBIG * big + NS * CH), *got = malloc(len);
+	unsigned char *data[2] = { malloc(len), malloc(len) };
+	struct gdx_xport_opts o = deep_opts(2 * NS + 2 * NBIG + 8);
+	struct gdx_xport_mr *mb, *ms;
+	struct pair p;
+
+	pair_open(&p, &o, &o);
+	if (reg_remote(p.s, rb, big, GDX_XPORT_ACCESS_REMOTE_WRITE | GDX_XPORT_ACCESS_REMOTE_READ,
+		       &mb))
+		goto out;
+	if (reg_remote(p.s, rs, NS * CH, GDX_XPORT_ACCESS_REMOTE_WRITE |
+		       GDX_XPORT_ACCESS_REMOTE_READ, &ms)) {
+		gdx_xport_mr_dereg(mb);
+		goto out;
+	}
+	/* B then S hold data[r % 2] when round r starts, data[(r + 1) % 2] after it */
+	t_fill(data[0], len, 5000 + 10 * bk + sk);
+	t_fill(data[1], len, 5002 + 10 * bk + sk);
+	if (bk == K_DEV)
+		assert_int_equal(gdx_memcpy(dev, rb, data[0], big), 0);
+	else
+		memcpy(rb, data[0], big);
+	if (sk == K_DEV)
+		assert_int_equal(gdx_memcpy(dev, rs, data[0] + big, NS * CH), 0);
+	else
+		memcpy(rs, data[0] + big, NS * CH);
+	for (int r = 0; r < rounds; r++) {
+		const unsigned char *old = data[r % 2], *neu = data[(r + 1) % 2];
+		uint64_t ab = gdx_xport_mr_addr(mb), kb = gdx_xport_mr_key(mb);
+		uint64_t as = gdx_xport_mr_addr(ms), ks = gdx_xport_mr_key(ms), id = 1;
+
+		memset(back, 0, NBIG * big + NS * CH);
+		for (int i = 0; i < NBIG; i++)
+			assert_int_equal(gdx_xport_post_read(p.c, back + i * big, big, ab, kb, id++,
+							     0), 0);
+		for (int i = 0; i < NS; i++)
+			assert_int_equal(gdx_xport_post_read(p.c, back + NBIG * big + i * CH, CH,
+							     as + i * CH, ks, id++, 0), 0);
+		for (int i = 0; i < NS; i++)
+			assert_int_equal(gdx_xport_post_write(p.c, neu + big + i * CH, CH,
+							      as + i * CH, ks, id++, 0), 0);
+		assert_int_equal(gdx_xport_post_write(p.c, neu, big, ab, kb, id++, 0), 0);
+		for (uint64_t i = 1; i < id; i++)
+			expect(p.cqc, i, i <= NBIG + NS ? GDX_XPORT_OP_READ : GDX_XPORT_OP_WRITE, 0,
+			       i <= NBIG || i == id - 1 ? big : CH);
+		for (int i = 0; i < NS; i++)
+			if (memcmp(back + NBIG * big + i * CH, old + big + i * CH, CH))
+				fail_msg("round %d: small read %d returned bytes the write after "
+					 "it wrote", r, i);
+		for (int i = 0; i < NBIG; i++)
+			if (memcmp(back + i * big, old, big))
+				fail_msg("round %d: read %d of %zu bytes returned bytes the write "
+					 "after it wrote", r, i, big);
+		if (bk == K_DEV)
+			assert_int_equal(gdx_memcpy(dev, got, rb, big), 0);
+		else
+			memcpy(got, rb, big);
+		if (sk == K_DEV)
+			assert_int_equal(gdx_memcpy(dev, got + big, rs, NS * CH), 0);
+		else
+			memcpy(got + big, rs, NS * CH);
+		assert_memory_equal(got, neu, len);
+	}
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	assert_int_equal(gdx_xport_mr_dereg(ms), 0);
+	assert_int_equal(gdx_xport_mr_dereg(mb), 0);
+out:
+	pair_close(&p);
+	kfree(bk, rb);
+	kfree(sk, rs);
+	free(back);
+	free(got);
+	free(data[0]);
+	free(data[1]);
+}
+
+/* verbs runs in an emulated guest: fewer rounds there */
+static int rtw_rounds(void)
+{
+	return strcmp(backend, "rdma") ? 6 : 2;
+}
+
+static void test_read_then_write(void **state)
+{
+	(void)state;
+	read_then_write(K_HOST, K_HOST, rtw_rounds());
+}
+
+/* The same into device memory; tcp also without the copy agent (the transmit thread's stream). */
+static void test_dev_read_then_write(void **state)
+{
+	(void)state;
+	read_then_write(K_DEV, K_DEV, rtw_rounds());
+	read_then_write(K_HOST, K_DEV, rtw_rounds());
+	if (!strcmp(backend, "tcp")) {
+		assert_int_equal(gdx_config_set("xport.tcp_copy_agent", "0"), 0);
+		read_then_write(K_DEV, K_DEV, rtw_rounds() / 2);
+		gdx_config_reset();
+	}
+}
+
+/*
+ * Both ends at once: each reads a range of the other's region, then writes
+ * other bytes to it, no fence.  A write may wait for the answers ahead of it
+ * to take their bytes, never for them to go out: the answers of each end go
+ * out only as fast as the other end's receive thread reads them.
+ */
+static void test_read_then_write_both_ways(void **state)
+{
+	enum { NBIG = 3 };
+	const size_t big = GDX_MIN(max_msg, (size_t)(8u << 20));
+	unsigned char *region[2] = { malloc(big), malloc(big) }, *back[2];
+	unsigned char *data[2] = { malloc(big), malloc(big) };
+	struct gdx_xport_mr *mr[2];
+	struct pair p;
+
+	(void)state;
+	pair_open(&p, NULL, NULL);
+	struct gdx_xport_ep *ep[2] = { p.c, p.s };
+	struct gdx_xport_cq *cq[2] = { p.cqc, p.cqs };
+
+	t_fill(data[0], big, 6000);
+	t_fill(data[1], big, 6002);
+	for (int e = 0; e < 2; e++) {
+		back[e] = malloc(NBIG * big);
+		memcpy(region[e], data[0], big);
+		assert_int_equal(gdx_xport_mr_reg(ep[e], region[e], big,
+						  GDX_XPORT_ACCESS_REMOTE_READ |
+						  GDX_XPORT_ACCESS_REMOTE_WRITE, &mr[e]), 0);
+	}
+	for (int r = 0; r < rtw_rounds() / 2; r++) {
+		const unsigned char *old = data[r % 2], *neu = data[(r + 1) % 2];
+
+		/* ep[e] reads and writes the region of the other end, ep[!e]'s */
+		for (int e = 0; e < 2; e++) {
+			uint64_t a = gdx_xport_mr_addr(mr[!e]), k = gdx_xport_mr_key(mr[!e]);
+
+			for (int i = 0; i < NBIG; i++)
+				assert_int_equal(gdx_xport_post_read(ep[e], back[e] + i * big, big, a,
+								     k, 1 + i, 0), 0);
+			assert_int_equal(gdx_xport_post_write(ep[e], neu, big, a, k, 1 + NBIG, 0),
+					 0);
+		}
+		for (int e = 0; e < 2; e++) {
+			for (int i = 0; i < NBIG; i++)
+				expect(cq[e], 1 + i, GDX_XPORT_OP_READ, 0, big);
+			expect(cq[e], 1 + NBIG, GDX_XPORT_OP_WRITE, 0, big);
+			for (int i = 0; i < NBIG; i++)
+				if (memcmp(back[e] + i * big, old, big))
+					fail_msg("round %d, end %d: read %d returned bytes the write "
+						 "after it wrote", r, e, i);
+			assert_memory_equal(region[e], neu, big);
+		}
+	}
+	for (int e = 0; e < 2; e++) {
+		assert_int_equal(gdx_xport_mr_dereg(mr[e]), 0);
+		free(back[e]);
+		free(region[e]);
+		free(data[e]);
+	}
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+}
+
+/* ---- device memory as the target of many requests ---------------------------- */
 
 /*
  * Many 4 KiB sends into device receives and writes into a device region in
@@ -2716,6 +2898,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_outstanding),
 		cmocka_unit_test(test_imm_and_order),
 		cmocka_unit_test(test_fence_forwards_read),
+		cmocka_unit_test(test_read_then_write),
+		cmocka_unit_test(test_dev_read_then_write),
+		cmocka_unit_test(test_read_then_write_both_ways),
 		cmocka_unit_test(test_dev_outstanding),
 		cmocka_unit_test(test_dev_small_ring_and_no_agent),
 		cmocka_unit_test(test_dev_then_host_order),
