@@ -472,8 +472,8 @@ static struct gdx_xport_opts deep_opts(unsigned n)
  * follows lands.  Per round: NBIG reads of a large range of region B (the
  * later ones' answers wait in the queue behind the first), NS small reads of
  * the chunks of region S, then writes of other bytes to S, chunk by chunk,
- * and to B's range; every read must see the old bytes, the regions the new
- * ones.  B and S are of kinds bk and sk (a host B ahead of a device S: tcp
+ * and to B's range (with an immediate every other round); every read must
+ * see the old bytes, the regions the new ones.  B and S are of kinds bk and sk (a host B ahead of a device S: tcp
  * copies S's answers into its stage ring while B's go out).
  */
 static void read_then_write(enum kind bk, enum kind sk, int rounds)
@@ -522,10 +522,25 @@ static void read_then_write(enum kind bk, enum kind sk, int rounds)
 		for (int i = 0; i < NS; i++)
 			assert_int_equal(gdx_xport_post_write(p.c, neu + big + i * CH, CH,
 							      as + i * CH, ks, id++, 0), 0);
-		assert_int_equal(gdx_xport_post_write(p.c, neu, big, ab, kb, id++, 0), 0);
+		/* every other round B's write comes with an immediate */
+		if (r % 2) {
+			assert_int_equal(gdx_xport_post_recv(p.s, got, 1, 7), 0);
+			assert_int_equal(gdx_xport_post_write_imm(p.c, neu, big, ab, kb, 0x5eed, id++,
+								  0), 0);
+		} else {
+			assert_int_equal(gdx_xport_post_write(p.c, neu, big, ab, kb, id++, 0), 0);
+		}
 		for (uint64_t i = 1; i < id; i++)
-			expect(p.cqc, i, i <= NBIG + NS ? GDX_XPORT_OP_READ : GDX_XPORT_OP_WRITE, 0,
+			expect(p.cqc, i, i <= NBIG + NS ? GDX_XPORT_OP_READ :
+			       i == id - 1 && r % 2 ? GDX_XPORT_OP_WRITE_IMM : GDX_XPORT_OP_WRITE, 0,
 			       i <= NBIG || i == id - 1 ? big : CH);
+		if (r % 2) {
+			struct gdx_xport_cqe e;
+
+			get_cqe(p.cqs, &e);
+			assert_int_equal(e.op, GDX_XPORT_OP_RECV_WRITE_IMM);
+			assert_int_equal(e.imm, 0x5eed);
+		}
 		for (int i = 0; i < NS; i++)
 			if (memcmp(back + NBIG * big + i * CH, old + big + i * CH, CH))
 				fail_msg("round %d: small read %d returned bytes the write after "
