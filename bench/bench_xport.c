@@ -38,8 +38,11 @@
 #include <gdx/gdx.h>
 #include <gdx/xport.h>
 
+#include <json-c/json.h>
+
 #include "bench_xport.h"
 #include "common/config.h"
+#include "common/stats.h"
 #include "common/util.h"
 
 extern char **environ;
@@ -67,7 +70,31 @@ struct cfg {
 	/* send bandwidth, summed over a size's runs: receives, and those a message waited for */
 	uint64_t recvs, unexpected;
 	uint64_t max_unexpected;	/* the server's (tcp, loop); UINT64_MAX: the default */
+	uint64_t sr[3];		/* tcp: sr_count's, summed over a size's bandwidth runs */
 };
+
+/*
+ * tcp's stage ring counters summed over the endpoints alive (scopes xport.tcp.N):
+ * device payloads sent, those queued late, and those of them the transmit
+ * thread copied itself (docs/xport.md).  The bench's endpoints live while a
+ * figure is measured, so the counts are read before each one ends.
+ */
+static void sr_count(uint64_t v[3])
+{
+	static const char *const names[3] = { "sr_frames", "sr_late", "sr_tx_copied" };
+	struct json_object *root = gdx_stats_json(), *o;
+
+	if (!root)
+		return;
+	json_object_object_foreach(root, scope, set) {
+		if (strncmp(scope, "xport.tcp.", 10))
+			continue;
+		for (int i = 0; i < 3; i++)
+			if (json_object_object_get_ex(set, names[i], &o))
+				v[i] += json_object_get_uint64(o);
+	}
+	json_object_put(root);
+}
 
 static void *mem_alloc(struct mem *m, size_t n)
 {
@@ -322,6 +349,7 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 	}
 	ret = (double)done / ((double)(gdx_now_ns() - t0) / 1e9);
 out:
+	sr_count(c->sr);
 	k.s.stop = 1;
 	if (mr)
 		gdx_xport_mr_dereg(mr);
@@ -839,6 +867,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 
 		/* Each figure beside its ceiling, in turn, so load that comes and goes hits both. */
 		c.recvs = c.unexpected = 0;
+		memset(c.sr, 0, sizeof(c.sr));
 		for (int r = 0; r < c.runs; r++) {
 			v[0][r] = gdx_bw(&c, n, &path);
 			v[1][r] = c.no_ceiling ? 0 : ceil_bw(&c, host, n);
@@ -870,6 +899,12 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			printf("    note: at %s, %llu of %llu receives came after their message "
 			       "(unexpected: one more copy)\n", sz, (unsigned long long)c.unexpected,
 			       (unsigned long long)c.recvs);
+		/* tcp: device payloads that found no room in the stage ring when posted */
+		if (c.sr[1])
+			printf("    note: at %s, %llu of %llu device payloads were late for the stage "
+			       "ring; the transmit thread copied %llu of them itself\n", sz,
+			       (unsigned long long)c.sr[1], (unsigned long long)c.sr[0],
+			       (unsigned long long)c.sr[2]);
 		fflush(stdout);
 	}
 	printf("ratio: gdx / ceiling for bandwidth, ceiling / gdx for latency (1.00 = at the ceiling)\n");
