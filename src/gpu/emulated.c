@@ -285,9 +285,17 @@ static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fa
 		for (unsigned k = 0; k < nown; k++) {
 			unsigned r = a->worker + k * a->nworkers;
 			uintptr_t dst, src;
-			uint32_t len, n = 0;
+			uint32_t len, n = 0, ready = 0;
 
-			while (n < 32 && agent_desc(a, r, next[k], &dst, &src, &len)) {
+			/*
+			 * A round takes the run of descriptors ready when it
+			 * starts, AG_POLL (4) at most, as agent.cu's poll does:
+			 * one posted meanwhile waits for the next round, so the
+			 * done word of those taken is not held back by it.
+			 */
+			while (ready < 4 && agent_desc(a, r, next[k] + ready, &dst, &src, &len))
+				ready++;
+			while (n < ready && agent_desc(a, r, next[k], &dst, &src, &len)) {
 				if (closing) {
 					__atomic_store_n(&w->live, 1, __ATOMIC_RELEASE);
 					closing = false;
