@@ -215,7 +215,7 @@ GDX_API int gdx_copy_agent_start(struct gdx_device *dev, const struct gdx_copy_a
  * Stops the workers (descriptors not yet taken stay undone) and frees the
  * agent.  A worker that has not ended within stop_timeout_ms is reported
  * (-ETIMEDOUT) and the agent's memory is left allocated, since the device
- * may still use it.
+ * may still use it.  NULL: nothing to stop, 0 (as free).
  */
 GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
 /*
@@ -225,6 +225,7 @@ GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
  * none), so the memory of copies that have not landed, failed posts' too,
  * may be given back while other threads still call into the agent.
  * -ETIMEDOUT as gdx_copy_agent_stop; calling either again waits again.
+ * NULL: -EINVAL (the caller would go on as if copies could not land).
  */
 GDX_API int gdx_copy_agent_halt(struct gdx_copy_agent *a);
 /*
