@@ -133,16 +133,17 @@ struct txi {			/* one frame to transmit */
 	 * that ends at sr_end; else late, the transmit thread's to copy.
 	 */
 	uint8_t sr, staged, late;
-	uint32_t seq;
+	uint8_t acopy;			/* copies of its payload were posted to the agent */
+	uint32_t seq;			/* staged: its copy's; else the last one tx_copy posted */
 	uint64_t sr_end;
 	/*
 	 * Read answers whose bytes still come out of the region (ans: on
 	 * t->ans_head, lock held): a write that overlaps one takes them first
-	 * (ans_settle, rule 1).  snap: that private copy of the payload, valid
-	 * from snap_off on; cnext: bytes of a device payload whose copies were
+	 * (ans_settle, rule 1).  snap: that private copy of the payload's
+	 * bytes from snap_off on; cnext: bytes of a device payload whose copies were
 	 * posted (to the transmit thread's stream or the agent's ring RR_TX).
 	 */
-	uint8_t ans;
+	uint8_t ans, settle;		/* settle: ans_settle lets it go once its copies landed */
 	struct txi *an_prev, *an_next;
 	unsigned char *snap;
 	size_t snap_off, cnext;
@@ -286,6 +287,11 @@ struct tcp_ep {
 	int sr_whole;
 	uint32_t tx_seq;
 	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
+	/*
+	 * The receive side halted the failed agent (rr_fail): device payloads
+	 * are sent through the stage stream from here on (tx_agent; atomic).
+	 */
+	int tx_noagent;
 	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
 	struct rxring rr;
 	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
@@ -694,6 +700,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 #define RR_TX 1			/* and of the transmit thread's */
 
 static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
+static void tx_drop_agent(struct tcp_ep *t);
 
 static int seq_landed(uint32_t word, uint32_t seq)
 {
@@ -802,9 +809,10 @@ static void rr_fail(struct tcp_ep *t, int err)
 	struct rxring *rr = &t->rr;
 
 	GDX_ERR(SUBSYS, "%s: copy agent failed (%s): requests whose data it had not placed "
-		"fail; device memory is received synchronously from here on",
+		"fail; device memory is received and sent synchronously from here on",
 		gdx_device_name(rr->dev), gdx_strerror(err));
 	rr_halt(t);
+	tx_drop_agent(t);
 	rr_progress(rr);
 	rr->on = 0;
 	rr->err = err;
@@ -1357,15 +1365,54 @@ static int tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
 
 /* ---- copies out of device memory ------------------------------------------ */
 
+static void tx_payload(struct txi *x, const void **p, struct gdx_device **dev, size_t *n);
+
+/* Whether the receive side halted the failed agent (rr_fail): any thread. */
+static int tx_noagent(struct tcp_ep *t)
+{
+	return __atomic_load_n(&t->tx_noagent, __ATOMIC_ACQUIRE);
+}
+
 /*
  * The copy agent that takes copies out of dev's memory for sending, or NULL
- * (another device, or none started): then the stage stream does.  rr.agent is
- * set before rr.dev is published and stays until both threads are done
- * (rr_stop).
+ * (another device, none started, or it failed on the receive side): then the
+ * stage stream does.  rr.agent is set before rr.dev is published and stays
+ * until both threads are done (rr_stop).
  */
 static struct gdx_copy_agent *tx_agent(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	return __atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) == dev ? t->rr.agent : NULL;
+	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) != dev || tx_noagent(t))
+		return NULL;
+	return t->rr.agent;
+}
+
+/*
+ * The receive side found the agent failed and halted it (rr_fail; its
+ * workers have stopped, no copy of it runs any more): the endpoint goes on
+ * without it.  Device payloads are sent through the stage stream from here
+ * on, as with the knob off: queued ring frames whose copies did not land
+ * (late ones, or staged and never made) become such frames again; those whose
+ * copies landed go out of the ring as they are.  Ring frames the transmit
+ * thread took already have the copies it does not find landed made through
+ * the stream (sr_redo, tx_chunk_wait).  Receive thread.
+ */
+static void tx_drop_agent(struct tcp_ep *t)
+{
+	pthread_mutex_lock(&t->lock);
+	__atomic_store_n(&t->tx_noagent, 1, __ATOMIC_RELEASE);
+	for (struct txi *x = t->txq_head; x; x = x->next) {
+		struct gdx_device *dev;
+		size_t n;
+
+		if (!x->sr || (x->staged && seq_landed(__atomic_load_n(t->rr.tx_word,
+									  __ATOMIC_ACQUIRE), x->seq)))
+			continue;
+		/* not sent, not going: x->req is there; a read answer not settled (ans_settle) */
+		tx_payload(x, &x->pp, &dev, &n);
+		x->sr = x->staged = x->late = x->acopy = 0;
+	}
+	t->sr_late = NULL;
+	pthread_mutex_unlock(&t->lock);
 }
 
 /* Says once that the agent failed the transmit side, whose connection then ends. */
@@ -1395,7 +1442,11 @@ static int tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const 
 /*
  * Spins until the agent's copies out of device memory up to seq have landed
  * (either thread: the receive thread waits for those of read answers, in
- * ans_settle); the agent's error if it failed.
+ * ans_settle); the agent's error if it failed.  GDX_EDISCONNECTED once the
+ * connection ended: a worker that does not finish (status says nothing of a
+ * wedged one) must not keep this thread, and the teardown behind it, here;
+ * the memory the copies read stays held (tx_let_go) until rr_stop has
+ * stopped the agent, waiting as long as that takes and saying so.
  */
 static int tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq)
 {
@@ -1403,40 +1454,43 @@ static int tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t se
 	     spins++) {
 		int ret;
 
-		if (!(spins % 64) && (ret = gdx_copy_agent_status(a)))
-			return ret;
+		if (!(spins % 64)) {
+			if (__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE))
+				return GDX_EDISCONNECTED;
+			if ((ret = gdx_copy_agent_status(a)))
+				return ret;
+		}
 		sched_yield();
 	}
 	return 0;
 }
 
-/* The same for the transmit thread: an agent's failure ends the connection. */
-static int tx_wait_seq(struct tcp_ep *t, struct gdx_copy_agent *a, const struct gdx_device *dev,
-		       uint32_t seq)
-{
-	int ret = tx_seq_landed(t, a, seq);
-
-	return ret ? tx_agent_failed(t, dev, ret) : 0;
-}
-
 /*
  * Starts the copy of n bytes of frame x's payload, at off, into dst, pinned
- * memory to send from: out of dev's memory at src, or out of x's own copy of
- * it where a write to the region made one (ans_settle; a plain memcpy then).
+ * memory to send from: out of dev's memory at src (through the agent for a
+ * ring frame, else through the stage stream), or out of x's own copy of it
+ * where a write to the region made one (ans_settle; a plain memcpy then).
  * Posted under the lock, so that the receive thread knows which bytes were
  * copied (x->cnext) and which copies to wait for (the last one posted).
+ * *agent: the copy went to the agent (x->seq), else it is made once the
+ * stream is synchronised.  An agent that the receive side halted meanwhile
+ * (rr_fail): the stream makes it.
  */
 static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void *dst,
-		   const void *src, size_t off, size_t n)
+		   const void *src, size_t off, size_t n, int *agent)
 {
-	struct gdx_copy_agent *a = tx_agent(t, dev);
+	struct gdx_copy_agent *a = x->sr ? tx_agent(t, dev) : NULL;
 	uint32_t seq;
 	int ret;
 
+	*agent = 0;
+again:
+	if (!a && (ret = stager_ready(&t->txs, dev)))
+		return ret;
 	pthread_mutex_lock(&t->lock);
 	for (unsigned i = 1;; i++) {
 		if (x->snap && off >= x->snap_off) {
-			memcpy(dst, x->snap + off, n);
+			memcpy(dst, x->snap + (off - x->snap_off), n);
 			pthread_mutex_unlock(&t->lock);
 			return 0;
 		}
@@ -1448,33 +1502,81 @@ static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void
 		if (ret != -EAGAIN)
 			break;
 		pthread_mutex_unlock(&t->lock);
-		if (!(i % 64) && (ret = gdx_copy_agent_status(a)))
-			return tx_agent_failed(t, dev, ret);
+		if (!(i % 64)) {
+			if (__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE))
+				return GDX_EDISCONNECTED;
+			if ((ret = gdx_copy_agent_status(a)))
+				goto failed;
+		}
 		sched_yield();
 		pthread_mutex_lock(&t->lock);
 	}
-	if (!ret)
+	if (!ret) {
 		x->cnext = off + n;
+		if (a) {
+			x->acopy = 1;
+			x->seq = seq;
+			*agent = 1;
+		}
+	}
 	pthread_mutex_unlock(&t->lock);
-	return ret && a ? tx_agent_failed(t, dev, ret) : ret;
+	if (!ret || !a)
+		return ret;
+failed:
+	if (tx_noagent(t)) {
+		a = NULL;
+		goto again;
+	}
+	return tx_agent_failed(t, dev, ret);
 }
 
 /*
- * Waits until every copy out of dev's memory started for sending has landed.
- * An agent's error is the connection's end (the caller drops it): frames whose
- * copies may still be in flight are kept until the agent has stopped (tx_hold).
+ * Waits for the copy tx_copy started of n bytes of x's payload at off (src)
+ * into dst.  One the agent did not make because the receive side halted it
+ * (rr_fail) is made again through the stream: the bytes at src are as they
+ * were (a write to a read answer's region waits, or is refused, while the
+ * agent may owe it copies: ans_settle).  Else an agent's error ends the
+ * connection, and frames whose copies may still be in flight are kept until
+ * the agent has stopped (tx_let_go).
  */
-static int tx_copy_wait(struct tcp_ep *t, struct gdx_device *dev)
+static int tx_chunk_wait(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void *dst,
+			 const void *src, size_t off, size_t n, int agent)
+{
+	int ret;
+
+	/* not the agent's: the stream's, or made out of x's own copy (no stream then) */
+	if (!agent)
+		return t->txs.dev == dev ? gdx_stream_synchronize(t->txs.s) : 0;
+	ret = tx_seq_landed(t, t->rr.agent, x->seq);
+	if (!ret || ret == GDX_EDISCONNECTED)
+		return ret;
+	if (!tx_noagent(t))
+		return tx_agent_failed(t, dev, ret);
+	ret = tx_copy(t, x, dev, dst, src, off, n, &agent);
+	return ret ? ret : gdx_stream_synchronize(t->txs.s);
+}
+
+/*
+ * Waits until every copy out of dev's memory started for sending has landed,
+ * before frames are let go after an error: nonzero (the agent failed, or the
+ * connection ended first) keeps them (tx_let_go).
+ */
+static int tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct gdx_copy_agent *a = tx_agent(t, dev);
-	uint32_t seq;
+	int ret = 0;
 
-	if (!a)
-		return gdx_stream_synchronize(t->txs.s);
-	pthread_mutex_lock(&t->lock);
-	seq = t->tx_seq;
-	pthread_mutex_unlock(&t->lock);
-	return tx_wait_seq(t, a, dev, seq);
+	if (a) {
+		uint32_t seq;
+
+		pthread_mutex_lock(&t->lock);
+		seq = t->tx_seq;
+		pthread_mutex_unlock(&t->lock);
+		ret = tx_seq_landed(t, a, seq);
+	}
+	if (!ret && t->txs.dev == dev)
+		ret = gdx_stream_synchronize(t->txs.s);
+	return ret;
 }
 
 /*
@@ -1485,9 +1587,10 @@ static int tx_copy_wait(struct tcp_ep *t, struct gdx_device *dev)
 static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gdx_device *dev,
 		     size_t n)
 {
+	const char *s = src;
 	unsigned char *b[2];
-	size_t done = 0;
-	int i = 0, ret;
+	size_t done = 0, c = GDX_MIN((size_t)STAGE_SIZE, n);
+	int i = 0, ret, agent;
 
 	ret = tx_host(t, x, NULL, 0, 0);
 	if (ret)
@@ -1501,23 +1604,23 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 		b[1] = t->txs.b[1];
 	}
 	if (!ret)
-		ret = tx_copy(t, x, dev, b[0], src, 0, GDX_MIN((size_t)STAGE_SIZE, n));
+		ret = tx_copy(t, x, dev, b[0], s, 0, c, &agent);
 	if (!ret)
-		ret = tx_copy_wait(t, dev);
+		ret = tx_chunk_wait(t, x, dev, b[0], s, 0, c, agent);
 	while (!ret && done < n) {
-		size_t c = GDX_MIN((size_t)STAGE_SIZE, n - done), next = done + c, sent = 0;
+		size_t next = done + c, sent = 0;
 		struct iovec v = { b[i], c };
 
+		c = GDX_MIN((size_t)STAGE_SIZE, n - next);
 		if (next < n)
-			ret = tx_copy(t, x, dev, b[i ^ 1], (const char *)src + next, next,
-				      GDX_MIN((size_t)STAGE_SIZE, n - next));
+			ret = tx_copy(t, x, dev, b[i ^ 1], s + next, next, c, &agent);
 		while (!ret && v.iov_len) {
 			ret = send_iov(t, &v, 1, 0, &sent);
 			v.iov_base = (char *)v.iov_base + sent;
 			v.iov_len -= sent;
 		}
-		if (!ret)
-			ret = tx_copy_wait(t, dev);
+		if (!ret && next < n)
+			ret = tx_chunk_wait(t, x, dev, b[i ^ 1], s + next, next, c, agent);
 		done = next;
 		i ^= 1;
 	}
@@ -1611,7 +1714,7 @@ static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list
 
 	if (!list)
 		return;
-	if (!t->tx_agent_err && !tx_copy_wait(t, dev)) {
+	if (!t->tx_agent_err && !tx_copies_wait(t, dev)) {
 		tx_free_list(t, list);
 		return;
 	}
@@ -1624,7 +1727,8 @@ static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list
 static void kill_conn(struct tcp_ep *t, int why)
 {
 	if (!t->dead) {
-		t->dead = 1;
+		/* read unlocked by the waits for copies (tx_seq_landed, tx_copy) */
+		__atomic_store_n(&t->dead, 1, __ATOMIC_RELEASE);
 		gdx_xport_ep_set_disconnected(t->fe);
 		if (why)
 			GDX_WARN(SUBSYS, "connection lost: %s", gdx_strerror(why));
@@ -1881,12 +1985,13 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
 static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, int buf)
 {
 	size_t off = 0;
-	int ret = stager_ready(&t->txs, dev);
+	int ret = stager_ready(&t->txs, dev), agent;
 
 	for (struct txi *x = list; !ret && x; x = x->next) {
 		if (!x->dev || !x->plen)
 			continue;
-		ret = tx_copy(t, x, dev, (char *)t->txs.b[buf] + off, x->pp, 0, x->plen);
+		/* not ring frames: through the stream */
+		ret = tx_copy(t, x, dev, (char *)t->txs.b[buf] + off, x->pp, 0, x->plen, &agent);
 		x->pp = (char *)t->txs.b[buf] + off;
 		off += x->plen;
 	}
@@ -1957,7 +2062,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 	ret = tx_stage(t, cur, dev, buf);
 	while (cur) {
 		if (!ret)
-			ret = tx_copy_wait(t, dev);
+			ret = gdx_stream_synchronize(t->txs.s);
 		if (!ret) {
 			pthread_mutex_lock(&t->lock);
 			next = staged_next(t, dev) ? tx_take_staged(t, dev, &nnext) : NULL;
@@ -2043,7 +2148,7 @@ static int sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
 	x->pp = t->sr + pos % SR_SIZE;
 	x->sr_end = t->sr_head;
 	x->seq = seq;
-	x->staged = 1;
+	x->staged = x->acopy = 1;
 	return 0;
 }
 
@@ -2078,7 +2183,7 @@ static void sr_catch_up(struct tcp_ep *t, struct gdx_copy_agent *a)
 {
 	struct txi *x;
 
-	while (!t->dead && (x = t->sr_late) && sr_early(x) && !sr_stage(t, x, a)) {
+	while (a && !t->dead && (x = t->sr_late) && sr_early(x) && !sr_stage(t, x, a)) {
 		x->late = 0;
 		t->sr_late = sr_late_next(x);
 		gdx_counter_add(&t->ctr[C_SR_CAUGHT_UP], 1);
@@ -2155,6 +2260,34 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 }
 
 /*
+ * The agent failed and the receive side halted it (rr_fail) while list, ring
+ * frames taken and not sent, waited for their copies: those it did not make
+ * are made through the stream into their room (idle: no worker runs), out of
+ * their sources (not sent: x->req is there; a read answer's region is as it
+ * was, ans_settle).  Transmit thread.
+ */
+static int sr_redo(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
+{
+	uint32_t done = __atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE);
+	int ret = 0, agent;
+
+	for (struct txi *x = list; !ret && x; x = x->next) {
+		struct gdx_device *d;
+		const void *src;
+		size_t n;
+
+		if (!x->staged || seq_landed(done, x->seq))
+			continue;
+		tx_payload(x, &src, &d, &n);
+		ret = tx_copy(t, x, dev, (void *)x->pp, src, 0, n, &agent);
+		pthread_mutex_lock(&t->lock);
+		x->staged = 0;
+		pthread_mutex_unlock(&t->lock);
+	}
+	return ret ? ret : gdx_stream_synchronize(t->txs.s);
+}
+
+/*
  * Sends a train taken by sr_take: each run of it once the copy of the run's
  * first frame has landed, the run reaching as far as the copies that have
  * landed too (done says all up to a seq have).  Once a run is sent the peer
@@ -2162,14 +2295,16 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
  * while the rest of the train goes out.
  */
 static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
-		   const struct gdx_device *dev)
+		   struct gdx_device *dev)
 {
 	while (list) {
 		struct txi *end = list->next;
 		uint64_t room = 0;
 		uint32_t done;
-		int ret = list->staged ? tx_wait_seq(t, a, dev, list->seq) : 0;
+		int ret = list->staged ? tx_seq_landed(t, a, list->seq) : 0;
 
+		if (ret && ret != GDX_EDISCONNECTED)
+			ret = tx_noagent(t) ? sr_redo(t, list, dev) : tx_agent_failed(t, dev, ret);
 		if (ret)
 			return ret;
 		done = __atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE);
@@ -2647,22 +2782,28 @@ static int ans_snap(struct tcp_ep *t, struct txi *x)
 
 	if (from == x->plen)
 		return 0;
-	b = malloc(x->plen);
+	/* what was taken already is not read again: the copy holds [from, plen) */
+	b = malloc(x->plen - from);
 	if (!b)
 		return -ENOMEM;
 	if (x->dev)
-		ret = gdx_memcpy(x->dev, b + from, (const char *)x->data + from, x->plen - from);
+		ret = gdx_memcpy(x->dev, b, (const char *)x->data + from, x->plen - from);
 	else
-		memcpy(b + from, (const char *)x->data + from, x->plen - from);
+		memcpy(b, (const char *)x->data + from, x->plen - from);
 	if (ret) {
 		free(b);
 		return ret;
 	}
 	x->snap = b;
 	x->snap_off = from;
+	/*
+	 * A host frame's payload pointer: its senders read it at offsets of
+	 * from on only (the bytes before went to the socket), which are in b.
+	 */
 	if (!x->dev) {
-		x->pp = b;
+		x->pp = (const void *)((uintptr_t)b - from);
 	} else if (!x->going) {
+		/* no copy of it was made yet: from is 0 */
 		x->pp = b;
 		x->dev = NULL;
 		x->small = x->plen <= DIRECT_MAX;
@@ -2687,12 +2828,17 @@ static int ans_snap(struct tcp_ep *t, struct txi *x)
  * write: waiting for the answers to go out could deadlock (a fenced request
  * ahead of them in the queue waits for answers that only this thread reads,
  * and the peer's receive thread may be waiting the same way for ours).
+ * A frame whose agent copies are waited for leaves the list only once they
+ * landed: if they do not (the agent failed), the write is refused and the
+ * region stays as it was, for the transmit thread to copy them again out of
+ * it once the agent is halted (tx_chunk_wait, sr_redo); so is a write over a
+ * frame that the halted agent may still owe copies.
  */
 static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 {
 	const uintptr_t lo = (uintptr_t)p, hi = lo + n;
 	struct gdx_copy_agent *a = NULL;
-	int ret = 0, sends = 0, sync = 0;
+	int ret = 0, sends = 0, sync = 0, noagent = tx_noagent(t);
 	uint32_t seq = 0;
 
 	pthread_mutex_lock(&t->lock);
@@ -2700,17 +2846,27 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 		next = x->an_next;
 		if ((uintptr_t)x->data >= hi || (uintptr_t)x->data + x->plen <= lo)
 			continue;
-		if (x->dev && (x->staged || x->cnext)) {
-			/* copies posted: the rest of the frame's come from its copy */
-			if (tx_agent(t, x->dev))
-				a = tx_agent(t, x->dev);
-			else
-				sync = 1;
+		if (x->staged &&
+		    seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), x->seq)) {
+			ans_unlink(t, x);	/* its bytes are in the ring */
+			continue;
+		}
+		if (x->acopy && noagent) {
+			ret = t->rr.err ? t->rr.err : GDX_EDRIVER;
+			break;
+		}
+		if (x->acopy) {
+			/* copies posted to the agent: let go once they landed, below */
+			a = t->rr.agent;
+			x->settle = 1;
+			if (x->staged)
+				continue;
+		} else if (x->dev && x->cnext) {
+			sync = 1;
 		}
 		sends |= !x->dev && x->going;
-		if (!x->staged)
-			ret = ans_snap(t, x);
-		if (!ret)
+		ret = ans_snap(t, x);
+		if (!ret && !x->settle)
 			ans_unlink(t, x);
 	}
 	/*
@@ -2726,8 +2882,18 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 	}
 	seq = t->tx_seq;
 	pthread_mutex_unlock(&t->lock);
-	if (a && !ret)
+	if (!a)
+		return ret;
+	if (!ret)
 		ret = tx_seq_landed(t, a, seq);
+	pthread_mutex_lock(&t->lock);
+	for (struct txi *x = t->ans_head, *next; x; x = next) {
+		next = x->an_next;
+		if (x->settle && !ret)
+			ans_unlink(t, x);
+		x->settle = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
 	return ret;
 }
 

@@ -1754,6 +1754,55 @@ static void test_dev_recv_launch_fails(void **state)
 }
 
 /*
+ * After the agent failed on the receive side (a launch that reports failure,
+ * as in dev_recv_launch_fails), the endpoint goes on without it: a send out
+ * of the agent's device's memory still goes, as receives into it do.
+ */
+static void test_dev_send_after_recv_agent_failed(void **state)
+{
+	enum { SZ = 16384 };
+	unsigned char *tx, *rx;
+	char *dbuf;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+		skip();
+	tx = malloc(SZ);
+	rx = malloc(SZ);
+	assert_non_null(tx);
+	assert_non_null(rx);
+	dbuf = kalloc(K_DEV, SZ);
+	pair_open(&p, NULL, NULL);
+	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
+	lf_real = dev->ops;
+	lf_ops = *lf_real;
+	lf_ops.agent_launch = lf_agent_launch;
+	atomic_store(&lf_armed, 1);
+	dev->ops = &lf_ops;
+	t_fill(tx, SZ, 61);
+	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_not_equal(e.status, 0);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, SZ);
+	gdx_config_reset();
+	kfill(K_DEV, dbuf, SZ, 62);
+	assert_int_equal(gdx_xport_post_recv(p.c, rx, SZ, 3), 0);
+	assert_int_equal(gdx_xport_post_send(p.s, dbuf, SZ, 4, 0), 0);
+	expect(p.cqs, 4, GDX_XPORT_OP_SEND, 0, SZ);
+	expect(p.cqc, 3, GDX_XPORT_OP_RECV, 0, SZ);
+	kcheck(K_HOST, rx, SZ, 62);
+	pair_close(&p);
+	dev->ops = lf_real;
+	kfree(K_DEV, dbuf);
+	free(tx);
+	free(rx);
+}
+
+/*
  * Copies that outlast the agent's stop timeout (2 s) at the disconnect: a
  * write into a device region and a send into a device receive, each copy
  * taking 1.5 s on the emulated device, the worker in the first when the
@@ -1827,6 +1876,58 @@ static void test_dev_agent_stuck(void **state)
 	kfree(K_DEV, dbuf);
 	kfree(K_DEV, dregion);
 	free(tx);
+}
+
+static atomic_int stuck_said;
+
+static void stuck_log(enum gdx_log_level level, const char *subsys, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level == GDX_LOG_ERROR && !strcmp(subsys, "xport.tcp") && strstr(msg, "not stopped"))
+		atomic_fetch_add(&stuck_said, 1);
+}
+
+/*
+ * A copy out of device memory for a send that still runs when the endpoint
+ * disconnects (4 s on the emulated device; a wedged device's never ends, and
+ * the agent's status says nothing of it): the transmit thread stops waiting
+ * for it, and the teardown waits for the agent to stop, saying so at every
+ * stop timeout (2 s), with the send's memory held until then.  Before, the
+ * transmit thread spun until the copy landed and the disconnect waited in
+ * silence (forever, for a wedged worker).
+ */
+static void test_dev_send_copy_stuck(void **state)
+{
+	enum { SZ = 16384 };
+	struct gdx_xport_cqe e;
+	struct pair p;
+	uint64_t t0;
+	char *dbuf;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+		skip();
+	dbuf = kalloc(K_DEV, SZ);
+	kfill(K_DEV, dbuf, SZ, 91);
+	pair_open(&p, NULL, NULL);
+	/* read when the worker is launched: by the send's post, which starts the agent */
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "4000000"), 0);
+	atomic_store(&stuck_said, 0);
+	gdx_log_set_callback(stuck_log, NULL);
+	assert_int_equal(gdx_xport_post_send(p.s, dbuf, SZ, 1, 0), 0);
+	usleep(300000);
+	t0 = gdx_now_ns();
+	assert_int_equal(gdx_xport_disconnect(p.s), 0);
+	get_cqe(p.cqs, &e);
+	gdx_log_set_callback(NULL, NULL);
+	gdx_config_reset();
+	assert_int_equal(e.wr_id, 1);
+	assert_int_equal(e.status, GDX_EDISCONNECTED);
+	/* the stop timeout passed before the copy landed: said, not waited for in silence */
+	assert_true(atomic_load(&stuck_said) >= 1);
+	assert_true(gdx_now_ns() - t0 < 20000000000ull);
+	pair_close(&p);
+	kfree(K_DEV, dbuf);
 }
 
 static void test_dev_agent_fault(void **state)
@@ -2946,7 +3047,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_send_launch_fails),
 		cmocka_unit_test(test_dev_ring_aligned),
 		cmocka_unit_test(test_dev_recv_launch_fails),
+		cmocka_unit_test(test_dev_send_after_recv_agent_failed),
 		cmocka_unit_test(test_dev_agent_stuck),
+		cmocka_unit_test(test_dev_send_copy_stuck),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_dev_then_too_large),
 		cmocka_unit_test(test_bad_access),
