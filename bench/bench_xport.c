@@ -170,18 +170,7 @@ static void *serve_main(void *arg)
 {
 	struct server *s = arg;
 	struct gdx_xport_cqe e[32];
-	/*
-	 * Twice the sender's window, as perftest's receive depth exceeds its send
-	 * depth: a receive is posted again only once this thread has seen the
-	 * last one complete, and a send finding none posted meanwhile is kept as
-	 * unexpected (tcp, loop: one more copy, a synchronous one into device
-	 * memory) or retried after receiver-not-ready (verbs).
-	 */
-	unsigned n = s->echo ? 1 : 2 * s->c->depth;
 
-	for (unsigned i = 0; i < n; i++)
-		if ((s->err = gdx_xport_post_recv(s->ep, s->buf, s->size, i)))
-			return NULL;
 	while (!s->stop) {
 		int got = gdx_xport_cq_poll(s->cq, e, 32);
 
@@ -224,6 +213,28 @@ static void *serve_main(void *arg)
 		}
 	}
 	return NULL;
+}
+
+/*
+ * Posts the server's receives, then serves them on thread th: the client sends
+ * only once they are all there, as perftest's do.  Twice the sender's window,
+ * as perftest's receive depth exceeds its send depth: a receive is posted again
+ * only once the thread has seen the last one complete, and a send finding none
+ * posted meanwhile is kept as unexpected (tcp, loop: one more copy, a
+ * synchronous one into device memory) or retried after receiver-not-ready
+ * (verbs).  A first message kept could keep every later one so (docs/xport.md).
+ */
+static int serve_start(struct server *s, pthread_t *th)
+{
+	unsigned n = s->echo ? 1 : 2 * s->c->depth;
+
+	for (unsigned i = 0; i < n; i++) {
+		int r = gdx_xport_post_recv(s->ep, s->buf, s->size, i);
+
+		if (r)
+			return r;
+	}
+	return pthread_create(th, NULL, serve_main, s) ? -EAGAIN : 0;
 }
 
 struct conn {
@@ -290,7 +301,12 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 	if (c->op == OP_SEND) {
 		k.s.buf = dst;
 		k.s.size = size;
-		pthread_create(&k.th, NULL, serve_main, &k.s);
+		if ((r = serve_start(&k.s, &k.th))) {
+			conn_close(&k);
+			mem_free(&c->src, src);
+			mem_free(&c->dst, dst);
+			return r;
+		}
 	} else {
 		r = gdx_xport_mr_reg(k.s.ep, dst, size, c->op == OP_WRITE ?
 				     GDX_XPORT_ACCESS_REMOTE_WRITE : GDX_XPORT_ACCESS_REMOTE_READ, &mr);
@@ -387,7 +403,12 @@ static double gdx_lat(struct cfg *c, size_t size)
 	k.s.buf = dst;
 	k.s.size = size;
 	k.s.echo = 1;
-	pthread_create(&k.th, NULL, serve_main, &k.s);
+	if ((r = serve_start(&k.s, &k.th))) {
+		conn_close(&k);
+		mem_free(&c->src, src);
+		mem_free(&c->dst, dst);
+		return r;
+	}
 	t0 = gdx_now_ns();
 	deadline = t0 + (uint64_t)(c->secs * 1e9);
 	while (gdx_now_ns() < deadline) {
