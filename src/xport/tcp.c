@@ -1323,6 +1323,24 @@ static void tx_wait_out(struct tcp_ep *t);
 static void rd_leave(struct tcp_ep *t);
 
 /*
+ * One sendmsg without waiting, t->lock dropped around it.  region: the iovecs
+ * read a region's host memory for a read answer (rd_busy: a write to the
+ * region waits for this send to return, never for the peer).  Lock held.
+ */
+static int send_nowait(struct tcp_ep *t, struct iovec *iov, int cnt, int region, size_t *sent)
+{
+	int ret;
+
+	t->rd_busy += region;
+	pthread_mutex_unlock(&t->lock);
+	ret = send_iov(t, iov, cnt, MSG_DONTWAIT, sent);
+	pthread_mutex_lock(&t->lock);
+	if (region)
+		rd_leave(t);
+	return ret;
+}
+
+/*
  * Sends read answer x, n bytes of host memory, from the transmit thread.  No
  * send reads the region while it blocks, so that a write to the region can
  * wait for the sends that read it without waiting for the peer (ans_settle:
@@ -1347,12 +1365,7 @@ static int tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
 		iov[cnt] = (struct iovec){ (char *)x->pp + (x->off > hl ? x->off - hl : 0),
 					   total - GDX_MAX(x->off, hl) };
 		cnt++;
-		t->rd_busy += region;
-		pthread_mutex_unlock(&t->lock);
-		ret = send_iov(t, iov, cnt, MSG_DONTWAIT, &sent);
-		pthread_mutex_lock(&t->lock);
-		if (region)
-			rd_leave(t);
+		ret = send_nowait(t, iov, cnt, region, &sent);
 		x->off += sent;
 		if (ret == -EAGAIN) {
 			ret = 0;
@@ -1902,12 +1915,7 @@ static int tx_train(struct tcp_ep *t, struct txi **done)
 	if (!cnt)
 		return 1;
 	t->sending = 1;
-	t->rd_busy += region;
-	pthread_mutex_unlock(&t->lock);
-	ret = send_iov(t, iov, cnt, MSG_DONTWAIT, &sent);
-	pthread_mutex_lock(&t->lock);
-	if (region)
-		rd_leave(t);
+	ret = send_nowait(t, iov, cnt, region, &sent);
 	t->sending = 0;
 	if (t->dead)
 		pthread_cond_broadcast(&t->tx_cond);	/* flush_all may wait for the queue */
