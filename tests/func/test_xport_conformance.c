@@ -1541,6 +1541,18 @@ static const struct gdx_device_ops *lf_real;
 static struct gdx_device_ops lf_ops;
 static atomic_int lf_armed, lf_stopped;
 
+/*
+ * lf_ops: the device's ops with agent_launch replaced; the caller arms what
+ * launch looks at, then installs them (dev->ops = &lf_ops), and puts lf_real
+ * back once the endpoints are gone.
+ */
+static void lf_wrap(int (*launch)(void *priv, void *stream, const struct gdx_agent_args *a))
+{
+	lf_real = dev->ops;
+	lf_ops = *lf_real;
+	lf_ops.agent_launch = launch;
+}
+
 static int lf_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
 {
 	int rc = lf_real->agent_launch(priv, stream, a);
@@ -1578,9 +1590,7 @@ static void test_dev_send_launch_fails(void **state)
 	/* the agent starts here; its workers on their first copies */
 	assert_int_equal(gdx_xport_mr_reg(p.s, region, n, GDX_XPORT_ACCESS_REMOTE_READ, &mr), 0);
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "200000"), 0);
-	lf_real = dev->ops;
-	lf_ops = *lf_real;
-	lf_ops.agent_launch = lf_agent_launch;
+	lf_wrap(lf_agent_launch);
 	lf_ops.stream_destroy = lf_stream_destroy;
 	atomic_store(&lf_armed, 1);
 	atomic_store(&lf_stopped, 0);
@@ -1647,9 +1657,7 @@ static void test_dev_ring_aligned(void **state)
 	want = malloc((size_t)N * STRIDE);
 	assert_true(got && want);
 	kfill(K_DEV, src, (size_t)N * STRIDE, 41);
-	lf_real = dev->ops;
-	lf_ops = *lf_real;
-	lf_ops.agent_launch = al_agent_launch;
+	lf_wrap(al_agent_launch);
 	al_n = 0;
 	dev->ops = &lf_ops;
 	pair_open(&p, &o, &o);
@@ -1724,9 +1732,7 @@ static void test_dev_recv_launch_fails(void **state)
 	/* the agent starts here; its worker on the first copy */
 	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
-	lf_real = dev->ops;
-	lf_ops = *lf_real;
-	lf_ops.agent_launch = lf_agent_launch;
+	lf_wrap(lf_agent_launch);
 	atomic_store(&lf_armed, 1);
 	dev->ops = &lf_ops;
 	t_fill(tx, SZ, 51);
@@ -1777,9 +1783,7 @@ static void test_dev_send_after_recv_agent_failed(void **state)
 	pair_open(&p, NULL, NULL);
 	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
-	lf_real = dev->ops;
-	lf_ops = *lf_real;
-	lf_ops.agent_launch = lf_agent_launch;
+	lf_wrap(lf_agent_launch);
 	atomic_store(&lf_armed, 1);
 	dev->ops = &lf_ops;
 	t_fill(tx, SZ, 61);
@@ -1829,9 +1833,7 @@ static void test_dev_agent_stuck(void **state)
 	assert_non_null(tx);
 	dbuf = kalloc(K_DEV, SZ);
 	dregion = kalloc(K_DEV, SZ);
-	lf_real = dev->ops;
-	lf_ops = *lf_real;
-	lf_ops.agent_launch = al_agent_launch;
+	lf_wrap(al_agent_launch);
 	al_n = 0;
 	dev->ops = &lf_ops;
 	pair_open(&p, NULL, NULL);
