@@ -100,9 +100,10 @@ _Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire")
 
 /*
  * Two pinned buffers of bsz bytes and a stream for moving device memory
- * through the socket.  The receive side's, one per device (tcp_ep.rxs), are
- * made by rr_prepare; the agent's device's gets its buffers only once the
- * agent failed: the halves of its receive ring, lent (rx_stager).
+ * through the socket.  Each side has one per device (tcp_ep.rxs, txs), made
+ * by rr_prepare; the agent's device's gets its buffers only once the agent
+ * failed: the halves of its receive ring (rx_stager) or of its stage ring
+ * (tx_stager), lent.
  */
 struct stager {
 	struct gdx_device *dev;
@@ -269,8 +270,8 @@ struct tcp_ep {
 	 */
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp;
-	struct stager *rxs;	/* receives' stagers, a device each: published with release */
-	struct stager txs;
+	/* receives' and sends' stagers, a device each (rr_prepare): published with release */
+	struct stager *rxs, *txs;
 	/*
 	 * The stage ring (the agent's, SR_SIZE bytes of rr.dev's pinned memory;
 	 * see sr_queue) and the last copy posted into it: lock held.
@@ -413,12 +414,15 @@ static int stager_init(struct stager *st, struct gdx_device *dev, size_t bsz)
 	return 0;
 }
 
-static int stager_ready(struct stager *st, struct gdx_device *dev)
+static void stagers_free(struct stager **list)
 {
-	if (st->dev == dev)
-		return 0;
-	stager_fini(st);
-	return stager_init(st, dev, STAGE_SIZE);
+	while (*list) {
+		struct stager *st = *list;
+
+		*list = st->next;
+		stager_fini(st);
+		free(st);
+	}
 }
 
 /* ---- socket I/O ----------------------------------------------------------- */
@@ -998,10 +1002,10 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 		"copies by a copy agent", gdx_device_name(dev), rr->size, SR_SIZE);
 }
 
-/* The stager for receives into dev's memory, or NULL: any thread. */
-static struct stager *rx_stager_of(struct tcp_ep *t, const struct gdx_device *dev)
+/* dev's stager in list (t->rxs, t->txs), or NULL: any thread. */
+static struct stager *stager_of(struct stager **list, const struct gdx_device *dev)
 {
-	struct stager *st = __atomic_load_n(&t->rxs, __ATOMIC_ACQUIRE);
+	struct stager *st = __atomic_load_n(list, __ATOMIC_ACQUIRE);
 
 	while (st && st->dev != dev)
 		st = st->next;
@@ -1009,25 +1013,55 @@ static struct stager *rx_stager_of(struct tcp_ep *t, const struct gdx_device *de
 }
 
 /*
+ * Adds dev's stager to list (rr_lock held) unless it has one: a stream, and
+ * two pinned buffers of STAGE_SIZE bytes unless lend (the agent's device: a
+ * ring of the agent lends it buffers once the agent failed).  what: for the
+ * error, which the post or registration fails with.
+ */
+static int stager_add(struct stager **list, struct gdx_device *dev, int lend, const char *what)
+{
+	struct stager *st;
+	int ret;
+
+	if (stager_of(list, dev))
+		return 0;
+	st = calloc(1, sizeof(*st));
+	ret = st ? stager_init(st, dev, lend ? 0 : STAGE_SIZE) : -ENOMEM;
+	if (ret) {
+		GDX_ERR(SUBSYS, "%s: cannot set up %s its memory: %s", gdx_device_name(dev), what,
+			gdx_strerror(ret));
+		free(st);
+		return ret;
+	}
+	st->next = *list;
+	__atomic_store_n(list, st, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/*
  * Sets up what the endpoint's threads need to move dev's memory, on the
  * caller's thread (the one that posts or registers the memory, posts it to a
  * shared receive queue or joins one: tcp_srq_device), never on theirs: the
- * agent's start loads its module, which on CUDA may synchronise the context,
- * and neither thread may wait on a stream whose work waits for a completion
- * only that thread delivers.  The first device gets the receive ring and the
- * agent (rr_start; its fields published by the release store of rr.dev).  rx:
- * the receive thread will write dev's memory: it gets a stager, a stream and
- * two pinned buffers for the stream path (any other device, or the first
- * without an agent); the agent's device's gets its stream alone (the ring lends
- * it buffers if the agent fails: rx_stager).  Once per device; 0, or why dev's
- * memory cannot be received (the post or registration fails with it).
+ * agent's start loads its module, and a stream's creation or a pinned
+ * allocation may synchronise the context on CUDA, while neither thread may
+ * wait on a stream whose work waits for a completion only that thread
+ * delivers.  The first device gets the receive ring, the stage ring and the
+ * agent (rr_start; its fields published by the release store of rr.dev).
+ * rx: the receive thread will write dev's memory; tx: the transmit thread
+ * will read it (a send's or write's source, a region the peer may read).
+ * Each side gets a stager of dev for the stream path (any other device, the
+ * first without an agent, or the agent's once it failed): a stream and two
+ * pinned buffers, the agent's device's its stream alone (the agent's rings
+ * lend it buffers if the agent fails: rx_stager, tx_stager).  Once per device
+ * and side; 0, or why dev's memory cannot be moved (the post or registration
+ * fails with it).
  */
-static int rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx)
+static int rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx)
 {
-	struct stager *st;
 	int ret = 0;
 
-	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && (!rx || rx_stager_of(t, dev)))
+	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && (!rx || stager_of(&t->rxs, dev)) &&
+	    (!tx || stager_of(&t->txs, dev)))
 		return 0;
 	pthread_mutex_lock(&t->rr_lock);
 	/* not after rr_stop (a registration outlives the connection): see rr_stop */
@@ -1037,20 +1071,11 @@ static int rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx)
 		rr_start(t, dev);
 		__atomic_store_n(&t->rr.dev, dev, __ATOMIC_RELEASE);
 	}
-	if (rx && !rx_stager_of(t, dev)) {
-		st = calloc(1, sizeof(*st));
-		/* the agent's ring, once set, stays until the endpoint goes */
-		ret = st ? stager_init(st, dev, t->rr.ring && t->rr.dev == dev ? 0 : STAGE_SIZE)
-			 : -ENOMEM;
-		if (ret) {
-			GDX_ERR(SUBSYS, "%s: cannot set up receiving into its memory: %s",
-				gdx_device_name(dev), gdx_strerror(ret));
-			free(st);
-			goto out;
-		}
-		st->next = t->rxs;
-		__atomic_store_n(&t->rxs, st, __ATOMIC_RELEASE);
-	}
+	/* the agent's rings, once set, stay until the endpoint goes */
+	if (rx)
+		ret = stager_add(&t->rxs, dev, t->rr.ring && t->rr.dev == dev, "receiving into");
+	if (tx && !ret)
+		ret = stager_add(&t->txs, dev, t->sr && t->rr.dev == dev, "sending out of");
 out:
 	pthread_mutex_unlock(&t->rr_lock);
 	return ret;
@@ -1195,7 +1220,7 @@ static int rx_idle(struct tcp_ep *t)
 static struct stager *rx_stager(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct rxring *rr = &t->rr;
-	struct stager *st = rx_stager_of(t, dev);
+	struct stager *st = stager_of(&t->rxs, dev);
 
 	if (st && !st->bsz && dev == rr->dev && rr->ring && !rr->on) {
 		st->b[0] = rr->ring;
@@ -1400,6 +1425,56 @@ static struct gdx_copy_agent *tx_agent(struct tcp_ep *t, const struct gdx_device
 }
 
 /*
+ * The stream that copies out of dev's memory for sending where no agent
+ * does (tx_agent): that of dev's sending stager, which rr_prepare made where
+ * the memory was posted or registered, or NULL.  Transmit thread, or the
+ * receive thread to wait for its copies (ans_settle).
+ */
+static struct gdx_stream *tx_stream(struct tcp_ep *t, const struct gdx_device *dev)
+{
+	struct stager *st = stager_of(&t->txs, dev);
+
+	return st ? st->s : NULL;
+}
+
+/* Waits for the copies the stream path started out of dev's memory, if it is dev's path. */
+static int tx_sync(struct tcp_ep *t, const struct gdx_device *dev)
+{
+	struct gdx_stream *s = tx_agent(t, dev) ? NULL : tx_stream(t, dev);
+
+	return s ? gdx_stream_synchronize(s) : 0;
+}
+
+/*
+ * dev's sending stager with its buffers, for frames of dev that go the stream
+ * path, or NULL (said: its set-up failed where the memory was posted, which
+ * failed then).  Transmit thread: no set-up runs here.  The agent's device's
+ * has its stream only, and such frames only once the receive side dropped
+ * the agent (tx_drop_agent): then the halves of the stage ring are its
+ * buffers.  No frame is staged in the ring from then on, and those that
+ * were (their copies landed) are ahead of every frame of the stream path in
+ * the queue -- staged frames precede late ones, in the order of their
+ * copies, which land in that order -- so they went out before this thread
+ * takes one of those.
+ */
+static struct stager *tx_stager(struct tcp_ep *t, struct gdx_device *dev)
+{
+	struct stager *st = stager_of(&t->txs, dev);
+
+	if (st && !st->bsz && dev == __atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && t->sr &&
+	    tx_noagent(t)) {
+		st->b[0] = t->sr;
+		st->b[1] = t->sr + STAGE_SIZE;
+		st->bsz = STAGE_SIZE;
+		st->lent = 1;
+	}
+	if (st && st->bsz)
+		return st;
+	GDX_ERR(SUBSYS, "%s: send out of memory not set up for it", gdx_device_name(dev));
+	return NULL;
+}
+
+/*
  * The receive side found the agent failed and halted it (rr_fail; its
  * workers have stopped, no copy of it runs any more): the endpoint goes on
  * without it.  Device payloads are sent through the stage stream from here
@@ -1493,13 +1568,16 @@ static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void
 		   const void *src, size_t off, size_t n, int *agent)
 {
 	struct gdx_copy_agent *a = x->sr ? tx_agent(t, dev) : NULL;
+	struct gdx_stream *s = NULL;
 	uint32_t seq;
 	int ret;
 
 	*agent = 0;
 again:
-	if (!a && (ret = stager_ready(&t->txs, dev)))
-		return ret;
+	if (!a && !(s = tx_stream(t, dev))) {
+		GDX_ERR(SUBSYS, "%s: send out of memory not set up for it", gdx_device_name(dev));
+		return -ENOMEM;
+	}
 	pthread_mutex_lock(&t->lock);
 	for (unsigned i = 1;; i++) {
 		if (x->snap && off >= x->snap_off) {
@@ -1508,7 +1586,7 @@ again:
 			return 0;
 		}
 		if (!a) {
-			ret = gdx_memcpy_async(dev, dst, src, n, t->txs.s);
+			ret = gdx_memcpy_async(dev, dst, src, n, s);
 			break;
 		}
 		ret = tx_post(t, a, dst, src, n, &seq);
@@ -1559,14 +1637,14 @@ static int tx_chunk_wait(struct tcp_ep *t, struct txi *x, struct gdx_device *dev
 
 	/* not the agent's: the stream's, or made out of x's own copy (no stream then) */
 	if (!agent)
-		return t->txs.dev == dev ? gdx_stream_synchronize(t->txs.s) : 0;
+		return tx_sync(t, dev);
 	ret = tx_seq_landed(t, t->rr.agent, x->seq);
 	if (!ret || ret == GDX_EDISCONNECTED)
 		return ret;
 	if (!tx_noagent(t))
 		return tx_agent_failed(t, dev, ret);
 	ret = tx_copy(t, x, dev, dst, src, off, n, &agent);
-	return ret ? ret : gdx_stream_synchronize(t->txs.s);
+	return ret ? ret : tx_sync(t, dev);
 }
 
 /*
@@ -1587,21 +1665,22 @@ static int tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev)
 		pthread_mutex_unlock(&t->lock);
 		ret = tx_seq_landed(t, a, seq);
 	}
-	if (!ret && t->txs.dev == dev)
-		ret = gdx_stream_synchronize(t->txs.s);
+	if (!ret && !a)
+		ret = tx_sync(t, dev);
 	return ret;
 }
 
 /*
  * Sends frame x whose payload is n bytes of device memory, staged through two
  * pinned buffers: the stage ring's halves (the ring is empty: x is a late
- * frame at the head of the queue), or the stage stream's.
+ * frame at the head of the queue), or those of dev's sending stager (tx_stager).
  */
 static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gdx_device *dev,
 		     size_t n)
 {
 	const char *s = src;
 	unsigned char *b[2];
+	struct stager *st;
 	size_t done = 0, c = GDX_MIN((size_t)STAGE_SIZE, n);
 	int i = 0, ret, agent;
 
@@ -1611,10 +1690,11 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 	if (x->sr) {
 		b[0] = t->sr;
 		b[1] = t->sr + STAGE_SIZE;
+	} else if ((st = tx_stager(t, dev))) {
+		b[0] = st->b[0];
+		b[1] = st->b[1];
 	} else {
-		ret = stager_ready(&t->txs, dev);
-		b[0] = t->txs.b[0];
-		b[1] = t->txs.b[1];
+		ret = -ENOMEM;
 	}
 	if (!ret)
 		ret = tx_copy(t, x, dev, b[0], s, 0, c, &agent);
@@ -1992,15 +2072,18 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
  */
 static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, int buf)
 {
+	struct stager *st = NULL;
 	size_t off = 0;
-	int ret = stager_ready(&t->txs, dev), agent;
+	int ret = 0, agent;
 
 	for (struct txi *x = list; !ret && x; x = x->next) {
 		if (!x->dev || !x->plen)
 			continue;
+		if (!st && !(st = tx_stager(t, dev)))
+			return -ENOMEM;
 		/* not ring frames: through the stream */
-		ret = tx_copy(t, x, dev, (char *)t->txs.b[buf] + off, x->pp, 0, x->plen, &agent);
-		x->pp = (char *)t->txs.b[buf] + off;
+		ret = tx_copy(t, x, dev, (char *)st->b[buf] + off, x->pp, 0, x->plen, &agent);
+		x->pp = (char *)st->b[buf] + off;
 		off += x->plen;
 	}
 	return ret;
@@ -2070,7 +2153,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 	ret = tx_stage(t, cur, dev, buf);
 	while (cur) {
 		if (!ret)
-			ret = gdx_stream_synchronize(t->txs.s);
+			ret = tx_sync(t, dev);
 		if (!ret) {
 			pthread_mutex_lock(&t->lock);
 			next = staged_next(t, dev) ? tx_take_staged(t, dev, &nnext) : NULL;
@@ -2292,7 +2375,7 @@ static int sr_redo(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
 		x->staged = 0;
 		pthread_mutex_unlock(&t->lock);
 	}
-	return ret ? ret : gdx_stream_synchronize(t->txs.s);
+	return ret ? ret : tx_sync(t, dev);
 }
 
 /*
@@ -2846,7 +2929,8 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 {
 	const uintptr_t lo = (uintptr_t)p, hi = lo + n;
 	struct gdx_copy_agent *a = NULL;
-	int ret = 0, sends = 0, sync = 0, noagent = tx_noagent(t);
+	const struct gdx_device *synced = NULL;
+	int ret = 0, sends = 0, noagent = tx_noagent(t);
 	uint32_t seq = 0;
 
 	pthread_mutex_lock(&t->lock);
@@ -2869,20 +2953,17 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 			x->settle = 1;
 			if (x->staged)
 				continue;
-		} else if (x->dev && x->cnext) {
-			sync = 1;
+		} else if (x->dev && x->cnext && x->dev != synced) {
+			/* the copies the transmit thread posted to its stream of that device */
+			synced = x->dev;
+			if ((ret = tx_sync(t, x->dev)))
+				break;
 		}
 		sends |= !x->dev && x->going;
 		ret = ans_snap(t, x);
 		if (!ret && !x->settle)
 			ans_unlink(t, x);
 	}
-	/*
-	 * Only the transmit thread posts to its stream, and takes no frame of
-	 * another device while one of this one's is on the list.
-	 */
-	if (sync && !ret)
-		ret = gdx_stream_synchronize(t->txs.s);
 	while (sends && t->rd_busy) {
 		t->rd_waiting++;
 		pthread_cond_wait(&t->rd_cond, &t->lock);
@@ -3549,14 +3630,8 @@ static void tcp_destroy(void *priv)
 	/* started by a poster while the receive thread stopped the endpoint's (rr_stop) */
 	if (t->rr.agent && gdx_copy_agent_stop(t->rr.agent))
 		t->rr.leak = 1;
-	while (t->rxs) {
-		struct stager *st = t->rxs;
-
-		t->rxs = st->next;
-		stager_fini(st);
-		free(st);
-	}
-	stager_fini(&t->txs);
+	stagers_free(&t->rxs);
+	stagers_free(&t->txs);
 	if (t->sr && !t->rr.leak)	/* an agent that did not stop may still write it */
 		gdx_pinned_free(t->rr.dev, t->sr);
 	if (t->rr.ring && !t->rr.leak)
@@ -3591,7 +3666,8 @@ static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 	r->addr = (uint64_t)(uintptr_t)r->p;
 	if (dev_mem(r->kind, r->dev) &&
 	    (r->access & (GDX_XPORT_ACCESS_REMOTE_WRITE | GDX_XPORT_ACCESS_REMOTE_READ))) {
-		int ret = rr_prepare(priv, r->dev, !!(r->access & GDX_XPORT_ACCESS_REMOTE_WRITE));
+		int ret = rr_prepare(priv, r->dev, !!(r->access & GDX_XPORT_ACCESS_REMOTE_WRITE),
+				     !!(r->access & GDX_XPORT_ACCESS_REMOTE_READ));
 
 		if (ret)
 			return ret;
@@ -3622,7 +3698,7 @@ static void tcp_mr_dereg(void *priv, struct gdx_xport_region *r)
  */
 static void tcp_srq_device(void *priv, struct gdx_device *dev)
 {
-	rr_prepare(priv, dev, 1);
+	rr_prepare(priv, dev, 1, 0);
 }
 
 static int tcp_post(void *priv, struct gdx_xport_req *req)
@@ -3636,8 +3712,8 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 	q->req = req;
 	/* device memory an endpoint thread will write (receives, reads) or read */
 	if (dev_mem(req->buf.kind, req->buf.dev)) {
-		int ret = rr_prepare(t, req->buf.dev, req->op == GDX_XPORT_OP_RECV ||
-						   req->op == GDX_XPORT_OP_READ);
+		int rx = req->op == GDX_XPORT_OP_RECV || req->op == GDX_XPORT_OP_READ;
+		int ret = rr_prepare(t, req->buf.dev, rx, !rx);
 
 		if (ret) {
 			free(q);

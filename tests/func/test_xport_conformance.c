@@ -1807,6 +1807,160 @@ static void test_dev_send_after_recv_agent_failed(void **state)
 }
 
 /*
+ * tcp's transmit thread sets nothing up either (a stream's creation or a
+ * pinned allocation may synchronise the context on CUDA, while a stream
+ * waits for a completion only an endpoint thread delivers): device memory
+ * sent through the stream path has its stager (a stream and two pinned
+ * buffers of the device) set up by the thread that posts it to be sent, or
+ * registers it for remote read.  Sends (staged ones, and ones larger than a
+ * stage buffer), writes and read data out of a second device, alternating
+ * with the agent's device, with the agent and without it (the knob off: both
+ * devices go the stream path); and out of the agent's device after the agent
+ * failed on the receive side (its stream set up when the memory was posted,
+ * its buffers the halves of the stage ring).
+ */
+static atomic_uint tx_setup_calls;
+
+static void watch_tx(const char *op)
+{
+	char name[16] = "";
+
+	if (!strcmp(op, "pointer_query"))
+		return;
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	if (!strcmp(name, "gdx-tcp-tx"))
+		atomic_fetch_add(&tx_setup_calls, 1);
+}
+
+/*
+ * n bytes of d's memory at src, filled with seed, go out of endpoint a (CQ
+ * cqa) to b (cqb): a send into a receive, a write into a region of b, and
+ * read data, b reading them out of a region of a; all into host memory.
+ */
+static void dev_out(struct gdx_xport_ep *a, struct gdx_xport_cq *cqa, struct gdx_xport_ep *b,
+		    struct gdx_xport_cq *cqb, struct gdx_device *d, void *src, size_t n,
+		    uint64_t seed)
+{
+	unsigned char *want = malloc(n), *got = malloc(n);
+	struct gdx_xport_mr *mr;
+
+	assert_true(want && got);
+	t_fill(want, n, seed);
+	assert_int_equal(gdx_memcpy(d, src, want, n), 0);
+	memset(got, 0, n);
+	assert_int_equal(gdx_xport_post_recv(b, got, n, 1), 0);
+	assert_int_equal(gdx_xport_post_send(a, src, n, 2, 0), 0);
+	expect(cqb, 1, GDX_XPORT_OP_RECV, 0, n);
+	expect(cqa, 2, GDX_XPORT_OP_SEND, 0, n);
+	assert_memory_equal(got, want, n);
+	memset(got, 0, n);
+	assert_int_equal(gdx_xport_mr_reg(b, got, n, GDX_XPORT_ACCESS_REMOTE_WRITE, &mr), 0);
+	assert_int_equal(gdx_xport_post_write(a, src, n, gdx_xport_mr_addr(mr),
+					      gdx_xport_mr_key(mr), 3, 0), 0);
+	expect(cqa, 3, GDX_XPORT_OP_WRITE, 0, n);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	assert_memory_equal(got, want, n);
+	memset(got, 0, n);
+	assert_int_equal(gdx_xport_mr_reg(a, src, n, GDX_XPORT_ACCESS_REMOTE_READ, &mr), 0);
+	assert_int_equal(gdx_xport_post_read(b, got, n, gdx_xport_mr_addr(mr),
+					     gdx_xport_mr_key(mr), 4, 0), 0);
+	expect(cqb, 4, GDX_XPORT_OP_READ, 0, n);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	assert_memory_equal(got, want, n);
+	free(want);
+	free(got);
+}
+
+/* No set-up call on a transmit thread since the count was reset: else says which case made some. */
+static void tx_setup_none(const char *what)
+{
+	unsigned n = atomic_exchange(&tx_setup_calls, 0);
+
+	if (n)
+		fail_msg("%u set-up calls on a transmit thread (%s)", n, what);
+}
+
+static void test_dev_setup_off_tx_thread(void **state)
+{
+	enum { SZ = 16384, BIG = (3 << 20) + 5 };
+	const struct gdx_device_ops *ops2;
+	struct gdx_device *dev2;
+	void *dbuf, *d2buf;
+	struct gdx_xport_cqe e;
+	unsigned char *tx;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) ||
+	    !dev->ops->agent_launch)
+		skip();
+	tx = malloc(SZ);
+	assert_non_null(tx);
+	assert_int_equal(gdx_config_set("emulated.devices", "2"), 0);
+	assert_int_equal(gdx_device_open("emulated:1", &dev2), 0);
+	dbuf = kalloc(K_DEV, BIG);
+	assert_int_equal(gdx_device_malloc(dev2, BIG, &d2buf), 0);
+	/* the agent's launches can be made to fail (lf_armed), the set-up calls are watched */
+	lf_wrap(lf_agent_launch);
+	atomic_store(&lf_armed, 0);
+	dev->ops = &lf_ops;
+	dev_watch_start(dev, watch_tx);
+	ops2 = dev2->ops;
+	dev2->ops = &dw_ops;
+	atomic_store(&tx_setup_calls, 0);
+
+	/* a second device alternating with the first: with the agent, then without */
+	for (int agent = 1; agent >= 0; agent--) {
+		assert_int_equal(gdx_config_set("xport.tcp_copy_agent", agent ? "1" : "0"), 0);
+		pair_open(&p, NULL, NULL);
+		for (int r = 0; r < 2; r++) {
+			uint64_t seed = 10 * (uint64_t)(2 * agent + r);
+
+			dev_out(p.c, p.cqc, p.s, p.cqs, dev, dbuf, SZ, seed + 1);
+			dev_out(p.c, p.cqc, p.s, p.cqs, dev2, d2buf, SZ, seed + 2);
+			dev_out(p.c, p.cqc, p.s, p.cqs, dev, dbuf, BIG, seed + 3);
+			dev_out(p.c, p.cqc, p.s, p.cqs, dev2, d2buf, BIG, seed + 4);
+		}
+		pair_close(&p);
+		tx_setup_none(agent ? "a second device" : "two devices without the agent");
+	}
+	assert_int_equal(gdx_config_set("xport.tcp_copy_agent", "1"), 0);
+
+	/*
+	 * The agent fails on the server's receive side (a launch that reports
+	 * failure, as in dev_send_after_recv_agent_failed); then the server
+	 * sends out of the agent's device's memory without it.
+	 */
+	pair_open(&p, NULL, NULL);
+	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
+	atomic_store(&lf_armed, 1);
+	t_fill(tx, SZ, 60);
+	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_not_equal(e.status, 0);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, SZ);
+	assert_int_equal(atomic_load(&lf_armed), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
+	for (int r = 0; r < 2; r++) {
+		dev_out(p.s, p.cqs, p.c, p.cqc, dev, dbuf, SZ, 70 + (uint64_t)r);
+		dev_out(p.s, p.cqs, p.c, p.cqc, dev, dbuf, BIG, 80 + (uint64_t)r);
+	}
+	pair_close(&p);
+	tx_setup_none("the agent's device after the agent failed");
+
+	dev_watch_stop(dev);
+	dev2->ops = ops2;
+	dev->ops = lf_real;
+	gdx_config_reset();
+	kfree(K_DEV, dbuf);
+	assert_int_equal(gdx_device_free(dev2, d2buf), 0);
+	gdx_device_close(dev2);
+	free(tx);
+}
+
+/*
  * Copies that outlast the agent's stop timeout (2 s) at the disconnect: a
  * write into a device region and a send into a device receive, each copy
  * taking 1.5 s on the emulated device, the worker in the first when the
@@ -3050,6 +3204,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_ring_aligned),
 		cmocka_unit_test(test_dev_recv_launch_fails),
 		cmocka_unit_test(test_dev_send_after_recv_agent_failed),
+		cmocka_unit_test(test_dev_setup_off_tx_thread),
 		cmocka_unit_test(test_dev_agent_stuck),
 		cmocka_unit_test(test_dev_send_copy_stuck),
 		cmocka_unit_test(test_dev_disconnect),
