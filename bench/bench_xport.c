@@ -70,18 +70,22 @@ struct cfg {
 	/* send bandwidth, summed over a size's runs: receives, and those a message waited for */
 	uint64_t recvs, unexpected;
 	uint64_t max_unexpected;	/* the server's (tcp, loop); UINT64_MAX: the default */
-	uint64_t sr[3];		/* tcp: sr_count's, summed over a size's bandwidth runs */
+	unsigned rx_depth;	/* receives the server keeps posted for sends (0: twice depth) */
+	uint64_t sr[5];		/* tcp: sr_count's, summed over a size's bandwidth runs */
 };
 
 /*
- * tcp's stage ring counters summed over the endpoints alive (scopes xport.tcp.N):
- * device payloads sent, those queued late, and those of them the transmit
- * thread copied itself (docs/xport.md).  The bench's endpoints live while a
- * figure is measured, so the counts are read before each one ends.
+ * tcp's counters summed over the endpoints alive (scopes xport.tcp.N): device
+ * payloads sent through the stage ring, those queued late, and those of them
+ * the transmit thread copied itself; kept messages the receive thread copied
+ * on from its kept ring, and from host memory (docs/xport.md).  The bench's
+ * endpoints live while a figure is measured, so the counts are read before
+ * each one ends.
  */
-static void sr_count(uint64_t v[3])
+static void sr_count(uint64_t v[5])
 {
-	static const char *const names[3] = { "sr_frames", "sr_late", "sr_tx_copied" };
+	static const char *const names[5] = { "sr_frames", "sr_late", "sr_tx_copied",
+					      "kept_ring", "kept_host" };
 	struct json_object *root = gdx_stats_json(), *o;
 
 	if (!root)
@@ -89,7 +93,7 @@ static void sr_count(uint64_t v[3])
 	json_object_object_foreach(root, scope, set) {
 		if (strncmp(scope, "xport.tcp.", 10))
 			continue;
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < 5; i++)
 			if (json_object_object_get_ex(set, names[i], &o))
 				v[i] += json_object_get_uint64(o);
 	}
@@ -226,7 +230,7 @@ static void *serve_main(void *arg)
  */
 static int serve_start(struct server *s, pthread_t *th)
 {
-	unsigned n = s->echo ? 1 : 2 * s->c->depth;
+	unsigned n = s->echo ? 1 : s->c->rx_depth ? s->c->rx_depth : 2 * s->c->depth;
 
 	for (unsigned i = 0; i < n; i++) {
 		int r = gdx_xport_post_recv(s->ep, s->buf, s->size, i);
@@ -252,7 +256,7 @@ static int conn_open(struct cfg *c, struct conn *k)
 
 	memset(k, 0, sizeof(*k));
 	gdx_xport_opts_init(&o, sizeof(o));
-	o.sq_depth = o.rq_depth = GDX_MAX(c->depth * 2, 64u);
+	o.sq_depth = o.rq_depth = GDX_MAX(GDX_MAX(c->depth * 2, c->rx_depth), 64u);
 	o.dev = c->dst.dev ? c->dst.dev : c->src.dev;
 	if (c->max_unexpected != UINT64_MAX)
 		o.max_unexpected = c->max_unexpected;
@@ -756,7 +760,10 @@ static void usage(void)
 		"  --no-ceiling      skip the ceilings\n"
 		"  --max-unexpected SIZE  bytes of messages the server keeps that came before\n"
 		"                    a receive (tcp, loop; default 64M); 0: such a message\n"
-		"                    waits for one, as on verbs\n");
+		"                    waits for one, as on verbs\n"
+		"  --rx-depth N      receives the server keeps posted for sends (default twice\n"
+		"                    the depth); fewer than the depth keeps most messages\n"
+		"                    waiting for their receive (tcp, loop)\n");
 }
 
 #define MAX_RUNS 31
@@ -820,6 +827,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		{ "busy", no_argument, NULL, 'b' }, { "sleep", no_argument, NULL, 'S' },
 		{ "runs", required_argument, NULL, 'r' }, { "help", no_argument, NULL, 'h' },
 		{ "max-unexpected", required_argument, NULL, 'u' },
+		{ "rx-depth", required_argument, NULL, 'R' },
 		{ 0 } };
 	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0, .runs = 1,
 			 .max_unexpected = UINT64_MAX,
@@ -857,6 +865,10 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		case 'r': c.runs = atoi(optarg); break;
 		case 'u':
 			if (gdx_parse_size(optarg, &c.max_unexpected)) { usage(); return 2; }
+			break;
+		case 'R':
+			c.rx_depth = (unsigned)atoi(optarg);
+			if (!c.rx_depth) { usage(); return 2; }
 			break;
 		default: usage(); return opt == 'h' ? 0 : 2;
 		}
@@ -920,6 +932,11 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			printf("    note: at %s, %llu of %llu receives came after their message "
 			       "(unexpected: one more copy)\n", sz, (unsigned long long)c.unexpected,
 			       (unsigned long long)c.recvs);
+		/* tcp with a copy agent: the receive thread copied them on, from where */
+		if (c.sr[3] + c.sr[4])
+			printf("    note: at %s, the receive thread copied %llu kept messages on "
+			       "from its kept ring, %llu from host memory\n", sz,
+			       (unsigned long long)c.sr[3], (unsigned long long)c.sr[4]);
 		/* tcp: device payloads that found no room in the stage ring when posted */
 		if (c.sr[1])
 			printf("    note: at %s, %llu of %llu device payloads were late for the stage "
