@@ -150,6 +150,10 @@ static struct knob knobs[] = {
 	KNOB("xport.tcp_rx_ring", K_SIZE, "2M",
 	     "tcp transport: pinned receive ring per endpoint for the copy agent (pieces of at "
 	     "most an eighth of it)", .min = 64 << 10, .max = 1 << 30),
+	KNOB("xport.tcp_kept_ring", K_SIZE, "4M",
+	     "tcp transport: pinned ring per endpoint with a copy agent for messages that came "
+	     "before their receive; the receive thread copies them on when one is posted (0: "
+	     "kept in host memory and copied by the posting thread)", .min = 0, .max = 1 << 30),
 	KNOB("nvmf.host.queues", K_INT, "0",
 	     "NVMe/TCP host: I/O queues per controller (0: CPUs of the device's NUMA node, at most 8)",
 	     .min = 0, .max = 256),

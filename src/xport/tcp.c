@@ -155,6 +155,7 @@ struct qent {
 	struct gdx_xport_req *req;
 	void *data;
 	uint64_t len;
+	uint64_t kr_end;	/* a kept message in the kept ring: its end there, else 0 */
 	int is_imm;
 	uint32_t imm;
 	int sent;		/* outstanding requests: its frame began to go out */
@@ -173,6 +174,7 @@ struct deff {
 	int st, resp_st;
 	uint32_t imm, mark;		/* mark: the agent's seq that must have landed */
 	uint8_t is_imm, has_resp, read_done, dev;
+	uint64_t kr_end;		/* a kept message copied on: the kept ring is free to here */
 };
 
 /*
@@ -208,6 +210,8 @@ enum {
 	C_SR_CAUGHT_UP,		/* late ones staged when room came back, before the transmit
 				   thread reached them (sr_catch_up) */
 	C_SR_TX_COPIED,		/* late ones the transmit thread copied when it took them */
+	C_KEPT_RING,		/* kept messages the receive thread copied on from the kept ring */
+	C_KEPT_HOST,		/* and from host memory (the ring had no room) */
 	C_NR
 };
 
@@ -227,6 +231,20 @@ struct tcp_ep {
 	struct qent *recv_head, *recv_tail;
 	struct qent *unexp_head, *unexp_tail;
 	uint64_t unexpected_bytes, max_unexpected;
+	/*
+	 * Kept messages are handed to receives by the receive thread (kept_match)
+	 * once the endpoint has a copy agent: it copies them on through the agent
+	 * from the kept ring (pinned, the agent's device; rx thread only), or
+	 * from host memory where the ring has no room, and their completions
+	 * are deferred as a received message's are.  Posters only kick it
+	 * (kept_kick).  Else (kept_rx 0) the poster copies.  Lock held for
+	 * kept_rx; kr_head and kr_tail: bytes taken, bytes free again.
+	 */
+	int kept_rx;
+	atomic_int kept_kick;
+	unsigned char *kr;
+	size_t kr_size;
+	uint64_t kr_head, kr_tail;
 	uint64_t next_id;
 	long reads_in_flight;	/* sent and not answered: what FENCE waits for */
 	/*
@@ -461,6 +479,8 @@ static void zc_reap(struct tcp_ep *t)
 static int resp_flush(struct tcp_ep *t);
 static void tx_kick(struct tcp_ep *t);
 static int rx_idle(struct tcp_ep *t);
+static void kept_match(struct tcp_ep *t);
+static void defer_wait(struct tcp_ep *t, int watch);
 
 static void rx_wakeup(struct tcp_ep *t)
 {
@@ -525,8 +545,16 @@ static ssize_t rx_park(struct tcp_ep *t)
 	for (;;) {
 		struct epoll_event ev[2];
 		uint64_t v;
-		int waiter;
+		int waiter, kick;
 
+		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed)) {
+			kept_match(t);
+			/* Nothing waits on copies while this thread sleeps, socket or not. */
+			defer_wait(t, 0);
+			gdx_xport_complete_flush();
+			if (t->rx_err)
+				return t->rx_err;
+		}
 		pthread_mutex_lock(&t->lock);
 		waiter = t->w_reader;
 		if (t->dead) {
@@ -563,7 +591,11 @@ static ssize_t rx_park(struct tcp_ep *t)
 				return n;
 			pthread_mutex_lock(&t->lock);
 			t->rx_parked = 1;
+			/* a kick before it was seen parked woke nobody (kept_kick_locked) */
+			kick = atomic_load_explicit(&t->kept_kick, memory_order_relaxed);
 			pthread_mutex_unlock(&t->lock);
+			if (kick)
+				continue;
 		}
 		n = epoll_wait(t->rx_epfd, ev, 2, -1);
 		if (n < 0 && errno != EINTR)
@@ -738,6 +770,8 @@ static void deff_run(struct tcp_ep *t, struct deff *e, int fail)
 		st = fail;
 		rst = GDX_EREMOTE;
 	}
+	if (e->kr_end)
+		t->kr_tail = e->kr_end;
 	if (e->k)
 		gdx_xport_rkey_put(e->k);
 	if (e->read_done) {
@@ -943,6 +977,35 @@ static int defer_resp(struct tcp_ep *t, uint64_t id, int st)
 }
 
 /*
+ * With the agent started: the kept ring, and kept messages handed over by the
+ * receive thread from here on (kept_rx).  Without the ring (the knob 0, no
+ * pinned memory) they are handed over by their posters as before, in host
+ * memory: slower into device memory, but nothing is lost.
+ */
+static void kr_start(struct tcp_ep *t, struct gdx_device *dev)
+{
+	size_t size = gdx_cfg_size("xport.tcp_kept_ring") & ~(size_t)(RING_ALIGN - 1);
+	void *kr = NULL;
+	int ret;
+
+	if (!size)
+		return;
+	ret = gdx_pinned_alloc(dev, size, &kr);
+	if (ret) {
+		GDX_WARN(SUBSYS, "%s: no kept ring (%s): messages that come before their receive "
+			 "are kept in host memory and copied by the thread that posts it",
+			 gdx_device_name(dev), gdx_strerror(ret));
+		return;
+	}
+	t->kr = kr;
+	t->kr_size = size;
+	/* the receive thread reads the ring's fields once it has seen kept_rx */
+	pthread_mutex_lock(&t->lock);
+	t->kept_rx = 1;
+	pthread_mutex_unlock(&t->lock);
+}
+
+/*
  * The first device memory posted or registered: the ring and an agent of its
  * device, else (no agent on that device, the knob off, out of memory) the
  * stream path, which says so.
@@ -1000,6 +1063,7 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 	rr->on = 1;
 	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring and sends through one of %u bytes, "
 		"copies by a copy agent", gdx_device_name(dev), rr->size, SR_SIZE);
+	kr_start(t, dev);
 }
 
 /* dev's stager in list (t->rxs, t->txs), or NULL: any thread. */
@@ -1096,6 +1160,36 @@ static int rr_reserve(struct tcp_ep *t, size_t need)
 	return 0;
 }
 
+/* Posts the agent's copy of n bytes from src to dst on the receive thread's ring. */
+static int rr_post(struct tcp_ep *t, char *dst, const void *src, size_t n, uint64_t pend)
+{
+	struct rxring *rr = &t->rr;
+	uint32_t seq;
+	int ret;
+
+	/*
+	 * Waits on the way (rx_exact's) may have found the agent dead.  A copy
+	 * over the destination of one in flight needs no wait: one ring's
+	 * overlapping copies land in the order posted.
+	 */
+	ret = rr->on ? 0 : rr->err;
+	for (unsigned i = 1; !ret && (ret = gdx_copy_agent_post(rr->agent, RR_RX, dst, src, n,
+								  &seq)) == -EAGAIN; i++) {
+		ret = 0;
+		if (!(i % 64))
+			ret = gdx_copy_agent_status(rr->agent);
+		sched_yield();
+	}
+	if (ret) {
+		if (rr->on)
+			rr_fail(t, ret);
+		return ret;
+	}
+	rr->pend[seq & rr->pmask] = pend;
+	rr->seq = seq;
+	return 0;
+}
+
 /*
  * Receives n bytes for dst, device memory of the ring's device, through the
  * ring: pieces of at most a chunk back to back, each one's copy posted to the
@@ -1105,9 +1199,10 @@ static int rr_reserve(struct tcp_ep *t, size_t need)
  * its beginning (the tail is skipped).  Only ring space is
  * waited for: the caller defers what depends on the bytes having landed.  An
  * agent that fails on the way: the rest of the payload is read and dropped,
- * and its error returned.
+ * and its error returned.  src: the bytes are in host memory there instead of
+ * on the socket (a kept message).
  */
-static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
+static int rr_recv(struct tcp_ep *t, char *dst, const unsigned char *src, size_t n)
 {
 	struct rxring *rr = &t->rr;
 	int ret = 0;
@@ -1117,41 +1212,28 @@ static int rr_recv(struct tcp_ep *t, char *dst, size_t n)
 		size_t span = GDX_ALIGN_UP(piece, (size_t)RING_ALIGN);
 		size_t skip = off + span > rr->size ? rr->size - off : 0;
 		unsigned char *p = rr->ring + (skip ? 0 : off);
-		uint32_t seq;
 
 		ret = rr_reserve(t, skip + span);
 		if (ret)
 			break;
 		rr->head += skip;
-		ret = rx_exact(t, p, piece);
-		if (ret)
-			return ret;
+		if (src) {
+			memcpy(p, src, piece);
+			src += piece;
+		} else {
+			ret = rx_exact(t, p, piece);
+			if (ret)
+				return ret;
+		}
 		n -= piece;
-		/*
-		 * Waits on the way (rx_exact's) may have found the agent dead.  A
-		 * piece over the destination of one in flight needs no wait: one
-		 * ring's overlapping copies land in the order posted.
-		 */
-		ret = rr->on ? 0 : rr->err;
-		for (unsigned i = 1; !ret && (ret = gdx_copy_agent_post(rr->agent, RR_RX, dst, p, piece,
-									  &seq)) == -EAGAIN; i++) {
-			ret = 0;
-			if (!(i % 64))
-				ret = gdx_copy_agent_status(rr->agent);
-			sched_yield();
-		}
-		if (ret) {
-			if (rr->on)
-				rr_fail(t, ret);
+		ret = rr_post(t, dst, p, piece, rr->head + span);
+		if (ret)
 			break;
-		}
-		rr->pend[seq & rr->pmask] = rr->head + span;
-		rr->seq = seq;
 		rr->head += span;
 		dst += piece;
 		defer_release(t);
 	}
-	if (ret && n) {
+	if (ret && n && !src) {
 		int r = rx_exact(t, NULL, n);
 
 		if (r)
@@ -1249,7 +1331,7 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev)
 		return rx_exact(t, dst, n);
 	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) == dev && t->rr.on) {
-		ret = rr_recv(t, dst, n);
+		ret = rr_recv(t, dst, NULL, n);
 		*posted = !ret && n;
 		return ret;
 	}
@@ -1282,6 +1364,116 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 	else
 		gdx_stream_synchronize(st->s);
 	return ret;
+}
+
+/* ---- kept messages (kept_rx) ------------------------------------------------ */
+
+/* Room for a kept message of n bytes in the kept ring, or NULL.  Receive thread. */
+static unsigned char *kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
+{
+	size_t off = (size_t)(t->kr_head % t->kr_size), span = GDX_ALIGN_UP(n, (size_t)RING_ALIGN);
+	size_t skip = off + span > t->kr_size ? t->kr_size - off : 0;
+
+	if (span > t->kr_size || t->kr_head + skip + span - t->kr_tail > t->kr_size)
+		return NULL;
+	t->kr_head += skip + span;
+	*end = t->kr_head;
+	return t->kr + (skip ? 0 : off);
+}
+
+/*
+ * Copies kept message u into device memory b through a stream, synchronised:
+ * a device other than the agent's, or the agent's once it failed.
+ */
+static int kept_stream(struct tcp_ep *t, const struct gdx_xport_buf *b, const struct qent *u)
+{
+	struct stager *st = stager_of(&t->rxs, b->dev);
+	int ret, sync;
+
+	if (!st) {
+		/* its set-up failed (and was reported) where it was posted */
+		GDX_ERR(SUBSYS, "%s: receive into memory not set up for it", gdx_device_name(b->dev));
+		return -ENOMEM;
+	}
+	ret = gdx_memcpy_async(b->dev, b->p, u->data, u->len, st->s);
+	sync = gdx_stream_synchronize(st->s);
+	return ret ? ret : sync;
+}
+
+/*
+ * Hands kept message u to receive req (receive thread): copied on into its
+ * memory, by the agent where that is the agent's device's (from the kept
+ * ring, or through the receive ring from host memory), and completed behind
+ * what is deferred, as a message received into it then would have been.
+ * The message's room in the kept ring goes back once its copy landed.
+ */
+static void kept_deliver(struct tcp_ep *t, struct gdx_xport_req *req, struct qent *u)
+{
+	struct gdx_xport_buf *b = &req->buf;
+	struct deff e = { .req = req, .len = u->len, .kr_end = u->kr_end };
+	int dev = 0;
+
+	req->cqe_flags |= GDX_XPORT_CQE_UNEXPECTED;
+	if (u->is_imm) {
+		e.is_imm = 1;
+		e.imm = u->imm;
+	} else if (u->len > b->len) {
+		e.st = -EMSGSIZE;
+	} else if (u->len) {
+		/* It sat in an intermediate buffer, whatever the memory kind. */
+		b->path = GDX_XPORT_PATH_BOUNCE;
+		gdx_counter_add(&t->ctr[u->kr_end ? C_KEPT_RING : C_KEPT_HOST], 1);
+		if (b->kind == GDX_MEM_HOST || b->kind == GDX_MEM_PINNED || !b->dev) {
+			memcpy(b->p, u->data, u->len);
+		} else if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) == b->dev && t->rr.on) {
+			if (u->kr_end)
+				e.st = rr_post(t, b->p, u->data, u->len, t->rr.head);
+			else
+				e.st = rr_recv(t, b->p, u->data, u->len);
+			/* a failed agent (rr_fail) copies nothing more: nothing to wait for */
+			dev = !e.st;
+		} else {
+			e.st = kept_stream(t, b, u);
+		}
+	}
+	if (!u->kr_end)
+		free(u->data);
+	free(u);
+	defer(t, &e, dev);
+}
+
+/* Hands kept messages to the receives posted since, oldest first.  Receive thread. */
+static void kept_match(struct tcp_ep *t)
+{
+	atomic_store_explicit(&t->kept_kick, 0, memory_order_relaxed);
+	for (;;) {
+		struct qent *r, *u;
+
+		pthread_mutex_lock(&t->lock);
+		if (t->dead || !t->unexp_head || !(r = take_recv(t))) {
+			pthread_mutex_unlock(&t->lock);
+			return;
+		}
+		u = q_pop(&t->unexp_head, &t->unexp_tail);
+		if (!u->is_imm)
+			t->unexpected_bytes -= u->len;
+		pthread_mutex_unlock(&t->lock);
+		kept_deliver(t, r->req, u);
+		free(r);
+	}
+}
+
+/*
+ * A receive was posted with messages kept (kept_rx): the receive thread hands
+ * them over, wherever it is.  Lock held, as when it parks (rx_park), so
+ * either it sees the kick or it is seen parked and woken.
+ */
+static void kept_kick_locked(struct tcp_ep *t)
+{
+	atomic_store_explicit(&t->kept_kick, 1, memory_order_relaxed);
+	pthread_cond_broadcast(&t->rx_cond);
+	if (t->rx_parked)
+		rx_wakeup(t);
 }
 
 static int send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent)
@@ -1858,7 +2050,8 @@ static void flush_all(struct tcp_ep *t)
 		free(q);
 	}
 	while ((q = q_pop(&t->unexp_head, &t->unexp_tail))) {
-		free(q->data);
+		if (!q->kr_end)
+			free(q->data);
 		free(q);
 	}
 	t->unexpected_bytes = 0;
@@ -2669,6 +2862,14 @@ static void tcp_match(void *priv)
 {
 	struct tcp_ep *t = priv;
 
+	pthread_mutex_lock(&t->lock);
+	if (t->kept_rx) {
+		if (t->unexp_head)
+			kept_kick_locked(t);
+		pthread_mutex_unlock(&t->lock);
+		return;
+	}
+	pthread_mutex_unlock(&t->lock);
 	for (;;) {
 		struct qent *r, *u;
 
@@ -2719,7 +2920,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 {
 	struct deff e;
 	struct qent *r;
-	int ret, none, posted;
+	int ret, none, posted, kept_rx;
 
 	pthread_mutex_lock(&t->lock);
 	none = !have_recv(t);
@@ -2747,11 +2948,20 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		tx_kick(t);
 	}
 	pthread_mutex_lock(&t->lock);
-	/*
-	 * Kept as unexpected only within max_unexpected, the first message too:
-	 * a peer's length would otherwise be what this side allocates.
-	 */
-	while (!t->dead && !have_recv(t) && t->unexpected_bytes + h->len > t->max_unexpected) {
+	for (;;) {
+		/* Messages kept before this one go first (rule 2), to receives posted since. */
+		if (t->kept_rx && !t->dead && t->unexp_head && have_recv(t)) {
+			pthread_mutex_unlock(&t->lock);
+			kept_match(t);
+			pthread_mutex_lock(&t->lock);
+			continue;
+		}
+		/*
+		 * Kept as unexpected only within max_unexpected, the first message
+		 * too: a peer's length would otherwise be what this side allocates.
+		 */
+		if (t->dead || have_recv(t) || t->unexpected_bytes + h->len <= t->max_unexpected)
+			break;
 		/* Nobody reads answers meanwhile: posts must not wait for us. */
 		t->rx_stalled = 1;
 		/* receiver not ready; the peer's end ends the wait too */
@@ -2765,6 +2975,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		pthread_mutex_unlock(&t->lock);
 		return -ECONNRESET;
 	}
+	kept_rx = t->kept_rx;
 	r = t->unexp_head ? NULL : take_recv(t);
 	pthread_mutex_unlock(&t->lock);
 
@@ -2772,11 +2983,15 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		struct qent *u = calloc(1, sizeof(*u));
 
 		/*
-		 * Kept for a receive posted later, which completes at once: not
-		 * before the receives that came first have.
+		 * Kept for a receive posted later.  A poster that takes it
+		 * completes it at once: not before the receives that came first
+		 * have.  The receive thread defers it behind them instead.
 		 */
-		defer_wait(t, 0);
-		if (!u || (h->len && !(u->data = malloc(h->len)))) {
+		if (!kept_rx)
+			defer_wait(t, 0);
+		if (u && h->len && kept_rx)
+			u->data = kr_take(t, h->len, &u->kr_end);
+		if (!u || (h->len && !u->data && !(u->data = malloc(h->len)))) {
 			free(u);
 			ret = rx_exact(t, NULL, h->len);
 			return ret ? ret : defer_resp(t, h->id, -ENOMEM);
@@ -2784,7 +2999,8 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		u->len = h->len;
 		ret = rx_exact(t, u->data, h->len);
 		if (ret) {
-			free(u->data);
+			if (!u->kr_end)
+				free(u->data);
 			free(u);
 			return ret;
 		}
@@ -2793,7 +3009,10 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		t->unexpected_bytes += h->len;
 		pthread_mutex_unlock(&t->lock);
 		/* A receive may have been posted while the payload was read. */
-		tcp_match(t);
+		if (kept_rx)
+			kept_match(t);
+		else
+			tcp_match(t);
 		return defer_resp(t, h->id, 0);
 	}
 	if (h->len > r->req->buf.len) {
@@ -3323,6 +3542,8 @@ static void *rx_main(void *arg)
 	while (!ret) {
 		struct hdr h;
 
+		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed))
+			kept_match(t);
 		t->rx_boundary = 1;
 		ret = rx_exact(t, &h, sizeof(h));
 		if (ret)
@@ -3424,6 +3645,8 @@ static void ep_stats(struct tcp_ep *t)
 		[C_SR_LATE] = "sr_late",
 		[C_SR_CAUGHT_UP] = "sr_caught_up",
 		[C_SR_TX_COPIED] = "sr_tx_copied",
+		[C_KEPT_RING] = "kept_ring",
+		[C_KEPT_HOST] = "kept_host",
 	};
 	static atomic_uint next;
 	char scope[32];
@@ -3636,6 +3859,8 @@ static void tcp_destroy(void *priv)
 		gdx_pinned_free(t->rr.dev, t->sr);
 	if (t->rr.ring && !t->rr.leak)
 		gdx_pinned_free(t->rr.dev, t->rr.ring);
+	if (t->kr && !t->rr.leak)
+		gdx_pinned_free(t->rr.dev, t->kr);
 	free(t->rr.pend);
 	free(t->rr.q);
 	gdx_stats_destroy(t->stats);
@@ -3737,9 +3962,12 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 	if (req->op == GDX_XPORT_OP_RECV) {
 		struct qent *u = t->unexp_head;
 
-		if (!u) {
+		if (!u || t->kept_rx) {
 			Q_PUSH(q, &t->recv_head, &t->recv_tail);
-			pthread_cond_broadcast(&t->rx_cond);
+			if (u)
+				kept_kick_locked(t);
+			else
+				pthread_cond_broadcast(&t->rx_cond);
 			pthread_mutex_unlock(&t->lock);
 			return 0;
 		}

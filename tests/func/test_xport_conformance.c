@@ -2491,6 +2491,178 @@ static void test_unexpected_flag(void **state)
 	pair_close(&p);
 }
 
+/*
+ * Messages that came before their receives, many and of mixed sizes (empty,
+ * larger than the kept ring), into device and host memory: each lands whole,
+ * in order, flagged.  On tcp the receive thread copies them on through the
+ * copy agent, from its kept ring (made small here, so that rounds wrap it
+ * and its room must come back) or from host memory where the ring had no
+ * room.  Then receives posted while messages arrive, an immediate kept among
+ * them, and a shared receive queue of device memory posted late.
+ */
+static void dev_kept_rounds(struct pair *p, void **dst, const enum kind *dk, int keeps)
+{
+	enum { N = 12, ROUNDS = 30, MAXSZ = 70000 };
+	unsigned char *src = kalloc(K_HOST, N * MAXSZ);
+	struct gdx_xport_cqe e;
+	uint64_t rnd = 42;
+	size_t sz[N];
+
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < N; i++) {
+			rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+			sz[i] = i == 0 ? 0 : i == 5 ? MAXSZ : (size_t)(rnd >> 33) % 40000;
+			t_fill(src + i * MAXSZ, sz[i], (uint64_t)r * N + i);
+			assert_int_equal(gdx_xport_post_send(p->c, src + i * MAXSZ, sz[i], 100 + i, 0),
+					 0);
+		}
+		/* tcp and loop keep them and answer; verbs retries until receives are there */
+		for (int i = 0; i < N && keeps; i++)
+			expect(p->cqc, 100 + i, GDX_XPORT_OP_SEND, 0, sz[i]);
+		if (!keeps)
+			usleep(20000);
+		for (int i = 0; i < N; i++)
+			assert_int_equal(gdx_xport_post_recv(p->s, dst[i], MAXSZ, i), 0);
+		for (int i = 0; i < N; i++) {
+			get_cqe(p->cqs, &e);
+			if (e.wr_id != (uint64_t)i || e.status || e.op != GDX_XPORT_OP_RECV)
+				fail_msg("round %d: receive %llu status %d; expected %d", r,
+					 (unsigned long long)e.wr_id, e.status, i);
+			assert_int_equal(e.len, sz[i]);
+			assert_int_equal(!!(e.flags & GDX_XPORT_CQE_UNEXPECTED), keeps);
+			kcheck(dk[i], dst[i], sz[i], (uint64_t)r * N + i);
+		}
+		for (int i = 0; i < N && !keeps; i++)
+			expect(p->cqc, 100 + i, GDX_XPORT_OP_SEND, 0, sz[i]);
+	}
+	/* receives posted as the messages arrive: kept or not, in order and whole */
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < N; i++) {
+			sz[i] = (size_t)(i * 7919 + r * 131) % MAXSZ;
+			t_fill(src + i * MAXSZ, sz[i], 5000 + (uint64_t)r * N + i);
+			assert_int_equal(gdx_xport_post_send(p->c, src + i * MAXSZ, sz[i], 100 + i, 0),
+					 0);
+			assert_int_equal(gdx_xport_post_recv(p->s, dst[i], MAXSZ, i), 0);
+		}
+		for (int i = 0; i < N; i++) {
+			expect(p->cqs, i, GDX_XPORT_OP_RECV, 0, sz[i]);
+			kcheck(dk[i], dst[i], sz[i], 5000 + (uint64_t)r * N + i);
+		}
+		for (int i = 0; i < N; i++)
+			expect(p->cqc, 100 + i, GDX_XPORT_OP_SEND, 0, sz[i]);
+	}
+	kfree(K_HOST, src);
+}
+
+static void test_dev_kept(void **state)
+{
+	enum { N = 12, MAXSZ = 70000, SZ = 5000 };
+	int keeps = strcmp(backend, "rdma") != 0;
+	unsigned char *src = kalloc(K_HOST, SZ), *region = kalloc(K_HOST, SZ);
+	void *dst[N], *dbuf[4];
+	enum kind dk[N];
+	struct gdx_xport_srq *q;
+	struct gdx_xport_opts o;
+	struct gdx_xport_cqe e;
+	struct gdx_xport_mr *mr;
+	struct pair p;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_kept_ring", "64k"), 0);
+	pair_open(&p, NULL, NULL);
+	for (int i = 0; i < N; i++) {
+		dk[i] = i % 3 ? K_DEV : K_HOST;
+		dst[i] = kalloc(dk[i], MAXSZ);
+	}
+	/* a device receive first: tcp starts its copy agent, and the kept ring */
+	kfill(K_HOST, src, SZ, 1);
+	assert_int_equal(gdx_xport_post_recv(p.s, dst[1], MAXSZ, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, src, SZ, 2, 0), 0);
+	expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SZ);
+	kcheck(K_DEV, dst[1], SZ, 1);
+	dev_kept_rounds(&p, dst, dk, keeps);
+
+	/* an immediate between two sends, all before their receives */
+	assert_int_equal(gdx_xport_mr_reg(p.s, region, SZ, GDX_XPORT_ACCESS_REMOTE_WRITE, &mr), 0);
+	kfill(K_HOST, src, SZ, 2);
+	assert_int_equal(gdx_xport_post_send(p.c, src, SZ, 3, 0), 0);
+	assert_int_equal(gdx_xport_post_write_imm(p.c, src, SZ, gdx_xport_mr_addr(mr),
+						  gdx_xport_mr_key(mr), 0x77, 4, 0), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, src, 100, 5, 0), 0);
+	if (keeps) {
+		expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, SZ);
+		expect(p.cqc, 4, GDX_XPORT_OP_WRITE_IMM, 0, SZ);
+		expect(p.cqc, 5, GDX_XPORT_OP_SEND, 0, 100);
+	}
+	for (int i = 1; i <= 3; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, dst[i], MAXSZ, 10 + i), 0);
+	expect(p.cqs, 11, GDX_XPORT_OP_RECV, 0, SZ);
+	get_cqe(p.cqs, &e);
+	assert_int_equal(e.wr_id, 12);
+	assert_int_equal(e.op, GDX_XPORT_OP_RECV_WRITE_IMM);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(e.imm, 0x77);
+	expect(p.cqs, 13, GDX_XPORT_OP_RECV, 0, 100);
+	kcheck(K_DEV, dst[1], SZ, 2);
+	kcheck(K_HOST, region, SZ, 2);
+	if (!keeps) {
+		expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, SZ);
+		expect(p.cqc, 4, GDX_XPORT_OP_WRITE_IMM, 0, SZ);
+		expect(p.cqc, 5, GDX_XPORT_OP_SEND, 0, 100);
+	}
+	/* kept, then a device receive too small for it (verbs would end the connection) */
+	if (keeps) {
+		assert_int_equal(gdx_xport_post_send(p.c, src, SZ, 6, 0), 0);
+		expect(p.cqc, 6, GDX_XPORT_OP_SEND, 0, SZ);
+		assert_int_equal(gdx_xport_post_recv(p.s, dst[1], 100, 14), 0);
+		expect(p.cqs, 14, GDX_XPORT_OP_RECV, -EMSGSIZE, 0);
+	}
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	gdx_xport_mr_dereg(mr);
+	pair_close(&p);
+
+	/* device memory of a shared receive queue, posted after its messages came */
+	assert_int_equal(gdx_xport_srq_create(8, &q), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.srq = q;
+	pair_open(&p, &o, NULL);
+	for (int i = 0; i < 4; i++)
+		dbuf[i] = kalloc(K_DEV, SZ);
+	kfill(K_HOST, src, SZ, 3);
+	assert_int_equal(gdx_xport_srq_post_recv(q, dbuf[0], SZ, 20), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, src, SZ, 21, 0), 0);
+	expect(p.cqs, 20, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqc, 21, GDX_XPORT_OP_SEND, 0, SZ);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(gdx_xport_post_send(p.c, src, SZ - i, 30 + i, 0), 0);
+	for (int i = 0; i < 4 && keeps; i++)
+		expect(p.cqc, 30 + i, GDX_XPORT_OP_SEND, 0, SZ - i);
+	if (!keeps)
+		usleep(20000);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(gdx_xport_srq_post_recv(q, dbuf[i], SZ, 40 + i), 0);
+	for (int i = 0; i < 4; i++) {
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, 40 + i);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(e.len, SZ - i);
+		kcheck(K_DEV, dbuf[i], SZ - i, 3);
+	}
+	for (int i = 0; i < 4 && !keeps; i++)
+		expect(p.cqc, 30 + i, GDX_XPORT_OP_SEND, 0, SZ - i);
+	pair_close(&p);
+	assert_int_equal(gdx_xport_srq_destroy(q), 0);
+	for (int i = 0; i < 4; i++)
+		kfree(K_DEV, dbuf[i]);
+	for (int i = 0; i < N; i++)
+		kfree(dk[i], dst[i]);
+	kfree(K_HOST, src);
+	kfree(K_HOST, region);
+	gdx_config_reset();
+}
+
 /* ---- disconnects --------------------------------------------------------------- */
 
 static void test_disconnect(void **state)
@@ -3214,6 +3386,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_recv_posted_during_arrival),
 		cmocka_unit_test(test_unexpected_limit),
 		cmocka_unit_test(test_unexpected_flag),
+		cmocka_unit_test(test_dev_kept),
 		cmocka_unit_test(test_disconnect),
 		cmocka_unit_test(test_dev_reg_after_end),
 		cmocka_unit_test(test_progress_without_polling),
