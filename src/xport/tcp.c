@@ -145,6 +145,13 @@ struct txi {			/* one frame to transmit */
 	 * posted (to the transmit thread's stream or the agent's ring RR_TX).
 	 */
 	uint8_t ans, settle;		/* settle: ans_settle lets it go once its copies landed */
+	/*
+	 * snapping: the receive thread copies its bytes out of device memory
+	 * with the lock dropped (ans_snap): no sender takes it (tx_blocked) or
+	 * copies for it (tx_copy) meanwhile, and a tx_free leaves it to that
+	 * thread to free (orphan).
+	 */
+	uint8_t snapping, orphan;
 	struct txi *an_prev, *an_next;
 	unsigned char *snap;
 	size_t snap_off, cnext;
@@ -1772,6 +1779,9 @@ again:
 	}
 	pthread_mutex_lock(&t->lock);
 	for (unsigned i = 1;; i++) {
+		/* the receive thread is taking the bytes from cnext on: they may come from x->snap */
+		while (x->snapping)
+			pthread_cond_wait(&t->tx_cond, &t->lock);
 		if (x->snap && off >= x->snap_off) {
 			memcpy(dst, x->snap + (off - x->snap_off), n);
 			pthread_mutex_unlock(&t->lock);
@@ -1960,11 +1970,20 @@ static void ans_unlink(struct tcp_ep *t, struct txi *x)
 	__atomic_store_n(&x->ans, 0, __ATOMIC_RELEASE);
 }
 
-/* Frees frame x (lock not held, or x is on no answer list). */
+/*
+ * Frees frame x (lock not held, or x is on no answer list); one whose bytes
+ * the receive thread is copying is freed by that thread once it is done
+ * (ans_settle).
+ */
 static void tx_free(struct tcp_ep *t, struct txi *x)
 {
 	if (__atomic_load_n(&x->ans, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_lock(&t->lock);
+		if (x->snapping) {
+			x->orphan = 1;
+			pthread_mutex_unlock(&t->lock);
+			return;
+		}
 		ans_unlink(t, x);
 		pthread_mutex_unlock(&t->lock);
 	}
@@ -2064,9 +2083,14 @@ static void flush_all(struct tcp_ep *t)
 
 /* ---- transmit ------------------------------------------------------------ */
 
-static int fence_blocked(struct tcp_ep *t, struct txi *x)
+/*
+ * Whether queued frame x may not be taken yet: a fenced request while reads
+ * are in flight, or a read answer whose bytes the receive thread is copying
+ * out of its region (ans_snap).  Lock held.
+ */
+static int tx_blocked(struct tcp_ep *t, struct txi *x)
 {
-	return x->req && (x->req->flags & GDX_XPORT_FENCE) && t->reads_in_flight;
+	return x->snapping || (x->req && (x->req->flags & GDX_XPORT_FENCE) && t->reads_in_flight);
 }
 
 /*
@@ -2108,7 +2132,7 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region)
 
 	*region = 0;
 	for (struct txi *x = t->txq_head; x && x->small && cnt + 2 <= TX_TRAIN_IOV &&
-	     bytes < TX_TRAIN_BYTES && !fence_blocked(t, x); x = x->next) {
+	     bytes < TX_TRAIN_BYTES && !tx_blocked(t, x); x = x->next) {
 		tx_going(t, x);
 		*region |= x->ans;
 		if (x->off < hl)
@@ -2247,7 +2271,7 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
 	while (t->txq_head && iov + 2 <= TX_TRAIN_IOV) {
 		struct txi *x = t->txq_head;
 
-		if ((!x->small && !staged_frame(x, dev)) || fence_blocked(t, x) ||
+		if ((!x->small && !staged_frame(x, dev)) || tx_blocked(t, x) ||
 		    (x->dev && staged + x->plen > STAGE_SIZE) || (x->small && x->ans))
 			break;
 		if (x->dev)
@@ -2326,7 +2350,7 @@ static int staged_next(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct txi *x = t->txq_head;
 
-	return !t->dead && x && !x->small && staged_frame(x, dev) && !fence_blocked(t, x);
+	return !t->dead && x && !x->small && staged_frame(x, dev) && !tx_blocked(t, x);
 }
 
 /*
@@ -2467,7 +2491,8 @@ static void sr_catch_up(struct tcp_ep *t, struct gdx_copy_agent *a)
 {
 	struct txi *x;
 
-	while (a && !t->dead && (x = t->sr_late) && sr_early(x) && !sr_stage(t, x, a)) {
+	while (a && !t->dead && (x = t->sr_late) && sr_early(x) && !x->snapping &&
+	       !sr_stage(t, x, a)) {
 		x->late = 0;
 		t->sr_late = sr_late_next(x);
 		gdx_counter_add(&t->ctr[C_SR_CAUGHT_UP], 1);
@@ -2515,7 +2540,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 	while (t->txq_head && n < TX_TRAIN_IOV / 2) {
 		struct txi *x = t->txq_head;
 
-		if (!sr_train_frame(x) || fence_blocked(t, x) || (x->small && x->ans))
+		if (!sr_train_frame(x) || tx_blocked(t, x) || (x->small && x->ans))
 			break;
 		if (x->late) {
 			int r = sr_stage(t, x, a);
@@ -2621,7 +2646,7 @@ static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 	int ret = 0;
 
 	while (!ret && !t->dead && t->txq_head && t->txq_head->sr &&
-	       sr_train_frame(t->txq_head) && !fence_blocked(t, t->txq_head)) {
+	       sr_train_frame(t->txq_head) && !tx_blocked(t, t->txq_head)) {
 		long nreq;
 		struct txi *list = sr_take(t, dev, a, &nreq, &ret);
 
@@ -2656,7 +2681,7 @@ static void *tx_main(void *arg)
 		size_t n;
 		int ret, is_req, late;
 
-		while (!t->dead && (t->sending || !t->txq_head || fence_blocked(t, t->txq_head))) {
+		while (!t->dead && (t->sending || !t->txq_head || tx_blocked(t, t->txq_head))) {
 			if (done) {
 				pthread_mutex_unlock(&t->lock);
 				tx_free_list(t, done);
@@ -3081,26 +3106,38 @@ static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
  * the region: those not handed to the socket yet (host memory), or whose
  * copies were not posted yet (device memory; x->cnext).  A frame no sender
  * took yet becomes a host frame; one the transmit thread took keeps going
- * its way, its copies from here made out of the copy (tx_copy).  Lock held.
+ * its way, its copies from here made out of the copy (tx_copy).  sync: the
+ * copies posted to the stream of x's device must land first.  Lock held, but
+ * not across a device copy or stream wait: x is marked snapping meanwhile, so
+ * that it stays as it is (no sender takes it or copies for it: tx_blocked,
+ * tx_copy), and a tx_free of it meanwhile (x->orphan) is left to the caller.
  */
-static int ans_snap(struct tcp_ep *t, struct txi *x)
+static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 {
 	const size_t hl = sizeof(x->h);
 	size_t from = x->dev ? x->cnext : x->off > hl ? x->off - hl : 0;
-	unsigned char *b;
+	unsigned char *b = NULL;
 	int ret = 0;
 
-	if (from == x->plen)
+	if (from == x->plen && !sync)
 		return 0;
 	/* what was taken already is not read again: the copy holds [from, plen) */
-	b = malloc(x->plen - from);
-	if (!b)
+	if (from < x->plen && !(b = malloc(x->plen - from)))
 		return -ENOMEM;
-	if (x->dev)
-		ret = gdx_memcpy(x->dev, b, (const char *)x->data + from, x->plen - from);
-	else
+	if (x->dev) {
+		x->snapping = 1;
+		pthread_mutex_unlock(&t->lock);
+		if (sync)
+			ret = tx_sync(t, x->dev);
+		if (!ret && b)
+			ret = gdx_memcpy(x->dev, b, (const char *)x->data + from, x->plen - from);
+		pthread_mutex_lock(&t->lock);
+		x->snapping = 0;
+		pthread_cond_broadcast(&t->tx_cond);
+	} else {
 		memcpy(b, (const char *)x->data + from, x->plen - from);
-	if (ret) {
+	}
+	if (ret || !b || x->orphan) {
 		free(b);
 		return ret;
 	}
@@ -3142,13 +3179,15 @@ static int ans_snap(struct tcp_ep *t, struct txi *x)
  * landed: if they do not (the agent failed), the write is refused and the
  * region stays as it was, for the transmit thread to copy them again out of
  * it once the agent is halted (tx_chunk_wait, sr_redo); so is a write over a
- * frame that the halted agent may still owe copies.
+ * frame that the halted agent may still owe copies.  The lock is dropped
+ * around device copies (ans_snap): frames may leave the list meanwhile, and
+ * none joins it (only this thread queues answers).
  */
 static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 {
 	const uintptr_t lo = (uintptr_t)p, hi = lo + n;
 	struct gdx_copy_agent *a = NULL;
-	const struct gdx_device *synced = NULL;
+	struct txi *orphans = NULL;
 	int ret = 0, sends = 0, noagent = tx_noagent(t);
 	uint32_t seq = 0;
 
@@ -3172,16 +3211,20 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 			x->settle = 1;
 			if (x->staged)
 				continue;
-		} else if (x->dev && x->cnext && x->dev != synced) {
-			/* the copies the transmit thread posted to its stream of that device */
-			synced = x->dev;
-			if ((ret = tx_sync(t, x->dev)))
-				break;
 		}
 		sends |= !x->dev && x->going;
-		ret = ans_snap(t, x);
-		if (!ret && !x->settle)
+		/* not the agent's copies: the transmit thread's, through its stream */
+		ret = ans_snap(t, x, x->dev && x->cnext && !x->acopy);
+		/* x stayed on the list; those after it may have left it */
+		next = x->an_next;
+		if (x->orphan) {
+			/* sent or let go meanwhile: done with the region */
 			ans_unlink(t, x);
+			x->next = orphans;
+			orphans = x;
+		} else if (!ret && !x->settle) {
+			ans_unlink(t, x);
+		}
 	}
 	while (sends && t->rd_busy) {
 		t->rd_waiting++;
@@ -3190,6 +3233,7 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 	}
 	seq = t->tx_seq;
 	pthread_mutex_unlock(&t->lock);
+	tx_free_list(t, orphans);
 	if (!a)
 		return ret;
 	if (!ret)

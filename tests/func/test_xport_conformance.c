@@ -1961,6 +1961,200 @@ static void test_dev_setup_off_tx_thread(void **state)
 }
 
 /*
+ * A write over a read answer still queued makes the receive thread take the
+ * bytes the answer has yet to take out of the region (rule 1): out of device
+ * memory, a copy of the device, after a wait for the transmit thread's stream
+ * copies of the answer.  It does so without the endpoint's lock, which posters
+ * and the transmit thread need: while that copy or wait runs (the device's
+ * memcpy or stream wait is wrapped) another thread posts a receive on the
+ * endpoint, which must get through within 5 s, and the copy or wait then
+ * lingers 600 ms, while the transmit thread goes on with the answer.  The
+ * transmit thread is held 300 ms in its first stream wait (no agent), or by
+ * the agent's slowed copies; the write is posted once it is (it has taken the
+ * answer), or at once.  The read returns the bytes from before the write, the
+ * region has the write's.
+ */
+static atomic_int sn_copy_armed, sn_sync_armed, sn_slow, sn_probes, sn_blocked, sn_post_ret;
+static sem_t sn_go, sn_done, sn_busy;
+static struct gdx_xport_ep *sn_ep;
+static uintptr_t sn_lo, sn_hi;
+static unsigned char sn_rbuf[64];
+
+static void *sn_poster(void *arg)
+{
+	(void)arg;
+	sem_wait(&sn_go);
+	atomic_store(&sn_post_ret, gdx_xport_post_recv(sn_ep, sn_rbuf, sizeof(sn_rbuf), 77));
+	sem_post(&sn_done);
+	return NULL;
+}
+
+static int sn_thread_is(const char *want)
+{
+	char name[16] = "";
+
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	return !strcmp(name, want);
+}
+
+static int sn_timedwait(sem_t *sem, int sec)
+{
+	struct timespec ts;
+	int r;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += sec;
+	do
+		r = sem_timedwait(sem, &ts);
+	while (r && errno == EINTR);
+	return r;
+}
+
+/* The receive thread's copy or wait is under way: the poster goes meanwhile. */
+static void sn_probe(void)
+{
+	atomic_fetch_add(&sn_probes, 1);
+	sem_post(&sn_go);
+	/* not through: it waits for a lock this thread holds */
+	if (sn_timedwait(&sn_done, 5))
+		atomic_store(&sn_blocked, 1);
+	usleep(600000);
+}
+
+static int sn_memcpy(void *priv, void *dst, const void *src, size_t n, void *stream)
+{
+	if (!stream && (uintptr_t)src >= sn_lo && (uintptr_t)src < sn_hi &&
+	    sn_thread_is("gdx-tcp-rx") && atomic_exchange(&sn_copy_armed, 0))
+		sn_probe();
+	return lf_real->memcpy(priv, dst, src, n, stream);
+}
+
+static int sn_stream_synchronize(void *priv, void *stream)
+{
+	if (sn_thread_is("gdx-tcp-tx") && atomic_exchange(&sn_slow, 0)) {
+		sem_post(&sn_busy);
+		usleep(300000);
+	} else if (sn_thread_is("gdx-tcp-rx") && atomic_exchange(&sn_sync_armed, 0)) {
+		sn_probe();
+	}
+	return lf_real->stream_synchronize(priv, stream);
+}
+
+/* the transmit thread's first copy of the agent launches its worker */
+static int sn_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	if (stream && sn_thread_is("gdx-tcp-tx") && atomic_exchange(&sn_slow, 0))
+		sem_post(&sn_busy);
+	return lf_real->agent_launch(priv, stream, a);
+}
+
+static void test_dev_snap_unlocked(void **state)
+{
+	enum { N = (2 << 20) + 4096, WLEN = 4096 };
+	static const struct {
+		int agent, taken, small;
+		const char *what;
+	} v[] = {
+		{ 0, 1, 0, "no agent: the answer's stream copies waited for, the rest copied" },
+		{ 1, 1, 0, "the answer's copies on the agent, the rest copied" },
+		{ 0, 0, 0, "no agent, the write at once" },
+		{ 0, 1, 1, "no agent: the answer's copies all made, waited for, and it goes" },
+	};
+	unsigned char *old, *want, *back, *neu;
+	char blocked[GDX_ARRAY_SIZE(v)] = { 0 }, msg[512] = "";
+	struct gdx_xport_mr *mr;
+	char *region;
+	pthread_t th;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) ||
+	    !dev->ops->agent_launch)
+		skip();
+	old = malloc(N);
+	want = malloc(N);
+	back = malloc(N);
+	neu = malloc(WLEN);
+	assert_true(old && want && back && neu);
+	region = kalloc(K_DEV, N);
+	t_fill(old, N, 300);
+	t_fill(neu, WLEN, 301);
+	lf_wrap(sn_agent_launch);
+	lf_ops.memcpy = sn_memcpy;
+	lf_ops.stream_synchronize = sn_stream_synchronize;
+	dev->ops = &lf_ops;
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(v); i++) {
+		/* the write lands past the bytes of the answer's first copy (1 MiB) */
+		size_t n = v[i].small ? 65536 : N, woff = v[i].small ? 32768 : 3 << 19;
+		uint64_t addr, key;
+
+		assert_int_equal(gdx_config_set("xport.tcp_copy_agent", v[i].agent ? "1" : "0"), 0);
+		pair_open(&p, NULL, NULL);
+		assert_int_equal(gdx_memcpy(dev, region, old, N), 0);
+		assert_int_equal(gdx_xport_mr_reg(p.s, region, N, GDX_XPORT_ACCESS_REMOTE_READ |
+						  GDX_XPORT_ACCESS_REMOTE_WRITE, &mr), 0);
+		addr = gdx_xport_mr_addr(mr);
+		key = gdx_xport_mr_key(mr);
+		sn_ep = p.s;
+		sn_lo = (uintptr_t)region;
+		sn_hi = sn_lo + N;
+		assert_int_equal(sem_init(&sn_go, 0, 0), 0);
+		assert_int_equal(sem_init(&sn_done, 0, 0), 0);
+		assert_int_equal(sem_init(&sn_busy, 0, 0), 0);
+		atomic_store(&sn_post_ret, 1);
+		atomic_store(&sn_blocked, 0);
+		atomic_store(&sn_probes, 0);
+		assert_int_equal(pthread_create(&th, NULL, sn_poster, NULL), 0);
+		/* the agent's workers start with the first copies, and read it then */
+		if (v[i].agent)
+			assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
+		atomic_store(&sn_slow, 1);
+		atomic_store(v[i].small ? &sn_sync_armed : &sn_copy_armed, 1);
+		memset(back, 0, n);
+		assert_int_equal(gdx_xport_post_read(p.c, back, n, addr, key, 1, 0), 0);
+		if (v[i].taken)
+			assert_int_equal(sn_timedwait(&sn_busy, 10), 0);
+		assert_int_equal(gdx_xport_post_write(p.c, neu, WLEN, addr + woff, key, 2, 0), 0);
+		expect(p.cqc, 1, GDX_XPORT_OP_READ, 0, n);
+		expect(p.cqc, 2, GDX_XPORT_OP_WRITE, 0, WLEN);
+		pthread_join(th, NULL);
+		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
+		assert_int_equal(atomic_load(&sn_probes), 1);
+		assert_int_equal(atomic_load(&sn_post_ret), 0);
+		blocked[i] = (char)atomic_load(&sn_blocked);
+		assert_memory_equal(back, old, n);
+		memcpy(want, old, N);
+		memcpy(want + woff, neu, WLEN);
+		assert_int_equal(gdx_memcpy(dev, back, region, N), 0);
+		assert_memory_equal(back, want, N);
+		/* the receive the other thread posted */
+		assert_int_equal(gdx_xport_post_send(p.c, neu, 16, 3, 0), 0);
+		expect(p.cqs, 77, GDX_XPORT_OP_RECV, 0, 16);
+		expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, 16);
+		assert_memory_equal(sn_rbuf, neu, 16);
+		assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+		pair_close(&p);
+		sem_destroy(&sn_go);
+		sem_destroy(&sn_done);
+		sem_destroy(&sn_busy);
+		/* the region is old again */
+		assert_int_equal(gdx_memcpy(dev, region, old, N), 0);
+	}
+	dev->ops = lf_real;
+	gdx_config_reset();
+	kfree(K_DEV, region);
+	free(old);
+	free(want);
+	free(back);
+	free(neu);
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(v); i++)
+		if (blocked[i])
+			snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; %s", v[i].what);
+	if (*msg)
+		fail_msg("a post waited for the receive thread's copy or wait%s", msg);
+}
+
+/*
  * Copies that outlast the agent's stop timeout (2 s) at the disconnect: a
  * write into a device region and a send into a device receive, each copy
  * taking 1.5 s on the emulated device, the worker in the first when the
@@ -3377,6 +3571,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_recv_launch_fails),
 		cmocka_unit_test(test_dev_send_after_recv_agent_failed),
 		cmocka_unit_test(test_dev_setup_off_tx_thread),
+		cmocka_unit_test(test_dev_snap_unlocked),
 		cmocka_unit_test(test_dev_agent_stuck),
 		cmocka_unit_test(test_dev_send_copy_stuck),
 		cmocka_unit_test(test_dev_disconnect),
