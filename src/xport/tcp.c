@@ -1449,22 +1449,32 @@ static void kept_deliver(struct tcp_ep *t, struct gdx_xport_req *req, struct qen
 	defer(t, &e, dev);
 }
 
+/*
+ * Takes the oldest kept message (*u) and a receive posted for it (*r): 1, or 0
+ * when there is no pair.  Then a sender stalled for want of a receive may go on.
+ */
+static int kept_take(struct tcp_ep *t, struct qent **r, struct qent **u)
+{
+	pthread_mutex_lock(&t->lock);
+	if (t->dead || !t->unexp_head || !(*r = take_recv(t))) {
+		pthread_cond_broadcast(&t->rx_cond);
+		pthread_mutex_unlock(&t->lock);
+		return 0;
+	}
+	*u = q_pop(&t->unexp_head, &t->unexp_tail);
+	if (!(*u)->is_imm)
+		t->unexpected_bytes -= (*u)->len;
+	pthread_mutex_unlock(&t->lock);
+	return 1;
+}
+
 /* Hands kept messages to the receives posted since, oldest first.  Receive thread. */
 static void kept_match(struct tcp_ep *t)
 {
-	atomic_store_explicit(&t->kept_kick, 0, memory_order_relaxed);
-	for (;;) {
-		struct qent *r, *u;
+	struct qent *r, *u;
 
-		pthread_mutex_lock(&t->lock);
-		if (t->dead || !t->unexp_head || !(r = take_recv(t))) {
-			pthread_mutex_unlock(&t->lock);
-			return;
-		}
-		u = q_pop(&t->unexp_head, &t->unexp_tail);
-		if (!u->is_imm)
-			t->unexpected_bytes -= u->len;
-		pthread_mutex_unlock(&t->lock);
+	atomic_store_explicit(&t->kept_kick, 0, memory_order_relaxed);
+	while (kept_take(t, &r, &u)) {
 		kept_deliver(t, r->req, u);
 		free(r);
 	}
@@ -2886,6 +2896,7 @@ static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
 static void tcp_match(void *priv)
 {
 	struct tcp_ep *t = priv;
+	struct qent *r, *u;
 
 	pthread_mutex_lock(&t->lock);
 	if (t->kept_rx) {
@@ -2895,20 +2906,7 @@ static void tcp_match(void *priv)
 		return;
 	}
 	pthread_mutex_unlock(&t->lock);
-	for (;;) {
-		struct qent *r, *u;
-
-		pthread_mutex_lock(&t->lock);
-		if (t->dead || !t->unexp_head || !(r = take_recv(t))) {
-			/* A sender stalled for want of a receive may go on. */
-			pthread_cond_broadcast(&t->rx_cond);
-			pthread_mutex_unlock(&t->lock);
-			return;
-		}
-		u = q_pop(&t->unexp_head, &t->unexp_tail);
-		if (!u->is_imm)
-			t->unexpected_bytes -= u->len;
-		pthread_mutex_unlock(&t->lock);
+	while (kept_take(t, &r, &u)) {
 		deliver_unexpected(r->req, u);
 		free(r);
 	}
