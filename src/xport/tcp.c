@@ -3238,10 +3238,13 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 		ret = tx_seq_landed(t, a, seq);
 	pthread_mutex_lock(&t->lock);
 	for (struct txi *x = t->ans_head, *next; x; x = next) {
+		int settle = x->settle;
+
+		/* before the unlink: tx_free may free x as soon as it sees ans clear */
 		next = x->an_next;
-		if (x->settle && !ret)
-			ans_unlink(t, x);
 		x->settle = 0;
+		if (settle && !ret)
+			ans_unlink(t, x);
 	}
 	pthread_mutex_unlock(&t->lock);
 	return ret;
