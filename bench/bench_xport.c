@@ -157,7 +157,7 @@ struct server {
 	int echo;		/* answer each receive with a send (latency) */
 	enum gdx_xport_path path;	/* of the last receive */
 	uint64_t recvs, unexpected;	/* receives completed; those whose message came first */
-	volatile int stop;
+	int stop;			/* set by the client's thread: atomic */
 	int err;
 };
 
@@ -169,13 +169,19 @@ static void *accept_main(void *arg)
 	return NULL;
 }
 
+/* The client is done (it sets stop while this thread serves). */
+static int stopping(const struct server *s)
+{
+	return __atomic_load_n(&s->stop, __ATOMIC_RELAXED);
+}
+
 /* Serves receives: reposts them (send bandwidth) or answers each (latency). */
 static void *serve_main(void *arg)
 {
 	struct server *s = arg;
 	struct gdx_xport_cqe e[32];
 
-	while (!s->stop) {
+	while (!stopping(s)) {
 		int got = gdx_xport_cq_poll(s->cq, e, 32);
 
 		if (got < 0) {
@@ -189,7 +195,7 @@ static void *serve_main(void *arg)
 		}
 		for (int i = 0; i < got; i++) {
 			if (e[i].status) {
-				if (!s->stop && e[i].status != GDX_EDISCONNECTED)
+				if (!stopping(s) && e[i].status != GDX_EDISCONNECTED)
 					s->err = e[i].status;
 				return NULL;
 			}
@@ -209,7 +215,7 @@ static void *serve_main(void *arg)
 								     GDX_XPORT_UNSIGNALED);
 				if (s->err) {
 					/* The client hanging up at the end is no error. */
-					if (s->stop || s->err == GDX_EDISCONNECTED)
+					if (stopping(s) || s->err == GDX_EDISCONNECTED)
 						s->err = 0;
 					return NULL;
 				}
@@ -370,7 +376,7 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 	ret = (double)done / ((double)(gdx_now_ns() - t0) / 1e9);
 out:
 	sr_count(c->sr);
-	k.s.stop = 1;
+	__atomic_store_n(&k.s.stop, 1, __ATOMIC_RELAXED);
 	if (mr)
 		gdx_xport_mr_dereg(mr);
 	gdx_xport_disconnect(k.ep);
@@ -444,7 +450,7 @@ static double gdx_lat(struct cfg *c, size_t size)
 	}
 	ret = (double)(gdx_now_ns() - t0) / 1e3 / (double)iters / 2;
 out:
-	k.s.stop = 1;
+	__atomic_store_n(&k.s.stop, 1, __ATOMIC_RELAXED);
 	gdx_xport_disconnect(k.ep);
 	pthread_join(k.th, NULL);
 	if (ret >= 0 && k.s.err)
