@@ -219,6 +219,8 @@ enum {
 	C_SR_TX_COPIED,		/* late ones the transmit thread copied when it took them */
 	C_KEPT_RING,		/* kept messages the receive thread copied on from the kept ring */
 	C_KEPT_HOST,		/* and from host memory (the ring had no room) */
+	C_SR_REDONE,		/* frames taken whose copies the halted agent owed: sr_redo */
+	C_TX_RECOPIED,		/* chunks of a large frame so: tx_chunk_wait */
 	C_NR
 };
 
@@ -1855,6 +1857,7 @@ static int tx_chunk_wait(struct tcp_ep *t, struct txi *x, struct gdx_device *dev
 		return ret;
 	if (!tx_noagent(t))
 		return tx_agent_failed(t, dev, ret);
+	gdx_counter_add(&t->ctr[C_TX_RECOPIED], 1);
 	ret = tx_copy(t, x, dev, dst, src, off, n, &agent);
 	return ret ? ret : tx_sync(t, dev);
 }
@@ -2598,6 +2601,7 @@ static int sr_redo(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
 		if (!x->staged || seq_landed(done, x->seq))
 			continue;
 		tx_payload(x, &src, &d, &n);
+		gdx_counter_add(&t->ctr[C_SR_REDONE], 1);
 		ret = tx_copy(t, x, dev, (void *)x->pp, src, 0, n, &agent);
 		pthread_mutex_lock(&t->lock);
 		x->staged = 0;
@@ -3692,6 +3696,8 @@ static void ep_stats(struct tcp_ep *t)
 		[C_SR_TX_COPIED] = "sr_tx_copied",
 		[C_KEPT_RING] = "kept_ring",
 		[C_KEPT_HOST] = "kept_host",
+		[C_SR_REDONE] = "sr_redone",
+		[C_TX_RECOPIED] = "tx_recopied",
 	};
 	static atomic_uint next;
 	char scope[32];

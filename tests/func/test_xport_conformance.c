@@ -1199,15 +1199,16 @@ static void watch_tx_copies(const char *op)
 
 /* tcp's stage ring counters, summed over the endpoints alive (stats scopes xport.tcp.N) */
 struct sr_ctr {
-	uint64_t frames, late, caught_up, tx_copied;
+	uint64_t frames, late, caught_up, tx_copied, redone, recopied;
 };
 
 static void sr_counters(struct sr_ctr *c)
 {
 	struct json_object *root = gdx_stats_json(), *v;
 	static const char *const names[] = { "sr_frames", "sr_late", "sr_caught_up",
-					     "sr_tx_copied" };
-	uint64_t *out[] = { &c->frames, &c->late, &c->caught_up, &c->tx_copied };
+					     "sr_tx_copied", "sr_redone", "tx_recopied" };
+	uint64_t *out[] = { &c->frames, &c->late, &c->caught_up, &c->tx_copied, &c->redone,
+			    &c->recopied };
 
 	assert_non_null(root);
 	memset(c, 0, sizeof(*c));
@@ -1231,6 +1232,8 @@ static struct sr_ctr sr_since(const struct sr_ctr *base)
 	c.late -= base->late;
 	c.caught_up -= base->caught_up;
 	c.tx_copied -= base->tx_copied;
+	c.redone -= base->redone;
+	c.recopied -= base->recopied;
 	return c;
 }
 
@@ -2278,6 +2281,263 @@ static void test_dev_send_copy_stuck(void **state)
 	assert_true(gdx_now_ns() - t0 < 20000000000ull);
 	pair_close(&p);
 	kfree(K_DEV, dbuf);
+}
+
+/*
+ * Copies the halted agent owed, made again by the transmit thread (sr_redo,
+ * tx_chunk_wait): the client's transmit thread waits for the agent's copies
+ * of frames it took when the receive side finds the agent failed and halts
+ * it (rr_fail).  To get there every time: the device counts agent copies from
+ * a launch with emulated.agent_fault_after=0 (worker 0's, for a first receive
+ * into the client's device memory, rd_open); then agent_fault_after=1 makes
+ * the second copy of worker 1 (ring 1: copies out of device memory to send)
+ * fault, so it and every later descriptor of that ring are never copied.  The
+ * transmit thread is held in its wait (the agent's status asks the workers'
+ * streams: rd_stream_query) from before that copy faults until the receive
+ * side halted the agent, which it finds failed while a receive's copy keeps
+ * it waiting (rd_halt): before, the transmit thread would find the fault
+ * itself and end the connection.
+ */
+static struct gdx_agent_args rd_args;	/* the agent's rings, from its first launch */
+static atomic_int rd_claim, rd_have, rd_armed, rd_held, rd_go;
+static atomic_uint rd_gate;		/* hold once ring 1's descriptor of this seq is posted */
+
+static int rd_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	int none = 0;
+
+	if (stream && atomic_compare_exchange_strong(&rd_claim, &none, 1)) {
+		rd_args = *a;
+		atomic_store(&rd_have, 1);
+	}
+	return lf_real->agent_launch(priv, stream, a);
+}
+
+static int rd_posted(uint32_t seq)
+{
+	const struct gdx_agent_desc *d = (const struct gdx_agent_desc *)(uintptr_t)rd_args.descs +
+					 rd_args.entries + (seq & (rd_args.entries - 1));
+
+	return __atomic_load_n(&d->w[4], __ATOMIC_ACQUIRE) >> 32 == seq;
+}
+
+static uint32_t rd_worker_err(unsigned w)
+{
+	const struct gdx_agent_worker *wk = (const struct gdx_agent_worker *)(uintptr_t)
+					    rd_args.workers + w;
+
+	return __atomic_load_n(&wk->err, __ATOMIC_ACQUIRE);
+}
+
+static int rd_stream_query(void *priv, void *stream)
+{
+	char name[16] = "";
+	unsigned gate = atomic_load(&rd_gate);
+
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	if (!strcmp(name, "gdx-tcp-tx") && atomic_load(&rd_armed) &&
+	    (!gate || (atomic_load(&rd_have) && rd_posted(gate))) &&
+	    atomic_exchange(&rd_armed, 0)) {
+		atomic_store(&rd_held, 1);
+		while (!atomic_load(&rd_go))
+			usleep(1000);
+	}
+	return lf_real->stream_query(priv, stream);
+}
+
+/* A pair whose client has its agent and a known copy count; dr: 2 * 4096 bytes. */
+static void rd_open(struct pair *p, const struct gdx_xport_opts *o, char *dr)
+{
+	unsigned char tx[4096];
+
+	atomic_store(&rd_claim, 0);
+	atomic_store(&rd_have, 0);
+	atomic_store(&rd_armed, 0);
+	atomic_store(&rd_held, 0);
+	atomic_store(&rd_go, 0);
+	atomic_store(&rd_gate, 0);
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "0"), 0);
+	lf_wrap(rd_agent_launch);
+	lf_ops.stream_query = rd_stream_query;
+	dev->ops = &lf_ops;
+	pair_open(p, o, o);
+	t_fill(tx, sizeof(tx), 90);
+	assert_int_equal(gdx_xport_post_recv(p->c, dr, sizeof(tx), 1), 0);
+	assert_int_equal(gdx_xport_post_send(p->s, tx, sizeof(tx), 1, 0), 0);
+	expect(p->cqc, 1, GDX_XPORT_OP_RECV, 0, sizeof(tx));
+	expect(p->cqs, 1, GDX_XPORT_OP_SEND, 0, sizeof(tx));
+	kcheck(K_DEV, dr, sizeof(tx), 90);
+	assert_int_equal(atomic_load(&rd_have), 1);
+	/* read at each worker's launch: worker 1's first copy is the first counted */
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "250000"), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "1"), 0);
+}
+
+/*
+ * Once the transmit thread is held and worker 1 has faulted: a send into the
+ * client's device memory (dr + 4096), whose copy (worker 0, relaunched) keeps
+ * the receive thread waiting until it asks the agent's status and halts it.
+ * Its receive completes after that, and the transmit thread goes on.
+ */
+static void rd_halt(struct pair *p, char *dr)
+{
+	unsigned char tx[4096];
+	struct gdx_xport_cqe e;
+
+	for (int i = 0; !atomic_load(&rd_held) || !rd_worker_err(1); i++) {
+		assert_true(i < 2000);
+		usleep(5000);
+	}
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "0"), 0);
+	t_fill(tx, sizeof(tx), 91);
+	assert_int_equal(gdx_xport_post_recv(p->c, dr, sizeof(tx), 2), 0);
+	assert_int_equal(gdx_xport_post_send(p->s, tx, sizeof(tx), 2, 0), 0);
+	get_cqe(p->cqc, &e);
+	assert_int_equal(e.wr_id, 2);
+	atomic_store(&rd_go, 1);
+}
+
+/* The server's completions: its send 2 (any status: rd_halt) among receives in order. */
+static void rd_server_cqes(struct pair *p, uint64_t first, int n, const uint64_t *len)
+{
+	struct gdx_xport_cqe e;
+	int got = 0, send = 0;
+
+	while (got < n || !send) {
+		get_cqe(p->cqs, &e);
+		if (e.wr_id == 2 && e.op == GDX_XPORT_OP_SEND) {
+			assert_false(send);
+			send = 1;
+			continue;
+		}
+		assert_int_equal(e.wr_id, first + (uint64_t)got);
+		assert_int_equal(e.op, GDX_XPORT_OP_RECV);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(e.len, len[got]);
+		got++;
+	}
+}
+
+/*
+ * sr_redo: ring frames taken in one train (sends behind a fenced one held by
+ * a read, as in dev_sends_behind_fence) whose copies the agent never made are
+ * copied again through the stage stream into their room, and arrive intact.
+ */
+static void test_dev_sends_redone_after_halt(void **state)
+{
+	enum { N = 8, SZ = 4096, BIG = 200000 };
+	unsigned char *big, *rbig, *region, *back, *rx;
+	struct gdx_xport_opts o = deep_opts(N + 8);
+	uint64_t lens[N + 1];
+	struct gdx_xport_mr *mr;
+	struct sr_ctr base, c;
+	struct pair p;
+	char *src, *dr;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+		skip();
+	src = kalloc(K_DEV, (size_t)N * SZ);
+	dr = kalloc(K_DEV, 2 * SZ);
+	big = kalloc(K_HOST, BIG);
+	rbig = kalloc(K_HOST, BIG);
+	region = kalloc(K_HOST, SZ);
+	back = kalloc(K_HOST, SZ);
+	rx = kalloc(K_HOST, (size_t)N * SZ);
+	kfill(K_DEV, src, (size_t)N * SZ, 71);
+	kfill(K_HOST, big, BIG, 72);
+	kfill(K_HOST, region, SZ, 73);
+	/* the server holds the read behind a send beyond max_unexpected */
+	o.max_unexpected = 64u << 10;
+	sr_counters(&base);
+	rd_open(&p, &o, dr);
+	assert_int_equal(gdx_xport_mr_reg(p.s, region, SZ, GDX_XPORT_ACCESS_REMOTE_READ, &mr), 0);
+	atomic_store(&rd_armed, 1);
+	assert_int_equal(gdx_xport_post_send(p.c, big, BIG, 10, 0), 0);
+	assert_int_equal(gdx_xport_post_read(p.c, back, SZ, gdx_xport_mr_addr(mr),
+					     gdx_xport_mr_key(mr), 11, 0), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_send(p.c, src + (size_t)i * SZ, SZ, 100 + i,
+						     i ? 0 : GDX_XPORT_FENCE), 0);
+	lens[0] = BIG;
+	assert_int_equal(gdx_xport_post_recv(p.s, rbig, BIG, 99), 0);
+	for (int i = 0; i < N; i++) {
+		lens[i + 1] = SZ;
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, 100 + i), 0);
+	}
+	expect(p.cqc, 10, GDX_XPORT_OP_SEND, 0, BIG);
+	expect(p.cqc, 11, GDX_XPORT_OP_READ, 0, SZ);
+	rd_halt(&p, dr + SZ);
+	for (int i = 0; i < N; i++)
+		expect(p.cqc, 100 + i, GDX_XPORT_OP_SEND, 0, SZ);
+	rd_server_cqes(&p, 99, N + 1, lens);
+	kcheck(K_HOST, rbig, BIG, 72);
+	kcheck(K_HOST, back, SZ, 73);
+	kcheck(K_HOST, rx, (size_t)N * SZ, 71);
+	/* all N in the train; the first one's copy landed unless the second shared its round */
+	c = sr_since(&base);
+	assert_true(c.redone == N - 1 || c.redone == N);
+	assert_int_equal(c.recopied, 0);
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	pair_close(&p);
+	dev->ops = lf_real;
+	gdx_config_reset();
+	kfree(K_DEV, src);
+	kfree(K_DEV, dr);
+	kfree(K_HOST, big);
+	kfree(K_HOST, rbig);
+	kfree(K_HOST, region);
+	kfree(K_HOST, back);
+	kfree(K_HOST, rx);
+}
+
+/*
+ * tx_chunk_wait: a send larger than a stage buffer goes through the stage
+ * ring's halves chunk by chunk; the agent never made the copy of its second
+ * chunk, which is made again through the stage stream, and the rest of the
+ * payload through the stream too.
+ */
+static void test_dev_large_send_recopied_after_halt(void **state)
+{
+	const size_t n = ((size_t)3 << 20) + 5;
+	struct gdx_xport_opts o = deep_opts(8);
+	struct sr_ctr base, c;
+	unsigned char *hbig;
+	uint64_t len = n;
+	struct pair p;
+	char *src, *dr;
+
+	(void)state;
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) || max_msg < n)
+		skip();
+	src = kalloc(K_DEV, n);
+	dr = kalloc(K_DEV, 2 * 4096);
+	hbig = kalloc(K_HOST, n);
+	kfill(K_DEV, src, n, 75);
+	sr_counters(&base);
+	rd_open(&p, &o, dr);
+	/* held in the wait for the second chunk's copy (ring 1's second descriptor) */
+	atomic_store(&rd_gate, 2);
+	atomic_store(&rd_armed, 1);
+	assert_int_equal(gdx_xport_post_recv(p.s, hbig, n, 10), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, src, n, 10, 0), 0);
+	rd_halt(&p, dr + 4096);
+	expect(p.cqc, 10, GDX_XPORT_OP_SEND, 0, n);
+	rd_server_cqes(&p, 10, 1, &len);
+	kcheck(K_HOST, hbig, n, 75);
+	c = sr_since(&base);
+	assert_int_equal(c.recopied, 1);
+	assert_int_equal(c.redone, 0);
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+	dev->ops = lf_real;
+	gdx_config_reset();
+	kfree(K_DEV, src);
+	kfree(K_DEV, dr);
+	kfree(K_HOST, hbig);
 }
 
 static void test_dev_agent_fault(void **state)
@@ -3574,6 +3834,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_snap_unlocked),
 		cmocka_unit_test(test_dev_agent_stuck),
 		cmocka_unit_test(test_dev_send_copy_stuck),
+		cmocka_unit_test(test_dev_sends_redone_after_halt),
+		cmocka_unit_test(test_dev_large_send_recopied_after_halt),
 		cmocka_unit_test(test_dev_disconnect),
 		cmocka_unit_test(test_dev_then_too_large),
 		cmocka_unit_test(test_bad_access),
