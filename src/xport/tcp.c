@@ -2942,12 +2942,32 @@ static int rx_stall_wait(struct tcp_ep *t)
 	return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+/*
+ * The receive thread might wait for a receive (rx_send): the peer must not
+ * wait for what is owed (what waits on copies included), nor a caller for a
+ * receive's completion, nor requests for this thread to come by.
+ */
+static int rx_owed_out(struct tcp_ep *t)
+{
+	int ret;
+
+	defer_wait(t, 0);
+	gdx_xport_complete_flush();
+	if (t->rx_err)
+		return t->rx_err;
+	ret = resp_flush(t);
+	if (ret)
+		return ret;
+	tx_kick(t);
+	return 0;
+}
+
 /* Hands a message to the oldest receive.  Lock held; may drop it to receive the payload. */
 static int rx_send(struct tcp_ep *t, const struct hdr *h)
 {
 	struct deff e;
 	struct qent *r;
-	int ret, none, posted, kept_rx;
+	int ret, none, posted, kept_rx, matched = 0;
 
 	pthread_mutex_lock(&t->lock);
 	none = !have_recv(t);
@@ -2959,21 +2979,8 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	if (none)
 		t->rx_stalled = 1;
 	pthread_mutex_unlock(&t->lock);
-	if (none) {
-		/*
-		 * Might wait for a receive: the peer must not wait for what is owed
-		 * (what waits on copies included)...
-		 */
-		defer_wait(t, 0);
-		gdx_xport_complete_flush();
-		if (t->rx_err)
-			return t->rx_err;
-		ret = resp_flush(t);
-		if (ret)
-			return ret;
-		/* ...nor requests wait for this thread to come by. */
-		tx_kick(t);
-	}
+	if (none && (ret = rx_owed_out(t)))
+		return ret;
 	pthread_mutex_lock(&t->lock);
 	for (;;) {
 		/* Messages kept before this one go first (rule 2), to receives posted since. */
@@ -2981,6 +2988,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 			pthread_mutex_unlock(&t->lock);
 			kept_match(t);
 			pthread_mutex_lock(&t->lock);
+			matched = 1;
 			continue;
 		}
 		/*
@@ -2991,6 +2999,19 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 			break;
 		/* Nobody reads answers meanwhile: posts must not wait for us. */
 		t->rx_stalled = 1;
+		if (matched) {
+			/*
+			 * The receives kept messages went to complete before the wait:
+			 * their callers may wait for them to post the one it waits for.
+			 */
+			pthread_mutex_unlock(&t->lock);
+			ret = rx_owed_out(t);
+			if (ret)
+				return ret;
+			pthread_mutex_lock(&t->lock);
+			matched = 0;
+			continue;
+		}
 		/* receiver not ready; the peer's end ends the wait too */
 		if (rx_stall_wait(t)) {
 			kill_conn(t, 0);

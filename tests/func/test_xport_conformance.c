@@ -3117,6 +3117,76 @@ static void test_dev_kept(void **state)
 	gdx_config_reset();
 }
 
+/*
+ * A kept message handed to a receive while the next message, larger than what
+ * is kept (max_unexpected), waits for a receive of its own: that receive
+ * completes meanwhile, and its waiter is woken, since a caller may wait for
+ * it before it posts the next.  On tcp with a copy agent the receive thread
+ * hands the kept message over while it is stalled for the next one; a device
+ * receive's completion then waits for the agent's copy, a host one's wake-up
+ * for the end of the thread's burst.
+ */
+static void test_kept_while_stalled(void **state)
+{
+	enum { SMALL = 3000, BIG = 200000 };
+	int keeps = strcmp(backend, "rdma") != 0;
+	unsigned char *src = kalloc(K_HOST, BIG), *host = kalloc(K_HOST, BIG);
+	void *d = kalloc(K_DEV, BIG);
+	struct gdx_xport_opts o;
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.max_unexpected = 64u << 10;
+	pair_open(&p, &o, &o);
+	/* a device receive first: tcp starts its copy agent, and the kept ring */
+	kfill(K_HOST, src, SMALL, 1);
+	assert_int_equal(gdx_xport_post_recv(p.s, d, BIG, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, src, SMALL, 2, 0), 0);
+	expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SMALL);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SMALL);
+	for (int i = 0; i < 2; i++) {
+		enum kind k = i ? K_HOST : K_DEV;
+		void *dst = k == K_DEV ? d : (void *)host;
+		uint64_t t0;
+		int n;
+
+		kfill(K_HOST, src, BIG, 10 + k);
+		assert_int_equal(gdx_xport_post_send(p.c, src, SMALL, 3, 0), 0);
+		if (keeps)
+			expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, SMALL);
+		assert_int_equal(gdx_xport_post_send(p.c, src, BIG, 4, 0), 0);
+		/* the big one arrives and waits for a receive */
+		assert_int_equal(gdx_xport_cq_wait(p.cqc, 100), 0);
+		assert_int_equal(gdx_xport_post_recv(p.s, dst, BIG, 5), 0);
+		t0 = gdx_now_ns();
+		n = gdx_xport_cq_wait(p.cqs, 5000);
+		if (n != 1)
+			fail_msg("%s receive of a kept message: no completion (woken) within "
+				 "5 s while the next message waits for a receive (%d)",
+				 k == K_DEV ? "device" : "host", n);
+		assert_true(gdx_now_ns() - t0 < 4000000000ull);
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, 5);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(e.len, SMALL);
+		kcheck(k, dst, SMALL, 10 + k);
+		if (!keeps)
+			expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, SMALL);
+		assert_int_equal(gdx_xport_post_recv(p.s, dst, BIG, 6), 0);
+		expect(p.cqs, 6, GDX_XPORT_OP_RECV, 0, BIG);
+		expect(p.cqc, 4, GDX_XPORT_OP_SEND, 0, BIG);
+		kcheck(k, dst, BIG, 10 + k);
+	}
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	pair_close(&p);
+	kfree(K_DEV, d);
+	kfree(K_HOST, host);
+	kfree(K_HOST, src);
+}
+
 /* ---- disconnects --------------------------------------------------------------- */
 
 static void test_disconnect(void **state)
@@ -3844,6 +3914,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_unexpected_limit),
 		cmocka_unit_test(test_unexpected_flag),
 		cmocka_unit_test(test_dev_kept),
+		cmocka_unit_test(test_kept_while_stalled),
 		cmocka_unit_test(test_disconnect),
 		cmocka_unit_test(test_dev_reg_after_end),
 		cmocka_unit_test(test_progress_without_polling),
