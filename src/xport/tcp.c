@@ -2906,6 +2906,9 @@ static void tcp_match(void *priv)
 	if (t->kept_rx) {
 		if (t->unexp_head)
 			kept_kick_locked(t);
+		else
+			/* a shared receive: a sender stalled for want of one may go on */
+			pthread_cond_broadcast(&t->rx_cond);
 		pthread_mutex_unlock(&t->lock);
 		return;
 	}
