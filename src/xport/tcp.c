@@ -488,7 +488,7 @@ static void zc_reap(struct tcp_ep *t)
 static int resp_flush(struct tcp_ep *t);
 static void tx_kick(struct tcp_ep *t);
 static int rx_idle(struct tcp_ep *t);
-static void kept_match(struct tcp_ep *t);
+static void kept_match(struct tcp_ep *t, int ended);
 static void defer_wait(struct tcp_ep *t, int watch);
 
 static void rx_wakeup(struct tcp_ep *t)
@@ -557,7 +557,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 		int waiter, kick;
 
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed)) {
-			kept_match(t);
+			kept_match(t, 0);
 			/* Nothing waits on copies while this thread sleeps, socket or not. */
 			defer_wait(t, 0);
 			gdx_xport_complete_flush();
@@ -1454,11 +1454,13 @@ static void kept_deliver(struct tcp_ep *t, struct gdx_xport_req *req, struct qen
 /*
  * Takes the oldest kept message (*u) and a receive posted for it (*r): 1, or 0
  * when there is no pair.  Then a sender stalled for want of a receive may go on.
+ * ended: also once the connection ended (the receive thread, which flushes
+ * what is left after).
  */
-static int kept_take(struct tcp_ep *t, struct qent **r, struct qent **u)
+static int kept_take(struct tcp_ep *t, struct qent **r, struct qent **u, int ended)
 {
 	pthread_mutex_lock(&t->lock);
-	if (t->dead || !t->unexp_head || !(*r = take_recv(t))) {
+	if ((t->dead && !ended) || !t->unexp_head || !(*r = take_recv(t))) {
 		pthread_cond_broadcast(&t->rx_cond);
 		pthread_mutex_unlock(&t->lock);
 		return 0;
@@ -1470,13 +1472,17 @@ static int kept_take(struct tcp_ep *t, struct qent **r, struct qent **u)
 	return 1;
 }
 
-/* Hands kept messages to the receives posted since, oldest first.  Receive thread. */
-static void kept_match(struct tcp_ep *t)
+/*
+ * Hands kept messages to the receives posted since, oldest first; also once
+ * the connection ended, as their posters did before the kept ring: their
+ * senders were answered (ended).  Receive thread.
+ */
+static void kept_match(struct tcp_ep *t, int ended)
 {
 	struct qent *r, *u;
 
 	atomic_store_explicit(&t->kept_kick, 0, memory_order_relaxed);
-	while (kept_take(t, &r, &u)) {
+	while (kept_take(t, &r, &u, ended)) {
 		kept_deliver(t, r->req, u);
 		free(r);
 	}
@@ -2913,7 +2919,7 @@ static void tcp_match(void *priv)
 		return;
 	}
 	pthread_mutex_unlock(&t->lock);
-	while (kept_take(t, &r, &u)) {
+	while (kept_take(t, &r, &u, 0)) {
 		deliver_unexpected(r->req, u);
 		free(r);
 	}
@@ -2989,7 +2995,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		/* Messages kept before this one go first (rule 2), to receives posted since. */
 		if (t->kept_rx && !t->dead && t->unexp_head && have_recv(t)) {
 			pthread_mutex_unlock(&t->lock);
-			kept_match(t);
+			kept_match(t, 0);
 			pthread_mutex_lock(&t->lock);
 			matched = 1;
 			continue;
@@ -3061,7 +3067,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		pthread_mutex_unlock(&t->lock);
 		/* A receive may have been posted while the payload was read. */
 		if (kept_rx)
-			kept_match(t);
+			kept_match(t, 0);
 		else
 			tcp_match(t);
 		return defer_resp(t, h->id, 0);
@@ -3608,7 +3614,7 @@ static void tcp_wait(void *priv, int sleeping)
 static void *rx_main(void *arg)
 {
 	struct tcp_ep *t = arg;
-	int ret = 0;
+	int ret = 0, kept_rx;
 
 	pthread_setname_np(pthread_self(), "gdx-tcp-rx");
 	gdx_xport_complete_defer();
@@ -3616,7 +3622,7 @@ static void *rx_main(void *arg)
 		struct hdr h;
 
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed))
-			kept_match(t);
+			kept_match(t, 0);
 		t->rx_boundary = 1;
 		ret = rx_exact(t, &h, sizeof(h));
 		if (ret)
@@ -3642,8 +3648,12 @@ static void *rx_main(void *arg)
 	}
 	pthread_mutex_lock(&t->lock);
 	kill_conn(t, ret == -ECONNRESET || ret == -EPIPE ? 0 : ret);
+	kept_rx = t->kept_rx;
 	pthread_mutex_unlock(&t->lock);
 	pthread_join(t->tx, NULL);
+	/* Receives posted before the end take what was kept for them (kick or not). */
+	if (kept_rx)
+		kept_match(t, 1);
 	/* Deferred effects are older than what is still queued: they go first. */
 	rr_stop(t);
 	tx_free_list(t, t->tx_hold);

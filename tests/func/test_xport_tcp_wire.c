@@ -428,6 +428,73 @@ static void test_peer_gone_while_stalled(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 }
 
+/*
+ * A message kept for a later receive is answered at once, so its sender has
+ * it delivered.  A receive posted for it while the connection is up gets it,
+ * even when the connection ends right after: here while the receive thread
+ * reads the payload of the next message (an endpoint with a copy agent,
+ * where the receive thread hands kept messages over; the poster did, before
+ * the kept ring, and no end could come in between).
+ */
+static void test_kept_then_cut(void **state)
+{
+	static unsigned char payload[1 << 20], rx[4096];
+	struct gdx_xport_listener *l;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	struct frame f;
+	void *drx;
+	int fd;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, 4096, &drx), 0);
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	t_fill(payload, sizeof(payload), 11);
+	/* device memory posted: the copy agent starts, and the kept ring */
+	assert_int_equal(gdx_xport_post_recv(ep, drx, 4096, 1), 0);
+	send_frame(fd, TF_SEND, 1, 100, 0);
+	assert_int_equal(send(fd, payload, 100, MSG_NOSIGNAL), 100);
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	/* kept, and answered */
+	send_frame(fd, TF_SEND, 2, 1000, 0);
+	assert_int_equal(send(fd, payload, 1000, MSG_NOSIGNAL), 1000);
+	assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	assert_int_equal(f.type, TF_RESP);
+	assert_int_equal(f.id, 2);
+	assert_int_equal(f.status, 0);
+	/* the next one's payload, in part: the receive thread waits in it */
+	send_frame(fd, TF_SEND, 3, sizeof(payload), 0);
+	assert_int_equal(send(fd, payload, 1000, MSG_NOSIGNAL), 1000);
+	usleep(50000);
+	assert_int_equal(gdx_xport_post_recv(ep, rx, sizeof(rx), 7), 0);
+	usleep(50000);
+	close(fd);
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	assert_int_equal(e.wr_id, 7);
+	if (e.status)
+		fail_msg("the receive posted for a kept message failed (%s) at the "
+			 "connection's end", gdx_strerror(e.status));
+	assert_int_equal(e.len, 1000);
+	assert_memory_equal(rx, payload, 1000);
+	assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_device_free(dev, drx);
+	gdx_device_close(dev);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -437,6 +504,7 @@ int main(void)
 		cmocka_unit_test(test_too_large_cut_behind_device),
 		cmocka_unit_test(test_answer_before_sent),
 		cmocka_unit_test(test_peer_gone_while_stalled),
+		cmocka_unit_test(test_kept_then_cut),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
