@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, builds twice (release, and
-# ASan+UBSan), runs every test on both builds, and ends with one line
+# The whole test suite: installs dependencies, builds three times (release,
+# ASan+UBSan, ThreadSanitizer), runs every test on the first two and the
+# transport's tests on the third, and ends with one line
 #   N passed, N failed, N skipped
-# Options: GDX_TEST_BUILDS="release asan" (default both), GDX_TEST_ARGS (extra
+# Options: GDX_TEST_BUILDS="release asan tsan" (default all), GDX_TEST_ARGS (extra
 # arguments for meson test, e.g. a suite name), GDX_TEST_FUZZ_SECONDS (per
 # libFuzzer target, default 20; 0 skips the fuzz run, which counts as one test).
 set -uo pipefail
@@ -11,13 +12,19 @@ cd "$top"
 
 bash scripts/setup-deps.sh || { echo "setup-deps failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
-builds=${GDX_TEST_BUILDS:-"release asan"}
+builds=${GDX_TEST_BUILDS:-"release asan tsan"}
+# Under ThreadSanitizer: the transport's tests (threads on both ends of a socket, the
+# copy agent); reports it cannot order are in tests/tsan.supp (docs/design.md, Testing).
+tsan_tests=(--timeout-multiplier 3 test_device test_xport_tcp_wire test_xport_conformance_loop
+  test_xport_conformance_tcp test_xport_conformance_tcp_spin train_step_xport gdx_bench_xport
+  fuzz_xport_tcp)
 pass=0 fail=0 skip=0 rc=0
 for b in $builds; do
   dir="build-test-$b"
   case $b in
     release) opts=(-Dbuildtype=release) ;;
     asan) opts=(-Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false) ;;
+    tsan) opts=(-Dbuildtype=debug -Db_sanitize=thread -Db_lundef=false -Dc_args=-Wno-error=tsan) ;;
     *) echo "unknown build '$b'"; exit 2 ;;
   esac
   if [ ! -f "$dir/build.ninja" ]; then
@@ -27,9 +34,15 @@ for b in $builds; do
     grep -E 'error|FAILED' -A5 "$dir.build.log" | head -60
     echo "build $b failed"; fail=$((fail + 1)); rc=1; continue
   fi
-  echo "=== tests on the $b build"
+  only=()
+  if [ "$b" = tsan ]; then
+    only=("${tsan_tests[@]}")
+    echo "=== the transport's tests on the $b build"
+  else
+    echo "=== tests on the $b build"
+  fi
   # shellcheck disable=SC2086
-  meson test -C "$dir" --print-errorlogs --num-processes 2 ${GDX_TEST_ARGS:-} 2>&1 | grep -vE '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout): ' || true
+  meson test -C "$dir" --print-errorlogs --num-processes 2 ${GDX_TEST_ARGS:-} "${only[@]}" 2>&1 | grep -vE '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout): ' || true
   log="$dir/meson-logs/testlog.json"
   if [ -f "$log" ]; then
     read -r p f s < <(python3 - "$log" <<'PY'
