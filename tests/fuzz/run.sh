@@ -3,7 +3,8 @@
 # library with coverage, ASan and UBSan) and runs each for SECONDS, starting
 # from its seed corpus tests/fuzz/corpus/<name>/.  Fails if a target crashes,
 # leaks, times out on an input, or the build fails.
-#   tests/fuzz/run.sh [SECONDS] [name...]      (default 20 seconds, all targets)
+#   tests/fuzz/run.sh [SECONDS] [name...]      (default 20 seconds, all targets; a name
+#   with or without its executable's fuzz_ prefix)
 # New inputs go to build-fuzz/fuzz-corpus/<name>/, crashes to build-fuzz/fuzz-artifacts/.
 set -uo pipefail
 secs=${1:-20}
@@ -39,7 +40,8 @@ fail=0 ran=0
 mkdir -p "$dir/fuzz-artifacts"
 for t in "${targets[@]}"; do
   name=${t%% *} exe=${t#* }
-  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+  # a target by its name (xport_tcp) or its executable's (fuzz_xport_tcp)
+  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | sed 's/^fuzz_//' | grep -qx "$name"; then continue; fi
   seeds=tests/fuzz/corpus/$name work=$dir/fuzz-corpus/$name
   mkdir -p "$work"
   args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
