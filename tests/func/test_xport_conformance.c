@@ -3187,6 +3187,78 @@ static void test_kept_while_stalled(void **state)
 	kfree(K_HOST, src);
 }
 
+/*
+ * Messages kept (on tcp in its kept ring) and handed to device receives after
+ * the copy agent faulted on the way (emulated.agent_fault_after): each
+ * receive completes once, in order, with its message in place or the agent's
+ * error (never a disconnect); those after the fault is found are copied
+ * through the device's stream; the connection goes on.
+ */
+static void test_dev_kept_agent_fault(void **state)
+{
+	enum { N = 16, SZ = 4096 };
+	int keeps = strcmp(backend, "rdma") != 0, failed = 0;
+	unsigned char *tx = malloc((size_t)N * SZ);
+	char *rx = kalloc(K_DEV, (size_t)N * SZ);
+	struct gdx_xport_opts o = deep_opts(4 * N);
+	struct gdx_xport_cqe e;
+	struct pair p;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "5"), 0);
+	pair_open(&p, &o, &o);
+	/* a device receive first: tcp starts its copy agent, and the kept ring */
+	t_fill(tx, SZ, 1);
+	assert_int_equal(gdx_xport_post_recv(p.s, rx, SZ, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
+	expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SZ);
+	for (int i = 0; i < N; i++) {
+		t_fill(tx + (size_t)i * SZ, SZ, 60 + i);
+		assert_int_equal(gdx_xport_post_send(p.c, tx + (size_t)i * SZ, SZ, 2000 + i, 0), 0);
+	}
+	for (int i = 0; i < N && keeps; i++)
+		expect(p.cqc, 2000 + i, GDX_XPORT_OP_SEND, 0, SZ);
+	if (!keeps)
+		usleep(20000);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(gdx_xport_post_recv(p.s, rx + (size_t)i * SZ, SZ, 1000 + i), 0);
+	for (int i = 0; i < N; i++) {
+		get_cqe(p.cqs, &e);
+		assert_int_equal(e.wr_id, 1000 + i);
+		if (e.status) {
+			assert_true(e.status < 0);
+			assert_int_not_equal(e.status, GDX_EDISCONNECTED);
+			failed++;
+		} else {
+			assert_int_equal(e.len, SZ);
+			kcheck(K_DEV, rx + (size_t)i * SZ, SZ, 60 + i);
+		}
+	}
+	for (int i = 0; i < N && !keeps; i++) {
+		get_cqe(p.cqc, &e);
+		assert_int_equal(e.wr_id, 2000 + i);
+	}
+	if (!strcmp(backend, "tcp") && !strncmp(gdx_device_name(dev), "emulated", 8))
+		assert_true(failed > 0 && failed < N);
+	/* the connection goes on, a message kept again among them */
+	t_fill(tx, SZ, 99);
+	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 3, 0), 0);
+	if (keeps)
+		expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, SZ);
+	assert_int_equal(gdx_xport_post_recv(p.s, rx, SZ, 4), 0);
+	expect(p.cqs, 4, GDX_XPORT_OP_RECV, 0, SZ);
+	if (!keeps)
+		expect(p.cqc, 3, GDX_XPORT_OP_SEND, 0, SZ);
+	kcheck(K_DEV, rx, SZ, 99);
+	expect_none(p.cqs);
+	expect_none(p.cqc);
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "0"), 0);
+	pair_close(&p);
+	kfree(K_DEV, rx);
+	free(tx);
+}
+
 /* ---- disconnects --------------------------------------------------------------- */
 
 static void test_disconnect(void **state)
@@ -3915,6 +3987,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_unexpected_flag),
 		cmocka_unit_test(test_dev_kept),
 		cmocka_unit_test(test_kept_while_stalled),
+		cmocka_unit_test(test_dev_kept_agent_fault),
 		cmocka_unit_test(test_disconnect),
 		cmocka_unit_test(test_dev_reg_after_end),
 		cmocka_unit_test(test_progress_without_polling),
