@@ -15,9 +15,10 @@ bash scripts/setup-deps.sh || { echo "setup-deps failed"; echo "0 passed, 1 fail
 builds=${GDX_TEST_BUILDS:-"release asan tsan"}
 # Under ThreadSanitizer: the transport's tests (threads on both ends of a socket, the
 # copy agent); reports it cannot order are in tests/tsan.supp (docs/design.md, Testing).
+# Not the tcp run with spinning receive threads: under TSan, on CI's two cores, it ran
+# past its tripled timeout (360 s; 27f780a) where the plain tcp run took 235 s.
 tsan_tests=(--timeout-multiplier 3 test_device test_xport_tcp_wire test_xport_conformance_loop
-  test_xport_conformance_tcp test_xport_conformance_tcp_spin train_step_xport gdx_bench_xport
-  fuzz_xport_tcp)
+  test_xport_conformance_tcp train_step_xport gdx_bench_xport fuzz_xport_tcp)
 pass=0 fail=0 skip=0 rc=0
 for b in $builds; do
   dir="build-test-$b"
