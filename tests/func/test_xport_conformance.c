@@ -1082,6 +1082,16 @@ static void recv_into(struct pair *p, struct gdx_device *d, void *buf, size_t n,
 	free(tx);
 }
 
+/* tcp on the emulated device with its copy agent, and a second emulated device; else skips. */
+static void second_device(struct gdx_device **dev2)
+{
+	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) ||
+	    !dev->ops->agent_launch)
+		skip();
+	assert_int_equal(gdx_config_set("emulated.devices", "2"), 0);
+	assert_int_equal(gdx_device_open("emulated:1", dev2), 0);
+}
+
 static void test_dev_setup_off_rx_thread_more(void **state)
 {
 	enum { SZ = 16384, N = 8, PIECE = SZ / N };
@@ -1095,13 +1105,9 @@ static void test_dev_setup_off_rx_thread_more(void **state)
 	struct pair p;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) ||
-	    !dev->ops->agent_launch)
-		skip();
+	second_device(&dev2);
 	tx = malloc(SZ);
 	assert_non_null(tx);
-	assert_int_equal(gdx_config_set("emulated.devices", "2"), 0);
-	assert_int_equal(gdx_device_open("emulated:1", &dev2), 0);
 	dbuf = kalloc(K_DEV, SZ);
 	assert_int_equal(gdx_device_malloc(dev2, SZ, &d2buf), 0);
 	assert_int_equal(gdx_device_malloc(dev2, SZ, &d2region), 0);
@@ -1894,13 +1900,9 @@ static void test_dev_setup_off_tx_thread(void **state)
 	struct pair p;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) ||
-	    !dev->ops->agent_launch)
-		skip();
+	second_device(&dev2);
 	tx = malloc(SZ);
 	assert_non_null(tx);
-	assert_int_equal(gdx_config_set("emulated.devices", "2"), 0);
-	assert_int_equal(gdx_device_open("emulated:1", &dev2), 0);
 	dbuf = kalloc(K_DEV, BIG);
 	assert_int_equal(gdx_device_malloc(dev2, BIG, &d2buf), 0);
 	/* the agent's launches can be made to fail (lf_armed), the set-up calls are watched */
