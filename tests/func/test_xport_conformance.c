@@ -904,12 +904,6 @@ static void test_dev_then_host_order(void **state)
 }
 
 /*
- * The copy agent faults (emulated.agent_fault_after): the receives whose
- * data it had not placed fail with its error, and their sends with
- * GDX_EREMOTE, in order, the others succeed with their data; the connection
- * goes on (device memory is then received without the agent).
- */
-/*
  * tcp sets its receive ring up (the copy agent's start, which loads a module:
  * on CUDA that may synchronise the context) on the thread that posts or
  * registers device memory, never on a receive thread, which must not wait on
@@ -920,16 +914,24 @@ static void test_dev_then_host_order(void **state)
  */
 static atomic_uint rx_setup_calls;
 
-/* Lookups may run anywhere; what sets the device up must not on a receive thread. */
-static void watch_rx(const char *op)
+/*
+ * Counts in *calls a device op made on the thread named thread, but lookups,
+ * which may run anywhere: what sets the device up must not on such a thread.
+ */
+static void watch_on(const char *op, const char *thread, atomic_uint *calls)
 {
 	char name[16] = "";
 
 	if (!strcmp(op, "pointer_query"))
 		return;
 	pthread_getname_np(pthread_self(), name, sizeof(name));
-	if (!strcmp(name, "gdx-tcp-rx"))
-		atomic_fetch_add(&rx_setup_calls, 1);
+	if (!strcmp(name, thread))
+		atomic_fetch_add(calls, 1);
+}
+
+static void watch_rx(const char *op)
+{
+	watch_on(op, "gdx-tcp-rx", &rx_setup_calls);
 }
 
 static void dev_setup_srq(unsigned char *tx, char *dbuf)
@@ -1832,13 +1834,7 @@ static atomic_uint tx_setup_calls;
 
 static void watch_tx(const char *op)
 {
-	char name[16] = "";
-
-	if (!strcmp(op, "pointer_query"))
-		return;
-	pthread_getname_np(pthread_self(), name, sizeof(name));
-	if (!strcmp(name, "gdx-tcp-tx"))
-		atomic_fetch_add(&tx_setup_calls, 1);
+	watch_on(op, "gdx-tcp-tx", &tx_setup_calls);
 }
 
 /*
@@ -2542,6 +2538,12 @@ static void test_dev_large_send_recopied_after_halt(void **state)
 	kfree(K_HOST, hbig);
 }
 
+/*
+ * The copy agent faults (emulated.agent_fault_after): the receives whose
+ * data it had not placed fail with its error, and their sends with
+ * GDX_EREMOTE, in order, the others succeed with their data; the connection
+ * goes on (device memory is then received without the agent).
+ */
 static void test_dev_agent_fault(void **state)
 {
 	enum { N = 16, SZ = 4096 };
