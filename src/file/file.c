@@ -331,17 +331,17 @@ GDX_API void gdx_file_opts_init(struct gdx_file_opts *o, size_t struct_size)
 		o->mode = 0644;
 }
 
-GDX_API int gdx_file_fd(const struct gdx_file *f)
+int gdx_file_fd(const struct gdx_file *f)
 {
 	return f ? f->fd : -EBADF;
 }
 
-GDX_API unsigned gdx_file_flags(const struct gdx_file *f)
+unsigned gdx_file_flags(const struct gdx_file *f)
 {
 	return f ? f->flags : 0;
 }
 
-GDX_API void *gdx_file_backend_priv(const struct gdx_file *f)
+void *gdx_file_backend_priv(const struct gdx_file *f)
 {
 	return f ? f->fpriv : NULL;
 }

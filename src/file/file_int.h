@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include <gdx/file.h>
-#include <gdx/plugin/file.h>
+#include "plugin/file.h"
 
 #include "common/stats.h"
 #include "common/tpool.h"

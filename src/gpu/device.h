@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include <gdx/device.h>
-#include <gdx/plugin/device.h>
+#include "plugin/device.h"
 
 struct gdx_device {
 	const struct gdx_device_ops *ops;

@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include <gdx/plugin/xport.h>
+#include "plugin/xport.h"
 
 #include "mem/regcache.h"
 

@@ -25,7 +25,7 @@
 #include "file/file_int.h"
 
 #include <gdx/gdx.h>
-#include <gdx/plugin/file.h>
+#include "plugin/file.h"
 
 #define FSIZE ((8u << 20) + 12345u)
 

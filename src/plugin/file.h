@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-#ifndef GDX_PLUGIN_FILE_H
-#define GDX_PLUGIN_FILE_H
+#ifndef GDX_SRC_PLUGIN_FILE_H
+#define GDX_SRC_PLUGIN_FILE_H
 
 /*
  * The storage backend ops table.  The front end (gdx_file_*) checks
@@ -65,10 +65,10 @@ struct gdx_file_backend_ops {
 	void (*buf_deregister)(void *priv, void *payload);
 };
 
-/* What a backend may ask of the front end. */
-GDX_API int gdx_file_fd(const struct gdx_file *f);
-GDX_API unsigned gdx_file_flags(const struct gdx_file *f);
-GDX_API void *gdx_file_backend_priv(const struct gdx_file *f);
+/* What a backend may ask of the front end (internal: backends are built in). */
+int gdx_file_fd(const struct gdx_file *f);
+unsigned gdx_file_flags(const struct gdx_file *f);
+void *gdx_file_backend_priv(const struct gdx_file *f);
 
 #ifdef __cplusplus
 }

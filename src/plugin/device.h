@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-#ifndef GDX_PLUGIN_DEVICE_H
-#define GDX_PLUGIN_DEVICE_H
+#ifndef GDX_SRC_PLUGIN_DEVICE_H
+#define GDX_SRC_PLUGIN_DEVICE_H
 
 /*
  * The device ops table.  A device backend fills one of these; the public

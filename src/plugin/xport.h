@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-#ifndef GDX_PLUGIN_XPORT_H
-#define GDX_PLUGIN_XPORT_H
+#ifndef GDX_SRC_PLUGIN_XPORT_H
+#define GDX_SRC_PLUGIN_XPORT_H
 
 /*
  * The transport ops table.  The front end (gdx_xport_*) parses addresses,
