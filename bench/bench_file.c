@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include <gdx/gdx.h>
@@ -35,7 +37,6 @@
 #include "bench_file.h"
 #include "common/config.h"
 #include "common/util.h"
-#include "file/file_int.h"
 
 enum mode { M_STORAGE, M_COPY, M_NAIVE, M_GDX, M_COUNT };
 static const char *const mode_names[M_COUNT] = { "storage", "copy", "naive", "gdx" };
@@ -210,10 +211,14 @@ static int run_naive(struct thr *t, uint64_t n_io)
 	return ret;
 }
 
+/* Sums the bytes per path; the path reported is the one that carried the most. */
 static void add_info(struct gdx_file_io_info *to, const struct gdx_file_io_info *from)
 {
-	for (int p = 0; p < GDX_FILE_PATH_COUNT; p++)
+	for (int p = 0; p < GDX_FILE_PATH_COUNT; p++) {
 		to->bytes[p] += from->bytes[p];
+		if (p && to->bytes[p] > to->bytes[to->path])
+			to->path = (enum gdx_file_path)p;
+	}
 	memcpy(to->why, from->why, sizeof(to->why));
 }
 
@@ -368,22 +373,43 @@ static double measure(struct cfg *c, enum mode m, struct gdx_file_io_info *info)
 	return r;
 }
 
+/* Enough for every driver counter (gdx_file_driver_counter); more are not printed. */
+#define MAX_CTR 64
+
+static void read_counters(struct cfg *c, uint64_t *v)
+{
+	const char *name;
+
+	for (unsigned k = 0; k < MAX_CTR; k++)
+		if (gdx_file_driver_counter(c->drv, k, &name, &v[k]))
+			break;
+}
+
 /* The driver's counters that moved during the gdx run: where its time went. */
 static void print_counters(struct cfg *c, const uint64_t *ctr0, bool json)
 {
+	const char *name;
+	uint64_t v;
 	bool first = true;
 
 	printf(json ? ",\"counters\":{" : "  counters:");
-	for (int k = 0; k < GDX_FILE_CTR_COUNT; k++) {
-		uint64_t d = gdx_counter_get(&c->drv->ctr[k]) - ctr0[k];
-
-		if (!d)
+	for (unsigned k = 0; k < MAX_CTR && !gdx_file_driver_counter(c->drv, k, &name, &v); k++) {
+		if (v == ctr0[k])
 			continue;
-		printf(json ? "%s\"%s\":%llu" : "%s %s=%llu", first || !json ? "" : ",",
-		       c->drv->ctr[k].name, (unsigned long long)d);
+		printf(json ? "%s\"%s\":%llu" : "%s %s=%llu", first || !json ? "" : ",", name,
+		       (unsigned long long)(v - ctr0[k]));
 		first = false;
 	}
 	printf(json ? "}}\n" : "\n");
+}
+
+/* Files in memory (tmpfs, ramfs) are hot whatever was read before. */
+static bool path_in_memory(const char *path)
+{
+	struct statfs sf;
+
+	return !statfs(path, &sf) &&
+	       ((unsigned long)sf.f_type == TMPFS_MAGIC || (unsigned long)sf.f_type == RAMFS_MAGIC);
 }
 
 static void usage(FILE *f)
@@ -541,8 +567,7 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 		fprintf(stderr, "gdx bench file: %s: %s\n", c.path, gdx_strerror(ret));
 		goto out;
 	}
-	c.hot = !strcmp(cache, "hot") || (!strcmp(cache, "auto") &&
-					  gdx_file_fd_is_memfs(gdx_file_fd(c.f)));
+	c.hot = !strcmp(cache, "hot") || (!strcmp(cache, "auto") && path_in_memory(c.path));
 	if (!c.json)
 		printf("# %s %s, %.2f GiB, %s cache, device %s, backend %s; ceilings: storage = %s,"
 		       " copy = pinned %s; ratios to %s\n", c.write ? "write" : "read", c.path,
@@ -553,7 +578,7 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 	for (int ti = 0; ti < nthr; ti++)
 	for (int di = 0; di < ndep; di++) {
 		struct gdx_file_io_info info = { 0 };
-		uint64_t ctr0[GDX_FILE_CTR_COUNT];
+		uint64_t ctr0[MAX_CTR];
 		double r[M_COUNT], ceil;
 
 		c.io = sizes[si];
@@ -587,8 +612,7 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 				r[m] = measure(&c, M_GDX, NULL);
 				if (r[m] < 0)
 					goto out;
-				for (int k = 0; k < GDX_FILE_CTR_COUNT; k++)
-					ctr0[k] = gdx_counter_get(&c.drv->ctr[k]);
+				read_counters(&c, ctr0);
 			}
 			r[m] = measure(&c, (enum mode)m, m == M_GDX ? &info : NULL);
 			if (r[m] < 0)
@@ -610,7 +634,6 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 				goto out;
 			r[M_STORAGE] = GDX_MAX(r[M_STORAGE], alt);
 		}
-		gdx_file_info_finish(&info);
 		/*
 		 * Hot data is memory: the page-cache path has the copy engine read
 		 * it in place, so the pinned copy is the ceiling (the storage column,

@@ -206,6 +206,19 @@ GDX_API int gdx_file_read_async_ex(struct gdx_file *f, void *buf, const size_t *
 				   unsigned flags);
 
 /*
+ * Starts reading [off, off + len) of f into pinned staging on a driver
+ * worker, for a later gdx_file_read_async_ex(GDX_FILE_ASYNC_EARLY) of exactly
+ * that range on f, into device memory, to take over: its stream then only
+ * waits for the read to be done and copies.  The data is the file as it is
+ * now; a write to the file through any handle of f's driver drops what was
+ * read ahead, and so does closing f.
+ * 0 (also when that range is already being read ahead), -EBUSY while a
+ * stream-ordered write to the file is pending or 16 reads ahead are
+ * unclaimed, or another negative code.
+ */
+GDX_API int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off);
+
+/*
  * How the handle's stream-ordered reads ran on the driver's workers (plain,
  * early and read ahead): the storage read each one paid, off the stream when
  * early or ahead, and how far they overlapped.  busy_ns / reads is the time
@@ -230,6 +243,14 @@ struct gdx_file_async_stats {
 #define GDX_FILE_STATS_RESET	0x1u
 GDX_API int gdx_file_async_stats(struct gdx_file *f, struct gdx_file_async_stats *st,
 				 unsigned flags);
+
+/*
+ * The driver's counters, for tools and benchmarks: the i-th one's name and
+ * value (counted since the driver was opened; also in gdx's statistics under
+ * the scope file.N).  0, or -ENOENT past the last one.
+ */
+GDX_API int gdx_file_driver_counter(struct gdx_file_driver *drv, unsigned i, const char **name,
+				    uint64_t *value);
 
 #ifdef __cplusplus
 }

@@ -1438,6 +1438,18 @@ static void read_end(struct gdx_file *f, uint64_t t0)
 	pthread_mutex_unlock(&f->info_lock);
 }
 
+GDX_API int gdx_file_driver_counter(struct gdx_file_driver *drv, unsigned i, const char **name,
+				    uint64_t *value)
+{
+	if (!drv || !name || !value)
+		return -EINVAL;
+	if (i >= GDX_FILE_CTR_COUNT)
+		return -ENOENT;
+	*name = drv->ctr[i].name;
+	*value = gdx_counter_get(&drv->ctr[i]);
+	return 0;
+}
+
 GDX_API int gdx_file_async_stats(struct gdx_file *f, struct gdx_file_async_stats *st,
 				 unsigned flags)
 {
@@ -1716,7 +1728,7 @@ fail_stage:
 	return ret;
 }
 
-int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
+GDX_API int gdx_file_read_ahead(struct gdx_file *f, size_t len, off_t off)
 {
 	struct gdx_file_driver *drv;
 	struct async_stage *st;

@@ -13,7 +13,6 @@
 #include <gdx/file.h>
 #include <gdx/pipeline.h>
 
-#include "file/ahead.h"
 
 /* Never a result of the file layer (bytes, an errno, or a gdx code). */
 #define FILE_PENDING ((ssize_t)-0x7fff0000)

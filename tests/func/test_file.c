@@ -1967,6 +1967,39 @@ static void no_leaks(void **state)
 	assert_int_equal(count_fds(), before);
 }
 
+/* The driver's counters through the public call: named, counting, and ending. */
+static void driver_counters(void **state)
+{
+	uint64_t before[2] = { 0, 0 }, after[2] = { 0, 0 }, v;
+	const char *want[2] = { "reads", "bytes_host" }, *name;
+	unsigned char h[3000];
+	struct gdx_file *f;
+	unsigned n = 0;
+
+	(void)state;
+	for (; !gdx_file_driver_counter(drv, n, &name, &v); n++)
+		for (int k = 0; k < 2; k++)
+			if (!strcmp(name, want[k]))
+				before[k] = v + 1;	/* + 1: found */
+	assert_true(n > 2);
+	assert_true(before[0] && before[1]);
+	assert_int_equal(gdx_file_driver_counter(drv, n, &name, &v), -ENOENT);
+	assert_int_equal(gdx_file_driver_counter(NULL, 0, &name, &v), -EINVAL);
+
+	f = open_path(disk_path, O_RDONLY, 0, NULL);
+	assert_int_equal(gdx_file_read(f, h, sizeof(h), 7), (ssize_t)sizeof(h));
+	assert_int_equal(gdx_file_read(f, h, sizeof(h), 70), (ssize_t)sizeof(h));
+	gdx_file_close(f);
+	for (unsigned i = 0; i < n; i++) {
+		assert_int_equal(gdx_file_driver_counter(drv, i, &name, &v), 0);
+		for (int k = 0; k < 2; k++)
+			if (!strcmp(name, want[k]))
+				after[k] = v + 1;
+	}
+	assert_int_equal(after[0] - before[0], 2);
+	assert_int_equal(after[1] - before[1], 2 * sizeof(h));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1975,6 +2008,7 @@ int main(void)
 		cmocka_unit_test(reads_uring_tmpfs),
 		cmocka_unit_test(reads_posix),
 		cmocka_unit_test(path_reporting),
+		cmocka_unit_test(driver_counters),
 		cmocka_unit_test(register_refused),
 		cmocka_unit_test(strict_mode),
 		cmocka_unit_test(writes),
