@@ -734,6 +734,62 @@ static void test_malformed(void **state)
 	close(survivor.fd);
 }
 
+/* Sends H2CTermReq (FES 1) and a keep-alive after it in the same segment. */
+static void send_host_term(struct host *h)
+{
+	struct gdx_tcp_params plain = { .maxh2cdata = 131072 };
+	struct gdx_nvme_sqe ka = { .opc = GDX_NVME_ADM_KEEP_ALIVE, .cid = 99,
+				   .flags = GDX_NVME_FLAGS_PSDT_SGL };
+	uint8_t buf[24 + 72] = { 0 };
+	struct gdx_tcp_term *t = (void *)buf;
+	union gdx_tcp_pdu cmd;
+	char c;
+
+	t->ch.type = GDX_TCP_H2C_TERM;
+	t->ch.hlen = 24;
+	t->ch.plen = 24;
+	t->fes = GDX_TCP_FES_INVALID_HEADER;
+	/* bytes after the TermReq: the receive loop must stop at it, with the
+	 * connection still valid to look at */
+	gdx_tcp_cmd_init(&cmd, &ka, 0, &plain);
+	memcpy(buf + 24, &cmd, 72);
+	send_all(h->fd, buf, sizeof(buf));
+	/* the target closes without an answer */
+	assert_int_equal(recv(h->fd, &c, 1, 0), 0);
+	close(h->fd);
+}
+
+/*
+ * A host's H2CTermReq ends its connection (the kernel host and gdx's send it
+ * on protocol errors): before Connect, on an admin queue, on an I/O queue.
+ * The connection used to be freed inside the handler while the receive loop
+ * still read it (ASan: heap-use-after-free in rx_consume).
+ */
+static void test_host_term(void **state)
+{
+	struct host survivor, h, a, io;
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_KEEP_ALIVE };
+
+	(void)state;
+	admin_up(&survivor, NQN, false, false, 30000);
+	for (int i = 0; i < 3; i++) {
+		host_icreq(&h, false, false);
+		send_host_term(&h);
+		admin_up(&h, NQN, false, false, 5000);
+		send_host_term(&h);
+		admin_up(&a, NQN, false, false, 5000);
+		assert_int_equal(set_nr_queues(&a, 1), 0);
+		io_up(&io, &a, false, false, 1);
+		send_host_term(&io);
+		/* the controller lives on: the queue can be connected again */
+		io_up(&io, &a, false, false, 1);
+		close(io.fd);
+		close(a.fd);
+	}
+	assert_int_equal(run_cmd(&survivor, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	close(survivor.fd);
+}
+
 static void test_discovery(void **state)
 {
 	struct host h;
@@ -1175,6 +1231,7 @@ int main(void)
 		cmocka_unit_test(test_io),
 		cmocka_unit_test(test_digests),
 		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_host_term),
 		cmocka_unit_test(test_discovery),
 		cmocka_unit_test(test_aen_and_keepalive),
 		cmocka_unit_test(test_bdev),

@@ -106,8 +106,7 @@ struct tcp_conn {
 	struct tcp_conn *next, *prev;
 	struct tcp_conn *dirty_next;
 	bool dirty;
-	bool dead;
-	bool unlinked;
+	bool dead;		/* closed: freed by conn_reap once nothing is in flight */
 	struct tcp_reactor *move_to;	/* after Connect: the reactor for this QID */
 	bool local;
 	bool want_out;
@@ -179,6 +178,7 @@ struct tcp_reactor {
 };
 
 static void conn_close(struct tcp_conn *c, const char *why);
+static bool conn_reap(struct tcp_conn *c);
 static void req_done(struct nvmf_req *nr);
 
 /* Only the reactor writes its sums: no read-modify-write on the bus. */
@@ -202,6 +202,7 @@ static void lat_read_sent(struct tcp_reactor *r, const struct tcp_req *t)
 
 /* ---- tx -------------------------------------------------------------------- */
 
+/* Local connections have no reactor: their feeder flushes and reaps them. */
 static void mark_dirty(struct tcp_conn *c)
 {
 	if (c->dirty || c->local)
@@ -497,8 +498,9 @@ static void req_done(struct nvmf_req *nr)
 		c->inflight--;
 	if (c->dead) {
 		req_free(t);
-		if (!c->inflight && c->local == false)
-			conn_close(c, NULL);
+		/* the last one: the reactor frees the connection after this iteration */
+		if (!c->inflight)
+			mark_dirty(c);
 		return;
 	}
 	t->state = REQ_TX;
@@ -965,43 +967,52 @@ static void conn_unlink(struct tcp_conn *c)
 }
 
 /*
- * Ends a connection: the socket closes at once; the memory waits for the
- * requests a backend still holds.  why == NULL: already logged.
+ * Ends a connection: the socket closes at once.  The memory is not freed
+ * here: whoever called this (a PDU handler deep in the receive loop, a flush,
+ * a timer) may still hold the connection.  It goes on the reactor's dirty list,
+ * and flush_dirty frees it (conn_reap) once the iteration is done with it and
+ * no backend holds a request of it.  why == NULL: already logged.
  */
 static void conn_close(struct tcp_conn *c, const char *why)
 {
-	if (!c->dead) {
-		c->dead = true;
-		if (why)
-			GDX_INFO("nvmf", "%s: connection ends (%s)", c->peer, why);
-		if (!c->local) {
-			epoll_ctl(c->r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-			close(c->fd);
-		}
-		c->fd = -1;
-		nvmf_sq_destroy(&c->sq);
-		/* held AERs are not with a backend: release them now */
-		for (unsigned i = 0; i < c->nslots; i++) {
-			struct tcp_req *t = c->slots[i];
+	if (c->dead)
+		return;
+	c->dead = true;
+	if (why)
+		GDX_INFO("nvmf", "%s: connection ends (%s)", c->peer, why);
+	if (!c->local) {
+		epoll_ctl(c->r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+	}
+	c->fd = -1;
+	nvmf_sq_destroy(&c->sq);
+	/* held AERs are not with a backend: release them now */
+	for (unsigned i = 0; i < c->nslots; i++) {
+		struct tcp_req *t = c->slots[i];
 
-			if (t->state == REQ_EXEC && t->req.cmd.opc == GDX_NVME_ADM_ASYNC_EVENT &&
-			    c->sq.qid == 0 && !t->req.ns) {
-				c->inflight--;
-				req_free(t);
-			}
+		if (t->state == REQ_EXEC && t->req.cmd.opc == GDX_NVME_ADM_ASYNC_EVENT &&
+		    c->sq.qid == 0 && !t->req.ns) {
+			c->inflight--;
+			req_free(t);
 		}
-		c->tx_head = NULL;
-		c->tx_tail = &c->tx_head;
 	}
-	if (c->inflight || c->local || c->unlinked)
-		return;
-	conn_unlink(c);
-	c->unlinked = true;
-	if (c->dirty) {
-		/* still on the dirty list: the reactor frees it after flushing */
-		return;
-	}
+	c->tx_head = NULL;
+	c->tx_tail = &c->tx_head;
+	mark_dirty(c);
+}
+
+/*
+ * The one place a connection is freed: dead, and no request of it with a
+ * backend (the last completion marks it dirty again).  Returns true if freed.
+ */
+static bool conn_reap(struct tcp_conn *c)
+{
+	if (!c->dead || c->inflight)
+		return false;
+	if (c->r)
+		conn_unlink(c);
 	conn_free(c);
+	return true;
 }
 
 static void peer_name(int fd, char *out, size_t n)
@@ -1186,9 +1197,11 @@ static void flush_dirty(struct tcp_reactor *r)
 		c->dirty = false;
 		if (!c->dead)
 			conn_flush(c);
-		if (c->dead && !c->inflight)
-			conn_free(c);
-		else if (c->move_to && !c->dead && !c->tx_head && !c->inflight)
+		if (c->dirty)
+			continue;	/* closed while flushing: back on the list */
+		if (c->dead)
+			conn_reap(c);
+		else if (c->move_to && !c->tx_head && !c->inflight)
 			conn_move(c);
 	}
 }
@@ -1443,21 +1456,19 @@ static void reactor_fini(struct tcp_reactor *r)
 			close(r->handoff[i].fd);
 	}
 	r->nhandoff = 0;
-	for (struct tcp_conn *c = r->conns, *n; c; c = n) {
-		n = c->next;
+	for (struct tcp_conn *c = r->conns; c; c = c->next)
 		conn_close(c, "target stopping");
-	}
+	flush_dirty(r);
 	/* connections whose requests a backend still holds: wait up to 5 s */
 	for (int i = 0; r->conns && r->ioctx && i < 5000; i++) {
 		usleep(1000);
 		nvmf_ioctx_reap(r->ioctx);
+		flush_dirty(r);
 	}
-	while (r->conns) {
-		struct tcp_conn *c = r->conns;
-
+	for (struct tcp_conn *c = r->conns; c; c = c->next) {
 		GDX_WARN("nvmf", "%s: %u requests never completed", c->peer, c->inflight);
 		c->inflight = 0;
-		conn_close(c, NULL);
+		mark_dirty(c);
 	}
 	flush_dirty(r);
 	free(r->handoff);
@@ -1637,15 +1648,23 @@ int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len)
 		/* the staging buffer is what recv() would have filled */
 		memcpy(c->rxbuf, p, n);
 		rx_consume(c, c->rxbuf, n);
-		conn_flush(c);
+		if (!c->dead)
+			conn_flush(c);
 		p += n;
 		len -= n;
 	}
-	return c->dead ? -1 : 0;
+	if (!c->dead)
+		return 0;
+	/* as the reactor does after an iteration; a local queue has no backend
+	 * requests in flight once closed (no io_uring, AERs released) */
+	if (!conn_reap(c))
+		abort();
+	return -1;
 }
 
 void nvmf_tcp_conn_free_local(struct tcp_conn *c)
 {
 	conn_close(c, NULL);
-	conn_free(c);
+	if (!conn_reap(c))
+		abort();
 }
