@@ -208,6 +208,14 @@ static struct knob knobs[] = {
 	KNOB("nvmf.target.lat_stats", K_BOOL, "1",
 	     "NVMe/TCP target: time each I/O read's stages (three clock reads per read) and "
 	     "the reactors' sleep, poll and busy time: nvmf.target.lat in the target's stats JSON"),
+	KNOB("nvmf.target.max_conns", K_INT, "4096",
+	     "NVMe/TCP target: connections served at once; more are accepted and closed at once "
+	     "(logged at most once a second, counted in connections_refused)",
+	     .min = 1, .max = 1000000),
+	KNOB("nvmf.target.handshake_timeout_ms", K_INT, "10000",
+	     "NVMe/TCP target: a connection that has not sent ICReq and a successful Connect "
+	     "this long after it was accepted is closed (checked once a second)",
+	     .min = 1, .max = 3600000),
 	KNOB("nvmf.host.post_first", K_BOOL, "1",
 	     "NVMe/TCP host: with a done word, a received piece's H2D copy is posted before the "
 	     "device reads held so far complete (their callbacks then cannot delay it)"),

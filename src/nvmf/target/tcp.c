@@ -20,6 +20,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -45,7 +46,9 @@
 #define MAX_SLOTS 512		/* 2 x the deepest queue: CIDs recycle before we free */
 #define PRE_CONNECT_SLOTS 4
 #define IOV_BATCH 64
-#define CONNECT_TIMEOUT_NS (60ull * 1000000000ull)
+#define LOG_INTERVAL_NS 1000000000ull	/* a limit's log line: at most once a second */
+#define ACCEPT_PAUSE_MIN_NS (10ull * 1000000)	/* accept that cannot refuse: paused, */
+#define ACCEPT_PAUSE_MAX_NS 1000000000ull	/* doubling up to this */
 #define SPLICE_MIN (64 * 1024)	/* reads this large leave namespace memory without a copy */
 #define PIPE_SIZE (1 << 20)
 #define PLACE_NS (20ull * 1000000)	/* how often a following reactor reconsiders its CPU */
@@ -63,6 +66,25 @@ struct listener {
 	int fd;
 	struct nvmf_port *port;
 };
+
+/* At most one log line a second per cause; the ones held back are counted. */
+struct log_limit {
+	uint64_t next_ns;
+	uint64_t held;
+};
+
+/* True if a line may go out now; *held gets how many were held back since the last. */
+static bool log_limit_ok(struct log_limit *l, uint64_t now, uint64_t *held)
+{
+	if (now < l->next_ns) {
+		l->held++;
+		return false;
+	}
+	*held = l->held;
+	l->held = 0;
+	l->next_ns = now + LOG_INTERVAL_NS;
+	return true;
+}
 
 struct tx_item {
 	struct tx_item *next;
@@ -163,6 +185,15 @@ struct tcp_reactor {
 	struct nvmf_ioctx *ioctx;
 	struct listener listeners[NVMF_MAX_PORTS];
 	unsigned nlisteners;
+	/*
+	 * Out of descriptors, accept() fails and the connection stays queued:
+	 * closing this spare lets one more be accepted and closed, so clients
+	 * are refused instead of left to time out.
+	 */
+	int reserve_fd;
+	uint64_t accept_pause_ns;	/* current pause; 0: none since the last accept */
+	uint64_t accept_resume_ns;	/* listeners paused until then; 0: not paused */
+	struct log_limit accept_log;
 	pthread_mutex_t lock;	/* handoff of accepted sockets */
 	struct handoff {
 		int fd;
@@ -940,6 +971,8 @@ static void conn_free(struct tcp_conn *c)
 		close(c->pipe[1]);
 	}
 	free(c->rxbuf);
+	if (!c->local)
+		atomic_fetch_sub(&c->tgt->nconns, 1);
 	free(c);
 }
 
@@ -1036,6 +1069,7 @@ static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
 	int one = 1;
 
 	if (!c) {
+		atomic_fetch_sub(&t->nconns, 1);
 		close(fd);
 		return;
 	}
@@ -1094,6 +1128,76 @@ static int handoff_push(struct tcp_reactor *to, struct handoff h)
 	return 0;
 }
 
+static void listeners_arm(struct tcp_reactor *r, bool on)
+{
+	for (unsigned i = 0; i < r->nlisteners; i++) {
+		struct epoll_event e = { .events = on ? EPOLLIN : 0,
+					 .data.ptr = &r->listeners[i].ev };
+
+		epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->listeners[i].fd, &e);
+	}
+}
+
+/* A connection the target will not serve: closed at once, counted, logged (limited). */
+static void conn_refuse(struct tcp_reactor *r, int fd, struct listener *l, const char *why)
+{
+	struct gdx_nvmf_target *t = r->tgt;
+	uint64_t held;
+
+	close(fd);
+	gdx_counter_add(&t->ctr[TGT_CTR_REFUSED], 1);
+	if (log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
+		GDX_WARN("nvmf", "port %u: connection refused: %s (%" PRIu64 " more since the "
+			 "last line; %" PRIu64 " refused in all)", l->port->portid, why, held,
+			 gdx_counter_get(&t->ctr[TGT_CTR_REFUSED]));
+}
+
+/*
+ * accept() failed for want of descriptors or memory.  Refuses the connection
+ * at the head of the queue with the reserve descriptor; if that cannot be
+ * done, stops accepting for a pause that doubles (10 ms to 1 s) while the
+ * shortage lasts, instead of spinning on a listener that stays readable.
+ * Returns true if one was refused (the caller goes on accepting).
+ */
+static bool accept_short(struct tcp_reactor *r, struct listener *l, int err)
+{
+	char why[96];
+	int fd = -1;
+
+	snprintf(why, sizeof(why), "accept: %s", strerror(err));
+	if (r->reserve_fd >= 0) {
+		close(r->reserve_fd);
+		fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			conn_refuse(r, fd, l, why);
+		r->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && r->reserve_fd >= 0)
+			return true;
+	}
+	r->accept_pause_ns = GDX_MIN(GDX_MAX(r->accept_pause_ns * 2, ACCEPT_PAUSE_MIN_NS),
+				     ACCEPT_PAUSE_MAX_NS);
+	r->accept_resume_ns = gdx_now_ns() + r->accept_pause_ns;
+	listeners_arm(r, false);
+	if (fd < 0) {
+		uint64_t held;
+
+		if (log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
+			GDX_WARN("nvmf", "port %u: %s; not accepting for %" PRIu64 " ms (%" PRIu64
+				 " more since the last line)", l->port->portid, why,
+				 r->accept_pause_ns / 1000000, held);
+	}
+	return false;
+}
+
+/* The pause is over: accept again, with a reserve descriptor if one can be had. */
+static void accept_resume(struct tcp_reactor *r)
+{
+	r->accept_resume_ns = 0;
+	if (r->reserve_fd < 0)
+		r->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	listeners_arm(r, true);
+}
+
 static void do_accept(struct tcp_reactor *r, struct listener *l)
 {
 	struct gdx_nvmf_target *t = r->tgt;
@@ -1103,17 +1207,34 @@ static void do_accept(struct tcp_reactor *r, struct listener *l)
 		struct tcp_reactor *to;
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				GDX_WARN("nvmf", "accept: %s", strerror(errno));
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
+				if (accept_short(r, l, errno))
+					continue;
+				return;
+			}
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				GDX_WARN("nvmf", "port %u: accept: %s", l->port->portid,
+					 strerror(errno));
 			return;
 		}
+		r->accept_pause_ns = 0;
+		if (atomic_load(&t->nconns) >= t->max_conns) {
+			conn_refuse(r, fd, l, "nvmf.target.max_conns reached");
+			continue;
+		}
+		atomic_fetch_add(&t->nconns, 1);
 		to = &t->reactors[atomic_fetch_add(&t->next_reactor, 1) % t->nreactors];
 		if (to == r) {
 			conn_attach(r, fd, l->port);
 			continue;
 		}
-		if (handoff_push(to, (struct handoff){ fd, l->port, NULL }))
+		if (handoff_push(to, (struct handoff){ fd, l->port, NULL })) {
+			atomic_fetch_sub(&t->nconns, 1);
 			close(fd);
+		}
 	}
 }
 
@@ -1146,7 +1267,8 @@ static void deliver_aens(struct tcp_reactor *r)
 			nvmf_ctrl_aen_deliver(&c->sq);
 }
 
-/* Once a second: keep-alive expiry and connections that never connected. */
+/* Once a second: keep-alive expiry and connections that never connected
+ * (nvmf.target.handshake_timeout_ms). */
 static void tick(struct tcp_reactor *r)
 {
 	uint64_t now = gdx_now_ns();
@@ -1159,8 +1281,12 @@ static void tick(struct tcp_reactor *r)
 			sq_stats_register(c);
 			if (nvmf_ctrl_ka_expired(c->sq.ctrl, now))
 				conn_close(c, "controller failed or keep-alive expired");
-		} else if (now - c->born_ns > CONNECT_TIMEOUT_NS) {
-			conn_close(c, "no Connect within 60 s");
+		} else if (now - c->born_ns > r->tgt->handshake_ns) {
+			char why[64];
+
+			snprintf(why, sizeof(why), "no ICReq and Connect within %" PRIu64 " ms",
+				 r->tgt->handshake_ns / 1000000);
+			conn_close(c, why);
 		}
 	}
 }
@@ -1288,7 +1414,9 @@ static void *reactor_main(void *arg)
 	pthread_getaffinity_np(pthread_self(), sizeof(r->home), &r->home);
 	while (!atomic_load(&r->stop)) {
 		struct epoll_event evs[64];
-		int timeout = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1;
+		uint64_t wake_at = r->accept_resume_ns ? GDX_MIN(next_tick, r->accept_resume_ns) :
+							 next_tick;
+		int timeout = now >= wake_at ? 0 : (int)((wake_at - now) / 1000000) + 1;
 		int n;
 
 		/* a reactor sharing its CPU with the host never spins */
@@ -1368,6 +1496,8 @@ static void *reactor_main(void *arg)
 			place(r);
 			next_place = now + PLACE_NS;
 		}
+		if (r->accept_resume_ns && now >= r->accept_resume_ns)
+			accept_resume(r);
 		if (now >= next_tick) {
 			tick(r);
 			flush_dirty(r);
@@ -1424,6 +1554,7 @@ static int reactor_init(struct gdx_nvmf_target *t, struct tcp_reactor *r, unsign
 
 	r->tgt = t;
 	r->id = id;
+	r->reserve_fd = -1;
 	r->wake_ev.kind = EV_WAKE;
 	r->io_ev.kind = EV_IOCTX;
 	pthread_mutex_init(&r->lock, NULL);
@@ -1472,6 +1603,8 @@ static void reactor_fini(struct tcp_reactor *r)
 	}
 	flush_dirty(r);
 	free(r->handoff);
+	if (r->reserve_fd >= 0)
+		close(r->reserve_fd);
 	nvmf_ioctx_destroy(r->ioctx);
 	if (r->epfd >= 0)
 		close(r->epfd);
@@ -1551,6 +1684,11 @@ int nvmf_tcp_start(struct gdx_nvmf_target *t)
 			ret = -errno;
 			goto fail;
 		}
+	}
+	r0->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (r0->reserve_fd < 0) {
+		ret = -errno;
+		goto fail;
 	}
 	for (unsigned i = 0; i < t->nreactors; i++) {
 		struct tcp_reactor *r = &t->reactors[i];

@@ -13,7 +13,14 @@
 struct tcp_reactor;
 struct tcp_conn;
 
-enum { TGT_CTR_CONNS, TGT_CTR_CONN_ERRORS, TGT_CTR_PDUS_IN, TGT_CTR_PDUS_OUT, TGT_CTR_NR };
+enum {
+	TGT_CTR_CONNS,
+	TGT_CTR_CONN_ERRORS,
+	TGT_CTR_PDUS_IN,
+	TGT_CTR_PDUS_OUT,
+	TGT_CTR_REFUSED,	/* connections closed at accept: no descriptor, max_conns */
+	TGT_CTR_NR
+};
 
 /*
  * Where the target's reads and reactors spend their time (nvmf.target.lat_stats):
@@ -52,6 +59,9 @@ struct gdx_nvmf_target {
 	int listen_fd[NVMF_MAX_PORTS];
 	int bound_port[NVMF_MAX_PORTS];
 	_Atomic unsigned next_reactor;
+	_Atomic unsigned nconns;	/* accepted and not yet freed */
+	unsigned max_conns;		/* nvmf.target.max_conns */
+	uint64_t handshake_ns;		/* nvmf.target.handshake_timeout_ms */
 	bool running;
 	struct gdx_counter ctr[TGT_CTR_NR];
 	struct gdx_stats *stats;
