@@ -153,13 +153,21 @@ struct tcp_conn {
 	uint8_t ddgst[4];
 	uint32_t ddgst_have;
 	uint8_t *rxbuf;
+	/*
+	 * Back-pressure: while the connection holds its share of buffered data
+	 * (conn_over), the next command is not parsed; the staged bytes
+	 * rxbuf[rx_off, rx_len) wait and the socket is not read.
+	 */
+	bool rx_held;
 	uint32_t rx_off, rx_len;
+	uint64_t buf_bytes;	/* request buffers allocated (in use or cached) */
 
 	/* send */
 	struct tx_item *tx_head, **tx_tail;
 	int pipe[2];		/* for spliced data; -1 until needed */
 	uint32_t piped;		/* bytes of the head item's data in the pipe */
 	struct tx_item conn_tx;
+	uint64_t tx_moved_ns;	/* the queue last got non-empty or sent bytes */
 
 	/* command slots, indexed by TTAG */
 	struct tcp_req *slots[MAX_SLOTS];
@@ -194,6 +202,7 @@ struct tcp_reactor {
 	uint64_t accept_pause_ns;	/* current pause; 0: none since the last accept */
 	uint64_t accept_resume_ns;	/* listeners paused until then; 0: not paused */
 	struct log_limit accept_log;
+	struct log_limit hold_log;
 	pthread_mutex_t lock;	/* handoff of accepted sockets */
 	struct handoff {
 		int fd;
@@ -245,6 +254,8 @@ static void mark_dirty(struct tcp_conn *c)
 
 static void tx_queue(struct tcp_conn *c, struct tx_item *it)
 {
+	if (!c->tx_head)
+		c->tx_moved_ns = gdx_now_ns();
 	it->next = NULL;
 	it->sent = 0;
 	*c->tx_tail = it;
@@ -252,6 +263,9 @@ static void tx_queue(struct tcp_conn *c, struct tx_item *it)
 	gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_OUT], 1);
 	mark_dirty(c);
 }
+
+static bool tgt_over(const struct gdx_nvmf_target *t);
+static void req_buf_drop(struct tcp_req *t);
 
 static void req_free(struct tcp_req *t)
 {
@@ -261,16 +275,30 @@ static void req_free(struct tcp_req *t)
 	t->next_free = c->free_reqs;
 	c->free_reqs = t;
 	c->nused--;
+	/* over the target's budget, buffers are not kept for reuse */
+	if (t->own_buf && tgt_over(c->tgt))
+		req_buf_drop(t);
+	/* a held connection may take commands again: the reactor looks after this pass */
+	if (c->rx_held)
+		mark_dirty(c);
+}
+
+static void conn_events(struct tcp_conn *c)
+{
+	struct epoll_event e = { .events = (c->rx_held ? 0 : EPOLLIN) |
+					   (c->want_out ? EPOLLOUT : 0),
+				 .data.ptr = &c->ev };
+
+	if (!c->local)
+		epoll_ctl(c->r->epfd, EPOLL_CTL_MOD, c->fd, &e);
 }
 
 static void set_epollout(struct tcp_conn *c, bool on)
 {
-	struct epoll_event e = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = &c->ev };
-
-	if (c->want_out == on || c->local)
+	if (c->want_out == on)
 		return;
 	c->want_out = on;
-	epoll_ctl(c->r->epfd, EPOLL_CTL_MOD, c->fd, &e);
+	conn_events(c);
 }
 
 static void tx_item_sent(struct tcp_conn *c, struct tx_item *it)
@@ -327,6 +355,7 @@ static int splice_data(struct tcp_conn *c, struct tx_item *it)
 		if (n == 0)
 			return -EPIPE;
 		c->piped -= (uint32_t)n;
+		c->tx_moved_ns = gdx_now_ns();
 		it->sent += (uint32_t)n;
 		done += (uint32_t)n;
 		gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)n);
@@ -397,6 +426,8 @@ static void conn_flush(struct tcp_conn *c)
 				return;
 			}
 			gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)sent);
+			if (sent)
+				c->tx_moved_ns = gdx_now_ns();
 		}
 		do {
 			struct tx_item *it = c->tx_head;
@@ -488,6 +519,21 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 	return t;
 }
 
+/* Request buffers, counted per connection and in the target's buffered_bytes. */
+static void buf_account(struct tcp_conn *c, uint32_t freed, uint32_t got)
+{
+	c->buf_bytes = c->buf_bytes - freed + got;
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_BUF_BYTES], (uint64_t)got - freed);
+}
+
+static void req_buf_drop(struct tcp_req *t)
+{
+	buf_account(t->conn, t->own_cap, 0);
+	free(t->own_buf);
+	t->own_buf = NULL;
+	t->own_cap = 0;
+}
+
 /* A buffer of len bytes owned by the request, page aligned for O_DIRECT. */
 static int req_buf(struct tcp_req *t, uint32_t len)
 {
@@ -497,12 +543,42 @@ static int req_buf(struct tcp_req *t, uint32_t len)
 
 		if (posix_memalign(&p, 4096, cap))
 			return -ENOMEM;
-		free(t->own_buf);
+		req_buf_drop(t);
 		t->own_buf = p;
 		t->own_cap = cap;
+		buf_account(t->conn, 0, cap);
 	}
 	t->req.buf = t->own_buf;
 	return 0;
+}
+
+static bool tgt_over(const struct gdx_nvmf_target *t)
+{
+	return gdx_counter_get(&t->ctr[TGT_CTR_BUF_BYTES]) >= t->buf_max;
+}
+
+/* Frees the buffers free slots keep for reuse. */
+static void conn_trim(struct tcp_conn *c)
+{
+	for (unsigned i = 0; i < c->nslots; i++)
+		if (c->slots[i]->state == REQ_FREE && c->slots[i]->own_buf)
+			req_buf_drop(c->slots[i]);
+}
+
+/*
+ * True while the connection may take no more commands: it holds
+ * nvmf.target.conn_buf_max of request buffers, or the target nvmf.target.buf_max
+ * in all.  Checked before each command, so one command (at most MDTS) may
+ * take it over.  Cached buffers go first.
+ */
+static bool conn_over(struct tcp_conn *c)
+{
+	const struct gdx_nvmf_target *t = c->tgt;
+
+	if (c->buf_bytes < t->conn_buf_max && !tgt_over(t))
+		return false;
+	conn_trim(c);
+	return c->buf_bytes >= t->conn_buf_max || tgt_over(t);
 }
 
 static void queue_rsp(struct tcp_conn *c, struct tcp_req *t)
@@ -828,16 +904,44 @@ static void data_bytes(struct tcp_conn *c, const uint8_t *p, uint32_t n)
 	}
 }
 
-/* Parses staged bytes; returns 0, or -1 once the connection is gone. */
-static int rx_consume(struct tcp_conn *c, const uint8_t *buf, uint32_t len)
+/* Stops parsing before a command capsule: rxbuf[off, len) waits for conn_resume. */
+static void rx_hold(struct tcp_conn *c, uint32_t off, uint32_t len)
 {
-	uint32_t off = 0;
+	uint64_t held;
+
+	c->rx_held = true;
+	c->rx_off = off;
+	c->rx_len = len;
+	conn_events(c);
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_HOLDS], 1);
+	if (c->r && log_limit_ok(&c->r->hold_log, gdx_now_ns(), &held))
+		GDX_WARN("nvmf", "%s: holds %" PRIu64 " bytes of request buffers, the target %"
+			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
+			 "): takes no more commands until the host reads (%" PRIu64 " more)",
+			 c->peer, c->buf_bytes,
+			 gdx_counter_get(&c->tgt->ctr[TGT_CTR_BUF_BYTES]), c->tgt->conn_buf_max,
+			 c->tgt->buf_max, held);
+}
+
+/*
+ * Parses staged bytes, rxbuf[off, len); returns 0, or -1 once the connection
+ * is gone or holds (rx_hold).
+ */
+static int rx_consume(struct tcp_conn *c, uint32_t off, uint32_t len)
+{
+	const uint8_t *buf = c->rxbuf;
 
 	while (off < len && !c->dead) {
 		uint32_t avail = len - off, n;
 
 		switch (c->rx) {
 		case RX_HDR:
+			/* a PDU starts with its type: hold back a command, never the data
+			 * the commands taken already wait for */
+			if (!c->hdr_have && buf[off] == GDX_TCP_CMD && conn_over(c)) {
+				rx_hold(c, off, len);
+				return -1;
+			}
 			n = GDX_MIN(avail, c->hdr_need - c->hdr_have);
 			memcpy(c->hdr.raw + c->hdr_have, buf + off, n);
 			c->hdr_have += n;
@@ -884,9 +988,20 @@ static int rx_consume(struct tcp_conn *c, const uint8_t *buf, uint32_t len)
 	return c->dead ? -1 : 0;
 }
 
+/* After a held connection released buffers: parse what waits, then read again. */
+static void conn_resume(struct tcp_conn *c)
+{
+	if (conn_over(c))
+		return;
+	c->rx_held = false;
+	if (rx_consume(c, c->rx_off, c->rx_len))
+		return;
+	conn_events(c);
+}
+
 static void conn_read(struct tcp_conn *c)
 {
-	for (int rounds = 0; rounds < 16 && !c->dead; rounds++) {
+	for (int rounds = 0; rounds < 16 && !c->dead && !c->rx_held; rounds++) {
 		ssize_t n;
 
 		if (c->rx == RX_DATA && c->data_dst && c->data_left >= DIRECT_RECV_MIN) {
@@ -899,7 +1014,7 @@ static void conn_read(struct tcp_conn *c)
 		} else {
 			n = recv(c->fd, c->rxbuf, RXBUF_SIZE, MSG_DONTWAIT);
 			if (n > 0) {
-				if (rx_consume(c, c->rxbuf, (uint32_t)n))
+				if (rx_consume(c, 0, (uint32_t)n))
 					return;
 				/* drained: epoll says when more comes, no EAGAIN round trip */
 				if (n < RXBUF_SIZE)
@@ -962,7 +1077,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 static void conn_free(struct tcp_conn *c)
 {
 	for (unsigned i = 0; i < c->nslots; i++) {
-		free(c->slots[i]->own_buf);
+		req_buf_drop(c->slots[i]);
 		free(c->slots[i]);
 	}
 	gdx_stats_destroy(c->sq_stats);
@@ -1277,6 +1392,20 @@ static void tick(struct tcp_reactor *r)
 		n = c->next;
 		if (c->dead)
 			continue;
+		if (c->tx_head && now - c->tx_moved_ns > r->tgt->stall_ns) {
+			char why[96];
+
+			snprintf(why, sizeof(why), "no data taken for %" PRIu64
+				 " ms: nvmf.target.stall_timeout_ms", r->tgt->stall_ns / 1000000);
+			gdx_counter_add(&r->tgt->ctr[TGT_CTR_STALLS], 1);
+			conn_close(c, why);
+			continue;
+		}
+		/* held for the target's budget: others' buffers may have gone meanwhile */
+		if (c->rx_held || tgt_over(r->tgt))
+			mark_dirty(c);
+		if (tgt_over(r->tgt))
+			conn_trim(c);
 		if (c->sq.ctrl) {
 			sq_stats_register(c);
 			if (nvmf_ctrl_ka_expired(c->sq.ctrl, now))
@@ -1323,11 +1452,13 @@ static void flush_dirty(struct tcp_reactor *r)
 		c->dirty = false;
 		if (!c->dead)
 			conn_flush(c);
+		if (!c->dead && c->rx_held)
+			conn_resume(c);
 		if (c->dirty)
-			continue;	/* closed while flushing: back on the list */
+			continue;	/* closed or more to send: back on the list */
 		if (c->dead)
 			conn_reap(c);
-		else if (c->move_to && !c->tx_head && !c->inflight)
+		else if (c->move_to && !c->tx_head && !c->inflight && !c->rx_held)
 			conn_move(c);
 	}
 }
@@ -1785,9 +1916,12 @@ int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len)
 
 		/* the staging buffer is what recv() would have filled */
 		memcpy(c->rxbuf, p, n);
-		rx_consume(c, c->rxbuf, n);
+		rx_consume(c, 0, n);
 		if (!c->dead)
 			conn_flush(c);
+		/* synchronous backends: what holds it now would hold it for good */
+		if (c->rx_held)
+			break;
 		p += n;
 		len -= n;
 	}

@@ -19,6 +19,9 @@ enum {
 	TGT_CTR_PDUS_IN,
 	TGT_CTR_PDUS_OUT,
 	TGT_CTR_REFUSED,	/* connections closed at accept: no descriptor, max_conns */
+	TGT_CTR_BUF_BYTES,	/* request buffers held now (a level, not a sum) */
+	TGT_CTR_HOLDS,		/* times a connection stopped taking commands (buffers) */
+	TGT_CTR_STALLS,		/* connections ended for taking no data */
 	TGT_CTR_NR
 };
 
@@ -62,6 +65,9 @@ struct gdx_nvmf_target {
 	_Atomic unsigned nconns;	/* accepted and not yet freed */
 	unsigned max_conns;		/* nvmf.target.max_conns */
 	uint64_t handshake_ns;		/* nvmf.target.handshake_timeout_ms */
+	uint64_t conn_buf_max;		/* nvmf.target.conn_buf_max */
+	uint64_t buf_max;		/* nvmf.target.buf_max */
+	uint64_t stall_ns;		/* nvmf.target.stall_timeout_ms */
 	bool running;
 	struct gdx_counter ctr[TGT_CTR_NR];
 	struct gdx_stats *stats;
