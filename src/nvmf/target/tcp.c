@@ -17,11 +17,19 @@
  * digest) on the connection's queue; the queue is flushed with sendmsg()
  * once per loop iteration, so completions that arrive together leave in one
  * system call.
+ *
+ * Lifetime: conn_close ends a connection wherever it is called from; only
+ * flush_dirty, at the end of an iteration, frees it (conn_reap).
+ *
+ * Limits (docs/reliability.md): connections (max_conns, a spare descriptor
+ * to refuse with at the fd limit), the handshake's time, request buffers per
+ * connection and in all (back-pressure: no more commands parsed or read),
+ * and a send queue that makes no progress (stall timeout).
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -1382,8 +1390,11 @@ static void deliver_aens(struct tcp_reactor *r)
 			nvmf_ctrl_aen_deliver(&c->sq);
 }
 
-/* Once a second: keep-alive expiry and connections that never connected
- * (nvmf.target.handshake_timeout_ms). */
+/*
+ * Once a second: queues the host takes no data from (nvmf.target.stall_timeout_ms),
+ * keep-alive expiry, connections that never connected
+ * (nvmf.target.handshake_timeout_ms).
+ */
 static void tick(struct tcp_reactor *r)
 {
 	uint64_t now = gdx_now_ns();
@@ -1401,11 +1412,12 @@ static void tick(struct tcp_reactor *r)
 			conn_close(c, why);
 			continue;
 		}
-		/* held for the target's budget: others' buffers may have gone meanwhile */
-		if (c->rx_held || tgt_over(r->tgt))
-			mark_dirty(c);
+		/* over the target's budget: buffers kept for reuse go; a connection held
+		 * for it looks again (others' buffers may have gone meanwhile) */
 		if (tgt_over(r->tgt))
 			conn_trim(c);
+		if (c->rx_held)
+			mark_dirty(c);
 		if (c->sq.ctrl) {
 			sq_stats_register(c);
 			if (nvmf_ctrl_ka_expired(c->sq.ctrl, now))

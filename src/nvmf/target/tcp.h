@@ -92,6 +92,7 @@ struct tcp_conn *nvmf_tcp_conn_new_local(struct gdx_nvmf_target *t, int fd);
 /*
  * Returns 0, or -1 once the connection has ended (fatal error, TermReq): it is
  * then freed, where and as a reactor frees its connections, and c is gone.
+ * A connection over its buffer limit (back-pressure) takes no more input.
  */
 int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len);
 /* Ends and frees a connection feed() has not ended. */
