@@ -218,16 +218,17 @@ static struct knob knobs[] = {
 	     .min = 1, .max = 3600000),
 	KNOB("nvmf.target.conn_buf_max", K_SIZE, "32M",
 	     "NVMe/TCP target: request buffers (file namespaces' data, in-capsule and R2T "
-	     "data) one connection may hold; beyond it the connection takes no more commands "
-	     "until the host reads (one command, at most MDTS, may go over)",
+	     "data) one connection may hold; beyond it its reads and R2T writes wait until the "
+	     "host reads (one command, at most MDTS, may go over)",
 	     .min = 65536, .max = 1ll << 40),
 	KNOB("nvmf.target.buf_max", K_SIZE, "512M",
 	     "NVMe/TCP target: request buffers all connections together may hold; beyond it "
-	     "no connection takes commands (buffers kept for reuse are freed first)",
+	     "reads and R2T writes wait on every connection (buffers kept for reuse go first)",
 	     .min = 65536, .max = 1ll << 40),
 	KNOB("nvmf.target.stall_timeout_ms", K_INT, "30000",
-	     "NVMe/TCP target: a connection with data or responses to send that the host has "
-	     "taken none of for this long is closed, keep-alive or not (checked once a second)",
+	     "NVMe/TCP target: a connection with PDUs to send of which the host has taken none, "
+	     "or with an R2T whose data has not come, for this long is closed, keep-alive or "
+	     "not (checked once a second)",
 	     .min = 1, .max = 3600000),
 	KNOB("nvmf.host.post_first", K_BOOL, "1",
 	     "NVMe/TCP host: with a done word, a received piece's H2D copy is posted before the "

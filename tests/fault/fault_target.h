@@ -31,6 +31,7 @@
 #include <gdx/nvmf.h>
 
 #include "test.h"
+#include "common/util.h"
 #include "nvmf/proto/nvme.h"
 #include "nvmf/proto/tcp.h"
 

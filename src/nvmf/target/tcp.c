@@ -108,7 +108,7 @@ struct tx_item {
 	struct tcp_req *req;
 };
 
-enum req_state { REQ_FREE, REQ_RX_CAPSULE, REQ_R2T, REQ_EXEC, REQ_TX };
+enum req_state { REQ_FREE, REQ_RX_CAPSULE, REQ_WAIT_BUF, REQ_R2T, REQ_EXEC, REQ_TX };
 
 struct tcp_req {
 	struct nvmf_req req;
@@ -121,7 +121,7 @@ struct tcp_req {
 	uint32_t own_cap;
 	uint32_t h2c_done;
 	struct tx_item tx_data, tx_rsp;
-	struct tcp_req *next_free;
+	struct tcp_req *next_free;	/* on the free list, or the wait list */
 	bool timed;		/* an I/O read whose stages are summed */
 	uint64_t t_wake, t_sub, t_done;
 };
@@ -161,14 +161,18 @@ struct tcp_conn {
 	uint8_t ddgst[4];
 	uint32_t ddgst_have;
 	uint8_t *rxbuf;
-	/*
-	 * Back-pressure: while the connection holds its share of buffered data
-	 * (conn_over), the next command is not parsed; the staged bytes
-	 * rxbuf[rx_off, rx_len) wait and the socket is not read.
-	 */
-	bool rx_held;
 	uint32_t rx_off, rx_len;
+	/*
+	 * Back-pressure: while the connection holds its share of request buffers
+	 * (conn_over), commands that need one (reads through a bounce buffer,
+	 * writes through R2T) wait here, in order, neither run nor asked data for.
+	 * The socket is still read: H2CData for writes already under way must get
+	 * in, and the command slots (2 x SQ size) bound what can wait.
+	 */
+	struct tcp_req *wait_head, **wait_tail;
 	uint64_t buf_bytes;	/* request buffers allocated (in use or cached) */
+	unsigned nr2t;		/* requests waiting for H2CData */
+	uint64_t rx_moved_ns;	/* the first of them was asked for, or data came */
 
 	/* send */
 	struct tx_item *tx_head, **tx_tail;
@@ -286,27 +290,19 @@ static void req_free(struct tcp_req *t)
 	/* over the target's budget, buffers are not kept for reuse */
 	if (t->own_buf && tgt_over(c->tgt))
 		req_buf_drop(t);
-	/* a held connection may take commands again: the reactor looks after this pass */
-	if (c->rx_held)
+	/* waiting commands may go now: the reactor looks after this pass */
+	if (c->wait_head)
 		mark_dirty(c);
-}
-
-static void conn_events(struct tcp_conn *c)
-{
-	struct epoll_event e = { .events = (c->rx_held ? 0 : EPOLLIN) |
-					   (c->want_out ? EPOLLOUT : 0),
-				 .data.ptr = &c->ev };
-
-	if (!c->local)
-		epoll_ctl(c->r->epfd, EPOLL_CTL_MOD, c->fd, &e);
 }
 
 static void set_epollout(struct tcp_conn *c, bool on)
 {
-	if (c->want_out == on)
+	struct epoll_event e = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = &c->ev };
+
+	if (c->want_out == on || c->local)
 		return;
 	c->want_out = on;
-	conn_events(c);
+	epoll_ctl(c->r->epfd, EPOLL_CTL_MOD, c->fd, &e);
 }
 
 static void tx_item_sent(struct tcp_conn *c, struct tx_item *it)
@@ -574,10 +570,10 @@ static void conn_trim(struct tcp_conn *c)
 }
 
 /*
- * True while the connection may take no more commands: it holds
- * nvmf.target.conn_buf_max of request buffers, or the target nvmf.target.buf_max
- * in all.  Checked before each command, so one command (at most MDTS) may
- * take it over.  Cached buffers go first.
+ * True while the connection may start no command that needs a buffer: it
+ * holds nvmf.target.conn_buf_max of request buffers, or the target
+ * nvmf.target.buf_max in all.  Checked before each such command, so one (at
+ * most MDTS) may take it over.  Cached buffers go first.
  */
 static bool conn_over(struct tcp_conn *c)
 {
@@ -684,24 +680,35 @@ static bool needs_h2c(const struct tcp_req *t)
 	       gdx_nvme_opc_xfer(opc) == GDX_NVME_XFER_H2C;
 }
 
-/* The command and any in-capsule data are here: run it, or ask for its data. */
-static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
+/* Over its share of buffers: the command waits, behind any that wait already. */
+static void cmd_wait(struct tcp_conn *c, struct tcp_req *t)
 {
-	if (t->ddgst_err)
-		t->status = GDX_NVME_SC_TRANSIENT_TR_ERR;
-	if (t->status) {
-		req_fail(c, t, t->status);
+	uint64_t held;
+
+	t->state = REQ_WAIT_BUF;
+	t->next_free = NULL;
+	*c->wait_tail = t;
+	c->wait_tail = &t->next_free;
+	if (c->wait_head != t)
 		return;
-	}
-	if (!t->req.buf && t->req.len && req_buf(t, t->req.len)) {
-		req_fail(c, t, GDX_NVME_SC_INTERNAL);
-		return;
-	}
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_HOLDS], 1);
+	if (c->r && log_limit_ok(&c->r->hold_log, gdx_now_ns(), &held))
+		GDX_WARN("nvmf", "%s: holds %" PRIu64 " bytes of request buffers, the target %"
+			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
+			 "): its commands wait until the host reads (%" PRIu64 " more)", c->peer,
+			 c->buf_bytes, gdx_counter_get(&c->tgt->ctr[TGT_CTR_BUF_BYTES]),
+			 c->tgt->conn_buf_max, c->tgt->buf_max, held);
+}
+
+static void cmd_start(struct tcp_conn *c, struct tcp_req *t)
+{
 	if (needs_h2c(t)) {
 		struct tx_item *it = &t->tx_data;
 
 		/* one R2T for the whole transfer; the host splits it by MAXH2CDATA */
 		t->state = REQ_R2T;
+		if (!c->nr2t++)
+			c->rx_moved_ns = gdx_now_ns();
 		it->hdr_len = gdx_tcp_r2t_init((union gdx_tcp_pdu *)it->hdr, t->req.cmd.cid,
 					       t->ttag, 0, t->req.len, &c->params);
 		it->data = NULL;
@@ -714,6 +721,44 @@ static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
 		return;
 	}
 	req_exec(c, t);
+}
+
+/* The command and any in-capsule data are here: run it, or ask for its data. */
+static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
+{
+	if (t->ddgst_err)
+		t->status = GDX_NVME_SC_TRANSIENT_TR_ERR;
+	if (t->status) {
+		req_fail(c, t, t->status);
+		return;
+	}
+	if (!t->req.buf && t->req.len) {
+		if (c->wait_head || conn_over(c)) {
+			cmd_wait(c, t);
+			return;
+		}
+		if (req_buf(t, t->req.len)) {
+			req_fail(c, t, GDX_NVME_SC_INTERNAL);
+			return;
+		}
+	}
+	cmd_start(c, t);
+}
+
+/* Buffers went: start the commands that waited for them, in order, while they fit. */
+static void conn_unblock(struct tcp_conn *c)
+{
+	while (c->wait_head && !c->dead && !conn_over(c)) {
+		struct tcp_req *t = c->wait_head;
+
+		c->wait_head = t->next_free;
+		if (!c->wait_head)
+			c->wait_tail = &c->wait_head;
+		if (req_buf(t, t->req.len))
+			req_fail(c, t, GDX_NVME_SC_INTERNAL);
+		else
+			cmd_start(c, t);
+	}
 }
 
 /* ---- receive --------------------------------------------------------------------- */
@@ -887,6 +932,7 @@ static void data_done(struct tcp_conn *c)
 	t->ddgst_err |= bad;
 	t->h2c_done += c->hdr.data.datal;
 	if (t->h2c_done == t->req.len) {
+		c->nr2t--;
 		if (t->ddgst_err)
 			req_fail(c, t, GDX_NVME_SC_TRANSIENT_TR_ERR);
 		else
@@ -904,6 +950,8 @@ static void data_bytes(struct tcp_conn *c, const uint8_t *p, uint32_t n)
 	if (c->info.has_ddgst)
 		c->crc = gdx_crc32c_update(c->crc, p, n);
 	c->data_left -= n;
+	if (c->nr2t)
+		c->rx_moved_ns = c->r ? c->r->wake_ns : 0;
 	if (!c->data_left) {
 		if (c->info.has_ddgst)
 			c->rx = RX_DDGST;
@@ -912,44 +960,16 @@ static void data_bytes(struct tcp_conn *c, const uint8_t *p, uint32_t n)
 	}
 }
 
-/* Stops parsing before a command capsule: rxbuf[off, len) waits for conn_resume. */
-static void rx_hold(struct tcp_conn *c, uint32_t off, uint32_t len)
+/* Parses staged bytes; returns 0, or -1 once the connection is gone. */
+static int rx_consume(struct tcp_conn *c, const uint8_t *buf, uint32_t len)
 {
-	uint64_t held;
-
-	c->rx_held = true;
-	c->rx_off = off;
-	c->rx_len = len;
-	conn_events(c);
-	gdx_counter_add(&c->tgt->ctr[TGT_CTR_HOLDS], 1);
-	if (c->r && log_limit_ok(&c->r->hold_log, gdx_now_ns(), &held))
-		GDX_WARN("nvmf", "%s: holds %" PRIu64 " bytes of request buffers, the target %"
-			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
-			 "): takes no more commands until the host reads (%" PRIu64 " more)",
-			 c->peer, c->buf_bytes,
-			 gdx_counter_get(&c->tgt->ctr[TGT_CTR_BUF_BYTES]), c->tgt->conn_buf_max,
-			 c->tgt->buf_max, held);
-}
-
-/*
- * Parses staged bytes, rxbuf[off, len); returns 0, or -1 once the connection
- * is gone or holds (rx_hold).
- */
-static int rx_consume(struct tcp_conn *c, uint32_t off, uint32_t len)
-{
-	const uint8_t *buf = c->rxbuf;
+	uint32_t off = 0;
 
 	while (off < len && !c->dead) {
 		uint32_t avail = len - off, n;
 
 		switch (c->rx) {
 		case RX_HDR:
-			/* a PDU starts with its type: hold back a command, never the data
-			 * the commands taken already wait for */
-			if (!c->hdr_have && buf[off] == GDX_TCP_CMD && conn_over(c)) {
-				rx_hold(c, off, len);
-				return -1;
-			}
 			n = GDX_MIN(avail, c->hdr_need - c->hdr_have);
 			memcpy(c->hdr.raw + c->hdr_have, buf + off, n);
 			c->hdr_have += n;
@@ -996,20 +1016,9 @@ static int rx_consume(struct tcp_conn *c, uint32_t off, uint32_t len)
 	return c->dead ? -1 : 0;
 }
 
-/* After a held connection released buffers: parse what waits, then read again. */
-static void conn_resume(struct tcp_conn *c)
-{
-	if (conn_over(c))
-		return;
-	c->rx_held = false;
-	if (rx_consume(c, c->rx_off, c->rx_len))
-		return;
-	conn_events(c);
-}
-
 static void conn_read(struct tcp_conn *c)
 {
-	for (int rounds = 0; rounds < 16 && !c->dead && !c->rx_held; rounds++) {
+	for (int rounds = 0; rounds < 16 && !c->dead; rounds++) {
 		ssize_t n;
 
 		if (c->rx == RX_DATA && c->data_dst && c->data_left >= DIRECT_RECV_MIN) {
@@ -1022,7 +1031,7 @@ static void conn_read(struct tcp_conn *c)
 		} else {
 			n = recv(c->fd, c->rxbuf, RXBUF_SIZE, MSG_DONTWAIT);
 			if (n > 0) {
-				if (rx_consume(c, 0, (uint32_t)n))
+				if (rx_consume(c, c->rxbuf, (uint32_t)n))
 					return;
 				/* drained: epoll says when more comes, no EAGAIN round trip */
 				if (n < RXBUF_SIZE)
@@ -1077,6 +1086,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 	c->phase = GDX_TCP_PHASE_IC;
 	c->params.maxh2cdata = t->maxh2cdata;
 	c->tx_tail = &c->tx_head;
+	c->wait_tail = &c->wait_head;
 	c->pipe[0] = c->pipe[1] = -1;
 	rx_expect_hdr(c);
 	return c;
@@ -1154,6 +1164,8 @@ static void conn_close(struct tcp_conn *c, const char *why)
 	}
 	c->tx_head = NULL;
 	c->tx_tail = &c->tx_head;
+	c->wait_head = NULL;
+	c->wait_tail = &c->wait_head;
 	mark_dirty(c);
 }
 
@@ -1403,11 +1415,15 @@ static void tick(struct tcp_reactor *r)
 		n = c->next;
 		if (c->dead)
 			continue;
-		if (c->tx_head && now - c->tx_moved_ns > r->tgt->stall_ns) {
-			char why[96];
+		if ((c->tx_head && now - c->tx_moved_ns > r->tgt->stall_ns) ||
+		    (c->nr2t && now - c->rx_moved_ns > r->tgt->stall_ns)) {
+			char why[112];
 
-			snprintf(why, sizeof(why), "no data taken for %" PRIu64
-				 " ms: nvmf.target.stall_timeout_ms", r->tgt->stall_ns / 1000000);
+			snprintf(why, sizeof(why), "no data %s for %" PRIu64
+				 " ms: nvmf.target.stall_timeout_ms",
+				 c->tx_head && now - c->tx_moved_ns > r->tgt->stall_ns ?
+					 "taken" : "sent for an R2T",
+				 r->tgt->stall_ns / 1000000);
 			gdx_counter_add(&r->tgt->ctr[TGT_CTR_STALLS], 1);
 			conn_close(c, why);
 			continue;
@@ -1416,7 +1432,7 @@ static void tick(struct tcp_reactor *r)
 		 * for it looks again (others' buffers may have gone meanwhile) */
 		if (tgt_over(r->tgt))
 			conn_trim(c);
-		if (c->rx_held)
+		if (c->wait_head)
 			mark_dirty(c);
 		if (c->sq.ctrl) {
 			sq_stats_register(c);
@@ -1464,13 +1480,13 @@ static void flush_dirty(struct tcp_reactor *r)
 		c->dirty = false;
 		if (!c->dead)
 			conn_flush(c);
-		if (!c->dead && c->rx_held)
-			conn_resume(c);
+		if (!c->dead && c->wait_head)
+			conn_unblock(c);
 		if (c->dirty)
 			continue;	/* closed or more to send: back on the list */
 		if (c->dead)
 			conn_reap(c);
-		else if (c->move_to && !c->tx_head && !c->inflight && !c->rx_held)
+		else if (c->move_to && !c->tx_head && !c->inflight)
 			conn_move(c);
 	}
 }
@@ -1928,12 +1944,9 @@ int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len)
 
 		/* the staging buffer is what recv() would have filled */
 		memcpy(c->rxbuf, p, n);
-		rx_consume(c, 0, n);
+		rx_consume(c, c->rxbuf, n);
 		if (!c->dead)
 			conn_flush(c);
-		/* synchronous backends: what holds it now would hold it for good */
-		if (c->rx_held)
-			break;
 		p += n;
 		len -= n;
 	}

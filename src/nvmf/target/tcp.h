@@ -20,7 +20,7 @@ enum {
 	TGT_CTR_PDUS_OUT,
 	TGT_CTR_REFUSED,	/* connections closed at accept: no descriptor, max_conns */
 	TGT_CTR_BUF_BYTES,	/* request buffers held now (a level, not a sum) */
-	TGT_CTR_HOLDS,		/* times a connection stopped taking commands (buffers) */
+	TGT_CTR_HOLDS,		/* times a connection's commands began to wait for buffers */
 	TGT_CTR_STALLS,		/* connections ended for taking no data */
 	TGT_CTR_NR
 };
@@ -92,7 +92,6 @@ struct tcp_conn *nvmf_tcp_conn_new_local(struct gdx_nvmf_target *t, int fd);
 /*
  * Returns 0, or -1 once the connection has ended (fatal error, TermReq): it is
  * then freed, where and as a reactor frees its connections, and c is gone.
- * A connection over its buffer limit (back-pressure) takes no more input.
  */
 int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len);
 /* Ends and frees a connection feed() has not ended. */
