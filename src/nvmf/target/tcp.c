@@ -254,6 +254,16 @@ static void lat_read_sent(struct tcp_reactor *r, const struct tcp_req *t)
 
 /* ---- tx -------------------------------------------------------------------- */
 
+/*
+ * The reactor iteration's time (to within a sleep, at most a second), for the
+ * stall timer: no clock read on the data path (a system call on some
+ * machines).  Local connections have no timers.
+ */
+static uint64_t conn_now(const struct tcp_conn *c)
+{
+	return c->r ? c->r->wake_ns : 0;
+}
+
 /* Local connections have no reactor: their feeder flushes and reaps them. */
 static void mark_dirty(struct tcp_conn *c)
 {
@@ -267,7 +277,7 @@ static void mark_dirty(struct tcp_conn *c)
 static void tx_queue(struct tcp_conn *c, struct tx_item *it)
 {
 	if (!c->tx_head)
-		c->tx_moved_ns = gdx_now_ns();
+		c->tx_moved_ns = conn_now(c);
 	it->next = NULL;
 	it->sent = 0;
 	*c->tx_tail = it;
@@ -359,7 +369,7 @@ static int splice_data(struct tcp_conn *c, struct tx_item *it)
 		if (n == 0)
 			return -EPIPE;
 		c->piped -= (uint32_t)n;
-		c->tx_moved_ns = gdx_now_ns();
+		c->tx_moved_ns = conn_now(c);
 		it->sent += (uint32_t)n;
 		done += (uint32_t)n;
 		gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)n);
@@ -431,7 +441,7 @@ static void conn_flush(struct tcp_conn *c)
 			}
 			gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)sent);
 			if (sent)
-				c->tx_moved_ns = gdx_now_ns();
+				c->tx_moved_ns = conn_now(c);
 		}
 		do {
 			struct tx_item *it = c->tx_head;
@@ -708,7 +718,7 @@ static void cmd_start(struct tcp_conn *c, struct tcp_req *t)
 		/* one R2T for the whole transfer; the host splits it by MAXH2CDATA */
 		t->state = REQ_R2T;
 		if (!c->nr2t++)
-			c->rx_moved_ns = gdx_now_ns();
+			c->rx_moved_ns = conn_now(c);
 		it->hdr_len = gdx_tcp_r2t_init((union gdx_tcp_pdu *)it->hdr, t->req.cmd.cid,
 					       t->ttag, 0, t->req.len, &c->params);
 		it->data = NULL;
@@ -951,7 +961,7 @@ static void data_bytes(struct tcp_conn *c, const uint8_t *p, uint32_t n)
 		c->crc = gdx_crc32c_update(c->crc, p, n);
 	c->data_left -= n;
 	if (c->nr2t)
-		c->rx_moved_ns = c->r ? c->r->wake_ns : 0;
+		c->rx_moved_ns = conn_now(c);
 	if (!c->data_left) {
 		if (c->info.has_ddgst)
 			c->rx = RX_DDGST;
