@@ -64,6 +64,8 @@ static void test_stalled_reader(void **state)
 	close(fd);
 	ns[0] = path;
 	ft_start(&ft, ns, 0, knobs);
+	/* the target has it open: nothing is left behind, even by a failed test */
+	unlink(path);
 
 	/* another host, served before, during and after */
 	adm2 = ft_connect(&ft, 5000);
@@ -118,7 +120,6 @@ static void test_stalled_reader(void **state)
 	close(io2);
 	close(adm2);
 	ft_stop(&ft);
-	unlink(path);
 	free(buf);
 }
 
@@ -152,6 +153,8 @@ static void test_slow_reader(void **state)
 	close(fd);
 	ns[0] = path;
 	ft_start(&ft, ns, 0, knobs);
+	/* the target has it open: nothing is left behind, even by a failed test */
+	unlink(path);
 	adm = ft_connect(&ft, 5000);
 	cntlid = ft_admin_up(adm, 0, 1);
 	io = ft_connect(&ft, 10000);
@@ -188,7 +191,6 @@ static void test_slow_reader(void **state)
 	close(io);
 	close(adm);
 	ft_stop(&ft);
-	unlink(path);
 	free(want);
 	free(got);
 }
@@ -242,6 +244,8 @@ static void test_many_writes(void **state)
 	t_fill(src, SPAN, 23);
 	ns[0] = path;
 	ft_start(&ft, ns, 0, knobs);
+	/* the target has it open: nothing is left behind, even by a failed test */
+	unlink(path);
 	adm = ft_connect(&ft, 5000);
 	cntlid = ft_admin_up(adm, 0, 1);
 	io = ft_connect(&ft, 10000);
@@ -289,7 +293,6 @@ static void test_many_writes(void **state)
 	close(io);
 	close(adm);
 	ft_stop(&ft);
-	unlink(path);
 	free(src);
 	free(back);
 }
@@ -318,6 +321,8 @@ static void test_r2t_stall(void **state)
 	close(fd);
 	ns[0] = path;
 	ft_start(&ft, ns, 0, knobs);
+	/* the target has it open: nothing is left behind, even by a failed test */
+	unlink(path);
 	adm = ft_connect(&ft, 5000);
 	cntlid = ft_admin_up(adm, 0, 1);
 	io = ft_connect(&ft, 10000);
@@ -336,7 +341,6 @@ static void test_r2t_stall(void **state)
 	close(io);
 	close(adm);
 	ft_stop(&ft);
-	unlink(path);
 }
 
 int main(void)
