@@ -208,6 +208,28 @@ static struct knob knobs[] = {
 	KNOB("nvmf.target.lat_stats", K_BOOL, "1",
 	     "NVMe/TCP target: time each I/O read's stages (three clock reads per read) and "
 	     "the reactors' sleep, poll and busy time: nvmf.target.lat in the target's stats JSON"),
+	KNOB("nvmf.target.max_conns", K_INT, "4096",
+	     "NVMe/TCP target: connections served at once; more are accepted and closed at once "
+	     "(logged at most once a second, counted in connections_refused)",
+	     .min = 1, .max = 1000000),
+	KNOB("nvmf.target.handshake_timeout_ms", K_INT, "10000",
+	     "NVMe/TCP target: a connection that has not sent ICReq and a successful Connect "
+	     "this long after it was accepted is closed (checked once a second)",
+	     .min = 1, .max = 3600000),
+	KNOB("nvmf.target.conn_buf_max", K_SIZE, "32M",
+	     "NVMe/TCP target: request buffers (file namespaces' data, in-capsule and R2T "
+	     "data) one connection may hold; beyond it its reads and R2T writes wait until the "
+	     "host reads (one command, at most MDTS, may go over)",
+	     .min = 65536, .max = 1ll << 40),
+	KNOB("nvmf.target.buf_max", K_SIZE, "512M",
+	     "NVMe/TCP target: request buffers all connections together may hold; beyond it "
+	     "reads and R2T writes wait on every connection (buffers kept for reuse go first)",
+	     .min = 65536, .max = 1ll << 40),
+	KNOB("nvmf.target.stall_timeout_ms", K_INT, "30000",
+	     "NVMe/TCP target: a connection with PDUs to send of which the host has taken none, "
+	     "or with an R2T whose data has not come, for this long is closed, keep-alive or "
+	     "not (checked once a second)",
+	     .min = 1, .max = 3600000),
 	KNOB("nvmf.host.post_first", K_BOOL, "1",
 	     "NVMe/TCP host: with a done word, a received piece's H2D copy is posted before the "
 	     "device reads held so far complete (their callbacks then cannot delay it)"),

@@ -29,6 +29,7 @@
 
 #include <gdx/nvmf.h>
 
+#include "nvmf/core/core.h"
 #include "nvmf/proto/nvme.h"
 #include "nvmf/proto/tcp.h"
 
@@ -242,13 +243,17 @@ static uint16_t run_cmd(struct host *h, struct gdx_nvme_sqe *sqe, const void *ou
 	}
 }
 
-static uint16_t fab_connect(struct host *h, const char *subnqn, const char *hostnqn, uint16_t qid,
-			    uint16_t sqsize, uint16_t cntlid, uint32_t kato, uint64_t *res)
+/* Connect with host ID hostid (NULL: all zeroes). */
+static uint16_t fab_connect_id(struct host *h, const char *subnqn, const char *hostnqn,
+			       const uint8_t *hostid, uint16_t qid, uint16_t sqsize,
+			       uint16_t cntlid, uint32_t kato, uint64_t *res)
 {
 	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_OPC_FABRICS };
 	struct gdx_nvmf_connect_data d;
 
 	memset(&d, 0, sizeof(d));
+	if (hostid)
+		memcpy(d.hostid, hostid, sizeof(d.hostid));
 	d.cntlid = cntlid;
 	snprintf(d.subnqn, sizeof(d.subnqn), "%s", subnqn);
 	snprintf(d.hostnqn, sizeof(d.hostnqn), "%s", hostnqn);
@@ -257,6 +262,12 @@ static uint16_t fab_connect(struct host *h, const char *subnqn, const char *host
 	sqe.connect.sqsize = sqsize;
 	sqe.connect.kato = kato;
 	return run_cmd(h, &sqe, &d, sizeof(d), true, NULL, 0, res);
+}
+
+static uint16_t fab_connect(struct host *h, const char *subnqn, const char *hostnqn, uint16_t qid,
+			    uint16_t sqsize, uint16_t cntlid, uint32_t kato, uint64_t *res)
+{
+	return fab_connect_id(h, subnqn, hostnqn, NULL, qid, sqsize, cntlid, kato, res);
 }
 
 static uint16_t prop(struct host *h, bool set, uint32_t ofst, uint64_t v, bool eight,
@@ -514,6 +525,103 @@ static void test_connect_errors(void **state)
 	close(h.fd);
 }
 
+/*
+ * An I/O-queue Connect must come from the host that made the controller: its
+ * host NQN and its host ID.  One that names a victim's controller with the
+ * victim's NQN but another host ID (or another NQN) is refused as an unknown
+ * cntlid is, and the victim's controller goes on.
+ */
+static void test_connect_hijack(void **state)
+{
+	static const uint8_t victim_id[16] = { 0x11, 0x22, 0x33, 0x44 };
+	static const uint8_t other_id[16] = { 0x55, 0x66 };
+	struct host v, io, x;
+	uint64_t res;
+	uint8_t buf[4096];
+
+	(void)state;
+	host_icreq(&v, false, false);
+	assert_int_equal(fab_connect_id(&v, NQN, HOSTNQN, victim_id, 0, 31, 0xffff, 0, &res), 0);
+	v.cntlid = (uint16_t)res;
+	assert_int_equal(prop(&v, true, GDX_NVME_REG_CC, GDX_NVME_CC_DEFAULT | 1, false, NULL), 0);
+	assert_int_equal(set_nr_queues(&v, 2), 0);
+
+	host_icreq(&x, false, false);
+	/* the victim's NQN, another host ID */
+	assert_int_equal(fab_connect_id(&x, NQN, HOSTNQN, other_id, 1, 127, v.cntlid, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	assert_int_equal(res & 0xffffffff, GDX_NVMF_IATTR_DATA | 16);
+	/* ... no host ID at all */
+	assert_int_equal(fab_connect_id(&x, NQN, HOSTNQN, NULL, 1, 127, v.cntlid, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	/* the victim's host ID, another NQN */
+	assert_int_equal(fab_connect_id(&x, NQN, "nqn.2024-01.io.gdx:mallory", victim_id, 1, 127,
+					v.cntlid, 0, &res),
+			 GDX_NVME_SC_CONNECT_INVALID_PARAM | GDX_NVME_ST_DNR);
+	close(x.fd);
+
+	/* the victim still gets its queue, and its controller answers */
+	host_icreq(&io, false, false);
+	assert_int_equal(fab_connect_id(&io, NQN, HOSTNQN, victim_id, 1, 127, v.cntlid, 0, &res),
+			 0);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 0, 8, buf, 4096, false), 0);
+	assert_int_equal(identify(&v, GDX_NVME_CNS_CTRL, 0, buf), 0);
+	close(io.fd);
+	close(v.fd);
+}
+
+/*
+ * KATO is rounded up to whole seconds: a Connect or Set Features KATO within
+ * 999 ms of UINT32_MAX used to wrap to 0 in 32 bits and disable keep-alive.
+ */
+static void test_kato_wrap(void **state)
+{
+	static const uint32_t katos[] = { 0xfffffc19u, 0xfffffc18u, 0xffffffffu, 1 };
+	struct gdx_nvme_sqe sqe;
+	struct host h;
+	uint64_t res;
+
+	(void)state;
+	for (unsigned i = 0; i < GDX_ARRAY_SIZE(katos); i++) {
+		uint32_t want = katos[i] == 1 ? 1000 : 4294967000u;
+
+		host_icreq(&h, false, false);
+		assert_int_equal(fab_connect(&h, NQN, HOSTNQN, 0, 31, 0xffff, katos[i], &res), 0);
+		assert_int_equal(prop(&h, true, GDX_NVME_REG_CC, GDX_NVME_CC_DEFAULT | 1, false,
+				      NULL), 0);
+		sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_GET_FEATURES,
+					     .cdw10 = GDX_NVME_FEAT_KATO };
+		assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, &res), 0);
+		assert_int_equal((uint32_t)res, want);
+		sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_SET_FEATURES,
+					     .cdw10 = GDX_NVME_FEAT_KATO, .cdw11 = katos[i] };
+		assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+		sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_GET_FEATURES,
+					     .cdw10 = GDX_NVME_FEAT_KATO };
+		assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, &res), 0);
+		assert_int_equal((uint32_t)res, want);
+		close(h.fd);
+	}
+}
+
+/* Fresh targets start their controller IDs at random points in 1..0xFFEF. */
+static void test_cntlid_start(void **state)
+{
+	struct nvmf_tgt t[4];
+	bool differ = false;
+
+	(void)state;
+	for (unsigned i = 0; i < GDX_ARRAY_SIZE(t); i++) {
+		assert_int_equal(nvmf_tgt_init(&t[i]), 0);
+		assert_in_range(t[i].next_cntlid, 1, GDX_NVME_CNTLID_MAX);
+		differ |= t[i].next_cntlid != t[0].next_cntlid;
+	}
+	/* all four equal by chance: 1 in 65519^3 */
+	assert_true(differ);
+	for (unsigned i = 0; i < GDX_ARRAY_SIZE(t); i++)
+		nvmf_tgt_fini(&t[i]);
+}
+
 static void test_io(void **state)
 {
 	struct host a, io;
@@ -730,6 +838,62 @@ static void test_malformed(void **state)
 
 	/* the survivor still answers */
 	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_KEEP_ALIVE };
+	assert_int_equal(run_cmd(&survivor, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	close(survivor.fd);
+}
+
+/* Sends H2CTermReq (FES 1) and a keep-alive after it in the same segment. */
+static void send_host_term(struct host *h)
+{
+	struct gdx_tcp_params plain = { .maxh2cdata = 131072 };
+	struct gdx_nvme_sqe ka = { .opc = GDX_NVME_ADM_KEEP_ALIVE, .cid = 99,
+				   .flags = GDX_NVME_FLAGS_PSDT_SGL };
+	uint8_t buf[24 + 72] = { 0 };
+	struct gdx_tcp_term *t = (void *)buf;
+	union gdx_tcp_pdu cmd;
+	char c;
+
+	t->ch.type = GDX_TCP_H2C_TERM;
+	t->ch.hlen = 24;
+	t->ch.plen = 24;
+	t->fes = GDX_TCP_FES_INVALID_HEADER;
+	/* bytes after the TermReq: the receive loop must stop at it, with the
+	 * connection still valid to look at */
+	gdx_tcp_cmd_init(&cmd, &ka, 0, &plain);
+	memcpy(buf + 24, &cmd, 72);
+	send_all(h->fd, buf, sizeof(buf));
+	/* the target closes without an answer */
+	assert_int_equal(recv(h->fd, &c, 1, 0), 0);
+	close(h->fd);
+}
+
+/*
+ * A host's H2CTermReq ends its connection (the kernel host and gdx's send it
+ * on protocol errors): before Connect, on an admin queue, on an I/O queue.
+ * The connection used to be freed inside the handler while the receive loop
+ * still read it (ASan: heap-use-after-free in rx_consume).
+ */
+static void test_host_term(void **state)
+{
+	struct host survivor, h, a, io;
+	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_ADM_KEEP_ALIVE };
+
+	(void)state;
+	admin_up(&survivor, NQN, false, false, 30000);
+	for (int i = 0; i < 3; i++) {
+		host_icreq(&h, false, false);
+		send_host_term(&h);
+		admin_up(&h, NQN, false, false, 5000);
+		send_host_term(&h);
+		admin_up(&a, NQN, false, false, 5000);
+		assert_int_equal(set_nr_queues(&a, 1), 0);
+		io_up(&io, &a, false, false, 1);
+		send_host_term(&io);
+		/* the controller lives on: the queue can be connected again */
+		io_up(&io, &a, false, false, 1);
+		close(io.fd);
+		close(a.fd);
+	}
 	assert_int_equal(run_cmd(&survivor, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
 	close(survivor.fd);
 }
@@ -1172,9 +1336,13 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_admin),
 		cmocka_unit_test(test_connect_errors),
+		cmocka_unit_test(test_connect_hijack),
+		cmocka_unit_test(test_kato_wrap),
+		cmocka_unit_test(test_cntlid_start),
 		cmocka_unit_test(test_io),
 		cmocka_unit_test(test_digests),
 		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_host_term),
 		cmocka_unit_test(test_discovery),
 		cmocka_unit_test(test_aen_and_keepalive),
 		cmocka_unit_test(test_bdev),

@@ -6,6 +6,10 @@
  * connected (ICReq and Connect done by the harness) of a controller that is
  * enabled, so the rest reaches the NVM command set.  Responses go to
  * /dev/null.  Namespaces: RAM (512 B blocks), RAM (4 KiB), null.
+ *
+ * A connection the input ends (a fatal PDU, a TermReq) is freed by feed()
+ * where the reactor would free it, so a handler that touches it after
+ * closing it is a use-after-free ASan sees.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -29,6 +33,13 @@ static struct tcp_conn *admin;
 static int devnull;
 static uint16_t cntlid;
 
+/* Set-up commands of the harness: the connection must live through them. */
+static void feed(struct tcp_conn *c, const void *buf, size_t len)
+{
+	if (nvmf_tcp_conn_feed(c, buf, len))
+		abort();
+}
+
 static void cmd(struct tcp_conn *c, struct gdx_nvme_sqe *sqe, const void *data, uint32_t len)
 {
 	static const struct gdx_tcp_params plain = { .maxh2cdata = 131072 };
@@ -39,9 +50,9 @@ static void cmd(struct tcp_conn *c, struct gdx_nvme_sqe *sqe, const void *data, 
 	sqe->dptr.type = len ? GDX_NVME_SGL_DATA_BLOCK_OFFSET : GDX_NVME_SGL_TRANSPORT;
 	sqe->dptr.length = len;
 	hl = gdx_tcp_cmd_init(&pdu, sqe, len, &plain);
-	nvmf_tcp_conn_feed(c, &pdu, hl);
+	feed(c, &pdu, hl);
 	if (len)
-		nvmf_tcp_conn_feed(c, data, len);
+		feed(c, data, len);
 }
 
 static void icreq_connect(struct tcp_conn *c, uint16_t qid, uint16_t id)
@@ -51,7 +62,7 @@ static void icreq_connect(struct tcp_conn *c, uint16_t qid, uint16_t id)
 	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_OPC_FABRICS };
 
 	gdx_tcp_icreq_init(&ic.icreq, false, false, 0);
-	nvmf_tcp_conn_feed(c, &ic, sizeof(ic.icreq));
+	feed(c, &ic, sizeof(ic.icreq));
 	strcpy(d.subnqn, NQN);
 	strcpy(d.hostnqn, HOSTNQN);
 	sqe.fctype = GDX_NVMF_FCTYPE_CONNECT;
@@ -90,8 +101,8 @@ static void init(void)
 	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_SET_FEATURES,
 				     .cdw10 = GDX_NVME_FEAT_NUM_QUEUES, .cdw11 = 0x00030003 };
 	cmd(admin, &sqe, NULL, 0);
-	/* the first controller of a fresh target */
-	cntlid = 1;
+	/* the only controller (cntlids start at a random point) */
+	cntlid = tgt->core.ctrls->cntlid;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -107,7 +118,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	if (data[0] & 1)
 		icreq_connect(c, 1, cntlid);
-	nvmf_tcp_conn_feed(c, data + 1, size - 1);
-	nvmf_tcp_conn_free_local(c);
+	/* -1: the input ended the connection, and feed() freed it */
+	if (!nvmf_tcp_conn_feed(c, data + 1, size - 1))
+		nvmf_tcp_conn_free_local(c);
 	return 0;
 }

@@ -85,6 +85,18 @@ static uint16_t connect_fail(struct nvmf_req *req, uint16_t st, uint32_t iattr)
 	return st | DNR;
 }
 
+/*
+ * KATO rounded up to whole seconds (KAS is 10 x 100 ms), in 64 bits: near
+ * UINT32_MAX the rounding must not wrap to 0, which would disable keep-alive.
+ * Clamped to the largest whole second a 32-bit KATO holds.
+ */
+static uint32_t kato_round(uint32_t kato_ms)
+{
+	uint64_t ms = ((uint64_t)kato_ms + 999) / 1000 * 1000;
+
+	return (uint32_t)GDX_MIN(ms, (uint64_t)UINT32_MAX / 1000 * 1000);
+}
+
 static struct nvmf_ctrl *ctrl_alloc(struct nvmf_tgt *t, struct nvmf_subsys *s,
 				    const struct gdx_nvmf_connect_data *d, uint32_t kato)
 {
@@ -101,7 +113,7 @@ static struct nvmf_ctrl *ctrl_alloc(struct nvmf_tgt *t, struct nvmf_subsys *s,
 	memcpy(c->hostid, d->hostid, sizeof(c->hostid));
 	gdx_nvme_field_str(c->hostnqn, sizeof(c->hostnqn), d->hostnqn, sizeof(d->hostnqn));
 	/* A discovery controller connected without keep-alive is still reaped eventually. */
-	c->kato_ms = kato ? (kato + 999) / 1000 * 1000 : s->discovery ? NVMF_DISC_KATO_MS : 0;
+	c->kato_ms = kato ? kato_round(kato) : s->discovery ? NVMF_DISC_KATO_MS : 0;
 	c->aen_cfg = 0;
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(c->ctr); i++)
 		c->ctr[i].name = names[i];
@@ -206,9 +218,21 @@ static uint16_t do_connect(struct nvmf_req *req)
 		c->admin = sq;
 	} else {
 		for (c = t->ctrls; c; c = c->next)
-			if (c->subsys == s && c->cntlid == d->cntlid &&
-			    !strcmp(c->hostnqn, hostnqn))
+			if (c->subsys == s && c->cntlid == d->cntlid)
 				break;
+		/*
+		 * Only the host that made the controller may add queues to it: the
+		 * same host NQN and host ID.  A mismatch answers as an unknown
+		 * cntlid does, so a guesser learns nothing of other hosts'
+		 * controllers.  (Both are claims, not proofs: docs/reliability.md.)
+		 */
+		if (c && (strcmp(c->hostnqn, hostnqn) ||
+			  memcmp(c->hostid, d->hostid, sizeof(c->hostid)))) {
+			GDX_WARN("nvmf", "connect from %s to %s qid %u refused: controller %u "
+				 "belongs to another host %s", hostnqn, subnqn, qid, c->cntlid,
+				 strcmp(c->hostnqn, hostnqn) ? "NQN" : "ID");
+			c = NULL;
+		}
 		if (!c || atomic_load(&c->fatal)) {
 			c = NULL;
 			st = connect_fail(req, GDX_NVME_SC_CONNECT_INVALID_PARAM,
@@ -541,7 +565,7 @@ uint16_t nvmf_ctrl_keep_alive(struct nvmf_ctrl *c)
 
 void nvmf_ctrl_set_kato(struct nvmf_ctrl *c, uint32_t kato_ms)
 {
-	c->kato_ms = kato_ms ? (kato_ms + 999) / 1000 * 1000 : 0;
+	c->kato_ms = kato_round(kato_ms);
 	if (!c->kato_ms)
 		atomic_store(&c->ka_deadline_ns, 0);
 	else

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -18,7 +20,13 @@ int nvmf_tgt_init(struct nvmf_tgt *t)
 	t->disc.allow_any_host = true;
 	snprintf(t->disc.serial, sizeof(t->disc.serial), "gdx-discovery");
 	snprintf(t->disc.model, sizeof(t->disc.model), "gdx discovery");
-	t->next_cntlid = 1;
+	/*
+	 * Controller IDs start at a random point: sequential IDs from 1 make
+	 * another host's controller easy to name in an I/O-queue Connect.
+	 */
+	if (getrandom(&t->next_cntlid, sizeof(t->next_cntlid), 0) != sizeof(t->next_cntlid))
+		t->next_cntlid = (uint16_t)getpid();
+	t->next_cntlid = (uint16_t)(t->next_cntlid % GDX_NVME_CNTLID_MAX + 1);
 	t->disc_genctr = 1;
 	t->max_io = 1u << 20;
 	t->inline_data = 16384;

@@ -67,7 +67,8 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	struct gdx_nvmf_target_opts o;
 	struct gdx_nvmf_target *t;
 	static const char *const names[] = { "connections", "connection_errors", "pdus_in",
-					     "pdus_out" };
+					     "pdus_out", "connections_refused", "buffered_bytes",
+					     "backpressure_holds", "stalled_queues" };
 
 	gdx_nvmf_target_opts_init(&o, sizeof(o));
 	if (uo)
@@ -100,6 +101,11 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 		t->ctr[i].name = names[i];
 	gdx_stats_create("nvmf.target", t->ctr, TGT_CTR_NR, &t->stats);
 	t->lat_stats = gdx_cfg_bool("nvmf.target.lat_stats");
+	t->max_conns = (unsigned)gdx_cfg_int("nvmf.target.max_conns");
+	t->handshake_ns = (uint64_t)gdx_cfg_int("nvmf.target.handshake_timeout_ms") * 1000000;
+	t->conn_buf_max = gdx_cfg_size("nvmf.target.conn_buf_max");
+	t->buf_max = gdx_cfg_size("nvmf.target.buf_max");
+	t->stall_ns = (uint64_t)gdx_cfg_int("nvmf.target.stall_timeout_ms") * 1000000;
 	*out = t;
 	return 0;
 }

@@ -17,10 +17,19 @@
  * digest) on the connection's queue; the queue is flushed with sendmsg()
  * once per loop iteration, so completions that arrive together leave in one
  * system call.
+ *
+ * Lifetime: conn_close ends a connection wherever it is called from; only
+ * flush_dirty, at the end of an iteration, frees it (conn_reap).
+ *
+ * Limits (docs/reliability.md): connections (max_conns, a spare descriptor
+ * to refuse with at the fd limit), the handshake's time, request buffers per
+ * connection and in all (back-pressure: no more commands parsed or read),
+ * and a send queue that makes no progress (stall timeout).
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -45,7 +54,9 @@
 #define MAX_SLOTS 512		/* 2 x the deepest queue: CIDs recycle before we free */
 #define PRE_CONNECT_SLOTS 4
 #define IOV_BATCH 64
-#define CONNECT_TIMEOUT_NS (60ull * 1000000000ull)
+#define LOG_INTERVAL_NS 1000000000ull	/* a limit's log line: at most once a second */
+#define ACCEPT_PAUSE_MIN_NS (10ull * 1000000)	/* accept that cannot refuse: paused, */
+#define ACCEPT_PAUSE_MAX_NS 1000000000ull	/* doubling up to this */
 #define SPLICE_MIN (64 * 1024)	/* reads this large leave namespace memory without a copy */
 #define PIPE_SIZE (1 << 20)
 #define PLACE_NS (20ull * 1000000)	/* how often a following reactor reconsiders its CPU */
@@ -64,6 +75,25 @@ struct listener {
 	struct nvmf_port *port;
 };
 
+/* At most one log line a second per cause; the ones held back are counted. */
+struct log_limit {
+	uint64_t next_ns;
+	uint64_t held;
+};
+
+/* True if a line may go out now; *held gets how many were held back since the last. */
+static bool log_limit_ok(struct log_limit *l, uint64_t now, uint64_t *held)
+{
+	if (now < l->next_ns) {
+		l->held++;
+		return false;
+	}
+	*held = l->held;
+	l->held = 0;
+	l->next_ns = now + LOG_INTERVAL_NS;
+	return true;
+}
+
 struct tx_item {
 	struct tx_item *next;
 	uint8_t hdr[GDX_TCP_TERM_HLEN + GDX_TCP_TERM_MAX_DATA];
@@ -78,7 +108,7 @@ struct tx_item {
 	struct tcp_req *req;
 };
 
-enum req_state { REQ_FREE, REQ_RX_CAPSULE, REQ_R2T, REQ_EXEC, REQ_TX };
+enum req_state { REQ_FREE, REQ_RX_CAPSULE, REQ_WAIT_BUF, REQ_R2T, REQ_EXEC, REQ_TX };
 
 struct tcp_req {
 	struct nvmf_req req;
@@ -91,7 +121,7 @@ struct tcp_req {
 	uint32_t own_cap;
 	uint32_t h2c_done;
 	struct tx_item tx_data, tx_rsp;
-	struct tcp_req *next_free;
+	struct tcp_req *next_free;	/* on the free list, or the wait list */
 	bool timed;		/* an I/O read whose stages are summed */
 	uint64_t t_wake, t_sub, t_done;
 };
@@ -106,8 +136,7 @@ struct tcp_conn {
 	struct tcp_conn *next, *prev;
 	struct tcp_conn *dirty_next;
 	bool dirty;
-	bool dead;
-	bool unlinked;
+	bool dead;		/* closed: freed by conn_reap once nothing is in flight */
 	struct tcp_reactor *move_to;	/* after Connect: the reactor for this QID */
 	bool local;
 	bool want_out;
@@ -133,12 +162,24 @@ struct tcp_conn {
 	uint32_t ddgst_have;
 	uint8_t *rxbuf;
 	uint32_t rx_off, rx_len;
+	/*
+	 * Back-pressure: while the connection holds its share of request buffers
+	 * (conn_over), commands that need one (reads through a bounce buffer,
+	 * writes through R2T) wait here, in order, neither run nor asked data for.
+	 * The socket is still read: H2CData for writes already under way must get
+	 * in, and the command slots (2 x SQ size) bound what can wait.
+	 */
+	struct tcp_req *wait_head, **wait_tail;
+	uint64_t buf_bytes;	/* request buffers allocated (in use or cached) */
+	unsigned nr2t;		/* requests waiting for H2CData */
+	uint64_t rx_moved_ns;	/* the first of them was asked for, or data came */
 
 	/* send */
 	struct tx_item *tx_head, **tx_tail;
 	int pipe[2];		/* for spliced data; -1 until needed */
 	uint32_t piped;		/* bytes of the head item's data in the pipe */
 	struct tx_item conn_tx;
+	uint64_t tx_moved_ns;	/* the queue last got non-empty or sent bytes */
 
 	/* command slots, indexed by TTAG */
 	struct tcp_req *slots[MAX_SLOTS];
@@ -164,6 +205,16 @@ struct tcp_reactor {
 	struct nvmf_ioctx *ioctx;
 	struct listener listeners[NVMF_MAX_PORTS];
 	unsigned nlisteners;
+	/*
+	 * Out of descriptors, accept() fails and the connection stays queued:
+	 * closing this spare lets one more be accepted and closed, so clients
+	 * are refused instead of left to time out.
+	 */
+	int reserve_fd;
+	uint64_t accept_pause_ns;	/* current pause; 0: none since the last accept */
+	uint64_t accept_resume_ns;	/* listeners paused until then; 0: not paused */
+	struct log_limit accept_log;
+	struct log_limit hold_log;
 	pthread_mutex_t lock;	/* handoff of accepted sockets */
 	struct handoff {
 		int fd;
@@ -179,6 +230,7 @@ struct tcp_reactor {
 };
 
 static void conn_close(struct tcp_conn *c, const char *why);
+static bool conn_reap(struct tcp_conn *c);
 static void req_done(struct nvmf_req *nr);
 
 /* Only the reactor writes its sums: no read-modify-write on the bus. */
@@ -202,6 +254,17 @@ static void lat_read_sent(struct tcp_reactor *r, const struct tcp_req *t)
 
 /* ---- tx -------------------------------------------------------------------- */
 
+/*
+ * The reactor iteration's time (to within a sleep, at most a second), for the
+ * stall timer: no clock read on the data path (a system call on some
+ * machines).  Local connections have no timers.
+ */
+static uint64_t conn_now(const struct tcp_conn *c)
+{
+	return c->r ? c->r->wake_ns : 0;
+}
+
+/* Local connections have no reactor: their feeder flushes and reaps them. */
 static void mark_dirty(struct tcp_conn *c)
 {
 	if (c->dirty || c->local)
@@ -213,6 +276,8 @@ static void mark_dirty(struct tcp_conn *c)
 
 static void tx_queue(struct tcp_conn *c, struct tx_item *it)
 {
+	if (!c->tx_head)
+		c->tx_moved_ns = conn_now(c);
 	it->next = NULL;
 	it->sent = 0;
 	*c->tx_tail = it;
@@ -220,6 +285,9 @@ static void tx_queue(struct tcp_conn *c, struct tx_item *it)
 	gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_OUT], 1);
 	mark_dirty(c);
 }
+
+static bool tgt_over(const struct gdx_nvmf_target *t);
+static void req_buf_drop(struct tcp_req *t);
 
 static void req_free(struct tcp_req *t)
 {
@@ -229,6 +297,12 @@ static void req_free(struct tcp_req *t)
 	t->next_free = c->free_reqs;
 	c->free_reqs = t;
 	c->nused--;
+	/* over the target's budget, buffers are not kept for reuse */
+	if (t->own_buf && tgt_over(c->tgt))
+		req_buf_drop(t);
+	/* waiting commands may go now: the reactor looks after this pass */
+	if (c->wait_head)
+		mark_dirty(c);
 }
 
 static void set_epollout(struct tcp_conn *c, bool on)
@@ -295,6 +369,7 @@ static int splice_data(struct tcp_conn *c, struct tx_item *it)
 		if (n == 0)
 			return -EPIPE;
 		c->piped -= (uint32_t)n;
+		c->tx_moved_ns = conn_now(c);
 		it->sent += (uint32_t)n;
 		done += (uint32_t)n;
 		gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)n);
@@ -365,6 +440,8 @@ static void conn_flush(struct tcp_conn *c)
 				return;
 			}
 			gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)sent);
+			if (sent)
+				c->tx_moved_ns = conn_now(c);
 		}
 		do {
 			struct tx_item *it = c->tx_head;
@@ -456,6 +533,21 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 	return t;
 }
 
+/* Request buffers, counted per connection and in the target's buffered_bytes. */
+static void buf_account(struct tcp_conn *c, uint32_t freed, uint32_t got)
+{
+	c->buf_bytes = c->buf_bytes - freed + got;
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_BUF_BYTES], (uint64_t)got - freed);
+}
+
+static void req_buf_drop(struct tcp_req *t)
+{
+	buf_account(t->conn, t->own_cap, 0);
+	free(t->own_buf);
+	t->own_buf = NULL;
+	t->own_cap = 0;
+}
+
 /* A buffer of len bytes owned by the request, page aligned for O_DIRECT. */
 static int req_buf(struct tcp_req *t, uint32_t len)
 {
@@ -465,12 +557,42 @@ static int req_buf(struct tcp_req *t, uint32_t len)
 
 		if (posix_memalign(&p, 4096, cap))
 			return -ENOMEM;
-		free(t->own_buf);
+		req_buf_drop(t);
 		t->own_buf = p;
 		t->own_cap = cap;
+		buf_account(t->conn, 0, cap);
 	}
 	t->req.buf = t->own_buf;
 	return 0;
+}
+
+static bool tgt_over(const struct gdx_nvmf_target *t)
+{
+	return gdx_counter_get(&t->ctr[TGT_CTR_BUF_BYTES]) >= t->buf_max;
+}
+
+/* Frees the buffers free slots keep for reuse. */
+static void conn_trim(struct tcp_conn *c)
+{
+	for (unsigned i = 0; i < c->nslots; i++)
+		if (c->slots[i]->state == REQ_FREE && c->slots[i]->own_buf)
+			req_buf_drop(c->slots[i]);
+}
+
+/*
+ * True while the connection may start no command that needs a buffer: it
+ * holds nvmf.target.conn_buf_max of request buffers, or the target
+ * nvmf.target.buf_max in all.  Checked before each such command, so one (at
+ * most MDTS) may take it over.  Cached buffers go first.
+ */
+static bool conn_over(struct tcp_conn *c)
+{
+	const struct gdx_nvmf_target *t = c->tgt;
+
+	if (c->buf_bytes < t->conn_buf_max && !tgt_over(t))
+		return false;
+	conn_trim(c);
+	return c->buf_bytes >= t->conn_buf_max || tgt_over(t);
 }
 
 static void queue_rsp(struct tcp_conn *c, struct tcp_req *t)
@@ -497,8 +619,9 @@ static void req_done(struct nvmf_req *nr)
 		c->inflight--;
 	if (c->dead) {
 		req_free(t);
-		if (!c->inflight && c->local == false)
-			conn_close(c, NULL);
+		/* the last one: the reactor frees the connection after this iteration */
+		if (!c->inflight)
+			mark_dirty(c);
 		return;
 	}
 	t->state = REQ_TX;
@@ -567,24 +690,35 @@ static bool needs_h2c(const struct tcp_req *t)
 	       gdx_nvme_opc_xfer(opc) == GDX_NVME_XFER_H2C;
 }
 
-/* The command and any in-capsule data are here: run it, or ask for its data. */
-static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
+/* Over its share of buffers: the command waits, behind any that wait already. */
+static void cmd_wait(struct tcp_conn *c, struct tcp_req *t)
 {
-	if (t->ddgst_err)
-		t->status = GDX_NVME_SC_TRANSIENT_TR_ERR;
-	if (t->status) {
-		req_fail(c, t, t->status);
+	uint64_t held;
+
+	t->state = REQ_WAIT_BUF;
+	t->next_free = NULL;
+	*c->wait_tail = t;
+	c->wait_tail = &t->next_free;
+	if (c->wait_head != t)
 		return;
-	}
-	if (!t->req.buf && t->req.len && req_buf(t, t->req.len)) {
-		req_fail(c, t, GDX_NVME_SC_INTERNAL);
-		return;
-	}
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_HOLDS], 1);
+	if (c->r && log_limit_ok(&c->r->hold_log, gdx_now_ns(), &held))
+		GDX_WARN("nvmf", "%s: holds %" PRIu64 " bytes of request buffers, the target %"
+			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
+			 "): its commands wait until the host reads (%" PRIu64 " more)", c->peer,
+			 c->buf_bytes, gdx_counter_get(&c->tgt->ctr[TGT_CTR_BUF_BYTES]),
+			 c->tgt->conn_buf_max, c->tgt->buf_max, held);
+}
+
+static void cmd_start(struct tcp_conn *c, struct tcp_req *t)
+{
 	if (needs_h2c(t)) {
 		struct tx_item *it = &t->tx_data;
 
 		/* one R2T for the whole transfer; the host splits it by MAXH2CDATA */
 		t->state = REQ_R2T;
+		if (!c->nr2t++)
+			c->rx_moved_ns = conn_now(c);
 		it->hdr_len = gdx_tcp_r2t_init((union gdx_tcp_pdu *)it->hdr, t->req.cmd.cid,
 					       t->ttag, 0, t->req.len, &c->params);
 		it->data = NULL;
@@ -597,6 +731,44 @@ static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
 		return;
 	}
 	req_exec(c, t);
+}
+
+/* The command and any in-capsule data are here: run it, or ask for its data. */
+static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
+{
+	if (t->ddgst_err)
+		t->status = GDX_NVME_SC_TRANSIENT_TR_ERR;
+	if (t->status) {
+		req_fail(c, t, t->status);
+		return;
+	}
+	if (!t->req.buf && t->req.len) {
+		if (c->wait_head || conn_over(c)) {
+			cmd_wait(c, t);
+			return;
+		}
+		if (req_buf(t, t->req.len)) {
+			req_fail(c, t, GDX_NVME_SC_INTERNAL);
+			return;
+		}
+	}
+	cmd_start(c, t);
+}
+
+/* Buffers went: start the commands that waited for them, in order, while they fit. */
+static void conn_unblock(struct tcp_conn *c)
+{
+	while (c->wait_head && !c->dead && !conn_over(c)) {
+		struct tcp_req *t = c->wait_head;
+
+		c->wait_head = t->next_free;
+		if (!c->wait_head)
+			c->wait_tail = &c->wait_head;
+		if (req_buf(t, t->req.len))
+			req_fail(c, t, GDX_NVME_SC_INTERNAL);
+		else
+			cmd_start(c, t);
+	}
 }
 
 /* ---- receive --------------------------------------------------------------------- */
@@ -770,6 +942,7 @@ static void data_done(struct tcp_conn *c)
 	t->ddgst_err |= bad;
 	t->h2c_done += c->hdr.data.datal;
 	if (t->h2c_done == t->req.len) {
+		c->nr2t--;
 		if (t->ddgst_err)
 			req_fail(c, t, GDX_NVME_SC_TRANSIENT_TR_ERR);
 		else
@@ -787,6 +960,8 @@ static void data_bytes(struct tcp_conn *c, const uint8_t *p, uint32_t n)
 	if (c->info.has_ddgst)
 		c->crc = gdx_crc32c_update(c->crc, p, n);
 	c->data_left -= n;
+	if (c->nr2t)
+		c->rx_moved_ns = conn_now(c);
 	if (!c->data_left) {
 		if (c->info.has_ddgst)
 			c->rx = RX_DDGST;
@@ -921,6 +1096,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 	c->phase = GDX_TCP_PHASE_IC;
 	c->params.maxh2cdata = t->maxh2cdata;
 	c->tx_tail = &c->tx_head;
+	c->wait_tail = &c->wait_head;
 	c->pipe[0] = c->pipe[1] = -1;
 	rx_expect_hdr(c);
 	return c;
@@ -929,7 +1105,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 static void conn_free(struct tcp_conn *c)
 {
 	for (unsigned i = 0; i < c->nslots; i++) {
-		free(c->slots[i]->own_buf);
+		req_buf_drop(c->slots[i]);
 		free(c->slots[i]);
 	}
 	gdx_stats_destroy(c->sq_stats);
@@ -938,6 +1114,8 @@ static void conn_free(struct tcp_conn *c)
 		close(c->pipe[1]);
 	}
 	free(c->rxbuf);
+	if (!c->local)
+		atomic_fetch_sub(&c->tgt->nconns, 1);
 	free(c);
 }
 
@@ -965,43 +1143,54 @@ static void conn_unlink(struct tcp_conn *c)
 }
 
 /*
- * Ends a connection: the socket closes at once; the memory waits for the
- * requests a backend still holds.  why == NULL: already logged.
+ * Ends a connection: the socket closes at once.  The memory is not freed
+ * here: whoever called this (a PDU handler deep in the receive loop, a flush,
+ * a timer) may still hold the connection.  It goes on the reactor's dirty list,
+ * and flush_dirty frees it (conn_reap) once the iteration is done with it and
+ * no backend holds a request of it.  why == NULL: already logged.
  */
 static void conn_close(struct tcp_conn *c, const char *why)
 {
-	if (!c->dead) {
-		c->dead = true;
-		if (why)
-			GDX_INFO("nvmf", "%s: connection ends (%s)", c->peer, why);
-		if (!c->local) {
-			epoll_ctl(c->r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-			close(c->fd);
-		}
-		c->fd = -1;
-		nvmf_sq_destroy(&c->sq);
-		/* held AERs are not with a backend: release them now */
-		for (unsigned i = 0; i < c->nslots; i++) {
-			struct tcp_req *t = c->slots[i];
+	if (c->dead)
+		return;
+	c->dead = true;
+	if (why)
+		GDX_INFO("nvmf", "%s: connection ends (%s)", c->peer, why);
+	if (!c->local) {
+		epoll_ctl(c->r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+	}
+	c->fd = -1;
+	nvmf_sq_destroy(&c->sq);
+	/* held AERs are not with a backend: release them now */
+	for (unsigned i = 0; i < c->nslots; i++) {
+		struct tcp_req *t = c->slots[i];
 
-			if (t->state == REQ_EXEC && t->req.cmd.opc == GDX_NVME_ADM_ASYNC_EVENT &&
-			    c->sq.qid == 0 && !t->req.ns) {
-				c->inflight--;
-				req_free(t);
-			}
+		if (t->state == REQ_EXEC && t->req.cmd.opc == GDX_NVME_ADM_ASYNC_EVENT &&
+		    c->sq.qid == 0 && !t->req.ns) {
+			c->inflight--;
+			req_free(t);
 		}
-		c->tx_head = NULL;
-		c->tx_tail = &c->tx_head;
 	}
-	if (c->inflight || c->local || c->unlinked)
-		return;
-	conn_unlink(c);
-	c->unlinked = true;
-	if (c->dirty) {
-		/* still on the dirty list: the reactor frees it after flushing */
-		return;
-	}
+	c->tx_head = NULL;
+	c->tx_tail = &c->tx_head;
+	c->wait_head = NULL;
+	c->wait_tail = &c->wait_head;
+	mark_dirty(c);
+}
+
+/*
+ * The one place a connection is freed: dead, and no request of it with a
+ * backend (the last completion marks it dirty again).  Returns true if freed.
+ */
+static bool conn_reap(struct tcp_conn *c)
+{
+	if (!c->dead || c->inflight)
+		return false;
+	if (c->r)
+		conn_unlink(c);
 	conn_free(c);
+	return true;
 }
 
 static void peer_name(int fd, char *out, size_t n)
@@ -1025,6 +1214,7 @@ static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
 	int one = 1;
 
 	if (!c) {
+		atomic_fetch_sub(&t->nconns, 1);
 		close(fd);
 		return;
 	}
@@ -1083,6 +1273,76 @@ static int handoff_push(struct tcp_reactor *to, struct handoff h)
 	return 0;
 }
 
+static void listeners_arm(struct tcp_reactor *r, bool on)
+{
+	for (unsigned i = 0; i < r->nlisteners; i++) {
+		struct epoll_event e = { .events = on ? EPOLLIN : 0,
+					 .data.ptr = &r->listeners[i].ev };
+
+		epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->listeners[i].fd, &e);
+	}
+}
+
+/* A connection the target will not serve: closed at once, counted, logged (limited). */
+static void conn_refuse(struct tcp_reactor *r, int fd, struct listener *l, const char *why)
+{
+	struct gdx_nvmf_target *t = r->tgt;
+	uint64_t held;
+
+	close(fd);
+	gdx_counter_add(&t->ctr[TGT_CTR_REFUSED], 1);
+	if (log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
+		GDX_WARN("nvmf", "port %u: connection refused: %s (%" PRIu64 " more since the "
+			 "last line; %" PRIu64 " refused in all)", l->port->portid, why, held,
+			 gdx_counter_get(&t->ctr[TGT_CTR_REFUSED]));
+}
+
+/*
+ * accept() failed for want of descriptors or memory.  Refuses the connection
+ * at the head of the queue with the reserve descriptor; if that cannot be
+ * done, stops accepting for a pause that doubles (10 ms to 1 s) while the
+ * shortage lasts, instead of spinning on a listener that stays readable.
+ * Returns true if one was refused (the caller goes on accepting).
+ */
+static bool accept_short(struct tcp_reactor *r, struct listener *l, int err)
+{
+	char why[96];
+	int fd = -1;
+
+	snprintf(why, sizeof(why), "accept: %s", strerror(err));
+	if (r->reserve_fd >= 0) {
+		close(r->reserve_fd);
+		fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			conn_refuse(r, fd, l, why);
+		r->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && r->reserve_fd >= 0)
+			return true;
+	}
+	r->accept_pause_ns = GDX_MIN(GDX_MAX(r->accept_pause_ns * 2, ACCEPT_PAUSE_MIN_NS),
+				     ACCEPT_PAUSE_MAX_NS);
+	r->accept_resume_ns = gdx_now_ns() + r->accept_pause_ns;
+	listeners_arm(r, false);
+	if (fd < 0) {
+		uint64_t held;
+
+		if (log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
+			GDX_WARN("nvmf", "port %u: %s; not accepting for %" PRIu64 " ms (%" PRIu64
+				 " more since the last line)", l->port->portid, why,
+				 r->accept_pause_ns / 1000000, held);
+	}
+	return false;
+}
+
+/* The pause is over: accept again, with a reserve descriptor if one can be had. */
+static void accept_resume(struct tcp_reactor *r)
+{
+	r->accept_resume_ns = 0;
+	if (r->reserve_fd < 0)
+		r->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	listeners_arm(r, true);
+}
+
 static void do_accept(struct tcp_reactor *r, struct listener *l)
 {
 	struct gdx_nvmf_target *t = r->tgt;
@@ -1092,17 +1352,34 @@ static void do_accept(struct tcp_reactor *r, struct listener *l)
 		struct tcp_reactor *to;
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				GDX_WARN("nvmf", "accept: %s", strerror(errno));
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
+				if (accept_short(r, l, errno))
+					continue;
+				return;
+			}
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				GDX_WARN("nvmf", "port %u: accept: %s", l->port->portid,
+					 strerror(errno));
 			return;
 		}
+		r->accept_pause_ns = 0;
+		if (atomic_load(&t->nconns) >= t->max_conns) {
+			conn_refuse(r, fd, l, "nvmf.target.max_conns reached");
+			continue;
+		}
+		atomic_fetch_add(&t->nconns, 1);
 		to = &t->reactors[atomic_fetch_add(&t->next_reactor, 1) % t->nreactors];
 		if (to == r) {
 			conn_attach(r, fd, l->port);
 			continue;
 		}
-		if (handoff_push(to, (struct handoff){ fd, l->port, NULL }))
+		if (handoff_push(to, (struct handoff){ fd, l->port, NULL })) {
+			atomic_fetch_sub(&t->nconns, 1);
 			close(fd);
+		}
 	}
 }
 
@@ -1135,7 +1412,11 @@ static void deliver_aens(struct tcp_reactor *r)
 			nvmf_ctrl_aen_deliver(&c->sq);
 }
 
-/* Once a second: keep-alive expiry and connections that never connected. */
+/*
+ * Once a second: queues the host takes no data from (nvmf.target.stall_timeout_ms),
+ * keep-alive expiry, connections that never connected
+ * (nvmf.target.handshake_timeout_ms).
+ */
 static void tick(struct tcp_reactor *r)
 {
 	uint64_t now = gdx_now_ns();
@@ -1144,12 +1425,35 @@ static void tick(struct tcp_reactor *r)
 		n = c->next;
 		if (c->dead)
 			continue;
+		if ((c->tx_head && now - c->tx_moved_ns > r->tgt->stall_ns) ||
+		    (c->nr2t && now - c->rx_moved_ns > r->tgt->stall_ns)) {
+			char why[112];
+
+			snprintf(why, sizeof(why), "no data %s for %" PRIu64
+				 " ms: nvmf.target.stall_timeout_ms",
+				 c->tx_head && now - c->tx_moved_ns > r->tgt->stall_ns ?
+					 "taken" : "sent for an R2T",
+				 r->tgt->stall_ns / 1000000);
+			gdx_counter_add(&r->tgt->ctr[TGT_CTR_STALLS], 1);
+			conn_close(c, why);
+			continue;
+		}
+		/* over the target's budget: buffers kept for reuse go; a connection held
+		 * for it looks again (others' buffers may have gone meanwhile) */
+		if (tgt_over(r->tgt))
+			conn_trim(c);
+		if (c->wait_head)
+			mark_dirty(c);
 		if (c->sq.ctrl) {
 			sq_stats_register(c);
 			if (nvmf_ctrl_ka_expired(c->sq.ctrl, now))
 				conn_close(c, "controller failed or keep-alive expired");
-		} else if (now - c->born_ns > CONNECT_TIMEOUT_NS) {
-			conn_close(c, "no Connect within 60 s");
+		} else if (now - c->born_ns > r->tgt->handshake_ns) {
+			char why[64];
+
+			snprintf(why, sizeof(why), "no ICReq and Connect within %" PRIu64 " ms",
+				 r->tgt->handshake_ns / 1000000);
+			conn_close(c, why);
 		}
 	}
 }
@@ -1186,9 +1490,13 @@ static void flush_dirty(struct tcp_reactor *r)
 		c->dirty = false;
 		if (!c->dead)
 			conn_flush(c);
-		if (c->dead && !c->inflight)
-			conn_free(c);
-		else if (c->move_to && !c->dead && !c->tx_head && !c->inflight)
+		if (!c->dead && c->wait_head)
+			conn_unblock(c);
+		if (c->dirty)
+			continue;	/* closed or more to send: back on the list */
+		if (c->dead)
+			conn_reap(c);
+		else if (c->move_to && !c->tx_head && !c->inflight)
 			conn_move(c);
 	}
 }
@@ -1275,7 +1583,9 @@ static void *reactor_main(void *arg)
 	pthread_getaffinity_np(pthread_self(), sizeof(r->home), &r->home);
 	while (!atomic_load(&r->stop)) {
 		struct epoll_event evs[64];
-		int timeout = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1;
+		uint64_t wake_at = r->accept_resume_ns ? GDX_MIN(next_tick, r->accept_resume_ns) :
+							 next_tick;
+		int timeout = now >= wake_at ? 0 : (int)((wake_at - now) / 1000000) + 1;
 		int n;
 
 		/* a reactor sharing its CPU with the host never spins */
@@ -1355,6 +1665,8 @@ static void *reactor_main(void *arg)
 			place(r);
 			next_place = now + PLACE_NS;
 		}
+		if (r->accept_resume_ns && now >= r->accept_resume_ns)
+			accept_resume(r);
 		if (now >= next_tick) {
 			tick(r);
 			flush_dirty(r);
@@ -1411,6 +1723,7 @@ static int reactor_init(struct gdx_nvmf_target *t, struct tcp_reactor *r, unsign
 
 	r->tgt = t;
 	r->id = id;
+	r->reserve_fd = -1;
 	r->wake_ev.kind = EV_WAKE;
 	r->io_ev.kind = EV_IOCTX;
 	pthread_mutex_init(&r->lock, NULL);
@@ -1443,24 +1756,24 @@ static void reactor_fini(struct tcp_reactor *r)
 			close(r->handoff[i].fd);
 	}
 	r->nhandoff = 0;
-	for (struct tcp_conn *c = r->conns, *n; c; c = n) {
-		n = c->next;
+	for (struct tcp_conn *c = r->conns; c; c = c->next)
 		conn_close(c, "target stopping");
-	}
+	flush_dirty(r);
 	/* connections whose requests a backend still holds: wait up to 5 s */
 	for (int i = 0; r->conns && r->ioctx && i < 5000; i++) {
 		usleep(1000);
 		nvmf_ioctx_reap(r->ioctx);
+		flush_dirty(r);
 	}
-	while (r->conns) {
-		struct tcp_conn *c = r->conns;
-
+	for (struct tcp_conn *c = r->conns; c; c = c->next) {
 		GDX_WARN("nvmf", "%s: %u requests never completed", c->peer, c->inflight);
 		c->inflight = 0;
-		conn_close(c, NULL);
+		mark_dirty(c);
 	}
 	flush_dirty(r);
 	free(r->handoff);
+	if (r->reserve_fd >= 0)
+		close(r->reserve_fd);
 	nvmf_ioctx_destroy(r->ioctx);
 	if (r->epfd >= 0)
 		close(r->epfd);
@@ -1540,6 +1853,11 @@ int nvmf_tcp_start(struct gdx_nvmf_target *t)
 			ret = -errno;
 			goto fail;
 		}
+	}
+	r0->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (r0->reserve_fd < 0) {
+		ret = -errno;
+		goto fail;
 	}
 	for (unsigned i = 0; i < t->nreactors; i++) {
 		struct tcp_reactor *r = &t->reactors[i];
@@ -1637,15 +1955,23 @@ int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len)
 		/* the staging buffer is what recv() would have filled */
 		memcpy(c->rxbuf, p, n);
 		rx_consume(c, c->rxbuf, n);
-		conn_flush(c);
+		if (!c->dead)
+			conn_flush(c);
 		p += n;
 		len -= n;
 	}
-	return c->dead ? -1 : 0;
+	if (!c->dead)
+		return 0;
+	/* as the reactor does after an iteration; a local queue has no backend
+	 * requests in flight once closed (no io_uring, AERs released) */
+	if (!conn_reap(c))
+		abort();
+	return -1;
 }
 
 void nvmf_tcp_conn_free_local(struct tcp_conn *c)
 {
 	conn_close(c, NULL);
-	conn_free(c);
+	if (!conn_reap(c))
+		abort();
 }

@@ -13,7 +13,17 @@
 struct tcp_reactor;
 struct tcp_conn;
 
-enum { TGT_CTR_CONNS, TGT_CTR_CONN_ERRORS, TGT_CTR_PDUS_IN, TGT_CTR_PDUS_OUT, TGT_CTR_NR };
+enum {
+	TGT_CTR_CONNS,
+	TGT_CTR_CONN_ERRORS,
+	TGT_CTR_PDUS_IN,
+	TGT_CTR_PDUS_OUT,
+	TGT_CTR_REFUSED,	/* connections closed at accept: no descriptor, max_conns */
+	TGT_CTR_BUF_BYTES,	/* request buffers held now (a level, not a sum) */
+	TGT_CTR_HOLDS,		/* times a connection's commands began to wait for buffers */
+	TGT_CTR_STALLS,		/* connections ended for taking no data */
+	TGT_CTR_NR
+};
 
 /*
  * Where the target's reads and reactors spend their time (nvmf.target.lat_stats):
@@ -52,6 +62,12 @@ struct gdx_nvmf_target {
 	int listen_fd[NVMF_MAX_PORTS];
 	int bound_port[NVMF_MAX_PORTS];
 	_Atomic unsigned next_reactor;
+	_Atomic unsigned nconns;	/* accepted and not yet freed */
+	unsigned max_conns;		/* nvmf.target.max_conns */
+	uint64_t handshake_ns;		/* nvmf.target.handshake_timeout_ms */
+	uint64_t conn_buf_max;		/* nvmf.target.conn_buf_max */
+	uint64_t buf_max;		/* nvmf.target.buf_max */
+	uint64_t stall_ns;		/* nvmf.target.stall_timeout_ms */
 	bool running;
 	struct gdx_counter ctr[TGT_CTR_NR];
 	struct gdx_stats *stats;
@@ -73,8 +89,12 @@ void nvmf_tcp_lat_sum(struct gdx_nvmf_target *t, uint64_t *out);
  * they had arrived on the socket; responses are written to the socket.
  */
 struct tcp_conn *nvmf_tcp_conn_new_local(struct gdx_nvmf_target *t, int fd);
-/* Returns 0, or -1 once the connection has ended (fatal error or EOF). */
+/*
+ * Returns 0, or -1 once the connection has ended (fatal error, TermReq): it is
+ * then freed, where and as a reactor frees its connections, and c is gone.
+ */
 int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len);
+/* Ends and frees a connection feed() has not ended. */
 void nvmf_tcp_conn_free_local(struct tcp_conn *c);
 
 #endif
