@@ -141,7 +141,7 @@ static int pdu(struct fp_conn *c, struct fp_half *h, const uint8_t *b, size_t n)
 		return send_all(c->p, *h->dst, b, n);
 	fprintf(stderr, "fproxy: conn %u %s PDU %#x #%u: %s\n", c->idx,
 		h->dir == FP_H2C ? "h2c" : "c2h", b[0], r->type >= 0 ? h->count[b[0]] : h->all,
-		(const char *[]){ "reset", "reset after", "truncate", "duplicate", "delay",
+		(const char *[]){ "reset", "reset after", "truncate", "cut", "duplicate", "delay",
 				  "stall" }[r->act]);
 	switch (r->act) {
 	case FP_RESET:
@@ -152,8 +152,9 @@ static int pdu(struct fp_conn *c, struct fp_half *h, const uint8_t *b, size_t n)
 		close_conn(c, true);
 		return -1;
 	case FP_TRUNCATE:
+	case FP_CUT:
 		send_all(c->p, *h->dst, b, n / 2);
-		close_conn(c, false);
+		close_conn(c, r->act == FP_CUT);
 		return -1;
 	case FP_DUP:
 		if (send_all(c->p, *h->dst, b, n))

@@ -6,8 +6,9 @@
  * A TCP proxy for fault injection between an NVMe/TCP host and controller on
  * loopback.  It forwards whole PDUs (framed by the common header's PLEN),
  * counts them per connection, direction and type, and applies each rule once,
- * at the PDU it names: reset both connections, pass half of it and end both,
- * pass it twice, hold it for a while, or stop forwarding altogether.
+ * at the PDU it names: reset both connections, pass half of it and end or
+ * reset both, pass it twice, hold it for a while, or stop forwarding
+ * altogether.
  */
 #include <stdbool.h>
 
@@ -17,6 +18,7 @@ enum fp_act {
 	FP_RESET,		/* RST to both ends instead of this PDU */
 	FP_RESET_AFTER,		/* this PDU, then RST to both ends */
 	FP_TRUNCATE,		/* half of this PDU, then FIN to both ends */
+	FP_CUT,			/* half of this PDU, then RST to both ends */
 	FP_DUP,			/* this PDU twice */
 	FP_DELAY,		/* this PDU after delay_ms */
 	FP_STALL,		/* nothing more either way; ends once an end closes */
