@@ -161,7 +161,7 @@ static size_t put_u(char *b, unsigned long n)
 
 /*
  * A hang ends the run here, saying how much CPU the process burnt meanwhile
- * (a spin, or a wait), and takes the target process with it:
+ * (a spin, or a wait), and takes the target process and the files with it:
  * async-signal-safe calls only.
  */
 static void watchdog(int sig)
@@ -189,9 +189,12 @@ static void watchdog(int sig)
 	n += put_u(m + n, (unsigned long)((ts.tv_sec - case_t0.tv_sec) * 1000 +
 					  (ts.tv_nsec - case_t0.tv_nsec) / 1000000));
 	m[n++] = '\n';
-	if (write(2, m, n) < 0 || tpid <= 0)
+	if (write(2, m, n) < 0)
 		_exit(1);
-	kill(tpid, SIGKILL);
+	if (tpid > 0)
+		kill(tpid, SIGKILL);
+	unlink(ns_path);
+	unlink(tlog);
 	_exit(1);
 }
 
