@@ -157,8 +157,20 @@ int nh_ctrl_exec(struct nh_ctrl *c, struct nh_req *r)
 
 /* ---- parking and resubmission ------------------------------------------- */
 
-/* Set on the control thread, which sets queues up for receivers and must not wait on itself. */
-static __thread bool ctrl_thread;
+/*
+ * The live association is broken: the control thread is to tear it down and
+ * build a new one.  Only while it is live: a request during a recovery, or
+ * from a queue that was never published or already torn down, is about an
+ * association that is going or gone, and would tear down the next one.
+ * Caller holds c->lock.
+ */
+static void ask_recovery(struct nh_ctrl *c)
+{
+	if (c->state != GDX_NVMF_LIVE || c->recovering)
+		return;
+	c->need_recovery = true;
+	pthread_cond_broadcast(&c->cv);
+}
 
 /* Caller holds c->lock. */
 static void park(struct nh_ctrl *c, struct nh_req *r)
@@ -206,75 +218,78 @@ static struct nh_queue *pick_queue(struct nh_ctrl *c)
 	return c->ioq[best];
 }
 
+/*
+ * A submitter whose queue died under it: the association is broken, so the
+ * request waits in the pending list for the reconnect, which resubmits it
+ * (or fails it once the controller is given up), and the control thread is
+ * told to recover, in case the queue's receiver has not yet asked.  Never a
+ * retry on the same association: it would find the same dead queue, and a
+ * thread looping on it spins until the control thread tears it down, which
+ * it does only when asked.  Caller holds c->lock and is still counted in
+ * c->users, so the association is the one whose queue died.
+ */
+static void park_dead(struct nh_ctrl *c, struct nh_req *r)
+{
+	park(c, r);
+	ask_recovery(c);
+}
+
 void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r)
 {
+	struct nh_queue *q;
+	int rc;
+
 	r->t_sub = c->p.lat_stats ? gdx_now_ns() : 0;
-	for (;;) {
-		struct nh_queue *q;
-		bool defer;
-		int rc;
+	pthread_mutex_lock(&c->lock);
+	if (c->state == GDX_NVMF_FAILED || c->stopping) {
+		int err = c->fail_err;
 
-		pthread_mutex_lock(&c->lock);
-		if (c->state == GDX_NVMF_FAILED || c->stopping) {
-			int err = c->fail_err;
-
-			pthread_mutex_unlock(&c->lock);
-			nh_req_complete(r, err);
-			return;
-		}
-		if (c->state != GDX_NVMF_LIVE || c->recovering || (!r->admin && !c->nioq)) {
-			if (!r->admin && !c->nioq && c->state == GDX_NVMF_LIVE && !c->recovering) {
-				pthread_mutex_unlock(&c->lock);
-				nh_req_complete(r, -EOPNOTSUPP);
-				return;
-			}
-			if (r->no_retry) {
-				pthread_mutex_unlock(&c->lock);
-				nh_req_complete(r, GDX_EDISCONNECTED);
-				return;
-			}
-			park(c, r);
-			pthread_mutex_unlock(&c->lock);
-			return;
-		}
-		q = r->admin ? c->admin : pick_queue(c);
-		/* the queue stays allocated until recovery holds c->lock with no submitter inside */
-		c->users++;
 		pthread_mutex_unlock(&c->lock);
-		rc = nh_queue_submit(q, r, true);
-		/*
-		 * A receiver's device read for a queue whose device side is not set
-		 * up (NH_SUBMIT_DEFER) is parked for the control thread, which sets
-		 * the queue up and submits it; parked while still counted as a
-		 * user, so that a disconnect, which waits for the users, then fails
-		 * it with the rest.  The control thread parks a request whose queue
-		 * died: waiting below for the recovery it runs itself would never
-		 * end.
-		 */
-		defer = rc == NH_SUBMIT_DEFER || (rc == -EPIPE && ctrl_thread && !r->no_retry);
-		pthread_mutex_lock(&c->lock);
-		if (defer) {
-			park(c, r);
-			if (rc == NH_SUBMIT_DEFER)
-				c->resubmit = true;
-			pthread_cond_broadcast(&c->cv);
-		}
-		if (!--c->users)
-			pthread_cond_broadcast(&c->cv);
-		pthread_mutex_unlock(&c->lock);
-		if (!rc || defer)
-			return;
-		if (rc != -EPIPE || ctrl_thread) {
-			nh_req_complete(r, rc == -EPIPE ? GDX_EDISCONNECTED : rc);
-			return;
-		}
-		/* the queue died under us: wait for recovery to start, then park or retry */
-		pthread_mutex_lock(&c->lock);
-		while (c->state == GDX_NVMF_LIVE && !c->recovering && !c->stopping &&
-		       c->need_recovery)
-			pthread_cond_wait(&c->cv, &c->lock);
-		pthread_mutex_unlock(&c->lock);
+		nh_req_complete(r, err);
+		return;
 	}
+	if (c->state != GDX_NVMF_LIVE || c->recovering || (!r->admin && !c->nioq)) {
+		if (!r->admin && !c->nioq && c->state == GDX_NVMF_LIVE && !c->recovering) {
+			pthread_mutex_unlock(&c->lock);
+			nh_req_complete(r, -EOPNOTSUPP);
+			return;
+		}
+		if (r->no_retry) {
+			pthread_mutex_unlock(&c->lock);
+			nh_req_complete(r, GDX_EDISCONNECTED);
+			return;
+		}
+		park(c, r);
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	q = r->admin ? c->admin : pick_queue(c);
+	/* the queue stays allocated until recovery holds c->lock with no submitter inside */
+	c->users++;
+	pthread_mutex_unlock(&c->lock);
+	rc = nh_queue_submit(q, r, true);
+	pthread_mutex_lock(&c->lock);
+	/*
+	 * A receiver's device read for a queue whose device side is not set up
+	 * (NH_SUBMIT_DEFER) is parked for the control thread, which sets the
+	 * queue up and submits it; parked while still counted as a user, so
+	 * that a disconnect, which waits for the users, then fails it with the
+	 * rest.
+	 */
+	if (rc == NH_SUBMIT_DEFER) {
+		park(c, r);
+		c->resubmit = true;
+		pthread_cond_broadcast(&c->cv);
+	} else if (rc == -EPIPE && !r->no_retry) {
+		park_dead(c, r);
+	} else if (rc == -EPIPE) {
+		ask_recovery(c);
+	}
+	if (!--c->users)
+		pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->lock);
+	if (rc && rc != NH_SUBMIT_DEFER && (rc != -EPIPE || r->no_retry))
+		nh_req_complete(r, rc == -EPIPE ? GDX_EDISCONNECTED : rc);
 }
 
 /* What happens to a request its queue still held when the queue was torn down. */
@@ -292,11 +307,11 @@ static void requeue_or_fail(struct nh_ctrl *c, struct nh_req *r, int err)
 	pthread_mutex_unlock(&c->lock);
 }
 
-void nh_ctrl_queue_died(struct nh_ctrl *c)
+void nh_ctrl_queue_died(struct nh_ctrl *c, struct nh_queue *q)
 {
 	pthread_mutex_lock(&c->lock);
-	c->need_recovery = true;
-	pthread_cond_broadcast(&c->cv);
+	if (c->admin == q || (q->qid && q->qid <= c->nioq && c->ioq[q->qid - 1] == q))
+		ask_recovery(c);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -470,10 +485,23 @@ static int set_num_queues(struct nh_queue *q, unsigned want, unsigned *got)
 	return 0;
 }
 
+/* 0 while q is live, else why it died. */
+static int queue_dead(struct nh_queue *q)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->state != NH_Q_LIVE)
+		rc = q->err ? q->err : GDX_EDISCONNECTED;
+	pthread_mutex_unlock(&q->lock);
+	return rc;
+}
+
 /*
  * Builds a whole association: admin queue, enable, identify, I/O queues.  On a
  * reconnect, callers of gdx_nvmf_ctrl_info and submitters run meanwhile: what
- * they read is published under c->lock once the association is complete.
+ * they read is published under c->lock once the association is complete, and
+ * the controller is live from then on.
  */
 static int setup(struct nh_ctrl *c)
 {
@@ -554,7 +582,27 @@ fail_io:
 			goto fail;
 		}
 	}
+	/*
+	 * A queue may have died after its last set-up command (a reset right
+	 * after the Connect response, a response for a command never sent),
+	 * while its receiver's request for recovery was ignored (it was not
+	 * published): the whole set-up fails then, as a failure during it does.
+	 * The association goes live as it is published, under c->lock, so one
+	 * that dies after this check asks when its request is honoured.
+	 */
 	pthread_mutex_lock(&c->lock);
+	rc = queue_dead(admin);
+	for (unsigned i = 0; i < nio && !rc; i++)
+		rc = queue_dead(ioq[i]);
+	if (rc) {
+		pthread_mutex_unlock(&c->lock);
+		GDX_WARN(SUB, "%s at %s:%s: a queue was lost during set-up: %s", c->p.subnqn,
+			 c->p.addr, c->p.svc, gdx_strerror(rc));
+		for (unsigned i = 0; i < nio; i++)
+			nh_queue_close(ioq[i], fail_setup_req);
+		free(ioq);
+		goto fail;
+	}
 	c->admin = admin;
 	c->ioq = ioq;
 	c->nioq = nio;
@@ -563,7 +611,8 @@ fail_io:
 	info.reconnects = c->info.reconnects;
 	c->info = info;
 	__atomic_store_n(&c->max_xfer, info.max_xfer, __ATOMIC_RELAXED);
-	c->need_recovery = false;
+	c->state = GDX_NVMF_LIVE;
+	c->recovering = false;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 fail:
@@ -603,7 +652,6 @@ static void teardown(struct nh_ctrl *c)
 		nh_queue_close(admin, requeue_or_fail);
 	pthread_mutex_lock(&c->lock);
 	c->ka_inflight = false;
-	c->need_recovery = false;
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -653,10 +701,9 @@ static void ka_done(struct nh_req *r)
 
 	pthread_mutex_lock(&c->lock);
 	c->ka_inflight = false;
-	if (r->result && !c->recovering) {
+	if (r->result && c->state == GDX_NVMF_LIVE && !c->recovering) {
 		GDX_WARN(SUB, "keep alive to %s failed: %s", c->p.subnqn, gdx_strerror(r->result));
-		c->need_recovery = true;
-		pthread_cond_broadcast(&c->cv);
+		ask_recovery(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 	free(r);
@@ -692,8 +739,11 @@ static void check_timeouts(struct nh_ctrl *c)
 	kill = nh_queue_check_timeouts(c->admin, now);
 	for (unsigned i = 0; i < c->nioq; i++)
 		kill |= nh_queue_check_timeouts(c->ioq[i], now);
-	if (kill)
-		nh_ctrl_queue_died(c);
+	if (kill) {
+		pthread_mutex_lock(&c->lock);
+		ask_recovery(c);
+		pthread_mutex_unlock(&c->lock);
+	}
 }
 
 static unsigned backoff_ms(struct nh_ctrl *c)
@@ -710,6 +760,8 @@ static void recover(struct nh_ctrl *c)
 	GDX_WARN(SUB, "controller %u of %s at %s:%s: connection lost, reconnecting", c->cntlid,
 		 c->p.subnqn, c->p.addr, c->p.svc);
 	pthread_mutex_lock(&c->lock);
+	/* no new request from here on: the state is no longer live */
+	c->need_recovery = false;
 	c->state = GDX_NVMF_RECONNECTING;
 	c->loss_since = now;
 	c->backoff = 0;
@@ -731,8 +783,6 @@ static void try_reconnect(struct nh_ctrl *c)
 
 	pthread_mutex_lock(&c->lock);
 	if (!rc) {
-		c->state = GDX_NVMF_LIVE;
-		c->recovering = false;
 		c->info.reconnects++;
 		c->next_ka = now + (uint64_t)c->p.kato_ms * 500000;
 		pthread_cond_broadcast(&c->cv);
@@ -744,27 +794,30 @@ static void try_reconnect(struct nh_ctrl *c)
 	}
 	c->backoff++;
 	if (c->connect_dnr || rc == -EACCES ||
-	    now - c->loss_since > (uint64_t)c->p.ctrl_loss_tmo_ms * 1000000) {
+	    now - c->loss_since >= (uint64_t)c->p.ctrl_loss_tmo_ms * 1000000) {
 		c->state = GDX_NVMF_FAILED;
 		c->fail_err = GDX_EDISCONNECTED;
 		pthread_cond_broadcast(&c->cv);
 		pthread_mutex_unlock(&c->lock);
-		GDX_ERR(SUB, "giving up on %s at %s:%s: %s", c->p.subnqn, c->p.addr, c->p.svc,
+		GDX_ERR(SUB, "giving up on %s at %s:%s after %llu ms (ctrl_loss_tmo_ms %u): %s; "
+			"pending I/O fails", c->p.subnqn, c->p.addr, c->p.svc,
+			(unsigned long long)((now - c->loss_since) / 1000000), c->p.ctrl_loss_tmo_ms,
 			gdx_strerror(rc));
 		fail_pending(c, GDX_EDISCONNECTED);
 		return;
 	}
-	c->next_attempt = now + (uint64_t)backoff_ms(c) * 1000000;
+	/* the last try falls on the deadline, not up to a backoff step past it */
+	c->next_attempt = GDX_MIN(now + (uint64_t)backoff_ms(c) * 1000000,
+				  c->loss_since + (uint64_t)c->p.ctrl_loss_tmo_ms * 1000000);
 	pthread_mutex_unlock(&c->lock);
-	GDX_INFO(SUB, "reconnect to %s:%s failed (%s); next try in %u ms", c->p.addr, c->p.svc,
-		 gdx_strerror(rc), backoff_ms(c));
+	GDX_INFO(SUB, "reconnect to %s:%s failed (%s); next try in %llu ms", c->p.addr, c->p.svc,
+		 gdx_strerror(rc), (unsigned long long)((c->next_attempt - now) / 1000000));
 }
 
 static void *ctrl_main(void *arg)
 {
 	struct nh_ctrl *c = arg;
 
-	ctrl_thread = true;
 	nh_queue_never_wait();
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
@@ -778,7 +831,6 @@ static void *ctrl_main(void *arg)
 			break;
 		now = gdx_now_ns();
 		if (c->state == GDX_NVMF_LIVE && c->need_recovery) {
-			c->need_recovery = false;
 			pthread_mutex_unlock(&c->lock);
 			recover(c);
 			pthread_mutex_lock(&c->lock);

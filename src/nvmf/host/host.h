@@ -288,7 +288,8 @@ int nh_queue_counters_json(struct nh_queue *q, char *buf, size_t len);
 
 /* ctrl.c */
 void nh_req_complete(struct nh_req *r, int result);
-void nh_ctrl_queue_died(struct nh_ctrl *c);
+/* q's receiver ended: recovery, if q belongs to the live association. */
+void nh_ctrl_queue_died(struct nh_ctrl *c, struct nh_queue *q);
 /* Sends r now (or parks it while reconnecting); its done callback runs once. */
 void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r);
 /* Submits r and waits for it. */

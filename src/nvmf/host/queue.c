@@ -1503,7 +1503,7 @@ static void *rx_main(void *arg)
 	}
 	pthread_cond_broadcast(&q->slot_cv);
 	pthread_mutex_unlock(&q->lock);
-	nh_ctrl_queue_died(q->ctrl);
+	nh_ctrl_queue_died(q->ctrl, q);
 	return NULL;
 }
 
