@@ -21,6 +21,26 @@ echo "$out" | grep -q "write path: bounce" || fail "write path: $out"
 [ "$(stat -c %s "$dir/zero")" = 3000000 ] || fail "gpu -> file size"
 head -c 3000000 /dev/zero | cmp - "$dir/zero" || fail "gpu -> file contents"
 
+# The same file as source and destination, by any name, is refused before the
+# destination is truncated (cp(1) does the same): X must keep its bytes.
+cp "$dir/src" "$dir/same" && ln "$dir/same" "$dir/link" || exit 1
+for d in "$dir/same" "$dir/./same" "$dir/link"; do
+	"$gdx" cp "$dir/same" "$d" --via gpu:0 -q >"$dir/out" 2>"$dir/err"; rc=$?
+	[ $rc = 1 ] || fail "same file $d: exit $rc, $(cat "$dir/out")"
+	grep -q "gdx cp: '$dir/same' and '$d' are the same file" "$dir/err" ||
+		fail "same file $d: $(cat "$dir/err")"
+	cmp -s "$dir/src" "$dir/same" || fail "same file $d: the source changed"
+done
+# A source that ends before its size said (a sysfs file reports 4096 bytes and
+# holds a few) is an error naming it, not a short success.
+short=/sys/devices/system/cpu/online
+if [ "$(stat -c %s $short 2>/dev/null)" = 4096 ]; then
+	"$gdx" cp $short "$dir/short" --via gpu:0 -q >"$dir/out" 2>"$dir/err"; rc=$?
+	[ $rc = 1 ] || fail "short source: exit $rc, $(cat "$dir/out")"
+	grep -q "^gdx cp: $short: ended at byte [0-9]* of 4096: the file shrank" "$dir/err" ||
+		fail "short source: $(cat "$dir/err")"
+fi
+
 "$gdx" cp "$dir/nonexistent" gpu:0 -q 2>/dev/null; [ $? = 1 ] || fail "missing file should be 1"
 "$gdx" cp "$dir/src" "$dir/x" 2>/dev/null; [ $? = 2 ] || fail "two files without --via should be 2"
 "$gdx" cp gpu:0 "$dir/x" 2>/dev/null; [ $? = 2 ] || fail "gpu source without --size should be 2"

@@ -21,6 +21,7 @@
 #include "cmd.h"
 #include "common/config.h"
 #include "common/util.h"
+#include "plugin/file.h"
 
 struct cp_state {
 	struct gdx_device *dev;
@@ -100,6 +101,40 @@ static void path_line(const char *what, struct gdx_file *f)
 	printf(" (%s: %s)\n", gdx_file_backend_name(f), info.why);
 }
 
+/*
+ * Opens dst for writing without truncating it first: when it is the source
+ * itself (the same inode, reached by another name or a hard link), a truncate
+ * would destroy the data before the copy reads it.  Refused as cp(1) does.
+ */
+static int open_dst(struct cp_state *st, const char *dst, struct gdx_file_opts *fo,
+		    struct gdx_file *in, const char *src, struct gdx_file **out)
+{
+	struct stat ss, ds;
+	int ret;
+
+	fo->oflags = O_WRONLY | O_CREAT;
+	ret = gdx_file_open(st->drv, dst, fo, out);
+	if (ret) {
+		fprintf(stderr, "gdx cp: %s: %s\n", dst, gdx_strerror(ret));
+		return ret;
+	}
+	if (fstat(gdx_file_fd(*out), &ds) || (in && fstat(gdx_file_fd(in), &ss))) {
+		ret = -errno;
+		fprintf(stderr, "gdx cp: fstat: %s\n", strerror(errno));
+		return ret;
+	}
+	if (in && ss.st_dev == ds.st_dev && ss.st_ino == ds.st_ino) {
+		fprintf(stderr, "gdx cp: '%s' and '%s' are the same file\n", src, dst);
+		return -EINVAL;
+	}
+	if (ftruncate(gdx_file_fd(*out), 0)) {
+		ret = -errno;
+		fprintf(stderr, "gdx cp: %s: truncate: %s\n", dst, strerror(errno));
+		return ret;
+	}
+	return 0;
+}
+
 int cmd_cp(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -113,7 +148,7 @@ int cmd_cp(int argc, char **argv)
 	struct cp_state st = { .tty = isatty(2) };
 	struct gdx_file_opts fo;
 	struct gdx_file *in = NULL, *out = NULL;
-	const char *via = NULL, *src, *dst;
+	const char *via = NULL, *src, *dst, *nl;
 	uint64_t size = 0, piece = 256u << 20;
 	int o, ord, rc = 1, ret;
 	void *dbuf = NULL;
@@ -168,14 +203,8 @@ int cmd_cp(int argc, char **argv)
 		}
 		size = (uint64_t)gdx_file_size(in);
 	}
-	if (gpu_ordinal(dst) < 0) {
-		fo.oflags = O_WRONLY | O_CREAT | O_TRUNC;
-		ret = gdx_file_open(st.drv, dst, &fo, &out);
-		if (ret) {
-			fprintf(stderr, "gdx cp: %s: %s\n", dst, gdx_strerror(ret));
-			goto out;
-		}
-	}
+	if (gpu_ordinal(dst) < 0 && open_dst(&st, dst, &fo, in, src, &out))
+		goto out;
 	/* Device memory: all of it for gpu:N, one piece when only passing through. */
 	ret = gdx_device_malloc(st.dev, via ? GDX_MIN(piece, GDX_MAX(size, 1)) : GDX_MAX(size, 1),
 				&dbuf);
@@ -188,6 +217,7 @@ int cmd_cp(int argc, char **argv)
 		gdx_memset(st.dev, dbuf, 0, size);
 	st.total = size;
 	st.t0 = gdx_now_ns();
+	nl = st.tty && !st.quiet ? "\n" : "";	/* below the progress bar */
 	while (st.done < size) {
 		size_t n = (size_t)GDX_MIN(piece, size - st.done);
 		char *d = via ? dbuf : (char *)dbuf + st.done;
@@ -195,13 +225,17 @@ int cmd_cp(int argc, char **argv)
 
 		if (in) {
 			r = gdx_file_read(in, d, n, (off_t)st.done);
-			if (r == 0)
-				break;	/* the file shrank */
+			if (r == 0) {
+				fprintf(stderr, "%sgdx cp: %s: ended at byte %llu of %llu: the file "
+					"shrank during the copy\n", nl, src,
+					(unsigned long long)st.done, (unsigned long long)size);
+				goto out;
+			}
 		}
 		if (r > 0 && out)
 			r = gdx_file_write(out, d, (size_t)r, (off_t)st.done);
 		if (r < 0) {
-			fprintf(stderr, "\ngdx cp: %s at offset %llu: %s\n", r == GDX_ENOTDIRECT ?
+			fprintf(stderr, "%sgdx cp: %s at offset %llu: %s\n", nl, r == GDX_ENOTDIRECT ?
 				"no direct path (strict mode)" : "I/O failed",
 				(unsigned long long)st.done, gdx_strerror((int)r));
 			goto out;
