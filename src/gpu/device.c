@@ -157,9 +157,13 @@ static int open_one(const struct gdx_device_ops *ops, int ordinal, struct gdx_de
 			GDX_ERR("device", "cannot open cuda:%d: %s; set GDX_DEVICE=emulated to run "
 				"on the emulated device", ordinal,
 				ret > 0 ? "no such device" : gdx_cuda_load_error());
+		else if (ret >= 0)
+			GDX_ERR("device", "cannot open %s:%d: no such device (%d %s device%s; "
+				"GDX_EMULATED_DEVICES sets how many)", ops->kind, ordinal, ret,
+				ops->kind, ret == 1 ? "" : "s");
 		else
 			GDX_ERR("device", "cannot open %s:%d: %s", ops->kind, ordinal,
-				ret < 0 ? gdx_strerror(ret) : "no such device");
+				gdx_strerror(ret));
 		if (ret >= 0)
 			ret = GDX_ENODEVICE;
 		goto out;

@@ -41,6 +41,22 @@ if [ "$(stat -c %s $short 2>/dev/null)" = 4096 ]; then
 		fail "short source: $(cat "$dir/err")"
 fi
 
+# Advice that fits: no device advice when the device knob is already set; a copy
+# larger than the device names its memory and --via.
+"$gdx" cp "$dir/src" gpu:7 -q 2>"$dir/err"; [ $? = 1 ] || fail "gpu:7 should be 1"
+grep -q "no such device (1 emulated device; GDX_EMULATED_DEVICES sets how many)" "$dir/err" ||
+	fail "gpu:7: $(cat "$dir/err")"
+grep -q "set GDX_DEVICE" "$dir/err" && fail "gpu:7 advises the knob already set: $(cat "$dir/err")"
+GDX_EMULATED_MEM_LIMIT=1M "$gdx" cp "$dir/src" gpu:0 -q 2>"$dir/err"; [ $? = 1 ] ||
+	fail "larger than the device should be 1"
+grep -q "emulated:0 has 1 MiB of device memory (GDX_EMULATED_MEM_LIMIT sets it);.* --via gpu:N" \
+	"$dir/err" || fail "larger than the device: $(cat "$dir/err")"
+# The path's explanation is whole: a split read (pieces saying their own) ends its
+# sentence, where a 256-byte why cut it mid-word.
+out=$(GDX_FILE_SPLIT_MIN=1M GDX_FILE_SPLIT_PIECE=1M "$gdx" cp "$dir/src" gpu:0 -q) ||
+	fail "split read: $out"
+echo "$out" | grep -Eq 'read path: .*[])]\)$' || fail "explanation cut: $out"
+
 "$gdx" cp "$dir/nonexistent" gpu:0 -q 2>/dev/null; [ $? = 1 ] || fail "missing file should be 1"
 "$gdx" cp "$dir/src" "$dir/x" 2>/dev/null; [ $? = 2 ] || fail "two files without --via should be 2"
 "$gdx" cp gpu:0 "$dir/x" 2>/dev/null; [ $? = 2 ] || fail "gpu source without --size should be 2"

@@ -82,6 +82,21 @@ static void usage(FILE *f)
 		"  -q           no progress bar\n");
 }
 
+/* Out of device memory: say how much there is, and what fits in it. */
+static void enomem_hint(struct cp_state *st, const char *via)
+{
+	struct gdx_device_props p;
+
+	if (gdx_device_props(st->dev, &p) || !p.total_mem)
+		return;
+	fprintf(stderr, "gdx cp: %s has %.0f MiB of device memory%s; %s\n",
+		gdx_device_name(st->dev), (double)p.total_mem / (1u << 20),
+		strcmp(gdx_device_kind(st->dev), "emulated") ? "" :
+		" (GDX_EMULATED_MEM_LIMIT sets it)",
+		via ? "a smaller --piece needs less" :
+		"gpu:N holds the whole copy; file to file with --via gpu:N goes in pieces");
+}
+
 static void path_line(const char *what, struct gdx_file *f)
 {
 	struct gdx_file_io_info info;
@@ -149,7 +164,7 @@ int cmd_cp(int argc, char **argv)
 	struct gdx_file_opts fo;
 	struct gdx_file *in = NULL, *out = NULL;
 	const char *via = NULL, *src, *dst, *nl;
-	uint64_t size = 0, piece = 256u << 20;
+	uint64_t size = 0, piece = 256u << 20, dlen;
 	int o, ord, rc = 1, ret;
 	void *dbuf = NULL;
 	double secs;
@@ -206,11 +221,13 @@ int cmd_cp(int argc, char **argv)
 	if (gpu_ordinal(dst) < 0 && open_dst(&st, dst, &fo, in, src, &out))
 		goto out;
 	/* Device memory: all of it for gpu:N, one piece when only passing through. */
-	ret = gdx_device_malloc(st.dev, via ? GDX_MIN(piece, GDX_MAX(size, 1)) : GDX_MAX(size, 1),
-				&dbuf);
+	dlen = via ? GDX_MIN(piece, GDX_MAX(size, 1)) : GDX_MAX(size, 1);
+	ret = gdx_device_malloc(st.dev, dlen, &dbuf);
 	if (ret) {
 		fprintf(stderr, "gdx cp: device memory for %llu bytes: %s\n",
-			(unsigned long long)size, gdx_strerror(ret));
+			(unsigned long long)dlen, gdx_strerror(ret));
+		if (ret == -ENOMEM)
+			enomem_hint(&st, via);
 		goto out;
 	}
 	if (!in)
