@@ -192,11 +192,17 @@ out:
 GDX_API int gdx_device_open(const char *spec, struct gdx_device **out)
 {
 	const struct gdx_device_ops *ops;
+	char why[640];
 	int ordinal, ret;
 
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
+	ret = gdx_config_check(why, sizeof(why));
+	if (ret) {
+		GDX_ERR("config", "%s", why);
+		return ret;
+	}
 	if (!spec || !*spec)
 		spec = gdx_cfg_str("device");
 	ret = parse_spec(spec, &ops, &ordinal);

@@ -5,6 +5,7 @@
 #include <gdx/gdx.h>
 
 #include "cmd.h"
+#include "common/config.h"
 
 /* `gdx config [--markdown]`: the knob table, as text or as docs/config.md's table. */
 int cmd_config(int argc, char **argv)
@@ -12,6 +13,7 @@ int cmd_config(int argc, char **argv)
 	struct gdx_config_knob_info k;
 	int markdown = argc > 1 && !strcmp(argv[1], "--markdown");
 	int n = gdx_config_knob(0, NULL);
+	char why[640];
 
 	if (argc > 1 && !markdown) {
 		fprintf(stderr, "usage: gdx config [--markdown]\n");
@@ -30,6 +32,10 @@ int cmd_config(int argc, char **argv)
 		if (gdx_config_get(k.name, cur, sizeof(cur)) < 0)
 			snprintf(cur, sizeof(cur), "?");
 		printf("%-24s %-28s %-7s %-10s %s\n", k.name, k.env, k.type, cur, k.doc);
+	}
+	if (gdx_config_check(why, sizeof(why))) {
+		fprintf(stderr, "gdx config: %s\n", why);
+		return 1;
 	}
 	return 0;
 }
