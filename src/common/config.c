@@ -415,8 +415,7 @@ static int validate(const struct knob *k, const char *v)
 	return -EINVAL;
 }
 
-/* "4096", "64k", "1M": the largest binary unit that divides v. */
-static void size_text(uint64_t v, char *buf, size_t len)
+void gdx_size_text(uint64_t v, char *buf, size_t len)
 {
 	static const char units[] = "kMGT";
 	int u = 0;
@@ -441,8 +440,8 @@ static void expected(const struct knob *k, char *buf, size_t len)
 		snprintf(buf, len, "an integer from %" PRId64 " to %" PRId64, k->min, k->max);
 		return;
 	case K_SIZE:
-		size_text((uint64_t)k->min, lo, sizeof(lo));
-		size_text((uint64_t)k->max, hi, sizeof(hi));
+		gdx_size_text((uint64_t)k->min, lo, sizeof(lo));
+		gdx_size_text((uint64_t)k->max, hi, sizeof(hi));
 		if (k->max == INT64_MAX)
 			snprintf(buf, len, "a size of at least %s (bytes, or with k, M, G or T)", lo);
 		else

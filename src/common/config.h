@@ -3,6 +3,7 @@
 #define GDX_COMMON_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -45,5 +46,7 @@ void gdx_config_reset(void);
  */
 int gdx_parse_size(const char *s, uint64_t *out);
 int gdx_parse_bool(const char *s, bool *out);
+/* The other way: "4096", "64k", "1M", with the largest binary unit that divides v. */
+void gdx_size_text(uint64_t v, char *buf, size_t len);
 
 #endif

@@ -68,6 +68,6 @@ grep -q "no direct path" "$dir/err" || fail "strict message: $(cat "$dir/err")"
 	--json >"$dir/bench" || fail "bench: $(cat "$dir/bench")"
 [ "$(grep -c '"gdx_gbps":[0-9]' "$dir/bench")" = 8 ] || fail "bench lines: $(cat "$dir/bench")"
 grep -q '"storage_gbps":0.000' "$dir/bench" && fail "a ceiling measured nothing"
-"$gdx" bench file --file "$dir/src" --io-size 5000 2>/dev/null; [ $? = 1 ] || fail "unaligned size"
+"$gdx" bench file --file "$dir/src" --io-size 5000 2>/dev/null; [ $? = 2 ] || fail "unaligned size"
 "$gdx" bench file 2>/dev/null; [ $? = 2 ] || fail "bench usage"
 echo ok

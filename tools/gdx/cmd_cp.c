@@ -18,6 +18,7 @@
 
 #include <gdx/gdx.h>
 
+#include "args.h"
 #include "cmd.h"
 #include "common/config.h"
 #include "common/util.h"
@@ -172,23 +173,34 @@ int cmd_cp(int argc, char **argv)
 	gdx_file_opts_init(&fo, sizeof(fo));
 	while ((o = getopt_long(argc, argv, "qh", lo, NULL)) != -1) {
 		switch (o) {
-		case 'v': via = optarg; break;
+		case 'v':
+			if (arg_gpu(argv[0], "--via", optarg, &ord))
+				return 2;
+			via = optarg;
+			break;
 		case 's':
-			if (gdx_parse_size(optarg, &size))
-				goto bad;
+			if (arg_size(argv[0], "--size", optarg, 1, 1ull << 50, &size))
+				return 2;
 			break;
 		case 'p':
-			if (gdx_parse_size(optarg, &piece) || !piece)
-				goto bad;
+			if (arg_size(argv[0], "--piece", optarg, 1, 1ull << 40, &piece))
+				return 2;
 			break;
-		case 'b': fo.backend = optarg; break;
+		case 'b':
+			if (arg_choice(argv[0], "--backend", optarg, "cufile|uring|posix") < 0)
+				return 2;
+			fo.backend = optarg;
+			break;
 		case 'q': st.quiet = true; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
 		}
 	}
-	if (argc - optind != 2)
+	if (argc - optind != 2) {
+		fprintf(stderr, "%s: want SRC and DST, got %d argument%s\n", argv[0], argc - optind,
+			argc - optind == 1 ? "" : "s");
 		goto bad;
+	}
 	src = argv[optind];
 	dst = argv[optind + 1];
 	if (via)
@@ -285,6 +297,5 @@ out:
 	gdx_device_close(st.dev);
 	return rc;
 bad:
-	usage(stderr);
-	return 2;
+	return arg_usage_error(argv[0]);
 }
