@@ -17,6 +17,7 @@
 
 #include <gdx/gdx.h>
 
+#include "ceiling.h"
 #include "common/crc32c.h"
 #include "common/tpool.h"
 #include "common/util.h"
@@ -26,10 +27,15 @@ static double secs_since(uint64_t t0)
 	return (double)(gdx_now_ns() - t0) / 1e9;
 }
 
+static unsigned invalid;	/* results above their ceilings */
+
 static void report(const char *what, double v, const char *unit, double ceiling)
 {
-	printf("%-28s %10.2f %-8s ceiling %10.2f  ratio %.2f\n", what, v, unit, ceiling,
-	       v / ceiling);
+	bool bad = bench_invalid(v / ceiling);
+
+	printf("%-28s %10.2f %-8s ceiling %10.2f  ratio %.2f%s%s\n", what, v, unit, ceiling,
+	       v / ceiling, bad ? "  " : "", bad ? BENCH_INVALID : "");
+	invalid += bad;
 }
 
 /*
@@ -203,5 +209,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (invalid)
+		fprintf(stderr, "%s: %u result%s above %s ceiling: the run is invalid\n", argv[0],
+			invalid, invalid == 1 ? "" : "s", invalid == 1 ? "its" : "their");
 	return 0;
 }

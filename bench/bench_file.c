@@ -34,7 +34,9 @@
 
 #include <gdx/gdx.h>
 
+#include "args.h"
 #include "bench_file.h"
+#include "ceiling.h"
 #include "common/config.h"
 #include "common/util.h"
 
@@ -431,27 +433,32 @@ static void usage(FILE *f)
 		"  --json            one JSON object per line\n");
 }
 
-static int parse_list(const char *s, uint64_t *v, int max, bool size)
+/* "4k,1M" or "1,2,4": each a size (of 4 KiB multiples) or a count from 1 to 1024. */
+static int parse_list(const char *prog, const char *opt, const char *s, uint64_t *v, int max,
+		      bool size)
 {
 	char tmp[256], *save = NULL;
 	int n = 0;
 
 	snprintf(tmp, sizeof(tmp), "%s", s);
-	for (char *tok = strtok_r(tmp, ",", &save); tok && n < max;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (size) {
-			if (gdx_parse_size(tok, &v[n]) || !v[n])
-				return -EINVAL;
-		} else {
-			char *end;
-
-			v[n] = strtoull(tok, &end, 10);
-			if (*end || !v[n] || v[n] > 1024)
-				return -EINVAL;
+	for (char *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (n == max) {
+			fprintf(stderr, "%s: %s '%s': at most %d values\n", prog, opt, s, max);
+			return -EINVAL;
+		}
+		if (size ? arg_size(prog, opt, tok, 4096, 1ull << 40, &v[n]) :
+			   arg_count(prog, opt, tok, 1, 1024, &v[n]))
+			return -EINVAL;
+		if (size && v[n] % 4096) {
+			fprintf(stderr, "%s: %s '%s': want a multiple of 4k (O_DIRECT)\n", prog,
+				opt, tok);
+			return -EINVAL;
 		}
 		n++;
 	}
-	return n ? n : -EINVAL;
+	if (!n)
+		return arg_count(prog, opt, s, 1, 1024, &v[0]);	/* refuses "" and "," */
+	return n;
 }
 
 static int create_file(const char *path, uint64_t size)
@@ -508,32 +515,53 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 	struct cfg c = { 0 };
 	struct gdx_file_opts fo;
 	struct stat st;
+	const char *prog = argv[0];
+	unsigned invalid = 0;
+	bool bad;
 
 	optind = 1;
 	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (o) {
 		case 'f': c.path = optarg; break;
-		case 'C': if (gdx_parse_size(optarg, &create)) goto bad; break;
+		case 'C':
+			if (arg_size(prog, "--create", optarg, 1, 1ull << 50, &create))
+				return 2;
+			break;
 		case 'w': c.write = true; break;
 		case 'p':
-			if (strcmp(optarg, "seq") && strcmp(optarg, "rand"))
-				goto bad;
-			c.rand = !strcmp(optarg, "rand");
+			if ((ret = arg_choice(prog, "--pattern", optarg, "seq|rand")) < 0)
+				return 2;
+			c.rand = ret == 1;
 			break;
-		case 's': if ((nsizes = parse_list(optarg, sizes, 16, true)) < 0) goto bad; break;
-		case 't': if ((nthr = parse_list(optarg, thr, 16, false)) < 0) goto bad; break;
-		case 'd': if ((ndep = parse_list(optarg, dep, 16, false)) < 0) goto bad; break;
-		case 'b': if (gdx_parse_size(optarg, &bytes)) goto bad; break;
+		case 's':
+			if ((nsizes = parse_list(prog, "--io-size", optarg, sizes, 16, true)) < 0)
+				return 2;
+			break;
+		case 't':
+			if ((nthr = parse_list(prog, "--threads", optarg, thr, 16, false)) < 0)
+				return 2;
+			break;
+		case 'd':
+			if ((ndep = parse_list(prog, "--depth", optarg, dep, 16, false)) < 0)
+				return 2;
+			break;
+		case 'b':
+			if (arg_size(prog, "--bytes", optarg, 1, 1ull << 50, &bytes))
+				return 2;
+			break;
 		case 'c':
-			if (strcmp(optarg, "hot") && strcmp(optarg, "cold") && strcmp(optarg, "auto"))
-				goto bad;
+			if (arg_choice(prog, "--cache", optarg, "hot|cold|auto") < 0)
+				return 2;
 			cache = optarg;
 			break;
-		case 'B': c.backend = optarg; break;
+		case 'B':
+			if (arg_choice(prog, "--backend", optarg, "cufile|uring|posix") < 0)
+				return 2;
+			c.backend = optarg;
+			break;
 		case 'D':
-			if (strncmp(optarg, "gpu:", 4))
-				goto bad;
-			ord = atoi(optarg + 4);
+			if (arg_gpu(prog, "--device", optarg, &ord))
+				return 2;
 			break;
 		case 'j': c.json = true; break;
 		case 'N': c.no_naive = true; break;
@@ -541,14 +569,26 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 		default: goto bad;
 		}
 	}
-	if (!c.path || optind != argc)
+	if (!c.path || optind != argc) {
+		if (!c.path)
+			fprintf(stderr, "%s: --file PATH is needed\n", prog);
+		else
+			fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
 		goto bad;
+	}
 	if (create && (ret = create_file(c.path, create))) {
 		fprintf(stderr, "gdx bench file: creating %s: %s\n", c.path, gdx_strerror(ret));
 		return 1;
 	}
-	if (stat(c.path, &st) || !st.st_size) {
-		fprintf(stderr, "gdx bench file: %s: missing or empty (use --create SIZE)\n", c.path);
+	if (stat(c.path, &st)) {
+		fprintf(stderr, "%s: %s: %s (--create SIZE makes one)\n", prog, c.path,
+			strerror(errno));
+		return 1;
+	}
+	if (!S_ISREG(st.st_mode) || !st.st_size) {
+		fprintf(stderr, "%s: %s: %s (--create SIZE makes one)\n", prog, c.path,
+			S_ISDIR(st.st_mode) ? "a directory, not a file" :
+			!S_ISREG(st.st_mode) ? "not a regular file" : "empty");
 		return 1;
 	}
 	c.fsize = (uint64_t)st.st_size;
@@ -582,10 +622,6 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 		double r[M_COUNT], ceil;
 
 		c.io = sizes[si];
-		if (c.io % 4096) {
-			fprintf(stderr, "gdx bench file: I/O sizes are multiples of 4 KiB\n");
-			goto out;
-		}
 		c.threads = (unsigned)thr[ti];
 		c.depth = (unsigned)dep[di];
 		if (c.io > c.fsize) {
@@ -640,31 +676,41 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 		 * a buffered read into host memory, is printed for reference).
 		 */
 		ceil = c.hot && !c.write ? r[M_COPY] : GDX_MIN(r[M_STORAGE], r[M_COPY]);
+		bad = bench_invalid(r[M_GDX] / ceil) || bench_invalid(r[M_NAIVE] / ceil);
+		invalid += bad;
 		if (c.json) {
 			printf("{\"op\":\"%s\",\"pattern\":\"%s\",\"cache\":\"%s\",\"io_size\":%zu,"
 			       "\"threads\":%u,\"depth\":%u,\"bytes\":%llu,\"storage_gbps\":%.3f,"
 			       "\"copy_gbps\":%.3f,\"naive_gbps\":%.3f,\"gdx_gbps\":%.3f,"
 			       "\"gdx_iops\":%.0f,\"storage_iops\":%.0f,\"ceiling_gbps\":%.3f,"
-			       "\"gdx_ratio\":%.3f,\"naive_ratio\":%.3f,\"path\":\"%s\",\"backend\":\"%s\"",
+			       "\"gdx_ratio\":%.3f,\"naive_ratio\":%.3f,\"valid\":%s,\"path\":\"%s\","
+			       "\"backend\":\"%s\"",
 			       c.write ? "write" : "read", c.rand ? "rand" : "seq",
 			       c.hot ? "hot" : "cold", c.io, c.threads, c.depth,
 			       (unsigned long long)c.bytes, r[M_STORAGE] / 1e9, r[M_COPY] / 1e9,
 			       r[M_NAIVE] / 1e9, r[M_GDX] / 1e9, r[M_GDX] / (double)c.io,
 			       r[M_STORAGE] / (double)c.io, ceil / 1e9, r[M_GDX] / ceil,
-			       r[M_NAIVE] / ceil, gdx_file_path_name(info.path),
+			       r[M_NAIVE] / ceil, bad ? "false" : "true", gdx_file_path_name(info.path),
 			       gdx_file_backend_name(c.f));
 			print_counters(&c, ctr0, true);
 		} else {
 			printf("%s %s %7zuk t=%-2u d=%-3u storage %7.2f GB/s  copy %7.2f GB/s  "
 			       "naive %7.2f GB/s (%.2f)  gdx %7.2f GB/s (%.2f of ceiling) %.0f IOPS "
-			       "path %s\n", c.write ? "write" : "read", c.rand ? "rand" : "seq",
+			       "path %s%s%s\n", c.write ? "write" : "read", c.rand ? "rand" : "seq",
 			       c.io >> 10, c.threads, c.depth, r[M_STORAGE] / 1e9, r[M_COPY] / 1e9,
 			       r[M_NAIVE] / 1e9, r[M_NAIVE] / ceil, r[M_GDX] / 1e9, r[M_GDX] / ceil,
-			       r[M_GDX] / (double)c.io, gdx_file_path_name(info.path));
+			       r[M_GDX] / (double)c.io, gdx_file_path_name(info.path),
+			       bad ? "  " : "", bad ? BENCH_INVALID : "");
 			print_counters(&c, ctr0, false);
 		}
 		fflush(stdout);
 	}
+	if (invalid)
+		fprintf(stderr, "%s: %u result%s above %s ceiling: the run is invalid (%s)\n", prog,
+			invalid, invalid == 1 ? "" : "s", invalid == 1 ? "its" : "their",
+			c.hot || c.write ? "the copy ceiling measured low; run again with more --bytes" :
+			"a cold run whose file is in the page cache: O_DIRECT storage reads the disk, "
+			"gdx the cache; drop the cache first, or --cache hot");
 	rc = 0;
 out:
 	gdx_file_close(c.f);
@@ -672,6 +718,5 @@ out:
 	gdx_device_close(c.dev);
 	return rc;
 bad:
-	usage(stderr);
-	return 2;
+	return arg_usage_error(prog);
 }

@@ -40,7 +40,9 @@
 
 #include <json-c/json.h>
 
+#include "args.h"
 #include "bench_xport.h"
+#include "ceiling.h"
 #include "common/config.h"
 #include "common/stats.h"
 #include "common/util.h"
@@ -724,34 +726,49 @@ static double copy_bw(struct cfg *c, size_t size)
 
 /* ---- driver ---------------------------------------------------------------------- */
 
-static int parse_mem(const char *s, struct mem *m, int (*open_gpu)(int, struct gdx_device **))
+/* host or gpu:N; 2 for a bad value, 1 when the device does not open. */
+static int parse_mem(const char *prog, const char *opt, const char *s, struct mem *m,
+		     int (*open_gpu)(int, struct gdx_device **))
 {
+	int ord, ret;
+
 	snprintf(m->name, sizeof(m->name), "%s", s);
 	if (!strcmp(s, "host")) {
 		m->dev = NULL;
 		return 0;
 	}
-	if (!strncmp(s, "gpu:", 4))
-		return open_gpu(atoi(s + 4), &m->dev);
-	return -EINVAL;
+	if (arg_gpu(prog, opt, s, &ord))
+		return 2;
+	ret = open_gpu(ord, &m->dev);
+	if (ret)
+		fprintf(stderr, "%s: %s %s: %s\n", prog, opt, s, gdx_strerror(ret));
+	return ret ? 1 : 0;
 }
 
-static int parse_sizes(struct cfg *c, char *s)
+static int parse_sizes(const char *prog, struct cfg *c, const char *s)
 {
+	char tmp[256], *save = NULL;
+
+	snprintf(tmp, sizeof(tmp), "%s", s);
 	c->nsizes = 0;
-	for (char *t = strtok(s, ","); t; t = strtok(NULL, ",")) {
+	for (char *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		uint64_t v;
 
-		if (c->nsizes == (int)GDX_ARRAY_SIZE(c->sizes) || gdx_parse_size(t, &v) || !v)
+		if (c->nsizes == (int)GDX_ARRAY_SIZE(c->sizes)) {
+			fprintf(stderr, "%s: --sizes '%s': at most %zu sizes\n", prog, s,
+				GDX_ARRAY_SIZE(c->sizes));
+			return -EINVAL;
+		}
+		if (arg_size(prog, "--sizes", t, 1, 1u << 30, &v))
 			return -EINVAL;
 		c->sizes[c->nsizes++] = v;
 	}
-	return c->nsizes ? 0 : -EINVAL;
+	return c->nsizes ? 0 : arg_size(prog, "--sizes", s, 1, 1u << 30, &c->sizes[0]);
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-	fprintf(stderr,
+	fprintf(f,
 		"usage: gdx bench xport [options]\n"
 		"  --addr URL        tcp://127.0.0.1:0 (default), rdma://IP:0, loop://bench\n"
 		"  --op OP           write (default), read or send\n"
@@ -838,8 +855,12 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0, .runs = 1,
 			 .max_unexpected = UINT64_MAX,
 			 .sizes = { 4096, 65536, 1u << 20, 4u << 20 }, .nsizes = 4 };
+	const char *prog = argv[0];
 	char host[64] = "";
-	int opt, fails = 0, busy = -1;
+	uint64_t u;
+	int opt, ret, fails = 0, busy = -1;
+	unsigned invalid = 0;
+	bool bad;
 
 	strcpy(c.src.name, "host");
 	strcpy(c.dst.name, "host");
@@ -848,40 +869,66 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		switch (opt) {
 		case 'a': snprintf(c.addr, sizeof(c.addr), "%s", optarg); break;
 		case 'o':
-			if (!strcmp(optarg, "write")) c.op = OP_WRITE;
-			else if (!strcmp(optarg, "read")) c.op = OP_READ;
-			else if (!strcmp(optarg, "send")) c.op = OP_SEND;
-			else { usage(); return 2; }
+			if ((ret = arg_choice(prog, "--op", optarg, "write|read|send")) < 0)
+				return 2;
+			c.op = ret == 0 ? OP_WRITE : ret == 1 ? OP_READ : OP_SEND;
 			break;
 		case 's':
 		case 'd':
-			if (parse_mem(optarg, opt == 's' ? &c.src : &c.dst, open_gpu)) {
-				fprintf(stderr, "gdx bench xport: cannot open '%s'\n", optarg);
-				return 1;
-			}
+			ret = parse_mem(prog, opt == 's' ? "--src" : "--dst", optarg,
+					opt == 's' ? &c.src : &c.dst, open_gpu);
+			if (ret)
+				return ret;
 			break;
 		case 'z':
-			if (parse_sizes(&c, optarg)) { usage(); return 2; }
+			if (parse_sizes(prog, &c, optarg))
+				return 2;
 			break;
-		case 'q': c.depth = (unsigned)atoi(optarg); break;
-		case 't': c.secs = atof(optarg); break;
+		case 'q':
+			if (arg_count(prog, "--depth", optarg, 1, 4096, &u))
+				return 2;
+			c.depth = (unsigned)u;
+			break;
+		case 't':
+			if (arg_secs(prog, "--secs", optarg, 3600, &c.secs))
+				return 2;
+			break;
 		case 'n': c.no_ceiling = 1; break;
 		case 'b': busy = 1; break;
 		case 'S': busy = 0; break;
-		case 'r': c.runs = atoi(optarg); break;
+		case 'r':
+			if (arg_count(prog, "--runs", optarg, 1, MAX_RUNS, &u))
+				return 2;
+			c.runs = (int)u;
+			break;
 		case 'u':
-			if (gdx_parse_size(optarg, &c.max_unexpected)) { usage(); return 2; }
+			if (arg_size(prog, "--max-unexpected", optarg, 0, 1ull << 40,
+				     &c.max_unexpected))
+				return 2;
 			break;
 		case 'R':
-			c.rx_depth = (unsigned)atoi(optarg);
-			if (!c.rx_depth) { usage(); return 2; }
+			if (arg_count(prog, "--rx-depth", optarg, 1, 65536, &u))
+				return 2;
+			c.rx_depth = (unsigned)u;
 			break;
-		default: usage(); return opt == 'h' ? 0 : 2;
+		case 'h': usage(stdout); return 0;
+		default: return arg_usage_error(prog);
 		}
 	}
-	if (!c.depth || c.secs <= 0 || c.runs < 1 || c.runs > MAX_RUNS) {
-		usage();
-		return 2;
+	if (optind != argc) {
+		fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+		return arg_usage_error(prog);
+	}
+	/* An address the transport cannot listen on fails here, once, not once per size. */
+	{
+		struct gdx_xport_listener *l;
+
+		ret = gdx_xport_listen(c.addr, NULL, &l);
+		if (ret) {
+			fprintf(stderr, "%s: --addr %s: %s\n", prog, c.addr, gdx_strerror(ret));
+			return ret == -EINVAL ? 2 : 1;
+		}
+		gdx_xport_listener_close(l);
 	}
 	c.busy = busy >= 0 ? busy : !strncmp(c.addr, "rdma://", 7);
 	if (!strncmp(c.addr, "rdma://", 7)) {
@@ -930,9 +977,12 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			printf("%11s %6s ", "n/a", "");
 		printf("%10.1f ", lat);
 		if (clat > 0)
-			printf("%10.1f %6.2f\n", clat, clat / lat);
+			printf("%10.1f %6.2f", clat, clat / lat);
 		else
-			printf("%10s %6s\n", "n/a", "");
+			printf("%10s %6s", "n/a", "");
+		bad = (cbw > 0 && bench_invalid(bw / cbw)) || (clat > 0 && bench_invalid(clat / lat));
+		invalid += bad;
+		printf("%s%s\n", bad ? "  " : "", bad ? BENCH_INVALID : "");
 		/* Not silent: such a message was copied once more (synchronously into device memory). */
 		if (c.unexpected)
 			printf("    note: at %s, %llu of %llu receives came after their message "
@@ -952,6 +1002,10 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		fflush(stdout);
 	}
 	printf("ratio: gdx / ceiling for bandwidth, ceiling / gdx for latency (1.00 = at the ceiling)\n");
+	if (invalid)
+		fprintf(stderr, "%s: %u size%s above %s ceiling: the run is invalid (run again with "
+			"longer --secs or more --runs)\n", prog, invalid, invalid == 1 ? "" : "s",
+			invalid == 1 ? "its" : "their");
 	if (c.src.dev)
 		gdx_device_close(c.src.dev);
 	if (c.dst.dev)

@@ -33,7 +33,7 @@ if [ -z "${GDX_DEVICE:-}" ]; then
     export GDX_DEVICE=emulated
   fi
 fi
-echo "gdx $("$gdx" version | awk '{print $2}'), device: $GDX_DEVICE"
+echo "gdx $("$gdx" version | awk '{print $2}') at $top/$gdx, device: $GDX_DEVICE"
 [ "$GDX_DEVICE" = emulated ] && echo "(no GPU here: device memory is the emulated device, host memory the CPU cannot touch directly)"
 
 step "1. gdx check --path $work"
@@ -70,3 +70,5 @@ step "4. pipeline: the seeds' training step (load N+1 | compute N | send N-1)"
 "$build/examples/train_step/train_step" --data "$work/train.dat" --batches 100 --serial
 
 printf '\ndemo done\n'
+printf 'the gdx binary: %s (not on PATH; "sudo ninja -C %s install" puts it in\n' "$top/$gdx" "$build"
+printf '/usr/local/bin with its man page: man gdx; README.md, Install)\n'

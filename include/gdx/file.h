@@ -56,7 +56,8 @@ GDX_API const char *gdx_file_path_name(enum gdx_file_path p);
 struct gdx_file_io_info {
 	enum gdx_file_path path;	/* the path that carried the most bytes */
 	uint64_t bytes[GDX_FILE_PATH_COUNT];
-	char why[256];			/* why that path, in words */
+	/* why that path, in words; room for a split I/O whose pieces each say theirs */
+	char why[512];
 };
 
 /* ---- driver ------------------------------------------------------------ */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@ struct knob {
 	enum knob_type type;
 	const char *def;
 	const char *doc;
-	const char *choices;	/* K_ENUM: "a|b|c" */
+	const char *choices;	/* K_ENUM, K_STRING: "a|b|c" (a string: each with ":N" too) */
 	int64_t min, max;	/* K_INT / K_SIZE bounds (inclusive) */
 	/* run-time state */
 	char *set_val;		/* gdx_config_set */
@@ -40,7 +41,8 @@ struct knob {
 
 static struct knob knobs[] = {
 	KNOB("device", K_STRING, "auto",
-	     "device to use: auto (a GPU if present), cuda[:N], emulated[:N]"),
+	     "device to use: auto (a GPU if present), cuda[:N], emulated[:N]",
+	     .choices = "auto|cuda|emulated"),
 	KNOB("require_direct", K_BOOL, "0",
 	     "fail a transfer instead of falling back from the direct path"),
 	KNOB("sysfs_root", K_STRING, "/sys",
@@ -242,6 +244,14 @@ static struct knob knobs[] = {
 static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /*
+ * Why the last file load was refused, and why $GDX_CONFIG was (empty: it
+ * loaded or there is none).  The load at start-up logs nothing itself: the
+ * first gdx_config_check (every device open makes one) reports it.
+ */
+static char load_err[512], env_file_err[512];
+static bool quiet_load;
+
+/*
  * Values replaced by a set or a file load: gdx_cfg_str handed them out without
  * a copy, so they are kept until gdx_config_reset.  Replacing values is rare
  * (start-up, tests), so the list stays short.
@@ -287,6 +297,19 @@ static const char *env_name(struct knob *k)
 		k->env[j] = 0;
 	}
 	return k->env;
+}
+
+/* Keeps why a load is refused, logs it (but not at start-up), returns GDX_ECONFIG. */
+__attribute__((format(printf, 1, 2))) static int refuse(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(load_err, sizeof(load_err), fmt, ap);
+	va_end(ap);
+	if (!quiet_load)
+		GDX_ERR("config", "%s", load_err);
+	return GDX_ECONFIG;
 }
 
 /* Decimal, or hex after 0x; never octal: "010" is ten, as a person writing it means. */
@@ -351,8 +374,23 @@ int gdx_parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
+/* Is v[0..n) one of choices ("a|b|c")? */
+static bool is_choice(const char *choices, const char *v, size_t n)
+{
+	for (const char *c = choices; c && *c;) {
+		const char *bar = strchr(c, '|');
+		size_t len = bar ? (size_t)(bar - c) : strlen(c);
+
+		if (len == n && !strncmp(c, v, n))
+			return true;
+		c = bar ? bar + 1 : NULL;
+	}
+	return false;
+}
+
 static int validate(const struct knob *k, const char *v)
 {
+	const char *colon;
 	uint64_t u;
 	bool b;
 
@@ -377,28 +415,76 @@ static int validate(const struct knob *k, const char *v)
 		return 0;
 	case K_BOOL:
 		return gdx_parse_bool(v, &b);
-	case K_ENUM: {
-		size_t n = strlen(v);
-
-		for (const char *c = k->choices; c && *c;) {
-			const char *bar = strchr(c, '|');
-			size_t len = bar ? (size_t)(bar - c) : strlen(c);
-
-			if (len == n && !strncmp(c, v, n))
-				return 0;
-			c = bar ? bar + 1 : NULL;
-		}
-		return -EINVAL;
-	}
+	case K_ENUM:
+		return is_choice(k->choices, v, strlen(v)) ? 0 : -EINVAL;
 	case K_STRING:
-		return 0;
+		if (!k->choices)
+			return 0;
+		/* a choice, or a choice and ":N" (a device ordinal, as the device layer reads it) */
+		colon = strchr(v, ':');
+		if (colon) {
+			char *end;
+			long n;
+
+			errno = 0;
+			n = strtol(colon + 1, &end, 10);
+			if (errno || end == colon + 1 || *end || n < 0 || n > 1024)
+				return -EINVAL;
+		}
+		return is_choice(k->choices, v, colon ? (size_t)(colon - v) : strlen(v)) ? 0 :
+			-EINVAL;
 	}
 	return -EINVAL;
+}
+
+void gdx_size_text(uint64_t v, char *buf, size_t len)
+{
+	static const char units[] = "kMGT";
+	int u = 0;
+
+	while (u < 4 && v && !(v & 1023)) {
+		v >>= 10;
+		u++;
+	}
+	if (u)
+		snprintf(buf, len, "%" PRIu64 "%c", v, units[u - 1]);
+	else
+		snprintf(buf, len, "%" PRIu64, v);
+}
+
+/* What k accepts, in words, for the message that refuses a value. */
+static void expected(const struct knob *k, char *buf, size_t len)
+{
+	char lo[24], hi[24];
+
+	switch (k->type) {
+	case K_INT:
+		snprintf(buf, len, "an integer from %" PRId64 " to %" PRId64, k->min, k->max);
+		return;
+	case K_SIZE:
+		gdx_size_text((uint64_t)k->min, lo, sizeof(lo));
+		gdx_size_text((uint64_t)k->max, hi, sizeof(hi));
+		if (k->max == INT64_MAX)
+			snprintf(buf, len, "a size of at least %s (bytes, or with k, M, G or T)", lo);
+		else
+			snprintf(buf, len, "a size from %s to %s (bytes, or with k, M, G or T)", lo, hi);
+		return;
+	case K_BOOL:
+		snprintf(buf, len, "1, 0, true, false, yes, no, on or off");
+		return;
+	case K_ENUM:
+		snprintf(buf, len, "one of %s", k->choices);
+		return;
+	case K_STRING:
+		snprintf(buf, len, "one of %s, each optionally with :N", k->choices);
+		return;
+	}
 }
 
 /* Caller holds cfg_lock. */
 static const char *resolve(struct knob *k)
 {
+	char want[128];
 	const char *v;
 
 	if (k->set_val)
@@ -409,7 +495,8 @@ static const char *resolve(struct knob *k)
 			return v;
 		if (!k->warned) {
 			k->warned = 1;
-			GDX_WARN("config", "ignoring %s='%s' (bad value); using %s", k->env, v,
+			expected(k, want, sizeof(want));
+			GDX_WARN("config", "ignoring %s='%s' (want %s); using %s", k->env, v, want,
 				 k->file_val ? k->file_val : k->def);
 		}
 	}
@@ -574,10 +661,8 @@ static int load_obj(json_object *obj, const char *prefix, const char *path, char
 		int n, ret;
 
 		n = snprintf(name, sizeof(name), "%s%s%s", prefix, *prefix ? "." : "", key);
-		if (n < 0 || (size_t)n >= sizeof(name)) {
-			GDX_ERR("config", "%s: unknown key '%.40s...'", path, name);
-			return GDX_ECONFIG;
-		}
+		if (n < 0 || (size_t)n >= sizeof(name))
+			return refuse("%s: unknown key '%.40s...'", path, name);
 		if (json_object_is_type(val, json_type_object)) {
 			ret = load_obj(val, name, path, staged);
 			if (ret)
@@ -585,14 +670,15 @@ static int load_obj(json_object *obj, const char *prefix, const char *path, char
 			continue;
 		}
 		k = find(name);
-		if (!k) {
-			GDX_ERR("config", "%s: unknown key '%s'", path, name);
-			return GDX_ECONFIG;
-		}
+		if (!k)
+			return refuse("%s: unknown key '%s' (gdx config lists the knobs)", path, name);
 		text = leaf_text(k, val);
 		if (!text || validate(k, text)) {
-			GDX_ERR("config", "%s: bad value for '%s'", path, name);
-			return GDX_ECONFIG;
+			char want[128];
+
+			expected(k, want, sizeof(want));
+			return refuse("%s: bad value %s for '%s' (want %s)", path,
+				      json_object_to_json_string(val), name, want);
 		}
 		i = (size_t)(k - knobs);
 		free(staged[i]);	/* a key given twice: the last one wins */
@@ -613,11 +699,11 @@ static json_object *parse_file(const char *path)
 	char *text = NULL;
 	size_t len = 0, at;
 	FILE *f;
-	int line = 1;
+	int line = 1, col = 1;
 
 	f = fopen(path, "re");
 	if (!f) {
-		GDX_ERR("config", "%s: %s", path, strerror(errno));
+		refuse("%s: %s", path, strerror(errno));
 		return NULL;
 	}
 	/* Grows as it reads: config files are small, and pipes have no size to ask. */
@@ -632,7 +718,7 @@ static json_object *parse_file(const char *path)
 			cap = cap ? cap * 2 : 4096;
 			t = realloc(text, cap);
 			if (!t) {
-				GDX_ERR("config", "%s: out of memory", path);
+				refuse("%s: out of memory", path);
 				goto out;
 			}
 			text = t;
@@ -643,12 +729,14 @@ static json_object *parse_file(const char *path)
 			break;
 	}
 	if (ferror(f) || len > MAX_CONFIG) {
-		GDX_ERR("config", "%s: %s", path, ferror(f) ? "read error" : "larger than 1 MiB");
+		refuse("%s: %s", path, ferror(f) ? "read error" : "larger than 1 MiB");
 		goto out;
 	}
 	tok = json_tokener_new();
-	if (!tok)
+	if (!tok) {
+		refuse("%s: out of memory", path);
 		goto out;
+	}
 	root = json_tokener_parse_ex(tok, text, (int)len);
 	jerr = json_tokener_get_error(tok);
 	at = json_tokener_get_parse_end(tok);
@@ -656,9 +744,11 @@ static json_object *parse_file(const char *path)
 	while (root && at < len && strchr(" \t\r\n", text[at]))
 		at++;
 	if (!root || jerr != json_tokener_success || at < len) {
-		for (size_t i = 0; i < at && i < len; i++)
+		for (size_t i = 0; i < at && i < len; i++) {
 			line += text[i] == '\n';
-		GDX_ERR("config", "%s:%d: %s", path, line,
+			col = text[i] == '\n' ? 1 : col + 1;
+		}
+		refuse("%s:%d:%d: %s", path, line, col,
 			jerr == json_tokener_continue ? "unexpected end of file" :
 			jerr != json_tokener_success ? json_tokener_error_desc(jerr) :
 			"text after the JSON value");
@@ -685,9 +775,8 @@ GDX_API int gdx_config_load_file(const char *path)
 	if (!root)
 		return GDX_ECONFIG;
 	if (!json_object_is_type(root, json_type_object)) {
-		GDX_ERR("config", "%s: top level must be an object", path);
 		json_object_put(root);
-		return GDX_ECONFIG;
+		return refuse("%s: top level must be an object", path);
 	}
 	ret = load_obj(root, "", path, staged);
 	json_object_put(root);
@@ -723,10 +812,44 @@ void gdx_config_reset(void)
 	pthread_mutex_unlock(&cfg_lock);
 }
 
+int gdx_config_check(char *buf, size_t len)
+{
+	const char *v;
+	char want[128];
+
+	if (env_file_err[0]) {
+		snprintf(buf, len, "GDX_CONFIG: %s", env_file_err);
+		return GDX_ECONFIG;
+	}
+	pthread_mutex_lock(&cfg_lock);
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(knobs); i++) {
+		struct knob *k = &knobs[i];
+
+		v = getenv(env_name(k));
+		if (k->set_val || !v || !validate(k, v))
+			continue;
+		expected(k, want, sizeof(want));
+		snprintf(buf, len, "%s='%s': want %s", k->env, v, want);
+		pthread_mutex_unlock(&cfg_lock);
+		return GDX_ECONFIG;
+	}
+	pthread_mutex_unlock(&cfg_lock);
+	v = getenv("GDX_LOG_LEVEL");
+	if (v && gdx_log_level_parse(v) < 0) {
+		snprintf(buf, len, "GDX_LOG_LEVEL='%s': want error, warn, info, debug, trace "
+			 "or 0 to 4", v);
+		return GDX_ECONFIG;
+	}
+	return 0;
+}
+
+/* $GDX_CONFIG loads before main(); a file that is refused is reported by gdx_config_check. */
 __attribute__((constructor)) static void config_init(void)
 {
 	const char *path = getenv("GDX_CONFIG");
 
+	quiet_load = true;
 	if (path && gdx_config_load_file(path))
-		fprintf(stderr, "gdx: could not load GDX_CONFIG=%s\n", path);
+		snprintf(env_file_err, sizeof(env_file_err), "%s", load_err);
+	quiet_load = false;
 }

@@ -3,13 +3,15 @@
 #define GDX_COMMON_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /*
  * Knob values, resolved on each call (set > env > JSON file > default) so a
  * test can change one between calls.  Unknown names are a programming error:
  * they are logged and abort.  Values are validated when set; a bad value in
- * the environment is logged once and ignored, a file with one is refused whole.
+ * the environment is logged once and ignored here (gdx_config_check refuses
+ * it), a file with one is refused whole.
  * Numbers are decimal or 0x hex, never octal.
  */
 int64_t gdx_cfg_int(const char *name);
@@ -20,6 +22,16 @@ bool gdx_cfg_bool(const char *name);
  * until gdx_config_reset); an environment value, until the variable changes.
  */
 const char *gdx_cfg_str(const char *name);
+
+/*
+ * Whether the configuration from outside can be used: $GDX_CONFIG loaded, the
+ * environment variable of every knob not set by gdx_config_set holds a value
+ * it accepts, and GDX_LOG_LEVEL names a level.  0, or GDX_ECONFIG with the
+ * first problem in buf, naming the variable or file, the value and what the
+ * knob accepts.  Opening a device makes this check: a typo stops the program
+ * there rather than being ignored.
+ */
+int gdx_config_check(char *buf, size_t len);
 
 /*
  * Drops every value set through gdx_config_set and every value from a JSON
@@ -34,5 +46,7 @@ void gdx_config_reset(void);
  */
 int gdx_parse_size(const char *s, uint64_t *out);
 int gdx_parse_bool(const char *s, bool *out);
+/* The other way: "4096", "64k", "1M", with the largest binary unit that divides v. */
+void gdx_size_text(uint64_t v, char *buf, size_t len);
 
 #endif

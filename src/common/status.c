@@ -6,7 +6,7 @@
 #include "gdx_build_config.h"
 
 static const char *const lib_msgs[] = {
-	[-(GDX_ENODEVICE - GDX_E_BASE)] = "no device of the requested kind (set GDX_DEVICE=emulated for the emulated device)",
+	[-(GDX_ENODEVICE - GDX_E_BASE)] = "no such device",
 	[-(GDX_ENOTDIRECT - GDX_E_BASE)] = "direct path unavailable and fallback forbidden (strict mode)",
 	[-(GDX_ENOLIB - GDX_E_BASE)] = "required vendor library not found",
 	[-(GDX_EDRIVER - GDX_E_BASE)] = "device driver call failed",

@@ -157,9 +157,13 @@ static int open_one(const struct gdx_device_ops *ops, int ordinal, struct gdx_de
 			GDX_ERR("device", "cannot open cuda:%d: %s; set GDX_DEVICE=emulated to run "
 				"on the emulated device", ordinal,
 				ret > 0 ? "no such device" : gdx_cuda_load_error());
+		else if (ret >= 0)
+			GDX_ERR("device", "cannot open %s:%d: no such device (%d %s device%s; "
+				"GDX_EMULATED_DEVICES sets how many)", ops->kind, ordinal, ret,
+				ops->kind, ret == 1 ? "" : "s");
 		else
 			GDX_ERR("device", "cannot open %s:%d: %s", ops->kind, ordinal,
-				ret < 0 ? gdx_strerror(ret) : "no such device");
+				gdx_strerror(ret));
 		if (ret >= 0)
 			ret = GDX_ENODEVICE;
 		goto out;
@@ -188,11 +192,17 @@ out:
 GDX_API int gdx_device_open(const char *spec, struct gdx_device **out)
 {
 	const struct gdx_device_ops *ops;
+	char why[640];
 	int ordinal, ret;
 
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
+	ret = gdx_config_check(why, sizeof(why));
+	if (ret) {
+		GDX_ERR("config", "%s", why);
+		return ret;
+	}
 	if (!spec || !*spec)
 		spec = gdx_cfg_str("device");
 	ret = parse_spec(spec, &ops, &ordinal);

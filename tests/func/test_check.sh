@@ -66,9 +66,29 @@ expect_rc 2 --bogus
 expect_rc 2 --root tests/data/sysfs/dgx8 stray
 expect_rc 0 --help
 
-# an empty tree is a machine with nothing on it, not an error
-expect_rc 0 --root /nonexistent/gdx --no-live
+# a tree that is not there is an error naming it, not an empty machine
+expect_rc 1 --root /nonexistent/gdx --no-live
+[ "$err" = "gdx check: sysfs root /nonexistent/gdx/sys: No such file or directory" ] ||
+  fail "missing tree: '$err'"
+[ -z "$out" ] || fail "missing tree printed a report: $out"
+# an empty tree is a machine with nothing on it; what it cannot tell (no module
+# list, no live checks) is ? on the Ready line and null in JSON, never a ✗
+empty=$(mktemp -d) || exit 1
+mkdir "$empty/sys" "$empty/proc"
+expect_rc 0 --root "$empty" --no-live
 grep -q "no GPU, NIC, NVMe or disk found" <<<"$out" || fail "empty tree: $out"
+grep -Eq "kernel-nvme-tcp \?( |$)" <<<"$out" || fail "empty tree: unknown module not ?: $out"
+grep -Eq "kernel-nvmet-tcp \?( |$)" <<<"$out" || fail "empty tree: unknown modules not ?: $out"
+expect_rc 0 --root "$empty" --no-live --json
+if command -v python3 >/dev/null; then
+  python3 -c 'import json, sys
+r = json.load(sys.stdin)["ready"]
+bad = [k for k in ("kernel-nvme-tcp", "kernel-nvmet-tcp", "io-uring", "odirect") if r[k] is not None]
+sys.exit("not null: %s" % bad if bad else 0)' <<<"$out" || fail "empty tree: JSON ready"
+fi
+expect_rc 1 --root "$empty" --no-live --require kernel-nvme-tcp
+grep -q "kernel-nvme-tcp is not checked" <<<"$err" || fail "empty tree --require: $err"
+rm -rf "$empty"
 
 # the knobs name the roots as well as the options do
 out=$(GDX_SYSFS_ROOT=tests/data/sysfs/vm1gpu/sys GDX_PROCFS_ROOT=tests/data/sysfs/vm1gpu/proc \

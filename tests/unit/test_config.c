@@ -125,6 +125,54 @@ static void bad_files_are_refused(void **state)
 	assert_int_equal(gdx_config_load_file("/nonexistent/gdx.json"), GDX_ECONFIG);
 }
 
+/* A typo in the environment is named with what the knob takes, and stops device opens. */
+static void bad_environment_is_refused(void **state)
+{
+	const char *env = getenv("GDX_DEVICE");
+	char *device = env ? strdup(env) : NULL;
+	struct gdx_device *dev;
+	char why[640];
+
+	(void)state;
+	gdx_log_set_level(GDX_LOG_ERROR);
+	assert_int_equal(gdx_config_check(why, sizeof(why)), 0);
+	setenv("GDX_DEVICE", "emualted", 1);
+	assert_int_equal(gdx_config_check(why, sizeof(why)), GDX_ECONFIG);
+	assert_string_equal(why, "GDX_DEVICE='emualted': want one of auto|cuda|emulated, each "
+			    "optionally with :N");
+	assert_int_equal(gdx_device_open("emulated", &dev), GDX_ECONFIG);
+	assert_null(dev);
+	assert_int_equal(gdx_config_set("device", "emualted"), -EINVAL);
+	assert_int_equal(gdx_config_set("device", "emulated:x"), -EINVAL);
+	assert_int_equal(gdx_config_set("device", "emulated:1"), 0);
+	/* A value set in code overrides the variable, which then does not matter. */
+	assert_int_equal(gdx_config_check(why, sizeof(why)), 0);
+	assert_int_equal(gdx_config_set("device", NULL), 0);
+	setenv("GDX_DEVICE", "cuda:0", 1);
+	assert_int_equal(gdx_config_check(why, sizeof(why)), 0);
+	if (device)
+		setenv("GDX_DEVICE", device, 1);
+	else
+		unsetenv("GDX_DEVICE");
+	free(device);
+
+	setenv("GDX_FILE_CHUNK_SIZE", "1", 1);
+	assert_int_equal(gdx_config_check(why, sizeof(why)), GDX_ECONFIG);
+	assert_string_equal(why, "GDX_FILE_CHUNK_SIZE='1': want a size from 4k to 256M (bytes, "
+			    "or with k, M, G or T)");
+	unsetenv("GDX_FILE_CHUNK_SIZE");
+	setenv("GDX_FILE_ODIRECT", "maybe", 1);
+	assert_int_equal(gdx_config_check(why, sizeof(why)), GDX_ECONFIG);
+	assert_non_null(strstr(why, "GDX_FILE_ODIRECT='maybe': want 1, 0, true"));
+	unsetenv("GDX_FILE_ODIRECT");
+	setenv("GDX_LOG_LEVEL", "loud", 1);
+	assert_int_equal(gdx_config_check(why, sizeof(why)), GDX_ECONFIG);
+	assert_non_null(strstr(why, "GDX_LOG_LEVEL='loud'"));
+	unsetenv("GDX_LOG_LEVEL");
+	assert_int_equal(gdx_config_check(why, sizeof(why)), 0);
+	gdx_log_set_level(GDX_LOG_WARN);
+}
+
 static int cfg_text(const char *name, char *buf, size_t len)
 {
 	return gdx_config_get(name, buf, len);
@@ -253,6 +301,7 @@ int main(void)
 		cmocka_unit_test(sizes_parse),
 		cmocka_unit_test(set_env_file_default_precedence),
 		cmocka_unit_test(bad_files_are_refused),
+		cmocka_unit_test(bad_environment_is_refused),
 		cmocka_unit_test(file_loads_are_atomic),
 		cmocka_unit_test(str_survives_changes),
 		cmocka_unit_test(json_types_are_checked),

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,13 +37,22 @@ static const struct {
 /* `gdx bench <what> ...`: each benchmark prints its result beside its ceilings. */
 int cmd_bench(int argc, char **argv)
 {
-	if (argc >= 2) {
-		for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
-			if (!strcmp(argv[1], benches[i].name))
-				return benches[i].run(argc - 1, argv + 1);
+	bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+	FILE *f = help ? stdout : stderr;
+	char prog[32];
+
+	for (size_t i = 0; argc >= 2 && i < sizeof(benches) / sizeof(benches[0]); i++) {
+		if (strcmp(argv[1], benches[i].name))
+			continue;
+		snprintf(prog, sizeof(prog), "gdx bench %s", benches[i].name);
+		argv[1] = prog;
+		return benches[i].run(argc - 1, argv + 1);
 	}
-	fprintf(stderr, "usage: gdx bench <what> [options]\n\n");
+	if (argc >= 2 && !help)
+		fprintf(stderr, "gdx bench: unknown benchmark '%s'\n", argv[1]);
+	fprintf(f, "usage: gdx bench <what> [options]\n\n");
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
-		fprintf(stderr, "  %-10s %s\n", benches[i].name, benches[i].summary);
-	return 2;
+		fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].summary);
+	fprintf(f, "\n'gdx bench <what> --help' describes one.\n");
+	return help ? 0 : 2;
 }

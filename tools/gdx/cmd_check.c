@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <json-c/json.h>
 
@@ -131,11 +132,20 @@ static enum mod_state mod(struct chk_ctx *x, const char *m)
 	return chk_module(x, m);
 }
 
-static bool mod_usable(struct chk_ctx *x, const char *m)
+/* A module's readiness: not checked when nothing says whether the kernel has it. */
+static enum ready mod_ready(struct chk_ctx *x, const char *m)
 {
 	enum mod_state s = mod(x, m);
 
-	return s == MOD_LOADED || s == MOD_AVAILABLE;
+	return s == MOD_UNKNOWN ? NOT_CHECKED : s == MOD_MISSING ? NOT_READY : READY;
+}
+
+/* Both needed: a known no decides, then a not known. */
+static enum ready both(enum ready a, enum ready b)
+{
+	if (a == NOT_READY || b == NOT_READY)
+		return NOT_READY;
+	return a == NOT_CHECKED || b == NOT_CHECKED ? NOT_CHECKED : READY;
 }
 
 static const char *uring_word(const struct chk_ctx *x)
@@ -456,12 +466,11 @@ static void readiness(struct report *rp)
 	/* gdx's own NVMe-oF host and target need a way out, not kernel modules */
 	rp->ready[R_NVMF_TCP] = x->nnic ? READY : NOT_READY;
 	rp->ready[R_NVMF_RDMA] = rdma ? READY : NOT_READY;
-	rp->ready[R_K_NVME_TCP] = mod_usable(x, "nvme_tcp") ? READY : NOT_READY;
-	rp->ready[R_K_NVME_RDMA] = rdma && mod_usable(x, "nvme_rdma") ? READY : NOT_READY;
-	rp->ready[R_K_NVMET_TCP] = mod_usable(x, "nvmet") && mod_usable(x, "nvmet_tcp") ? READY :
-				   NOT_READY;
-	rp->ready[R_K_NVMET_RDMA] = rdma && mod_usable(x, "nvmet") && mod_usable(x, "nvmet_rdma") ?
-				    READY : NOT_READY;
+	rp->ready[R_K_NVME_TCP] = mod_ready(x, "nvme_tcp");
+	rp->ready[R_K_NVME_RDMA] = both(rdma ? READY : NOT_READY, mod_ready(x, "nvme_rdma"));
+	rp->ready[R_K_NVMET_TCP] = both(mod_ready(x, "nvmet"), mod_ready(x, "nvmet_tcp"));
+	rp->ready[R_K_NVMET_RDMA] = both(rdma ? READY : NOT_READY,
+					 both(mod_ready(x, "nvmet"), mod_ready(x, "nvmet_rdma")));
 	rp->ready[R_IO_URING] = !x->live ? NOT_CHECKED : x->io_uring_ok ? READY : NOT_READY;
 	rp->ready[R_ODIRECT] = !x->live ? NOT_CHECKED : x->odirect_ok ? READY : NOT_READY;
 	if (rp->ready[R_STORAGE_DIRECT] == READY && !x->live)
@@ -904,6 +913,21 @@ int cmd_check(int argc, char **argv)
 		chk_set(procfs, sizeof(procfs), "%s", gdx_cfg_str("procfs_root"));
 	if (!modroot[0])
 		chk_set(modroot, sizeof(modroot), "%s", gdx_cfg_str("modules_root"));
+	/* A tree that is not there would make an empty report that looks like a machine. */
+	for (int i = 0; i < 2; i++) {
+		const char *dir = i ? procfs : sysfs, *why = NULL;
+		struct stat st;
+
+		if (stat(dir, &st))
+			why = strerror(errno);
+		else if (!S_ISDIR(st.st_mode))
+			why = "not a directory";
+		if (why) {
+			fprintf(stderr, "%s: %s root %s: %s\n", argv[0], i ? "procfs" : "sysfs", dir,
+				why);
+			return 1;
+		}
+	}
 	/* live probes describe this machine, which a fixture tree is not */
 	if (live < 0)
 		live = !strcmp(sysfs, "/sys") && !strcmp(procfs, "/proc");
@@ -961,7 +985,8 @@ int cmd_check(int argc, char **argv)
 		if (!want[i] || rp->ready[i] == READY)
 			continue;
 		fprintf(stderr, "gdx check: %s is %s\n", ready_names[i],
-			rp->ready[i] == NOT_CHECKED ? "not checked (live checks off)" : "not ready");
+			rp->ready[i] == NOT_CHECKED ? "not checked (live checks off, or nothing to "
+			"read it from)" : "not ready");
 		rc = 1;
 	}
 	gdx_topo_close(rp->x.t);

@@ -18,9 +18,11 @@
 
 #include <gdx/gdx.h>
 
+#include "args.h"
 #include "cmd.h"
 #include "common/config.h"
 #include "common/util.h"
+#include "plugin/file.h"
 
 struct cp_state {
 	struct gdx_device *dev;
@@ -81,6 +83,21 @@ static void usage(FILE *f)
 		"  -q           no progress bar\n");
 }
 
+/* Out of device memory: say how much there is, and what fits in it. */
+static void enomem_hint(struct cp_state *st, const char *via)
+{
+	struct gdx_device_props p;
+
+	if (gdx_device_props(st->dev, &p) || !p.total_mem)
+		return;
+	fprintf(stderr, "gdx cp: %s has %.0f MiB of device memory%s; %s\n",
+		gdx_device_name(st->dev), (double)p.total_mem / (1u << 20),
+		strcmp(gdx_device_kind(st->dev), "emulated") ? "" :
+		" (GDX_EMULATED_MEM_LIMIT sets it)",
+		via ? "a smaller --piece needs less" :
+		"gpu:N holds the whole copy; file to file with --via gpu:N goes in pieces");
+}
+
 static void path_line(const char *what, struct gdx_file *f)
 {
 	struct gdx_file_io_info info;
@@ -100,6 +117,40 @@ static void path_line(const char *what, struct gdx_file *f)
 	printf(" (%s: %s)\n", gdx_file_backend_name(f), info.why);
 }
 
+/*
+ * Opens dst for writing without truncating it first: when it is the source
+ * itself (the same inode, reached by another name or a hard link), a truncate
+ * would destroy the data before the copy reads it.  Refused as cp(1) does.
+ */
+static int open_dst(struct cp_state *st, const char *dst, struct gdx_file_opts *fo,
+		    struct gdx_file *in, const char *src, struct gdx_file **out)
+{
+	struct stat ss, ds;
+	int ret;
+
+	fo->oflags = O_WRONLY | O_CREAT;
+	ret = gdx_file_open(st->drv, dst, fo, out);
+	if (ret) {
+		fprintf(stderr, "gdx cp: %s: %s\n", dst, gdx_strerror(ret));
+		return ret;
+	}
+	if (fstat(gdx_file_fd(*out), &ds) || (in && fstat(gdx_file_fd(in), &ss))) {
+		ret = -errno;
+		fprintf(stderr, "gdx cp: fstat: %s\n", strerror(errno));
+		return ret;
+	}
+	if (in && ss.st_dev == ds.st_dev && ss.st_ino == ds.st_ino) {
+		fprintf(stderr, "gdx cp: '%s' and '%s' are the same file\n", src, dst);
+		return -EINVAL;
+	}
+	if (ftruncate(gdx_file_fd(*out), 0)) {
+		ret = -errno;
+		fprintf(stderr, "gdx cp: %s: truncate: %s\n", dst, strerror(errno));
+		return ret;
+	}
+	return 0;
+}
+
 int cmd_cp(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -113,8 +164,8 @@ int cmd_cp(int argc, char **argv)
 	struct cp_state st = { .tty = isatty(2) };
 	struct gdx_file_opts fo;
 	struct gdx_file *in = NULL, *out = NULL;
-	const char *via = NULL, *src, *dst;
-	uint64_t size = 0, piece = 256u << 20;
+	const char *via = NULL, *src, *dst, *nl;
+	uint64_t size = 0, piece = 256u << 20, dlen;
 	int o, ord, rc = 1, ret;
 	void *dbuf = NULL;
 	double secs;
@@ -122,23 +173,34 @@ int cmd_cp(int argc, char **argv)
 	gdx_file_opts_init(&fo, sizeof(fo));
 	while ((o = getopt_long(argc, argv, "qh", lo, NULL)) != -1) {
 		switch (o) {
-		case 'v': via = optarg; break;
+		case 'v':
+			if (arg_gpu(argv[0], "--via", optarg, &ord))
+				return 2;
+			via = optarg;
+			break;
 		case 's':
-			if (gdx_parse_size(optarg, &size))
-				goto bad;
+			if (arg_size(argv[0], "--size", optarg, 1, 1ull << 50, &size))
+				return 2;
 			break;
 		case 'p':
-			if (gdx_parse_size(optarg, &piece) || !piece)
-				goto bad;
+			if (arg_size(argv[0], "--piece", optarg, 1, 1ull << 40, &piece))
+				return 2;
 			break;
-		case 'b': fo.backend = optarg; break;
+		case 'b':
+			if (arg_choice(argv[0], "--backend", optarg, "cufile|uring|posix") < 0)
+				return 2;
+			fo.backend = optarg;
+			break;
 		case 'q': st.quiet = true; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
 		}
 	}
-	if (argc - optind != 2)
+	if (argc - optind != 2) {
+		fprintf(stderr, "%s: want SRC and DST, got %d argument%s\n", argv[0], argc - optind,
+			argc - optind == 1 ? "" : "s");
 		goto bad;
+	}
 	src = argv[optind];
 	dst = argv[optind + 1];
 	if (via)
@@ -168,26 +230,23 @@ int cmd_cp(int argc, char **argv)
 		}
 		size = (uint64_t)gdx_file_size(in);
 	}
-	if (gpu_ordinal(dst) < 0) {
-		fo.oflags = O_WRONLY | O_CREAT | O_TRUNC;
-		ret = gdx_file_open(st.drv, dst, &fo, &out);
-		if (ret) {
-			fprintf(stderr, "gdx cp: %s: %s\n", dst, gdx_strerror(ret));
-			goto out;
-		}
-	}
+	if (gpu_ordinal(dst) < 0 && open_dst(&st, dst, &fo, in, src, &out))
+		goto out;
 	/* Device memory: all of it for gpu:N, one piece when only passing through. */
-	ret = gdx_device_malloc(st.dev, via ? GDX_MIN(piece, GDX_MAX(size, 1)) : GDX_MAX(size, 1),
-				&dbuf);
+	dlen = via ? GDX_MIN(piece, GDX_MAX(size, 1)) : GDX_MAX(size, 1);
+	ret = gdx_device_malloc(st.dev, dlen, &dbuf);
 	if (ret) {
 		fprintf(stderr, "gdx cp: device memory for %llu bytes: %s\n",
-			(unsigned long long)size, gdx_strerror(ret));
+			(unsigned long long)dlen, gdx_strerror(ret));
+		if (ret == -ENOMEM)
+			enomem_hint(&st, via);
 		goto out;
 	}
 	if (!in)
 		gdx_memset(st.dev, dbuf, 0, size);
 	st.total = size;
 	st.t0 = gdx_now_ns();
+	nl = st.tty && !st.quiet ? "\n" : "";	/* below the progress bar */
 	while (st.done < size) {
 		size_t n = (size_t)GDX_MIN(piece, size - st.done);
 		char *d = via ? dbuf : (char *)dbuf + st.done;
@@ -195,13 +254,17 @@ int cmd_cp(int argc, char **argv)
 
 		if (in) {
 			r = gdx_file_read(in, d, n, (off_t)st.done);
-			if (r == 0)
-				break;	/* the file shrank */
+			if (r == 0) {
+				fprintf(stderr, "%sgdx cp: %s: ended at byte %llu of %llu: the file "
+					"shrank during the copy\n", nl, src,
+					(unsigned long long)st.done, (unsigned long long)size);
+				goto out;
+			}
 		}
 		if (r > 0 && out)
 			r = gdx_file_write(out, d, (size_t)r, (off_t)st.done);
 		if (r < 0) {
-			fprintf(stderr, "\ngdx cp: %s at offset %llu: %s\n", r == GDX_ENOTDIRECT ?
+			fprintf(stderr, "%sgdx cp: %s at offset %llu: %s\n", nl, r == GDX_ENOTDIRECT ?
 				"no direct path (strict mode)" : "I/O failed",
 				(unsigned long long)st.done, gdx_strerror((int)r));
 			goto out;
@@ -234,6 +297,5 @@ out:
 	gdx_device_close(st.dev);
 	return rc;
 bad:
-	usage(stderr);
-	return 2;
+	return arg_usage_error(argv[0]);
 }
