@@ -1400,7 +1400,9 @@ static int listen_on(struct nvmf_port *p, int *bound)
 						 ((struct sockaddr_in6 *)&ss)->sin6_port);
 	if (!strcmp(p->trsvcid, "0"))
 		snprintf(p->trsvcid, sizeof(p->trsvcid), "%d", *bound);
-	GDX_INFO("nvmf", "port %u listening on %s:%d", p->portid, p->traddr, *bound);
+	GDX_INFO("nvmf", "port %u listening on %s%s%s:%d", p->portid, p->adrfam ==
+		 GDX_NVMF_ADRFAM_IPV6 ? "[" : "", p->traddr, p->adrfam == GDX_NVMF_ADRFAM_IPV6 ?
+		 "]" : "", *bound);
 	return fd;
 }
 
