@@ -105,6 +105,28 @@ GDX_API int gdx_nvmf_target_bound_port(struct gdx_nvmf_target *t, uint16_t porti
  */
 GDX_API int gdx_nvmf_target_stats_json(struct gdx_nvmf_target *t, FILE *f);
 
+/*
+ * The same counters in the Prometheus text format (0.0.4): target totals;
+ * per namespace (labels subnqn, nsid) reads, writes, bytes, flushes, errors;
+ * per controller (subnqn, hostnqn, cntlid) commands, errors, keep-alives,
+ * AENs, failed commands by NVMe status (status, name) and a histogram of
+ * command latency (gdx_nvmf_controller_command_latency_seconds, kept while a
+ * metrics endpoint runs); per queue (cntlid, qid) commands, errors, bytes.
+ */
+GDX_API int gdx_nvmf_target_metrics_text(struct gdx_nvmf_target *t, FILE *f);
+
+/*
+ * Serves gdx_nvmf_target_metrics_text over HTTP/1.1 (GET /metrics) on
+ * traddr:trsvcid ("0": any free port; gdx_nvmf_metrics_port says which) from
+ * a thread of its own, one client at a time, each allowed 2 s to send its
+ * request and to take the answer.  Stop it before destroying the target.
+ */
+struct gdx_nvmf_metrics;
+GDX_API int gdx_nvmf_metrics_start(struct gdx_nvmf_target *t, const char *traddr,
+				   const char *trsvcid, struct gdx_nvmf_metrics **out);
+GDX_API int gdx_nvmf_metrics_port(const struct gdx_nvmf_metrics *m);
+GDX_API void gdx_nvmf_metrics_stop(struct gdx_nvmf_metrics *m);
+
 /* ==== end of target ======================================================== */
 
 /* ======================================================================== */

@@ -54,6 +54,7 @@ expect 2 "unknown option '-s' (the port is part of -l ADDR:PORT" \
 	nvmf target -l 127.0.0.1:0 -n $NQN -N null:1G -s 4420
 expect 2 "--ns 'null:1G' needs a subsystem: put -n NQN before it" nvmf target -l 127.0.0.1:0 -N null:1G
 expect 2 "gdx nvmf target: unknown option '--bogus'" nvmf target -l 127.0.0.1:0 --bogus
+expect 2 "--metrics '127.0.0.1:70000'" nvmf target -l 127.0.0.1:0 --metrics 127.0.0.1:70000
 
 # ---- nvmetcli JSON: unknown keys are errors that name the key and where it is ----
 cat >"$tmp/port-typo.json" <<EOF
@@ -128,7 +129,12 @@ expect 1 "stdin ended after 1048576 of the 2097152 bytes asked for" \
 # ---- a long transfer holds a bounded window, whatever its length ----
 kill $tpid; wait $tpid 2>/dev/null
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-start_target "$tmp/target.log" -l 127.0.0.1:"$port" -n $NQN -N null:64G
+start_target "$tmp/target.log" -l 127.0.0.1:"$port" -n $NQN -N null:64G --metrics 127.0.0.1:0
+mport=$(grep -o 'metrics on http://127.0.0.1:[0-9]*/metrics' "$tmp/target.log" | sed 's/.*:\([0-9]*\)\/metrics/\1/')
+python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+	"http://127.0.0.1:$mport/metrics" >"$tmp/metrics" 2>&1 || fail "scrape: $(cat "$tmp/metrics")"
+grep -q '^# TYPE gdx_nvmf_namespace_read_bytes_total counter$' "$tmp/metrics" ||
+	fail "--metrics: no namespace counters: $(head "$tmp/metrics")"
 for mem in host gpu:0; do
 	python3 - "$gdx" "$port" $NQN $mem <<'EOF' || fail "read of 512 MiB into $mem: RSS not bounded"
 import resource, subprocess, sys

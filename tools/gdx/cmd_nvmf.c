@@ -48,6 +48,7 @@ static void target_usage(FILE *f)
 		"                         traffic comes from; deeper, on its own CPUs\n"
 		"      --stats FILE       write counters as JSON to FILE ('-' = stdout) at exit\n"
 		"      --stats-interval S also every S seconds\n"
+		"      --metrics ADDR:PORT serve the counters to Prometheus (GET /metrics)\n"
 
 		"      --control PATH     unix socket: each connection receives the counters\n"
 		"  -v, --verbose          debug log (default: info)\n");
@@ -183,8 +184,9 @@ static void control_serve(struct gdx_nvmf_target *t, int lfd)
 
 /* Serves until a signal; returns 0, or 1 if the target could not be built. */
 static int run_target(struct gdx_nvmf_target *t, const char *stats, int interval,
-		      const char *control)
+		      const char *control, const struct listen_arg *metrics)
 {
+	struct gdx_nvmf_metrics *m = NULL;
 	sigset_t set;
 	struct pollfd pfd[2];
 	int sfd, cfd = -1, ret;
@@ -210,8 +212,12 @@ static int run_target(struct gdx_nvmf_target *t, const char *stats, int interval
 		}
 	}
 	ret = gdx_nvmf_target_start(t);
-	if (ret) {
+	if (!ret && metrics && (ret = gdx_nvmf_metrics_start(t, metrics->addr, metrics->port, &m)))
+		fprintf(stderr, "gdx nvmf target: --metrics %s: %s\n", listen_str(metrics),
+			gdx_strerror(ret));
+	else if (ret)
 		fprintf(stderr, "gdx nvmf target: cannot start: %s\n", gdx_strerror(ret));
+	if (ret) {
 		close(sfd);
 		if (cfd >= 0)
 			close(cfd);
@@ -241,6 +247,7 @@ static int run_target(struct gdx_nvmf_target *t, const char *stats, int interval
 			control_serve(t, cfd);
 	}
 	fprintf(stderr, "gdx nvmf target: stopping\n");
+	gdx_nvmf_metrics_stop(m);
 	if (stats)
 		write_stats(t, stats);
 	gdx_nvmf_target_stop(t);
@@ -299,17 +306,19 @@ static int cmd_target(int argc, char **argv)
 		{ "stats", required_argument, NULL, 'S' },
 		{ "stats-interval", required_argument, NULL, 'i' },
 		{ "control", required_argument, NULL, 'C' },
+		{ "metrics", required_argument, NULL, 'M' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	struct gdx_nvmf_target_opts o;
 	struct gdx_nvmf_target *t = NULL;
-	struct listen_arg listens[16];
+	struct listen_arg listens[16], metrics;
 	struct subsys_arg args[MAX_ARGS];
 	const char *nqns[MAX_NQNS];
 	unsigned nlisten = 0, nargs = 0, nnqn = 0;
 	const char *config = NULL, *nqn = NULL, *stats = NULL, *control = NULL;
+	bool want_metrics = false;
 	int interval = 0, c, ret, rc = 1;
 	uint32_t n;
 
@@ -395,6 +404,14 @@ static int cmd_target(int argc, char **argv)
 			break;
 		case 'C':
 			control = optarg;
+			break;
+		case 'M':
+			if (parse_listen(optarg, &metrics)) {
+				fprintf(stderr, "gdx nvmf target: --metrics '%s': not ADDR:PORT or "
+					"[IPV6]:PORT with a port from 0 to 65535\n", optarg);
+				return 2;
+			}
+			want_metrics = true;
 			break;
 		case 'v':
 			gdx_log_set_level(GDX_LOG_DEBUG);
@@ -482,7 +499,7 @@ static int cmd_target(int argc, char **argv)
 			goto out;
 		}
 	}
-	rc = run_target(t, stats, interval, control);
+	rc = run_target(t, stats, interval, control, want_metrics ? &metrics : NULL);
 out:
 	gdx_nvmf_target_destroy(t);
 	return rc;

@@ -141,6 +141,7 @@ struct nvmf_tgt {
 	uint16_t max_qdepth;
 	/* called with an admin queue's transport handle when an AEN is pending */
 	void (*aen_kick)(void *sq_handle);
+	_Atomic bool timed;		/* time commands (struct nvmf_ctrl_timing) */
 };
 
 int nvmf_tgt_init(struct nvmf_tgt *t);
@@ -158,6 +159,23 @@ int nvmf_port_link(struct nvmf_tgt *t, struct nvmf_port *p, struct nvmf_subsys *
 struct nvmf_port *nvmf_port_find(struct nvmf_tgt *t, uint16_t portid);
 
 /* ---- controllers and queues ------------------------------------------------ */
+
+/*
+ * A controller's command latencies (prep to completion) and its failed
+ * commands by status, kept while nvmf_tgt.timed is set (the Prometheus
+ * endpoint is on).  target/metrics.c fills and reads them.
+ */
+#define NVMF_LAT_BUCKETS 16
+#define NVMF_STATUS_SLOTS 15
+struct nvmf_ctrl_timing {
+	struct gdx_counter lat[NVMF_LAT_BUCKETS + 1];	/* the last: above every bound */
+	struct gdx_counter lat_sum_ns;
+	_Atomic uint16_t status[NVMF_STATUS_SLOTS];	/* claimed in order; 0: free */
+	struct gdx_counter failed[NVMF_STATUS_SLOTS + 1];	/* the last: other statuses */
+};
+struct nvmf_ctrl;
+struct nvmf_req;
+void nvmf_ctrl_account(struct nvmf_ctrl *c, const struct nvmf_req *req, uint16_t status);
 
 /* The core's view of one submission queue; the transport embeds it. */
 struct nvmf_sq {
@@ -204,6 +222,7 @@ struct nvmf_ctrl {
 	struct gdx_nvme_err_log errlog[NVMF_ERR_LOG_ENTRIES];
 	struct gdx_counter ctr[4];		/* commands, errors, keep-alives, aens */
 	struct gdx_stats *stats;
+	struct nvmf_ctrl_timing timing;		/* target/metrics.c */
 };
 enum { CTRL_CTR_CMDS, CTRL_CTR_ERRORS, CTRL_CTR_KA, CTRL_CTR_AENS };
 
@@ -220,6 +239,7 @@ struct nvmf_req {
 	/* backend scratch */
 	int res;
 	uint64_t io_off;
+	uint64_t t_start;	/* ns at prep while nvmf_tgt.timed, else 0 */
 };
 
 /*

@@ -469,6 +469,8 @@ void nvmf_req_complete(struct nvmf_req *req, uint16_t status)
 		GDX_DBG("nvmf", "ctrl %u qid %u cid %u opc 0x%02x: %s (0x%x)", c->cntlid, sq->qid,
 			req->cmd.cid, req->cmd.opc, gdx_nvme_status_str(status), status);
 	}
+	if (c && (req->t_start || status))
+		nvmf_ctrl_account(c, req, status);
 	req->cqe.status = (uint16_t)(status << 1);
 	req->done(req);
 }
@@ -488,6 +490,8 @@ uint16_t nvmf_req_prep(struct nvmf_req *req)
 
 	memset(&req->cqe, 0, sizeof(req->cqe));
 	req->ns = NULL;
+	req->t_start = atomic_load_explicit(&sq->tgt->timed, memory_order_relaxed) ?
+			       gdx_now_ns() : 0;
 	if (c)
 		gdx_counter_add(&c->ctr[CTRL_CTR_CMDS], 1);
 	gdx_counter_add(&sq->ctr[SQ_CTR_CMDS], 1);

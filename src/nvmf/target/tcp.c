@@ -453,6 +453,7 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 	t->req.sq = &c->sq;
 	t->req.done = req_done;
 	t->req.ns = NULL;
+	t->req.t_start = 0;
 	return t;
 }
 
