@@ -139,7 +139,9 @@ GDX_API void gdx_nvmf_metrics_stop(struct gdx_nvmf_metrics *m);
  * connection or a restarted target, reconnects with backoff and resubmits the
  * I/O that was in flight; an I/O either completes once with its real status
  * or fails with a clear code (-ETIMEDOUT, -ECANCELED, GDX_EDISCONNECTED,
- * GDX_EPROTO, GDX_ENVME), never twice and never silently.
+ * GDX_EPROTO, GDX_E_NVME(status)), never twice and never silently.  A Connect
+ * the target refuses returns its status too (GDX_E_NVME(0x182): no such
+ * subsystem, GDX_E_NVME(0x184): host not allowed), not an errno.
  */
 struct gdx_nvmf_ctrl;
 
