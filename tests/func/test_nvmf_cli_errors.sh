@@ -147,6 +147,18 @@ sys.exit(r.returncode != 0 or rss > 200)
 EOF
 done
 
+# on a terminal a progress line is drawn (as gdx cp draws it), and not with --quiet
+for q in "" --quiet; do
+	# shellcheck disable=SC2086
+	python3 -c 'import pty, sys; pty.spawn(sys.argv[1:])' "$gdx" nvmf read -a 127.0.0.1 -s "$port" \
+		-n $NQN -l 64M $q >"$tmp/tty" 2>&1
+	if [ -z "$q" ]; then
+		grep -qE '\[#+ *\] +100\.0% +64\.00 MiB' "$tmp/tty" || fail "no progress line: $(cat "$tmp/tty")"
+	else
+		grep -q 'MiB ' "$tmp/tty" && fail "--quiet drew progress: $(cat "$tmp/tty")"
+	fi
+done
+
 # ---- a lost connection is reported as it happens ----
 GDX_NVMF_HOST_RECONNECT_DELAY_MS=200 GDX_NVMF_HOST_CTRL_LOSS_TMO_MS=20000 \
 	"$gdx" nvmf read -a 127.0.0.1 -s "$port" -n $NQN -l 64G >/dev/null 2>"$tmp/rd.err" &
@@ -154,14 +166,14 @@ rpid=$!
 sleep 0.5
 kill -9 $tpid
 wait $tpid 2>/dev/null
-for _ in $(seq 40); do grep -q 'lost; reconnecting' "$tmp/rd.err" && break; sleep 0.05; done
+for _ in $(seq 40); do grep -q "127.0.0.1:$port lost; reconnecting" "$tmp/rd.err" && break; sleep 0.05; done
 grep -q "connection to 127.0.0.1:$port lost; reconnecting" "$tmp/rd.err" ||
 	fail "the loss was not reported: $(cat "$tmp/rd.err")"
-sleep 1.2
+for _ in $(seq 60); do grep -q 'still reconnecting' "$tmp/rd.err" && break; sleep 0.05; done
 grep -q "still reconnecting to 127.0.0.1:$port: [0-9]* s so far" "$tmp/rd.err" ||
 	fail "no line while reconnecting: $(cat "$tmp/rd.err")"
 start_target "$tmp/target2.log" -l 127.0.0.1:"$port" -n $NQN -N null:64G
-for _ in $(seq 300); do grep -q 'reconnected to' "$tmp/rd.err" && break; sleep 0.05; done
+for _ in $(seq 300); do grep -q "reconnected to 127.0.0.1:$port after" "$tmp/rd.err" && break; sleep 0.05; done
 grep -q "reconnected to 127.0.0.1:$port after" "$tmp/rd.err" ||
 	fail "the reconnect was not reported: $(cat "$tmp/rd.err")"
 kill $rpid 2>/dev/null
