@@ -48,9 +48,9 @@ static void target_usage(FILE *f)
 		"                         traffic comes from; deeper, on its own CPUs\n"
 		"      --stats FILE       write counters as JSON to FILE ('-' = stdout) at exit\n"
 		"      --stats-interval S also every S seconds\n"
-		"      --metrics ADDR:PORT serve the counters to Prometheus (GET /metrics)\n"
-
 		"      --control PATH     unix socket: each connection receives the counters\n"
+		"      --metrics ADDR:PORT\n"
+		"                         serve the counters to Prometheus (GET /metrics)\n"
 		"  -v, --verbose          debug log (default: info)\n");
 }
 
