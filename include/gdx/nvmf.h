@@ -109,9 +109,10 @@ GDX_API int gdx_nvmf_target_stats_json(struct gdx_nvmf_target *t, FILE *f);
  * The same counters in the Prometheus text format (0.0.4): target totals;
  * per namespace (labels subnqn, nsid) reads, writes, bytes, flushes, errors;
  * per controller (subnqn, hostnqn, cntlid) commands, errors, keep-alives,
- * AENs, failed commands by NVMe status (status, name) and a histogram of
- * command latency (gdx_nvmf_controller_command_latency_seconds, kept while a
- * metrics endpoint runs); per queue (cntlid, qid) commands, errors, bytes.
+ * AENs; per queue (the controller's labels and qid) commands, errors, bytes,
+ * failed commands by NVMe status (status, name) and a histogram of command
+ * latency (gdx_nvmf_queue_command_latency_seconds, kept while a metrics
+ * endpoint runs).
  */
 GDX_API int gdx_nvmf_target_metrics_text(struct gdx_nvmf_target *t, FILE *f);
 

@@ -179,6 +179,7 @@ static void monotonic(const char *a, const char *b)
 }
 
 #define CTRL "{subnqn=\"" NQN "\",hostnqn=\"" HOSTNQN "\",cntlid=\"%u\""
+#define IOQ CTRL ",qid=\"1\""
 
 static void test_scrape(void **state)
 {
@@ -187,14 +188,14 @@ static void test_scrape(void **state)
 	struct gdx_nvmf_ctrl *c;
 	char series[512], *before, *after, *empty;
 	uint8_t *buf = aligned_alloc(4096, 1 << 20);
+	double was, count, fast;
 
 	(void)state;
 	assert_non_null(buf);
 	memset(buf, 0x5a, 1 << 20);
 	empty = scrape();
 	assert_non_null(strstr(empty, "# TYPE gdx_nvmf_target_connections_total counter\n"));
-	assert_non_null(strstr(empty, "# TYPE gdx_nvmf_controller_command_latency_seconds "
-				      "histogram\n"));
+	assert_non_null(strstr(empty, "# TYPE gdx_nvmf_queue_command_latency_seconds histogram\n"));
 	gdx_nvmf_host_opts_init(&ho, sizeof(ho));
 	ho.hostnqn = HOSTNQN;
 	ho.nr_io_queues = 1;
@@ -202,22 +203,14 @@ static void test_scrape(void **state)
 	gdx_nvmf_ctrl_info(c, &in);
 
 	assert_int_equal(gdx_nvmf_write(c, 1, buf, 1 << 20, 0), 0);
-	/* a queue's counters join the registry on the reactor's next tick (1 s) */
-	snprintf(series, sizeof(series), "gdx_nvmf_queue_bytes_in_total{cntlid=\"%u\",qid=\"1\"}",
-		 in.cntlid);
-	for (int i = 0;; i++) {
-		before = scrape();
-		if (sample(before, series) >= 0 || i == 30)
-			break;
-		free(before);
-		usleep(100000);
-	}
-	/* the Connect's 1 KiB of data came in on that queue too */
-	assert_true(sample(before, series) == (1 << 20) + 1024);
+	before = scrape();
 	assert_true(sample(before, "gdx_nvmf_namespace_write_bytes_total{subnqn=\"" NQN
 				   "\",nsid=\"1\"}") == 1 << 20);
+	/* the I/O queue took the data, and the Connect's 1 KiB before it */
+	snprintf(series, sizeof(series), "gdx_nvmf_queue_bytes_in_total" IOQ "}", in.cntlid);
+	assert_true(sample(before, series) == (1 << 20) + 1024);
 
-	/* 8 reads of 128 KiB, one past the end */
+	/* 8 reads of 128 KiB, then one past the end */
 	for (int i = 0; i < 8; i++)
 		assert_int_equal(gdx_nvmf_read(c, 1, buf, 128 << 10, (uint64_t)i << 17), 0);
 	assert_int_equal(gdx_nvmf_read(c, 1, buf, 4096, 4 << 20), GDX_E_NVME(0x80));
@@ -225,34 +218,34 @@ static void test_scrape(void **state)
 	monotonic(before, after);
 	assert_true(sample(after, "gdx_nvmf_namespace_read_bytes_total{subnqn=\"" NQN
 				  "\",nsid=\"1\"}") == 1 << 20);
-	snprintf(series, sizeof(series), "gdx_nvmf_queue_bytes_out_total{cntlid=\"%u\",qid=\"1\"}",
-		 in.cntlid);
 	/* all the bytes sent: the data and the PDUs around it */
+	snprintf(series, sizeof(series), "gdx_nvmf_queue_bytes_out_total" IOQ "}", in.cntlid);
 	assert_true(sample(after, series) - sample(before, series) >= 1 << 20);
 	assert_true(sample(after, series) - sample(before, series) < (1 << 20) + 65536);
-	snprintf(series, sizeof(series), "gdx_nvmf_controller_failed_commands_total" CTRL
+	snprintf(series, sizeof(series), "gdx_nvmf_queue_commands_total" IOQ "}", in.cntlid);
+	assert_true(sample(after, series) == sample(before, series) + 9);
+	snprintf(series, sizeof(series), "gdx_nvmf_queue_failed_commands_total" IOQ
 		 ",status=\"0x80\",name=\"LBA Out of Range\"}", in.cntlid);
 	assert_true(sample(after, series) == 1);
-	/* the latency histogram counted at least the 10 I/Os, and +Inf is the count */
-	snprintf(series, sizeof(series), "gdx_nvmf_controller_command_latency_seconds_count" CTRL "}",
-		 in.cntlid);
-	{
-		double count = sample(after, series), was = sample(before, series);
-		double slow;
-
-		assert_true(count >= was + 9);
-		snprintf(series, sizeof(series),
-			 "gdx_nvmf_controller_command_latency_seconds_bucket" CTRL ",le=\"+Inf\"}",
-			 in.cntlid);
-		assert_true(sample(after, series) == count);
-		snprintf(series, sizeof(series),
-			 "gdx_nvmf_controller_command_latency_seconds_bucket" CTRL ",le=\"1e-05\"}",
-			 in.cntlid);
-		slow = sample(after, series);
-		assert_true(slow >= 0 && slow <= count);
-	}
 	snprintf(series, sizeof(series), "gdx_nvmf_controller_commands_total" CTRL "}", in.cntlid);
 	assert_true(sample(after, series) >= sample(before, series) + 9);
+
+	/* the I/O queue's histogram counted the 9 commands; +Inf is the count */
+	snprintf(series, sizeof(series), "gdx_nvmf_queue_command_latency_seconds_count" IOQ "}",
+		 in.cntlid);
+	count = sample(after, series);
+	was = sample(before, series);
+	assert_true(count == was + 9);
+	snprintf(series, sizeof(series),
+		 "gdx_nvmf_queue_command_latency_seconds_bucket" IOQ ",le=\"+Inf\"}", in.cntlid);
+	assert_true(sample(after, series) == count);
+	snprintf(series, sizeof(series),
+		 "gdx_nvmf_queue_command_latency_seconds_bucket" IOQ ",le=\"1e-05\"}", in.cntlid);
+	fast = sample(after, series);
+	assert_true(fast >= 0 && fast <= count);
+	snprintf(series, sizeof(series), "gdx_nvmf_queue_command_latency_seconds_sum" IOQ "}",
+		 in.cntlid);
+	assert_true(sample(after, series) > sample(before, series));
 	gdx_nvmf_disconnect(c);
 	free(before);
 	free(after);

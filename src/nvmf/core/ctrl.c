@@ -226,14 +226,14 @@ static uint16_t do_connect(struct nvmf_req *req)
 			st = connect_fail(req, GDX_NVME_SC_CONNECT_INVALID_PARAM, 42);
 			goto out;
 		}
-		if (c->qid_used[qid]) {
+		if (c->sqs[qid]) {
 			c = NULL;
 			st = GDX_NVME_SC_CMD_SEQ_ERROR | DNR;
 			goto out;
 		}
 		atomic_fetch_add(&c->refs, 1);
 	}
-	c->qid_used[qid] = true;
+	c->sqs[qid] = sq;
 	sq->ctrl = c;
 	sq->qid = qid;
 	sq->size = sqsize + 1u;
@@ -254,7 +254,7 @@ void nvmf_sq_destroy(struct nvmf_sq *sq)
 	if (!c)
 		return;
 	pthread_mutex_lock(&c->tgt->lock);
-	c->qid_used[sq->qid] = false;
+	c->sqs[sq->qid] = NULL;
 	pthread_mutex_unlock(&c->tgt->lock);
 	pthread_mutex_lock(&c->lock);
 	if (c->admin == sq) {
@@ -470,7 +470,7 @@ void nvmf_req_complete(struct nvmf_req *req, uint16_t status)
 			req->cmd.cid, req->cmd.opc, gdx_nvme_status_str(status), status);
 	}
 	if (c && (req->t_start || status))
-		nvmf_ctrl_account(c, req, status);
+		nvmf_sq_account(sq, req, status);
 	req->cqe.status = (uint16_t)(status << 1);
 	req->done(req);
 }

@@ -5,12 +5,13 @@
  * on its own thread, each given a couple of seconds to send its request and
  * take the answer.  Scrapes are rare (seconds apart) and cheap (the counters
  * are read where they live, no copy is kept), so nothing here is on the
- * reactors' path except nvmf_ctrl_account at a command's completion.
+ * reactors' path except nvmf_sq_account at a command's completion.
  *
  * Families: target totals; per namespace (subnqn, nsid) reads, writes,
  * bytes, flushes, errors; per controller (subnqn, hostnqn, cntlid) commands,
- * errors, keep-alives, AENs, failed commands by NVMe status and a histogram
- * of command latency; per queue (cntlid, qid) commands, errors and bytes.
+ * errors, keep-alives, AENs; per queue (the controller's labels and qid)
+ * commands, errors, bytes, failed commands by NVMe status and a histogram of
+ * command latency.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,8 +24,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <json-c/json.h>
 
 #include <gdx/nvmf.h>
 
@@ -39,9 +38,9 @@ static const uint32_t lat_bounds_us[NVMF_LAT_BUCKETS] = {
 	500000, 1000000,
 };
 
-void nvmf_ctrl_account(struct nvmf_ctrl *c, const struct nvmf_req *req, uint16_t status)
+void nvmf_sq_account(struct nvmf_sq *sq, const struct nvmf_req *req, uint16_t status)
 {
-	struct nvmf_ctrl_timing *tm = &c->timing;
+	struct nvmf_timing *tm = &sq->timing;
 	unsigned i;
 
 	if (req->t_start) {
@@ -54,7 +53,7 @@ void nvmf_ctrl_account(struct nvmf_ctrl *c, const struct nvmf_req *req, uint16_t
 	}
 	if (!(status & 0x7ff))
 		return;
-	/* a slot per distinct status, claimed once; queues of one controller race here */
+	/* a slot per distinct status, claimed once (a backend may complete off the reactor) */
 	for (i = 0; i < NVMF_STATUS_SLOTS; i++) {
 		uint16_t cur = atomic_load_explicit(&tm->status[i], memory_order_relaxed);
 
@@ -88,15 +87,26 @@ static void label(FILE *f, const char *key, const char *v, bool more)
 	fputs(more ? "\"," : "\"", f);
 }
 
-static void ctrl_labels(FILE *f, const struct nvmf_ctrl *c)
+/* subnqn, hostnqn, cntlid and, for a queue, qid */
+static void ctrl_labels(FILE *f, const struct nvmf_ctrl *c, const struct nvmf_sq *sq)
 {
 	char id[8];
 
 	snprintf(id, sizeof(id), "%u", c->cntlid);
 	label(f, "subnqn", c->subsys->nqn, true);
 	label(f, "hostnqn", c->hostnqn, true);
-	label(f, "cntlid", id, false);
+	label(f, "cntlid", id, sq != NULL);
+	if (sq) {
+		snprintf(id, sizeof(id), "%u", sq->qid);
+		label(f, "qid", id, false);
+	}
 }
+
+/* Every connected queue of every controller, under the target's lock. */
+#define for_each_sq(core, c, sq, q)                                                          \
+	for (struct nvmf_ctrl *c = (core)->ctrls; c; c = c->next)                            \
+		for (unsigned q = 0; q <= NVMF_MAX_IO_QUEUES; q++)                           \
+			for (const struct nvmf_sq *sq = c->sqs[q]; sq; sq = NULL)
 
 static const struct {
 	const char *name, *help;
@@ -130,45 +140,32 @@ static const struct {
 	  SQ_CTR_BYTES_OUT },
 };
 
-/* Queues are the transport's; their counter sets are found in the registry. */
-static void queue_families(FILE *f)
+static void queue_families(FILE *f, struct nvmf_tgt *core)
 {
-	json_object *all = gdx_stats_json();
-
-	if (!all)
-		return;
 	for (size_t k = 0; k < GDX_ARRAY_SIZE(queue_fams); k++) {
 		family(f, queue_fams[k].name, "counter", queue_fams[k].help);
-		json_object_object_foreach(all, scope, set) {
-			static const char *const names[] = { "commands", "errors", "bytes_in",
-							     "bytes_out" };
-			unsigned cntlid, qid;
-			json_object *v;
-			int end = 0;
-
-			if (sscanf(scope, "nvmf.queue.%u.%u%n", &cntlid, &qid, &end) != 2 ||
-			    scope[end] || !json_object_object_get_ex(set, names[k], &v))
-				continue;
-			fprintf(f, "%s{cntlid=\"%u\",qid=\"%u\"} %llu\n", queue_fams[k].name, cntlid,
-				qid, (unsigned long long)json_object_get_uint64(v));
+		for_each_sq(core, c, sq, q) {
+			fprintf(f, "%s{", queue_fams[k].name);
+			ctrl_labels(f, c, sq);
+			fprintf(f, "} %llu\n",
+				(unsigned long long)gdx_counter_get(&sq->ctr[queue_fams[k].idx]));
 		}
 	}
-	json_object_put(all);
 }
 
 static void latency_family(FILE *f, struct nvmf_tgt *core)
 {
-	static const char name[] = "gdx_nvmf_controller_command_latency_seconds";
+	static const char name[] = "gdx_nvmf_queue_command_latency_seconds";
 
 	family(f, name, "histogram", "from a command's arrival to its completion");
-	for (struct nvmf_ctrl *c = core->ctrls; c; c = c->next) {
-		const struct nvmf_ctrl_timing *tm = &c->timing;
+	for_each_sq(core, c, sq, q) {
+		const struct nvmf_timing *tm = &sq->timing;
 		uint64_t n = 0;
 
 		for (unsigned i = 0; i <= NVMF_LAT_BUCKETS; i++) {
 			n += gdx_counter_get(&tm->lat[i]);
 			fprintf(f, "%s_bucket{", name);
-			ctrl_labels(f, c);
+			ctrl_labels(f, c, sq);
 			if (i < NVMF_LAT_BUCKETS)
 				fprintf(f, ",le=\"%g\"} %llu\n", lat_bounds_us[i] / 1e6,
 					(unsigned long long)n);
@@ -176,21 +173,21 @@ static void latency_family(FILE *f, struct nvmf_tgt *core)
 				fprintf(f, ",le=\"+Inf\"} %llu\n", (unsigned long long)n);
 		}
 		fprintf(f, "%s_sum{", name);
-		ctrl_labels(f, c);
+		ctrl_labels(f, c, sq);
 		fprintf(f, "} %.9f\n%s_count{", (double)gdx_counter_get(&tm->lat_sum_ns) / 1e9, name);
-		ctrl_labels(f, c);
+		ctrl_labels(f, c, sq);
 		fprintf(f, "} %llu\n", (unsigned long long)n);
 	}
 }
 
 static void status_family(FILE *f, struct nvmf_tgt *core)
 {
-	static const char name[] = "gdx_nvmf_controller_failed_commands_total";
+	static const char name[] = "gdx_nvmf_queue_failed_commands_total";
 
 	family(f, name, "counter", "commands completed with an error, by NVMe status "
 	       "(SCT << 8 | SC; \"other\" past the first 15 distinct ones)");
-	for (struct nvmf_ctrl *c = core->ctrls; c; c = c->next) {
-		const struct nvmf_ctrl_timing *tm = &c->timing;
+	for_each_sq(core, c, sq, q) {
+		const struct nvmf_timing *tm = &sq->timing;
 
 		for (unsigned i = 0; i <= NVMF_STATUS_SLOTS; i++) {
 			uint64_t n = gdx_counter_get(&tm->failed[i]);
@@ -201,7 +198,7 @@ static void status_family(FILE *f, struct nvmf_tgt *core)
 			if (!n)
 				continue;
 			fprintf(f, "%s{", name);
-			ctrl_labels(f, c);
+			ctrl_labels(f, c, sq);
 			snprintf(code, sizeof(code), "%#x", st);
 			fputc(',', f);
 			label(f, "status", st ? code : "other", true);
@@ -223,7 +220,7 @@ GDX_API int gdx_nvmf_target_metrics_text(struct gdx_nvmf_target *t, FILE *f)
 		fprintf(f, "%s %llu\n", tgt_fams[k].name,
 			(unsigned long long)gdx_counter_get(&t->ctr[tgt_fams[k].idx]));
 	}
-	/* controllers leave the list, and are freed, under this lock only */
+	/* controllers leave the list and queues their controller under this lock */
 	pthread_mutex_lock(&core->lock);
 	for (size_t k = 0; k < GDX_ARRAY_SIZE(ns_fams); k++) {
 		family(f, ns_fams[k].name, "counter", ns_fams[k].help);
@@ -246,15 +243,15 @@ GDX_API int gdx_nvmf_target_metrics_text(struct gdx_nvmf_target *t, FILE *f)
 		family(f, ctrl_fams[k].name, "counter", ctrl_fams[k].help);
 		for (struct nvmf_ctrl *c = core->ctrls; c; c = c->next) {
 			fprintf(f, "%s{", ctrl_fams[k].name);
-			ctrl_labels(f, c);
+			ctrl_labels(f, c, NULL);
 			fprintf(f, "} %llu\n",
 				(unsigned long long)gdx_counter_get(&c->ctr[ctrl_fams[k].idx]));
 		}
 	}
+	queue_families(f, core);
 	status_family(f, core);
 	latency_family(f, core);
 	pthread_mutex_unlock(&core->lock);
-	queue_families(f);
 	return ferror(f) ? -EIO : 0;
 }
 
