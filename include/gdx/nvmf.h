@@ -105,6 +105,29 @@ GDX_API int gdx_nvmf_target_bound_port(struct gdx_nvmf_target *t, uint16_t porti
  */
 GDX_API int gdx_nvmf_target_stats_json(struct gdx_nvmf_target *t, FILE *f);
 
+/*
+ * The same counters in the Prometheus text format (0.0.4): target totals;
+ * per namespace (labels subnqn, nsid) reads, writes, bytes, flushes, errors;
+ * per controller (subnqn, hostnqn, cntlid) commands, errors, keep-alives,
+ * AENs; per queue (the controller's labels and qid) commands, errors, bytes,
+ * failed commands by NVMe status (status, name) and a histogram of command
+ * latency (gdx_nvmf_queue_command_latency_seconds, kept while a metrics
+ * endpoint runs).
+ */
+GDX_API int gdx_nvmf_target_metrics_text(struct gdx_nvmf_target *t, FILE *f);
+
+/*
+ * Serves gdx_nvmf_target_metrics_text over HTTP/1.1 (GET /metrics) on
+ * traddr:trsvcid ("0": any free port; gdx_nvmf_metrics_port says which) from
+ * a thread of its own, one client at a time, each allowed 2 s to send its
+ * request and to take the answer.  Stop it before destroying the target.
+ */
+struct gdx_nvmf_metrics;
+GDX_API int gdx_nvmf_metrics_start(struct gdx_nvmf_target *t, const char *traddr,
+				   const char *trsvcid, struct gdx_nvmf_metrics **out);
+GDX_API int gdx_nvmf_metrics_port(const struct gdx_nvmf_metrics *m);
+GDX_API void gdx_nvmf_metrics_stop(struct gdx_nvmf_metrics *m);
+
 /* ==== end of target ======================================================== */
 
 /* ======================================================================== */
@@ -117,7 +140,9 @@ GDX_API int gdx_nvmf_target_stats_json(struct gdx_nvmf_target *t, FILE *f);
  * connection or a restarted target, reconnects with backoff and resubmits the
  * I/O that was in flight; an I/O either completes once with its real status
  * or fails with a clear code (-ETIMEDOUT, -ECANCELED, GDX_EDISCONNECTED,
- * GDX_EPROTO, GDX_ENVME), never twice and never silently.
+ * GDX_EPROTO, GDX_E_NVME(status)), never twice and never silently.  A Connect
+ * the target refuses returns its status too (GDX_E_NVME(0x182): no such
+ * subsystem, GDX_E_NVME(0x184): host not allowed), not an errno.
  */
 struct gdx_nvmf_ctrl;
 

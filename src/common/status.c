@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
+#include <stdio.h>
 #include <string.h>
 
 #include <gdx/gdx.h>
 
 #include "gdx_build_config.h"
+#include "nvmf/proto/nvme.h"
 
 static const char *const lib_msgs[] = {
 	[-(GDX_ENODEVICE - GDX_E_BASE)] = "no such device",
@@ -18,10 +20,25 @@ static const char *const lib_msgs[] = {
 	[-(GDX_EDISCONNECTED - GDX_E_BASE)] = "connection lost",
 };
 
+/* "NVMe status: NAME: SENTENCE(0xSTATUS)" in one of a few per-thread buffers. */
+static const char *nvme_strerror(unsigned status)
+{
+	static __thread char buf[4][320];
+	static __thread unsigned next;
+	const char *what = gdx_nvme_status_what((uint16_t)status);
+	char *b = buf[next++ % 4];
+
+	snprintf(b, sizeof(buf[0]), "NVMe status: %s%s%s(%#x)", gdx_nvme_status_str((uint16_t)status),
+		 what ? ": " : "", what ? what : "", status);
+	return b;
+}
+
 GDX_API const char *gdx_strerror(int err)
 {
 	if (err == 0)
 		return "success";
+	if (gdx_nvme_status(err))
+		return nvme_strerror(gdx_nvme_status(err));
 	if (err < GDX_E_BASE && err > GDX_E_LAST) {
 		const char *m = lib_msgs[-(err - GDX_E_BASE)];
 

@@ -123,8 +123,9 @@ static void wrong_nqn_refused(void **state)
 
 	(void)state;
 	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	/* the target's status, not an errno: Connect Invalid Parameters */
 	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, "nqn.2026-11.io.gdx:nope", &o, &c),
-			 -ECONNREFUSED);
+			 GDX_E_NVME(0x182));
 	assert_int_equal(gdx_nvmf_connect("127.0.0.1", "1", MOCK_NQN, &o, &c), -ECONNREFUSED);
 }
 
@@ -164,9 +165,12 @@ static void bad_requests(void **state)
 	assert_int_equal(gdx_nvmf_read(c, 1, NULL, 512, 0), -EINVAL);
 	assert_int_equal(gdx_nvmf_read(c, 7, buf, 512, 0), -ENOENT);
 	io.buf = buf;
-	assert_int_equal(gdx_nvmf_submit(c, &io, 1), GDX_ENVME);
-	assert_int_equal(io.result, GDX_ENVME);
-	assert_int_equal(io.nvme_status, 0x80);	/* LBA out of range */
+	assert_int_equal(gdx_nvmf_submit(c, &io, 1), GDX_E_NVME(0x80));	/* LBA out of range */
+	assert_int_equal(io.result, GDX_E_NVME(0x80));
+	assert_int_equal(io.nvme_status, 0x80);
+	assert_string_equal(gdx_strerror(io.result),
+			    "NVMe status: LBA Out of Range: The command references an LBA that "
+			    "exceeds the size of the namespace(0x80)");
 	/* the connection is unharmed */
 	assert_int_equal(gdx_nvmf_read(c, 1, buf, 4096, 0), 0);
 	gdx_nvmf_disconnect(c);
@@ -190,7 +194,7 @@ static void zeroes_dealloc_flush(void **state)
 	assert_int_equal(ram[4096 + 8191], 0);
 	assert_int_equal(ram[4096 + 8192], 0x5a);
 	assert_int_equal(gdx_nvmf_flush(c, 1), 0);
-	assert_int_equal(gdx_nvmf_flush(c, 9), GDX_ENVME);
+	assert_int_equal(gdx_nvmf_flush(c, 9), GDX_E_NVME(0x0b));	/* invalid namespace */
 	gdx_nvmf_disconnect(c);
 }
 
@@ -450,8 +454,8 @@ static void data_digest_error(void **state)
 	mock_inject(m, MF_BAD_DDGST, 0);
 	io = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = 1, .len = sizeof(buf),
 				   .buf = buf };
-	assert_int_equal(gdx_nvmf_submit(c, &io, 1), GDX_ENVME);
-	assert_int_equal(io.nvme_status, 0x04);	/* data transfer error */
+	assert_int_equal(gdx_nvmf_submit(c, &io, 1), GDX_E_NVME(0x04));	/* data transfer error */
+	assert_int_equal(io.nvme_status, 0x04);
 	assert_int_equal(gdx_nvmf_read(c, 1, buf, sizeof(buf), 0), 0);
 	mock_stats(m, &st);
 	assert_int_equal(st.connects, 1);	/* the connection carried on */

@@ -156,7 +156,7 @@ static void io_sizes(void **state)
 			assert_int_equal(b[k], 0);
 		assert_int_equal(gdx_nvmf_deallocate(c, 2, 0, 65536), 0);
 		/* out of range: the target's status reaches the caller */
-		assert_int_equal(gdx_nvmf_read(c, 1, b, 4096, NS_BYTES), GDX_ENVME);
+		assert_int_equal(gdx_nvmf_read(c, 1, b, 4096, NS_BYTES), GDX_E_NVME(0x80));
 		gdx_nvmf_disconnect(c);
 	}
 	free(a);

@@ -1078,7 +1078,7 @@ static void nvmf_load(void **state)
 
 	/* Without wrap, batch 10 starts at the end of the namespace. */
 	t = make_nvmf_load(c, NULL);
-	expect_failure(t, GDX_ENVME, 0, 10, "nvmf read of 16384 bytes at offset 163840 failed");
+	expect_failure(t, GDX_E_NVME(0x80), 0, 10, "nvmf read of 16384 bytes at offset 163840 failed");
 	destroy(t);
 
 	assert_int_equal(gdx_nvmf_disconnect(c), 0);

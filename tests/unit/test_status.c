@@ -23,6 +23,27 @@ static void strerror_names_every_code(void **state)
 	assert_string_equal(gdx_strerror(-20000), "unknown gdx error");
 }
 
+/* NVMe statuses have their own codes, named as nvme-cli names them. */
+static void strerror_names_nvme_statuses(void **state)
+{
+	(void)state;
+	assert_int_equal(gdx_nvme_status(GDX_E_NVME(0x182)), 0x182);
+	assert_int_equal(gdx_nvme_status(GDX_E_NVME(0x4080)), 0x80);	/* DNR dropped */
+	assert_int_equal(gdx_nvme_status(-ENOENT), 0);
+	assert_int_equal(gdx_nvme_status(GDX_ENVME), 0);
+	assert_int_equal(gdx_nvme_status(GDX_E_NVME_BASE), 0);
+	assert_string_equal(gdx_strerror(GDX_E_NVME(0x80)),
+			    "NVMe status: LBA Out of Range: The command references an LBA that "
+			    "exceeds the size of the namespace(0x80)");
+	assert_string_equal(gdx_strerror(GDX_E_NVME(0x182)),
+			    "NVMe status: Connect Invalid Parameters: One or more of the command "
+			    "parameters is invalid(0x182)");
+	assert_non_null(strstr(gdx_strerror(GDX_E_NVME(0x184)), "Connect Invalid Host: "));
+	assert_string_equal(gdx_strerror(GDX_E_NVME(0x7ff)), "NVMe status: Vendor Specific "
+			    "Status(0x7ff)");
+	assert_string_equal(gdx_strerror(GDX_E_NVME(0x0ff)), "NVMe status: Unknown Status(0xff)");
+}
+
 static void log_levels_parse(void **state)
 {
 	(void)state;
@@ -120,6 +141,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(strerror_names_every_code),
+		cmocka_unit_test(strerror_names_nvme_statuses),
 		cmocka_unit_test(log_levels_parse),
 		cmocka_unit_test(log_callback_filters_by_level),
 		cmocka_unit_test(log_callback_may_reenter),

@@ -23,6 +23,7 @@
 #include "common/config.h"
 #include "common/util.h"
 #include "plugin/file.h"
+#include "progress.h"
 
 struct cp_state {
 	struct gdx_device *dev;
@@ -56,20 +57,8 @@ int tool_open_gpu(int ordinal, struct gdx_device **dev)
 
 static void progress(struct cp_state *st, bool final)
 {
-	uint64_t now = gdx_now_ns();
-	double s = (double)(now - st->t0) / 1e9;
-	int w = 30, fill;
-
-	if (!st->tty || st->quiet || (!final && now - st->last_draw < 100000000ull))
-		return;
-	st->last_draw = now;
-	fill = st->total ? (int)((double)st->done / (double)st->total * w) : w;
-	fprintf(stderr, "\r[%.*s%*s] %5.1f%% %8.2f MiB %7.2f GB/s", fill,
-		"##############################", w - fill, "",
-		st->total ? 100.0 * (double)st->done / (double)st->total : 100.0,
-		(double)st->done / 1048576.0, s > 0 ? (double)st->done / s / 1e9 : 0.0);
-	if (final)
-		fputc('\n', stderr);
+	if (st->tty && !st->quiet)
+		tool_progress_draw(st->done, st->total, st->t0, &st->last_draw, final);
 }
 
 static void usage(FILE *f)

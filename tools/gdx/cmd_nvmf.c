@@ -21,6 +21,7 @@
 #include <gdx/nvmf.h>
 
 #include "cmd.h"
+#include "common/util.h"
 #include "nvmf_host.h"
 
 /* ---- target ------------------------------------------------------------------ */
@@ -32,10 +33,12 @@ static void target_usage(FILE *f)
 		"Serve NVMe/TCP until SIGINT/SIGTERM.\n\n"
 		"  -c, --config FILE      nvmetcli JSON (as `nvmetcli save` writes it)\n"
 		"  -l, --listen ADDR:PORT add a TCP port (repeatable; [v6]:port for IPv6)\n"
-		"  -n, --nqn NQN          subsystem for --ns / --allow-host (created if new)\n"
-		"  -N, --ns SPEC[,bs=N]   namespace: file, block device, ram:SIZE, null:SIZE\n"
+		"  -n, --nqn NQN          a subsystem (created if new; repeatable): the --ns and\n"
+		"                         --allow-host after it belong to it\n"
+		"  -N, --ns SPEC[,bs=N]   namespace: file, block device, ram:SIZE, null:SIZE;\n"
+		"                         bs 512 (default) or 4096\n"
 		"  -H, --allow-host NQN   admit only the named hosts (default: any host)\n"
-		"  -r, --reactors N       reactor threads (default 1)\n"
+		"  -r, --reactors N       reactor threads (default 1, at most 256)\n"
 		"      --inline BYTES     in-capsule data on I/O queues (default 16384)\n"
 		"      --poll-us US       poll instead of sleeping, adaptively, up to US\n"
 		"                         microseconds after each event (0: never)\n"
@@ -43,9 +46,11 @@ static void target_usage(FILE *f)
 		"      --cpus LIST        pin reactor i to the i-th CPU of LIST (1, 0,2, 2-3)\n"
 		"      --follow           at depth <= 2 a reactor runs on the CPU its\n"
 		"                         traffic comes from; deeper, on its own CPUs\n"
-		"  -s, --stats FILE       write counters as JSON to FILE ('-' = stdout) at exit\n"
+		"      --stats FILE       write counters as JSON to FILE ('-' = stdout) at exit\n"
 		"      --stats-interval S also every S seconds\n"
 		"      --control PATH     unix socket: each connection receives the counters\n"
+		"      --metrics ADDR:PORT\n"
+		"                         serve the counters to Prometheus (GET /metrics)\n"
 		"  -v, --verbose          debug log (default: info)\n");
 }
 
@@ -54,22 +59,25 @@ struct listen_arg {
 	char port[16];
 };
 
-/* A whole decimal number in [0, max]; atoi would take "-1" as 4294967295. */
-static bool parse_count(const char *s, unsigned long max, uint32_t *v)
+/* A whole decimal number in [min, max]; atoi would take "-1" as 4294967295. */
+static bool parse_count(const char *opt, const char *s, unsigned long min, unsigned long max,
+			uint32_t *v)
 {
 	char *end;
 	unsigned long n;
 
 	errno = 0;
 	n = strtoul(s, &end, 10);
-	if (end == s || *end || errno || *s == '-' || n > max) {
-		fprintf(stderr, "gdx nvmf target: '%s' is not a number from 0 to %lu\n", s, max);
+	if (end == s || *end || errno || *s == '-' || n < min || n > max) {
+		fprintf(stderr, "gdx nvmf target: %s '%s' is not a number from %lu to %lu\n", opt, s,
+			min, max);
 		return false;
 	}
 	*v = (uint32_t)n;
 	return true;
 }
 
+/* ADDR:PORT or [V6ADDR]:PORT, the port a decimal number up to 65535. */
 static int parse_listen(const char *s, struct listen_arg *l)
 {
 	const char *colon;
@@ -87,10 +95,21 @@ static int parse_listen(const char *s, struct listen_arg *l)
 			return -EINVAL;
 		snprintf(l->addr, sizeof(l->addr), "%.*s", (int)(colon - s), s);
 	}
-	if (!colon[1] || strlen(colon + 1) >= sizeof(l->port))
+	if (!colon[1] || strlen(colon + 1) >= sizeof(l->port) ||
+	    strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+	    strtoul(colon + 1, NULL, 10) > 65535)
 		return -EINVAL;
 	snprintf(l->port, sizeof(l->port), "%s", colon + 1);
 	return 0;
+}
+
+/* "addr:port", "[v6]:port": as a user would type it back. */
+static const char *listen_str(const struct listen_arg *l)
+{
+	static char s[96];
+
+	snprintf(s, sizeof(s), strchr(l->addr, ':') ? "[%s]:%s" : "%s:%s", l->addr, l->port);
+	return s;
 }
 
 /* A file is replaced whole (written aside, renamed): a reader never sees half of it. */
@@ -165,8 +184,9 @@ static void control_serve(struct gdx_nvmf_target *t, int lfd)
 
 /* Serves until a signal; returns 0, or 1 if the target could not be built. */
 static int run_target(struct gdx_nvmf_target *t, const char *stats, int interval,
-		      const char *control)
+		      const char *control, const struct listen_arg *metrics)
 {
+	struct gdx_nvmf_metrics *m = NULL;
 	sigset_t set;
 	struct pollfd pfd[2];
 	int sfd, cfd = -1, ret;
@@ -192,8 +212,12 @@ static int run_target(struct gdx_nvmf_target *t, const char *stats, int interval
 		}
 	}
 	ret = gdx_nvmf_target_start(t);
-	if (ret) {
+	if (!ret && metrics && (ret = gdx_nvmf_metrics_start(t, metrics->addr, metrics->port, &m)))
+		fprintf(stderr, "gdx nvmf target: --metrics %s: %s\n", listen_str(metrics),
+			gdx_strerror(ret));
+	else if (ret)
 		fprintf(stderr, "gdx nvmf target: cannot start: %s\n", gdx_strerror(ret));
+	if (ret) {
 		close(sfd);
 		if (cfd >= 0)
 			close(cfd);
@@ -223,6 +247,7 @@ static int run_target(struct gdx_nvmf_target *t, const char *stats, int interval
 			control_serve(t, cfd);
 	}
 	fprintf(stderr, "gdx nvmf target: stopping\n");
+	gdx_nvmf_metrics_stop(m);
 	if (stats)
 		write_stats(t, stats);
 	gdx_nvmf_target_stop(t);
@@ -232,6 +257,36 @@ static int run_target(struct gdx_nvmf_target *t, const char *stats, int interval
 		unlink(control);
 	}
 	return 0;
+}
+
+/* A --ns or --allow-host, with the subsystem named (-n) before it. */
+struct subsys_arg {
+	char kind;		/* 'N' namespace, 'H' allowed host */
+	const char *nqn;
+	const char *val;
+};
+
+#define MAX_NQNS 16
+#define MAX_ARGS 128
+
+/* SPEC[,bs=N] -> SPEC and N (512 or 4096); false (named on stderr) for another bs. */
+static bool split_ns(const char *arg, char *spec, size_t n, uint32_t *bs)
+{
+	char *comma;
+
+	snprintf(spec, n, "%s", arg);
+	*bs = 512;
+	comma = strstr(spec, ",bs=");
+	if (!comma)
+		return true;
+	*comma = 0;
+	if (strcmp(comma + 4, "512") && strcmp(comma + 4, "4096")) {
+		fprintf(stderr, "gdx nvmf target: --ns '%s': block size '%s' is not 512 or 4096\n",
+			arg, comma + 4);
+		return false;
+	}
+	*bs = (uint32_t)atoi(comma + 4);
+	return true;
 }
 
 static int cmd_target(int argc, char **argv)
@@ -248,19 +303,22 @@ static int cmd_target(int argc, char **argv)
 		{ "pin", no_argument, NULL, 'p' },
 		{ "cpus", required_argument, NULL, 'U' },
 		{ "follow", no_argument, NULL, 'F' },
-		{ "stats", required_argument, NULL, 's' },
+		{ "stats", required_argument, NULL, 'S' },
 		{ "stats-interval", required_argument, NULL, 'i' },
 		{ "control", required_argument, NULL, 'C' },
+		{ "metrics", required_argument, NULL, 'M' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	struct gdx_nvmf_target_opts o;
 	struct gdx_nvmf_target *t = NULL;
-	struct listen_arg listens[16];
-	const char *nss[64], *hosts[64];
-	unsigned nlisten = 0, nns = 0, nhosts = 0;
+	struct listen_arg listens[16], metrics;
+	struct subsys_arg args[MAX_ARGS];
+	const char *nqns[MAX_NQNS];
+	unsigned nlisten = 0, nargs = 0, nnqn = 0;
 	const char *config = NULL, *nqn = NULL, *stats = NULL, *control = NULL;
+	bool want_metrics = false;
 	int interval = 0, c, ret, rc = 1;
 	uint32_t n;
 
@@ -268,42 +326,63 @@ static int cmd_target(int argc, char **argv)
 	if (!getenv("GDX_LOG_LEVEL"))
 		gdx_log_set_level(GDX_LOG_INFO);
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:l:n:N:H:r:s:vh", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":c:l:n:N:H:r:vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			config = optarg;
 			break;
 		case 'l':
-			if (nlisten == 16 || parse_listen(optarg, &listens[nlisten])) {
-				fprintf(stderr, "gdx nvmf target: bad --listen '%s'\n", optarg);
+			if (nlisten == (unsigned)GDX_ARRAY_SIZE(listens) ||
+			    parse_listen(optarg, &listens[nlisten])) {
+				fprintf(stderr, "gdx nvmf target: --listen '%s': %s\n", optarg,
+					nlisten == (unsigned)GDX_ARRAY_SIZE(listens) ? "at most 16 ports" :
+					"not ADDR:PORT or [IPV6]:PORT with a port from 0 to 65535");
 				return 2;
 			}
 			nlisten++;
 			break;
-		case 'n':
+		case 'n': {
+			unsigned i = 0;
+
+			while (i < nnqn && strcmp(nqns[i], optarg))
+				i++;
+			if (i == nnqn) {
+				if (nnqn == MAX_NQNS) {
+					fprintf(stderr, "gdx nvmf target: at most %d subsystems on the "
+						"command line (use --config)\n", MAX_NQNS);
+					return 2;
+				}
+				nqns[nnqn++] = optarg;
+			}
 			nqn = optarg;
 			break;
+		}
 		case 'N':
-			if (nns == 64)
-				return 2;
-			nss[nns++] = optarg;
-			break;
 		case 'H':
-			if (nhosts == 64)
+			if (!nqn) {
+				fprintf(stderr, "gdx nvmf target: %s '%s' needs a subsystem: put -n NQN "
+					"before it\n", c == 'N' ? "--ns" : "--allow-host", optarg);
 				return 2;
-			hosts[nhosts++] = optarg;
+			}
+			if (nargs == MAX_ARGS) {
+				fprintf(stderr, "gdx nvmf target: at most %d --ns and --allow-host\n",
+					MAX_ARGS);
+				return 2;
+			}
+			args[nargs++] = (struct subsys_arg){ (char)c, nqn, optarg };
 			break;
 		case 'r':
-			if (!parse_count(optarg, 1024, &n))
+			if (!parse_count("--reactors", optarg, 1, 256, &n))
 				return 2;
 			o.reactors = n;
 			break;
 		case 'I':
-			if (!parse_count(optarg, UINT32_MAX, &o.inline_data))
+			if (!parse_count("--inline", optarg, 0, 1u << 20, &o.inline_data))
 				return 2;
 			break;
 		case 'P':
-			if (!parse_count(optarg, 1000000, &o.poll_us))
+			if (!parse_count("--poll-us", optarg, 0, 1000000, &o.poll_us))
 				return 2;
 			break;
 		case 'p':
@@ -315,16 +394,24 @@ static int cmd_target(int argc, char **argv)
 		case 'F':
 			o.follow = 1;
 			break;
-		case 's':
+		case 'S':
 			stats = optarg;
 			break;
 		case 'i':
-			if (!parse_count(optarg, 86400, &n))
+			if (!parse_count("--stats-interval", optarg, 0, 86400, &n))
 				return 2;
 			interval = (int)n;
 			break;
 		case 'C':
 			control = optarg;
+			break;
+		case 'M':
+			if (parse_listen(optarg, &metrics)) {
+				fprintf(stderr, "gdx nvmf target: --metrics '%s': not ADDR:PORT or "
+					"[IPV6]:PORT with a port from 0 to 65535\n", optarg);
+				return 2;
+			}
+			want_metrics = true;
 			break;
 		case 'v':
 			gdx_log_set_level(GDX_LOG_DEBUG);
@@ -332,12 +419,22 @@ static int cmd_target(int argc, char **argv)
 		case 'h':
 			target_usage(stdout);
 			return 0;
+		case ':':
+			fprintf(stderr, "gdx nvmf target: option '%s' needs a value\n", argv[optind - 1]);
+			return 2;
 		default:
-			target_usage(stderr);
+			fprintf(stderr, "gdx nvmf target: unknown option '%s'%s\n", argv[optind - 1],
+				optopt == 's' ? " (the port is part of -l ADDR:PORT; counters: --stats "
+				"FILE)" : " ('gdx nvmf target --help' lists them)");
 			return 2;
 		}
 	}
-	if (optind != argc || (!config && !nlisten) || ((nns || nhosts) && !nqn)) {
+	if (optind != argc) {
+		fprintf(stderr, "gdx nvmf target: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (!config && !nlisten) {
+		fprintf(stderr, "gdx nvmf target: needs --config FILE or --listen ADDR:PORT\n");
 		target_usage(stderr);
 		return 2;
 	}
@@ -350,34 +447,42 @@ static int cmd_target(int argc, char **argv)
 		fprintf(stderr, "gdx nvmf target: %s: %s\n", config, gdx_strerror(ret));
 		goto out;
 	}
-	if (nqn) {
-		ret = gdx_nvmf_target_add_subsys(t, nqn, nhosts == 0);
+	for (unsigned i = 0; i < nnqn; i++) {
+		bool any = true;
+
+		/* a subsystem with --allow-host admits only those hosts */
+		for (unsigned k = 0; k < nargs; k++)
+			if (args[k].kind == 'H' && !strcmp(args[k].nqn, nqns[i]))
+				any = false;
+		ret = gdx_nvmf_target_add_subsys(t, nqns[i], any);
 		if (ret && ret != -EEXIST) {
-			fprintf(stderr, "gdx nvmf target: subsystem '%s': %s\n", nqn,
+			fprintf(stderr, "gdx nvmf target: subsystem '%s': %s\n", nqns[i],
 				gdx_strerror(ret));
 			goto out;
 		}
 	}
-	for (unsigned i = 0; i < nhosts; i++)
-		if ((ret = gdx_nvmf_target_allow_host(t, nqn, hosts[i]))) {
-			fprintf(stderr, "gdx nvmf target: host '%s': %s\n", hosts[i],
-				gdx_strerror(ret));
+	for (unsigned i = 0; i < nargs; i++) {
+		char spec[512];
+		uint32_t bs;
+
+		if (args[i].kind == 'H') {
+			ret = gdx_nvmf_target_allow_host(t, args[i].nqn, args[i].val);
+			if (ret) {
+				fprintf(stderr, "gdx nvmf target: --allow-host '%s' on %s: %s\n",
+					args[i].val, args[i].nqn, gdx_strerror(ret));
+				goto out;
+			}
+			continue;
+		}
+		if (!split_ns(args[i].val, spec, sizeof(spec), &bs)) {
+			rc = 2;
 			goto out;
 		}
-	for (unsigned i = 0; i < nns; i++) {
-		char spec[512];
-		uint32_t bs = 512;
-		char *comma;
-
-		snprintf(spec, sizeof(spec), "%s", nss[i]);
-		comma = strstr(spec, ",bs=");
-		if (comma) {
-			bs = (uint32_t)atoi(comma + 4);
-			*comma = 0;
-		}
-		if ((ret = gdx_nvmf_target_add_ns(t, nqn, 0, spec, bs))) {
-			fprintf(stderr, "gdx nvmf target: namespace '%s': %s\n", nss[i],
-				gdx_strerror(ret));
+		ret = gdx_nvmf_target_add_ns(t, args[i].nqn, 0, spec, bs);
+		if (ret) {
+			fprintf(stderr, "gdx nvmf target: --ns '%s' on %s: %s\n", args[i].val,
+				args[i].nqn, gdx_strerror(ret));
+			rc = ret == -EINVAL ? 2 : 1;
 			goto out;
 		}
 	}
@@ -385,14 +490,16 @@ static int cmd_target(int argc, char **argv)
 		/* quick-flag ports are numbered after any from the config file */
 		uint16_t portid = (uint16_t)(1000 + i);
 
-		if ((ret = gdx_nvmf_target_add_port(t, portid, listens[i].addr, listens[i].port)) ||
-		    (nqn && (ret = gdx_nvmf_target_link(t, portid, nqn)))) {
-			fprintf(stderr, "gdx nvmf target: listen %s:%s: %s\n", listens[i].addr,
-				listens[i].port, gdx_strerror(ret));
+		ret = gdx_nvmf_target_add_port(t, portid, listens[i].addr, listens[i].port);
+		for (unsigned k = 0; !ret && k < nnqn; k++)
+			ret = gdx_nvmf_target_link(t, portid, nqns[k]);
+		if (ret) {
+			fprintf(stderr, "gdx nvmf target: --listen %s: %s\n", listen_str(&listens[i]),
+				gdx_strerror(ret));
 			goto out;
 		}
 	}
-	rc = run_target(t, stats, interval, control);
+	rc = run_target(t, stats, interval, control, want_metrics ? &metrics : NULL);
 out:
 	gdx_nvmf_target_destroy(t);
 	return rc;

@@ -141,6 +141,7 @@ struct nvmf_tgt {
 	uint16_t max_qdepth;
 	/* called with an admin queue's transport handle when an AEN is pending */
 	void (*aen_kick)(void *sq_handle);
+	_Atomic bool timed;		/* time commands (struct nvmf_timing) */
 };
 
 int nvmf_tgt_init(struct nvmf_tgt *t);
@@ -159,6 +160,20 @@ struct nvmf_port *nvmf_port_find(struct nvmf_tgt *t, uint16_t portid);
 
 /* ---- controllers and queues ------------------------------------------------ */
 
+/*
+ * A queue's command latencies (prep to completion) and its failed commands by
+ * status; latencies only while nvmf_tgt.timed is set (a Prometheus endpoint
+ * runs).  target/metrics.c fills (nvmf_sq_account) and reads them.
+ */
+#define NVMF_LAT_BUCKETS 16
+#define NVMF_STATUS_SLOTS 15
+struct nvmf_timing {
+	struct gdx_counter lat[NVMF_LAT_BUCKETS + 1];	/* the last: above every bound */
+	struct gdx_counter lat_sum_ns;
+	_Atomic uint16_t status[NVMF_STATUS_SLOTS];	/* claimed in order; 0: free */
+	struct gdx_counter failed[NVMF_STATUS_SLOTS + 1];	/* the last: other statuses */
+};
+
 /* The core's view of one submission queue; the transport embeds it. */
 struct nvmf_sq {
 	struct nvmf_tgt *tgt;
@@ -172,6 +187,7 @@ struct nvmf_sq {
 	struct sockaddr_storage local;	/* for discovery TRADDR when bound to "any" */
 	void *handle;			/* transport queue, for aen_kick */
 	struct gdx_counter ctr[4];	/* commands, errors, bytes in, bytes out */
+	struct nvmf_timing timing;
 };
 enum { SQ_CTR_CMDS, SQ_CTR_ERRORS, SQ_CTR_BYTES_IN, SQ_CTR_BYTES_OUT };
 
@@ -190,7 +206,7 @@ struct nvmf_ctrl {
 	_Atomic uint64_t ka_deadline_ns;	/* 0: no keep-alive */
 	_Atomic bool fatal;
 	_Atomic uint16_t nr_io_queues;
-	bool qid_used[NVMF_MAX_IO_QUEUES + 1];	/* under tgt->lock */
+	struct nvmf_sq *sqs[NVMF_MAX_IO_QUEUES + 1];	/* connected queues, under tgt->lock */
 	struct nvmf_sq *admin;			/* under ctrl->lock */
 	uint32_t aen_cfg;
 	uint32_t aen_pending;			/* AER results waiting for an AER */
@@ -220,6 +236,7 @@ struct nvmf_req {
 	/* backend scratch */
 	int res;
 	uint64_t io_off;
+	uint64_t t_start;	/* ns at prep while nvmf_tgt.timed, else 0 */
 };
 
 /*
@@ -236,6 +253,8 @@ void nvmf_req_complete(struct nvmf_req *req, uint16_t status);
 /* Bytes of C2H data a successful completion carries (0 for none). */
 uint32_t nvmf_req_c2h_len(const struct nvmf_req *req);
 
+/* Counts a completion in sq->timing: its latency if timed, its status if it failed. */
+void nvmf_sq_account(struct nvmf_sq *sq, const struct nvmf_req *req, uint16_t status);
 /* Drops a queue from its controller (socket gone); frees the ctrl on the last one. */
 void nvmf_sq_destroy(struct nvmf_sq *sq);
 /* Called by the transport on its timer tick: true if the controller's KATO expired. */

@@ -250,14 +250,14 @@ static uint16_t do_connect(struct nvmf_req *req)
 			st = connect_fail(req, GDX_NVME_SC_CONNECT_INVALID_PARAM, 42);
 			goto out;
 		}
-		if (c->qid_used[qid]) {
+		if (c->sqs[qid]) {
 			c = NULL;
 			st = GDX_NVME_SC_CMD_SEQ_ERROR | DNR;
 			goto out;
 		}
 		atomic_fetch_add(&c->refs, 1);
 	}
-	c->qid_used[qid] = true;
+	c->sqs[qid] = sq;
 	sq->ctrl = c;
 	sq->qid = qid;
 	sq->size = sqsize + 1u;
@@ -278,7 +278,7 @@ void nvmf_sq_destroy(struct nvmf_sq *sq)
 	if (!c)
 		return;
 	pthread_mutex_lock(&c->tgt->lock);
-	c->qid_used[sq->qid] = false;
+	c->sqs[sq->qid] = NULL;
 	pthread_mutex_unlock(&c->tgt->lock);
 	pthread_mutex_lock(&c->lock);
 	if (c->admin == sq) {
@@ -493,6 +493,8 @@ void nvmf_req_complete(struct nvmf_req *req, uint16_t status)
 		GDX_DBG("nvmf", "ctrl %u qid %u cid %u opc 0x%02x: %s (0x%x)", c->cntlid, sq->qid,
 			req->cmd.cid, req->cmd.opc, gdx_nvme_status_str(status), status);
 	}
+	if (c && (req->t_start || status))
+		nvmf_sq_account(sq, req, status);
 	req->cqe.status = (uint16_t)(status << 1);
 	req->done(req);
 }
@@ -512,6 +514,8 @@ uint16_t nvmf_req_prep(struct nvmf_req *req)
 
 	memset(&req->cqe, 0, sizeof(req->cqe));
 	req->ns = NULL;
+	req->t_start = atomic_load_explicit(&sq->tgt->timed, memory_order_relaxed) ?
+			       gdx_now_ns() : 0;
 	if (c)
 		gdx_counter_add(&c->ctr[CTRL_CTR_CMDS], 1);
 	gdx_counter_add(&sq->ctr[SQ_CTR_CMDS], 1);

@@ -60,7 +60,7 @@ int nh_status_to_err(uint16_t status)
 		return 0;
 	if ((status & 0x7ff) == GDX_NVME_SC_ABORT_REQ)
 		return -ECANCELED;
-	return GDX_ENVME;
+	return GDX_E_NVME(status);
 }
 
 void nh_req_complete(struct nh_req *r, int result)
@@ -373,14 +373,12 @@ static int fabrics_connect(struct nh_ctrl *c, struct nh_queue *q, unsigned sqsiz
 	r.write = 1;
 	rc = queue_exec(q, &r);
 	if (rc) {
-		GDX_ERR(SUB, "Connect queue %u to %s (%s:%s) refused: %s, status %#x%s (dw0 %#x)",
-			q->qid, c->p.subnqn, c->p.addr, c->p.svc, gdx_strerror(rc), r.status & 0x7ff,
+		GDX_ERR(SUB, "Connect queue %u to %s (%s:%s) refused: %s%s (dw0 %#x)", q->qid,
+			c->p.subnqn, c->p.addr, c->p.svc, gdx_strerror(rc),
 			r.status & GDX_NVME_ST_DNR ? " DNR" : "", (unsigned)r.dw01);
-		if (rc == GDX_ENVME && (r.status & GDX_NVME_ST_DNR)) {
-			/* a permanent refusal: reconnecting would only repeat it */
+		/* a permanent refusal: reconnecting would only repeat it */
+		if (gdx_nvme_status(rc) && (r.status & GDX_NVME_ST_DNR))
 			c->connect_dnr = true;
-			rc = -ECONNREFUSED;
-		}
 		return rc;
 	}
 	if (cntlid)
@@ -556,7 +554,7 @@ static int setup(struct nh_ctrl *c)
 			rc = nh_queue_start(ioq[i]);
 			if (!rc)
 				rc = fabrics_connect(c, ioq[i], depth - 1, NULL);
-			if (rc && !i && c->sqflow_off && (rc == GDX_ENVME || rc == -ECONNREFUSED)) {
+			if (rc && !i && c->sqflow_off && gdx_nvme_status(rc)) {
 				/* a controller that refuses it: as libnvme, connect again without */
 				GDX_INFO(SUB, "%s refused SQ flow control off; connecting with it on",
 					 c->p.subnqn);

@@ -301,7 +301,7 @@ void nh_req_init(struct nh_req *r, uint8_t opc, uint32_t nsid, bool admin);
  * device, or it could not start: the queue copies with its stream).
  */
 struct gdx_copy_agent *nh_ctrl_agent(struct nh_ctrl *c, struct gdx_device *dev);
-/* Status (SCT << 8 | SC, DNR in bit 14) -> 0, -ECANCELED or GDX_ENVME. */
+/* Status (SCT << 8 | SC, DNR in bit 14) -> 0, -ECANCELED or GDX_E_NVME(status). */
 int nh_status_to_err(uint16_t status);
 
 /* io.c */

@@ -58,7 +58,7 @@ static int block_size(struct nh_ctrl *c, uint32_t nsid, uint32_t *bs)
 	pthread_mutex_unlock(&c->lock);
 	rc = gdx_nvmf_identify_ns((struct gdx_nvmf_ctrl *)c, nsid, &in);
 	if (rc)
-		return rc == -ENOENT || rc == GDX_ENVME ? -ENOENT : rc;
+		return rc == -ENOENT || gdx_nvme_status(rc) ? -ENOENT : rc;
 	pthread_mutex_lock(&c->lock);
 	c->ns[c->nns % GDX_ARRAY_SIZE(c->ns)] =
 		(struct nh_ns_cache){ .nsid = nsid, .block_size = in.block_size };

@@ -252,6 +252,8 @@ enum gdx_nvme_status {
 
 /* Name of a status (without DNR/More), e.g. "LBA Out of Range"; never NULL. */
 const char *gdx_nvme_status_str(uint16_t status);
+/* The specification's sentence for a status; NULL for one not in the table. */
+const char *gdx_nvme_status_what(uint16_t status);
 
 /* Connect Invalid Parameters DW0: byte offset of the bad field, bit 16 = in the data. */
 #define GDX_NVMF_IATTR_DATA (1u << 16)

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Public target API: construction, nvmetcli JSON, start/stop, statistics. */
 #include <errno.h>
+#include <netdb.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
 #include <json-c/json.h>
 
 #include <gdx/nvmf.h>
@@ -28,6 +30,14 @@ GDX_API void gdx_nvmf_target_opts_init(struct gdx_nvmf_target_opts *o, size_t si
 	};
 
 	memcpy(o, &d, GDX_MIN(size, sizeof(d)));
+}
+
+/* A TCP port as a decimal string in [0, 65535]; getaddrinfo would wrap 99999. */
+static bool port_ok(const char *s)
+{
+	if (!*s || strspn(s, "0123456789") != strlen(s))
+		return false;
+	return strtoul(s, NULL, 10) <= 65535;
 }
 
 /* "1", "2,3", "0-3,6": the CPUs reactors are pinned to, in order. */
@@ -142,13 +152,40 @@ GDX_API int gdx_nvmf_target_allow_host(struct gdx_nvmf_target *t, const char *nq
 	return nvmf_subsys_add_host(s, hostnqn);
 }
 
+/*
+ * ram:SIZE and null:SIZE must be whole blocks: "ram:1000" would otherwise
+ * become one 512-byte block and "ram:1X" fail without saying why.
+ */
+static int mem_spec_check(const char *spec, uint32_t block_size)
+{
+	const char *colon = strchr(spec, ':');
+	uint64_t size;
+
+	if (strncmp(spec, "ram:", 4) && strncmp(spec, "null:", 5))
+		return 0;
+	if (gdx_parse_size(colon + 1, &size) || !size) {
+		GDX_ERR("nvmf", "namespace '%s': '%s' is not a size (a number above 0, optionally "
+			"with k, M, G or T)", spec, colon + 1);
+		return -EINVAL;
+	}
+	if (size % block_size) {
+		GDX_ERR("nvmf", "namespace '%s': %llu bytes is not a multiple of the block size "
+			"(%u)", spec, (unsigned long long)size, block_size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 GDX_API int gdx_nvmf_target_add_ns(struct gdx_nvmf_target *t, const char *nqn, uint32_t nsid,
 				   const char *spec, uint32_t block_size)
 {
 	struct nvmf_subsys *s = nvmf_subsys_find(&t->core, nqn);
+	int ret;
 
 	if (!s || s->discovery)
 		return -ENOENT;
+	if ((ret = mem_spec_check(spec, block_size ? block_size : 512)))
+		return ret;
 	if (!nsid) {
 		nsid = 1;
 		while (nsid <= NVMF_MAX_NS && s->ns[nsid - 1])
@@ -161,11 +198,37 @@ GDX_API int gdx_nvmf_target_add_ns(struct gdx_nvmf_target *t, const char *nqn, u
 GDX_API int gdx_nvmf_target_add_port(struct gdx_nvmf_target *t, uint16_t portid,
 				     const char *traddr, const char *trsvcid)
 {
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	char numeric[INET6_ADDRSTRLEN];
+	struct addrinfo *ai;
 	struct nvmf_port *p;
+	int ret;
 
 	if (t->running)
 		return -EBUSY;
-	return nvmf_port_add(&t->core, portid, traddr, trsvcid, &p);
+	if (!port_ok(trsvcid)) {
+		GDX_ERR("nvmf", "port %u: '%s' is not a port number (0-65535)", portid, trsvcid);
+		return -EINVAL;
+	}
+	/*
+	 * The discovery log hands traddr to hosts, which want an address: a
+	 * name ("localhost") is listened on, and reported, as what it resolves to.
+	 */
+	ret = getaddrinfo(traddr, trsvcid, &hints, &ai);
+	if (ret) {
+		GDX_ERR("nvmf", "port %u: cannot resolve '%s': %s", portid, traddr,
+			ret == EAI_SYSTEM ? strerror(errno) : gai_strerror(ret));
+		return -EINVAL;
+	}
+	ret = getnameinfo(ai->ai_addr, ai->ai_addrlen, numeric, sizeof(numeric), NULL, 0,
+			  NI_NUMERICHOST);
+	freeaddrinfo(ai);
+	if (ret)
+		return -EINVAL;
+	if (strcmp(numeric, traddr))
+		GDX_INFO("nvmf", "port %u: %s is %s", portid, traddr, numeric);
+	return nvmf_port_add(&t->core, portid, numeric, trsvcid, &p);
 }
 
 GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, const char *nqn)
@@ -329,17 +392,69 @@ static int parse_hex_id(const char *s, uint8_t *out, size_t n)
 	return k == 2 * n && !*s ? 0 : -EINVAL;
 }
 
-static int load_ns(struct gdx_nvmf_target *t, struct nvmf_subsys *s, struct json_object *jn)
+/*
+ * nvmetcli refuses attributes it does not know, and so does this loader: a
+ * typo ("trsvcdi") must not leave the target on another port.  Keys that
+ * nvmetcli writes but gdx does not act on (cntlid_min, ana_groups, ...) are
+ * accepted so that its files load as they are.  where: "ports[0].addr".
+ */
+static int known_keys(struct json_object *o, const char *path, const char *where,
+		      const char *const *keys)
 {
+	if (!o)
+		return 0;
+	if (!json_object_is_type(o, json_type_object)) {
+		GDX_ERR("nvmf", "config %s: %s is not an object", path, where);
+		return GDX_ECONFIG;
+	}
+	json_object_object_foreach(o, key, val) {
+		const char *const *k = keys;
+
+		(void)val;
+		while (*k && strcmp(*k, key))
+			k++;
+		if (!*k) {
+			GDX_ERR("nvmf", "config %s: unknown key '%s' in %s", path, key, where);
+			return GDX_ECONFIG;
+		}
+	}
+	return 0;
+}
+
+/* An array member: absent is empty, anything but an array is an error. */
+static int jarray(struct json_object *o, const char *key, const char *path, const char *where,
+		  struct json_object **arr)
+{
+	*arr = NULL;
+	if (!json_object_object_get_ex(o, key, arr))
+		return 0;
+	if (json_object_is_type(*arr, json_type_array))
+		return 0;
+	GDX_ERR("nvmf", "config %s: '%s' in %s is not an array", path, key, where);
+	return GDX_ECONFIG;
+}
+
+static int load_ns(struct gdx_nvmf_target *t, struct nvmf_subsys *s, struct json_object *jn,
+		   const char *cfg, const char *where)
+{
+	static const char *const ns_keys[] = { "nsid", "enable", "device", "ana_grpid", "ana",
+					       "buffered_io", "p2pmem", "resv_enable",
+					       "block_size", NULL };
+	static const char *const dev_keys[] = { "path", "nguid", "uuid", NULL };
 	struct json_object *dev = NULL, *v;
 	uint8_t nguid[16], uuid[16];
 	bool has_nguid = false, has_uuid = false;
 	uint32_t nsid = 0, bs = 512;
 	const char *path, *id;
+	char in[160];
+	int ret;
 
+	snprintf(in, sizeof(in), "%s.device", where);
+	json_object_object_get_ex(jn, "device", &dev);
+	if ((ret = known_keys(jn, cfg, where, ns_keys)) || (ret = known_keys(dev, cfg, in, dev_keys)))
+		return ret;
 	if (json_object_object_get_ex(jn, "nsid", &v))
 		nsid = (uint32_t)json_object_get_int(v);
-	json_object_object_get_ex(jn, "device", &dev);
 	path = jstr(dev, "path");
 	if (!nsid || !path) {
 		GDX_ERR("nvmf", "config: %s: namespace needs nsid and device.path", s->nqn);
@@ -349,8 +464,16 @@ static int load_ns(struct gdx_nvmf_target *t, struct nvmf_subsys *s, struct json
 		GDX_INFO("nvmf", "config: %s: namespace %u disabled, skipped", s->nqn, nsid);
 		return 0;
 	}
-	if (json_object_object_get_ex(jn, "block_size", &v))
+	if (json_object_object_get_ex(jn, "block_size", &v)) {
 		bs = (uint32_t)json_object_get_int(v);
+		if (bs != 512 && bs != 4096) {
+			GDX_ERR("nvmf", "config %s: %s.block_size is %s, not 512 or 4096", cfg, where,
+				json_object_get_string(v));
+			return GDX_ECONFIG;
+		}
+	}
+	if (mem_spec_check(path, bs))
+		return GDX_ECONFIG;
 	id = jstr(dev, "nguid");
 	if (id && *id && strspn(id, "0-") != strlen(id)) {
 		if (parse_hex_id(id, nguid, 16))
@@ -367,53 +490,95 @@ static int load_ns(struct gdx_nvmf_target *t, struct nvmf_subsys *s, struct json
 				  has_uuid ? uuid : NULL);
 }
 
-static int load_subsys(struct gdx_nvmf_target *t, struct json_object *js)
+static int load_subsys(struct gdx_nvmf_target *t, struct json_object *js, const char *cfg,
+		       size_t idx)
 {
+	static const char *const subsys_keys[] = { "nqn", "attr", "allowed_hosts", "namespaces",
+						   "attr_allow_any_host", NULL };
+	static const char *const attr_keys[] = { "allow_any_host", "cntlid_min", "cntlid_max",
+						 "firmware", "ieee_oui", "model", "pi_enable",
+						 "qid_max", "serial", "version", NULL };
 	struct json_object *attr = NULL, *arr, *v;
 	struct nvmf_subsys *s;
 	const char *nqn = jstr(js, "nqn"), *x;
+	char where[48], in[96];
 	int ret;
 
-	if (!nqn)
+	snprintf(where, sizeof(where), "subsystems[%zu]", idx);
+	snprintf(in, sizeof(in), "%s.attr", where);
+	json_object_object_get_ex(js, "attr", &attr);
+	if ((ret = known_keys(js, cfg, where, subsys_keys)) ||
+	    (ret = known_keys(attr, cfg, in, attr_keys)))
+		return ret;
+	if (!nqn) {
+		GDX_ERR("nvmf", "config %s: %s has no nqn", cfg, where);
 		return GDX_ECONFIG;
+	}
 	ret = nvmf_subsys_add(&t->core, nqn, &s);
 	if (ret) {
 		GDX_ERR("nvmf", "config: subsystem '%s': %s", nqn, gdx_strerror(ret));
 		return ret;
 	}
-	json_object_object_get_ex(js, "attr", &attr);
 	s->allow_any_host = jtrue(attr, "allow_any_host") || jtrue(js, "attr_allow_any_host");
 	if ((x = jstr(attr, "serial")) && *x)
 		snprintf(s->serial, sizeof(s->serial), "%s", x);
 	if ((x = jstr(attr, "model")) && *x)
 		snprintf(s->model, sizeof(s->model), "%s", x);
-	if (json_object_object_get_ex(js, "allowed_hosts", &arr))
+	if ((ret = jarray(js, "allowed_hosts", cfg, where, &arr)))
+		return ret;
+	if (arr)
 		for (size_t i = 0; i < json_object_array_length(arr); i++) {
 			v = json_object_array_get_idx(arr, i);
 			ret = nvmf_subsys_add_host(s, json_object_get_string(v));
 			if (ret)
 				return ret;
 		}
-	if (json_object_object_get_ex(js, "namespaces", &arr))
+	if ((ret = jarray(js, "namespaces", cfg, where, &arr)))
+		return ret;
+	if (arr)
 		for (size_t i = 0; i < json_object_array_length(arr); i++) {
-			ret = load_ns(t, s, json_object_array_get_idx(arr, i));
+			snprintf(in, sizeof(in), "%s.namespaces[%zu]", where, i);
+			ret = load_ns(t, s, json_object_array_get_idx(arr, i), cfg, in);
 			if (ret)
 				return ret;
 		}
 	return 0;
 }
 
-static int load_port(struct gdx_nvmf_target *t, struct json_object *jp)
+static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const char *cfg,
+		     size_t idx)
 {
-	struct json_object *addr = NULL, *arr, *v;
+	static const char *const port_keys[] = { "portid", "addr", "subsystems", "referrals",
+						 "ana_groups", "param", NULL };
+	static const char *const addr_keys[] = { "trtype", "adrfam", "traddr", "trsvcid", "treq",
+						 "tsas", NULL };
+	static const char *const param_keys[] = { "inline_data_size", "pi_enable",
+						  "max_queue_size", NULL };
+	struct json_object *addr = NULL, *param = NULL, *arr, *v;
 	const char *trtype, *traddr, *trsvcid;
 	struct nvmf_port *p;
 	uint16_t portid = 0;
+	char where[48], in[64], in2[64];
 	int ret;
 
-	if (json_object_object_get_ex(jp, "portid", &v))
-		portid = (uint16_t)json_object_get_int(v);
+	snprintf(where, sizeof(where), "ports[%zu]", idx);
+	snprintf(in, sizeof(in), "%s.addr", where);
+	snprintf(in2, sizeof(in2), "%s.param", where);
 	json_object_object_get_ex(jp, "addr", &addr);
+	json_object_object_get_ex(jp, "param", &param);
+	if ((ret = known_keys(jp, cfg, where, port_keys)) ||
+	    (ret = known_keys(addr, cfg, in, addr_keys)) ||
+	    (ret = known_keys(param, cfg, in2, param_keys)))
+		return ret;
+	if (json_object_object_get_ex(jp, "portid", &v)) {
+		int id = json_object_get_int(v);
+
+		if (id < 0 || id > 65535) {
+			GDX_ERR("nvmf", "config %s: %s.portid %d is not in 0-65535", cfg, where, id);
+			return GDX_ECONFIG;
+		}
+		portid = (uint16_t)id;
+	}
 	trtype = jstr(addr, "trtype");
 	traddr = jstr(addr, "traddr");
 	trsvcid = jstr(addr, "trsvcid");
@@ -426,12 +591,19 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp)
 		traddr = "0.0.0.0";
 	if (!trsvcid || !*trsvcid)
 		trsvcid = "4420";
+	if (!port_ok(trsvcid)) {
+		GDX_ERR("nvmf", "config %s: %s.addr.trsvcid '%s' is not a port number (0-65535)",
+			cfg, where, trsvcid);
+		return GDX_ECONFIG;
+	}
 	ret = nvmf_port_add(&t->core, portid, traddr, trsvcid, &p);
 	if (ret) {
 		GDX_ERR("nvmf", "config: port %u: %s", portid, gdx_strerror(ret));
 		return ret;
 	}
-	if (json_object_object_get_ex(jp, "subsystems", &arr))
+	if ((ret = jarray(jp, "subsystems", cfg, where, &arr)))
+		return ret;
+	if (arr)
 		for (size_t i = 0; i < json_object_array_length(arr); i++) {
 			const char *nqn = json_object_get_string(json_object_array_get_idx(arr, i));
 			struct nvmf_subsys *s = nqn ? nvmf_subsys_find(&t->core, nqn) : NULL;
@@ -450,25 +622,33 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp)
 
 GDX_API int gdx_nvmf_target_load_json(struct gdx_nvmf_target *t, const char *path)
 {
-	struct json_object *root = json_object_from_file(path), *arr;
+	static const char *const root_keys[] = { "hosts", "ports", "subsystems", NULL };
+	static const char *const host_keys[] = { "nqn", NULL };
+	struct json_object *root = json_object_from_file(path), *arr = NULL;
 	int ret = 0;
 
 	if (!root) {
 		GDX_ERR("nvmf", "config %s: %s", path, json_util_get_last_err());
 		return GDX_ECONFIG;
 	}
-	if (!json_object_is_type(root, json_type_object)) {
-		ret = GDX_ECONFIG;
-		goto out;
+	ret = known_keys(root, path, "the top level", root_keys);
+	if (!ret)
+		ret = jarray(root, "hosts", path, "the top level", &arr);
+	for (size_t i = 0; !ret && arr && i < json_object_array_length(arr); i++) {
+		char where[32];
+
+		snprintf(where, sizeof(where), "hosts[%zu]", i);
+		ret = known_keys(json_object_array_get_idx(arr, i), path, where, host_keys);
 	}
 	/* subsystems first: ports refer to them by NQN */
-	if (json_object_object_get_ex(root, "subsystems", &arr))
-		for (size_t i = 0; i < json_object_array_length(arr) && !ret; i++)
-			ret = load_subsys(t, json_object_array_get_idx(arr, i));
-	if (!ret && json_object_object_get_ex(root, "ports", &arr))
-		for (size_t i = 0; i < json_object_array_length(arr) && !ret; i++)
-			ret = load_port(t, json_object_array_get_idx(arr, i));
-out:
+	if (!ret)
+		ret = jarray(root, "subsystems", path, "the top level", &arr);
+	for (size_t i = 0; !ret && arr && i < json_object_array_length(arr); i++)
+		ret = load_subsys(t, json_object_array_get_idx(arr, i), path, i);
+	if (!ret)
+		ret = jarray(root, "ports", path, "the top level", &arr);
+	for (size_t i = 0; !ret && arr && i < json_object_array_length(arr); i++)
+		ret = load_port(t, json_object_array_get_idx(arr, i), path, i);
 	json_object_put(root);
 	return ret;
 }

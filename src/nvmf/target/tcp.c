@@ -530,6 +530,7 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 	t->req.sq = &c->sq;
 	t->req.done = req_done;
 	t->req.ns = NULL;
+	t->req.t_start = 0;
 	return t;
 }
 
@@ -1712,7 +1713,9 @@ static int listen_on(struct nvmf_port *p, int *bound)
 						 ((struct sockaddr_in6 *)&ss)->sin6_port);
 	if (!strcmp(p->trsvcid, "0"))
 		snprintf(p->trsvcid, sizeof(p->trsvcid), "%d", *bound);
-	GDX_INFO("nvmf", "port %u listening on %s:%d", p->portid, p->traddr, *bound);
+	GDX_INFO("nvmf", "port %u listening on %s%s%s:%d", p->portid, p->adrfam ==
+		 GDX_NVMF_ADRFAM_IPV6 ? "[" : "", p->traddr, p->adrfam == GDX_NVMF_ADRFAM_IPV6 ?
+		 "]" : "", *bound);
 	return fd;
 }
 
