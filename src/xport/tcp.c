@@ -152,6 +152,7 @@ struct txi {			/* one frame to transmit */
 	 * thread to free (orphan).
 	 */
 	uint8_t snapping, orphan;
+	unsigned nans;			/* answers it carries (tcp_ep.ans_held) */
 	struct txi *an_prev, *an_next;
 	unsigned char *snap;
 	size_t snap_off, cnext;
@@ -221,6 +222,8 @@ enum {
 	C_KEPT_HOST,		/* and from host memory (the ring had no room) */
 	C_SR_REDONE,		/* frames taken whose copies the halted agent owed: sr_redo */
 	C_TX_RECOPIED,		/* chunks of a large frame so: tx_chunk_wait */
+	C_ANS_PEAK,		/* the most answers queued at once (ans_held) */
+	C_HELD_BACK,		/* times the receive thread stopped reading for them (rx_hold_back) */
 	C_NR
 };
 
@@ -323,6 +326,19 @@ struct tcp_ep {
 	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
 	struct rxring rr;
 	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
+	/*
+	 * Answers to the peer queued and not freed yet (tx_free, unlocked:
+	 * atomic).  A peer that asks and does not read the answers would have
+	 * them pile up; beyond ans_max (xport.tcp_answers_max) the receive
+	 * thread reads no more of its frames until half went out (rx_hold_back),
+	 * and ends the connection if that takes ans_ms.  ans_lock, ans_cond:
+	 * that wait's.
+	 */
+	atomic_uint ans_held;
+	unsigned ans_max;
+	int ans_ms, ans_said;
+	pthread_mutex_t ans_lock;
+	pthread_cond_t ans_cond;
 	struct gdx_counter ctr[C_NR];
 	struct gdx_stats *stats;
 	/*
@@ -2019,6 +2035,18 @@ static void ans_unlink(struct tcp_ep *t, struct txi *x)
 	__atomic_store_n(&x->ans, 0, __ATOMIC_RELEASE);
 }
 
+/* Answers were freed: a receive thread held back for them goes on once half are. */
+static void ans_gone(struct tcp_ep *t, unsigned n)
+{
+	unsigned was = atomic_fetch_sub_explicit(&t->ans_held, n, memory_order_relaxed);
+
+	if (was > t->ans_max / 2 && was - n <= t->ans_max / 2) {
+		pthread_mutex_lock(&t->ans_lock);
+		pthread_cond_broadcast(&t->ans_cond);
+		pthread_mutex_unlock(&t->ans_lock);
+	}
+}
+
 /*
  * Frees frame x (lock not held, or x is on no answer list); one whose bytes
  * the receive thread is copying is freed by that thread once it is done
@@ -2038,6 +2066,8 @@ static void tx_free(struct tcp_ep *t, struct txi *x)
 	}
 	if (x->k)
 		gdx_xport_rkey_put(x->k);
+	if (x->nans)
+		ans_gone(t, x->nans);
 	free(x->extra);
 	free(x->snap);
 	free(x);
@@ -2089,6 +2119,9 @@ static void kill_conn(struct tcp_ep *t, int why)
 		rx_wakeup(t);
 		pthread_cond_broadcast(&t->tx_cond);
 		pthread_cond_broadcast(&t->rx_cond);
+		pthread_mutex_lock(&t->ans_lock);
+		pthread_cond_broadcast(&t->ans_cond);
+		pthread_mutex_unlock(&t->ans_lock);
 	}
 }
 
@@ -2897,6 +2930,18 @@ static int tx_submit(struct tcp_ep *t, struct txi *x)
 	return 0;
 }
 
+/* Queues x, which carries n answers to the peer (receive thread). */
+static int ans_submit(struct tcp_ep *t, struct txi *x, unsigned n)
+{
+	unsigned held = atomic_fetch_add_explicit(&t->ans_held, n, memory_order_relaxed) + n;
+
+	x->nans = n;
+	/* this thread alone raises it */
+	if (held > gdx_counter_get(&t->ctr[C_ANS_PEAK]))
+		atomic_store_explicit(&t->ctr[C_ANS_PEAK].v, held, memory_order_relaxed);
+	return tx_submit(t, x);
+}
+
 /* Sends the responses the receive thread owes, as one frame train. */
 static int resp_flush(struct tcp_ep *t)
 {
@@ -2919,7 +2964,7 @@ static int resp_flush(struct tcp_ep *t)
 		}
 		memcpy(x->extra, &t->resp[1], x->extra_len);
 	}
-	return tx_submit(t, x);
+	return ans_submit(t, x, n);
 }
 
 /* Owes the peer a response (receive thread only). */
@@ -2999,6 +3044,76 @@ static int rx_owed_out(struct tcp_ep *t)
 		return ret;
 	tx_kick(t);
 	return 0;
+}
+
+/*
+ * Whether the receive thread may wait for answers to go out: not while the
+ * head of the queue waits for reads in flight (a fence), whose answers only
+ * this thread reads.
+ */
+static int ans_may_wait(struct tcp_ep *t)
+{
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	ret = !t->dead && !(t->txq_head && tx_blocked(t, t->txq_head));
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+/*
+ * The peer has more than ans_max answers queued: it does not read them, or
+ * not as fast as it asks.  Its frames stay in the socket (which slows its
+ * sends: back-pressure, as TCP's window) until half of the answers went out;
+ * if that takes ans_ms, the connection ends.  Looks every 20 ms whether it
+ * may still wait (ans_may_wait).  Between frames, receive thread only.
+ */
+static int rx_hold_back(struct tcp_ep *t)
+{
+	uint64_t end = gdx_now_ns() + (uint64_t)t->ans_ms * 1000000u;
+	unsigned half = t->ans_max / 2;
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	t->rx_stalled = 1;	/* posts must not wait for this thread meanwhile */
+	pthread_mutex_unlock(&t->lock);
+	ret = rx_owed_out(t);
+	if (ret)
+		return ret;
+	gdx_counter_add(&t->ctr[C_HELD_BACK], 1);
+	/* said once a connection; a slow reader may come by often */
+	GDX_LOG(t->ans_said ? GDX_LOG_DEBUG : GDX_LOG_WARN, SUBSYS,
+		"the peer leaves %u answers unread (xport.tcp_answers_max %u): its frames are not "
+		"read until half went out, for %d ms at most", atomic_load(&t->ans_held),
+		t->ans_max, t->ans_ms);
+	t->ans_said = 1;
+	while (atomic_load_explicit(&t->ans_held, memory_order_relaxed) > half &&
+	       ans_may_wait(t)) {
+		struct timespec ts;
+
+		if (gdx_now_ns() >= end) {
+			GDX_ERR(SUBSYS, "the peer read too few of its %u answers in %d ms "
+				"(xport.tcp_answers_timeout_ms): connection ended",
+				atomic_load(&t->ans_held), t->ans_ms);
+			ret = -ETIMEDOUT;
+			break;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_mutex_lock(&t->ans_lock);
+		if (atomic_load_explicit(&t->ans_held, memory_order_relaxed) > half &&
+		    !__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE))
+			pthread_cond_timedwait(&t->ans_cond, &t->ans_lock, &ts);
+		pthread_mutex_unlock(&t->ans_lock);
+	}
+	pthread_mutex_lock(&t->lock);
+	t->rx_stalled = 0;
+	pthread_mutex_unlock(&t->lock);
+	return ret;
 }
 
 /* Hands a message to the oldest receive.  Lock held; may drop it to receive the payload. */
@@ -3416,7 +3531,7 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 	} else if (reg.kind != GDX_MEM_HOST && reg.kind != GDX_MEM_PINNED) {
 		x->dev = reg.dev;
 	}
-	return tx_submit(t, x);
+	return ans_submit(t, x, 1);
 }
 
 /*
@@ -3654,6 +3769,9 @@ static void *rx_main(void *arg)
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed))
 			kept_match(t, 0);
 		t->rx_boundary = 1;
+		if (atomic_load_explicit(&t->ans_held, memory_order_relaxed) >= t->ans_max &&
+		    (ret = rx_hold_back(t)))
+			break;
 		ret = rx_exact(t, &h, sizeof(h));
 		if (ret)
 			break;
@@ -3762,6 +3880,8 @@ static void ep_stats(struct tcp_ep *t)
 		[C_KEPT_HOST] = "kept_host",
 		[C_SR_REDONE] = "sr_redone",
 		[C_TX_RECOPIED] = "tx_recopied",
+		[C_ANS_PEAK] = "answers_peak",
+		[C_HELD_BACK] = "held_back",
 	};
 	static atomic_uint next;
 	char scope[32];
@@ -3790,6 +3910,8 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	t->fe = fe;
 	t->fd = fd;
 	t->max_unexpected = fe->opts.max_unexpected;
+	t->ans_max = (unsigned)gdx_cfg_int("xport.tcp_answers_max");
+	t->ans_ms = (int)gdx_cfg_int("xport.tcp_answers_timeout_ms");
 	ret = ep_fds(t);
 	if (ret) {
 		ep_fds_close(t);
@@ -3807,6 +3929,8 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	pthread_cond_init(&t->tx_cond, NULL);
 	pthread_cond_init(&t->rx_cond, NULL);
 	pthread_cond_init(&t->flushed_cond, NULL);
+	pthread_mutex_init(&t->ans_lock, NULL);
+	pthread_cond_init(&t->ans_cond, NULL);
 	ep_stats(t);
 	pthread_cond_init(&t->rd_cond, NULL);
 	ret = -pthread_create(&t->tx, NULL, tx_main, t);
@@ -3823,6 +3947,8 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 		gdx_stats_destroy(t->stats);
 		pthread_mutex_destroy(&t->lock);
 		pthread_mutex_destroy(&t->rr_lock);
+		pthread_mutex_destroy(&t->ans_lock);
+		pthread_cond_destroy(&t->ans_cond);
 		ep_fds_close(t);
 		free(t->rbuf);
 		free(t);
@@ -3985,6 +4111,8 @@ static void tcp_destroy(void *priv)
 	pthread_cond_destroy(&t->rx_cond);
 	pthread_cond_destroy(&t->flushed_cond);
 	pthread_cond_destroy(&t->rd_cond);
+	pthread_mutex_destroy(&t->ans_lock);
+	pthread_cond_destroy(&t->ans_cond);
 	ep_fds_close(t);
 	free(t->rbuf);
 	free(t);
