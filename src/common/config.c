@@ -154,6 +154,10 @@ static struct knob knobs[] = {
 	     "tcp transport: pinned ring per endpoint with a copy agent for messages that came "
 	     "before their receive; the receive thread copies them on when one is posted (0: "
 	     "kept in host memory and copied by the posting thread)", .min = 0, .max = 1 << 30),
+	KNOB("xport.tcp_handshakes", K_INT, "64",
+	     "tcp transport: connections a listener handshakes with at once (each for the "
+	     "endpoint option timeout_ms); a new one beyond them drops the oldest",
+	     .min = 1, .max = 65536),
 	KNOB("xport.tcp_answers_max", K_INT, "4096",
 	     "tcp transport: answers (to reads, writes, sends; refusals too) a connection may "
 	     "have queued unsent; beyond it its frames are not read until half went out",

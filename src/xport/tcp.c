@@ -351,9 +351,35 @@ struct tcp_ep {
 	pthread_cond_t rd_cond;
 };
 
+/* A connection accepted by a listener whose hello is not all in yet. */
+struct hshake {
+	int fd;			/* non-blocking until the hello is in */
+	size_t got;		/* bytes of h */
+	uint64_t deadline;	/* gdx_now_ns() past which it is dropped */
+	struct hdr h;
+};
+
+/*
+ * Handshakes run side by side, never one connection at a time on the
+ * accepting thread: gdx_xport_accept waits in epfd (the listening socket and
+ * each handshake's socket, level-triggered) for whatever comes first, takes
+ * new connections in and sends them the hello at once, and returns the first
+ * connection whose hello is in.  A handshake lives opts.timeout_ms; at most
+ * hs_max (xport.tcp_handshakes) run at once, and a new connection beyond
+ * them drops the oldest.  Handshakes not done when an accept returns go on
+ * in the next one.
+ */
 struct tcp_listener {
-	int fd;
+	int fd, epfd;
 	uint64_t max_unexpected;
+	int hs_ms;
+	unsigned nhs, hs_max;
+	struct hshake *hs;		/* nhs of hs_max, oldest first */
+	/* since the last log line of them (said_ns): for room; failed, and the last why */
+	unsigned dropped, failed;
+	int fail_why;
+	uint64_t said_ns;
+	pthread_mutex_t lock;		/* one accept at a time */
 };
 
 #define Q_PUSH(e, headp, tailp)                      \
@@ -3812,35 +3838,58 @@ static void *rx_main(void *arg)
 
 /* ---- set-up ------------------------------------------------------------------ */
 
-static int handshake(int fd, int timeout_ms)
+static int hello_send(int fd)
 {
-	struct hdr h = { .type = F_HELLO, .imm = TCP_MAGIC, .id = TCP_VERSION }, p;
-	struct pollfd pfd = { .fd = fd, .events = POLLIN };
-	size_t got = 0;
+	struct hdr h = { .type = F_HELLO, .imm = TCP_MAGIC, .id = TCP_VERSION };
 
-	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
-		return -errno ? -errno : -EIO;
-	while (got < sizeof(p)) {
-		ssize_t n;
-		int r = poll(&pfd, 1, timeout_ms);
+	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof(h))
+		return errno ? -errno : -EIO;
+	return 0;
+}
 
-		if (r == 0)
-			return -ETIMEDOUT;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		n = recv(fd, (char *)&p + got, sizeof(p) - got, MSG_DONTWAIT);
-		if (n == 0)
-			return -ECONNRESET;
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			return -errno;
-		if (n > 0)
-			got += (size_t)n;
-	}
-	if (p.type != F_HELLO || p.imm != TCP_MAGIC)
-		return GDX_EPROTO;
-	if (p.id != TCP_VERSION)
+static int hello_check(const struct hdr *p)
+{
+	if (p->type != F_HELLO || p->imm != TCP_MAGIC || p->id != TCP_VERSION)
 		return GDX_EPROTO;
 	return 0;
+}
+
+/*
+ * Reads what has come of the peer's hello into p (got bytes of it so far),
+ * without blocking: 1 once it is whole, 0 for more to come, else an error.
+ * Never reads past it: frames may follow.
+ */
+static int hello_recv(int fd, struct hdr *p, size_t *got)
+{
+	ssize_t n = recv(fd, (char *)p + *got, sizeof(*p) - *got, MSG_DONTWAIT);
+
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	*got += (size_t)n;
+	return *got == sizeof(*p);
+}
+
+/* The connecting side's handshake: blocks up to timeout_ms for the hello. */
+static int handshake(int fd, int timeout_ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	uint64_t end = gdx_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	struct hdr p;
+	size_t got = 0;
+	int ret = hello_send(fd);
+
+	while (!ret) {
+		uint64_t now = gdx_now_ns();
+
+		if (now >= end)
+			return -ETIMEDOUT;
+		if (poll(&pfd, 1, (int)((end - now + 999999) / 1000000)) < 0 && errno != EINTR)
+			return -errno;
+		ret = hello_recv(fd, &p, &got);
+	}
+	return ret < 0 ? ret : hello_check(&p);
 }
 
 static void ep_fds_close(struct tcp_ep *t)
@@ -3971,6 +4020,130 @@ static int ep_open(struct gdx_xport_ep *ep, int fd, void **priv)
 	return ret;
 }
 
+static void hs_remove(struct tcp_listener *tl, unsigned i)
+{
+	memmove(&tl->hs[i], &tl->hs[i + 1], (tl->nhs - i - 1) * sizeof(tl->hs[0]));
+	tl->nhs--;
+}
+
+static void hs_drop(struct tcp_listener *tl, unsigned i)
+{
+	close(tl->hs[i].fd);	/* leaves epfd with it */
+	hs_remove(tl, i);
+}
+
+/*
+ * Says how many handshakes were dropped for room and how many failed (a bad
+ * hello, a reset, silence): at once, then at most once a second, so that a
+ * peer who connects in a loop does not flood the log.
+ */
+static void hs_said(struct tcp_listener *tl, uint64_t now)
+{
+	if ((!tl->dropped && !tl->failed) || now - tl->said_ns < 1000000000u)
+		return;
+	if (tl->dropped)
+		GDX_WARN(SUBSYS, "listener: handshakes dropped for room: %u (the oldest, beyond %u "
+			 "at once: xport.tcp_handshakes)", tl->dropped, tl->hs_max);
+	if (tl->failed)
+		GDX_INFO(SUBSYS, "listener: handshakes failed: %u (the last: %s)", tl->failed,
+			 tl->fail_why == -ETIMEDOUT ? "no hello in opts.timeout_ms"
+						    : gdx_strerror(tl->fail_why));
+	tl->said_ns = now;
+	tl->dropped = tl->failed = 0;
+}
+
+static void hs_fail(struct tcp_listener *tl, unsigned i, int why, uint64_t now)
+{
+	hs_drop(tl, i);
+	tl->failed++;
+	tl->fail_why = why;
+	hs_said(tl, now);
+}
+
+/* Drops the handshakes past their deadline; the earliest deadline left (or UINT64_MAX). */
+static uint64_t hs_expire(struct tcp_listener *tl, uint64_t now)
+{
+	unsigned i = 0;
+
+	while (i < tl->nhs) {
+		if (tl->hs[i].deadline > now) {
+			i++;
+			continue;
+		}
+		hs_fail(tl, i, -ETIMEDOUT, now);
+	}
+	hs_said(tl, now);
+	/* oldest first: the first one's deadline is the earliest */
+	return tl->nhs ? tl->hs[0].deadline : UINT64_MAX;
+}
+
+/*
+ * Takes in the connections waiting on the listening socket and sends each the
+ * hello.  Beyond hs_max handshakes the oldest goes (the one nearest its
+ * deadline, and the likeliest to be idle: a peer that speaks gdx answers the
+ * hello within a round trip); said once a second at most.  An error the
+ * listening socket will go on returning (descriptors out) is the accept's.
+ */
+static int hs_take(struct tcp_listener *tl, uint64_t now)
+{
+	for (unsigned n = 0; n < tl->hs_max; n++) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		int fd = accept4(tl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+				return 0;
+			GDX_WARN(SUBSYS, "listener: accept: %s", strerror(errno));
+			return -errno;
+		}
+		if (tl->nhs == tl->hs_max) {
+			hs_drop(tl, 0);
+			tl->dropped++;
+			hs_said(tl, now);
+		}
+		ev.data.fd = fd;
+		if (hello_send(fd) || epoll_ctl(tl->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			close(fd);
+			continue;
+		}
+		tl->hs[tl->nhs++] = (struct hshake){ .fd = fd,
+			.deadline = now + (uint64_t)tl->hs_ms * 1000000u };
+	}
+	return 0;
+}
+
+/*
+ * Reads the hello of the handshake on fd, if any: 1 with the socket in *out
+ * (blocking again, out of epfd) once its hello is in and good, else 0 (more
+ * to come, or the connection dropped).
+ */
+static int hs_read(struct tcp_listener *tl, int fd, int *out)
+{
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < tl->nhs && tl->hs[i].fd != fd; i++)
+		;
+	if (i == tl->nhs)
+		return 0;	/* dropped earlier in this round */
+	ret = hello_recv(fd, &tl->hs[i].h, &tl->hs[i].got);
+	if (ret > 0)
+		ret = hello_check(&tl->hs[i].h);
+	else if (!ret)
+		return 0;
+	if (!ret) {
+		epoll_ctl(tl->epfd, EPOLL_CTL_DEL, fd, NULL);
+		if (!fcntl(fd, F_SETFL, 0)) {
+			hs_remove(tl, i);
+			*out = fd;
+			return 1;
+		}
+		ret = -errno;
+	}
+	hs_fail(tl, i, ret, gdx_now_ns());
+	return 0;
+}
+
 static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void **priv,
 		      char *bound, size_t bound_len)
 {
@@ -4005,6 +4178,25 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 	}
 	tl->fd = fd;
 	tl->max_unexpected = l->opts.max_unexpected;
+	tl->hs_ms = l->opts.timeout_ms;
+	tl->hs_max = (unsigned)gdx_cfg_int("xport.tcp_handshakes");
+	tl->hs = calloc(tl->hs_max, sizeof(*tl->hs));
+	tl->epfd = epoll_create1(EPOLL_CLOEXEC);
+	{
+		struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+
+		if (!tl->hs || tl->epfd < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) ||
+		    epoll_ctl(tl->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			ret = tl->hs ? -errno : -ENOMEM;
+			if (tl->epfd >= 0)
+				close(tl->epfd);
+			free(tl->hs);
+			free(tl);
+			close(fd);
+			return ret;
+		}
+	}
+	pthread_mutex_init(&tl->lock, NULL);
 	{
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
@@ -4019,33 +4211,84 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 	return 0;
 }
 
+/* Readable when an accept has something to do (a connection, a hello's bytes). */
 static int tcp_listener_fd(void *lpriv)
 {
-	return ((struct tcp_listener *)lpriv)->fd;
+	return ((struct tcp_listener *)lpriv)->epfd;
 }
 
+/*
+ * Returns the first connection whose handshake is done within timeout_ms
+ * (-1: none), handshaking with every connection that comes meanwhile.
+ */
 static int tcp_accept(void *lpriv, struct gdx_xport_ep *ep, int timeout_ms, void **priv)
 {
 	struct tcp_listener *tl = lpriv;
-	struct pollfd pfd = { .fd = tl->fd, .events = POLLIN };
-	int fd, r;
+	uint64_t end = timeout_ms < 0 ? UINT64_MAX
+				      : gdx_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	int fd = -1, ret = 0;
 
-	r = poll(&pfd, 1, timeout_ms);
-	if (r == 0)
-		return -ETIMEDOUT;
-	if (r < 0)
-		return -errno;
-	fd = accept4(tl->fd, NULL, NULL, SOCK_CLOEXEC);
+	if (timeout_ms < 0) {
+		pthread_mutex_lock(&tl->lock);
+	} else {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += timeout_ms / 1000;
+		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		if (pthread_mutex_timedlock(&tl->lock, &ts))
+			return -ETIMEDOUT;
+	}
+	while (fd < 0 && !ret) {
+		struct epoll_event ev[16];
+		uint64_t now = gdx_now_ns(), wake = GDX_MIN(hs_expire(tl, now), end);
+		int n, wait_ms = -1;
+
+		if (tl->dropped || tl->failed)	/* what is left to say */
+			wake = GDX_MIN(wake, tl->said_ns + 1000000000u);
+
+		if (wake != UINT64_MAX)
+			wait_ms = wake > now ? (int)GDX_MIN((wake - now + 999999) / 1000000, 3600000u)
+					     : 0;
+		n = epoll_wait(tl->epfd, ev, 16, wait_ms);
+		if (n < 0 && errno != EINTR) {
+			ret = -errno;
+			break;
+		}
+		/* hellos first: a peer that has answered is not dropped for room */
+		for (int i = 0; i < n && fd < 0; i++)
+			if (ev[i].data.fd != tl->fd)
+				hs_read(tl, ev[i].data.fd, &fd);
+		for (int i = 0; i < n && fd < 0 && !ret; i++)
+			if (ev[i].data.fd == tl->fd)
+				ret = hs_take(tl, gdx_now_ns());
+		if (fd < 0 && !ret && gdx_now_ns() >= end)
+			ret = -ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&tl->lock);
 	if (fd < 0)
-		return -errno;
-	return ep_open(ep, fd, priv);
+		return ret;
+	ret = ep_start(ep, fd, priv);
+	if (ret)
+		close(fd);
+	return ret;
 }
 
 static void tcp_listener_close(void *lpriv)
 {
 	struct tcp_listener *tl = lpriv;
 
+	while (tl->nhs)
+		hs_drop(tl, tl->nhs - 1);
+	hs_said(tl, UINT64_MAX);	/* what is left to say */
+	close(tl->epfd);
 	close(tl->fd);
+	pthread_mutex_destroy(&tl->lock);
+	free(tl->hs);
 	free(tl);
 }
 
