@@ -162,6 +162,10 @@ static struct knob knobs[] = {
 	     "tcp transport: answers (to reads, writes, sends; refusals too) a connection may "
 	     "have queued unsent; beyond it its frames are not read until half went out",
 	     .min = 64, .max = 1 << 20),
+	KNOB("xport.tcp_answers_copy_max", K_SIZE, "64M",
+	     "tcp transport: bytes a connection's read answers not sent yet may copy because "
+	     "a write overlaps them; a write that needs more is refused", .min = 0,
+	     .max = 1ll << 40),
 	KNOB("xport.tcp_answers_timeout_ms", K_INT, "10000",
 	     "tcp transport: how long a connection over xport.tcp_answers_max may take to send "
 	     "half of them before it is ended", .min = 10, .max = 3600000),

@@ -224,6 +224,7 @@ enum {
 	C_TX_RECOPIED,		/* chunks of a large frame so: tx_chunk_wait */
 	C_ANS_PEAK,		/* the most answers queued at once (ans_held) */
 	C_HELD_BACK,		/* times the receive thread stopped reading for them (rx_hold_back) */
+	C_COPIES_PEAK,		/* the most bytes of answers' copies held at once (snap_held) */
 	C_NR
 };
 
@@ -337,6 +338,15 @@ struct tcp_ep {
 	atomic_uint ans_held;
 	unsigned ans_max;
 	int ans_ms, ans_said;
+	/*
+	 * Bytes of private copies read answers took because a write overlapped
+	 * them (ans_snap; freed by tx_free, unlocked: atomic): at most
+	 * snap_max (xport.tcp_answers_copy_max), beyond which such a write is
+	 * refused as one whose copies could not be allocated.
+	 */
+	_Atomic size_t snap_held;
+	size_t snap_max;
+	int snap_said;
 	pthread_mutex_t ans_lock;
 	pthread_cond_t ans_cond;
 	struct gdx_counter ctr[C_NR];
@@ -2094,6 +2104,9 @@ static void tx_free(struct tcp_ep *t, struct txi *x)
 		gdx_xport_rkey_put(x->k);
 	if (x->nans)
 		ans_gone(t, x->nans);
+	if (x->snap)
+		atomic_fetch_sub_explicit(&t->snap_held, x->plen - x->snap_off,
+					  memory_order_relaxed);
 	free(x->extra);
 	free(x->snap);
 	free(x);
@@ -3318,12 +3331,21 @@ static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
 static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 {
 	const size_t hl = sizeof(x->h);
-	size_t from = x->dev ? x->cnext : x->off > hl ? x->off - hl : 0;
+	size_t from = x->dev ? x->cnext : x->off > hl ? x->off - hl : 0, held;
 	unsigned char *b = NULL;
 	int ret = 0;
 
 	if (from == x->plen && !sync)
 		return 0;
+	if (from < x->plen && atomic_load_explicit(&t->snap_held, memory_order_relaxed) +
+				      (x->plen - from) > t->snap_max) {
+		GDX_LOG(t->snap_said ? GDX_LOG_DEBUG : GDX_LOG_WARN, SUBSYS,
+			"read answers not sent yet hold %zu bytes of copies a write over them made; "
+			"%zu more would pass xport.tcp_answers_copy_max (%zu)",
+			atomic_load(&t->snap_held), x->plen - from, t->snap_max);
+		t->snap_said = 1;
+		return -ENOBUFS;
+	}
 	/* what was taken already is not read again: the copy holds [from, plen) */
 	if (from < x->plen && !(b = malloc(x->plen - from)))
 		return -ENOMEM;
@@ -3346,6 +3368,11 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 	}
 	x->snap = b;
 	x->snap_off = from;
+	/* only this thread raises it: the check above stays true */
+	held = atomic_fetch_add_explicit(&t->snap_held, x->plen - from, memory_order_relaxed) +
+	       (x->plen - from);
+	if (held > gdx_counter_get(&t->ctr[C_COPIES_PEAK]))
+		atomic_store_explicit(&t->ctr[C_COPIES_PEAK].v, held, memory_order_relaxed);
 	/*
 	 * A host frame's payload pointer: its senders read it at offsets of
 	 * from on only (the bytes before went to the socket), which are in b.
@@ -3475,9 +3502,13 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 	}
 	st = ans_settle(t, p, h->len);
 	if (st) {
-		/* refused: the answers before it still return what was there */
-		GDX_ERR(SUBSYS, "write of %llu bytes refused: the read answers before it could "
-			"not take the bytes it overwrites (%s)", (unsigned long long)h->len,
+		/*
+		 * refused: the answers before it still return what was there (a
+		 * copy budget spent was said by ans_snap; not again per write)
+		 */
+		GDX_LOG(st == -ENOBUFS ? GDX_LOG_DEBUG : GDX_LOG_ERROR, SUBSYS,
+			"write of %llu bytes refused: the read answers before it could not take "
+			"the bytes it overwrites (%s)", (unsigned long long)h->len,
 			gdx_strerror(st));
 		gdx_xport_rkey_put(k);
 		ret = rx_exact(t, NULL, h->len);
@@ -3931,6 +3962,7 @@ static void ep_stats(struct tcp_ep *t)
 		[C_TX_RECOPIED] = "tx_recopied",
 		[C_ANS_PEAK] = "answers_peak",
 		[C_HELD_BACK] = "held_back",
+		[C_COPIES_PEAK] = "answer_copies_peak",
 	};
 	static atomic_uint next;
 	char scope[32];
@@ -3961,6 +3993,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	t->max_unexpected = fe->opts.max_unexpected;
 	t->ans_max = (unsigned)gdx_cfg_int("xport.tcp_answers_max");
 	t->ans_ms = (int)gdx_cfg_int("xport.tcp_answers_timeout_ms");
+	t->snap_max = gdx_cfg_size("xport.tcp_answers_copy_max");
 	ret = ep_fds(t);
 	if (ret) {
 		ep_fds_close(t);

@@ -6,6 +6,8 @@
  *   reads an answer: the server's memory stays bounded, the peer's sends
  *   block, and the connection ends after xport.tcp_answers_timeout_ms, while
  *   a second connection of the same server goes on working throughout;
+ * - reads whose answers the peer does not read, then a write over them: the
+ *   copies the answers take stay within xport.tcp_answers_copy_max;
  * - idle connections that never send a byte: a real client behind them
  *   connects at once, and an accept times out when its timeout says;
  * - a storm of idle connections, more than xport.tcp_handshakes: the
@@ -328,6 +330,88 @@ static void test_flood_unread_answers(void **state)
 	gdx_config_set("xport.tcp_answers_timeout_ms", NULL);
 }
 
+/*
+ * Reads of a whole region whose answers the peer does not read, then a write
+ * of one byte over them: each answer not sent yet takes a private copy of
+ * what it still has to send (ordering rule 1).  Those copies stay within
+ * xport.tcp_answers_copy_max (16 MiB here); the write that would need more is
+ * refused, the region left as it was.  Unbounded, the copies took 150+ MiB.
+ */
+static void test_write_over_unread_answers(void **state)
+{
+	enum { REGION = 1 << 20, READS = 240, COPY_MAX = 16 << 20 };
+	static unsigned char region[REGION];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_mr *mr;
+	struct gdx_xport_cqe e;
+	struct acc a = { 0 };
+	struct frame f = { .type = TF_HELLO, .imm = TCP_HELLO_MAGIC, .id = 1 };
+	unsigned char one = 0xee, msg[8] = { 0 }, got[8];
+	pthread_t th;
+	long rss0, grew;
+	uint64_t copies;
+	int fd, r;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_answers_copy_max", "16M"), 0);
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	a = (struct acc){ .l = l, .cq = cq, .timeout_ms = 10000 };
+	pthread_create(&th, NULL, accept_main, &a);
+	fd = raw_connect(gdx_xport_listener_addr(l), 0);
+	assert_int_equal(send(fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+	assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	pthread_join(th, NULL);
+	assert_int_equal(a.ret, 0);
+	ep = a.ep;
+	memset(region, 0x11, sizeof(region));
+	assert_int_equal(gdx_xport_mr_reg(ep, region, sizeof(region),
+					  GDX_XPORT_ACCESS_REMOTE_READ | GDX_XPORT_ACCESS_REMOTE_WRITE,
+					  &mr), 0);
+	/* a message behind the write says when the server has taken it */
+	assert_int_equal(gdx_xport_post_recv(ep, got, sizeof(got), 1), 0);
+	rss0 = rss_kib();
+	for (int i = 0; i < READS; i++) {
+		f = (struct frame){ .type = TF_READ, .id = (uint64_t)i, .raddr = gdx_xport_mr_addr(mr),
+				    .key = gdx_xport_mr_key(mr), .len = REGION };
+		assert_int_equal(send(fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+	}
+	f = (struct frame){ .type = TF_WRITE, .id = READS, .raddr = gdx_xport_mr_addr(mr),
+			    .key = gdx_xport_mr_key(mr), .len = 1 };
+	assert_int_equal(send(fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+	assert_int_equal(send(fd, &one, 1, MSG_NOSIGNAL), 1);
+	f = (struct frame){ .type = TF_SEND, .id = READS + 1, .len = sizeof(msg) };
+	assert_int_equal(send(fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+	assert_int_equal(send(fd, msg, sizeof(msg), MSG_NOSIGNAL), sizeof(msg));
+	while (!(r = gdx_xport_cq_poll(cq, &e, 1)))
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	assert_int_equal(r, 1);
+	assert_int_equal(e.status, 0);
+	grew = rss_kib() - rss0;
+	copies = tcp_counter_max("answer_copies_peak");
+	print_message("%d unread reads of 1 MiB, then a write over them: copies of %llu KiB at "
+		      "most, RSS +%ld KiB, the byte written %s\n", READS,
+		      (unsigned long long)copies >> 10, grew, region[0] == one ? "landed" : "refused");
+	if (!copies || copies > COPY_MAX)
+		fail_msg("the answers held %llu bytes of copies at once (bound %d)",
+			 (unsigned long long)copies, COPY_MAX);
+#ifndef __SANITIZE_THREAD__	/* whose shadow of what the copies took is 4 times more */
+	if (grew > (48 << 10))
+		fail_msg("the answers' copies grew the server by %ld KiB", grew);
+#endif
+	assert_int_equal(region[0], 0x11);
+	close(fd);
+	while (gdx_xport_ep_connected(ep))
+		usleep(1000);
+	gdx_xport_mr_dereg(mr);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_set("xport.tcp_answers_copy_max", NULL);
+}
+
 /* ---- (b) idle connections ahead of a real client -------------------------- */
 
 enum { IDLE = 8 };
@@ -462,6 +546,7 @@ int main(void)
 		cmocka_unit_test(test_idle_connections),
 		cmocka_unit_test(test_connection_storm),
 		cmocka_unit_test(test_flood_unread_answers),
+		cmocka_unit_test(test_write_over_unread_answers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
