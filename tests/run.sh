@@ -19,6 +19,8 @@ builds=${GDX_TEST_BUILDS:-"release asan tsan"}
 # past its tripled timeout (360 s; 27f780a) where the plain tcp run took 235 s.
 tsan_tests=(--timeout-multiplier 3 test_device test_xport_tcp_wire test_xport_conformance_loop
   test_xport_conformance_tcp train_step_xport gdx_bench_xport fuzz_xport_tcp)
+# the transport's server under abuse (tests/fault): a flood, idle connections, a storm
+tsan_tests+=(test_xport_tcp_abuse)
 pass=0 fail=0 skip=0 rc=0
 for b in $builds; do
   dir="build-test-$b"

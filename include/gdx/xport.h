@@ -131,9 +131,18 @@ GDX_API int gdx_xport_cq_arm(struct gdx_xport_cq *cq);
 GDX_API int gdx_xport_listen(const char *addr, const struct gdx_xport_opts *o,
 			     struct gdx_xport_listener **out);
 GDX_API const char *gdx_xport_listener_addr(const struct gdx_xport_listener *l);
-/* Readable when a connection is waiting for gdx_xport_accept. */
+/*
+ * Readable when gdx_xport_accept has something to do: a connection waiting,
+ * or (tcp) bytes of a handshake under way, which may not be whole yet.
+ */
 GDX_API int gdx_xport_listener_fd(const struct gdx_xport_listener *l);
-/* Accepts one connection; -ETIMEDOUT after timeout_ms (-1: forever). */
+/*
+ * Accepts one connection; -ETIMEDOUT after timeout_ms (-1: forever).  The
+ * handshakes of connections that come meanwhile run side by side (tcp): a
+ * peer that connects and says nothing costs no other peer any time, and is
+ * dropped after opts.timeout_ms; one that fails its handshake is dropped
+ * and the accept goes on.
+ */
 GDX_API int gdx_xport_accept(struct gdx_xport_listener *l, struct gdx_xport_cq *cq,
 			     int timeout_ms, struct gdx_xport_ep **out);
 GDX_API void gdx_xport_listener_close(struct gdx_xport_listener *l);

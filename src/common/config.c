@@ -156,6 +156,21 @@ static struct knob knobs[] = {
 	     "tcp transport: pinned ring per endpoint with a copy agent for messages that came "
 	     "before their receive; the receive thread copies them on when one is posted (0: "
 	     "kept in host memory and copied by the posting thread)", .min = 0, .max = 1 << 30),
+	KNOB("xport.tcp_handshakes", K_INT, "64",
+	     "tcp transport: connections a listener handshakes with at once (each for the "
+	     "endpoint option timeout_ms); a new one beyond them drops the oldest",
+	     .min = 1, .max = 65536),
+	KNOB("xport.tcp_answers_max", K_INT, "4096",
+	     "tcp transport: answers (to reads, writes, sends; refusals too) a connection may "
+	     "have queued unsent; beyond it its frames are not read until half went out",
+	     .min = 64, .max = 1 << 20),
+	KNOB("xport.tcp_answers_copy_max", K_SIZE, "64M",
+	     "tcp transport: bytes a connection's read answers not sent yet may copy because "
+	     "a write overlaps them; a write that needs more is refused", .min = 0,
+	     .max = 1ll << 40),
+	KNOB("xport.tcp_answers_timeout_ms", K_INT, "10000",
+	     "tcp transport: how long a connection over xport.tcp_answers_max may take to send "
+	     "half of them before it is ended", .min = 10, .max = 3600000),
 	KNOB("nvmf.host.queues", K_INT, "0",
 	     "NVMe/TCP host: I/O queues per controller (0: CPUs of the device's NUMA node, at most 8)",
 	     .min = 0, .max = 256),

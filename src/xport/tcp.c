@@ -152,6 +152,7 @@ struct txi {			/* one frame to transmit */
 	 * thread to free (orphan).
 	 */
 	uint8_t snapping, orphan;
+	unsigned nans;			/* answers it carries (tcp_ep.ans_held) */
 	struct txi *an_prev, *an_next;
 	unsigned char *snap;
 	size_t snap_off, cnext;
@@ -221,6 +222,9 @@ enum {
 	C_KEPT_HOST,		/* and from host memory (the ring had no room) */
 	C_SR_REDONE,		/* frames taken whose copies the halted agent owed: sr_redo */
 	C_TX_RECOPIED,		/* chunks of a large frame so: tx_chunk_wait */
+	C_ANS_PEAK,		/* the most answers queued at once (ans_held) */
+	C_HELD_BACK,		/* times the receive thread stopped reading for them (rx_hold_back) */
+	C_COPIES_PEAK,		/* the most bytes of answers' copies held at once (snap_held) */
 	C_NR
 };
 
@@ -323,6 +327,28 @@ struct tcp_ep {
 	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
 	struct rxring rr;
 	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
+	/*
+	 * Answers to the peer queued and not freed yet (tx_free, unlocked:
+	 * atomic).  A peer that asks and does not read the answers would have
+	 * them pile up; beyond ans_max (xport.tcp_answers_max) the receive
+	 * thread reads no more of its frames until half went out (rx_hold_back),
+	 * and ends the connection if that takes ans_ms.  ans_lock, ans_cond:
+	 * that wait's.
+	 */
+	atomic_uint ans_held;
+	unsigned ans_max;
+	int ans_ms, ans_said;
+	/*
+	 * Bytes of private copies read answers took because a write overlapped
+	 * them (ans_snap; freed by tx_free, unlocked: atomic): at most
+	 * snap_max (xport.tcp_answers_copy_max), beyond which such a write is
+	 * refused as one whose copies could not be allocated.
+	 */
+	_Atomic size_t snap_held;
+	size_t snap_max;
+	int snap_said;
+	pthread_mutex_t ans_lock;
+	pthread_cond_t ans_cond;
 	struct gdx_counter ctr[C_NR];
 	struct gdx_stats *stats;
 	/*
@@ -335,9 +361,35 @@ struct tcp_ep {
 	pthread_cond_t rd_cond;
 };
 
+/* A connection accepted by a listener whose hello is not all in yet. */
+struct hshake {
+	int fd;			/* non-blocking until the hello is in */
+	size_t got;		/* bytes of h */
+	uint64_t deadline;	/* gdx_now_ns() past which it is dropped */
+	struct hdr h;
+};
+
+/*
+ * Handshakes run side by side, never one connection at a time on the
+ * accepting thread: gdx_xport_accept waits in epfd (the listening socket and
+ * each handshake's socket, level-triggered) for whatever comes first, takes
+ * new connections in and sends them the hello at once, and returns the first
+ * connection whose hello is in.  A handshake lives opts.timeout_ms; at most
+ * hs_max (xport.tcp_handshakes) run at once, and a new connection beyond
+ * them drops the oldest.  Handshakes not done when an accept returns go on
+ * in the next one.
+ */
 struct tcp_listener {
-	int fd;
+	int fd, epfd;
 	uint64_t max_unexpected;
+	int hs_ms;
+	unsigned nhs, hs_max;
+	struct hshake *hs;		/* nhs of hs_max, oldest first */
+	/* since the last log line of them (said_ns): for room; failed, and the last why */
+	unsigned dropped, failed;
+	int fail_why;
+	uint64_t said_ns;
+	pthread_mutex_t lock;		/* one accept at a time */
 };
 
 #define Q_PUSH(e, headp, tailp)                      \
@@ -2019,6 +2071,18 @@ static void ans_unlink(struct tcp_ep *t, struct txi *x)
 	__atomic_store_n(&x->ans, 0, __ATOMIC_RELEASE);
 }
 
+/* Answers were freed: a receive thread held back for them goes on once half are. */
+static void ans_gone(struct tcp_ep *t, unsigned n)
+{
+	unsigned was = atomic_fetch_sub_explicit(&t->ans_held, n, memory_order_relaxed);
+
+	if (was > t->ans_max / 2 && was - n <= t->ans_max / 2) {
+		pthread_mutex_lock(&t->ans_lock);
+		pthread_cond_broadcast(&t->ans_cond);
+		pthread_mutex_unlock(&t->ans_lock);
+	}
+}
+
 /*
  * Frees frame x (lock not held, or x is on no answer list); one whose bytes
  * the receive thread is copying is freed by that thread once it is done
@@ -2038,6 +2102,11 @@ static void tx_free(struct tcp_ep *t, struct txi *x)
 	}
 	if (x->k)
 		gdx_xport_rkey_put(x->k);
+	if (x->nans)
+		ans_gone(t, x->nans);
+	if (x->snap)
+		atomic_fetch_sub_explicit(&t->snap_held, x->plen - x->snap_off,
+					  memory_order_relaxed);
 	free(x->extra);
 	free(x->snap);
 	free(x);
@@ -2089,6 +2158,9 @@ static void kill_conn(struct tcp_ep *t, int why)
 		rx_wakeup(t);
 		pthread_cond_broadcast(&t->tx_cond);
 		pthread_cond_broadcast(&t->rx_cond);
+		pthread_mutex_lock(&t->ans_lock);
+		pthread_cond_broadcast(&t->ans_cond);
+		pthread_mutex_unlock(&t->ans_lock);
 	}
 }
 
@@ -2897,6 +2969,18 @@ static int tx_submit(struct tcp_ep *t, struct txi *x)
 	return 0;
 }
 
+/* Queues x, which carries n answers to the peer (receive thread). */
+static int ans_submit(struct tcp_ep *t, struct txi *x, unsigned n)
+{
+	unsigned held = atomic_fetch_add_explicit(&t->ans_held, n, memory_order_relaxed) + n;
+
+	x->nans = n;
+	/* this thread alone raises it */
+	if (held > gdx_counter_get(&t->ctr[C_ANS_PEAK]))
+		atomic_store_explicit(&t->ctr[C_ANS_PEAK].v, held, memory_order_relaxed);
+	return tx_submit(t, x);
+}
+
 /* Sends the responses the receive thread owes, as one frame train. */
 static int resp_flush(struct tcp_ep *t)
 {
@@ -2919,7 +3003,7 @@ static int resp_flush(struct tcp_ep *t)
 		}
 		memcpy(x->extra, &t->resp[1], x->extra_len);
 	}
-	return tx_submit(t, x);
+	return ans_submit(t, x, n);
 }
 
 /* Owes the peer a response (receive thread only). */
@@ -2999,6 +3083,76 @@ static int rx_owed_out(struct tcp_ep *t)
 		return ret;
 	tx_kick(t);
 	return 0;
+}
+
+/*
+ * Whether the receive thread may wait for answers to go out: not while the
+ * head of the queue waits for reads in flight (a fence), whose answers only
+ * this thread reads.
+ */
+static int ans_may_wait(struct tcp_ep *t)
+{
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	ret = !t->dead && !(t->txq_head && tx_blocked(t, t->txq_head));
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+/*
+ * The peer has more than ans_max answers queued: it does not read them, or
+ * not as fast as it asks.  Its frames stay in the socket (which slows its
+ * sends: back-pressure, as TCP's window) until half of the answers went out;
+ * if that takes ans_ms, the connection ends.  Looks every 20 ms whether it
+ * may still wait (ans_may_wait).  Between frames, receive thread only.
+ */
+static int rx_hold_back(struct tcp_ep *t)
+{
+	uint64_t end = gdx_now_ns() + (uint64_t)t->ans_ms * 1000000u;
+	unsigned half = t->ans_max / 2;
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	t->rx_stalled = 1;	/* posts must not wait for this thread meanwhile */
+	pthread_mutex_unlock(&t->lock);
+	ret = rx_owed_out(t);
+	if (ret)
+		return ret;
+	gdx_counter_add(&t->ctr[C_HELD_BACK], 1);
+	/* said once a connection; a slow reader may come by often */
+	GDX_LOG(t->ans_said ? GDX_LOG_DEBUG : GDX_LOG_WARN, SUBSYS,
+		"the peer leaves %u answers unread (xport.tcp_answers_max %u): its frames are not "
+		"read until half went out, for %d ms at most", atomic_load(&t->ans_held),
+		t->ans_max, t->ans_ms);
+	t->ans_said = 1;
+	while (atomic_load_explicit(&t->ans_held, memory_order_relaxed) > half &&
+	       ans_may_wait(t)) {
+		struct timespec ts;
+
+		if (gdx_now_ns() >= end) {
+			GDX_ERR(SUBSYS, "the peer read too few of its %u answers in %d ms "
+				"(xport.tcp_answers_timeout_ms): connection ended",
+				atomic_load(&t->ans_held), t->ans_ms);
+			ret = -ETIMEDOUT;
+			break;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_mutex_lock(&t->ans_lock);
+		if (atomic_load_explicit(&t->ans_held, memory_order_relaxed) > half &&
+		    !__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE))
+			pthread_cond_timedwait(&t->ans_cond, &t->ans_lock, &ts);
+		pthread_mutex_unlock(&t->ans_lock);
+	}
+	pthread_mutex_lock(&t->lock);
+	t->rx_stalled = 0;
+	pthread_mutex_unlock(&t->lock);
+	return ret;
 }
 
 /* Hands a message to the oldest receive.  Lock held; may drop it to receive the payload. */
@@ -3177,12 +3331,21 @@ static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
 static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 {
 	const size_t hl = sizeof(x->h);
-	size_t from = x->dev ? x->cnext : x->off > hl ? x->off - hl : 0;
+	size_t from = x->dev ? x->cnext : x->off > hl ? x->off - hl : 0, held;
 	unsigned char *b = NULL;
 	int ret = 0;
 
 	if (from == x->plen && !sync)
 		return 0;
+	if (from < x->plen && atomic_load_explicit(&t->snap_held, memory_order_relaxed) +
+				      (x->plen - from) > t->snap_max) {
+		GDX_LOG(t->snap_said ? GDX_LOG_DEBUG : GDX_LOG_WARN, SUBSYS,
+			"read answers not sent yet hold %zu bytes of copies a write over them made; "
+			"%zu more would pass xport.tcp_answers_copy_max (%zu)",
+			atomic_load(&t->snap_held), x->plen - from, t->snap_max);
+		t->snap_said = 1;
+		return -ENOBUFS;
+	}
 	/* what was taken already is not read again: the copy holds [from, plen) */
 	if (from < x->plen && !(b = malloc(x->plen - from)))
 		return -ENOMEM;
@@ -3205,6 +3368,11 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 	}
 	x->snap = b;
 	x->snap_off = from;
+	/* only this thread raises it: the check above stays true */
+	held = atomic_fetch_add_explicit(&t->snap_held, x->plen - from, memory_order_relaxed) +
+	       (x->plen - from);
+	if (held > gdx_counter_get(&t->ctr[C_COPIES_PEAK]))
+		atomic_store_explicit(&t->ctr[C_COPIES_PEAK].v, held, memory_order_relaxed);
 	/*
 	 * A host frame's payload pointer: its senders read it at offsets of
 	 * from on only (the bytes before went to the socket), which are in b.
@@ -3334,9 +3502,13 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 	}
 	st = ans_settle(t, p, h->len);
 	if (st) {
-		/* refused: the answers before it still return what was there */
-		GDX_ERR(SUBSYS, "write of %llu bytes refused: the read answers before it could "
-			"not take the bytes it overwrites (%s)", (unsigned long long)h->len,
+		/*
+		 * refused: the answers before it still return what was there (a
+		 * copy budget spent was said by ans_snap; not again per write)
+		 */
+		GDX_LOG(st == -ENOBUFS ? GDX_LOG_DEBUG : GDX_LOG_ERROR, SUBSYS,
+			"write of %llu bytes refused: the read answers before it could not take "
+			"the bytes it overwrites (%s)", (unsigned long long)h->len,
 			gdx_strerror(st));
 		gdx_xport_rkey_put(k);
 		ret = rx_exact(t, NULL, h->len);
@@ -3416,7 +3588,7 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 	} else if (reg.kind != GDX_MEM_HOST && reg.kind != GDX_MEM_PINNED) {
 		x->dev = reg.dev;
 	}
-	return tx_submit(t, x);
+	return ans_submit(t, x, 1);
 }
 
 /*
@@ -3654,6 +3826,9 @@ static void *rx_main(void *arg)
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed))
 			kept_match(t, 0);
 		t->rx_boundary = 1;
+		if (atomic_load_explicit(&t->ans_held, memory_order_relaxed) >= t->ans_max &&
+		    (ret = rx_hold_back(t)))
+			break;
 		ret = rx_exact(t, &h, sizeof(h));
 		if (ret)
 			break;
@@ -3694,35 +3869,58 @@ static void *rx_main(void *arg)
 
 /* ---- set-up ------------------------------------------------------------------ */
 
-static int handshake(int fd, int timeout_ms)
+static int hello_send(int fd)
 {
-	struct hdr h = { .type = F_HELLO, .imm = TCP_MAGIC, .id = TCP_VERSION }, p;
-	struct pollfd pfd = { .fd = fd, .events = POLLIN };
-	size_t got = 0;
+	struct hdr h = { .type = F_HELLO, .imm = TCP_MAGIC, .id = TCP_VERSION };
 
-	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
-		return -errno ? -errno : -EIO;
-	while (got < sizeof(p)) {
-		ssize_t n;
-		int r = poll(&pfd, 1, timeout_ms);
+	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof(h))
+		return errno ? -errno : -EIO;
+	return 0;
+}
 
-		if (r == 0)
-			return -ETIMEDOUT;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		n = recv(fd, (char *)&p + got, sizeof(p) - got, MSG_DONTWAIT);
-		if (n == 0)
-			return -ECONNRESET;
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			return -errno;
-		if (n > 0)
-			got += (size_t)n;
-	}
-	if (p.type != F_HELLO || p.imm != TCP_MAGIC)
-		return GDX_EPROTO;
-	if (p.id != TCP_VERSION)
+static int hello_check(const struct hdr *p)
+{
+	if (p->type != F_HELLO || p->imm != TCP_MAGIC || p->id != TCP_VERSION)
 		return GDX_EPROTO;
 	return 0;
+}
+
+/*
+ * Reads what has come of the peer's hello into p (got bytes of it so far),
+ * without blocking: 1 once it is whole, 0 for more to come, else an error.
+ * Never reads past it: frames may follow.
+ */
+static int hello_recv(int fd, struct hdr *p, size_t *got)
+{
+	ssize_t n = recv(fd, (char *)p + *got, sizeof(*p) - *got, MSG_DONTWAIT);
+
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	*got += (size_t)n;
+	return *got == sizeof(*p);
+}
+
+/* The connecting side's handshake: blocks up to timeout_ms for the hello. */
+static int handshake(int fd, int timeout_ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	uint64_t end = gdx_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	struct hdr p;
+	size_t got = 0;
+	int ret = hello_send(fd);
+
+	while (!ret) {
+		uint64_t now = gdx_now_ns();
+
+		if (now >= end)
+			return -ETIMEDOUT;
+		if (poll(&pfd, 1, (int)((end - now + 999999) / 1000000)) < 0 && errno != EINTR)
+			return -errno;
+		ret = hello_recv(fd, &p, &got);
+	}
+	return ret < 0 ? ret : hello_check(&p);
 }
 
 static void ep_fds_close(struct tcp_ep *t)
@@ -3762,6 +3960,9 @@ static void ep_stats(struct tcp_ep *t)
 		[C_KEPT_HOST] = "kept_host",
 		[C_SR_REDONE] = "sr_redone",
 		[C_TX_RECOPIED] = "tx_recopied",
+		[C_ANS_PEAK] = "answers_peak",
+		[C_HELD_BACK] = "held_back",
+		[C_COPIES_PEAK] = "answer_copies_peak",
 	};
 	static atomic_uint next;
 	char scope[32];
@@ -3790,6 +3991,9 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	t->fe = fe;
 	t->fd = fd;
 	t->max_unexpected = fe->opts.max_unexpected;
+	t->ans_max = (unsigned)gdx_cfg_int("xport.tcp_answers_max");
+	t->ans_ms = (int)gdx_cfg_int("xport.tcp_answers_timeout_ms");
+	t->snap_max = gdx_cfg_size("xport.tcp_answers_copy_max");
 	ret = ep_fds(t);
 	if (ret) {
 		ep_fds_close(t);
@@ -3807,6 +4011,8 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	pthread_cond_init(&t->tx_cond, NULL);
 	pthread_cond_init(&t->rx_cond, NULL);
 	pthread_cond_init(&t->flushed_cond, NULL);
+	pthread_mutex_init(&t->ans_lock, NULL);
+	pthread_cond_init(&t->ans_cond, NULL);
 	ep_stats(t);
 	pthread_cond_init(&t->rd_cond, NULL);
 	ret = -pthread_create(&t->tx, NULL, tx_main, t);
@@ -3823,6 +4029,8 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 		gdx_stats_destroy(t->stats);
 		pthread_mutex_destroy(&t->lock);
 		pthread_mutex_destroy(&t->rr_lock);
+		pthread_mutex_destroy(&t->ans_lock);
+		pthread_cond_destroy(&t->ans_cond);
 		ep_fds_close(t);
 		free(t->rbuf);
 		free(t);
@@ -3843,6 +4051,130 @@ static int ep_open(struct gdx_xport_ep *ep, int fd, void **priv)
 	if (ret)
 		close(fd);
 	return ret;
+}
+
+static void hs_remove(struct tcp_listener *tl, unsigned i)
+{
+	memmove(&tl->hs[i], &tl->hs[i + 1], (tl->nhs - i - 1) * sizeof(tl->hs[0]));
+	tl->nhs--;
+}
+
+static void hs_drop(struct tcp_listener *tl, unsigned i)
+{
+	close(tl->hs[i].fd);	/* leaves epfd with it */
+	hs_remove(tl, i);
+}
+
+/*
+ * Says how many handshakes were dropped for room and how many failed (a bad
+ * hello, a reset, silence): at once, then at most once a second, so that a
+ * peer who connects in a loop does not flood the log.
+ */
+static void hs_said(struct tcp_listener *tl, uint64_t now)
+{
+	if ((!tl->dropped && !tl->failed) || now - tl->said_ns < 1000000000u)
+		return;
+	if (tl->dropped)
+		GDX_WARN(SUBSYS, "listener: handshakes dropped for room: %u (the oldest, beyond %u "
+			 "at once: xport.tcp_handshakes)", tl->dropped, tl->hs_max);
+	if (tl->failed)
+		GDX_INFO(SUBSYS, "listener: handshakes failed: %u (the last: %s)", tl->failed,
+			 tl->fail_why == -ETIMEDOUT ? "no hello in opts.timeout_ms"
+						    : gdx_strerror(tl->fail_why));
+	tl->said_ns = now;
+	tl->dropped = tl->failed = 0;
+}
+
+static void hs_fail(struct tcp_listener *tl, unsigned i, int why, uint64_t now)
+{
+	hs_drop(tl, i);
+	tl->failed++;
+	tl->fail_why = why;
+	hs_said(tl, now);
+}
+
+/* Drops the handshakes past their deadline; the earliest deadline left (or UINT64_MAX). */
+static uint64_t hs_expire(struct tcp_listener *tl, uint64_t now)
+{
+	unsigned i = 0;
+
+	while (i < tl->nhs) {
+		if (tl->hs[i].deadline > now) {
+			i++;
+			continue;
+		}
+		hs_fail(tl, i, -ETIMEDOUT, now);
+	}
+	hs_said(tl, now);
+	/* oldest first: the first one's deadline is the earliest */
+	return tl->nhs ? tl->hs[0].deadline : UINT64_MAX;
+}
+
+/*
+ * Takes in the connections waiting on the listening socket and sends each the
+ * hello.  Beyond hs_max handshakes the oldest goes (the one nearest its
+ * deadline, and the likeliest to be idle: a peer that speaks gdx answers the
+ * hello within a round trip); said once a second at most.  An error the
+ * listening socket will go on returning (descriptors out) is the accept's.
+ */
+static int hs_take(struct tcp_listener *tl, uint64_t now)
+{
+	for (unsigned n = 0; n < tl->hs_max; n++) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		int fd = accept4(tl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+				return 0;
+			GDX_WARN(SUBSYS, "listener: accept: %s", strerror(errno));
+			return -errno;
+		}
+		if (tl->nhs == tl->hs_max) {
+			hs_drop(tl, 0);
+			tl->dropped++;
+			hs_said(tl, now);
+		}
+		ev.data.fd = fd;
+		if (hello_send(fd) || epoll_ctl(tl->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			close(fd);
+			continue;
+		}
+		tl->hs[tl->nhs++] = (struct hshake){ .fd = fd,
+			.deadline = now + (uint64_t)tl->hs_ms * 1000000u };
+	}
+	return 0;
+}
+
+/*
+ * Reads the hello of the handshake on fd, if any: 1 with the socket in *out
+ * (blocking again, out of epfd) once its hello is in and good, else 0 (more
+ * to come, or the connection dropped).
+ */
+static int hs_read(struct tcp_listener *tl, int fd, int *out)
+{
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < tl->nhs && tl->hs[i].fd != fd; i++)
+		;
+	if (i == tl->nhs)
+		return 0;	/* dropped earlier in this round */
+	ret = hello_recv(fd, &tl->hs[i].h, &tl->hs[i].got);
+	if (ret > 0)
+		ret = hello_check(&tl->hs[i].h);
+	else if (!ret)
+		return 0;
+	if (!ret) {
+		epoll_ctl(tl->epfd, EPOLL_CTL_DEL, fd, NULL);
+		if (!fcntl(fd, F_SETFL, 0)) {
+			hs_remove(tl, i);
+			*out = fd;
+			return 1;
+		}
+		ret = -errno;
+	}
+	hs_fail(tl, i, ret, gdx_now_ns());
+	return 0;
 }
 
 static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void **priv,
@@ -3879,6 +4211,25 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 	}
 	tl->fd = fd;
 	tl->max_unexpected = l->opts.max_unexpected;
+	tl->hs_ms = l->opts.timeout_ms;
+	tl->hs_max = (unsigned)gdx_cfg_int("xport.tcp_handshakes");
+	tl->hs = calloc(tl->hs_max, sizeof(*tl->hs));
+	tl->epfd = epoll_create1(EPOLL_CLOEXEC);
+	{
+		struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+
+		if (!tl->hs || tl->epfd < 0 || fcntl(fd, F_SETFL, O_NONBLOCK) ||
+		    epoll_ctl(tl->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			ret = tl->hs ? -errno : -ENOMEM;
+			if (tl->epfd >= 0)
+				close(tl->epfd);
+			free(tl->hs);
+			free(tl);
+			close(fd);
+			return ret;
+		}
+	}
+	pthread_mutex_init(&tl->lock, NULL);
 	{
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
@@ -3893,33 +4244,84 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 	return 0;
 }
 
+/* Readable when an accept has something to do (a connection, a hello's bytes). */
 static int tcp_listener_fd(void *lpriv)
 {
-	return ((struct tcp_listener *)lpriv)->fd;
+	return ((struct tcp_listener *)lpriv)->epfd;
 }
 
+/*
+ * Returns the first connection whose handshake is done within timeout_ms
+ * (-1: none), handshaking with every connection that comes meanwhile.
+ */
 static int tcp_accept(void *lpriv, struct gdx_xport_ep *ep, int timeout_ms, void **priv)
 {
 	struct tcp_listener *tl = lpriv;
-	struct pollfd pfd = { .fd = tl->fd, .events = POLLIN };
-	int fd, r;
+	uint64_t end = timeout_ms < 0 ? UINT64_MAX
+				      : gdx_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	int fd = -1, ret = 0;
 
-	r = poll(&pfd, 1, timeout_ms);
-	if (r == 0)
-		return -ETIMEDOUT;
-	if (r < 0)
-		return -errno;
-	fd = accept4(tl->fd, NULL, NULL, SOCK_CLOEXEC);
+	if (timeout_ms < 0) {
+		pthread_mutex_lock(&tl->lock);
+	} else {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += timeout_ms / 1000;
+		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		if (pthread_mutex_timedlock(&tl->lock, &ts))
+			return -ETIMEDOUT;
+	}
+	while (fd < 0 && !ret) {
+		struct epoll_event ev[16];
+		uint64_t now = gdx_now_ns(), wake = GDX_MIN(hs_expire(tl, now), end);
+		int n, wait_ms = -1;
+
+		if (tl->dropped || tl->failed)	/* what is left to say */
+			wake = GDX_MIN(wake, tl->said_ns + 1000000000u);
+
+		if (wake != UINT64_MAX)
+			wait_ms = wake > now ? (int)GDX_MIN((wake - now + 999999) / 1000000, 3600000u)
+					     : 0;
+		n = epoll_wait(tl->epfd, ev, 16, wait_ms);
+		if (n < 0 && errno != EINTR) {
+			ret = -errno;
+			break;
+		}
+		/* hellos first: a peer that has answered is not dropped for room */
+		for (int i = 0; i < n && fd < 0; i++)
+			if (ev[i].data.fd != tl->fd)
+				hs_read(tl, ev[i].data.fd, &fd);
+		for (int i = 0; i < n && fd < 0 && !ret; i++)
+			if (ev[i].data.fd == tl->fd)
+				ret = hs_take(tl, gdx_now_ns());
+		if (fd < 0 && !ret && gdx_now_ns() >= end)
+			ret = -ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&tl->lock);
 	if (fd < 0)
-		return -errno;
-	return ep_open(ep, fd, priv);
+		return ret;
+	ret = ep_start(ep, fd, priv);
+	if (ret)
+		close(fd);
+	return ret;
 }
 
 static void tcp_listener_close(void *lpriv)
 {
 	struct tcp_listener *tl = lpriv;
 
+	while (tl->nhs)
+		hs_drop(tl, tl->nhs - 1);
+	hs_said(tl, UINT64_MAX);	/* what is left to say */
+	close(tl->epfd);
 	close(tl->fd);
+	pthread_mutex_destroy(&tl->lock);
+	free(tl->hs);
 	free(tl);
 }
 
@@ -3985,6 +4387,8 @@ static void tcp_destroy(void *priv)
 	pthread_cond_destroy(&t->rx_cond);
 	pthread_cond_destroy(&t->flushed_cond);
 	pthread_cond_destroy(&t->rd_cond);
+	pthread_mutex_destroy(&t->ans_lock);
+	pthread_cond_destroy(&t->ans_cond);
 	ep_fds_close(t);
 	free(t->rbuf);
 	free(t);

@@ -426,10 +426,20 @@ static int wait_event(struct rdma_event_channel *ch, enum rdma_cm_event_type wan
 		      struct rdma_cm_event **out)
 {
 	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	uint64_t end = gdx_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	struct rdma_cm_event *ev;
 	int r;
 
-	r = poll(&pfd, 1, timeout_ms);
+	/* a signal does not end the wait, nor make it longer */
+	while ((r = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR) {
+		uint64_t now = gdx_now_ns();
+
+		if (timeout_ms < 0)
+			continue;
+		if (now >= end)
+			return -ETIMEDOUT;
+		timeout_ms = (int)((end - now + 999999) / 1000000);
+	}
 	if (r == 0)
 		return -ETIMEDOUT;
 	if (r < 0)
@@ -652,8 +662,11 @@ static int start_cm(struct vb_ep *v)
 	return ret;
 }
 
-/* Sets up the queue pair, accepts (passive) or connects, and waits until established. */
-static int establish(struct vb_ep *v, struct gdx_xport_ep *fe, int passive)
+/*
+ * Sets up the queue pair, accepts (passive) or connects, and waits until
+ * established, timeout_ms at most.
+ */
+static int establish(struct vb_ep *v, struct gdx_xport_ep *fe, int passive, int timeout_ms)
 {
 	struct rdma_conn_param p;
 	int ret = setup_qp(v, fe);
@@ -663,7 +676,7 @@ static int establish(struct vb_ep *v, struct gdx_xport_ep *fe, int passive)
 	conn_param(v, &p);
 	if (passive ? rdma_accept(v->id, &p) : rdma_connect(v->id, &p))
 		return -errno;
-	ret = wait_event(v->ch, RDMA_CM_EVENT_ESTABLISHED, fe->opts.timeout_ms, NULL);
+	ret = wait_event(v->ch, RDMA_CM_EVENT_ESTABLISHED, timeout_ms, NULL);
 	if (!ret)
 		ret = start_cm(v);
 	return ret;
@@ -765,20 +778,37 @@ static void vb_listener_close(void *lpriv)
 	free(vl);
 }
 
+/*
+ * Waits timeout_ms (-1: forever) for a connection request and establishes it
+ * within what is left of that, ACCEPT_EST_MS at least (a request that came
+ * at the last moment still gets its round trip), opts.timeout_ms at most.
+ */
+#define ACCEPT_EST_MS 50
 static int vb_accept(void *lpriv, struct gdx_xport_ep *fe, int timeout_ms, void **priv)
 {
 	struct vb_listener *vl = lpriv;
 	struct rdma_cm_event *ev = NULL;
+	uint64_t end = gdx_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	int ret, est_ms = fe->opts.timeout_ms;
 	struct vb_ep *v;
-	int ret;
 
 	ret = wait_event(vl->ch, RDMA_CM_EVENT_CONNECT_REQUEST, timeout_ms, &ev);
 	if (ret)
 		return ret;
+	if (timeout_ms >= 0) {
+		uint64_t now = gdx_now_ns();
+		int left = now < end ? (int)((end - now) / 1000000) : 0;
+
+		est_ms = GDX_MIN(est_ms, GDX_MAX(left, ACCEPT_EST_MS));
+	}
 	v = calloc(1, sizeof(*v));
 	if (!v) {
-		rdma_reject(ev->id, NULL, 0);
+		struct rdma_cm_id *id = ev->id;
+
+		/* the request's id is ours to destroy: its later events would reach this channel */
+		rdma_reject(id, NULL, 0);
 		rdma_ack_cm_event(ev);
+		rdma_destroy_id(id);
 		return -ENOMEM;
 	}
 	v->id = ev->id;
@@ -788,7 +818,7 @@ static int vb_accept(void *lpriv, struct gdx_xport_ep *fe, int timeout_ms, void 
 		ret = -errno;
 		goto fail;
 	}
-	ret = establish(v, fe, 1);
+	ret = establish(v, fe, 1, est_ms);
 	if (ret)
 		goto fail;
 	*priv = v;
@@ -835,7 +865,7 @@ static int vb_connect(struct gdx_xport_ep *fe, const char *hostport, void **priv
 	ret = wait_event(v->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, RESOLVE_MS + 1000, NULL);
 	if (ret)
 		goto fail;
-	ret = establish(v, fe, 0);
+	ret = establish(v, fe, 0, fe->opts.timeout_ms);
 	if (ret)
 		goto fail;
 	freeaddrinfo(ai);
