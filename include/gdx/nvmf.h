@@ -16,7 +16,8 @@ extern "C" {
 #endif
 
 /* ==== target ================================================================
- * An NVMe/TCP target that the Linux kernel host and nvme-cli use unmodified.
+ * An NVMe over Fabrics target (TCP and RDMA) that the Linux kernel host and
+ * nvme-cli use unmodified.
  * Build one from an nvmetcli JSON file and/or the calls below, then start it:
  * it listens on every port, runs one reactor thread per configured core, and
  * serves until stopped.  Namespaces are files, block devices ("/dev/..."),
@@ -73,8 +74,8 @@ GDX_API void gdx_nvmf_target_destroy(struct gdx_nvmf_target *t);
  * Loads a configuration as `nvmetcli save` writes it: ports (addr.trtype tcp,
  * traddr, trsvcid; subsystems), subsystems (nqn, attr.allow_any_host,
  * attr.serial, attr.model, allowed_hosts, namespaces with device.path,
- * device.nguid, device.uuid and enable), hosts.  Non-TCP ports are skipped
- * with a warning.  gdx extension: a namespace may carry "block_size" (512 or 4096).
+ * device.nguid, device.uuid and enable), hosts.  Ports other than tcp and
+ * rdma are skipped with a warning.  gdx extension: a namespace may carry "block_size" (512 or 4096).
  */
 GDX_API int gdx_nvmf_target_load_json(struct gdx_nvmf_target *t, const char *path);
 
@@ -89,6 +90,14 @@ GDX_API int gdx_nvmf_target_add_ns(struct gdx_nvmf_target *t, const char *nqn, u
 /* Adds a TCP port (traddr "0.0.0.0" listens everywhere) and exposes subsystems on it. */
 GDX_API int gdx_nvmf_target_add_port(struct gdx_nvmf_target *t, uint16_t portid,
 				     const char *traddr, const char *trsvcid);
+/*
+ * Adds a port of transport trtype: "tcp" (as above) or "rdma" (an rdma_cm
+ * listener on traddr, which must belong to an RDMA device, or "0.0.0.0" for
+ * every one); -EPROTONOSUPPORT for another.
+ */
+GDX_API int gdx_nvmf_target_add_port_tr(struct gdx_nvmf_target *t, uint16_t portid,
+					const char *trtype, const char *traddr,
+					const char *trsvcid);
 GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, const char *nqn);
 
 /* Binds every port and starts the reactors; returns once it is listening. */

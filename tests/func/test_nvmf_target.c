@@ -1001,7 +1001,7 @@ static void test_json(void **state)
 		" \"ports\": [{\"addr\": {\"adrfam\": \"ipv4\", \"traddr\": \"127.0.0.1\",\n"
 		"   \"treq\": \"not specified\", \"trsvcid\": \"0\", \"trtype\": \"tcp\"},\n"
 		"   \"portid\": 1, \"referrals\": [], \"subsystems\": [\"nqn.2024-01.io.gdx:j\"]},\n"
-		"  {\"addr\": {\"trtype\": \"rdma\", \"traddr\": \"10.0.0.1\", \"trsvcid\": \"4420\"},\n"
+		"  {\"addr\": {\"trtype\": \"fc\", \"traddr\": \"nn-0x1:pn-0x2\", \"trsvcid\": \"none\"},\n"
 		"   \"portid\": 2, \"subsystems\": []}],\n"
 		" \"subsystems\": [{\"allowed_hosts\": [\"nqn.2024-01.io.gdx:h1\"],\n"
 		"   \"attr\": {\"allow_any_host\": \"0\", \"serial\": \"abc123\", \"version\": \"1.3\"},\n"
@@ -1017,6 +1017,24 @@ static void test_json(void **state)
 	assert_int_equal(gdx_nvmf_target_start(t2), 0);
 	assert_true(gdx_nvmf_target_bound_port(t2, 1) > 0);
 	assert_int_equal(gdx_nvmf_target_bound_port(t2, 2), -ENOENT);
+	gdx_nvmf_target_destroy(t2);
+
+	/*
+	 * An rdma port loads; on an address no RDMA device has (none here) the
+	 * start fails as a whole, and the TCP port it had opened is closed again.
+	 */
+	f = fopen(cfg, "w");
+	fprintf(f, "{\"ports\": [{\"portid\": 1, \"addr\": {\"trtype\": \"tcp\", \"traddr\": "
+		   "\"127.0.0.1\", \"trsvcid\": \"0\"}, \"subsystems\": []}, {\"portid\": 2, "
+		   "\"addr\": {\"trtype\": \"rdma\", \"traddr\": \"127.0.0.1\", \"trsvcid\": \"0\"}, "
+		   "\"subsystems\": []}]}");
+	fclose(f);
+	assert_int_equal(gdx_nvmf_target_create(NULL, &t2), 0);
+	assert_int_equal(gdx_nvmf_target_load_json(t2, cfg), 0);
+	assert_true(gdx_nvmf_target_start(t2) < 0);
+	assert_int_equal(gdx_nvmf_target_bound_port(t2, 1), -ENOENT);
+	assert_int_equal(gdx_nvmf_target_add_port_tr(t2, 3, "fc", "127.0.0.1", "0"),
+			 -EPROTONOSUPPORT);
 	gdx_nvmf_target_destroy(t2);
 
 	/* broken files are refused with a clear error */

@@ -2,8 +2,8 @@
 /*
  * libFuzzer target: the NVMe/RDMA binding's parsers on what a peer controls,
  * the CM private data of a connect request, accept and reject (at every
- * length), and the SGL of each 64-byte capsule that follows; what they
- * accept must be self-consistent.
+ * length), and each 64-byte command that follows, as the target checks a
+ * capsule and its SGL; what they accept must be self-consistent.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,8 +41,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (; size - off >= sizeof(struct gdx_nvme_sqe); off += sizeof(struct gdx_nvme_sqe)) {
 		struct gdx_nvme_sqe c;
 		struct gdx_rdma_sgl_info si;
+		/* the capsule as a receive holds it: this SQE and what follows, up to 8 KiB */
+		uint32_t clen = (uint32_t)(size - off < 64 + 8192 ? size - off : 64 + 8192);
 
 		memcpy(&c, data + off, sizeof(c));
+		if (!gdx_rdma_capsule_check(&c, clen, 4096, 1u << 20, &si) &&
+		    ((si.kind == GDX_RDMA_DATA_INLINE && (si.length > 4096 || si.length > clen - 64)) ||
+		     (si.kind == GDX_RDMA_DATA_KEYED && si.length > (1u << 20))))
+			abort();
 		if (gdx_rdma_sgl_parse(&c, &si))
 			continue;
 		if (si.length > GDX_RDMA_KEYED_MAX_LEN && si.kind == GDX_RDMA_DATA_KEYED)

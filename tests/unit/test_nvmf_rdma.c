@@ -163,6 +163,44 @@ static void test_sgl(void **state)
 	assert_int_equal(gdx_rdma_sgl_parse(&c, &si), GDX_NVME_SC_INVALID_FIELD);
 }
 
+static void test_capsule(void **state)
+{
+	struct gdx_rdma_sgl_info si;
+	struct gdx_nvme_sqe c;
+
+	(void)state;
+	memset(&c, 0, sizeof(c));
+	c.flags = GDX_NVME_FLAGS_PSDT_SGL;
+	c.opc = GDX_NVME_CMD_WRITE;
+	gdx_rdma_sgl_inline(&c.dptr, 4096);
+	assert_int_equal(gdx_rdma_capsule_check(&c, 64 + 4096, 16384, 1 << 20, &si), 0);
+	assert_int_equal(si.kind, GDX_RDMA_DATA_INLINE);
+	/* more than the queue takes in a capsule; more than the capsule holds */
+	assert_int_equal(gdx_rdma_capsule_check(&c, 64 + 4096, 2048, 1 << 20, &si),
+			 GDX_NVME_SC_SGL_INVALID_OFFSET | GDX_NVME_ST_DNR);
+	assert_int_equal(gdx_rdma_capsule_check(&c, 64 + 4095, 16384, 1 << 20, &si),
+			 GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR);
+	/* in-capsule data for a read: data only ever goes to the controller that way */
+	c.opc = GDX_NVME_CMD_READ;
+	assert_int_equal(gdx_rdma_capsule_check(&c, 64 + 4096, 16384, 1 << 20, &si),
+			 GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR);
+	/* a keyed block past the largest transfer */
+	gdx_rdma_sgl_keyed(&c.dptr, 0x1000, (1 << 20) + 1, 7, false);
+	assert_int_equal(gdx_rdma_capsule_check(&c, 64, 16384, 1 << 20, &si),
+			 GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR);
+	gdx_rdma_sgl_keyed(&c.dptr, 0x1000, 1 << 20, 7, false);
+	assert_int_equal(gdx_rdma_capsule_check(&c, 64, 16384, 1 << 20, &si), 0);
+	/* shorter than a command */
+	assert_int_equal(gdx_rdma_capsule_check(&c, 63, 16384, 1 << 20, &si),
+			 GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR);
+	/* a fabrics Connect sends data (FCTYPE 01h), Property Get none */
+	c.opc = GDX_NVME_OPC_FABRICS;
+	c.fctype = GDX_NVMF_FCTYPE_CONNECT;
+	assert_int_equal(gdx_nvmf_cmd_xfer(&c), GDX_NVME_XFER_H2C);
+	c.fctype = GDX_NVMF_FCTYPE_PROP_GET;
+	assert_int_equal(gdx_nvmf_cmd_xfer(&c), GDX_NVME_XFER_NONE);
+}
+
 static void test_tsas(void **state)
 {
 	struct gdx_nvmf_disc_entry e;
@@ -185,6 +223,7 @@ int main(void)
 		cmocka_unit_test(test_req_rejects),
 		cmocka_unit_test(test_rep_rej),
 		cmocka_unit_test(test_sgl),
+		cmocka_unit_test(test_capsule),
 		cmocka_unit_test(test_tsas),
 	};
 

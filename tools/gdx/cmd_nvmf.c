@@ -30,9 +30,11 @@ static void target_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: gdx nvmf target [options]\n"
-		"Serve NVMe/TCP until SIGINT/SIGTERM.\n\n"
+		"Serve NVMe over Fabrics (TCP, RDMA) until SIGINT/SIGTERM.\n\n"
 		"  -c, --config FILE      nvmetcli JSON (as `nvmetcli save` writes it)\n"
-		"  -l, --listen ADDR:PORT add a TCP port (repeatable; [v6]:port for IPv6)\n"
+		"  -l, --listen [rdma://]ADDR:PORT\n"
+		"                         add a port, TCP unless rdma:// (repeatable; [v6]:port\n"
+		"                         for IPv6; tcp:// may be written too)\n"
 		"  -n, --nqn NQN          a subsystem (created if new; repeatable): the --ns and\n"
 		"                         --allow-host after it belong to it\n"
 		"  -N, --ns SPEC[,bs=N]   namespace: file, block device, ram:SIZE, null:SIZE;\n"
@@ -55,6 +57,7 @@ static void target_usage(FILE *f)
 }
 
 struct listen_arg {
+	const char *trtype;
 	char addr[64];
 	char port[16];
 };
@@ -77,10 +80,21 @@ static bool parse_count(const char *opt, const char *s, unsigned long min, unsig
 	return true;
 }
 
-/* ADDR:PORT or [V6ADDR]:PORT, the port a decimal number up to 65535. */
+/*
+ * [tcp://|rdma://]ADDR:PORT or [V6ADDR]:PORT, the port a decimal number up to
+ * 65535; no scheme means tcp.
+ */
 static int parse_listen(const char *s, struct listen_arg *l)
 {
 	const char *colon;
+
+	l->trtype = "tcp";
+	if (!strncmp(s, "rdma://", 7)) {
+		l->trtype = "rdma";
+		s += 7;
+	} else if (!strncmp(s, "tcp://", 6)) {
+		s += 6;
+	}
 
 	if (s[0] == '[') {
 		const char *end = strchr(s, ']');
@@ -106,9 +120,10 @@ static int parse_listen(const char *s, struct listen_arg *l)
 /* "addr:port", "[v6]:port": as a user would type it back. */
 static const char *listen_str(const struct listen_arg *l)
 {
-	static char s[96];
+	static char s[104];
 
-	snprintf(s, sizeof(s), strchr(l->addr, ':') ? "[%s]:%s" : "%s:%s", l->addr, l->port);
+	snprintf(s, sizeof(s), strchr(l->addr, ':') ? "%s[%s]:%s" : "%s%s:%s",
+		 strcmp(l->trtype, "tcp") ? "rdma://" : "", l->addr, l->port);
 	return s;
 }
 
@@ -490,7 +505,8 @@ static int cmd_target(int argc, char **argv)
 		/* quick-flag ports are numbered after any from the config file */
 		uint16_t portid = (uint16_t)(1000 + i);
 
-		ret = gdx_nvmf_target_add_port(t, portid, listens[i].addr, listens[i].port);
+		ret = gdx_nvmf_target_add_port_tr(t, portid, listens[i].trtype, listens[i].addr,
+						  listens[i].port);
 		for (unsigned k = 0; !ret && k < nnqn; k++)
 			ret = gdx_nvmf_target_link(t, portid, nqns[k]);
 		if (ret) {

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "nvmf/core/internal.h"
+#include "nvmf/proto/rdma.h"
 
 #define DNR GDX_NVME_ST_DNR
 
@@ -51,6 +52,8 @@ static void id_ctrl(struct nvmf_ctrl *c, struct gdx_nvme_id_ctrl *id)
 	id->cqes = 0x44;
 	id->maxcmd = t->max_qdepth;
 	id->sgls = GDX_NVME_SGLS_SUPPORTED | GDX_NVME_SGLS_OFFSET;
+	if (c->trtype == GDX_NVMF_TRTYPE_RDMA)
+		id->sgls |= GDX_NVME_SGLS_KEYED;	/* the RDMA binding requires it */
 	snprintf(id->subnqn, sizeof(id->subnqn), "%s", s->nqn);
 	id->msdbd = 1;
 	id->psd[0].max_power = 0x9c4;
@@ -249,7 +252,7 @@ static uint16_t disc_log(struct nvmf_req *req, uint8_t **page, size_t *size)
 			if (!nvmf_host_allowed(s, c->hostnqn))
 				continue;
 			e = (struct gdx_nvmf_disc_entry *)(*page + sizeof(*h)) + n++;
-			e->trtype = GDX_NVMF_TRTYPE_TCP;
+			e->trtype = port->trtype;
 			e->adrfam = port->adrfam;
 			e->subtype = GDX_NVMF_SUBTYPE_NVME;
 			e->treq = GDX_NVMF_TREQ_NOT_SPECIFIED | GDX_NVMF_TREQ_DISABLE_SQFLOW;
@@ -259,7 +262,10 @@ static uint16_t disc_log(struct nvmf_req *req, uint8_t **page, size_t *size)
 			snprintf(e->trsvcid, sizeof(e->trsvcid), "%s", port->trsvcid);
 			snprintf(e->subnqn, sizeof(e->subnqn), "%s", s->nqn);
 			nvmf_disc_traddr(port, sq, e->traddr, sizeof(e->traddr));
-			e->tcp.sectype = 0;
+			if (port->trtype == GDX_NVMF_TRTYPE_RDMA)
+				gdx_rdma_disc_tsas(e);
+			else
+				e->tcp.sectype = 0;
 		}
 	}
 	pthread_mutex_unlock(&t->lock);

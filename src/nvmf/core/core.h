@@ -117,6 +117,7 @@ struct nvmf_subsys {
 
 struct nvmf_port {
 	uint16_t portid;
+	uint8_t trtype;		/* GDX_NVMF_TRTYPE_TCP or _RDMA */
 	uint8_t adrfam;
 	char traddr[64];
 	char trsvcid[32];
@@ -139,8 +140,6 @@ struct nvmf_tgt {
 	uint32_t inline_data;		/* I/O queue in-capsule data, bytes */
 	uint16_t max_io_queues;
 	uint16_t max_qdepth;
-	/* called with an admin queue's transport handle when an AEN is pending */
-	void (*aen_kick)(void *sq_handle);
 	_Atomic bool timed;		/* time commands (struct nvmf_timing) */
 };
 
@@ -153,7 +152,7 @@ int nvmf_subsys_add_ns(struct nvmf_tgt *t, struct nvmf_subsys *s, uint32_t nsid,
 		       const char *spec, uint32_t block_size, const uint8_t *nguid,
 		       const uint8_t *uuid);
 bool nvmf_host_allowed(const struct nvmf_subsys *s, const char *hostnqn);
-int nvmf_port_add(struct nvmf_tgt *t, uint16_t portid, const char *traddr,
+int nvmf_port_add(struct nvmf_tgt *t, uint16_t portid, uint8_t trtype, const char *traddr,
 		  const char *trsvcid, struct nvmf_port **out);
 int nvmf_port_link(struct nvmf_tgt *t, struct nvmf_port *p, struct nvmf_subsys *s);
 struct nvmf_port *nvmf_port_find(struct nvmf_tgt *t, uint16_t portid);
@@ -186,6 +185,8 @@ struct nvmf_sq {
 	bool sqflow_disabled;
 	struct sockaddr_storage local;	/* for discovery TRADDR when bound to "any" */
 	void *handle;			/* transport queue, for aen_kick */
+	/* the transport's: called with handle, on an admin queue, when an AEN is pending */
+	void (*aen_kick)(void *handle);
 	struct gdx_counter ctr[4];	/* commands, errors, bytes in, bytes out */
 	struct nvmf_timing timing;
 };
@@ -196,6 +197,7 @@ struct nvmf_ctrl {
 	struct nvmf_tgt *tgt;
 	struct nvmf_subsys *subsys;
 	uint16_t cntlid;
+	uint8_t trtype;				/* of the port its admin queue came in on */
 	char hostnqn[GDX_NVME_NQN_SIZE];
 	uint8_t hostid[16];
 	atomic_int refs;

@@ -216,6 +216,7 @@ static uint16_t do_connect(struct nvmf_req *req)
 			goto out;
 		}
 		c->admin = sq;
+		c->trtype = sq->port ? sq->port->trtype : GDX_NVMF_TRTYPE_TCP;
 	} else {
 		for (c = t->ctrls; c; c = c->next)
 			if (c->subsys == s && c->cntlid == d->cntlid)
@@ -442,8 +443,8 @@ void nvmf_subsys_ns_changed(struct nvmf_tgt *t, struct nvmf_subsys *s, uint32_t 
 			c->aen_pending |= AEN_NS_CHANGED;
 			c->aen_masked |= AEN_NS_CHANGED;
 			/* under c->lock: the admin queue cannot go away meanwhile */
-			if (c->admin && t->aen_kick)
-				t->aen_kick(c->admin->handle);
+			if (c->admin && c->admin->aen_kick)
+				c->admin->aen_kick(c->admin->handle);
 		}
 		pthread_mutex_unlock(&c->lock);
 	}
@@ -488,7 +489,7 @@ void nvmf_req_complete(struct nvmf_req *req, uint16_t status)
 		e->status_field = (uint16_t)(status << 1);
 		e->param_error_location = 0xffff;
 		e->nsid = req->cmd.opc == GDX_NVME_OPC_FABRICS ? 0 : req->cmd.nsid;
-		e->trtype = GDX_NVMF_TRTYPE_TCP;
+		e->trtype = c->trtype;
 		pthread_mutex_unlock(&c->lock);
 		GDX_DBG("nvmf", "ctrl %u qid %u cid %u opc 0x%02x: %s (0x%x)", c->cntlid, sq->qid,
 			req->cmd.cid, req->cmd.opc, gdx_nvme_status_str(status), status);
@@ -522,8 +523,8 @@ uint16_t nvmf_req_prep(struct nvmf_req *req)
 	if (req->cmd.flags & GDX_NVME_FLAGS_FUSE_MASK)
 		return GDX_NVME_SC_INVALID_FIELD | DNR;
 	if (req->cmd.opc == GDX_NVME_OPC_FABRICS) {
-		/* only Connect carries data, and only in-capsule */
-		if (req->len && (req->cmd.fctype != GDX_NVMF_FCTYPE_CONNECT || !req->in_capsule))
+		/* only Connect carries data (how it arrives is the transport's business) */
+		if (req->len && req->cmd.fctype != GDX_NVMF_FCTYPE_CONNECT)
 			return GDX_NVME_SC_INVALID_FIELD | DNR;
 		return 0;
 	}

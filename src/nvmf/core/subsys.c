@@ -247,7 +247,7 @@ struct nvmf_port *nvmf_port_find(struct nvmf_tgt *t, uint16_t portid)
 	return NULL;
 }
 
-int nvmf_port_add(struct nvmf_tgt *t, uint16_t portid, const char *traddr,
+int nvmf_port_add(struct nvmf_tgt *t, uint16_t portid, uint8_t trtype, const char *traddr,
 		  const char *trsvcid, struct nvmf_port **out)
 {
 	struct nvmf_port *p;
@@ -262,6 +262,7 @@ int nvmf_port_add(struct nvmf_tgt *t, uint16_t portid, const char *traddr,
 	p = &t->ports[t->nports++];
 	memset(p, 0, sizeof(*p));
 	p->portid = portid;
+	p->trtype = trtype;
 	p->adrfam = strchr(traddr, ':') ? GDX_NVMF_ADRFAM_IPV6 : GDX_NVMF_ADRFAM_IPV4;
 	snprintf(p->traddr, sizeof(p->traddr), "%s", traddr);
 	snprintf(p->trsvcid, sizeof(p->trsvcid), "%s", trsvcid);

@@ -442,6 +442,7 @@ static_assert(offsetof(struct gdx_nvme_id_ctrl, psd) == 2048, "psd");
 #define GDX_NVME_OAES_DISC_CHANGE (1u << 31)
 #define GDX_NVME_LPA_EXT (1u << 2)
 #define GDX_NVME_SGLS_SUPPORTED 0x1u
+#define GDX_NVME_SGLS_KEYED (1u << 2)	/* keyed data blocks: RDMA */
 #define GDX_NVME_SGLS_OFFSET (1u << 20)
 
 struct gdx_nvme_lbaf {

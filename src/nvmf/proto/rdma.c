@@ -131,6 +131,39 @@ uint16_t gdx_rdma_sgl_parse(const struct gdx_nvme_sqe *c, struct gdx_rdma_sgl_in
 	}
 }
 
+enum gdx_nvme_xfer gdx_nvmf_cmd_xfer(const struct gdx_nvme_sqe *c)
+{
+	/* a fabrics command says its direction in FCTYPE's low bits, as an opcode does */
+	return gdx_nvme_opc_xfer(c->opc == GDX_NVME_OPC_FABRICS ? c->fctype : c->opc);
+}
+
+uint16_t gdx_rdma_capsule_check(const struct gdx_nvme_sqe *c, uint32_t capsule_len,
+				uint32_t inline_max, uint32_t max_io,
+				struct gdx_rdma_sgl_info *out)
+{
+	uint16_t st;
+
+	if (capsule_len < sizeof(*c))
+		return GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR;
+	st = gdx_rdma_sgl_parse(c, out);
+	if (st)
+		return st | GDX_NVME_ST_DNR;
+	switch (out->kind) {
+	case GDX_RDMA_DATA_INLINE:
+		if (out->length > inline_max)
+			return GDX_NVME_SC_SGL_INVALID_OFFSET | GDX_NVME_ST_DNR;
+		if (out->length > capsule_len - sizeof(*c))
+			return GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
+		if (gdx_nvmf_cmd_xfer(c) != GDX_NVME_XFER_H2C)
+			return GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR;
+		return 0;
+	case GDX_RDMA_DATA_KEYED:
+		return out->length > max_io ? GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR : 0;
+	default:
+		return 0;
+	}
+}
+
 void gdx_rdma_sgl_keyed(struct gdx_nvme_sgl *sgl, uint64_t addr, uint32_t len, uint32_t key,
 			bool invalidate)
 {

@@ -124,6 +124,18 @@ struct gdx_rdma_sgl_info {
  * DNR bit added).  The caller checks lengths against its own limits.
  */
 uint16_t gdx_rdma_sgl_parse(const struct gdx_nvme_sqe *c, struct gdx_rdma_sgl_info *out);
+/*
+ * Checks a command capsule as a target receives it: the SQE and capsule_len
+ * bytes in all (what followed the SQE is in-capsule data), against the
+ * in-capsule data the queue takes (inline_max) and the largest transfer
+ * (max_io).  In-capsule data must be there in full and only ever goes to the
+ * controller.  0 and *out filled, or an NVMe status with DNR.
+ */
+uint16_t gdx_rdma_capsule_check(const struct gdx_nvme_sqe *c, uint32_t capsule_len,
+				uint32_t inline_max, uint32_t max_io,
+				struct gdx_rdma_sgl_info *out);
+/* Whether a command moves data to the controller, from it, or neither (fabrics too). */
+enum gdx_nvme_xfer gdx_nvmf_cmd_xfer(const struct gdx_nvme_sqe *c);
 /* The host's descriptor: a keyed data block for [addr, addr + len) under key. */
 void gdx_rdma_sgl_keyed(struct gdx_nvme_sgl *sgl, uint64_t addr, uint32_t len, uint32_t key,
 			bool invalidate);

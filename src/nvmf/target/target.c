@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "nvmf/target/tcp.h"
+#include "nvmf/target/transport.h"
 
 GDX_API void gdx_nvmf_target_opts_init(struct gdx_nvmf_target_opts *o, size_t size)
 {
@@ -195,9 +196,11 @@ GDX_API int gdx_nvmf_target_add_ns(struct gdx_nvmf_target *t, const char *nqn, u
 				  NULL);
 }
 
-GDX_API int gdx_nvmf_target_add_port(struct gdx_nvmf_target *t, uint16_t portid,
-				     const char *traddr, const char *trsvcid)
+GDX_API int gdx_nvmf_target_add_port_tr(struct gdx_nvmf_target *t, uint16_t portid,
+					const char *trtype, const char *traddr,
+					const char *trsvcid)
 {
+	const struct nvmf_transport_ops *tr = nvmf_transport_find(trtype ? trtype : "tcp");
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	char numeric[INET6_ADDRSTRLEN];
@@ -205,6 +208,8 @@ GDX_API int gdx_nvmf_target_add_port(struct gdx_nvmf_target *t, uint16_t portid,
 	struct nvmf_port *p;
 	int ret;
 
+	if (!tr)
+		return -EPROTONOSUPPORT;
 	if (t->running)
 		return -EBUSY;
 	if (!port_ok(trsvcid)) {
@@ -228,7 +233,13 @@ GDX_API int gdx_nvmf_target_add_port(struct gdx_nvmf_target *t, uint16_t portid,
 		return -EINVAL;
 	if (strcmp(numeric, traddr))
 		GDX_INFO("nvmf", "port %u: %s is %s", portid, traddr, numeric);
-	return nvmf_port_add(&t->core, portid, numeric, trsvcid, &p);
+	return nvmf_port_add(&t->core, portid, tr->trtype, numeric, trsvcid, &p);
+}
+
+GDX_API int gdx_nvmf_target_add_port(struct gdx_nvmf_target *t, uint16_t portid,
+				     const char *traddr, const char *trsvcid)
+{
+	return gdx_nvmf_target_add_port_tr(t, portid, "tcp", traddr, trsvcid);
 }
 
 GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, const char *nqn)
@@ -241,18 +252,43 @@ GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, con
 	return nvmf_port_link(&t->core, p, s);
 }
 
+static const struct nvmf_transport_ops *const transports[] = { &nvmf_tcp_ops, &nvmf_rdma_ops };
+
+const struct nvmf_transport_ops *nvmf_transport_find(const char *name)
+{
+	for (size_t i = 0; i < GDX_ARRAY_SIZE(transports); i++)
+		if (!strcmp(transports[i]->name, name))
+			return transports[i];
+	return NULL;
+}
+
 GDX_API int gdx_nvmf_target_start(struct gdx_nvmf_target *t)
 {
+	size_t i;
+	int ret = 0;
+
 	if (t->running)
 		return -EBUSY;
 	if (!t->core.nports)
 		return -EINVAL;
-	return nvmf_tcp_start(t);
+	for (i = 0; i < GDX_ARRAY_SIZE(transports) && !ret; i++)
+		ret = transports[i]->start(t);
+	if (ret) {
+		while (i--)
+			transports[i]->stop(t);
+		return ret;
+	}
+	t->running = true;
+	return 0;
 }
 
 GDX_API void gdx_nvmf_target_stop(struct gdx_nvmf_target *t)
 {
-	nvmf_tcp_stop(t);
+	if (!t->running)
+		return;
+	for (size_t i = GDX_ARRAY_SIZE(transports); i--;)
+		transports[i]->stop(t);
+	t->running = false;
 }
 
 GDX_API int gdx_nvmf_target_bound_port(struct gdx_nvmf_target *t, uint16_t portid)
@@ -556,6 +592,7 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const ch
 						  "max_queue_size", NULL };
 	struct json_object *addr = NULL, *param = NULL, *arr, *v;
 	const char *trtype, *traddr, *trsvcid;
+	const struct nvmf_transport_ops *tr;
 	struct nvmf_port *p;
 	uint16_t portid = 0;
 	char where[48], in[64], in2[64];
@@ -582,7 +619,8 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const ch
 	trtype = jstr(addr, "trtype");
 	traddr = jstr(addr, "traddr");
 	trsvcid = jstr(addr, "trsvcid");
-	if (trtype && strcmp(trtype, "tcp")) {
+	tr = nvmf_transport_find(trtype ? trtype : "tcp");
+	if (!tr) {
 		GDX_WARN("nvmf", "config: port %u: transport '%s' is not served, skipped", portid,
 			 trtype);
 		return 0;
@@ -596,7 +634,7 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const ch
 			cfg, where, trsvcid);
 		return GDX_ECONFIG;
 	}
-	ret = nvmf_port_add(&t->core, portid, traddr, trsvcid, &p);
+	ret = nvmf_port_add(&t->core, portid, tr->trtype, traddr, trsvcid, &p);
 	if (ret) {
 		GDX_ERR("nvmf", "config: port %u: %s", portid, gdx_strerror(ret));
 		return ret;

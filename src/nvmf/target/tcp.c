@@ -47,6 +47,7 @@
 #include "common/util.h"
 #include "nvmf/proto/tcp.h"
 #include "nvmf/target/tcp.h"
+#include "nvmf/target/transport.h"
 
 #define RXBUF_SIZE (64 * 1024)
 #define DIRECT_RECV_MIN 4096	/* data at least this large is received in place */
@@ -232,6 +233,7 @@ struct tcp_reactor {
 static void conn_close(struct tcp_conn *c, const char *why);
 static bool conn_reap(struct tcp_conn *c);
 static void req_done(struct nvmf_req *nr);
+static void aen_kick(void *handle);
 
 /* Only the reactor writes its sums: no read-modify-write on the bus. */
 static void lat_add(struct tcp_reactor *r, unsigned i, uint64_t v)
@@ -847,6 +849,9 @@ static void handle_cmd(struct tcp_conn *c)
 			st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
 	} else if (c->info.data_len) {
 		st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
+	} else if (sgl.length && t->req.cmd.opc == GDX_NVME_OPC_FABRICS) {
+		/* Connect's data comes in the capsule: no R2T for fabrics commands */
+		st = GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR;
 	} else if (sgl.length > c->tgt->core.max_io) {
 		st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
 	}
@@ -1092,6 +1097,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 	c->born_ns = gdx_now_ns();
 	c->sq.tgt = &t->core;
 	c->sq.handle = c;
+	c->sq.aen_kick = aen_kick;
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(c->sq.ctr); i++)
 		c->sq.ctr[i].name = names[i];
 	c->phase = GDX_TCP_PHASE_IC;
@@ -1810,12 +1816,17 @@ static void reactors_free(struct gdx_nvmf_target *t)
 	pthread_mutex_unlock(&t->reactors_lock);
 }
 
-int nvmf_tcp_start(struct gdx_nvmf_target *t)
+static int nvmf_tcp_start(struct gdx_nvmf_target *t)
 {
 	struct tcp_reactor *r0;
 	cpu_set_t allowed;
 	int ret, ncpu = 0, cpus[CPU_SETSIZE];
+	unsigned nports = 0;
 
+	for (unsigned i = 0; i < t->core.nports; i++)
+		nports += t->core.ports[i].trtype == GDX_NVMF_TRTYPE_TCP;
+	if (!nports)
+		return 0;
 	r0 = calloc(t->nreactors, sizeof(*t->reactors));
 	if (!r0)
 		return -ENOMEM;
@@ -1838,12 +1849,14 @@ int nvmf_tcp_start(struct gdx_nvmf_target *t)
 		if (ret)
 			goto fail;
 	}
-	t->core.aen_kick = aen_kick;
 	for (unsigned i = 0; i < t->core.nports; i++) {
 		struct listener *l = &r0->listeners[r0->nlisteners];
 		struct epoll_event e = { .events = EPOLLIN, .data.ptr = &l->ev };
-		int fd = listen_on(&t->core.ports[i], &t->bound_port[i]);
+		int fd;
 
+		if (t->core.ports[i].trtype != GDX_NVMF_TRTYPE_TCP)
+			continue;
+		fd = listen_on(&t->core.ports[i], &t->bound_port[i]);
 		if (fd < 0) {
 			ret = fd;
 			goto fail;
@@ -1898,7 +1911,6 @@ int nvmf_tcp_start(struct gdx_nvmf_target *t)
 			goto fail;
 		}
 	}
-	t->running = true;
 	return 0;
 fail:
 	for (unsigned i = 0; i < r0->nlisteners; i++)
@@ -1910,9 +1922,9 @@ fail:
 	return ret;
 }
 
-void nvmf_tcp_stop(struct gdx_nvmf_target *t)
+static void nvmf_tcp_stop(struct gdx_nvmf_target *t)
 {
-	if (!t->running)
+	if (!t->reactors)
 		return;
 	for (unsigned i = 0; i < t->nreactors; i++) {
 		atomic_store(&t->reactors[i].stop, true);
@@ -1925,8 +1937,14 @@ void nvmf_tcp_stop(struct gdx_nvmf_target *t)
 	for (unsigned i = 0; i < t->nreactors; i++)
 		reactor_fini(&t->reactors[i]);
 	reactors_free(t);
-	t->running = false;
 }
+
+const struct nvmf_transport_ops nvmf_tcp_ops = {
+	.name = "tcp",
+	.trtype = GDX_NVMF_TRTYPE_TCP,
+	.start = nvmf_tcp_start,
+	.stop = nvmf_tcp_stop,
+};
 
 void nvmf_tcp_lat_sum(struct gdx_nvmf_target *t, uint64_t *out)
 {

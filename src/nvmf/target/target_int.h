@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_NVMF_TARGET_TARGET_INT_H
+#define GDX_NVMF_TARGET_TARGET_INT_H
+
+/*
+ * The target object behind gdx/nvmf.h: the transport-free core, the limits
+ * and counters every transport applies, and each transport's own state
+ * (transport.h is the seam; tcp.c and rdma.c fill it).
+ */
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/stats.h"
+#include "nvmf/core/core.h"
+
+struct tcp_reactor;
+struct rdma_tgt;
+
+enum {
+	TGT_CTR_CONNS,
+	TGT_CTR_CONN_ERRORS,
+	TGT_CTR_PDUS_IN,
+	TGT_CTR_PDUS_OUT,
+	TGT_CTR_REFUSED,	/* connections closed at accept: no descriptor, max_conns */
+	TGT_CTR_BUF_BYTES,	/* request buffers held now (a level, not a sum) */
+	TGT_CTR_HOLDS,		/* times a connection's commands began to wait for buffers */
+	TGT_CTR_STALLS,		/* connections ended for taking no data */
+	TGT_CTR_NR
+};
+
+/*
+ * Where the target's reads and reactors spend their time (nvmf.target.lat_stats):
+ * sums in ns and counts, each reactor's written by it alone (relaxed stores, no
+ * shared cache line), added up when the counters are dumped.
+ */
+enum {
+	TGT_LAT_READS,		/* I/O reads timed (opcode read on an I/O queue) */
+	TGT_LAT_PICKUP_NS,	/* the reactor got the socket's events -> read submitted */
+	TGT_LAT_NS_NS,		/* submitted -> the namespace completed it */
+	TGT_LAT_SEND_NS,	/* completed -> data and response handed to the socket */
+	TGT_LAT_WAKES,		/* reactor iterations that found events */
+	TGT_LAT_WAKE_CMDS,	/* command capsules parsed in them */
+	TGT_LAT_SLEEPS,		/* blocking epoll_wait calls */
+	TGT_LAT_SLEEP_NS,	/* time in them */
+	TGT_LAT_POLL_NS,	/* time in iterations that polled and found nothing */
+	TGT_LAT_BUSY_NS,	/* time handling events */
+	TGT_LAT_NR
+};
+
+struct tgt_lat {
+	_Atomic uint64_t v[TGT_LAT_NR];
+};
+
+struct gdx_nvmf_target {
+	struct nvmf_tgt core;
+	unsigned nreactors;
+	uint32_t maxh2cdata;
+	uint64_t poll_ns;
+	bool pin;
+	bool follow;
+	int cpus[256];		/* --cpus: reactor i runs on cpus[i % ncpus] */
+	unsigned ncpus;
+	struct tcp_reactor *reactors;
+	struct rdma_tgt *rdma;		/* the RDMA transport, while it runs */
+	pthread_mutex_t reactors_lock;	/* their allocation, against nvmf_tcp_lat_sum */
+	int listen_fd[NVMF_MAX_PORTS];
+	int bound_port[NVMF_MAX_PORTS];
+	_Atomic unsigned next_reactor;
+	_Atomic unsigned nconns;	/* accepted and not yet freed */
+	unsigned max_conns;		/* nvmf.target.max_conns */
+	uint64_t handshake_ns;		/* nvmf.target.handshake_timeout_ms */
+	uint64_t conn_buf_max;		/* nvmf.target.conn_buf_max */
+	uint64_t buf_max;		/* nvmf.target.buf_max */
+	uint64_t stall_ns;		/* nvmf.target.stall_timeout_ms */
+	bool running;
+	struct gdx_counter ctr[TGT_CTR_NR];
+	struct gdx_stats *stats;
+	bool lat_stats;
+	struct tgt_lat lat_done;	/* reactors that have stopped */
+};
+
+#endif
