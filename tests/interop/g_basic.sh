@@ -15,7 +15,7 @@ check "2 I/O queues" grep -q 'mapped 2/0/0' <(dmesg)
 check "id-ns nsze (64 MiB of 512 B)" grep -q 'nsze *: 0x20000' <(nvme id-ns /dev/nvme0n1)
 check "ns 2 has 4 KiB blocks" grep -q '4096' /sys/block/nvme0n2/queue/logical_block_size
 check "id-ns nguid non-zero" grep -qv 'nguid *: 0\+$' <(nvme id-ns /dev/nvme0n1 | grep nguid)
-check "smart-log" nvme smart-log /dev/nvme0 -o json >/dev/null
+check "smart-log" sh -c 'nvme smart-log /dev/nvme0 -o json >/dev/null'
 check "flush" nvme flush /dev/nvme0n1 -n 1
 check "fio verify on the file namespace" fio_verify /dev/nvme0n1 24M
 check "fio verify on the RAM namespace" fio_verify /dev/nvme0n2 16M
