@@ -1,16 +1,25 @@
 #!/bin/bash
 # Guest side of bench/nvmf_target_vm.sh: the kernel host reads from the kernel's
-# nvmet-tcp target and from the gdx target, both serving a null namespace over
-# the guest's loopback and both connected at once.  Each fio job runs ROUNDS
+# nvmet target and from the gdx target, both serving a null namespace and both
+# connected at once, over the guest's loopback (tcp) or over rdma_rxe on eth0.  Each fio job runs ROUNDS
 # times against each target, alternating (and alternating which goes first), so
 # that load changes on the machine hit both alike; every run prints one RESULT line.
 # Arguments: RUNTIME (seconds per run) ROUNDS JOBS (subset of "qd1 qd32 qd128 bw")
-#   FIO_CPUS (fio's --cpus_allowed for both targets, "" = anywhere) GDX-TARGET-OPTIONS...
+#   FIO_CPUS (fio's --cpus_allowed for both targets, "" = anywhere) TRANSPORT (tcp, rdma)
+#   GDX-TARGET-OPTIONS...
 set -uo pipefail
-RUNTIME=${1:-4} ROUNDS=${2:-3} JOBS=${3:-qd1 qd32 qd128 bw} FIO_CPUS=${4:-} SIZE=1G
-shift 4
+RUNTIME=${1:-4} ROUNDS=${2:-3} JOBS=${3:-qd1 qd32 qd128 bw} FIO_CPUS=${4:-} TR=${5:-tcp} SIZE=1G
+shift 5
 export LD_LIBRARY_PATH=/share/lib
-modprobe -a nvme-tcp nvmet-tcp
+A=127.0.0.1 GDX_L=127.0.0.1:4421
+if [ "$TR" = rdma ]; then
+  # rxe serves a NIC, not the loopback: both targets on the guest's own address
+  modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet-rdma || exit 1
+  rdma link add rxe0 type rxe netdev eth0 || exit 1
+  A=$GUEST_IP GDX_L=rdma://$GUEST_IP:4421
+else
+  modprobe -a nvme-tcp nvmet-tcp
+fi
 modprobe null_blk nr_devices=1 gb=1
 C=/sys/kernel/config/nvmet
 NQN_K=nqn.2024-01.io.gdx:bench-nvmet NQN_G=nqn.2024-01.io.gdx:bench-gdx
@@ -22,15 +31,15 @@ mkdir $C/subsystems/$NQN_K/namespaces/1
 echo /dev/nullb0 > $C/subsystems/$NQN_K/namespaces/1/device_path
 echo 1 > $C/subsystems/$NQN_K/namespaces/1/enable
 mkdir $C/ports/1
-echo tcp > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
-echo 127.0.0.1 > $C/ports/1/addr_traddr; echo 4420 > $C/ports/1/addr_trsvcid
+echo $TR > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
+echo $A > $C/ports/1/addr_traddr; echo 4420 > $C/ports/1/addr_trsvcid
 ln -s $C/subsystems/$NQN_K $C/ports/1/subsystems/$NQN_K
 # the gdx target, null namespace of the same size, port 4421
-/share/gdx nvmf target -l 127.0.0.1:4421 -n $NQN_G -N null:$SIZE "$@" >/tmp/gdx.log 2>&1 & T=$!
+/share/gdx nvmf target -l $GDX_L -n $NQN_G -N null:$SIZE "$@" >/tmp/gdx.log 2>&1 & T=$!
 for i in $(seq 100); do grep -q ready /tmp/gdx.log && break; sleep 0.1; done
 
-nvme connect -t tcp -a 127.0.0.1 -s 4420 -n $NQN_K >/dev/null || exit 1
-nvme connect -t tcp -a 127.0.0.1 -s 4421 -n $NQN_G >/dev/null || { cat /tmp/gdx.log; exit 1; }
+nvme connect -t $TR -a $A -s 4420 -n $NQN_K >/dev/null || exit 1
+nvme connect -t $TR -a $A -s 4421 -n $NQN_G >/dev/null || { cat /tmp/gdx.log; exit 1; }
 dev_of() {
   local c
   for i in $(seq 300); do

@@ -1007,7 +1007,8 @@ static void reap(struct rdma_reactor *r)
 	r->nreap = 0;
 }
 
-static void handle_events(struct rdma_reactor *r, int timeout_ms)
+/* Serves what epoll reports within timeout_ms; how many events there were. */
+static int handle_events(struct rdma_reactor *r, int timeout_ms)
 {
 	struct epoll_event evs[32];
 	int n = epoll_wait(r->epfd, evs, (int)GDX_ARRAY_SIZE(evs), timeout_ms);
@@ -1042,6 +1043,7 @@ static void handle_events(struct rdma_reactor *r, int timeout_ms)
 	if (r->ioctx)
 		nvmf_ioctx_flush(r->ioctx);
 	reap(r);
+	return n;
 }
 
 /* Ends every queue and waits, bounded, for them to drain; frees what is left. */
@@ -1080,15 +1082,26 @@ static void reactor_drain(struct rdma_reactor *r)
 	}
 }
 
+/*
+ * A reactor sleeps in epoll_wait until a completion channel, the CM or its
+ * wake-up fires; with --poll-us it keeps polling (epoll_wait with no
+ * timeout) for that long after each event, so a command that follows soon
+ * is served without a wake-up.
+ */
 static void *reactor_main(void *arg)
 {
 	struct rdma_reactor *r = arg;
-	uint64_t next_tick = gdx_now_ns() + 1000000000ull;
+	uint64_t next_tick = gdx_now_ns() + 1000000000ull, last_event = 0;
+	uint64_t poll_ns = r->rt->t->poll_ns;
 
 	while (!atomic_load(&r->stop)) {
 		uint64_t now = gdx_now_ns();
+		int timeout = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1;
 
-		handle_events(r, now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1);
+		if (now - last_event < poll_ns)
+			timeout = 0;
+		if (handle_events(r, timeout) > 0)
+			last_event = gdx_now_ns();
 		if (gdx_now_ns() >= next_tick) {
 			tick(r);
 			reap(r);
@@ -1254,9 +1267,25 @@ static int nvmf_rdma_start(struct gdx_nvmf_target *t)
 	}
 	for (unsigned i = 0; i < rt->nreactors; i++) {
 		struct rdma_reactor *r = &rt->reactors[i];
+		int cpu = nvmf_target_reactor_cpu(t, i);
+		pthread_attr_t attr;
 		char name[16];
 
-		ret = -pthread_create(&r->thread, NULL, reactor_main, r);
+		/* pinned from its first instruction, as the TCP reactors are */
+		pthread_attr_init(&attr);
+		if (cpu >= 0) {
+			cpu_set_t set;
+
+			CPU_ZERO(&set);
+			CPU_SET(cpu, &set);
+			pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+		}
+		ret = -pthread_create(&r->thread, &attr, reactor_main, r);
+		if (ret == -EINVAL && cpu >= 0) {
+			GDX_WARN(SUBSYS, "rdma reactor %u: cannot pin to CPU %d", i, cpu);
+			ret = -pthread_create(&r->thread, NULL, reactor_main, r);
+		}
+		pthread_attr_destroy(&attr);
 		if (ret) {
 			for (unsigned j = 0; j < i; j++) {
 				atomic_store(&rt->reactors[j].stop, true);

@@ -252,6 +252,25 @@ GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, con
 	return nvmf_port_link(&t->core, p, s);
 }
 
+int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i)
+{
+	cpu_set_t allowed;
+	int n;
+
+	if (t->ncpus)
+		return t->cpus[i % t->ncpus];
+	if (!t->pin || sched_getaffinity(0, sizeof(allowed), &allowed))
+		return -1;
+	n = CPU_COUNT(&allowed);
+	if (n <= 0)
+		return -1;
+	i %= (unsigned)n;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &allowed) && i-- == 0)
+			return c;
+	return -1;
+}
+
 static const struct nvmf_transport_ops *const transports[] = { &nvmf_tcp_ops, &nvmf_rdma_ops };
 
 const struct nvmf_transport_ops *nvmf_transport_find(const char *name)

@@ -80,4 +80,11 @@ struct gdx_nvmf_target {
 	struct tgt_lat lat_done;	/* reactors that have stopped */
 };
 
+/*
+ * The CPU reactor i of a transport is pinned to: the i-th of --cpus, or with
+ * --pin the i-th CPU this process may use (I/O queue i+1 lands there); -1 for
+ * none.
+ */
+int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i);
+
 #endif

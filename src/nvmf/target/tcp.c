@@ -1819,9 +1819,8 @@ static void reactors_free(struct gdx_nvmf_target *t)
 static int nvmf_tcp_start(struct gdx_nvmf_target *t)
 {
 	struct tcp_reactor *r0;
-	cpu_set_t allowed;
-	int ret, ncpu = 0, cpus[CPU_SETSIZE];
 	unsigned nports = 0;
+	int ret;
 
 	for (unsigned i = 0; i < t->core.nports; i++)
 		nports += t->core.ports[i].trtype == GDX_NVMF_TRTYPE_TCP;
@@ -1833,17 +1832,8 @@ static int nvmf_tcp_start(struct gdx_nvmf_target *t)
 	pthread_mutex_lock(&t->reactors_lock);
 	t->reactors = r0;
 	pthread_mutex_unlock(&t->reactors_lock);
-	/* pinned: reactor i on the i-th CPU this process may use (I/O queue i+1 lands there) */
-	if (t->ncpus) {
-		memcpy(cpus, t->cpus, t->ncpus * sizeof(cpus[0]));
-		ncpu = (int)t->ncpus;
-	} else if (t->pin && !sched_getaffinity(0, sizeof(allowed), &allowed)) {
-		for (int c = 0; c < CPU_SETSIZE; c++)
-			if (CPU_ISSET(c, &allowed))
-				cpus[ncpu++] = c;
-	}
 	for (unsigned i = 0; i < t->nreactors; i++) {
-		t->reactors[i].cpu = ncpu ? cpus[i % (unsigned)ncpu] : -1;
+		t->reactors[i].cpu = nvmf_target_reactor_cpu(t, i);
 		t->reactors[i].epfd = t->reactors[i].wakefd = -1;
 		ret = reactor_init(t, &t->reactors[i], i);
 		if (ret)
