@@ -86,6 +86,16 @@ def parse_header(path, blob, file_size):
             _fail(path, "tensor %r: data_offsets [%d, %d) point past the end of the file "
                   "(%d bytes of data)" % (name, begin, end, max(data_len, 0)))
         tensors[name] = TensorInfo(name, dtype, tuple(shape), begin, end)
+    # The data is the tensors back to back, nothing else (the format forbids
+    # holes, so a file cannot hide other content), as the safetensors package checks.
+    at = 0
+    for t in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
+        if t.begin != at:
+            _fail(path, "tensor %r at [%d, %d): %s" % (
+                t.name, t.begin, t.end, "tensors overlap" if t.begin < at else "holes in the data"))
+        at = t.end
+    if at != data_len:
+        _fail(path, "holes in the data: the tensors end at %d of %d bytes" % (at, data_len))
     return start, tensors, metadata
 
 
