@@ -76,11 +76,13 @@ class File:
 
     mode: "r", "r+", "w", "w+", "x", "x+" (a "b" is ignored: transfers are
     binary).  device: the device whose memory transfers go to (see driver());
-    host buffers work with any.  chunk_size: the most one library call moves;
-    Ctrl-C is seen between such pieces.
+    host buffers work with any.  A transfer runs as one library call per
+    piece, and Ctrl-C is seen between pieces: by default each piece is sized
+    to take about a quarter of a second at the rate the one before it ran
+    (the first is 1 GiB); chunk_size fixes the size instead.
     """
 
-    def __init__(self, path, mode="r", *, device=None, chunk_size=256 << 20):
+    def __init__(self, path, mode="r", *, device=None, chunk_size=None):
         self._f = _gdx.File(driver(device), _os.fspath(path), mode, chunk_size)
         self._futures = set()
         self._lock = _threading.Lock()
@@ -191,8 +193,9 @@ class File:
 _PROGRESS_STEP = 256 << 20
 
 
-def _read_all(f, arr, offset, size, progress):
-    """f.read_into(arr) of size bytes, with a tqdm bar when asked and tqdm is there."""
+def _read_all(f, buf, offset, size, progress):
+    """f.read_into(buf) of size bytes, with a tqdm bar when asked and tqdm is there.
+    buf: a DeviceArray, or a tensor or array that slices into contiguous views."""
     bar = None
     if progress:
         try:
@@ -201,16 +204,14 @@ def _read_all(f, arr, offset, size, progress):
         except ImportError:
             bar = None
     if bar is None:
-        return f.read_into(arr, offset, size)
+        return f.read_into(buf, offset, size)
+    if isinstance(buf, DeviceArray):
+        buf = memoryview(buf) if buf.device == "cpu" else _Slices(buf)
     done = 0
-    view = memoryview(arr) if arr.device == "cpu" else None
     try:
         while done < size:
             n = min(_PROGRESS_STEP, size - done)
-            if view is not None:
-                got = f.read_into(view[done:done + n], offset + done, n)
-            else:
-                got = f.read_into(_Slice(arr, done, n), offset + done, n)
+            got = f.read_into(buf[done:done + n], offset + done, n)
             done += got
             bar.update(got)
             if got < n:
@@ -220,11 +221,19 @@ def _read_all(f, arr, offset, size, progress):
     return done
 
 
-class _Slice:
-    """A byte range of a device array, for a progress bar's pieces."""
+class _Slices:
+    """Byte ranges of a device array, for a progress bar's pieces."""
 
-    def __init__(self, arr, start, n):
+    def __init__(self, arr):
         self._arr = arr
+
+    def __getitem__(self, s):
+        return _Range(self._arr, s.start, s.stop - s.start)
+
+
+class _Range:
+    def __init__(self, arr, start, n):
+        self._arr = arr      # keeps the memory alive
         self.__cuda_array_interface__ = {
             "shape": (n,), "typestr": "|u1", "data": (arr.ptr + start, False),
             "version": 3, "strides": None, "stream": None,

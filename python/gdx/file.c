@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * _gdx.File: one gdx file handle.  Transfers run without the GIL, in pieces
- * of at most chunk_size bytes; between pieces the GIL is taken back for a
- * moment to run signal handlers, so Ctrl-C ends a long transfer after the
- * piece in flight instead of after the whole transfer.
+ * _gdx.File: one gdx file handle.  Transfers run without the GIL, in pieces;
+ * between pieces the GIL is taken back for a moment to run signal handlers,
+ * so Ctrl-C ends a long transfer after the piece in flight instead of after
+ * the whole transfer.  Each piece is one library call, which fills and drains
+ * gdx's pipeline once, so pieces are as large as the interrupt latency allows:
+ * by default each is sized to take about PIECE_NS at the rate the one before
+ * it ran (the first is FIRST_PIECE), or a fixed chunk_size when one is given.
  *
  * _gdx.StreamIO: a stream-ordered transfer (gdx_file_read_async/write_async).
  * It owns the size, offset and result words the library reads and writes when
@@ -15,6 +18,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <time.h>
+
+#define FIRST_PIECE ((size_t)1 << 30)
+#define MIN_PIECE ((size_t)64 << 20)
+#define PIECE_NS 250000000ull
 
 PyTypeObject *gdxpy_file_type;
 PyTypeObject *gdxpy_streamio_type;
@@ -24,7 +32,7 @@ struct gdxpy_file {
 	struct gdxpy_driver *driver;
 	struct gdx_file *f;
 	PyObject *name;		/* the path as given */
-	size_t chunk;
+	size_t chunk;		/* fixed piece size; 0: sized by time */
 	unsigned busy;		/* transfers running on other threads, and StreamIOs not yet waited for */
 	struct gdx_file_io_info last;
 };
@@ -77,21 +85,27 @@ static PyObject *file_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 	struct gdxpy_driver *driver;
 	PyObject *name, *fspath = NULL;
 	const char *mode = "r";
-	Py_ssize_t chunk = (Py_ssize_t)256 << 20;
+	PyObject *chunk_obj = Py_None;
+	size_t chunk = 0;
 	struct gdx_file_opts o;
 	struct gdxpy_file *self;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|sn:File", kwlist, gdxpy_driver_type, &driver,
-					 &name, &mode, &chunk))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|sO:File", kwlist, gdxpy_driver_type, &driver,
+					 &name, &mode, &chunk_obj))
 		return NULL;
+	if (chunk_obj != Py_None) {
+		chunk = PyLong_AsSize_t(chunk_obj);
+		if (chunk == (size_t)-1 && PyErr_Occurred())
+			return NULL;
+		if (chunk < 4096) {
+			PyErr_SetString(PyExc_ValueError, "chunk_size must be at least 4096");
+			return NULL;
+		}
+	}
 	gdx_file_opts_init(&o, sizeof(o));
 	if (parse_mode(mode, &o.oflags) < 0) {
 		PyErr_Format(PyExc_ValueError, "invalid mode '%s' (r, r+, w, w+, x, x+)", mode);
-		return NULL;
-	}
-	if (chunk < 4096) {
-		PyErr_SetString(PyExc_ValueError, "chunk_size must be at least 4096");
 		return NULL;
 	}
 	if (!PyUnicode_FSConverter(name, &fspath))
@@ -105,7 +119,7 @@ static PyObject *file_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 	self->driver = driver;
 	Py_INCREF(name);
 	self->name = name;
-	self->chunk = (size_t)chunk;
+	self->chunk = chunk;
 	{
 		const char *p = PyBytes_AsString(fspath);
 
@@ -217,6 +231,27 @@ static int wait_producer(struct gdxpy_driver *driver, uintptr_t handle)
 	return ret ? (gdxpy_raise(ret, NULL), -1) : 0;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The next piece: chunk_size, or what the last piece's rate moves in PIECE_NS. */
+static size_t next_piece(const struct gdxpy_file *self, size_t last, uint64_t last_ns)
+{
+	double want;
+
+	if (self->chunk)
+		return self->chunk;
+	if (!last)
+		return FIRST_PIECE;
+	want = (double)last * PIECE_NS / (double)(last_ns ? last_ns : 1);
+	return want < (double)MIN_PIECE ? MIN_PIECE : want > (double)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)want;
+}
+
 static PyObject *file_xfer(PyObject *o, PyObject *args, PyObject *kw, int write)
 {
 	static char *kwlist[] = { "buf", "offset", "size", NULL };
@@ -225,7 +260,8 @@ static PyObject *file_xfer(PyObject *o, PyObject *args, PyObject *kw, int write)
 	PyObject *buf, *size = Py_None, *res = NULL;
 	long long offset = 0;
 	struct gdxpy_buf b;
-	size_t n, done = 0;
+	size_t n, done = 0, len = 0;
+	uint64_t ns = 0;
 	int ret = 0;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, write ? "O|LO:write_from" : "O|LO:read_into",
@@ -238,14 +274,18 @@ static PyObject *file_xfer(PyObject *o, PyObject *args, PyObject *kw, int write)
 	info.path = GDX_FILE_PATH_NONE;
 	self->busy++;
 	while (done < n) {
-		size_t len = n - done < self->chunk ? n - done : self->chunk;
+		size_t piece = next_piece(self, len, ns);
+		uint64_t t0;
 		ssize_t r;
 
+		len = n - done < piece ? n - done : piece;
 		Py_BEGIN_ALLOW_THREADS
+		t0 = now_ns();
 		if (write)
 			r = gdx_file_write_ex(self->f, b.ptr + done, len, (off_t)(offset + done), &info);
 		else
 			r = gdx_file_read_ex(self->f, b.ptr + done, len, (off_t)(offset + done), &info);
+		ns = now_ns() - t0;
 		Py_END_ALLOW_THREADS
 		if (r < 0) {
 			ret = (int)r;
@@ -483,7 +523,7 @@ static PyType_Slot file_slots[] = {
 	{ Py_tp_dealloc, (void *)file_dealloc },
 	{ Py_tp_methods, file_methods },
 	{ Py_tp_getset, file_getset },
-	{ Py_tp_doc, (void *)"File(driver, path, mode='r', chunk_size=256 MiB)" },
+	{ Py_tp_doc, (void *)"File(driver, path, mode='r', chunk_size=None)" },
 	{ 0, NULL },
 };
 

@@ -4,6 +4,7 @@ futures, stream-ordered transfers, Ctrl-C and the GIL."""
 import errno
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -370,8 +371,34 @@ def test_empty_array_and_file(tmp_path, drv):
     assert gdx.read(p).nbytes == 0
 
 
-def test_read_progress_without_tqdm_is_the_same(tmp_path, payload):
-    p, data = payload(tmp_path, 3000)
+class FakeBar:
+    """Stands in for tqdm.tqdm: records what the reader reports."""
+    bars = []
+
+    def __init__(self, total, **kw):
+        self.total, self.n, self.closed = total, 0, False
+        FakeBar.bars.append(self)
+
+    def update(self, n):
+        self.n += n
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("device", ["cpu", None])
+def test_read_progress(tmp_path, payload, monkeypatch, device):
+    monkeypatch.setattr(gdx, "_PROGRESS_STEP", 1 << 20)
+    p, data = payload(tmp_path, (3 << 20) + 3)       # four pieces of the bar
+    import types
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=FakeBar))
+    FakeBar.bars.clear()
+    arr = gdx.read(p, device=device, progress=True)
+    (bar,) = FakeBar.bars
+    assert bar.total == bar.n == len(data) and bar.closed
+    got = np.from_dlpack(arr).tobytes() if device == "cpu" else device_bytes(tmp_path, arr)
+    assert got == data
+    monkeypatch.setitem(sys.modules, "tqdm", None)      # not installed: no bar, same bytes
     assert np.from_dlpack(gdx.read(p, device="cpu", progress=True)).tobytes() == data
 
 
