@@ -7,7 +7,8 @@
 The header is parsed here; then the whole data section comes in with one gdx
 read into one allocation, and every tensor is a view of it (no per-tensor
 copies, no page-cache staging in Python).  The tensors share that allocation:
-it is freed when the last of them is.
+it is freed when the last of them is.  For torch the allocation is torch's
+own (its caching allocator and memory accounting see it); otherwise gdx's.
 
 Format: an 8-byte little-endian header length N, N bytes of JSON
 ({name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {..}}),
@@ -17,7 +18,7 @@ import json
 import math
 import struct
 
-from . import File, _device_spec
+from . import File, _device_spec, _read_all
 
 # Bits per element of every dtype the format has.
 DTYPE_BITS = {
@@ -121,9 +122,26 @@ def load_raw(path, device=None, *, progress=False):
     read with one gdx read, with the header that says where each tensor lies."""
     with File(path, "r", device=None if _device_spec(device) is None else device) as f:
         start, tensors, metadata = _open_header(f)
-        used = max((t.end for t in tensors.values()), default=0)
-        arr = f.read(used, start, device=device, progress=progress)
+        arr = f.read(_data_size(tensors), start, device=device, progress=progress)
     return arr, tensors, metadata
+
+
+def _data_size(tensors):
+    return max((t.end for t in tensors.values()), default=0)
+
+
+def _load_torch(path, device, progress):
+    """(uint8 tensor of the data section, {name: TensorInfo}): the allocation is
+    torch's (its caching allocator, its memory accounting), the read gdx's."""
+    import torch
+    dev = torch.device(device)
+    with File(path, "r", device=dev if dev.type == "cuda" else None) as f:
+        start, tensors, _ = _open_header(f)
+        size = _data_size(tensors)
+        base = torch.empty(size, dtype=torch.uint8, device=dev)
+        if _read_all(f, base, start, size, progress) != size:
+            _fail(path, "the file shrank while it was read")
+    return base, tensors
 
 
 def _torch_dtypes(torch):
@@ -196,9 +214,8 @@ def load_file(path, device="cuda:0", *, framework="pt", progress=False):
     ml_dtypes must be installed.  progress: a tqdm bar, if tqdm is installed.
     """
     if framework in ("pt", "torch"):
-        import torch
-        arr, tensors, _ = load_raw(path, device, progress=progress)
-        return _split_torch(path, torch.from_dlpack(arr), tensors)
+        base, tensors = _load_torch(path, device, progress)
+        return _split_torch(path, base, tensors)
     if framework in ("np", "numpy"):
         import numpy as np
         arr, tensors, _ = load_raw(path, "cpu", progress=progress)
