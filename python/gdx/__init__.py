@@ -22,8 +22,8 @@ from ._errors import GdxError
 from ._gdx import DeviceArray, Driver, Stream, StreamIO
 
 __all__ = [
-    "File", "read", "driver", "DeviceArray", "Driver", "Stream", "StreamIO", "GdxError",
-    "config", "safetensors", "version",
+    "File", "read", "driver", "check", "DeviceArray", "Driver", "Stream", "StreamIO", "GdxError",
+    "config", "nvmf", "safetensors", "version",
 ]
 
 version = _gdx.libgdx_version
@@ -248,4 +248,26 @@ def read(path, device=None, *, progress=False):
         return f.read(device=device, progress=progress)
 
 
-from . import config, safetensors  # noqa: E402  (they use the names above)
+def check(path=".", *, live=True, gpu=None):
+    """The readiness report of `gdx check --json` (docs/check.md) as a dict:
+    devices, topology matrix, checks, recommendations.  The report is the gdx
+    tool's (it is not in the library): $GDX_CLI, else gdx on PATH.  path: the
+    filesystem to probe for O_DIRECT; live: run the live checks; gpu: the GPU
+    the recommendations are for (default GPU0)."""
+    import json
+    import shutil
+    import subprocess
+    cli = _os.environ.get("GDX_CLI") or shutil.which("gdx")
+    if not cli:
+        raise FileNotFoundError("gdx.check() runs the gdx tool (`gdx check --json`): set "
+                                "GDX_CLI or put gdx on PATH (meson setup build && ninja -C build)")
+    cmd = [cli, "check", "--json", "--path", _os.fspath(path), "--live" if live else "--no-live"]
+    if gpu is not None:
+        cmd += ["--gpu", str(gpu)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s exited %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
+    return json.loads(r.stdout)
+
+
+from . import config, nvmf, safetensors  # noqa: E402  (they use the names above)

@@ -87,6 +87,7 @@ extern PyTypeObject *gdxpy_streamio_type;
 /* Type set-up of each file, called once from the module's init. */
 int gdxpy_module_add_array(PyObject *m);
 int gdxpy_module_add_file(PyObject *m);
+int gdxpy_module_add_nvmf(PyObject *m);
 
 /* Creates a heap type from spec and adds it to m under its short name. */
 PyTypeObject *gdxpy_add_type(PyObject *m, PyType_Spec *spec);

@@ -488,6 +488,7 @@ PyMODINIT_FUNC PyInit__gdx(void)
 	if (!(gdxpy_driver_type = gdxpy_add_type(m, &driver_spec)) ||
 	    !(gdxpy_stream_type = gdxpy_add_type(m, &stream_spec)) ||
 	    gdxpy_module_add_array(m) < 0 || gdxpy_module_add_file(m) < 0 ||
+	    gdxpy_module_add_nvmf(m) < 0 ||
 	    PyModule_AddStringConstant(m, "libgdx_version", gdx_version()) < 0) {
 		Py_DECREF(m);
 		return NULL;

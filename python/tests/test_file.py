@@ -481,3 +481,21 @@ def test_config_get_set():
         gdx.config.get("no.such_knob")
     with pytest.raises(gdx.GdxError):
         gdx.config.set("file.chunk_size", "lots")
+
+
+# ---- check -----------------------------------------------------------------
+
+def test_check_report(tmp_path):
+    if not os.environ.get("GDX_CLI"):
+        pytest.skip("no gdx tool ($GDX_CLI)")
+    r = gdx.check(tmp_path, live=False)
+    assert r["live"] is False and isinstance(r["devices"], list)
+    assert r["checks"] and all({"id", "status", "finding"} <= set(c) for c in r["checks"])
+    assert {x["source"] for x in r["recommendations"]} >= {"local_storage"}
+
+
+def test_check_without_the_tool(monkeypatch):
+    monkeypatch.delenv("GDX_CLI", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(FileNotFoundError, match="GDX_CLI"):
+        gdx.check()
