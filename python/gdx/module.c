@@ -240,6 +240,7 @@ struct gdxpy_stream *gdxpy_stream_from(struct gdxpy_driver *driver, PyObject *ob
 {
 	struct gdxpy_stream *st;
 	PyObject *h = NULL;
+	long long v;
 	void *native;
 	int ret;
 
@@ -274,10 +275,15 @@ struct gdxpy_stream *gdxpy_stream_from(struct gdxpy_driver *driver, PyObject *ob
 		Py_DECREF(h);
 		return NULL;
 	}
-	native = PyLong_AsVoidPtr(h);
+	v = PyLong_AsLongLong(h);
 	Py_DECREF(h);
-	if (PyErr_Occurred())
+	if (v == -1 && PyErr_Occurred())
 		return NULL;
+	if (v < 0) {
+		PyErr_SetString(PyExc_ValueError, "a stream handle is not negative");
+		return NULL;
+	}
+	native = (void *)(uintptr_t)v;
 	/* Handle 0 is CUDA's default stream, which the driver API names CU_STREAM_LEGACY. */
 	if (!native && !strcmp(gdx_device_kind(driver->dev), "cuda"))
 		native = (void *)(uintptr_t)1;
