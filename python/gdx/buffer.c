@@ -53,7 +53,7 @@ static int from_view(PyObject *obj, int writable, struct gdxpy_buf *b)
 	return 0;
 }
 
-static int dict_int(PyObject *d, const char *key, PyObject **out)
+static int cai_item(PyObject *d, const char *key, PyObject **out)
 {
 	*out = PyDict_GetItemString(d, key);	/* borrowed */
 	if (!*out) {
@@ -86,8 +86,8 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct gdxpy_buf
 		PyErr_SetString(PyExc_TypeError, "__cuda_array_interface__ is not a dict");
 		return -1;
 	}
-	if (dict_int(cai, "data", &data) < 0 || dict_int(cai, "shape", &shape) < 0 ||
-	    dict_int(cai, "typestr", &typestr) < 0)
+	if (cai_item(cai, "data", &data) < 0 || cai_item(cai, "shape", &shape) < 0 ||
+	    cai_item(cai, "typestr", &typestr) < 0)
 		return -1;
 	if (!PyTuple_Check(data) || PyTuple_Size(data) != 2 || !PyTuple_Check(shape)) {
 		PyErr_SetString(PyExc_ValueError, "__cuda_array_interface__: malformed data or shape");
