@@ -146,6 +146,33 @@ def load_gds(path, nbytes, start):
     return storage
 
 
+def breakdown(path, device="cuda:0"):
+    """Where one gdx load's time goes: the steps of gdx.safetensors.load_file, timed apart."""
+    gst = gdx.safetensors
+    marks = [time.perf_counter()]
+    f = gdx.File(path, device=device)
+    marks.append(time.perf_counter())
+    start, tensors, _ = gst._open_header(f)
+    size = gst._data_size(tensors)
+    marks.append(time.perf_counter())
+    base = torch.empty(size, dtype=torch.uint8, device=device)
+    torch.cuda.synchronize()
+    marks.append(time.perf_counter())
+    f.read_into(base, start, size)
+    marks.append(time.perf_counter())
+    sd = gst._split_torch(path, base, tensors)
+    torch.cuda.synchronize()
+    marks.append(time.perf_counter())
+    took = f.last_path["path"]
+    f.close()
+    marks.append(time.perf_counter())
+    steps = ["open", "header", "alloc", "read", "views", "close"]
+    emit(breakdown_ms={k: round((b - a) * 1e3, 2) for k, a, b in zip(steps, marks, marks[1:])},
+         read_gbps=round(size / (marks[4] - marks[3]) / GB, 2), path=took)
+    del sd, base
+    release()
+
+
 def bench_loads(path, where, cache, reps, nbytes, start):
     ceiling = pinned_ceiling()
     if cache == "hot":
@@ -166,6 +193,8 @@ def bench_loads(path, where, cache, reps, nbytes, start):
              seconds=round(t, 3), **base)
         del sd
         release()
+    if cache == "hot":
+        breakdown(path)
     # safetensors' own
     for _ in range(max(1, reps // 2)):
         if cache == "cold":

@@ -16,6 +16,13 @@ class GdxError(OSError):
 
     status = 0
 
+    def __str__(self):
+        if self.errno is not None:
+            return super().__str__()
+        # A library code: OSError would print "[Errno None]".
+        text = "%s (gdx status %d)" % (self.strerror, self.status)
+        return text if self.filename is None else "%s: %r" % (text, self.filename)
+
 
 _by_errno = {
     _errno.ENOENT: FileNotFoundError,

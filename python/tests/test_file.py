@@ -95,6 +95,7 @@ def test_missing_file(tmp_path):
     assert isinstance(e, gdx.GdxError) and isinstance(e, OSError)
     assert e.errno == errno.ENOENT and e.status == -errno.ENOENT
     assert e.filename == str(tmp_path / "nope")
+    assert str(e) == "[Errno 2] No such file or directory: %r" % str(tmp_path / "nope")
 
 
 def test_exclusive_create_of_existing_file(tmp_path, payload):
@@ -116,6 +117,7 @@ def test_library_code_has_no_errno():
         gdx.Driver("emulated:99")
     assert ei.value.errno is None and ei.value.status < -10000
     assert ei.value.strerror == gdx._gdx.strerror(ei.value.status)
+    assert str(ei.value) == "%s (gdx status %d)" % (ei.value.strerror, ei.value.status)
 
 
 @pytest.mark.parametrize("mode", ["", "rw", "a", "r++", "q"])
