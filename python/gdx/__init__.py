@@ -53,7 +53,9 @@ def driver(device=None):
     with _drivers_lock:
         d = _drivers.get(spec)
         if d is None:
+            # "cuda", "cuda:0" and None may name one device: they share its driver.
             d = Driver(spec)
+            d = _drivers.setdefault(d.device, d)
             _drivers[spec] = d
     return d
 

@@ -465,6 +465,11 @@ def test_gil_released_during_io(tmp_path):
     assert t1 - t0 < 0.05 or len(during) >= 3, "%d ticks in %.3fs" % (len(during), t1 - t0)
 
 
+def test_one_driver_per_device(drv):
+    assert gdx.driver(drv.device) is drv
+    assert gdx.driver(drv.kind) is drv or drv.ordinal != 0
+
+
 # ---- config ----------------------------------------------------------------
 
 def test_config_get_set():
