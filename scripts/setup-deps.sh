@@ -8,7 +8,7 @@ pkgs=(
   liburing-dev libibverbs-dev librdmacm-dev libjson-c-dev libnuma-dev libisal-dev libcmocka-dev
   rdma-core ibverbs-utils
   clang libclang-rt-14-dev
-  python3 util-linux e2fsprogs man-db
+  python3 python3-dev python3-venv util-linux e2fsprogs man-db
 )
 missing=()
 for p in "${pkgs[@]}"; do

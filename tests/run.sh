@@ -5,7 +5,8 @@
 #   N passed, N failed, N skipped
 # Options: GDX_TEST_BUILDS="release asan tsan" (default all), GDX_TEST_ARGS (extra
 # arguments for meson test, e.g. a suite name), GDX_TEST_FUZZ_SECONDS (per
-# libFuzzer target, default 20; 0 skips the fuzz run, which counts as one test).
+# libFuzzer target, default 20; 0 skips the fuzz run, which counts as one test),
+# GDX_TEST_PYTHON=0 (leaves out the Python package's pytest run).
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
@@ -71,6 +72,25 @@ if [ "$fuzz_secs" = 0 ]; then
 else
   echo "=== fuzz targets (clang, libFuzzer), ${fuzz_secs}s each"
   if bash tests/fuzz/run.sh "$fuzz_secs"; then pass=$((pass + 1)); else fail=$((fail + 1)); rc=1; fi
+fi
+# The Python package: pip install into a fresh venv, then pytest (python/tests/run.sh);
+# each pytest test counts as one test, a failed install as one failure.
+if [ "${GDX_TEST_PYTHON:-1}" = 0 ]; then
+  echo "=== python package left out (GDX_TEST_PYTHON=0)"
+else
+  echo "=== python package (pip install ., pytest on the emulated device)"
+  plog=$(mktemp)
+  bash python/tests/run.sh 2>&1 | tee "$plog"
+  summary=$(tail -1 "$plog")
+  if [[ $summary =~ \ in\ [0-9.]+s ]]; then
+    count() { grep -oE "[0-9]+ $1" <<<"$summary" | awk '{ s += $1 } END { print s + 0 }'; }
+    p=$(count passed) f=$(( $(count failed) + $(count 'errors?') )) s=$(count skipped)
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+    [ "$f" = 0 ] || rc=1
+  else
+    echo "python: no pytest summary"; fail=$((fail + 1)); rc=1
+  fi
+  rm -f "$plog"
 fi
 # Interop: qemu guests running Debian's stock kernel as peers (tests/interop), once,
 # against the release build; each guest test counts as one test.

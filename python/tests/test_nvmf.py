@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: MIT
+"""gdx.nvmf against gdx's own NVMe/TCP target on loopback (the C tool `gdx nvmf
+target`, found as $GDX_CLI; python/tests/run.sh sets it from tests/run.sh's
+release build).  Skipped where there is no gdx tool."""
+import errno
+import os
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import gdx
+
+NQN = "nqn.2026-12.io.gdx:pytest"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    cli = os.environ.get("GDX_CLI")
+    if not cli or not os.access(cli, os.X_OK):
+        pytest.skip("no gdx tool ($GDX_CLI) to serve a target")
+    port = free_port()
+    log = tmp_path_factory.mktemp("target") / "target.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([cli, "nvmf", "target", "-l", "127.0.0.1:%d" % port, "-n", NQN,
+                                 "-N", "ram:16M,bs=4096"], stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 20
+        while "target: ready" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("the target did not start: " + log.read_text())
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_discover(target):
+    entries = gdx.nvmf.discover("127.0.0.1", target)
+    subs = [e for e in entries if e["subnqn"] == NQN]
+    assert subs and subs[0]["traddr"] == "127.0.0.1" and subs[0]["trsvcid"] == str(target)
+
+
+def test_identify_and_round_trip(target, tmp_path):
+    with gdx.nvmf.Host("127.0.0.1", target, NQN) as h:
+        assert h.state == "live"
+        ident = h.identify()
+        assert ident["subnqn"] == NQN and ident["nn"] >= 1
+        assert h.namespaces() == [1]
+        ns = h.identify_ns(1)
+        assert ns["block_size"] == 4096 and ns["size"] == 16 << 20
+        src = np.frombuffer(os.urandom(3 * 4096), dtype=np.uint8)
+        assert h.write_from(src, 8192) == src.nbytes
+        h.flush()
+        dst = bytearray(3 * 4096)
+        assert h.read_into(dst, 8192) == len(dst)
+        assert bytes(dst) == src.tobytes() and h.last_path == "direct"
+    assert h.state == "closed"
+    with pytest.raises(ValueError, match="closed"):
+        h.read_into(dst)
+
+
+def test_device_memory(target, drv, tmp_path):
+    data = os.urandom(64 << 10)
+    arr = drv.alloc(len(data))
+    with gdx.nvmf.Host("127.0.0.1", target, NQN, device=drv.device) as h:
+        assert h.write_from(data, 0) == len(data)
+        assert h.read_into(arr, 0) == len(data)
+        assert h.last_path == "bounce"
+    with gdx.File(tmp_path / "back", "w") as f:
+        f.write_from(arr)
+    assert (tmp_path / "back").read_bytes() == data
+
+
+def test_errors(target):
+    with pytest.raises(gdx.GdxError) as ei:
+        gdx.nvmf.Host("127.0.0.1", target, "nqn.2026-12.io.gdx:nobody")
+    assert ei.value.status < 0
+    with pytest.raises(ConnectionRefusedError):
+        gdx.nvmf.Host("127.0.0.1", free_port(), NQN)
+    with pytest.raises(ValueError, match="tcp"):
+        gdx.nvmf.Host("127.0.0.1", target, NQN, transport="rdma")
+    with gdx.nvmf.Host("127.0.0.1", target, NQN) as h:
+        with pytest.raises(gdx.GdxError):
+            h.read_into(bytearray(4096), 16 << 20)   # past the namespace's end
+        with pytest.raises(gdx.GdxError):
+            h.read_into(bytearray(4096), nsid=7)
+        with pytest.raises(ValueError, match="device memory"):
+            h.read_into(gdx.driver().alloc(4096))
