@@ -651,16 +651,6 @@ static void queue_end(struct rdma_queue *q, const char *why)
 	queue_maybe_reap(q);
 }
 
-static void sq_stats_register(struct rdma_queue *q)
-{
-	char scope[64];
-
-	if (q->sq_stats || !q->sq.ctrl)
-		return;
-	snprintf(scope, sizeof(scope), "nvmf.queue.%u.%u", q->sq.ctrl->cntlid, q->sq.qid);
-	gdx_stats_create(scope, q->sq.ctr, GDX_ARRAY_SIZE(q->sq.ctr), &q->sq_stats);
-}
-
 static void aen_kick(void *handle);
 
 static void reject(struct rdma_cm_id *id, uint16_t sts)
@@ -674,13 +664,10 @@ static void reject(struct rdma_cm_id *id, uint16_t sts)
 static void peer_name(struct rdma_cm_id *id, char *out, size_t n)
 {
 	struct sockaddr *sa = rdma_get_peer_addr(id);
-	char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
 
-	if (sa)
-		getnameinfo(sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
-							    sizeof(struct sockaddr_in),
-			    host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
-	snprintf(out, n, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+	nvmf_target_addr_str(sa, sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+								   sizeof(struct sockaddr_in),
+			     out, n);
 }
 
 /* Sets up the queue pair for a checked connect request and accepts it. */
@@ -987,7 +974,7 @@ static void tick(struct rdma_reactor *r)
 		if (q->state != Q_LIVE)
 			continue;
 		if (q->sq.ctrl) {
-			sq_stats_register(q);
+			nvmf_target_sq_stats(&q->sq, &q->sq_stats);
 			if (nvmf_ctrl_ka_expired(q->sq.ctrl, now))
 				queue_end(q, "controller failed or keep-alive expired");
 		} else if (now - q->born_ns > r->rt->t->handshake_ns) {
@@ -1227,12 +1214,9 @@ static void rdma_tgt_free(struct rdma_tgt *rt)
 static int nvmf_rdma_start(struct gdx_nvmf_target *t)
 {
 	struct rdma_tgt *rt;
-	unsigned nports = 0;
 	int ret;
 
-	for (unsigned i = 0; i < t->core.nports; i++)
-		nports += t->core.ports[i].trtype == GDX_NVMF_TRTYPE_RDMA;
-	if (!nports)
+	if (!nvmf_target_nports(t, GDX_NVMF_TRTYPE_RDMA))
 		return 0;
 	rt = calloc(1, sizeof(*rt));
 	if (!rt)
@@ -1267,25 +1251,11 @@ static int nvmf_rdma_start(struct gdx_nvmf_target *t)
 	}
 	for (unsigned i = 0; i < rt->nreactors; i++) {
 		struct rdma_reactor *r = &rt->reactors[i];
-		int cpu = nvmf_target_reactor_cpu(t, i);
-		pthread_attr_t attr;
 		char name[16];
 
-		/* pinned from its first instruction, as the TCP reactors are */
-		pthread_attr_init(&attr);
-		if (cpu >= 0) {
-			cpu_set_t set;
-
-			CPU_ZERO(&set);
-			CPU_SET(cpu, &set);
-			pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-		}
-		ret = -pthread_create(&r->thread, &attr, reactor_main, r);
-		if (ret == -EINVAL && cpu >= 0) {
-			GDX_WARN(SUBSYS, "rdma reactor %u: cannot pin to CPU %d", i, cpu);
-			ret = -pthread_create(&r->thread, NULL, reactor_main, r);
-		}
-		pthread_attr_destroy(&attr);
+		snprintf(name, sizeof(name), "gdx-nvmf-rdma%u", i % 100u);
+		ret = nvmf_target_reactor_thread(&r->thread, nvmf_target_reactor_cpu(t, i),
+						 reactor_main, r, name);
 		if (ret) {
 			for (unsigned j = 0; j < i; j++) {
 				atomic_store(&rt->reactors[j].stop, true);
@@ -1294,8 +1264,6 @@ static int nvmf_rdma_start(struct gdx_nvmf_target *t)
 			}
 			goto fail;
 		}
-		snprintf(name, sizeof(name), "gdx-nvmf-rdma%u", i % 100u);
-		pthread_setname_np(r->thread, name);
 	}
 	t->rdma = rt;
 	return 0;

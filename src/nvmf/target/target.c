@@ -271,6 +271,60 @@ int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i)
 	return -1;
 }
 
+int nvmf_target_reactor_thread(pthread_t *th, int cpu, void *(*fn)(void *), void *arg,
+			       const char *name)
+{
+	pthread_attr_t attr;
+	int ret;
+
+	pthread_attr_init(&attr);
+	if (cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+		pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	}
+	ret = -pthread_create(th, &attr, fn, arg);
+	if (ret == -EINVAL && cpu >= 0) {
+		GDX_WARN("nvmf", "%s: cannot pin to CPU %d", name, cpu);
+		ret = -pthread_create(th, NULL, fn, arg);
+	}
+	pthread_attr_destroy(&attr);
+	if (!ret)
+		pthread_setname_np(*th, name);
+	return ret;
+}
+
+unsigned nvmf_target_nports(const struct gdx_nvmf_target *t, uint8_t trtype)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < t->core.nports; i++)
+		n += t->core.ports[i].trtype == trtype;
+	return n;
+}
+
+void nvmf_target_addr_str(const struct sockaddr *sa, socklen_t len, char *out, size_t n)
+{
+	char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
+
+	if (sa)
+		getnameinfo(sa, len, host, sizeof(host), port, sizeof(port),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(out, n, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
+}
+
+void nvmf_target_sq_stats(struct nvmf_sq *sq, struct gdx_stats **st)
+{
+	char scope[64];
+
+	if (*st || !sq->ctrl)
+		return;
+	snprintf(scope, sizeof(scope), "nvmf.queue.%u.%u", sq->ctrl->cntlid, sq->qid);
+	gdx_stats_create(scope, sq->ctr, GDX_ARRAY_SIZE(sq->ctr), st);
+}
+
 static const struct nvmf_transport_ops *const transports[] = { &nvmf_tcp_ops, &nvmf_rdma_ops };
 
 const struct nvmf_transport_ops *nvmf_transport_find(const char *name)

@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 
 #include "common/stats.h"
 #include "nvmf/core/core.h"
@@ -86,5 +87,18 @@ struct gdx_nvmf_target {
  * none.
  */
 int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i);
+/*
+ * Starts a transport's reactor thread, pinned to cpu (-1: anywhere) from its
+ * first instruction, named name; a CPU this process may not use is warned
+ * about and the thread runs unpinned.  0 or a negative errno.
+ */
+int nvmf_target_reactor_thread(pthread_t *th, int cpu, void *(*fn)(void *), void *arg,
+			       const char *name);
+/* How many of the target's ports are of trtype. */
+unsigned nvmf_target_nports(const struct gdx_nvmf_target *t, uint8_t trtype);
+/* "192.0.2.1:4420", "[::1]:4420": a peer as the logs name it. */
+void nvmf_target_addr_str(const struct sockaddr *sa, socklen_t len, char *out, size_t n);
+/* Registers a connected queue's counters as nvmf.queue.CNTLID.QID, once. */
+void nvmf_target_sq_stats(struct nvmf_sq *sq, struct gdx_stats **st);
 
 #endif

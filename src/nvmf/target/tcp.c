@@ -1069,16 +1069,6 @@ static void conn_read(struct tcp_conn *c)
 
 /* ---- connections ------------------------------------------------------------------ */
 
-static void sq_stats_register(struct tcp_conn *c)
-{
-	char scope[64];
-
-	if (c->sq_stats || !c->sq.ctrl)
-		return;
-	snprintf(scope, sizeof(scope), "nvmf.queue.%u.%u", c->sq.ctrl->cntlid, c->sq.qid);
-	gdx_stats_create(scope, c->sq.ctr, GDX_ARRAY_SIZE(c->sq.ctr), &c->sq_stats);
-}
-
 static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 {
 	struct tcp_conn *c = calloc(1, sizeof(*c));
@@ -1204,12 +1194,9 @@ static void peer_name(int fd, char *out, size_t n)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
 
-	if (!getpeername(fd, (struct sockaddr *)&ss, &sl))
-		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
-			    NI_NUMERICHOST | NI_NUMERICSERV);
-	snprintf(out, n, "%s:%s", host, port);
+	nvmf_target_addr_str(getpeername(fd, (struct sockaddr *)&ss, &sl) ? NULL :
+			     (struct sockaddr *)&ss, sl, out, n);
 }
 
 static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
@@ -1452,7 +1439,7 @@ static void tick(struct tcp_reactor *r)
 		if (c->wait_head)
 			mark_dirty(c);
 		if (c->sq.ctrl) {
-			sq_stats_register(c);
+			nvmf_target_sq_stats(&c->sq, &c->sq_stats);
 			if (nvmf_ctrl_ka_expired(c->sq.ctrl, now))
 				conn_close(c, "controller failed or keep-alive expired");
 		} else if (now - c->born_ns > r->tgt->handshake_ns) {
@@ -1819,12 +1806,9 @@ static void reactors_free(struct gdx_nvmf_target *t)
 static int nvmf_tcp_start(struct gdx_nvmf_target *t)
 {
 	struct tcp_reactor *r0;
-	unsigned nports = 0;
 	int ret;
 
-	for (unsigned i = 0; i < t->core.nports; i++)
-		nports += t->core.ports[i].trtype == GDX_NVMF_TRTYPE_TCP;
-	if (!nports)
+	if (!nvmf_target_nports(t, GDX_NVMF_TRTYPE_TCP))
 		return 0;
 	r0 = calloc(t->nreactors, sizeof(*t->reactors));
 	if (!r0)
@@ -1867,31 +1851,10 @@ static int nvmf_tcp_start(struct gdx_nvmf_target *t)
 	}
 	for (unsigned i = 0; i < t->nreactors; i++) {
 		struct tcp_reactor *r = &t->reactors[i];
-		pthread_attr_t attr;
+		char name[16];
 
-		/* pinned from its first instruction: no window in which it runs elsewhere */
-		pthread_attr_init(&attr);
-		if (r->cpu >= 0) {
-			cpu_set_t set;
-
-			CPU_ZERO(&set);
-			CPU_SET(r->cpu, &set);
-			pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-		}
-		ret = -pthread_create(&r->thread, &attr, reactor_main, r);
-		if (ret == -EINVAL && r->cpu >= 0) {
-			/* a CPU this process may not use */
-			GDX_WARN("nvmf", "reactor %u: cannot pin to CPU %d", i, r->cpu);
-			r->cpu = -1;
-			ret = -pthread_create(&r->thread, NULL, reactor_main, r);
-		}
-		pthread_attr_destroy(&attr);
-		if (!ret) {
-			char name[16];
-
-			snprintf(name, sizeof(name), "gdx-nvmf-%u", i % 256u); /* reactors <= 256 */
-			pthread_setname_np(r->thread, name);
-		}
+		snprintf(name, sizeof(name), "gdx-nvmf-%u", i % 256u); /* reactors <= 256 */
+		ret = nvmf_target_reactor_thread(&r->thread, r->cpu, reactor_main, r, name);
 		if (ret) {
 			for (unsigned j = 0; j < i; j++) {
 				atomic_store(&t->reactors[j].stop, true);
