@@ -369,6 +369,25 @@ int gdx_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+int gdx_parse_device_spec(const char *spec, size_t *kind_len, int *ordinal)
+{
+	const char *colon = strchr(spec, ':');
+
+	*kind_len = colon ? (size_t)(colon - spec) : strlen(spec);
+	*ordinal = -1;
+	if (colon) {
+		char *end;
+		long n;
+
+		errno = 0;
+		n = strtol(colon + 1, &end, 10);
+		if (errno || end == colon + 1 || *end || n < 0 || n > 1024)
+			return -EINVAL;
+		*ordinal = (int)n;
+	}
+	return 0;
+}
+
 int gdx_parse_bool(const char *s, bool *out)
 {
 	static const char *const yes[] = { "1", "true", "yes", "on" };
@@ -405,7 +424,8 @@ static bool is_choice(const char *choices, const char *v, size_t n)
 
 static int validate(const struct knob *k, const char *v)
 {
-	const char *colon;
+	size_t klen;
+	int ordinal;
 	uint64_t u;
 	bool b;
 
@@ -436,18 +456,9 @@ static int validate(const struct knob *k, const char *v)
 		if (!k->choices)
 			return 0;
 		/* a choice, or a choice and ":N" (a device ordinal, as the device layer reads it) */
-		colon = strchr(v, ':');
-		if (colon) {
-			char *end;
-			long n;
-
-			errno = 0;
-			n = strtol(colon + 1, &end, 10);
-			if (errno || end == colon + 1 || *end || n < 0 || n > 1024)
-				return -EINVAL;
-		}
-		return is_choice(k->choices, v, colon ? (size_t)(colon - v) : strlen(v)) ? 0 :
-			-EINVAL;
+		if (gdx_parse_device_spec(v, &klen, &ordinal))
+			return -EINVAL;
+		return is_choice(k->choices, v, klen) ? 0 : -EINVAL;
 	}
 	return -EINVAL;
 }

@@ -46,6 +46,11 @@ void gdx_config_reset(void);
  */
 int gdx_parse_size(const char *s, uint64_t *out);
 int gdx_parse_bool(const char *s, bool *out);
+/*
+ * A device spec, "kind" or "kind:N": the kind's length and the ordinal N
+ * (-1 when absent); -EINVAL when N is not a number from 0 to 1024.
+ */
+int gdx_parse_device_spec(const char *spec, size_t *kind_len, int *ordinal);
 /* The other way: "4096", "64k", "1M", with the largest binary unit that divides v. */
 void gdx_size_text(uint64_t v, char *buf, size_t len);
 

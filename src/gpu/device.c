@@ -105,20 +105,10 @@ GDX_API int gdx_device_count(const char *kind)
 /* "kind" or "kind:N" -> backend and ordinal (-1 when N is absent). */
 static int parse_spec(const char *spec, const struct gdx_device_ops **ops, int *ordinal)
 {
-	const char *colon = strchr(spec, ':');
-	size_t klen = colon ? (size_t)(colon - spec) : strlen(spec);
+	size_t klen;
 
-	*ordinal = -1;
-	if (colon) {
-		char *end;
-		long n;
-
-		errno = 0;
-		n = strtol(colon + 1, &end, 10);
-		if (errno || end == colon + 1 || *end || n < 0 || n > 1024)
-			return -EINVAL;
-		*ordinal = (int)n;
-	}
+	if (gdx_parse_device_spec(spec, &klen, ordinal))
+		return -EINVAL;
 	if (klen == 4 && !strncmp(spec, "auto", 4)) {
 		*ops = NULL;
 		return 0;
