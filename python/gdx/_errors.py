@@ -5,16 +5,25 @@ A gdx call fails with a negative errno or with one of the library's own codes
 (below -10000, see gdx/status.h).  For an errno the exception is also the
 OSError subclass Python has for it (FileNotFoundError for ENOENT, ...), with
 .errno set; for a library code .errno is None.  .status is the gdx code either way.
+A command the NVMe controller failed carries its status (SCT << 8 | SC, as
+nvme-cli prints it) in .nvme_status; None for every other failure.
 """
 import errno as _errno
 
 _E_BASE = -10000
+_E_NVME_BASE = -20000  # GDX_E_NVME(status) = _E_NVME_BASE - status
 
 
 class GdxError(OSError):
     """A libgdx call failed; .status is its (negative) gdx status code."""
 
     status = 0
+
+    @property
+    def nvme_status(self):
+        """The NVMe status of a command the controller failed, else None."""
+        s = _E_NVME_BASE - self.status
+        return s if 0 <= s <= 0x7ff else None
 
     def __str__(self):
         if self.errno is not None:

@@ -84,14 +84,16 @@ def test_device_memory(target, drv, tmp_path):
 def test_errors(target):
     with pytest.raises(gdx.GdxError) as ei:
         gdx.nvmf.Host("127.0.0.1", target, "nqn.2026-12.io.gdx:nobody")
-    assert ei.value.status < 0
+    assert ei.value.nvme_status == 0x182        # Connect Invalid Parameters
+    assert "Connect Invalid Parameters" in str(ei.value)
     with pytest.raises(ConnectionRefusedError):
         gdx.nvmf.Host("127.0.0.1", free_port(), NQN)
     with pytest.raises(ValueError, match="tcp"):
         gdx.nvmf.Host("127.0.0.1", target, NQN, transport="rdma")
     with gdx.nvmf.Host("127.0.0.1", target, NQN) as h:
-        with pytest.raises(gdx.GdxError):
+        with pytest.raises(gdx.GdxError) as ei:
             h.read_into(bytearray(4096), 16 << 20)   # past the namespace's end
+        assert ei.value.nvme_status == 0x80         # LBA Out of Range
         with pytest.raises(gdx.GdxError):
             h.read_into(bytearray(4096), nsid=7)
         with pytest.raises(ValueError, match="device memory"):
