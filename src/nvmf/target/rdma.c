@@ -165,6 +165,7 @@ struct rdma_reactor {
 	struct handoff *handoff;
 	unsigned nhandoff, handoff_cap;
 	struct rdma_queue *queues;
+	bool polling;		/* inside a --poll-us window: completion queues left unarmed */
 	struct rdma_queue **reap;
 	unsigned nreap, reap_cap;
 };
@@ -539,19 +540,30 @@ static void handle_wc(struct rdma_queue *q, const struct ibv_wc *wc)
 	}
 }
 
-static void poll_cq(struct rdma_queue *q)
+/* Handles what the queue's completion queue holds; how many completions. */
+static unsigned poll_cq(struct rdma_queue *q)
 {
 	struct ibv_wc wc[32];
+	unsigned total = 0;
 	int n;
 
 	do {
 		n = ibv_poll_cq(q->cq, (int)GDX_ARRAY_SIZE(wc), wc);
 		for (int i = 0; i < n; i++)
 			handle_wc(q, &wc[i]);
+		total += n > 0 ? (unsigned)n : 0;
 	} while (n == (int)GDX_ARRAY_SIZE(wc));
+	return total;
 }
 
-static void cq_events(struct rdma_cc *c)
+/* Asks for an event at the next completion, then looks once more: none is missed. */
+static void arm_cq(struct rdma_queue *q)
+{
+	if (!q->reaped && !ibv_req_notify_cq(q->cq, 0))
+		poll_cq(q);
+}
+
+static void cq_events(struct rdma_reactor *r, struct rdma_cc *c)
 {
 	struct ibv_cq *cq;
 	void *ctx;
@@ -563,9 +575,9 @@ static void cq_events(struct rdma_cc *c)
 		if (q->reaped)
 			continue;
 		poll_cq(q);
-		/* re-armed, then polled again: a completion between the two is not lost */
-		if (!q->reaped && !ibv_req_notify_cq(cq, 0))
-			poll_cq(q);
+		/* a polling reactor looks at every queue each iteration: no event needed */
+		if (!r->polling)
+			arm_cq(q);
 	}
 }
 
@@ -1011,7 +1023,7 @@ static int handle_events(struct rdma_reactor *r, int timeout_ms)
 			queue_events(r);
 			break;
 		case EV_CQ:
-			cq_events(GDX_CONTAINER_OF(ev, struct rdma_cc, ev));
+			cq_events(r, GDX_CONTAINER_OF(ev, struct rdma_cc, ev));
 			break;
 		case EV_WAKE: {
 			uint64_t v;
@@ -1031,6 +1043,17 @@ static int handle_events(struct rdma_reactor *r, int timeout_ms)
 		nvmf_ioctx_flush(r->ioctx);
 	reap(r);
 	return n;
+}
+
+/* Polls every queue's completion queue; whether any had completions. */
+static bool poll_queues(struct rdma_reactor *r)
+{
+	unsigned n = 0;
+
+	for (struct rdma_queue *q = r->queues; q; q = q->next)
+		if (!q->reaped)
+			n += poll_cq(q);
+	return n > 0;
 }
 
 /* Ends every queue and waits, bounded, for them to drain; frees what is left. */
@@ -1056,6 +1079,7 @@ static void reactor_drain(struct rdma_reactor *r)
 	for (struct rdma_queue *q = r->queues; q; q = q->next)
 		queue_end(q, "target stopping");
 	while (r->queues && gdx_now_ns() < deadline) {
+		poll_queues(r);		/* completion queues a polling reactor left unarmed */
 		handle_events(r, 10);
 		reap_overdue(r, gdx_now_ns());
 		reap(r);
@@ -1071,9 +1095,10 @@ static void reactor_drain(struct rdma_reactor *r)
 
 /*
  * A reactor sleeps in epoll_wait until a completion channel, the CM or its
- * wake-up fires; with --poll-us it keeps polling (epoll_wait with no
- * timeout) for that long after each event, so a command that follows soon
- * is served without a wake-up.
+ * wake-up fires.  With --poll-us it keeps polling for that long after each
+ * event: it reads the completion queues itself and leaves them unarmed, so a
+ * command costs no event read, no re-arm and no wake-up (each a system call,
+ * or an emulated device's trap); it arms them all again before it sleeps.
  */
 static void *reactor_main(void *arg)
 {
@@ -1085,8 +1110,16 @@ static void *reactor_main(void *arg)
 		uint64_t now = gdx_now_ns();
 		int timeout = now >= next_tick ? 0 : (int)((next_tick - now) / 1000000) + 1;
 
-		if (now - last_event < poll_ns)
+		if (now - last_event < poll_ns) {
+			r->polling = true;
 			timeout = 0;
+			if (poll_queues(r))
+				last_event = now;
+		} else if (r->polling) {
+			r->polling = false;
+			for (struct rdma_queue *q = r->queues; q; q = q->next)
+				arm_cq(q);
+		}
 		if (handle_events(r, timeout) > 0)
 			last_event = gdx_now_ns();
 		if (gdx_now_ns() >= next_tick) {
