@@ -13,6 +13,12 @@ copy ceiling measured in the same run.  Then gdx.File.read_into of one 4 GiB
 torch tensor against `gdx bench file` (the C library's figure) on the same
 file.  Every result is a JSON line; a table of them comes last.  A load counts
 the bytes of the tensors over the time from the call to torch.cuda.synchronize().
+
+Each load starts with the memory of the one before it given back to the driver
+(torch.cuda.empty_cache()) and a pause of SETTLE_S: memory freed and allocated
+again at once was written ~20 ms slower per 8.6 GB on the H200, whatever
+loaded it (docs/measurements/python.md).  The hot gdx loads are also timed
+without the pause ("right after a free"), so both figures stand in the table.
 """
 import argparse
 import json
@@ -31,6 +37,7 @@ import gdx.safetensors
 import safetensors.torch
 
 GB = 1e9
+SETTLE_S = 1.0
 results = []
 
 
@@ -130,6 +137,13 @@ def release():
     torch.cuda.empty_cache()
 
 
+def settle():
+    """The last load's memory back to the driver, then time for the driver's own
+    work on it, so that the next load does not wait for it."""
+    release()
+    time.sleep(SETTLE_S)
+
+
 def check_same(a, b):
     assert set(a) == set(b)
     for k in a:
@@ -146,9 +160,16 @@ def load_gds(path, nbytes, start):
     return storage
 
 
-def breakdown(path, device="cuda:0"):
-    """Where one gdx load's time goes: the steps of gdx.safetensors.load_file, timed apart."""
+def breakdown(path, where, settled, device="cuda:0"):
+    """Where one gdx load's time goes: the steps of gdx.safetensors.load_file, timed
+    apart, with the file driver's counters over them (where the wheel has them)."""
     gst = gdx.safetensors
+    counters = getattr(gdx.driver(device), "counters", dict)
+    if settled:
+        settle()
+    else:
+        release()
+    c0 = counters()
     marks = [time.perf_counter()]
     f = gdx.File(path, device=device)
     marks.append(time.perf_counter())
@@ -166,11 +187,13 @@ def breakdown(path, device="cuda:0"):
     took = f.last_path["path"]
     f.close()
     marks.append(time.perf_counter())
+    c1 = counters()
     steps = ["open", "header", "alloc", "read", "views", "close"]
     emit(breakdown_ms={k: round((b - a) * 1e3, 2) for k, a, b in zip(steps, marks, marks[1:])},
-         read_gbps=round(size / (marks[4] - marks[3]) / GB, 2), path=took)
+         where=where, settled=settled, total_ms=round((marks[-1] - marks[0]) * 1e3, 2),
+         read_gbps=round(size / (marks[4] - marks[3]) / GB, 2), path=took,
+         counters={k: v - c0.get(k, 0) for k, v in c1.items() if v != c0.get(k, 0)})
     del sd, base
-    release()
 
 
 def bench_loads(path, where, cache, reps, nbytes, start):
@@ -186,28 +209,36 @@ def bench_loads(path, where, cache, reps, nbytes, start):
     release()
     # gdx
     for _ in range(reps):
+        settle()
         if cache == "cold":
             drop_cache(path)
         t, sd = timed(lambda: gdx.safetensors.load_file(path, device="cuda:0"))
         emit(loader="gdx", gbps=round(nbytes / t / GB, 2), ratio=round(nbytes / t / GB / ceiling, 3),
              seconds=round(t, 3), **base)
         del sd
-        release()
     if cache == "hot":
-        breakdown(path)
+        for _ in range(reps):
+            release()
+            t, sd = timed(lambda: gdx.safetensors.load_file(path, device="cuda:0"))
+            emit(loader="gdx, right after a free", gbps=round(nbytes / t / GB, 2),
+                 ratio=round(nbytes / t / GB / ceiling, 3), seconds=round(t, 3), **base)
+            del sd
+        for settled in (True, False):
+            breakdown(path, where, settled)
     # safetensors' own
     for _ in range(max(1, reps // 2)):
+        settle()
         if cache == "cold":
             drop_cache(path)
         t, sd = timed(lambda: safetensors.torch.load_file(path, device="cuda"))
         emit(loader="safetensors", gbps=round(nbytes / t / GB, 2),
              ratio=round(nbytes / t / GB / ceiling, 3), seconds=round(t, 3), **base)
-        if cache == "hot" and where == "tmpfs":
+        if cache == "hot" and "tmpfs" in where:
             check_same(gdx.safetensors.load_file(path, device="cuda:0"), sd)
             emit(check="gdx tensors == safetensors tensors (bytes, dtype, shape)", ok=True,
                  tensors=len(sd))
         del sd
-        release()
+    settle()
     # torch's GPUDirect Storage binding
     if cache == "cold":
         drop_cache(path)
@@ -264,6 +295,7 @@ def main():
     ap.add_argument("--dirs", default="/dev/shm,/var/tmp")
     ap.add_argument("--gdx", default=shutil.which("gdx"), help="the gdx CLI, for its bench")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-cold", action="store_true", help="hot figures only")
     a = ap.parse_args()
     total = int(float(a.size.rstrip("G")) * (1 << 30))
     # Opened once per process (cuFile's driver too): a loader's first call pays
@@ -286,7 +318,7 @@ def main():
             emit(generated=path, fs=fs, gb=round(nbytes / GB, 2), tensors=count,
                  seconds=round(time.perf_counter() - t0, 1))
             bench_loads(path, where, "hot", a.reps, nbytes, start)
-            if fs != "tmpfs":
+            if fs != "tmpfs" and not a.no_cold:
                 bench_loads(path, where, "cold", 2, nbytes, start)
                 j = bench_cli(a.gdx, path, "cold", "64M", 4)
                 if j:
@@ -316,6 +348,13 @@ def print_table():
                                 " (timed pieces)") if "chunk" in r else ""),
                 r.get("where", ""), r.get("cache", ""), r["gbps"], r.get("ceiling_gbps", ""),
                 r.get("ratio", "")))
+    print("\n| one gdx load, steps (ms) | file | after | total | read GB/s |")
+    print("|---|---|---|---|---|")
+    for r in results:
+        if "breakdown_ms" in r:
+            print("| %s | %s | %s | %s | %s |" % (
+                ", ".join("%s %s" % kv for kv in r["breakdown_ms"].items()), r["where"],
+                "a pause" if r["settled"] else "a free", r["total_ms"], r["read_gbps"]))
     sys.stdout.flush()
 
 

@@ -171,10 +171,35 @@ static PyObject *driver_alloc(PyObject *o, PyObject *args, PyObject *kw)
 	return (PyObject *)gdxpy_array_new((struct gdxpy_driver *)o, (size_t)n, host);
 }
 
+/* The file driver's counters (gdx_file_driver_counter): where a transfer's time went. */
+static PyObject *driver_counters(PyObject *o, PyObject *unused)
+{
+	struct gdx_file_driver *drv = ((struct gdxpy_driver *)o)->drv;
+	PyObject *d = PyDict_New();
+	const char *name;
+	uint64_t v;
+
+	(void)unused;
+	for (unsigned i = 0; d && !gdx_file_driver_counter(drv, i, &name, &v); i++) {
+		PyObject *n = PyLong_FromUnsignedLongLong(v);
+
+		if (!n || PyDict_SetItemString(d, name, n) < 0) {
+			Py_XDECREF(n);
+			Py_CLEAR(d);
+			break;
+		}
+		Py_DECREF(n);
+	}
+	return d;
+}
+
 static PyMethodDef driver_methods[] = {
 	{ "describe", driver_describe, METH_NOARGS,
 	  "The backends that initialised, and why each other one did not." },
 	{ "props", driver_props, METH_NOARGS, "The device's properties as a dict." },
+	{ "counters", driver_counters, METH_NOARGS,
+	  "The file driver's counters since it opened, {name: value} (reads, bytes per path,\n"
+	  "copies, nanoseconds spent in each step)." },
 	{ "alloc", (PyCFunction)(void (*)(void))driver_alloc, METH_VARARGS | METH_KEYWORDS,
 	  "alloc(nbytes, host=False) -> DeviceArray: uninitialised memory of this device\n"
 	  "(or page-aligned host memory)." },

@@ -477,6 +477,20 @@ def test_one_driver_per_device(drv):
     assert gdx.driver(drv.kind) is drv or drv.ordinal != 0
 
 
+def test_driver_counters_count_a_read(drv, tmp_path, payload):
+    p, data = payload(tmp_path, 3000)
+    before = drv.counters()
+    assert {"reads", "bytes_host", "copies", "preads"} <= set(before)
+    assert all(type(v) is int and v >= 0 for v in before.values())
+    buf = bytearray(3000)
+    with gdx.File(p) as f:
+        assert f.read_into(buf, 0) == 3000
+    after = drv.counters()
+    assert bytes(buf) == data
+    assert after["reads"] - before["reads"] == 1
+    assert after["bytes_host"] - before["bytes_host"] == 3000
+
+
 # ---- config ----------------------------------------------------------------
 
 def test_config_get_set():

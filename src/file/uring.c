@@ -1548,7 +1548,7 @@ static ssize_t run_split(struct ur_drv *ud, struct ur_file *uf, struct gdx_file_
 {
 	struct split sp = { .ud = ud, .size = io->size, .ahead = GDX_MAX(uf->pc_depth, 1u),
 			    .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
-	off_t end = io->off + (off_t)io->size, from = io->off, to = end;
+	off_t end = io->off + (off_t)io->size, from = io->off, to = end, grid;
 	off_t head = GDX_ALIGN_UP(from, (off_t)GDX_FILE_DIO_ALIGN);
 	off_t tail = GDX_ALIGN_DOWN(end, (off_t)GDX_FILE_DIO_ALIGN);
 	unsigned k, nreg = uf->pc_threads, nedges = 0;
@@ -1567,7 +1567,16 @@ static ssize_t run_split(struct ur_drv *ud, struct ur_file *uf, struct gdx_file_
 		from = head;
 		to = tail;
 	}
-	sp.npieces = nedges + (unsigned)(((size_t)(to - from) + psz - 1) / psz);
+	/*
+	 * Pieces are cut at page multiples of the file, wherever the I/O starts
+	 * (a checkpoint's data follows a header of any length): a piece cut off
+	 * the page grid ends in a chunk of the few bytes up to the grid, one
+	 * more storage read and copy per piece, and cold reads would round both
+	 * ends of every piece out to O_DIRECT's alignment.  Only the first piece
+	 * is shorter.
+	 */
+	grid = GDX_ALIGN_DOWN(from, (off_t)PG);
+	sp.npieces = nedges + (unsigned)(((size_t)(to - grid) + psz - 1) / psz);
 	sp.pieces = calloc(sp.npieces, sizeof(*sp.pieces));
 	if (!sp.pieces)
 		return run_one(ud, io);
@@ -1581,8 +1590,9 @@ static ssize_t run_split(struct ur_drv *ud, struct ur_file *uf, struct gdx_file_
 			at = h ? io->off : tail;
 			stop = h ? head : end;
 		} else {
-			at = from + (off_t)((size_t)(k - nedges) * psz);
+			at = grid + (off_t)((size_t)(k - nedges) * psz);
 			stop = GDX_MIN(at + (off_t)psz, to);
+			at = GDX_MAX(at, from);
 		}
 		*p = *io;
 		p->off = at;

@@ -2000,6 +2000,60 @@ static void driver_counters(void **state)
 	assert_int_equal(after[1] - before[1], 2 * sizeof(h));
 }
 
+static uint64_t counter(struct gdx_file_driver *d, const char *want)
+{
+	const char *name;
+	uint64_t v;
+
+	for (unsigned i = 0; !gdx_file_driver_counter(d, i, &name, &v); i++)
+		if (!strcmp(name, want))
+			return v;
+	fail_msg("no counter %s", want);
+	return 0;
+}
+
+/*
+ * A split read from an offset off the page grid (a checkpoint's data, after
+ * a header of any length) still cuts its pieces on the grid: each 1 MiB
+ * piece is four 256 KiB chunks, not four and the 100 bytes up to the next
+ * piece, one more pread and copy per piece.
+ */
+static void split_pieces_on_grid(void **state)
+{
+	const size_t off = 100, n = (8u << 20) - off;
+	unsigned char *host = malloc(n);
+	struct gdx_file_driver *d2;
+	struct gdx_file_io_info info;
+	struct gdx_file_opts o;
+	struct gdx_file *f;
+	char pc_threads[32];
+	uint64_t preads;
+	void *d;
+
+	(void)state;
+	/* A driver of its own: the split contexts take file.split_chunk when made. */
+	assert_int_equal(gdx_config_set("file.split_chunk", "256K"), 0);
+	/* Every worker copies with the CPU, each chunk one pread (the knob is read at open). */
+	assert_true(gdx_config_get("file.pagecache_threads", pc_threads, sizeof(pc_threads)) > 0);
+	assert_int_equal(gdx_config_set("file.pagecache_threads", "0"), 0);
+	assert_int_equal(gdx_file_driver_open(dev, NULL, &d2), 0);
+	gdx_file_opts_init(&o, sizeof(o));
+	o.backend = "uring";
+	assert_int_equal(gdx_file_open(d2, shm_path, &o, &f), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	preads = counter(d2, "preads");
+	check_dev_read(f, d, host, off, n, &info);
+	assert_int_equal(info.bytes[GDX_FILE_PATH_BOUNCE], n);
+	assert_non_null(strstr(info.why, "by pread on the worker"));
+	assert_int_equal(counter(d2, "preads") - preads, 8 * 4);
+	gdx_file_close(f);
+	gdx_file_driver_close(d2);
+	assert_int_equal(gdx_config_set("file.split_chunk", NULL), 0);
+	assert_int_equal(gdx_config_set("file.pagecache_threads", pc_threads), 0);
+	gdx_device_free(dev, d);
+	free(host);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2009,6 +2063,7 @@ int main(void)
 		cmocka_unit_test(reads_posix),
 		cmocka_unit_test(path_reporting),
 		cmocka_unit_test(driver_counters),
+		cmocka_unit_test(split_pieces_on_grid),
 		cmocka_unit_test(register_refused),
 		cmocka_unit_test(strict_mode),
 		cmocka_unit_test(writes),
