@@ -171,6 +171,13 @@ struct gdx_nvmf_host_opts {
 	int hdr_digest;			/* -1: knob nvmf.host.hdr_digest */
 	int data_digest;		/* -1: knob nvmf.host.data_digest */
 	unsigned connect_timeout_ms;	/* TCP connect + ICResp + Connect; 0: knob */
+	/*
+	 * "tcp" (NULL) or "rdma": NVMe/RDMA, one RC queue pair per queue by
+	 * rdma_cm; the controller moves the data by RDMA into and out of the
+	 * caller's host or pinned buffers (digests do not apply).  Device memory
+	 * over RDMA is not served yet (-EOPNOTSUPP).
+	 */
+	const char *transport;
 };
 GDX_API void gdx_nvmf_host_opts_init(struct gdx_nvmf_host_opts *o, size_t struct_size);
 

@@ -109,7 +109,9 @@ expect 1 "--length 512 is not a multiple of the block size of namespace 1 (4096 
 expect 1 "cannot resolve address 'no-such-host.invalid'" nvmf read -a no-such-host.invalid -n $NQN -l 4k
 expect 1 "connect to $NQN at 127.0.0.1:1: Connection refused" nvmf read -a 127.0.0.1 -s 1 -n $NQN -l 4k
 expect 2 "port '99999' is not a number from 1 to 65535" nvmf read -a 127.0.0.1 -s 99999 -n $NQN -l 4k
-expect 2 "transport 'rdma' is not served (only tcp)" nvmf read -t rdma -a 127.0.0.1 -n $NQN -l 4k
+expect 2 "transport 'fc' is not served (tcp or rdma)" nvmf read -t fc -a 127.0.0.1 -n $NQN -l 4k
+# no RDMA device here: the connect fails and says where to look
+expect 1 "are the RDMA modules loaded?" nvmf read -t rdma -a 127.0.0.1 -n $NQN -l 4k
 expect 2 "gdx nvmf read: unknown option '--bogus'" nvmf read "${A[@]}" --bogus
 expect 2 "gdx nvmf read: --length '4q' is not a byte count" nvmf read "${A[@]}" -l 4q
 expect 2 "gdx nvmf write: --mem 'gpu:x': not host, pinned or gpu:N" \

@@ -57,7 +57,7 @@ struct hopt {
 };
 
 static const struct hopt hopts[] = {
-	{ "transport", 't', "TYPE", C_ALL, "transport: tcp (the only one)" },
+	{ "transport", 't', "TYPE", C_ALL, "transport: tcp (default) or rdma" },
 	{ "traddr", 'a', "ADDR", C_ALL, "target address (name, IPv4 or IPv6)" },
 	{ "trsvcid", 's', "PORT", C_DISC,
 	  "discovery port (default 8009; the gdx target serves discovery on its listen port)" },
@@ -196,11 +196,12 @@ static int parse(int argc, char **argv, struct hopts *h, const char *cmd)
 
 		switch (c) {
 		case 't':
-			if (strcmp(optarg, "tcp")) {
-				fprintf(stderr, "%s: transport '%s' is not served (only tcp)\n", h->cmd,
-					optarg);
+			if (strcmp(optarg, "tcp") && strcmp(optarg, "rdma")) {
+				fprintf(stderr, "%s: transport '%s' is not served (tcp or rdma)\n",
+					h->cmd, optarg);
 				return 2;
 			}
+			h->o.transport = optarg;
 			break;
 		case 'a': h->addr = optarg; break;
 		case 's':

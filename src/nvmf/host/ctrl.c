@@ -940,6 +940,7 @@ static unsigned default_queues(struct gdx_device *dev)
 static int params(struct nh_params *p, const char *addr, const char *svc, const char *subnqn,
 		  const struct gdx_nvmf_host_opts *o)
 {
+	const char *tr;
 	int hd, dd;
 
 	if (!addr || !svc || !subnqn || strlen(subnqn) >= 223 || strlen(addr) >= sizeof(p->addr) ||
@@ -967,6 +968,10 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 	p->max_retries = OPT(o, max_retries, (unsigned)gdx_cfg_int("nvmf.host.max_retries"));
 	p->connect_timeout_ms = OPT(o, connect_timeout_ms,
 				    (unsigned)gdx_cfg_int("nvmf.host.connect_timeout_ms"));
+	tr = OPT(o, transport, NULL);
+	if (tr && strcmp(tr, "tcp") && strcmp(tr, "rdma"))
+		return -EPROTONOSUPPORT;
+	p->rdma = tr && !strcmp(tr, "rdma");
 	hd = o && o->struct_size >= offsetof(struct gdx_nvmf_host_opts, hdr_digest) + sizeof(int)
 		? o->hdr_digest : -1;
 	dd = o && o->struct_size >= offsetof(struct gdx_nvmf_host_opts, data_digest) + sizeof(int)

@@ -70,11 +70,14 @@ struct nh_slot {
 
 enum nh_qstate { NH_Q_LIVE, NH_Q_DEAD };
 
+struct nh_rdma;
+
 struct nh_queue {
 	struct nh_ctrl *ctrl;
 	uint16_t qid;
 	unsigned depth;
-	int fd;
+	int fd;				/* TCP; -1 over RDMA */
+	struct nh_rdma *rdma;		/* RDMA (rdma.c); NULL over TCP */
 	struct gdx_tcp_params tp;	/* negotiated by ICReq/ICResp */
 	size_t inline_max;
 
@@ -187,6 +190,7 @@ struct nh_params {
 	unsigned connect_timeout_ms;
 	unsigned max_retries;
 	bool hdgst, ddgst;
+	bool rdma;			/* the NVMe/RDMA transport (rdma.c), else TCP */
 	bool discovery;
 	bool sqflow_off;
 	size_t max_io;
@@ -285,6 +289,26 @@ int nh_queue_init_mem(struct nh_queue *q, unsigned depth);
 int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev);
 void nh_queue_free_mem(struct nh_queue *q);
 int nh_queue_counters_json(struct nh_queue *q, char *buf, size_t len);
+/* The slot of a command ID in flight, or NULL. */
+struct nh_slot *nh_queue_find_slot(struct nh_queue *q, uint16_t cid);
+/* Completes the command in s with a response's status and DW0/DW1. */
+void nh_queue_complete_cqe(struct nh_queue *q, struct nh_slot *s, uint16_t status,
+			   uint64_t result);
+
+/*
+ * The NVMe/RDMA transport of a queue (rdma.c): open connects the queue pair
+ * (QID and sizes in the CM request) and sets q->rdma; send posts the command
+ * in slot idx with a keyed SGL over r's buffer; slot_done drops that buffer's
+ * registration; the receive loop completes commands from their CQEs until the
+ * queue ends; kill makes it end; close frees it all after the loop stopped.
+ */
+int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms);
+int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sqe,
+		 struct nh_req *r);
+void nh_rdma_slot_done(struct nh_queue *q, unsigned idx);
+int nh_rdma_rx_loop(struct nh_queue *q);
+void nh_rdma_kill(struct nh_queue *q);
+void nh_rdma_close(struct nh_queue *q);
 
 /* ctrl.c */
 void nh_req_complete(struct nh_req *r, int result);

@@ -455,6 +455,13 @@ int nh_queue_open(struct nh_ctrl *c, uint16_t qid, unsigned depth, struct nh_que
 	rc = nh_queue_init_mem(q, depth);
 	if (rc)
 		goto fail;
+	if (c->p.rdma) {
+		rc = nh_rdma_open(q, c->p.connect_timeout_ms);
+		if (rc)
+			goto fail;
+		*out = q;
+		return 0;
+	}
 	rc = tcp_connect(c->p.addr, c->p.svc, c->p.connect_timeout_ms, &q->fd);
 	if (rc) {
 		/* the caller says whether this is fatal (first connect) or expected (reconnect) */
@@ -540,6 +547,7 @@ void nh_queue_kill(struct nh_queue *q, int err)
 	pthread_mutex_unlock(&q->lock);
 	if (q->fd >= 0)
 		shutdown(q->fd, SHUT_RDWR);
+	nh_rdma_kill(q);
 }
 
 /*
@@ -589,6 +597,20 @@ static int queue_send(struct nh_queue *q, struct nh_req *r, bool wait)
 	__atomic_store_n(&q->inflight, q->inflight + 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&q->lock);
 
+	if (q->rdma) {
+		sqe = r->sqe;
+		sqe.cid = s->cid;
+		gdx_counter_add(&q->cnt[NH_CNT_CMDS], 1);
+		r->t_sent = r->t_sub ? gdx_now_ns() : 0;
+		r->t_data = r->t_post = 0;
+		rc = nh_rdma_send(q, idx, &sqe, r);
+		if (rc) {
+			/* the slot stays taken: tearing the queue down hands r back exactly once */
+			GDX_WARN(SUB, "queue %u: send: %s", q->qid, gdx_strerror(rc));
+			nh_queue_kill(q, rc);
+		}
+		return 0;
+	}
 	inl = r->write && r->len && r->len <= q->inline_max;
 	sqe = r->sqe;
 	sqe.cid = s->cid;
@@ -626,6 +648,10 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	 * (NH_SUBMIT_DEFER).  What sits in the backlog was set up before it was
 	 * queued, so sending it later never sets anything up.
 	 */
+	if (r->mem == NH_MEM_DEVICE && q->rdma) {
+		GDX_ERR(SUB, "queue %u: NVMe/RDMA into device memory is not served yet", q->qid);
+		return -EOPNOTSUPP;
+	}
 	if (r->mem == NH_MEM_DEVICE && !__atomic_load_n(&q->dev, __ATOMIC_ACQUIRE)) {
 		if (in_rx)
 			return NH_SUBMIT_DEFER;
@@ -660,7 +686,7 @@ static int proto_err(struct gdx_tcp_err *e, uint16_t fes, uint32_t fei, const ch
 }
 
 /* Finds the slot a controller PDU names; NULL for an unknown or stale CID. */
-static struct nh_slot *find_slot(struct nh_queue *q, uint16_t cid)
+struct nh_slot *nh_queue_find_slot(struct nh_queue *q, uint16_t cid)
 {
 	unsigned idx = cid & CID_IDX_MASK;
 	struct nh_slot *s;
@@ -1036,6 +1062,9 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 	struct nh_req *r;
 	bool backlog;
 
+	/* the buffer's registration ends before the slot can be taken again */
+	if (q->rdma)
+		nh_rdma_slot_done(q, (unsigned)(s - q->slots));
 	pthread_mutex_lock(&q->lock);
 	r = s->req;
 	s->req = NULL;
@@ -1195,7 +1224,7 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 			   const struct gdx_tcp_pdu_info *info, struct gdx_tcp_err *e)
 {
 	const struct gdx_tcp_data *d = &pdu->data;
-	struct nh_slot *s = find_slot(q, d->cccid);
+	struct nh_slot *s = nh_queue_find_slot(q, d->cccid);
 	struct nh_req *r;
 	uint32_t crc = 0, dd = 0;
 	int rc;
@@ -1262,7 +1291,7 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 static int handle_rsp(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct gdx_tcp_err *e)
 {
 	const struct gdx_nvme_cqe *cqe = &pdu->rsp.cqe;
-	struct nh_slot *s = find_slot(q, cqe->cid);
+	struct nh_slot *s = nh_queue_find_slot(q, cqe->cid);
 	uint16_t st = (uint16_t)(cqe->status >> 1);
 	struct nh_req *r;
 
@@ -1280,17 +1309,25 @@ static int handle_rsp(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct g
 	}
 	if (!(st & 0x7ff) && s->ddgst_err)
 		st = GDX_NVME_SC_DATA_XFER_ERROR;
-	r->status = st;
-	r->dw01 = cqe->result;
-	complete_slot(q, s, nh_status_to_err(st));
+	nh_queue_complete_cqe(q, s, st, cqe->result);
 	return 0;
+}
+
+void nh_queue_complete_cqe(struct nh_queue *q, struct nh_slot *s, uint16_t status,
+			   uint64_t result)
+{
+	struct nh_req *r = s->req;
+
+	r->status = status;
+	r->dw01 = result;
+	complete_slot(q, s, nh_status_to_err(status));
 }
 
 /* R2T: send the requested range of a write as H2CData PDUs of at most MAXH2CDATA. */
 static int handle_r2t(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct gdx_tcp_err *e)
 {
 	const struct gdx_tcp_r2t *t = &pdu->r2t;
-	struct nh_slot *s = find_slot(q, t->cccid);
+	struct nh_slot *s = nh_queue_find_slot(q, t->cccid);
 	struct nh_req *r;
 	int rc = 0;
 
@@ -1476,7 +1513,11 @@ fatal:
 
 int nh_queue_rx_loop(struct nh_queue *q)
 {
-	int rc = rx_loop(q);
+	int rc;
+
+	if (q->rdma)
+		return nh_rdma_rx_loop(q);
+	rc = rx_loop(q);
 
 	/* copies held back for a batch go out now: held reads wait for nothing else */
 	if (q->npend && ring_flush(q))
@@ -1563,6 +1604,7 @@ void nh_queue_close(struct nh_queue *q, nh_reap_fn fn)
 	if (q->fd >= 0)
 		close(q->fd);
 	q->fd = -1;
+	nh_rdma_close(q);
 	nh_queue_free_mem(q);
 	free(q);
 }

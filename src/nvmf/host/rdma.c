@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The NVMe/RDMA side of a host queue (the NVMe-oF RDMA transport binding).
+ *
+ * queue.c keeps what is transport-free (slots, CIDs, the backlog, timeouts,
+ * completion and reaping); this file replaces the TCP socket with an RC queue
+ * pair set up by rdma_cm, whose connect request carries the queue's QID and
+ * sizes.  A command goes out as a SEND of its 64-byte SQE from a registered
+ * slot; its data is described by a keyed SGL over the caller's buffer,
+ * registered for the command and deregistered when it completes, so the
+ * controller moves the data itself (RDMA WRITE into a read's buffer, RDMA
+ * READ from a write's) and no byte passes through this process.  Responses
+ * come back as RECVs of 16-byte CQEs.
+ *
+ * Keys are never handed to the controller to invalidate (plain keyed data
+ * blocks, subtype 0): a memory region from ibv_reg_mr cannot be invalidated
+ * remotely; it is deregistered here once the command is done.
+ *
+ * Device memory is not served yet: it needs a registration of device memory
+ * with the NIC (dma-buf) or the staging module's bounce (issue 18).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "nvmf/host/host.h"
+#include "nvmf/proto/rdma.h"
+
+#define SUB "nvmf-host"
+
+struct nh_rdma {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cc;
+	struct ibv_cq *cq;
+	int killfd;			/* written by nh_rdma_kill: the receiver stops waiting */
+	unsigned nrecv;			/* receives posted, one CQE each */
+	struct gdx_nvme_cqe *rsps;	/* nrecv receive buffers */
+	struct ibv_mr *rsp_mr;
+	struct gdx_nvme_sqe *cmds;	/* one per slot */
+	struct ibv_mr *cmd_mr;
+	struct ibv_mr **data_mr;	/* the data of the command in each slot, or NULL */
+};
+
+/* wr_id of sends: the slot index; receives: this bit and the buffer index. */
+#define WR_RECV (1ull << 32)
+
+static int wait_cm(struct nh_rdma *t, enum rdma_cm_event_type want, unsigned timeout_ms,
+		   int *rej)
+{
+	struct pollfd p = { .fd = t->ch->fd, .events = POLLIN };
+	struct rdma_cm_event *ev;
+	int rc;
+
+	rc = poll(&p, 1, (int)timeout_ms);
+	if (rc <= 0)
+		return rc ? -errno : -ETIMEDOUT;
+	if (rdma_get_cm_event(t->ch, &ev))
+		return -errno;
+	rc = ev->event == want ? 0 : -ECONNREFUSED;
+	if (ev->event == RDMA_CM_EVENT_REJECTED && rej)
+		*rej = gdx_rdma_cm_rej_parse(ev->param.conn.private_data,
+					     ev->param.conn.private_data_len);
+	if (rc)
+		GDX_INFO(SUB, "rdma: %s where %s was awaited (status %d)", rdma_event_str(ev->event),
+			 rdma_event_str(want), ev->status);
+	rdma_ack_cm_event(ev);
+	return rc;
+}
+
+static int post_recv(struct nh_rdma *t, unsigned i)
+{
+	struct ibv_sge sge = { (uintptr_t)&t->rsps[i], sizeof(t->rsps[i]), t->rsp_mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = WR_RECV | i, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return ibv_post_recv(t->id->qp, &wr, &bad) ? -EIO : 0;
+}
+
+static void rdma_free(struct nh_rdma *t, unsigned depth)
+{
+	if (!t)
+		return;
+	for (unsigned i = 0; t->data_mr && i < depth; i++)
+		if (t->data_mr[i])
+			ibv_dereg_mr(t->data_mr[i]);
+	if (t->id && t->id->qp)
+		rdma_destroy_qp(t->id);
+	if (t->cq)
+		ibv_destroy_cq(t->cq);
+	if (t->cc)
+		ibv_destroy_comp_channel(t->cc);
+	if (t->rsp_mr)
+		ibv_dereg_mr(t->rsp_mr);
+	if (t->cmd_mr)
+		ibv_dereg_mr(t->cmd_mr);
+	if (t->pd)
+		ibv_dealloc_pd(t->pd);
+	if (t->id)
+		rdma_destroy_id(t->id);
+	if (t->ch)
+		rdma_destroy_event_channel(t->ch);
+	if (t->killfd >= 0)
+		close(t->killfd);
+	free(t->rsps);
+	free(t->cmds);
+	free(t->data_mr);
+	free(t);
+}
+
+int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
+{
+	struct nh_params *p = &q->ctrl->p;
+	struct nh_rdma *t = calloc(1, sizeof(*t));
+	struct ibv_qp_init_attr qa = { 0 };
+	struct rdma_conn_param cp = { 0 };
+	struct gdx_rdma_cm_req req;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	int rc, rej = -1;
+
+	if (!t)
+		return -ENOMEM;
+	t->killfd = -1;
+	t->nrecv = q->depth + 1;
+	t->ch = rdma_create_event_channel();
+	if (!t->ch || rdma_create_id(t->ch, &t->id, q, RDMA_PS_TCP)) {
+		rc = errno ? -errno : -ENODEV;
+		GDX_ERR(SUB, "queue %u: rdma_cm: %s (are the RDMA modules loaded?)", q->qid,
+			gdx_strerror(rc));
+		goto fail;
+	}
+	rc = getaddrinfo(p->addr, p->svc, &hints, &ai);
+	if (rc) {
+		GDX_ERR(SUB, "queue %u: address %s:%s: %s", q->qid, p->addr, p->svc,
+			gai_strerror(rc));
+		rc = -EHOSTUNREACH;
+		goto fail;
+	}
+	if (rdma_resolve_addr(t->id, NULL, ai->ai_addr, (int)timeout_ms)) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = wait_cm(t, RDMA_CM_EVENT_ADDR_RESOLVED, timeout_ms, NULL);
+	if (!rc && rdma_resolve_route(t->id, (int)timeout_ms))
+		rc = -errno;
+	if (!rc)
+		rc = wait_cm(t, RDMA_CM_EVENT_ROUTE_RESOLVED, timeout_ms, NULL);
+	if (rc) {
+		GDX_INFO(SUB, "queue %u: no RDMA route to %s:%s: %s", q->qid, p->addr, p->svc,
+			 gdx_strerror(rc));
+		rc = -EHOSTUNREACH;
+		goto fail;
+	}
+	t->pd = ibv_alloc_pd(t->id->verbs);
+	t->cc = t->pd ? ibv_create_comp_channel(t->id->verbs) : NULL;
+	/* a send and a receive per entry, the spare receive, and sends not yet polled */
+	t->cq = t->cc ? ibv_create_cq(t->id->verbs, (int)(3 * q->depth + 2), q, t->cc, 0) : NULL;
+	t->rsps = calloc(t->nrecv, sizeof(*t->rsps));
+	t->cmds = calloc(q->depth, sizeof(*t->cmds));
+	t->data_mr = calloc(q->depth, sizeof(*t->data_mr));
+	t->killfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (!t->cq || !t->rsps || !t->cmds || !t->data_mr || t->killfd < 0) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	fcntl(t->cc->fd, F_SETFL, fcntl(t->cc->fd, F_GETFL) | O_NONBLOCK);
+	fcntl(t->ch->fd, F_SETFL, fcntl(t->ch->fd, F_GETFL) | O_NONBLOCK);
+	t->rsp_mr = ibv_reg_mr(t->pd, t->rsps, t->nrecv * sizeof(*t->rsps), IBV_ACCESS_LOCAL_WRITE);
+	t->cmd_mr = ibv_reg_mr(t->pd, t->cmds, q->depth * sizeof(*t->cmds), 0);
+	if (!t->rsp_mr || !t->cmd_mr) {
+		rc = -errno;
+		goto fail;
+	}
+	qa.qp_type = IBV_QPT_RC;
+	qa.send_cq = qa.recv_cq = t->cq;
+	qa.cap.max_send_wr = 2 * q->depth + 1;
+	qa.cap.max_recv_wr = t->nrecv;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	if (rdma_create_qp(t->id, t->pd, &qa)) {
+		rc = -errno;
+		goto fail;
+	}
+	for (unsigned i = 0; i < t->nrecv; i++) {
+		rc = post_recv(t, i);
+		if (rc)
+			goto fail;
+	}
+	if (ibv_req_notify_cq(t->cq, 0)) {
+		rc = -EIO;
+		goto fail;
+	}
+	/* the queue's Connect says sqsize = depth (0's based): the same entries here */
+	gdx_rdma_cm_req_init(&req, q->qid, (uint16_t)(q->depth + 1), 0);
+	cp.private_data = &req;
+	cp.private_data_len = sizeof(req);
+	cp.responder_resources = 16;	/* the controller reads a write's data from us */
+	cp.initiator_depth = 0;
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	if (rdma_connect(t->id, &cp)) {
+		rc = -errno;
+		goto fail;
+	}
+	/* the event channel is non-blocking now: wait_cm polls it */
+	rc = wait_cm(t, RDMA_CM_EVENT_ESTABLISHED, timeout_ms, &rej);
+	if (rc) {
+		if (rej > 0)
+			GDX_ERR(SUB, "queue %u: %s:%s rejected the connection: %s", q->qid, p->addr,
+				p->svc, gdx_rdma_cm_status_str((uint16_t)rej));
+		goto fail;
+	}
+	freeaddrinfo(ai);
+	q->rdma = t;
+	return 0;
+fail:
+	if (ai)
+		freeaddrinfo(ai);
+	rdma_free(t, q->depth);
+	return rc;
+}
+
+int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sqe,
+		 struct nh_req *r)
+{
+	struct nh_rdma *t = q->rdma;
+	struct gdx_nvme_sqe *c = &t->cmds[idx];
+	struct ibv_sge sge = { (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = idx, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_mr *mr = NULL;
+
+	*c = *sqe;
+	c->flags = GDX_NVME_FLAGS_PSDT_SGL;
+	if (r->len) {
+		if (r->len > GDX_RDMA_KEYED_MAX_LEN)
+			return -EINVAL;
+		mr = ibv_reg_mr(t->pd, r->buf, r->len,
+				r->write ? IBV_ACCESS_REMOTE_READ :
+					   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		if (!mr) {
+			GDX_WARN(SUB, "queue %u: registering %zu bytes for RDMA: %s", q->qid, r->len,
+				 strerror(errno));
+			return errno ? -errno : -ENOMEM;
+		}
+		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
+	} else {
+		gdx_rdma_sgl_keyed(&c->dptr, 0, 0, 0, false);
+	}
+	t->data_mr[idx] = mr;
+	if (ibv_post_send(t->id->qp, &wr, &bad)) {
+		t->data_mr[idx] = NULL;
+		if (mr)
+			ibv_dereg_mr(mr);
+		return -EIO;
+	}
+	gdx_counter_add(&q->cnt[r->write ? NH_CNT_OUT : NH_CNT_IN], r->len);
+	return 0;
+}
+
+void nh_rdma_slot_done(struct nh_queue *q, unsigned idx)
+{
+	struct nh_rdma *t = q->rdma;
+
+	if (t && t->data_mr[idx]) {
+		ibv_dereg_mr(t->data_mr[idx]);
+		t->data_mr[idx] = NULL;
+	}
+}
+
+void nh_rdma_kill(struct nh_queue *q)
+{
+	uint64_t one = 1;
+
+	if (!q->rdma)
+		return;
+	rdma_disconnect(q->rdma->id);
+	if (write(q->rdma->killfd, &one, sizeof(one)) < 0)
+		GDX_DBG(SUB, "queue %u: kill: %s", q->qid, strerror(errno));
+}
+
+/* One work completion; 0 to go on, or why the queue ends. */
+static int handle_wc(struct nh_queue *q, const struct ibv_wc *wc)
+{
+	struct nh_rdma *t = q->rdma;
+
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (wc->status != IBV_WC_WR_FLUSH_ERR)
+			GDX_WARN(SUB, "queue %u: %s", q->qid, ibv_wc_status_str(wc->status));
+		return GDX_EDISCONNECTED;
+	}
+	if (wc->wr_id & WR_RECV) {
+		unsigned i = (unsigned)(wc->wr_id & 0xffffffffu);
+		struct gdx_nvme_cqe cqe = t->rsps[i];
+		struct nh_slot *s;
+
+		if (wc->byte_len < sizeof(cqe)) {
+			GDX_ERR(SUB, "queue %u: a response of %u bytes", q->qid, wc->byte_len);
+			return GDX_EPROTO;
+		}
+		/* the receive goes back before the command completes: the next may follow */
+		if (post_recv(t, i))
+			return GDX_EDISCONNECTED;
+		s = nh_queue_find_slot(q, cqe.cid);
+		if (!s) {
+			GDX_ERR(SUB, "queue %u: response for unknown command id %#x", q->qid, cqe.cid);
+			return GDX_EPROTO;
+		}
+		nh_queue_complete_cqe(q, s, (uint16_t)(cqe.status >> 1), cqe.result);
+	}
+	return 0;
+}
+
+static int poll_cq(struct nh_queue *q)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	do {
+		n = ibv_poll_cq(q->rdma->cq, (int)GDX_ARRAY_SIZE(wc), wc);
+		if (n < 0)
+			return GDX_EDISCONNECTED;
+		for (int i = 0; i < n; i++) {
+			int rc = handle_wc(q, &wc[i]);
+
+			if (rc)
+				return rc;
+		}
+	} while (n == (int)GDX_ARRAY_SIZE(wc));
+	return 0;
+}
+
+int nh_rdma_rx_loop(struct nh_queue *q)
+{
+	struct nh_rdma *t = q->rdma;
+	struct pollfd p[3] = {
+		{ .fd = t->cc->fd, .events = POLLIN },
+		{ .fd = t->ch->fd, .events = POLLIN },
+		{ .fd = t->killfd, .events = POLLIN },
+	};
+
+	for (;;) {
+		struct ibv_cq *cq;
+		void *ctx;
+		int rc;
+
+		if (poll(p, 3, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (p[2].revents)
+			return GDX_EDISCONNECTED;
+		if (p[1].revents) {
+			struct rdma_cm_event *ev;
+
+			while (!rdma_get_cm_event(t->ch, &ev)) {
+				enum rdma_cm_event_type type = ev->event;
+
+				rdma_ack_cm_event(ev);
+				if (type == RDMA_CM_EVENT_DISCONNECTED ||
+				    type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+					GDX_INFO(SUB, "queue %u: %s", q->qid, rdma_event_str(type));
+					return GDX_EDISCONNECTED;
+				}
+			}
+		}
+		while (!ibv_get_cq_event(t->cc, &cq, &ctx))
+			ibv_ack_cq_events(cq, 1);
+		rc = poll_cq(q);
+		/* re-armed, then polled again: a completion between the two is not lost */
+		if (!rc && ibv_req_notify_cq(t->cq, 0))
+			rc = GDX_EDISCONNECTED;
+		if (!rc)
+			rc = poll_cq(q);
+		if (rc)
+			return rc;
+	}
+}
+
+void nh_rdma_close(struct nh_queue *q)
+{
+	rdma_free(q->rdma, q->depth);
+	q->rdma = NULL;
+}

@@ -1,0 +1,64 @@
+#!/bin/bash
+# Guest side of t_rdma_host.sh.
+. /share/guest_lib.sh
+cd /share
+export LD_LIBRARY_PATH=$PWD/lib GDX_DEVICE=emulated
+export GDX_NVMF_HOST_KATO_MS=15000 GDX_NVMF_HOST_CONNECT_TIMEOUT_MS=30000	# TCG is slow
+NQN_K=nqn.2024-01.io.gdx:rdma-nvmet NQN_G=nqn.2024-01.io.gdx:rdma-gdx
+need() {
+  local d=$1; shift
+  "$@" && { ok "$d"; return; }
+  bad "$d"
+  tail -20 /tmp/target.log 2>/dev/null | sed 's/^/  target: /'
+  dmesg | grep -iE 'nvme|rdma|rxe' | tail -20 | sed 's/^/  dmesg: /'
+  exit 1
+}
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvmet-rdma nvme-rdma || exit 1
+rdma link add rxe0 type rxe netdev eth0 || exit 1
+A=$GUEST_IP
+# nvmet-rdma on a 64 MiB file, port 4420
+truncate -s 64M /tmp/k.img
+C=/sys/kernel/config/nvmet
+mkdir $C/subsystems/$NQN_K
+echo 1 > $C/subsystems/$NQN_K/attr_allow_any_host
+mkdir $C/subsystems/$NQN_K/namespaces/1
+echo /tmp/k.img > $C/subsystems/$NQN_K/namespaces/1/device_path
+echo 1 > $C/subsystems/$NQN_K/namespaces/1/buffered_io	# tmpfs has no O_DIRECT
+echo 1 > $C/subsystems/$NQN_K/namespaces/1/enable
+mkdir $C/ports/1
+echo rdma > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
+echo $A > $C/ports/1/addr_traddr; echo 4420 > $C/ports/1/addr_trsvcid
+ln -s $C/subsystems/$NQN_K $C/ports/1/subsystems/$NQN_K
+# the gdx target on port 4421
+./gdx nvmf target -l "rdma://$A:4421" -n $NQN_G -N ram:32M >/tmp/target.log 2>&1 &
+tpid=$!
+for _ in $(seq 100); do grep -q 'target: ready' /tmp/target.log && break; sleep 0.1; done
+head -c 3M /dev/urandom >/tmp/pat
+G=(./gdx nvmf)
+for side in nvmet gdx; do
+  if [ $side = nvmet ]; then P=4420 N=$NQN_K; else P=4421 N=$NQN_G; fi
+  R=(-t rdma -a "$A" -s $P -n "$N")
+  out=$("${G[@]}" discover -t rdma -a "$A" -s $P --json 2>&1); echo "  $out" | head -c 400; echo
+  need "$side: gdx discovers over rdma" grep -q "$N" <<<"$out"
+  out=$("${G[@]}" id-ctrl "${R[@]}" --json 2>&1); echo "  $out" | head -c 300; echo
+  need "$side: gdx identifies over rdma" grep -q '"sgls"\|"cntlid"' <<<"$out"
+  check "$side: gdx writes 3 MiB from host memory" "${G[@]}" write "${R[@]}" -o 1M -l 3M \
+    --from /tmp/pat --queues 2
+  check "$side: gdx reads them back" "${G[@]}" read "${R[@]}" -o 1M -l 3M --to /tmp/back.$side
+  check "$side:   same bytes" cmp /tmp/pat /tmp/back.$side
+  check "$side: gdx reads into pinned memory" "${G[@]}" read "${R[@]}" -o 1M -l 3M -m pinned \
+    --to /tmp/pinned.$side
+  check "$side:   same bytes" cmp /tmp/pat /tmp/pinned.$side
+  out=$("${G[@]}" read "${R[@]}" -o 1M -l 64k -m gpu:0 2>&1); rc=$?
+  check "$side: device memory over rdma is refused, said why" \
+    bash -c '[ "$0" != 0 ] && grep -q "device memory is not served" <<<"$1"' $rc "$out"
+done
+# the kernel host reads what gdx wrote to nvmet's namespace
+need "kernel host connects to nvmet-rdma" nvme connect -t rdma -a "$A" -s 4420 -n $NQN_K
+need "namespace appears" wait_dev /dev/nvme0n1
+check "the kernel host reads gdx's write" cmp /tmp/pat \
+  <(dd if=/dev/nvme0n1 bs=1M skip=1 count=3 iflag=direct status=none)
+check "disconnect" nvme disconnect -n $NQN_K
+kill $tpid; wait $tpid
+check "gdx target stops cleanly" test $? = 0
+finish

@@ -1,0 +1,14 @@
+#!/bin/bash
+# NVMe/RDMA host: the gdx host over rdma_rxe inside the guest against the kernel's
+# nvmet-rdma and against the gdx target: discover, identify, byte-exact writes and
+# reads (host and pinned memory), cross-checked by the guest's own kernel host on
+# nvmet's namespace; device memory over RDMA is refused with a clear error (not
+# served yet).  Both ends run in the guest: rxe exists only there.
+. "$(dirname "$0")/lib.sh"
+[ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }
+SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
+mkdir -p "$SHARE/lib"
+cp "$GDX" "$SHARE/gdx"
+cp "$INTEROP/guest_lib.sh" "$INTEROP/g_rdma_host.sh" "$SHARE/"
+ldd "$GDX" | awk '/=> \//{print $3}' | grep -E 'uring|isal|asan|ubsan' | xargs -r cp -t "$SHARE/lib"
+VM_SHARE=$SHARE "$VM" run "$SHARE/g_rdma_host.sh"
