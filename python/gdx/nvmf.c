@@ -43,17 +43,18 @@ static const char *port_text(PyObject *port, char *buf, size_t len)
 }
 
 static void host_opts(struct gdx_nvmf_host_opts *o, struct gdxpy_driver *driver,
-		      const char *hostnqn)
+		      const char *hostnqn, const char *transport)
 {
 	gdx_nvmf_host_opts_init(o, sizeof(*o));
 	o->hostnqn = hostnqn;
 	o->dev = driver ? driver->dev : NULL;
+	o->transport = transport;
 }
 
 static PyObject *nvmf_discover(PyObject *m, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "addr", "port", "hostnqn", NULL };
-	const char *addr, *hostnqn = NULL, *svc;
+	static char *kwlist[] = { "addr", "port", "hostnqn", "transport", NULL };
+	const char *addr, *hostnqn = NULL, *svc, *transport = NULL;
 	struct gdx_nvmf_discovery_log *log = NULL;
 	struct gdx_nvmf_host_opts o;
 	PyObject *port, *list;
@@ -61,12 +62,13 @@ static PyObject *nvmf_discover(PyObject *m, PyObject *args, PyObject *kw)
 	int ret;
 
 	(void)m;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|z:discover", kwlist, &addr, &port, &hostnqn))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|zz:discover", kwlist, &addr, &port, &hostnqn,
+					 &transport))
 		return NULL;
 	svc = port_text(port, pbuf, sizeof(pbuf));
 	if (!svc)
 		return NULL;
-	host_opts(&o, NULL, hostnqn);
+	host_opts(&o, NULL, hostnqn, transport);
 	Py_BEGIN_ALLOW_THREADS
 	ret = gdx_nvmf_discover(addr, svc, &o, &log);
 	Py_END_ALLOW_THREADS
@@ -91,16 +93,16 @@ static PyObject *nvmf_discover(PyObject *m, PyObject *args, PyObject *kw)
 
 static PyObject *host_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "addr", "port", "nqn", "driver", "hostnqn", NULL };
-	const char *addr, *nqn, *hostnqn = NULL, *svc;
+	static char *kwlist[] = { "addr", "port", "nqn", "driver", "hostnqn", "transport", NULL };
+	const char *addr, *nqn, *hostnqn = NULL, *svc, *transport = NULL;
 	PyObject *port, *driver = Py_None;
 	struct gdx_nvmf_host_opts o;
 	struct gdxpy_nvmf_host *self;
 	char pbuf[16];
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sOs|Oz:NvmfHost", kwlist, &addr, &port, &nqn,
-					 &driver, &hostnqn))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sOs|Ozz:NvmfHost", kwlist, &addr, &port, &nqn,
+					 &driver, &hostnqn, &transport))
 		return NULL;
 	if (driver != Py_None && !PyObject_TypeCheck(driver, gdxpy_driver_type)) {
 		PyErr_SetString(PyExc_TypeError, "driver must be a gdx.Driver or None");
@@ -117,7 +119,7 @@ static PyObject *host_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 		self->driver = (struct gdxpy_driver *)driver;
 	}
 	self->last_path = "none";
-	host_opts(&o, self->driver, hostnqn);
+	host_opts(&o, self->driver, hostnqn, transport);
 	Py_BEGIN_ALLOW_THREADS
 	ret = gdx_nvmf_connect(addr, svc, nqn, &o, &self->c);
 	Py_END_ALLOW_THREADS

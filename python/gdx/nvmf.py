@@ -17,25 +17,31 @@ from . import _gdx, driver as _driver
 DISCOVERY_NQN = "nqn.2014-08.org.nvmexpress.discovery"
 
 
-def discover(addr, port=8009, *, hostnqn=None):
+def discover(addr, port=8009, *, hostnqn=None, transport="tcp"):
     """The discovery log of the discovery controller at addr:port, as dicts
     (subnqn, traddr, trsvcid, trtype, adrfam, subtype, portid, cntlid, ...)."""
-    return _gdx.nvmf_discover(addr, port, hostnqn)
+    return _gdx.nvmf_discover(addr, port, hostnqn, _transport(transport))
+
+
+def _transport(transport):
+    if transport not in ("tcp", "rdma"):
+        raise ValueError("transport %r: gdx's NVMe-oF host speaks tcp and rdma" % (transport,))
+    return transport
 
 
 class Host:
     """A controller of subsystem nqn at addr:port.
 
-    transport: "tcp" (the one gdx's host speaks).  device: the device whose
-    memory transfers go to (see gdx.driver()); None for host memory only.
+    transport: "tcp" or "rdma" (host and pinned memory only, for now).  device:
+    the device whose memory transfers go to (see gdx.driver()); None for host
+    memory only.
     hostnqn: None for /etc/nvme/hostnqn, else one made from the host ID.
     """
 
     def __init__(self, addr, port, nqn, transport="tcp", *, device=None, hostnqn=None):
-        if transport != "tcp":
-            raise ValueError("transport %r: gdx's NVMe-oF host speaks tcp" % (transport,))
         self._h = _gdx.NvmfHost(addr, port, nqn,
-                                None if device is None else _driver(device), hostnqn)
+                                None if device is None else _driver(device), hostnqn,
+                                _transport(transport))
 
     def read_into(self, buf, offset=0, size=None, *, nsid=1):
         """Reads size bytes (default: all of buf) at byte offset of namespace nsid."""

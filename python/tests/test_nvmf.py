@@ -88,7 +88,9 @@ def test_errors(target):
     assert "Connect Invalid Parameters" in str(ei.value)
     with pytest.raises(ConnectionRefusedError):
         gdx.nvmf.Host("127.0.0.1", free_port(), NQN)
-    with pytest.raises(ValueError, match="tcp"):
+    with pytest.raises(ValueError, match="tcp and rdma"):
+        gdx.nvmf.Host("127.0.0.1", target, NQN, transport="fc")
+    with pytest.raises(gdx.GdxError):      # no RDMA device on this machine
         gdx.nvmf.Host("127.0.0.1", target, NQN, transport="rdma")
     with gdx.nvmf.Host("127.0.0.1", target, NQN) as h:
         with pytest.raises(gdx.GdxError) as ei:
