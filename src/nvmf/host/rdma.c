@@ -203,7 +203,13 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 	gdx_rdma_cm_req_init(&req, q->qid, (uint16_t)(q->depth + 1), 0);
 	cp.private_data = &req;
 	cp.private_data_len = sizeof(req);
-	cp.responder_resources = 16;	/* the controller reads a write's data from us */
+	{
+		struct ibv_device_attr a;
+
+		/* the controller reads a write's data from us: as many READs as we serve */
+		cp.responder_resources = (uint8_t)(ibv_query_device(t->id->verbs, &a) ? 1 :
+						   GDX_MIN(a.max_qp_rd_atom, 16));
+	}
 	cp.initiator_depth = 0;
 	cp.retry_count = 7;
 	cp.rnr_retry_count = 7;
