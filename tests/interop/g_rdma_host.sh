@@ -53,6 +53,30 @@ for side in nvmet gdx; do
   check "$side: device memory over rdma is refused, said why" \
     bash -c '[ "$0" != 0 ] && grep -q "device memory is not served" <<<"$1"' $rc "$out"
 done
+# the gdx target dies in the middle of a read and comes back: the host reconnects over
+# rdma and the read completes with the same bytes
+head -c 12M /dev/urandom >/tmp/big
+R=(-t rdma -a "$A" -s 4421 -n "$NQN_G")
+check "gdx writes 12 MiB to the gdx target" "${G[@]}" write "${R[@]}" -l 12M --from /tmp/big --quiet
+GDX_NVMF_HOST_RECONNECT_DELAY_MS=500 "${G[@]}" read "${R[@]}" -l 12M --quiet --to /tmp/big.back \
+  >/tmp/reread.log 2>&1 &
+rpid=$!
+# once the read's I/O queue is connected (it is then under way), the target dies
+: >/tmp/target.log.1; cp /tmp/target.log /tmp/target.log.1
+for _ in $(seq 200); do
+  [ "$(grep -c 'qid 1 size' /tmp/target.log)" -gt "$(grep -c 'qid 1 size' /tmp/target.log.1)" ] && break
+  sleep 0.05
+done
+sleep 0.1
+kill -9 $tpid; wait $tpid 2>/dev/null
+# RAM is gone with the target: the restarted one gets the same bytes again from a file
+./gdx nvmf target -l "rdma://$A:4421" -n $NQN_G -N /tmp/big >/tmp/target.log 2>&1 &
+tpid=$!
+wait $rpid; rc=$?
+sed 's/^/  read: /' /tmp/reread.log | tail -6
+check "the read survives the target's restart" test $rc = 0
+check "  it reconnected" grep -q reconnected /tmp/reread.log
+check "  same bytes" cmp /tmp/big /tmp/big.back
 # the kernel host reads what gdx wrote to nvmet's namespace
 need "kernel host connects to nvmet-rdma" nvme connect -t rdma -a "$A" -s 4420 -n $NQN_K
 need "namespace appears" wait_dev /dev/nvme0n1

@@ -3,7 +3,7 @@
 # nvmet-rdma and against the gdx target: discover, identify, byte-exact writes and
 # reads (host and pinned memory), cross-checked by the guest's own kernel host on
 # nvmet's namespace; device memory over RDMA is refused with a clear error (not
-# served yet).  Both ends run in the guest: rxe exists only there.
+# served yet); a read survives the gdx target's death and restart by reconnecting.  Both ends run in the guest: rxe exists only there.
 . "$(dirname "$0")/lib.sh"
 [ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
