@@ -456,6 +456,7 @@ static void usage(FILE *f)
 		"      --hdr-digest    --data-digest\n"
 		"      --fio-dev DEV   also run fio on DEV (the kernel host's block device)\n"
 		"      --no-tcp        skip the loopback TCP ceiling\n"
+		"      --transport T   tcp (default) or rdma\n"
 		"      --dev-calls     first price the device calls of a device read, with as\n"
 		"                      many threads calling as I/O queues, against one thread\n"
 		"      --json          one JSON object per line\n");
@@ -685,6 +686,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		{ "data-digest", no_argument, NULL, 'G' },
 		{ "fio-dev", required_argument, NULL, 'F' },
 		{ "no-tcp", no_argument, NULL, 'T' },
+		{ "transport", required_argument, NULL, 'R' },
 		{ "dev-calls", no_argument, NULL, 'C' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -714,6 +716,14 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		case 'r': c.rounds = (unsigned)atoi(optarg); break;
 		case 'F': c.fio_dev = optarg; break;
 		case 'T': c.tcp_ceiling = false; break;
+		case 'R':
+			if (strcmp(optarg, "tcp") && strcmp(optarg, "rdma")) {
+				fprintf(stderr, "gdx bench nvmf-host: --transport '%s': tcp or rdma\n",
+					optarg);
+				return 2;
+			}
+			c.o.transport = optarg;
+			break;
 		case 'C': c.dev_calls = true; break;
 		case 'j': c.json = true; break;
 		case 'H': c.o.hdr_digest = 1; break;

@@ -1,9 +1,10 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# gdx NVMe/TCP host against the Linux kernel host, same target, same guest, same run:
+# gdx NVMe-oF host against the Linux kernel host, same target, same guest, same run:
 # boots the qemu guest (tests/interop/vm.sh, Debian's stock kernel), exports a null_blk
-# namespace through the guest's nvmet-tcp on 127.0.0.1:4420, connects the kernel host,
+# namespace through the guest's nvmet-tcp on 127.0.0.1:4420 (TRANSPORT=rdma: nvmet-rdma
+# on the guest's address over rdma_rxe), connects the kernel host,
 # and runs `gdx bench nvmf-host --fio-dev /dev/nvme0n1` inside the guest: fio on the
 # kernel host's block device, then the gdx host on the same target, each line with its
 # ratio to the kernel host, plus the guest's loopback TCP ceiling.  TCG makes both
@@ -29,21 +30,29 @@ cat >"$share/guest.sh" <<GUEST
 set -u
 NQN=nqn.2024-01.io.gdx:bench
 modprobe null_blk nr_devices=1 gb=1 bs=4096 >/dev/null
-modprobe -a nvmet-tcp nvme-tcp
+TR=${TRANSPORT:-tcp} A=127.0.0.1
+if [ \$TR = rdma ]; then
+  modprobe -a rdma_rxe ib_uverbs rdma_ucm nvmet-rdma nvme-rdma || exit 1
+  rdma link add rxe0 type rxe netdev eth0 || exit 1
+  A=\$GUEST_IP
+else
+  modprobe -a nvmet-tcp nvme-tcp
+fi
 cd /sys/kernel/config/nvmet
 mkdir subsystems/\$NQN; echo 1 > subsystems/\$NQN/attr_allow_any_host
 mkdir subsystems/\$NQN/namespaces/1
 echo /dev/nullb0 > subsystems/\$NQN/namespaces/1/device_path
 echo 1 > subsystems/\$NQN/namespaces/1/enable
-mkdir ports/1; echo tcp > ports/1/addr_trtype; echo ipv4 > ports/1/addr_adrfam
-echo 127.0.0.1 > ports/1/addr_traddr; echo 4420 > ports/1/addr_trsvcid
+mkdir ports/1; echo \$TR > ports/1/addr_trtype; echo ipv4 > ports/1/addr_adrfam
+echo \$A > ports/1/addr_traddr; echo 4420 > ports/1/addr_trsvcid
 ln -s /sys/kernel/config/nvmet/subsystems/\$NQN ports/1/subsystems/\$NQN
 cd /
-nvme connect -t tcp -a 127.0.0.1 -s 4420 -n \$NQN >/dev/null || exit 1
+nvme connect -t \$TR -a \$A -s 4420 -n \$NQN >/dev/null || exit 1
 for i in \$(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done
 echo "# guest: \$(nproc) vCPUs (TCG), kernel \$(uname -r), kernel host: \$(dmesg | grep -o 'mapped [0-9/]* default/read/poll' | tail -1)"
 LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 /share/gdx bench nvmf-host \
-  -a 127.0.0.1 -s 4420 -n \$NQN --fio-dev /dev/nvme0n1 -t $secs --queues \$(nproc) "\${@}"
+  --transport \$TR -a \$A -s 4420 -n \$NQN --fio-dev /dev/nvme0n1 -t $secs --queues \$(nproc) \
+  \$([ \$TR = rdma ] && echo --no-tcp) "\${@}"
 rc=\$?
 nvme disconnect -n \$NQN >/dev/null
 exit \$rc
