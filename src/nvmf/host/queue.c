@@ -604,10 +604,19 @@ static int queue_send(struct nh_queue *q, struct nh_req *r, bool wait)
 		r->t_sent = r->t_sub ? gdx_now_ns() : 0;
 		r->t_data = r->t_post = 0;
 		rc = nh_rdma_send(q, idx, &sqe, r);
-		if (rc) {
+		if (rc == -EIO) {
 			/* the slot stays taken: tearing the queue down hands r back exactly once */
 			GDX_WARN(SUB, "queue %u: send: %s", q->qid, gdx_strerror(rc));
 			nh_queue_kill(q, rc);
+		} else if (rc) {
+			/* the buffer cannot be registered: this command fails, the queue goes on */
+			pthread_mutex_lock(&q->lock);
+			s->req = NULL;
+			q->free_idx[q->nfree++] = (uint16_t)idx;
+			__atomic_store_n(&q->inflight, q->inflight - 1, __ATOMIC_RELAXED);
+			pthread_cond_signal(&q->slot_cv);
+			pthread_mutex_unlock(&q->lock);
+			return rc;
 		}
 		return 0;
 	}
@@ -1027,6 +1036,7 @@ static void drain_backlog(struct nh_queue *q)
 {
 	for (;;) {
 		struct nh_req *r = NULL;
+		int rc;
 
 		pthread_mutex_lock(&q->lock);
 		if (q->state == NH_Q_LIVE && q->nfree && q->backlog) {
@@ -1038,8 +1048,14 @@ static void drain_backlog(struct nh_queue *q)
 		pthread_mutex_unlock(&q->lock);
 		if (!r)
 			return;
-		if (!queue_send(q, r, false))
+		rc = queue_send(q, r, false);
+		if (!rc)
 			continue;
+		if (rc != -EAGAIN && rc != -EPIPE) {
+			/* r itself cannot go (its buffer cannot be registered): it fails alone */
+			nh_req_complete(r, rc);
+			continue;
+		}
 		/* the slot went to another submitter, or the queue died: back to the front */
 		pthread_mutex_lock(&q->lock);
 		r->next = q->backlog;

@@ -235,6 +235,11 @@ fail:
 	return rc;
 }
 
+/*
+ * 0; -EIO when the send cannot be posted (the queue must end); another
+ * negative code when r's buffer cannot be registered (r fails, the queue
+ * goes on).
+ */
 int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sqe,
 		 struct nh_req *r)
 {
@@ -249,14 +254,18 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 	c->flags = GDX_NVME_FLAGS_PSDT_SGL;
 	if (r->len) {
 		if (r->len > GDX_RDMA_KEYED_MAX_LEN)
-			return -EINVAL;
+			return -EMSGSIZE;
 		mr = ibv_reg_mr(t->pd, r->buf, r->len,
 				r->write ? IBV_ACCESS_REMOTE_READ :
 					   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 		if (!mr) {
-			GDX_WARN(SUB, "queue %u: registering %zu bytes for RDMA: %s", q->qid, r->len,
-				 strerror(errno));
-			return errno ? -errno : -ENOMEM;
+			int err = errno && errno != EIO ? -errno : -ENOMEM;
+
+			GDX_ERR(SUB, "queue %u: registering %zu bytes at %p for RDMA: %s%s", q->qid,
+				r->len, r->buf, strerror(-err),
+				err == -ENOMEM ? " (RLIMIT_MEMLOCK, ulimit -l, bounds what can be pinned)"
+					       : "");
+			return err;
 		}
 		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
 	} else {
