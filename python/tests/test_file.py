@@ -429,6 +429,10 @@ def test_ctrl_c_ends_a_long_transfer_early(tmp_path):
     # a piece of a sparse file takes microseconds: the watcher must get the GIL at
     # each hand-back, not after the default 5 ms switch interval (the whole read)
     sys.setswitchinterval(1e-6)
+    # a process started in the background by a non-interactive shell (a CI runner)
+    # inherits SIGINT ignored, and Python then installs no handler: Ctrl-C's
+    # handler is put in place for the test
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with gdx.File(p, chunk_size=piece) as f:
             for _ in range(5):
@@ -459,6 +463,7 @@ def test_ctrl_c_ends_a_long_transfer_early(tmp_path):
             assert f.read_into(buf, 0, 4096) == 4096
     finally:
         sys.setswitchinterval(interval)
+        signal.signal(signal.SIGINT, handler)
 
 
 def test_gil_released_during_io(tmp_path):
