@@ -40,15 +40,37 @@ static void read_ok(int fd, uint16_t cid, void *buf)
 	assert_int_equal(ft_rsp(fd, cid, NULL), 0);
 }
 
+/*
+ * Starts the target on a file namespace of NS_BYTES named after tag, data at its
+ * start when given; the file is unlinked once the target has it open, so nothing
+ * is left behind, even by a failed test.
+ */
+static void start_on_file(struct ft_target *ft, const char *tag, const void *data, size_t len,
+			  const char *const *knobs)
+{
+	const char *ns[] = { NULL, NULL };
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/gdx-fault-%s-%d.img", tag, (int)getpid());
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, NS_BYTES), 0);
+	if (len)
+		assert_int_equal(pwrite(fd, data, len, 0), (ssize_t)len);
+	close(fd);
+	ns[0] = path;
+	ft_start(ft, ns, 0, knobs);
+	unlink(path);
+}
+
 static void test_stalled_reader(void **state)
 {
 	static char conn_max[16], stall[16];
 	static const char *knobs[] = { "nvmf.target.conn_buf_max", conn_max,
 				       "nvmf.target.stall_timeout_ms", stall, NULL };
 	static struct ft_target ft;
-	const char *ns[] = { NULL, NULL };
-	char path[64];
-	int fd, adm, io, adm2, io2, small = 16384;
+	int adm, io, adm2, io2, small = 16384;
 	uint16_t cntlid, cntlid2;
 	uint64_t rss0, rss, t0, took;
 	char *buf = malloc(READ_BYTES);
@@ -57,15 +79,7 @@ static void test_stalled_reader(void **state)
 	assert_non_null(buf);
 	snprintf(conn_max, sizeof(conn_max), "%uM", CONN_BUF_MAX_MIB);
 	snprintf(stall, sizeof(stall), "%u", STALL_MS);
-	snprintf(path, sizeof(path), "/tmp/gdx-fault-stall-%d.img", (int)getpid());
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, NS_BYTES), 0);
-	close(fd);
-	ns[0] = path;
-	ft_start(&ft, ns, 0, knobs);
-	/* the target has it open: nothing is left behind, even by a failed test */
-	unlink(path);
+	start_on_file(&ft, "stall", NULL, 0, knobs);
 
 	/* another host, served before, during and after */
 	adm2 = ft_connect(&ft, 5000);
@@ -133,9 +147,7 @@ static void test_slow_reader(void **state)
 	static const char *knobs[] = { "nvmf.target.conn_buf_max", conn_max, NULL };
 	static struct ft_target ft;
 	enum { N = 64, PATTERN = 8u << 20 };
-	const char *ns[] = { NULL, NULL };
-	char path[64];
-	int fd, adm, io;
+	int adm, io;
 	uint16_t cntlid;
 	uint8_t *want = malloc(PATTERN), *got = malloc(READ_BYTES);
 	bool done[N] = { false };
@@ -145,16 +157,8 @@ static void test_slow_reader(void **state)
 	assert_non_null(want);
 	assert_non_null(got);
 	snprintf(conn_max, sizeof(conn_max), "%uM", CONN_BUF_MAX_MIB);
-	snprintf(path, sizeof(path), "/tmp/gdx-fault-slow-%d.img", (int)getpid());
 	t_fill(want, PATTERN, 19);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, want, PATTERN, 0), PATTERN);
-	close(fd);
-	ns[0] = path;
-	ft_start(&ft, ns, 0, knobs);
-	/* the target has it open: nothing is left behind, even by a failed test */
-	unlink(path);
+	start_on_file(&ft, "slow", want, PATTERN, knobs);
 	adm = ft_connect(&ft, 5000);
 	cntlid = ft_admin_up(adm, 0, 1);
 	io = ft_connect(&ft, 10000);
@@ -225,9 +229,7 @@ static void test_many_writes(void **state)
 	static const char *knobs[] = { "nvmf.target.conn_buf_max", conn_max, NULL };
 	static struct ft_target ft;
 	enum { N = 64, SPAN = 8u << 20 };
-	const char *ns[] = { NULL, NULL };
-	char path[64];
-	int fd, adm, io;
+	int adm, io;
 	uint16_t cntlid;
 	uint8_t *src = malloc(SPAN), *back = malloc(SPAN);
 	unsigned ndone = 0, nr2t = 0;
@@ -236,16 +238,8 @@ static void test_many_writes(void **state)
 	assert_non_null(src);
 	assert_non_null(back);
 	snprintf(conn_max, sizeof(conn_max), "%uM", CONN_BUF_MAX_MIB);
-	snprintf(path, sizeof(path), "/tmp/gdx-fault-wr-%d.img", (int)getpid());
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, NS_BYTES), 0);
-	close(fd);
 	t_fill(src, SPAN, 23);
-	ns[0] = path;
-	ft_start(&ft, ns, 0, knobs);
-	/* the target has it open: nothing is left behind, even by a failed test */
-	unlink(path);
+	start_on_file(&ft, "wr", NULL, 0, knobs);
 	adm = ft_connect(&ft, 5000);
 	cntlid = ft_admin_up(adm, 0, 1);
 	io = ft_connect(&ft, 10000);
@@ -303,26 +297,16 @@ static void test_r2t_stall(void **state)
 	static char stall[16];
 	static const char *knobs[] = { "nvmf.target.stall_timeout_ms", stall, NULL };
 	static struct ft_target ft;
-	const char *ns[] = { NULL, NULL };
 	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_WRITE, .nsid = 1, .cid = 7,
 				    .cdw12 = READ_BYTES / 512 - 1 };
 	union gdx_tcp_pdu pdu;
-	char path[64];
-	int fd, adm, io;
+	int adm, io;
 	uint16_t cntlid;
 	uint64_t t0, took;
 
 	(void)state;
 	snprintf(stall, sizeof(stall), "%u", STALL_MS);
-	snprintf(path, sizeof(path), "/tmp/gdx-fault-r2t-%d.img", (int)getpid());
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, NS_BYTES), 0);
-	close(fd);
-	ns[0] = path;
-	ft_start(&ft, ns, 0, knobs);
-	/* the target has it open: nothing is left behind, even by a failed test */
-	unlink(path);
+	start_on_file(&ft, "r2t", NULL, 0, knobs);
 	adm = ft_connect(&ft, 5000);
 	cntlid = ft_admin_up(adm, 0, 1);
 	io = ft_connect(&ft, 10000);
