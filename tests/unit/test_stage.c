@@ -340,7 +340,7 @@ static void modes_cadence(void **state)
 		o.owner = &r;
 		assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
 		for (int i = 0; i < 64; i++) {
-			uint64_t m;
+			uint64_t m = 0;
 
 			assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
 			/* batches: the reads of a burst complete together */
@@ -374,7 +374,7 @@ static void fault_effects_in_order(void **state)
 	struct gdx_stage *st;
 	struct rec r = { 0 };
 	unsigned ok = 0;
-	uint64_t m;
+	uint64_t m = 0;
 
 	(void)state;
 	/* slow: all eight are posted before the fault shows */
@@ -422,7 +422,7 @@ static void fail_policy(void **state)
 	struct gdx_stage_ctx *ctx;
 	struct gdx_stage *st;
 	struct rec r = { 0 };
-	uint64_t m;
+	uint64_t m = 0;
 	int rc;
 
 	(void)state;
@@ -460,7 +460,7 @@ static void launch_fails_memory_held(void **state)
 	struct rec r = { 0 };
 	void *b[2];
 	size_t bsz;
-	uint64_t m;
+	uint64_t m = 0;
 	int one = 1;
 
 	(void)state;
@@ -518,7 +518,7 @@ static void fallback_after_fault(void **state)
 	struct gdx_stage_ctx *ctx;
 	struct gdx_stage *a, *b;
 	struct rec ra = { 0 }, rb = { 0 };
-	uint64_t m;
+	uint64_t m = 0;
 	unsigned failed = 0;
 
 	(void)state;
@@ -580,7 +580,7 @@ static void drain_stuck_worker(void **state)
 	struct gdx_stage *st;
 	struct rec r = { 0 };
 	int stop = 0, one = 1;
-	uint64_t m, t0;
+	uint64_t m = 0, t0;
 
 	(void)state;
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "1500000"), 0);
@@ -627,7 +627,7 @@ static void wait_abort(void **state)
 	struct gdx_stage *st;
 	pthread_t t;
 	int stop = 0;
-	uint64_t m;
+	uint64_t m = 0;
 
 	(void)state;
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "1000000"), 0);
