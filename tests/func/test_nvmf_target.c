@@ -1401,21 +1401,52 @@ static void expect_failure1(struct host *h, uint8_t rce)
 	expect_closed(h);
 }
 
+/* A whole successful transaction (SHA-384, no DH) on h, transaction ID tid. */
+static void auth_ok(struct host *h, uint16_t tid)
+{
+	uint8_t buf[1024], rval[NVMF_AUTH_HASH_MAX], tkey[NVMF_AUTH_HASH_MAX];
+	struct nvmf_auth_msg m, r = { .id = NVMF_AUTH_REPLY, .tid = tid };
+	struct nvmf_auth_key k;
+	int tlen;
+
+	negotiate_raw(h, tid, NVMF_AUTH_SHA384, NVMF_AUTH_DH_NULL);
+	auth_recv(h, buf, &m);
+	assert_int_equal(m.id, NVMF_AUTH_CHALLENGE);
+	assert_int_equal(m.tid, tid);
+	assert_int_equal(m.chal.hash, NVMF_AUTH_SHA384);
+	assert_int_equal(m.chal.hl, 48);
+	assert_int_equal(m.chal.dh, NVMF_AUTH_DH_NULL);
+	assert_int_equal(m.chal.dhvlen, 0);
+	assert_int_not_equal(m.chal.seq, 0);
+	assert_int_equal(nvmf_auth_key_parse(AUTH_KEY, &k), 0);
+	tlen = nvmf_auth_transform(&k, AUTH_HOST, tkey);
+	assert_int_equal(tlen, 32);
+	assert_int_equal(nvmf_auth_response(NVMF_AUTH_SHA384, tkey, (size_t)tlen, m.chal.cval,
+					    m.chal.seq, tid, 0, false, AUTH_HOST, NQN, rval), 48);
+	r.reply.hl = 48;
+	r.reply.rval = rval;
+	auth_send(h, &r);
+	auth_recv(h, buf, &m);
+	assert_int_equal(m.id, NVMF_AUTH_SUCCESS1);
+	assert_int_equal(m.tid, tid);
+	assert_int_equal(m.succ1.rvalid, 0);
+	nvmf_auth_key_wipe(&k);
+}
+
 static void test_auth_wire(void **state)
 {
 	static const uint8_t junk[16] = { 0x01, 0x07 };
-	uint8_t buf[4096], rval[NVMF_AUTH_HASH_MAX], tkey[NVMF_AUTH_HASH_MAX], c1[64];
+	uint8_t buf[4096], rval[NVMF_AUTH_HASH_MAX];
 	struct nvmf_auth_msg m, r;
-	struct nvmf_auth_key k;
 	struct host h, io;
-	int tlen;
+	uint64_t res, t0;
 
 	(void)state;
 	assert_int_equal(gdx_nvmf_target_set_host_auth(tgt, AUTH_HOST, AUTH_KEY, NULL,
 						       "hmac(sha384)", "null"), 0);
 	/* before a Negotiate there is nothing to receive; a wrong protocol is refused */
 	auth_admin(&h);
-	assert_int_equal(auth_cmd(&h, false, buf, sizeof(buf), NVMF_AUTH_SECP),
+	assert_int_equal(auth_cmd(&h, false, buf, 1024, NVMF_AUTH_SECP),
 			 GDX_NVME_SC_CMD_SEQ_ERROR | GDX_NVME_ST_DNR);
 	assert_int_equal(auth_cmd(&h, true, (void *)junk, sizeof(junk), 0xea),
 			 GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR);
@@ -1431,7 +1462,7 @@ static void test_auth_wire(void **state)
 	memset(&m, 0, sizeof(m));
 	m.id = NVMF_AUTH_REPLY;
 	m.reply.hl = 48;
-	m.reply.rval = c1;
+	m.reply.rval = rval;
 	auth_send(&h, &m);
 	expect_failure1(&h, NVMF_AUTH_RCE_INCORRECT_MESSAGE);
 	/* a wrong response */
@@ -1439,12 +1470,6 @@ static void test_auth_wire(void **state)
 	negotiate_raw(&h, 9, NVMF_AUTH_SHA384, NVMF_AUTH_DH_NULL);
 	auth_recv(&h, buf, &m);
 	assert_int_equal(m.id, NVMF_AUTH_CHALLENGE);
-	assert_int_equal(m.tid, 9);
-	assert_int_equal(m.chal.hash, NVMF_AUTH_SHA384);
-	assert_int_equal(m.chal.hl, 48);
-	assert_int_equal(m.chal.dh, NVMF_AUTH_DH_NULL);
-	assert_int_equal(m.chal.dhvlen, 0);
-	assert_int_not_equal(m.chal.seq, 0);
 	memset(&r, 0, sizeof(r));
 	r.id = NVMF_AUTH_REPLY;
 	r.tid = 9;
@@ -1453,41 +1478,41 @@ static void test_auth_wire(void **state)
 	r.reply.rval = rval;
 	auth_send(&h, &r);
 	expect_failure1(&h, NVMF_AUTH_RCE_FAILED);
-	/* the right one: then the queue serves, and an I/O queue must authenticate too */
+	/* a host that never authenticates: closed after nvmf.target.auth_timeout_ms (2 s) */
 	auth_admin(&h);
-	negotiate_raw(&h, 10, NVMF_AUTH_SHA384, NVMF_AUTH_DH_NULL);
-	auth_recv(&h, buf, &m);
-	memcpy(c1, m.chal.cval, 48);
-	assert_int_equal(nvmf_auth_key_parse(AUTH_KEY, &k), 0);
-	tlen = nvmf_auth_transform(&k, AUTH_HOST, tkey);
-	assert_int_equal(tlen, 32);
-	assert_int_equal(nvmf_auth_response(NVMF_AUTH_SHA384, tkey, (size_t)tlen, c1, m.chal.seq,
-					    10, 0, false, AUTH_HOST, NQN, rval), 48);
-	r.tid = 10;
-	auth_send(&h, &r);
-	auth_recv(&h, buf, &m);
-	assert_int_equal(m.id, NVMF_AUTH_SUCCESS1);
-	assert_int_equal(m.succ1.rvalid, 0);
+	t0 = gdx_now_ns();
+	expect_closed(&h);
+	assert_true(gdx_now_ns() - t0 > 1500000000ull && gdx_now_ns() - t0 < 6000000000ull);
+	/* the right response: then the queue serves, for longer than the timeout */
+	auth_admin(&h);
+	auth_ok(&h, 10);
 	assert_int_equal(prop(&h, true, GDX_NVME_REG_CC, GDX_NVME_CC_DEFAULT | 1, false, NULL), 0);
 	assert_int_equal(identify(&h, GDX_NVME_CNS_CTRL, 0, buf), 0);
 	assert_int_equal(set_nr_queues(&h, 1), 0);
+	sleep(3);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_CTRL, 0, buf), 0);
+	/* an I/O queue must authenticate on its own */
 	host_icreq(&io, false, false);
-	{
-		uint64_t res;
-
-		assert_int_equal(fab_connect(&io, NQN, AUTH_HOST, 1, 31, h.cntlid, 0, &res), 0);
-		assert_true(res & NVMF_AUTHREQ_ATR);
-	}
+	assert_int_equal(fab_connect(&io, NQN, AUTH_HOST, 1, 31, h.cntlid, 0, &res), 0);
+	assert_true(res & NVMF_AUTHREQ_ATR);
 	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 0, 1, buf, 512, false),
 			 GDX_NVME_SC_AUTH_REQUIRED | GDX_NVME_ST_DNR);
-	close(io.fd);
-	/* a re-authentication on the admin queue: the queue serves on meanwhile */
-	negotiate_raw(&h, 11, NVMF_AUTH_SHA384, NVMF_AUTH_DH_NULL);
-	assert_int_equal(identify(&h, GDX_NVME_CNS_CTRL, 0, buf), 0);
-	auth_recv(&h, buf, &m);
+	auth_ok(&io, 11);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 0, 1, buf, 512, false), 0);
+	/* re-authentication of the I/O queue: it serves on meanwhile, and after */
+	negotiate_raw(&io, 12, NVMF_AUTH_SHA384, NVMF_AUTH_DH_NULL);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 0, 1, buf, 512, false), 0);
+	auth_recv(&io, buf, &m);
 	assert_int_equal(m.id, NVMF_AUTH_CHALLENGE);
-	close(h.fd);
-	nvmf_auth_key_wipe(&k);
+	auth_ok(&io, 13);
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 0, 1, buf, 512, false), 0);
+	/* ... and on the admin queue */
+	auth_ok(&h, 14);
+	assert_int_equal(identify(&h, GDX_NVME_CNS_CTRL, 0, buf), 0);
+	/* a re-authentication left unfinished fails the controller: both queues close */
+	negotiate_raw(&io, 15, NVMF_AUTH_SHA384, NVMF_AUTH_DH_NULL);
+	expect_closed(&io);
+	expect_closed(&h);
 }
 
 static int setup(void **state)
@@ -1530,6 +1555,8 @@ static int teardown(void **state)
 
 int main(void)
 {
+	/* test_auth_wire waits this out */
+	setenv("GDX_NVMF_TARGET_AUTH_TIMEOUT_MS", "2000", 1);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_admin),
 		cmocka_unit_test(test_connect_errors),

@@ -110,7 +110,7 @@ int nvmf_auth_sq_start(struct nvmf_sq *sq)
 		return -ENOMEM;
 	a->step = AS_NEGOTIATE;
 	/* the host's Negotiate is due as soon as it has the Connect response */
-	a->deadline_ns = gdx_now_ns() + NVMF_AUTH_TMO_MS * 1000000ull;
+	a->deadline_ns = gdx_now_ns() + sq->tgt->auth_tmo_ns;
 	sq->auth = a;
 	return 0;
 }
@@ -192,7 +192,7 @@ static uint8_t negotiate(struct nvmf_sq *sq, const struct nvmf_auth_msg *m)
 
 	txn_clear(a);
 	a->tid = m->tid;
-	a->deadline_ns = gdx_now_ns() + NVMF_AUTH_TMO_MS * 1000000ull;
+	a->deadline_ns = gdx_now_ns() + sq->tgt->auth_tmo_ns;
 	/* secure channel concatenation (TLS after DH-HMAC-CHAP) is not offered */
 	if (m->neg.sc_c)
 		return NVMF_AUTH_RCE_CONCAT_MISMATCH;
@@ -262,6 +262,10 @@ static void done_ok(struct nvmf_sq *sq)
 		GDX_INFO("nvmf", "controller %u: host %s qid %u authenticated (%s, %s%s)",
 			 c->cntlid, c->hostnqn, sq->qid, nvmf_auth_hash_name(a->hash),
 			 nvmf_auth_dh_name(a->dh), a->bidi ? ", bidirectional" : "");
+	else
+		GDX_DBG("nvmf", "controller %u: host %s qid %u re-authenticated (%s, %s%s)",
+			c->cntlid, c->hostnqn, sq->qid, nvmf_auth_hash_name(a->hash),
+			nvmf_auth_dh_name(a->dh), a->bidi ? ", bidirectional" : "");
 	a->authenticated = true;
 	a->step = AS_NEGOTIATE;
 	txn_clear(a);

@@ -35,8 +35,6 @@
 #define NVMF_ERR_LOG_ENTRIES 64
 #define NVMF_MAX_IO_QUEUES 128
 #define NVMF_VS GDX_NVME_VS(1, 3, 0)	/* 1.3: CNS 03h, no CSI, no CNS 08h */
-/* A queue that requires authentication has this long for each DH-HMAC-CHAP transaction. */
-#define NVMF_AUTH_TMO_MS 30000
 
 struct nvmf_ns;
 struct nvmf_ctrl;
@@ -160,6 +158,7 @@ struct nvmf_tgt {
 	uint16_t max_io_queues;
 	uint16_t max_qdepth;
 	_Atomic bool timed;		/* time commands (struct nvmf_timing) */
+	uint64_t auth_tmo_ns;		/* each DH-HMAC-CHAP transaction (nvmf.target.auth_timeout_ms) */
 };
 
 int nvmf_tgt_init(struct nvmf_tgt *t);
@@ -286,7 +285,7 @@ void nvmf_sq_destroy(struct nvmf_sq *sq);
 bool nvmf_ctrl_ka_expired(struct nvmf_ctrl *c, uint64_t now_ns);
 /*
  * The same for a connected queue, which also fails its controller when the
- * queue's authentication ran out of time (NVMF_AUTH_TMO_MS).
+ * queue's authentication ran out of time (nvmf_tgt.auth_tmo_ns).
  */
 bool nvmf_sq_expired(struct nvmf_sq *sq, uint64_t now_ns);
 /* Completes pending AERs; the transport calls it on the admin queue's thread after aen_kick. */

@@ -33,6 +33,7 @@ int nvmf_tgt_init(struct nvmf_tgt *t)
 	t->inline_data = 16384;
 	t->max_io_queues = 64;
 	t->max_qdepth = 256;
+	t->auth_tmo_ns = 30000000000ull;
 	return 0;
 }
 

@@ -117,6 +117,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t->conn_buf_max = gdx_cfg_size("nvmf.target.conn_buf_max");
 	t->buf_max = gdx_cfg_size("nvmf.target.buf_max");
 	t->stall_ns = (uint64_t)gdx_cfg_int("nvmf.target.stall_timeout_ms") * 1000000;
+	t->core.auth_tmo_ns = (uint64_t)gdx_cfg_int("nvmf.target.auth_timeout_ms") * 1000000;
 	*out = t;
 	return 0;
 }
