@@ -73,6 +73,8 @@ wait $VMPID; vrc=$?; VMPID=
 stop_target
 sed 's/^/  guest: /' "$SHARE/vm.log" | tail -40
 grep -E 'authenticat|connect' "$SHARE/target.log" | head -20 | sed 's/^/  target: /'
+check "the kernel host re-authenticated the admin and I/O queues" \
+  bash -c '[ "$(grep -c "qid [0-9]* re-authenticated" "$1")" -ge 2 ]' _ "$SHARE/target.log"
 for k in khost kctrl ghost gctrl wrong; do
   check "the target's log holds no $k secret" bash -c '! grep -qF "$(cut -d: -f3 "$1")" "$2"' _ \
     "$SHARE/$k.key" "$SHARE/target.log"
