@@ -77,6 +77,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 {
 	struct gdx_nvmf_target_opts o;
 	struct gdx_nvmf_target *t;
+	const char *sp;
 	static const char *const names[] = { "connections", "connection_errors", "pdus_in",
 					     "pdus_out", "connections_refused", "buffered_bytes",
 					     "backpressure_holds", "stalled_queues" };
@@ -118,6 +119,9 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t->buf_max = gdx_cfg_size("nvmf.target.buf_max");
 	t->stall_ns = (uint64_t)gdx_cfg_int("nvmf.target.stall_timeout_ms") * 1000000;
 	t->core.auth_tmo_ns = (uint64_t)gdx_cfg_int("nvmf.target.auth_timeout_ms") * 1000000;
+	sp = gdx_cfg_str("nvmf.target.splice");
+	t->splice = !strcmp(sp, "on") ? TGT_SPLICE_ON : !strcmp(sp, "off") ? TGT_SPLICE_OFF :
+									TGT_SPLICE_AUTO;
 	*out = t;
 	return 0;
 }
