@@ -98,6 +98,7 @@ else
 	run 0 write "${B[@]}" -l 4k --from pattern:3 -S "$tmp/key" --dhchap-ctrl-secret "$tmp/ckey"
 	run 0 read "${B[@]}" -l 4k --dhchap-secret "$(cat "$tmp/key")" -C "$tmp/ckey"
 	run 1 id-ctrl "${B[@]}" -S "$WRONG"
+	grep -q 'authentication failed: check -S/-C' "$tmp/err" || fail "no hint: $(cat "$tmp/err")"
 	run 1 id-ctrl "${B[@]}"
 	run 1 id-ctrl "${B[@]}" -S "$tmp/key" -C "$WRONG"
 	run 2 id-ctrl "${B[@]}" -S "$tmp/nonexistent"

@@ -71,7 +71,7 @@ fi
 touch "$SHARE/host.done"
 wait $VMPID; vrc=$?; VMPID=
 stop_target
-sed 's/^/  guest: /' "$SHARE/vm.log" | tail -40
+sed 's/^/  guest: /' "$SHARE/vm.log" | tail -80
 grep -E 'authenticat|connect' "$SHARE/target.log" | head -20 | sed 's/^/  target: /'
 check "the kernel host re-authenticated the admin and I/O queues" \
   bash -c '[ "$(grep -c "qid [0-9]* re-authenticated" "$1")" -ge 2 ]' _ "$SHARE/target.log"

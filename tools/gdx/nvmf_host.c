@@ -337,6 +337,12 @@ static const char *connect_hint(int rc, const struct hopts *h)
 {
 	static char s[512];
 
+	if (rc == -EACCES) {
+		snprintf(s, sizeof(s), "\n  (DH-HMAC-CHAP authentication failed: check -S/-C and "
+			 "the secrets the target holds for host NQN %s)",
+			 h->o.hostnqn ? h->o.hostnqn : "/etc/nvme/hostnqn");
+		return s;
+	}
 	switch (gdx_nvme_status(rc)) {
 	case 0x182:
 		snprintf(s, sizeof(s), "\n  (is '%s' a subsystem of that target? "
