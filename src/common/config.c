@@ -233,6 +233,11 @@ static struct knob knobs[] = {
 	     "NVMe/TCP target: a connection that has not sent ICReq and a successful Connect "
 	     "this long after it was accepted is closed (checked once a second)",
 	     .min = 1, .max = 3600000),
+	KNOB("nvmf.target.auth_timeout_ms", K_INT, "30000",
+	     "NVMe-oF target: a queue that requires DH-HMAC-CHAP has this long for each "
+	     "authentication transaction (from its Connect, or from a Negotiate); past it the "
+	     "controller is failed and its connections closed (checked once a second)",
+	     .min = 100, .max = 3600000),
 	KNOB("nvmf.target.conn_buf_max", K_SIZE, "32M",
 	     "NVMe/TCP target: request buffers (file namespaces' data, in-capsule and R2T "
 	     "data) one connection may hold; beyond it its reads and R2T writes wait until the "

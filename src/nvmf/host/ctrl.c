@@ -383,9 +383,17 @@ static int fabrics_connect(struct nh_ctrl *c, struct nh_queue *q, unsigned sqsiz
 	}
 	if (cntlid)
 		*cntlid = (uint16_t)r.dw01;
-	if (r.dw01 & (3u << 17)) {
-		GDX_ERR(SUB, "%s requires authentication, which gdx does not implement",
-			c->p.subnqn);
+	if (r.dw01 & NVMF_AUTHREQ_ASCR) {
+		GDX_ERR(SUB, "%s requires a secure channel (TLS after authentication), which gdx "
+			"does not offer", c->p.subnqn);
+		return -EACCES;
+	}
+	if (r.dw01 & NVMF_AUTHREQ_ATR)
+		return nh_auth_queue(c, q, queue_exec);
+	/* a controller we hold a secret of must prove itself: one that asks nothing cannot */
+	if (c->p.has_ctrl_key && !c->p.discovery) {
+		GDX_ERR(SUB, "%s did not ask for authentication, so it cannot prove it holds the "
+			"controller secret", c->p.subnqn);
 		return -EACCES;
 	}
 	return 0;
@@ -937,6 +945,25 @@ static unsigned default_queues(struct gdx_device *dev)
 	return (unsigned)GDX_MAX(1L, GDX_MIN(ncpu, 8L));
 }
 
+static int auth_params(struct nh_params *p, const struct gdx_nvmf_host_opts *o)
+{
+	const char *key = OPT(o, dhchap_secret, NULL), *ctrl = OPT(o, dhchap_ctrl_secret, NULL);
+
+	if (key && nvmf_auth_key_parse(key, &p->dhchap_key)) {
+		GDX_ERR(SUB, "the DH-HMAC-CHAP secret is not DHHC-1:hh:<base64 key and CRC>:");
+		return -EINVAL;
+	}
+	if (ctrl && (!key || nvmf_auth_key_parse(ctrl, &p->dhchap_ctrl_key))) {
+		GDX_ERR(SUB, key ? "the controller's DH-HMAC-CHAP secret is not "
+			"DHHC-1:hh:<base64 key and CRC>:" : "a controller secret needs the host's "
+			"secret too (bidirectional authentication)");
+		return -EINVAL;
+	}
+	p->has_key = key != NULL;
+	p->has_ctrl_key = ctrl != NULL;
+	return 0;
+}
+
 static int params(struct nh_params *p, const char *addr, const char *svc, const char *subnqn,
 		  const struct gdx_nvmf_host_opts *o)
 {
@@ -992,7 +1019,7 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 	p->sqflow_off = gdx_cfg_bool("nvmf.host.sqflow_off");
 	if (p->discovery)
 		p->nr_io_queues = 0;
-	return 0;
+	return auth_params(p, o);
 }
 
 /* ---- public entry points ------------------------------------------------------ */
@@ -1071,6 +1098,7 @@ static void ctrl_free(struct nh_ctrl *c)
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->alock);
 	pthread_cond_destroy(&c->acv);
+	nvmf_auth_wipe(c, sizeof(*c));
 	free(c);
 }
 

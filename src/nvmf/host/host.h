@@ -13,6 +13,7 @@
 
 #include "common/stats.h"
 #include "mem/stage.h"
+#include "nvmf/auth/auth.h"
 #include "nvmf/proto/tcp.h"
 
 struct nh_ctrl;
@@ -169,6 +170,9 @@ struct nh_params {
 	bool post_first;		/* done word: post a piece's copy, then release held reads */
 	unsigned copy_agent;		/* workers of the copy agent; 0: none */
 	bool require_direct;		/* device memory may not bounce */
+	/* DH-HMAC-CHAP: ours, and the controller's for bidirectional authentication */
+	bool has_key, has_ctrl_key;
+	struct nvmf_auth_key dhchap_key, dhchap_ctrl_key;
 };
 
 struct nh_ctrl {
@@ -303,5 +307,14 @@ int nh_status_to_err(uint16_t status);
 
 /* io.c */
 void nh_async_stop(struct nh_ctrl *c);
+
+/* auth.c: runs one set-up command on q and waits for it (ctrl.c's queue_exec) */
+typedef int (*nh_exec_fn)(struct nh_queue *q, struct nh_req *r);
+/*
+ * DH-HMAC-CHAP on q, whose Connect asked for it: 0, -EACCES when either
+ * side refused (permanent: the secrets are wrong or missing), or the error
+ * of a command.
+ */
+int nh_auth_queue(struct nh_ctrl *c, struct nh_queue *q, nh_exec_fn exec);
 
 #endif

@@ -852,8 +852,9 @@ static void handle_cmd(struct tcp_conn *c)
 			st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
 	} else if (c->info.data_len) {
 		st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
-	} else if (sgl.length && t->req.cmd.opc == GDX_NVME_OPC_FABRICS) {
-		/* Connect's data comes in the capsule: no R2T for fabrics commands */
+	} else if (sgl.length && t->req.cmd.opc == GDX_NVME_OPC_FABRICS &&
+		   t->req.cmd.fctype != GDX_NVMF_FCTYPE_AUTH_RECV) {
+		/* Connect's and Authentication Send's data come in the capsule: no R2T */
 		st = GDX_NVME_SC_INVALID_FIELD | GDX_NVME_ST_DNR;
 	} else if (sgl.length > c->tgt->core.max_io) {
 		st = GDX_NVME_SC_SGL_INVALID_DATA | GDX_NVME_ST_DNR;
@@ -1461,7 +1462,7 @@ static void tick(struct tcp_reactor *r)
 			mark_dirty(c);
 		if (c->sq.ctrl) {
 			nvmf_target_sq_stats(&c->sq, &c->sq_stats);
-			if (nvmf_ctrl_ka_expired(c->sq.ctrl, now))
+			if (nvmf_sq_expired(&c->sq, now))
 				conn_close(c, "controller failed or keep-alive expired");
 		} else if (now - c->born_ns > r->tgt->handshake_ns) {
 			char why[64];
