@@ -25,7 +25,7 @@
  * data and responses to the transmit queue, so both peers can stream at once.
  * A read answer's bytes are taken out of the region when it is sent: a write
  * to the same range that arrives after the read has them taken first, without
- * waiting for the answer to go out (ans_settle).
+ * waiting for the answer to go out (tcp_ans_settle).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -101,9 +101,9 @@ _Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire")
 /*
  * Two pinned buffers of bsz bytes and a stream for moving device memory
  * through the socket.  Each side has one per device (tcp_ep.rxs, txs), made
- * by rr_prepare; the agent's device's gets its buffers only once the agent
- * failed: the halves of its receive ring (rx_stager) or of its stage ring
- * (tx_stager), lent.
+ * by tcp_rr_prepare; the agent's device's gets its buffers only once the agent
+ * failed: the halves of its receive ring (tcp_rx_stager) or of its stage ring
+ * (tcp_tx_stager), lent.
  */
 struct stager {
 	struct gdx_device *dev;
@@ -126,7 +126,7 @@ struct txi {			/* one frame to transmit */
 	const void *pp;			/* the payload (host memory when small) */
 	size_t plen;
 	int small;			/* host payload of at most DIRECT_MAX: goes in trains */
-	int going;			/* its bytes began to go out (tx_going) */
+	int going;			/* its bytes began to go out (tcp_tx_going) */
 	struct qent *q;			/* request frames: the request's outstanding entry */
 	/*
 	 * Device payloads sent through the stage ring (sr: the endpoint's agent
@@ -140,15 +140,15 @@ struct txi {			/* one frame to transmit */
 	/*
 	 * Read answers whose bytes still come out of the region (ans: on
 	 * t->ans_head, lock held): a write that overlaps one takes them first
-	 * (ans_settle, rule 1).  snap: that private copy of the payload's
+	 * (tcp_ans_settle, rule 1).  snap: that private copy of the payload's
 	 * bytes from snap_off on; cnext: bytes of a device payload whose copies were
 	 * posted (to the transmit thread's stream or the agent's ring RR_TX).
 	 */
-	uint8_t ans, settle;		/* settle: ans_settle lets it go once its copies landed */
+	uint8_t ans, settle;		/* settle: tcp_ans_settle lets it go once its copies landed */
 	/*
 	 * snapping: the receive thread copies its bytes out of device memory
-	 * with the lock dropped (ans_snap): no sender takes it (tx_blocked) or
-	 * copies for it (tx_copy) meanwhile, and a tx_free leaves it to that
+	 * with the lock dropped (ans_snap): no sender takes it (tcp_tx_blocked) or
+	 * copies for it (tx_copy) meanwhile, and a tcp_tx_free leaves it to that
 	 * thread to free (orphan).
 	 */
 	uint8_t snapping, orphan;
@@ -206,7 +206,7 @@ struct rxring {
 	int on;				/* the agent takes the copies */
 	int err;			/* why it stopped taking them */
 	int leak;			/* an agent did not stop (tcp_destroy): the rings stay allocated */
-	int stopped;			/* rr_stop ran: no agent starts any more (atomic) */
+	int stopped;			/* tcp_rr_stop ran: no agent starts any more (atomic) */
 	struct deff *q;			/* circular, qcap entries */
 	unsigned qcap, qhead, qn;
 };
@@ -233,7 +233,7 @@ struct tcp_ep {
 	int fd;
 	int zerocopy;
 	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
-	pthread_mutex_t rr_lock;	/* the receive ring's start and rxs's additions (rr_prepare) */
+	pthread_mutex_t rr_lock;	/* the receive ring's start and rxs's additions (tcp_rr_prepare) */
 	pthread_t rx, tx;
 	int threads;
 	pthread_mutex_t lock;
@@ -301,7 +301,7 @@ struct tcp_ep {
 	 */
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp;
-	/* receives' and sends' stagers, a device each (rr_prepare): published with release */
+	/* receives' and sends' stagers, a device each (tcp_rr_prepare): published with release */
 	struct stager *rxs, *txs;
 	/*
 	 * The stage ring (the agent's, SR_SIZE bytes of rr.dev's pinned memory;
@@ -321,14 +321,14 @@ struct tcp_ep {
 	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
 	/*
 	 * The receive side halted the failed agent (rr_fail): device payloads
-	 * are sent through the stage stream from here on (tx_agent; atomic).
+	 * are sent through the stage stream from here on (tcp_tx_agent; atomic).
 	 */
 	int tx_noagent;
 	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
 	struct rxring rr;
 	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
 	/*
-	 * Answers to the peer queued and not freed yet (tx_free, unlocked:
+	 * Answers to the peer queued and not freed yet (tcp_tx_free, unlocked:
 	 * atomic).  A peer that asks and does not read the answers would have
 	 * them pile up; beyond ans_max (xport.tcp_answers_max) the receive
 	 * thread reads no more of its frames until half went out (rx_hold_back),
@@ -340,7 +340,7 @@ struct tcp_ep {
 	int ans_ms, ans_said;
 	/*
 	 * Bytes of private copies read answers took because a write overlapped
-	 * them (ans_snap; freed by tx_free, unlocked: atomic): at most
+	 * them (ans_snap; freed by tcp_tx_free, unlocked: atomic): at most
 	 * snap_max (xport.tcp_answers_copy_max), beyond which such a write is
 	 * refused as one whose copies could not be allocated.
 	 */
@@ -354,7 +354,7 @@ struct tcp_ep {
 	/*
 	 * Read answers still to be read out of their region (txi.ans), and the
 	 * threads in a send that may read one's host memory (never blocking:
-	 * ans_settle waits for them to leave it).  Lock held.
+	 * tcp_ans_settle waits for them to leave it).  Lock held.
 	 */
 	struct txi *ans_head;
 	int rd_busy, rd_waiting;
@@ -439,7 +439,7 @@ static int have_recv(struct tcp_ep *t)
 }
 
 /* Completes receive req with message u, which arrived before it. */
-static void deliver_unexpected(struct gdx_xport_req *req, struct qent *u)
+static void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u)
 {
 	req->cqe_flags |= GDX_XPORT_CQE_UNEXPECTED;
 	if (u->is_imm) {
@@ -493,7 +493,7 @@ static int stager_init(struct stager *st, struct gdx_device *dev, size_t bsz)
 	return 0;
 }
 
-static void stagers_free(struct stager **list)
+static void tcp_stagers_free(struct stager **list)
 {
 	while (*list) {
 		struct stager *st = *list;
@@ -537,13 +537,13 @@ static void zc_reap(struct tcp_ep *t)
 	}
 }
 
-static int resp_flush(struct tcp_ep *t);
-static void tx_kick(struct tcp_ep *t);
-static int rx_idle(struct tcp_ep *t);
+static int tcp_resp_flush(struct tcp_ep *t);
+static void tcp_tx_kick(struct tcp_ep *t);
+static int tcp_rx_idle(struct tcp_ep *t);
 static void kept_match(struct tcp_ep *t, int ended);
-static void defer_wait(struct tcp_ep *t, int watch);
+static void tcp_defer_wait(struct tcp_ep *t, int watch);
 
-static void rx_wakeup(struct tcp_ep *t)
+static void tcp_rx_wakeup(struct tcp_ep *t)
 {
 	uint64_t v = 1;
 
@@ -575,7 +575,7 @@ static ssize_t rx_try(struct tcp_ep *t)
 /*
  * Polls the socket for up to rx_spin_ns before the receive thread parks: a
  * thread that sleeps is woken per burst of requests, tens of microseconds on
- * a virtual machine whose idle vCPU halts.  Returns as rx_try.  kill_conn
+ * a virtual machine whose idle vCPU halts.  Returns as rx_try.  tcp_kill_conn
  * shuts the socket down, which ends the spin too.
  */
 static ssize_t rx_spin(struct tcp_ep *t)
@@ -611,7 +611,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed)) {
 			kept_match(t, 0);
 			/* Nothing waits on copies while this thread sleeps, socket or not. */
-			defer_wait(t, 0);
+			tcp_defer_wait(t, 0);
 			gdx_xport_complete_flush();
 			if (t->rx_err)
 				return t->rx_err;
@@ -642,7 +642,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 			 * completes answers itself: nothing may wait on copies by then.
 			 */
 			if (t->rr.qn || t->nresp) {
-				n = rx_idle(t);
+				n = tcp_rx_idle(t);
 				if (n)
 					return n;
 				continue;
@@ -652,7 +652,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 				return n;
 			pthread_mutex_lock(&t->lock);
 			t->rx_parked = 1;
-			/* a kick before it was seen parked woke nobody (kept_kick_locked) */
+			/* a kick before it was seen parked woke nobody (tcp_kept_kick_locked) */
 			kick = atomic_load_explicit(&t->kept_kick, memory_order_relaxed);
 			pthread_mutex_unlock(&t->lock);
 			if (kick)
@@ -680,7 +680,7 @@ static ssize_t rx_fill(struct tcp_ep *t)
 	/* Completions of everything read so far wake their waiter, once. */
 	gdx_xport_complete_flush();
 	/* Requests posted while others were on the wire go before their answers are read. */
-	tx_kick(t);
+	tcp_tx_kick(t);
 	if (t->nresp > 1) {
 		/*
 		 * In a burst (more than one request since the last answer), responses
@@ -714,7 +714,7 @@ static ssize_t rx_fill(struct tcp_ep *t)
 			return -errno;
 	}
 	/* About to wait for input: what is owed goes out first. */
-	n = rx_idle(t);
+	n = tcp_rx_idle(t);
 	if (n)
 		return n;
 	if (t->rx_boundary)
@@ -773,8 +773,8 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 		if (!n)
 			break;
 		gdx_xport_complete_flush();
-		tx_kick(t);
-		r = rx_idle(t);
+		tcp_tx_kick(t);
+		r = tcp_rx_idle(t);
 		if (r)
 			return (int)r;
 		r = recv(t->fd, dst, n, MSG_WAITALL);
@@ -797,9 +797,9 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 #define RR_TX 1			/* and of the transmit thread's */
 
 static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
-static void tx_drop_agent(struct tcp_ep *t);
+static void tcp_tx_drop_agent(struct tcp_ep *t);
 
-static int seq_landed(uint32_t word, uint32_t seq)
+static int tcp_seq_landed(uint32_t word, uint32_t seq)
 {
 	return (int32_t)(word - seq) >= 0;
 }
@@ -823,7 +823,7 @@ static void rr_progress(struct rxring *rr)
  * or GDX_EDISCONNECTED), for an effect that depends on them.  An error of the
  * answer to the peer ends the connection (rx_err).
  */
-static void deff_run(struct tcp_ep *t, struct deff *e, int fail)
+static void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail)
 {
 	int st = e->st, rst = e->resp_st;
 
@@ -863,17 +863,17 @@ static struct deff deff_pop(struct rxring *rr)
 }
 
 /* Carries out the deferred effects whose copies have landed, oldest first. */
-static void defer_release(struct tcp_ep *t)
+static void tcp_defer_release(struct tcp_ep *t)
 {
 	struct rxring *rr = &t->rr;
 
 	if (!rr->qn)
 		return;
 	rr_progress(rr);
-	while (rr->qn && seq_landed(rr->landed, rr->q[rr->qhead].mark)) {
+	while (rr->qn && tcp_seq_landed(rr->landed, rr->q[rr->qhead].mark)) {
 		struct deff e = deff_pop(rr);
 
-		deff_run(t, &e, 0);
+		tcp_deff_run(t, &e, 0);
 	}
 }
 
@@ -881,7 +881,7 @@ static void defer_release(struct tcp_ep *t)
  * Stops the agent's workers, however long that takes: the memory that copies
  * posted to it may still write (receives' buffers, regions) goes back to the
  * user only once none runs.  The agent stays allocated (the transmit thread
- * may still call into it: its posts fail from here on) until rr_stop frees it.
+ * may still call into it: its posts fail from here on) until tcp_rr_stop frees it.
  * A device that does not let a worker end keeps this thread here, and the
  * memory held; said at every stop timeout.
  */
@@ -911,14 +911,14 @@ static void rr_fail(struct tcp_ep *t, int err)
 		"fail; device memory is received and sent synchronously from here on",
 		gdx_device_name(rr->dev), gdx_strerror(err));
 	rr_halt(t);
-	tx_drop_agent(t);
+	tcp_tx_drop_agent(t);
 	rr_progress(rr);
 	rr->on = 0;
 	rr->err = err;
 	while (rr->qn) {
 		struct deff e = deff_pop(rr);
 
-		deff_run(t, &e, seq_landed(rr->landed, e.mark) ? 0 : err);
+		tcp_deff_run(t, &e, tcp_seq_landed(rr->landed, e.mark) ? 0 : err);
 	}
 	rr->landed = rr->seq;
 }
@@ -927,7 +927,7 @@ static void rr_fail(struct tcp_ep *t, int err)
  * Spins until the copies up to seq have landed: 0, or the agent's error once
  * it failed (asked every 64 spins, so a dead agent ends the wait; rr_fail).
  */
-static int rr_wait_seq(struct tcp_ep *t, uint32_t seq)
+static int tcp_rr_wait_seq(struct tcp_ep *t, uint32_t seq)
 {
 	struct rxring *rr = &t->rr;
 
@@ -937,7 +937,7 @@ static int rr_wait_seq(struct tcp_ep *t, uint32_t seq)
 		if (!rr->on)
 			return rr->err;
 		rr_progress(rr);
-		if (seq_landed(rr->landed, seq))
+		if (tcp_seq_landed(rr->landed, seq))
 			return 0;
 		if (!(spins % 64) && (r = gdx_copy_agent_status(rr->agent))) {
 			rr_fail(t, r);
@@ -952,10 +952,10 @@ static int rr_wait_seq(struct tcp_ep *t, uint32_t seq)
  * far must land before its memory is let go (a region put, a shared receive
  * completed), or they could write into memory handed back or reused.
  */
-static void rr_settle(struct tcp_ep *t)
+static void tcp_rr_settle(struct tcp_ep *t)
 {
 	if (t->rr.on && t->rr.landed != t->rr.seq)
-		rr_wait_seq(t, t->rr.seq);
+		tcp_rr_wait_seq(t, t->rr.seq);
 }
 
 /*
@@ -963,14 +963,14 @@ static void rr_settle(struct tcp_ep *t)
  * early once the socket has input (or an error, or its end), which comes
  * before the wait; the caller then reads instead of blocking.
  */
-static void defer_wait(struct tcp_ep *t, int watch)
+static void tcp_defer_wait(struct tcp_ep *t, int watch)
 {
 	struct rxring *rr = &t->rr;
 
 	for (unsigned spins = 1;; spins++) {
 		int r;
 
-		defer_release(t);
+		tcp_defer_release(t);
 		if (!rr->qn)
 			return;
 		if (watch) {
@@ -993,16 +993,16 @@ static void defer_wait(struct tcp_ep *t, int watch)
  * completions and answers keep their order).  dev: e depends on the copies
  * posted so far (its payload went through the ring).  Returns rx_err.
  */
-static int defer(struct tcp_ep *t, struct deff *e, int dev)
+static int tcp_defer(struct tcp_ep *t, struct deff *e, int dev)
 {
 	struct rxring *rr = &t->rr;
 
 	e->dev = (uint8_t)dev;
 	e->mark = rr->seq;
 	/* what landed goes first: host frames alone would not look until the socket ran dry */
-	defer_release(t);
+	tcp_defer_release(t);
 	if (!rr->qn && !dev) {
-		deff_run(t, e, 0);
+		tcp_deff_run(t, e, 0);
 		return t->rx_err;
 	}
 	if (rr->qn == rr->qcap) {
@@ -1011,10 +1011,10 @@ static int defer(struct tcp_ep *t, struct deff *e, int dev)
 
 		if (!q) {
 			/* No room to queue it: wait for every copy instead, then carry it out. */
-			int err = dev ? rr_wait_seq(t, e->mark) : 0;
+			int err = dev ? tcp_rr_wait_seq(t, e->mark) : 0;
 
-			defer_wait(t, 0);
-			deff_run(t, e, err);
+			tcp_defer_wait(t, 0);
+			tcp_deff_run(t, e, err);
 			return t->rx_err;
 		}
 		for (unsigned i = 0; i < rr->qn; i++)
@@ -1034,7 +1034,7 @@ static int defer_resp(struct tcp_ep *t, uint64_t id, int st)
 {
 	struct deff e = { .has_resp = 1, .resp_id = id, .resp_st = st };
 
-	return defer(t, &e, 0);
+	return tcp_defer(t, &e, 0);
 }
 
 /*
@@ -1128,7 +1128,7 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 }
 
 /* dev's stager in list (t->rxs, t->txs), or NULL: any thread. */
-static struct stager *stager_of(struct stager **list, const struct gdx_device *dev)
+static struct stager *tcp_stager_of(struct stager **list, const struct gdx_device *dev)
 {
 	struct stager *st = __atomic_load_n(list, __ATOMIC_ACQUIRE);
 
@@ -1148,7 +1148,7 @@ static int stager_add(struct stager **list, struct gdx_device *dev, int lend, co
 	struct stager *st;
 	int ret;
 
-	if (stager_of(list, dev))
+	if (tcp_stager_of(list, dev))
 		return 0;
 	st = calloc(1, sizeof(*st));
 	ret = st ? stager_init(st, dev, lend ? 0 : STAGE_SIZE) : -ENOMEM;
@@ -1177,19 +1177,19 @@ static int stager_add(struct stager **list, struct gdx_device *dev, int lend, co
  * Each side gets a stager of dev for the stream path (any other device, the
  * first without an agent, or the agent's once it failed): a stream and two
  * pinned buffers, the agent's device's its stream alone (the agent's rings
- * lend it buffers if the agent fails: rx_stager, tx_stager).  Once per device
+ * lend it buffers if the agent fails: tcp_rx_stager, tcp_tx_stager).  Once per device
  * and side; 0, or why dev's memory cannot be moved (the post or registration
  * fails with it).
  */
-static int rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx)
+static int tcp_rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx)
 {
 	int ret = 0;
 
-	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && (!rx || stager_of(&t->rxs, dev)) &&
-	    (!tx || stager_of(&t->txs, dev)))
+	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && (!rx || tcp_stager_of(&t->rxs, dev)) &&
+	    (!tx || tcp_stager_of(&t->txs, dev)))
 		return 0;
 	pthread_mutex_lock(&t->rr_lock);
-	/* not after rr_stop (a registration outlives the connection): see rr_stop */
+	/* not after tcp_rr_stop (a registration outlives the connection): see tcp_rr_stop */
 	if (__atomic_load_n(&t->rr.stopped, __ATOMIC_SEQ_CST))
 		goto out;
 	if (!t->rr.dev) {
@@ -1207,13 +1207,13 @@ out:
 }
 
 /* Makes room for need bytes at the head of the ring: the oldest copies must land. */
-static int rr_reserve(struct tcp_ep *t, size_t need)
+static int tcp_rr_reserve(struct tcp_ep *t, size_t need)
 {
 	struct rxring *rr = &t->rr;
 
 	rr_progress(rr);
 	while (rr->head + need - rr->done > rr->size) {
-		int ret = rr_wait_seq(t, rr->landed + 1);
+		int ret = tcp_rr_wait_seq(t, rr->landed + 1);
 
 		if (ret)
 			return ret;
@@ -1222,7 +1222,7 @@ static int rr_reserve(struct tcp_ep *t, size_t need)
 }
 
 /* Posts the agent's copy of n bytes from src to dst on the receive thread's ring. */
-static int rr_post(struct tcp_ep *t, char *dst, const void *src, size_t n, uint64_t pend)
+static int tcp_rr_post(struct tcp_ep *t, char *dst, const void *src, size_t n, uint64_t pend)
 {
 	struct rxring *rr = &t->rr;
 	uint32_t seq;
@@ -1274,7 +1274,7 @@ static int rr_recv(struct tcp_ep *t, char *dst, const unsigned char *src, size_t
 		size_t skip = off + span > rr->size ? rr->size - off : 0;
 		unsigned char *p = rr->ring + (skip ? 0 : off);
 
-		ret = rr_reserve(t, skip + span);
+		ret = tcp_rr_reserve(t, skip + span);
 		if (ret)
 			break;
 		rr->head += skip;
@@ -1287,12 +1287,12 @@ static int rr_recv(struct tcp_ep *t, char *dst, const unsigned char *src, size_t
 				return ret;
 		}
 		n -= piece;
-		ret = rr_post(t, dst, p, piece, rr->head + span);
+		ret = tcp_rr_post(t, dst, p, piece, rr->head + span);
 		if (ret)
 			break;
 		rr->head += span;
 		dst += piece;
-		defer_release(t);
+		tcp_defer_release(t);
 	}
 	if (ret && n && !src) {
 		int r = rx_exact(t, NULL, n);
@@ -1310,21 +1310,21 @@ static int rr_recv(struct tcp_ep *t, char *dst, const unsigned char *src, size_t
  * rest report GDX_EDISCONNECTED (their buffers may be freed then, and the
  * regions written deregistered).
  */
-static void rr_stop(struct tcp_ep *t)
+static void tcp_rr_stop(struct tcp_ep *t)
 {
 	struct rxring *rr = &t->rr;
 
 	/*
-	 * No agent starts from here on.  One that a poster's rr_prepare is
+	 * No agent starts from here on.  One that a poster's tcp_rr_prepare is
 	 * starting right now (dev not published yet: nothing was received or
 	 * deferred through it) is tcp_destroy's to stop: this thread must not
 	 * wait for that start, which on CUDA may synchronise the context while a
-	 * stream waits for a completion that flush_all delivers.
+	 * stream waits for a completion that tcp_flush_all delivers.
 	 */
 	__atomic_store_n(&rr->stopped, 1, __ATOMIC_SEQ_CST);
 	if (!__atomic_load_n(&rr->dev, __ATOMIC_SEQ_CST))
 		return;
-	defer_release(t);
+	tcp_defer_release(t);
 	if (rr->agent) {
 		rr_halt(t);
 		/* halted: this frees it */
@@ -1337,33 +1337,33 @@ static void rr_stop(struct tcp_ep *t)
 
 		e.dev = 1;
 		e.has_resp = 0;
-		deff_run(t, &e, GDX_EDISCONNECTED);
+		tcp_deff_run(t, &e, GDX_EDISCONNECTED);
 	}
 }
 
 /* About to block on the socket: nothing may wait on copies meanwhile, nor answers. */
-static int rx_idle(struct tcp_ep *t)
+static int tcp_rx_idle(struct tcp_ep *t)
 {
 	if (t->rr.qn) {
-		defer_wait(t, 1);
+		tcp_defer_wait(t, 1);
 		gdx_xport_complete_flush();
-		tx_kick(t);
+		tcp_tx_kick(t);
 	}
 	if (t->rx_err)
 		return t->rx_err;
-	return resp_flush(t);
+	return tcp_resp_flush(t);
 }
 
 /*
- * The stager of dev's memory for the stream path (rr_prepare made it), or
+ * The stager of dev's memory for the stream path (tcp_rr_prepare made it), or
  * NULL.  Receive thread.  The agent's device's has its stream only: once the
  * agent failed (halted: rr_fail) the halves of its receive ring, idle from
  * then on, are its buffers, so no set-up runs here then either.
  */
-static struct stager *rx_stager(struct tcp_ep *t, struct gdx_device *dev)
+static struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct rxring *rr = &t->rr;
-	struct stager *st = stager_of(&t->rxs, dev);
+	struct stager *st = tcp_stager_of(&t->rxs, dev);
 
 	if (st && !st->bsz && dev == rr->dev && rr->ring && !rr->on) {
 		st->b[0] = rr->ring;
@@ -1396,7 +1396,7 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 		*posted = !ret && n;
 		return ret;
 	}
-	st = rx_stager(t, dev);
+	st = tcp_rx_stager(t, dev);
 	if (!st) {
 		/* its set-up failed (and was reported) where it was posted */
 		GDX_ERR(SUBSYS, "%s: receive into memory not set up for it", gdx_device_name(dev));
@@ -1430,7 +1430,7 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 /* ---- kept messages (kept_rx) ------------------------------------------------ */
 
 /* Room for a kept message of n bytes in the kept ring, or NULL.  Receive thread. */
-static unsigned char *kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
+static unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
 {
 	size_t off = (size_t)(t->kr_head % t->kr_size), span = GDX_ALIGN_UP(n, (size_t)RING_ALIGN);
 	size_t skip = off + span > t->kr_size ? t->kr_size - off : 0;
@@ -1448,7 +1448,7 @@ static unsigned char *kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
  */
 static int kept_stream(struct tcp_ep *t, const struct gdx_xport_buf *b, const struct qent *u)
 {
-	struct stager *st = stager_of(&t->rxs, b->dev);
+	struct stager *st = tcp_stager_of(&t->rxs, b->dev);
 	int ret, sync;
 
 	if (!st) {
@@ -1488,7 +1488,7 @@ static void kept_deliver(struct tcp_ep *t, struct gdx_xport_req *req, struct qen
 			memcpy(b->p, u->data, u->len);
 		} else if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) == b->dev && t->rr.on) {
 			if (u->kr_end)
-				e.st = rr_post(t, b->p, u->data, u->len, t->rr.head);
+				e.st = tcp_rr_post(t, b->p, u->data, u->len, t->rr.head);
 			else
 				e.st = rr_recv(t, b->p, u->data, u->len);
 			/* a failed agent (rr_fail) copies nothing more: nothing to wait for */
@@ -1500,7 +1500,7 @@ static void kept_deliver(struct tcp_ep *t, struct gdx_xport_req *req, struct qen
 	if (!u->kr_end)
 		free(u->data);
 	free(u);
-	defer(t, &e, dev);
+	tcp_defer(t, &e, dev);
 }
 
 /*
@@ -1545,12 +1545,12 @@ static void kept_match(struct tcp_ep *t, int ended)
  * them over, wherever it is.  Lock held, as when it parks (rx_park), so
  * either it sees the kick or it is seen parked and woken.
  */
-static void kept_kick_locked(struct tcp_ep *t)
+static void tcp_kept_kick_locked(struct tcp_ep *t)
 {
 	atomic_store_explicit(&t->kept_kick, 1, memory_order_relaxed);
 	pthread_cond_broadcast(&t->rx_cond);
 	if (t->rx_parked)
-		rx_wakeup(t);
+		tcp_rx_wakeup(t);
 }
 
 /*
@@ -1579,7 +1579,7 @@ void AnnotateIgnoreReadsEnd(const char *file, int line);
 #define SEND_UNSEEN_END() ((void)0)
 #endif
 
-static int send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent)
+static int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent)
 {
 	struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
 	ssize_t n;
@@ -1610,7 +1610,7 @@ static int send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, siz
  * nonblock: -EAGAIN when the socket is full, with x->off saying how far it got.
  * Large payloads go zero-copy; the header never does (x is freed right after).
  */
-static int tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock)
+static int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock)
 {
 	const size_t hl = sizeof(x->h), total = hl + n;
 	int zc = !nonblock && t->zerocopy && n >= ZC_MIN, used_zc = 0;
@@ -1633,7 +1633,7 @@ static int tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int
 				used_zc = 1;
 			}
 		}
-		ret = send_iov(t, iov, cnt, flags, &sent);
+		ret = tcp_send_iov(t, iov, cnt, flags, &sent);
 		if (ret)
 			return ret == -EWOULDBLOCK ? -EAGAIN : ret;
 		x->off += sent;
@@ -1643,7 +1643,7 @@ static int tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int
 	return 0;
 }
 
-static void tx_wait_out(struct tcp_ep *t);
+static void tcp_tx_wait_out(struct tcp_ep *t);
 static void rd_leave(struct tcp_ep *t);
 
 /*
@@ -1657,7 +1657,7 @@ static int send_nowait(struct tcp_ep *t, struct iovec *iov, int cnt, int region,
 
 	t->rd_busy += region;
 	pthread_mutex_unlock(&t->lock);
-	ret = send_iov(t, iov, cnt, MSG_DONTWAIT, sent);
+	ret = tcp_send_iov(t, iov, cnt, MSG_DONTWAIT, sent);
 	pthread_mutex_lock(&t->lock);
 	if (region)
 		rd_leave(t);
@@ -1667,13 +1667,13 @@ static int send_nowait(struct tcp_ep *t, struct iovec *iov, int cnt, int region,
 /*
  * Sends read answer x, n bytes of host memory, from the transmit thread.  No
  * send reads the region while it blocks, so that a write to the region can
- * wait for the sends that read it without waiting for the peer (ans_settle:
+ * wait for the sends that read it without waiting for the peer (tcp_ans_settle:
  * it gives x its own copy of the rest, then waits): each sendmsg is
  * non-blocking, the lock taken around it, and the socket's room waited for
  * apart.  Never zero-copy: the kernel would read the region when the NIC
  * sends, after the call returned, and the write could not know when.
  */
-static int tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
+static int tcp_tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
 {
 	const size_t hl = sizeof(x->h), total = hl + n;
 	int ret = 0;
@@ -1693,7 +1693,7 @@ static int tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
 		x->off += sent;
 		if (ret == -EAGAIN) {
 			ret = 0;
-			tx_wait_out(t);
+			tcp_tx_wait_out(t);
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -1702,10 +1702,10 @@ static int tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
 
 /* ---- copies out of device memory ------------------------------------------ */
 
-static void tx_payload(struct txi *x, const void **p, struct gdx_device **dev, size_t *n);
+static void tcp_tx_payload(struct txi *x, const void **p, struct gdx_device **dev, size_t *n);
 
 /* Whether the receive side halted the failed agent (rr_fail): any thread. */
-static int tx_noagent(struct tcp_ep *t)
+static int tcp_tx_noagent(struct tcp_ep *t)
 {
 	return __atomic_load_n(&t->tx_noagent, __ATOMIC_ACQUIRE);
 }
@@ -1714,32 +1714,32 @@ static int tx_noagent(struct tcp_ep *t)
  * The copy agent that takes copies out of dev's memory for sending, or NULL
  * (another device, none started, or it failed on the receive side): then the
  * stage stream does.  rr.agent is set before rr.dev is published and stays
- * until both threads are done (rr_stop).
+ * until both threads are done (tcp_rr_stop).
  */
-static struct gdx_copy_agent *tx_agent(struct tcp_ep *t, const struct gdx_device *dev)
+static struct gdx_copy_agent *tcp_tx_agent(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) != dev || tx_noagent(t))
+	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) != dev || tcp_tx_noagent(t))
 		return NULL;
 	return t->rr.agent;
 }
 
 /*
  * The stream that copies out of dev's memory for sending where no agent
- * does (tx_agent): that of dev's sending stager, which rr_prepare made where
+ * does (tcp_tx_agent): that of dev's sending stager, which tcp_rr_prepare made where
  * the memory was posted or registered, or NULL.  Transmit thread, or the
- * receive thread to wait for its copies (ans_settle).
+ * receive thread to wait for its copies (tcp_ans_settle).
  */
-static struct gdx_stream *tx_stream(struct tcp_ep *t, const struct gdx_device *dev)
+static struct gdx_stream *tcp_tx_stream(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	struct stager *st = stager_of(&t->txs, dev);
+	struct stager *st = tcp_stager_of(&t->txs, dev);
 
 	return st ? st->s : NULL;
 }
 
 /* Waits for the copies the stream path started out of dev's memory, if it is dev's path. */
-static int tx_sync(struct tcp_ep *t, const struct gdx_device *dev)
+static int tcp_tx_sync(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	struct gdx_stream *s = tx_agent(t, dev) ? NULL : tx_stream(t, dev);
+	struct gdx_stream *s = tcp_tx_agent(t, dev) ? NULL : tcp_tx_stream(t, dev);
 
 	return s ? gdx_stream_synchronize(s) : 0;
 }
@@ -1749,19 +1749,19 @@ static int tx_sync(struct tcp_ep *t, const struct gdx_device *dev)
  * path, or NULL (said: its set-up failed where the memory was posted, which
  * failed then).  Transmit thread: no set-up runs here.  The agent's device's
  * has its stream only, and such frames only once the receive side dropped
- * the agent (tx_drop_agent): then the halves of the stage ring are its
+ * the agent (tcp_tx_drop_agent): then the halves of the stage ring are its
  * buffers.  No frame is staged in the ring from then on, and those that
  * were (their copies landed) are ahead of every frame of the stream path in
  * the queue -- staged frames precede late ones, in the order of their
  * copies, which land in that order -- so they went out before this thread
  * takes one of those.
  */
-static struct stager *tx_stager(struct tcp_ep *t, struct gdx_device *dev)
+static struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev)
 {
-	struct stager *st = stager_of(&t->txs, dev);
+	struct stager *st = tcp_stager_of(&t->txs, dev);
 
 	if (st && !st->bsz && dev == __atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && t->sr &&
-	    tx_noagent(t)) {
+	    tcp_tx_noagent(t)) {
 		st->b[0] = t->sr;
 		st->b[1] = t->sr + STAGE_SIZE;
 		st->bsz = STAGE_SIZE;
@@ -1783,7 +1783,7 @@ static struct stager *tx_stager(struct tcp_ep *t, struct gdx_device *dev)
  * thread took already have the copies it does not find landed made through
  * the stream (sr_redo, tx_chunk_wait).  Receive thread.
  */
-static void tx_drop_agent(struct tcp_ep *t)
+static void tcp_tx_drop_agent(struct tcp_ep *t)
 {
 	pthread_mutex_lock(&t->lock);
 	__atomic_store_n(&t->tx_noagent, 1, __ATOMIC_RELEASE);
@@ -1791,11 +1791,12 @@ static void tx_drop_agent(struct tcp_ep *t)
 		struct gdx_device *dev;
 		size_t n;
 
-		if (!x->sr || (x->staged && seq_landed(__atomic_load_n(t->rr.tx_word,
-									  __ATOMIC_ACQUIRE), x->seq)))
+		if (!x->sr ||
+		    (x->staged &&
+		     tcp_seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), x->seq)))
 			continue;
-		/* not sent, not going: x->req is there; a read answer not settled (ans_settle) */
-		tx_payload(x, &x->pp, &dev, &n);
+		/* not sent, not going: x->req is there; a read answer not settled (tcp_ans_settle) */
+		tcp_tx_payload(x, &x->pp, &dev, &n);
 		x->sr = x->staged = x->late = x->acopy = 0;
 	}
 	t->sr_late = NULL;
@@ -1816,8 +1817,8 @@ static int tx_agent_failed(struct tcp_ep *t, const struct gdx_device *dev, int e
  * Posts a copy to the agent's ring RR_TX, whose one producer at a time is the
  * holder of t->lock (held).  -EAGAIN: the ring's descriptors are all in use.
  */
-static int tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const void *src,
-		   size_t n, uint32_t *seq)
+static int tcp_tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const void *src,
+		       size_t n, uint32_t *seq)
 {
 	int ret = gdx_copy_agent_post(a, RR_TX, dst, src, n, seq);
 
@@ -1829,16 +1830,16 @@ static int tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const 
 /*
  * Spins until the agent's copies out of device memory up to seq have landed
  * (either thread: the receive thread waits for those of read answers, in
- * ans_settle); the agent's error if it failed.  GDX_EDISCONNECTED once the
+ * tcp_ans_settle); the agent's error if it failed.  GDX_EDISCONNECTED once the
  * connection ended: a worker that does not finish (status says nothing of a
  * wedged one) must not keep this thread, and the teardown behind it, here;
- * the memory the copies read stays held (tx_let_go) until rr_stop has
+ * the memory the copies read stays held (tx_let_go) until tcp_rr_stop has
  * stopped the agent, waiting as long as that takes and saying so.
  */
-static int tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq)
+static int tcp_tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq)
 {
-	for (unsigned spins = 1; !seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), seq);
-	     spins++) {
+	for (unsigned spins = 1;
+	     !tcp_seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), seq); spins++) {
 		int ret;
 
 		if (!(spins % 64)) {
@@ -1856,7 +1857,7 @@ static int tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t se
  * Starts the copy of n bytes of frame x's payload, at off, into dst, pinned
  * memory to send from: out of dev's memory at src (through the agent for a
  * ring frame, else through the stage stream), or out of x's own copy of it
- * where a write to the region made one (ans_settle; a plain memcpy then).
+ * where a write to the region made one (tcp_ans_settle; a plain memcpy then).
  * Posted under the lock, so that the receive thread knows which bytes were
  * copied (x->cnext) and which copies to wait for (the last one posted).
  * *agent: the copy went to the agent (x->seq), else it is made once the
@@ -1866,14 +1867,14 @@ static int tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t se
 static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void *dst,
 		   const void *src, size_t off, size_t n, int *agent)
 {
-	struct gdx_copy_agent *a = x->sr ? tx_agent(t, dev) : NULL;
+	struct gdx_copy_agent *a = x->sr ? tcp_tx_agent(t, dev) : NULL;
 	struct gdx_stream *s = NULL;
 	uint32_t seq;
 	int ret;
 
 	*agent = 0;
 again:
-	if (!a && !(s = tx_stream(t, dev))) {
+	if (!a && !(s = tcp_tx_stream(t, dev))) {
 		GDX_ERR(SUBSYS, "%s: send out of memory not set up for it", gdx_device_name(dev));
 		return -ENOMEM;
 	}
@@ -1891,7 +1892,7 @@ again:
 			ret = gdx_memcpy_async(dev, dst, src, n, s);
 			break;
 		}
-		ret = tx_post(t, a, dst, src, n, &seq);
+		ret = tcp_tx_post(t, a, dst, src, n, &seq);
 		if (ret != -EAGAIN)
 			break;
 		pthread_mutex_unlock(&t->lock);
@@ -1916,7 +1917,7 @@ again:
 	if (!ret || !a)
 		return ret;
 failed:
-	if (tx_noagent(t)) {
+	if (tcp_tx_noagent(t)) {
 		a = NULL;
 		goto again;
 	}
@@ -1928,7 +1929,7 @@ failed:
  * into dst.  One the agent did not make because the receive side halted it
  * (rr_fail) is made again through the stream: the bytes at src are as they
  * were (a write to a read answer's region waits, or is refused, while the
- * agent may owe it copies: ans_settle).  Else an agent's error ends the
+ * agent may owe it copies: tcp_ans_settle).  Else an agent's error ends the
  * connection, and frames whose copies may still be in flight are kept until
  * the agent has stopped (tx_let_go).
  */
@@ -1939,15 +1940,15 @@ static int tx_chunk_wait(struct tcp_ep *t, struct txi *x, struct gdx_device *dev
 
 	/* not the agent's: the stream's, or made out of x's own copy (no stream then) */
 	if (!agent)
-		return tx_sync(t, dev);
-	ret = tx_seq_landed(t, t->rr.agent, x->seq);
+		return tcp_tx_sync(t, dev);
+	ret = tcp_tx_seq_landed(t, t->rr.agent, x->seq);
 	if (!ret || ret == GDX_EDISCONNECTED)
 		return ret;
-	if (!tx_noagent(t))
+	if (!tcp_tx_noagent(t))
 		return tx_agent_failed(t, dev, ret);
 	gdx_counter_add(&t->ctr[C_TX_RECOPIED], 1);
 	ret = tx_copy(t, x, dev, dst, src, off, n, &agent);
-	return ret ? ret : tx_sync(t, dev);
+	return ret ? ret : tcp_tx_sync(t, dev);
 }
 
 /*
@@ -1955,9 +1956,9 @@ static int tx_chunk_wait(struct tcp_ep *t, struct txi *x, struct gdx_device *dev
  * before frames are let go after an error: nonzero (the agent failed, or the
  * connection ended first) keeps them (tx_let_go).
  */
-static int tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev)
+static int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev)
 {
-	struct gdx_copy_agent *a = tx_agent(t, dev);
+	struct gdx_copy_agent *a = tcp_tx_agent(t, dev);
 	int ret = 0;
 
 	if (a) {
@@ -1966,17 +1967,17 @@ static int tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev)
 		pthread_mutex_lock(&t->lock);
 		seq = t->tx_seq;
 		pthread_mutex_unlock(&t->lock);
-		ret = tx_seq_landed(t, a, seq);
+		ret = tcp_tx_seq_landed(t, a, seq);
 	}
 	if (!ret && !a)
-		ret = tx_sync(t, dev);
+		ret = tcp_tx_sync(t, dev);
 	return ret;
 }
 
 /*
  * Sends frame x whose payload is n bytes of device memory, staged through two
  * pinned buffers: the stage ring's halves (the ring is empty: x is a late
- * frame at the head of the queue), or those of dev's sending stager (tx_stager).
+ * frame at the head of the queue), or those of dev's sending stager (tcp_tx_stager).
  */
 static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gdx_device *dev,
 		     size_t n)
@@ -1987,13 +1988,13 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 	size_t done = 0, c = GDX_MIN((size_t)STAGE_SIZE, n);
 	int i = 0, ret, agent;
 
-	ret = tx_host(t, x, NULL, 0, 0);
+	ret = tcp_tx_host(t, x, NULL, 0, 0);
 	if (ret)
 		return ret;
 	if (x->sr) {
 		b[0] = t->sr;
 		b[1] = t->sr + STAGE_SIZE;
-	} else if ((st = tx_stager(t, dev))) {
+	} else if ((st = tcp_tx_stager(t, dev))) {
 		b[0] = st->b[0];
 		b[1] = st->b[1];
 	} else {
@@ -2011,7 +2012,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 		if (next < n)
 			ret = tx_copy(t, x, dev, b[i ^ 1], s + next, next, c, &agent);
 		while (!ret && v.iov_len) {
-			ret = send_iov(t, &v, 1, 0, &sent);
+			ret = tcp_send_iov(t, &v, 1, 0, &sent);
 			v.iov_base = (char *)v.iov_base + sent;
 			v.iov_len -= sent;
 		}
@@ -2028,7 +2029,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 }
 
 /* Where frame x's payload is: host memory (dev NULL) or device memory. */
-static void tx_payload(struct txi *x, const void **p, struct gdx_device **dev, size_t *n)
+static void tcp_tx_payload(struct txi *x, const void **p, struct gdx_device **dev, size_t *n)
 {
 	*p = NULL;
 	*dev = NULL;
@@ -2057,7 +2058,7 @@ static void tx_payload(struct txi *x, const void **p, struct gdx_device **dev, s
 /* ---- connection teardown ------------------------------------------------ */
 
 /* x's bytes no longer come out of its region: off the answer list.  Lock held. */
-static void ans_unlink(struct tcp_ep *t, struct txi *x)
+static void tcp_ans_unlink(struct tcp_ep *t, struct txi *x)
 {
 	if (!x->ans)
 		return;
@@ -2067,12 +2068,12 @@ static void ans_unlink(struct tcp_ep *t, struct txi *x)
 		t->ans_head = x->an_next;
 	if (x->an_next)
 		x->an_next->an_prev = x->an_prev;
-	/* last: tx_free looks at it unlocked, and frees x once it sees 0 */
+	/* last: tcp_tx_free looks at it unlocked, and frees x once it sees 0 */
 	__atomic_store_n(&x->ans, 0, __ATOMIC_RELEASE);
 }
 
 /* Answers were freed: a receive thread held back for them goes on once half are. */
-static void ans_gone(struct tcp_ep *t, unsigned n)
+static void tcp_ans_gone(struct tcp_ep *t, unsigned n)
 {
 	unsigned was = atomic_fetch_sub_explicit(&t->ans_held, n, memory_order_relaxed);
 
@@ -2086,9 +2087,9 @@ static void ans_gone(struct tcp_ep *t, unsigned n)
 /*
  * Frees frame x (lock not held, or x is on no answer list); one whose bytes
  * the receive thread is copying is freed by that thread once it is done
- * (ans_settle).
+ * (tcp_ans_settle).
  */
-static void tx_free(struct tcp_ep *t, struct txi *x)
+static void tcp_tx_free(struct tcp_ep *t, struct txi *x)
 {
 	if (__atomic_load_n(&x->ans, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_lock(&t->lock);
@@ -2097,13 +2098,13 @@ static void tx_free(struct tcp_ep *t, struct txi *x)
 			pthread_mutex_unlock(&t->lock);
 			return;
 		}
-		ans_unlink(t, x);
+		tcp_ans_unlink(t, x);
 		pthread_mutex_unlock(&t->lock);
 	}
 	if (x->k)
 		gdx_xport_rkey_put(x->k);
 	if (x->nans)
-		ans_gone(t, x->nans);
+		tcp_ans_gone(t, x->nans);
 	if (x->snap)
 		atomic_fetch_sub_explicit(&t->snap_held, x->plen - x->snap_off,
 					  memory_order_relaxed);
@@ -2112,12 +2113,12 @@ static void tx_free(struct tcp_ep *t, struct txi *x)
 	free(x);
 }
 
-static void tx_free_list(struct tcp_ep *t, struct txi *x)
+static void tcp_tx_free_list(struct tcp_ep *t, struct txi *x)
 {
 	while (x) {
 		struct txi *next = x->next;
 
-		tx_free(t, x);
+		tcp_tx_free(t, x);
 		x = next;
 	}
 }
@@ -2126,7 +2127,7 @@ static void tx_free_list(struct tcp_ep *t, struct txi *x)
  * Frees list, frames whose device copies may still be in flight after a
  * failure: they must land first (the frames hold the memory they read, a
  * region's key), or, where the agent failed, the frames are kept until it has
- * stopped (tx_hold, freed after rr_stop).  A failed agent's copies are not
+ * stopped (tx_hold, freed after tcp_rr_stop).  A failed agent's copies are not
  * all below tx_seq: a post that failed to launch the worker has no seq here,
  * yet a worker still running may make its copy.
  */
@@ -2136,8 +2137,8 @@ static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list
 
 	if (!list)
 		return;
-	if (!t->tx_agent_err && !tx_copies_wait(t, dev)) {
-		tx_free_list(t, list);
+	if (!t->tx_agent_err && !tcp_tx_copies_wait(t, dev)) {
+		tcp_tx_free_list(t, list);
 		return;
 	}
 	while (*tail)
@@ -2146,16 +2147,16 @@ static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list
 }
 
 
-static void kill_conn(struct tcp_ep *t, int why)
+static void tcp_kill_conn(struct tcp_ep *t, int why)
 {
 	if (!t->dead) {
-		/* read unlocked by the waits for copies (tx_seq_landed, tx_copy) */
+		/* read unlocked by the waits for copies (tcp_tx_seq_landed, tx_copy) */
 		__atomic_store_n(&t->dead, 1, __ATOMIC_RELEASE);
 		gdx_xport_ep_set_disconnected(t->fe);
 		if (why)
 			GDX_WARN(SUBSYS, "connection lost: %s", gdx_strerror(why));
 		shutdown(t->fd, SHUT_RDWR);
-		rx_wakeup(t);
+		tcp_rx_wakeup(t);
 		pthread_cond_broadcast(&t->tx_cond);
 		pthread_cond_broadcast(&t->rx_cond);
 		pthread_mutex_lock(&t->ans_lock);
@@ -2165,7 +2166,7 @@ static void kill_conn(struct tcp_ep *t, int why)
 }
 
 /* Completes everything outstanding with GDX_EDISCONNECTED.  Both threads have stopped. */
-static void flush_all(struct tcp_ep *t)
+static void tcp_flush_all(struct tcp_ep *t)
 {
 	struct txi *x;
 	struct qent *q;
@@ -2179,8 +2180,8 @@ static void flush_all(struct tcp_ep *t)
 	t->qlen = 0;
 	t->sr_late = NULL;
 	while (t->ans_head)
-		ans_unlink(t, t->ans_head);
-	tx_free_list(t, x);
+		tcp_ans_unlink(t, t->ans_head);
+	tcp_tx_free_list(t, x);
 	while ((q = q_pop(&t->outst_head, &t->outst_tail))) {
 		gdx_xport_complete(q->req, GDX_EDISCONNECTED, 0);
 		free(q);
@@ -2209,18 +2210,18 @@ static void flush_all(struct tcp_ep *t)
  * are in flight, or a read answer whose bytes the receive thread is copying
  * out of its region (ans_snap).  Lock held.
  */
-static int tx_blocked(struct tcp_ep *t, struct txi *x)
+static int tcp_tx_blocked(struct tcp_ep *t, struct txi *x)
 {
 	return x->snapping || (x->req && (x->req->flags & GDX_XPORT_FENCE) && t->reads_in_flight);
 }
 
 /*
  * Frame x is about to go out (once; lock held): a read is in flight from
- * here, and a request may be answered, not before (resp_take): a peer that
+ * here, and a request may be answered, not before (tcp_resp_take): a peer that
  * answers a request still queued would complete it, and have it freed, while
  * its frame still points at it.  Nothing of x->req is looked at past here.
  */
-static void tx_going(struct tcp_ep *t, struct txi *x)
+static void tcp_tx_going(struct tcp_ep *t, struct txi *x)
 {
 	if (x->going)
 		return;
@@ -2232,10 +2233,10 @@ static void tx_going(struct tcp_ep *t, struct txi *x)
 }
 
 /* Takes the socket for sending x.  Lock held. */
-static void tx_begin(struct tcp_ep *t, struct txi *x)
+static void tcp_tx_begin(struct tcp_ep *t, struct txi *x)
 {
 	t->sending = 1;
-	tx_going(t, x);
+	tcp_tx_going(t, x);
 }
 
 /*
@@ -2253,8 +2254,8 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region)
 
 	*region = 0;
 	for (struct txi *x = t->txq_head; x && x->small && cnt + 2 <= TX_TRAIN_IOV &&
-	     bytes < TX_TRAIN_BYTES && !tx_blocked(t, x); x = x->next) {
-		tx_going(t, x);
+	     bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x); x = x->next) {
+		tcp_tx_going(t, x);
 		*region |= x->ans;
 		if (x->off < hl)
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
@@ -2287,7 +2288,7 @@ static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done)
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
-		ans_unlink(t, x);
+		tcp_ans_unlink(t, x);
 		if (x->req)
 			t->on_wire++;
 		t->qlen--;
@@ -2307,7 +2308,7 @@ static void rd_leave(struct tcp_ep *t)
  * Waits, lock dropped, until the socket takes more; a zero-copy
  * notification, which wakes it as an error, is reaped.  Lock held.
  */
-static void tx_wait_out(struct tcp_ep *t)
+static void tcp_tx_wait_out(struct tcp_ep *t)
 {
 	struct pollfd pf = { .fd = t->fd, .events = POLLOUT };
 
@@ -2319,12 +2320,12 @@ static void tx_wait_out(struct tcp_ep *t)
 
 /*
  * Sends one train from the head of the queue, without blocking (the transmit
- * thread waits for room with tx_wait_out: a send never blocks while it reads
- * a region for a read answer, ans_settle).  Lock held (dropped around the
+ * thread waits for room with tcp_tx_wait_out: a send never blocks while it reads
+ * a region for a read answer, tcp_ans_settle).  Lock held (dropped around the
  * sendmsg); -EAGAIN when the socket was full, 1 when the head is not a small
  * frame (or is fenced).
  */
-static int tx_train(struct tcp_ep *t, struct txi **done)
+static int tcp_tx_train(struct tcp_ep *t, struct txi **done)
 {
 	struct iovec iov[TX_TRAIN_IOV];
 	size_t sent = 0;
@@ -2336,11 +2337,11 @@ static int tx_train(struct tcp_ep *t, struct txi **done)
 	ret = send_nowait(t, iov, cnt, region, &sent);
 	t->sending = 0;
 	if (t->dead)
-		pthread_cond_broadcast(&t->tx_cond);	/* flush_all may wait for the queue */
+		pthread_cond_broadcast(&t->tx_cond);	/* tcp_flush_all may wait for the queue */
 	if (ret == -EWOULDBLOCK)
 		ret = -EAGAIN;
 	if (ret && ret != -EAGAIN)
-		kill_conn(t, ret);
+		tcp_kill_conn(t, ret);
 	else
 		tx_retire(t, sent, done);
 	return ret;
@@ -2364,7 +2365,7 @@ static void tx_take_head(struct tcp_ep *t, struct txi ***tail, long *nreq)
 {
 	struct txi *x = t->txq_head;
 
-	tx_going(t, x);
+	tcp_tx_going(t, x);
 	*nreq += x->req != NULL;
 	t->txq_head = x->next;
 	if (!t->txq_head)
@@ -2380,7 +2381,7 @@ static void tx_take_head(struct tcp_ep *t, struct txi ***tail, long *nreq)
  * train: device memory payloads of dev (read data, sends and writes; as much
  * as one stage buffer holds) and small host frames, up to a fenced request
  * or a read answer still read out of a host region (the run's send blocks:
- * tx_train sends that one).  *nreq: the requests among them.  Lock held.
+ * tcp_tx_train sends that one).  *nreq: the requests among them.  Lock held.
  */
 static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long *nreq)
 {
@@ -2392,7 +2393,7 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
 	while (t->txq_head && iov + 2 <= TX_TRAIN_IOV) {
 		struct txi *x = t->txq_head;
 
-		if ((!x->small && !staged_frame(x, dev)) || tx_blocked(t, x) ||
+		if ((!x->small && !staged_frame(x, dev)) || tcp_tx_blocked(t, x) ||
 		    (x->dev && staged + x->plen > STAGE_SIZE) || (x->small && x->ans))
 			break;
 		if (x->dev)
@@ -2417,7 +2418,7 @@ static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, 
 	for (struct txi *x = list; !ret && x; x = x->next) {
 		if (!x->dev || !x->plen)
 			continue;
-		if (!st && !(st = tx_stager(t, dev)))
+		if (!st && !(st = tcp_tx_stager(t, dev)))
 			return -ENOMEM;
 		/* not ring frames: through the stream */
 		ret = tx_copy(t, x, dev, (char *)st->b[buf] + off, x->pp, 0, x->plen, &agent);
@@ -2450,7 +2451,7 @@ static int tx_send_staged(struct tcp_ep *t, struct txi *list, const struct txi *
 	while (cnt) {
 		size_t sent = 0;
 
-		ret = send_iov(t, v, cnt, 0, &sent);
+		ret = tcp_send_iov(t, v, cnt, 0, &sent);
 		if (ret)
 			return ret;
 		while (cnt && sent >= v->iov_len) {
@@ -2471,7 +2472,7 @@ static int staged_next(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct txi *x = t->txq_head;
 
-	return !t->dead && x && !x->small && staged_frame(x, dev) && !tx_blocked(t, x);
+	return !t->dead && x && !x->small && staged_frame(x, dev) && !tcp_tx_blocked(t, x);
 }
 
 /*
@@ -2491,7 +2492,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 	ret = tx_stage(t, cur, dev, buf);
 	while (cur) {
 		if (!ret)
-			ret = tx_sync(t, dev);
+			ret = tcp_tx_sync(t, dev);
 		if (!ret) {
 			pthread_mutex_lock(&t->lock);
 			next = staged_next(t, dev) ? tx_take_staged(t, dev, &nnext) : NULL;
@@ -2509,7 +2510,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 			tx_let_go(t, dev, next);
 			break;
 		}
-		tx_free_list(t, cur);
+		tcp_tx_free_list(t, cur);
 		cur = next;
 		nreq = nnext;
 		next = NULL;
@@ -2532,7 +2533,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
  * is larger than STAGE_SIZE, or fenced, or whose copy cannot be posted) is late, and
  * while a late frame is queued no other takes room when queued; the transmit
  * thread stages late frames as room comes back (sr_catch_up), and copies
- * itself only those that may not go early (sr_early), when it takes them.
+ * itself only those that may not go early (tcp_sr_early), when it takes them.
  * All of it under t->lock, whose holder is thereby the one producer of RR_TX.
  */
 
@@ -2559,7 +2560,7 @@ static int sr_room(struct tcp_ep *t, size_t n, uint64_t *pos)
  * Takes room for x's payload and posts its copy there.  -EAGAIN: no room,
  * or no descriptor free (nothing taken).  Lock held.
  */
-static int sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
+static int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
 {
 	uint64_t head = t->sr_head, pos;
 	uint32_t seq;
@@ -2567,7 +2568,7 @@ static int sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
 
 	if (ret)
 		return ret;
-	ret = tx_post(t, a, t->sr + pos % SR_SIZE, x->pp, x->plen, &seq);
+	ret = tcp_tx_post(t, a, t->sr + pos % SR_SIZE, x->pp, x->plen, &seq);
 	if (ret) {
 		/* a failed launch may still be copied: that room stays taken */
 		if (ret == -EAGAIN)
@@ -2587,13 +2588,13 @@ static int sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
  * empty), nor a fenced one, whose payload may be what an earlier read brings:
  * it is copied once the fence lets it go (rule 5), by the transmit thread.
  */
-static int sr_early(const struct txi *x)
+static int tcp_sr_early(const struct txi *x)
 {
 	return x->plen <= STAGE_SIZE && !(x->req && (x->req->flags & GDX_XPORT_FENCE));
 }
 
 /* The late ring frame queued behind late frame x, if any.  Lock held. */
-static struct txi *sr_late_next(const struct txi *x)
+static struct txi *tcp_sr_late_next(const struct txi *x)
 {
 	do
 		x = x->next;
@@ -2612,10 +2613,10 @@ static void sr_catch_up(struct tcp_ep *t, struct gdx_copy_agent *a)
 {
 	struct txi *x;
 
-	while (a && !t->dead && (x = t->sr_late) && sr_early(x) && !x->snapping &&
-	       !sr_stage(t, x, a)) {
+	while (a && !t->dead && (x = t->sr_late) && tcp_sr_early(x) && !x->snapping &&
+	       !tcp_sr_stage(t, x, a)) {
 		x->late = 0;
-		t->sr_late = sr_late_next(x);
+		t->sr_late = tcp_sr_late_next(x);
 		gdx_counter_add(&t->ctr[C_SR_CAUGHT_UP], 1);
 	}
 }
@@ -2625,11 +2626,11 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
 {
 	struct gdx_copy_agent *a;
 
-	if (!x->dev || !x->plen || t->dead || !(a = tx_agent(t, x->dev)))
+	if (!x->dev || !x->plen || t->dead || !(a = tcp_tx_agent(t, x->dev)))
 		return;
 	x->sr = 1;
 	gdx_counter_add(&t->ctr[C_SR_FRAMES], 1);
-	if (t->sr_late || t->sr_whole || !sr_early(x) || sr_stage(t, x, a)) {
+	if (t->sr_late || t->sr_whole || !tcp_sr_early(x) || tcp_sr_stage(t, x, a)) {
 		x->late = 1;
 		if (!t->sr_late)
 			t->sr_late = x;
@@ -2645,7 +2646,7 @@ static int sr_train_frame(const struct txi *x)
 
 /*
  * Takes a train off the head of the queue: small host frames and ring frames
- * (a late one staged now: one that may not go early, sr_early), up to a fenced
+ * (a late one staged now: one that may not go early, tcp_sr_early), up to a fenced
  * request or a read answer still read out of a host region (as
  * tx_take_staged), as far as there is room.  *nreq: the requests among them.
  * Lock held.
@@ -2661,10 +2662,10 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 	while (t->txq_head && n < TX_TRAIN_IOV / 2) {
 		struct txi *x = t->txq_head;
 
-		if (!sr_train_frame(x) || tx_blocked(t, x) || (x->small && x->ans))
+		if (!sr_train_frame(x) || tcp_tx_blocked(t, x) || (x->small && x->ans))
 			break;
 		if (x->late) {
-			int r = sr_stage(t, x, a);
+			int r = tcp_sr_stage(t, x, a);
 
 			/* no room: the frames taken are sent first, and give theirs back */
 			if (r == -EAGAIN && head)
@@ -2678,7 +2679,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 				break;
 			}
 			x->late = 0;
-			t->sr_late = sr_late_next(x);
+			t->sr_late = tcp_sr_late_next(x);
 			gdx_counter_add(&t->ctr[C_SR_TX_COPIED], 1);
 			/* the frames behind it copy while it is sent */
 			sr_catch_up(t, a);
@@ -2694,7 +2695,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
  * frames taken and not sent, waited for their copies: those it did not make
  * are made through the stream into their room (idle: no worker runs), out of
  * their sources (not sent: x->req is there; a read answer's region is as it
- * was, ans_settle).  Transmit thread.
+ * was, tcp_ans_settle).  Transmit thread.
  */
 static int sr_redo(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
 {
@@ -2706,16 +2707,16 @@ static int sr_redo(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
 		const void *src;
 		size_t n;
 
-		if (!x->staged || seq_landed(done, x->seq))
+		if (!x->staged || tcp_seq_landed(done, x->seq))
 			continue;
-		tx_payload(x, &src, &d, &n);
+		tcp_tx_payload(x, &src, &d, &n);
 		gdx_counter_add(&t->ctr[C_SR_REDONE], 1);
 		ret = tx_copy(t, x, dev, (void *)x->pp, src, 0, n, &agent);
 		pthread_mutex_lock(&t->lock);
 		x->staged = 0;
 		pthread_mutex_unlock(&t->lock);
 	}
-	return ret ? ret : tx_sync(t, dev);
+	return ret ? ret : tcp_tx_sync(t, dev);
 }
 
 /*
@@ -2732,14 +2733,15 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
 		struct txi *end = list->next;
 		uint64_t room = 0;
 		uint32_t done;
-		int ret = list->staged ? tx_seq_landed(t, a, list->seq) : 0;
+		int ret = list->staged ? tcp_tx_seq_landed(t, a, list->seq) : 0;
 
 		if (ret && ret != GDX_EDISCONNECTED)
-			ret = tx_noagent(t) ? sr_redo(t, list, dev) : tx_agent_failed(t, dev, ret);
+			ret = tcp_tx_noagent(t) ? sr_redo(t, list, dev) :
+						  tx_agent_failed(t, dev, ret);
 		if (ret)
 			return ret;
 		done = __atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE);
-		while (end && (!end->staged || seq_landed(done, end->seq)))
+		while (end && (!end->staged || tcp_seq_landed(done, end->seq)))
 			end = end->next;
 		ret = tx_send_staged(t, list, end);
 		if (ret)
@@ -2764,11 +2766,11 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
  */
 static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 {
-	struct gdx_copy_agent *a = tx_agent(t, dev);
+	struct gdx_copy_agent *a = tcp_tx_agent(t, dev);
 	int ret = 0;
 
 	while (!ret && !t->dead && t->txq_head && t->txq_head->sr &&
-	       sr_train_frame(t->txq_head) && !tx_blocked(t, t->txq_head)) {
+	       sr_train_frame(t->txq_head) && !tcp_tx_blocked(t, t->txq_head)) {
 		long nreq;
 		struct txi *list = sr_take(t, dev, a, &nreq, &ret);
 
@@ -2782,14 +2784,14 @@ static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 			pthread_mutex_lock(&t->lock);
 			break;
 		}
-		tx_free_list(t, list);
+		tcp_tx_free_list(t, list);
 		pthread_mutex_lock(&t->lock);
 		t->on_wire += nreq;
 	}
 	return ret;
 }
 
-static void *tx_main(void *arg)
+static void *tcp_tx_main(void *arg)
 {
 	struct tcp_ep *t = arg;
 	struct txi *done = NULL;
@@ -2803,10 +2805,10 @@ static void *tx_main(void *arg)
 		size_t n;
 		int ret, is_req, late;
 
-		while (!t->dead && (t->sending || !t->txq_head || tx_blocked(t, t->txq_head))) {
+		while (!t->dead && (t->sending || !t->txq_head || tcp_tx_blocked(t, t->txq_head))) {
 			if (done) {
 				pthread_mutex_unlock(&t->lock);
-				tx_free_list(t, done);
+				tcp_tx_free_list(t, done);
 				done = NULL;
 				pthread_mutex_lock(&t->lock);
 				continue;
@@ -2816,8 +2818,8 @@ static void *tx_main(void *arg)
 		if (t->dead)
 			break;
 		if (t->txq_head->small) {
-			if (tx_train(t, &done) == -EAGAIN)
-				tx_wait_out(t);
+			if (tcp_tx_train(t, &done) == -EAGAIN)
+				tcp_tx_wait_out(t);
 			continue;
 		}
 		x = t->txq_head;
@@ -2827,22 +2829,22 @@ static void *tx_main(void *arg)
 			ret = x->sr ? tx_ring_runs(t, x->dev) : tx_staged_runs(t, x->dev);
 			t->sending = 0;
 			if (ret)
-				kill_conn(t, ret);
+				tcp_kill_conn(t, ret);
 			continue;
 		}
 		/* a late ring frame (a large one) has the ring to itself */
 		if (x->late) {
-			t->sr_late = sr_late_next(x);
+			t->sr_late = tcp_sr_late_next(x);
 			t->sr_whole = 1;
 		}
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
 		t->qlen--;
-		tx_begin(t, x);
+		tcp_tx_begin(t, x);
 		/*
 		 * What tx_submit_locked found of the payload (taken under the lock: a
-		 * write may point a read answer at its own copy, ans_settle): once the
+		 * write may point a read answer at its own copy, tcp_ans_settle): once the
 		 * bytes go out, the peer may answer and x->req be freed.
 		 */
 		p = x->pp;
@@ -2856,14 +2858,14 @@ static void *tx_main(void *arg)
 		if (dev)
 			ret = tx_device(t, x, p, dev, n);
 		else if (x->h.type == F_READ_RESP)
-			ret = tx_answer(t, x, n);
+			ret = tcp_tx_answer(t, x, n);
 		else
-			ret = tx_host(t, x, p, n, 0);
+			ret = tcp_tx_host(t, x, p, n, 0);
 		if (ret && dev) {
 			x->next = NULL;
 			tx_let_go(t, dev, x);
 		} else {
-			tx_free(t, x);
+			tcp_tx_free(t, x);
 		}
 		pthread_mutex_lock(&t->lock);
 		t->sending = 0;
@@ -2871,13 +2873,13 @@ static void *tx_main(void *arg)
 		if (late) {
 			t->sr_whole = 0;
 			if (!ret)
-				sr_catch_up(t, tx_agent(t, dev));
+				sr_catch_up(t, tcp_tx_agent(t, dev));
 		}
 		if (ret)
-			kill_conn(t, ret);
+			tcp_kill_conn(t, ret);
 	}
 	pthread_mutex_unlock(&t->lock);
-	tx_free_list(t, done);
+	tcp_tx_free_list(t, done);
 	return NULL;
 }
 
@@ -2893,12 +2895,12 @@ static void tx_push_locked(struct tcp_ep *t)
 {
 	struct txi *done = NULL;
 
-	while (!t->dead && !t->sending && t->txq_head && !tx_train(t, &done))
+	while (!t->dead && !t->sending && t->txq_head && !tcp_tx_train(t, &done))
 		;
 	if (!t->dead && !t->sending && t->txq_head)
 		pthread_cond_broadcast(&t->tx_cond);
 	pthread_mutex_unlock(&t->lock);
-	tx_free_list(t, done);
+	tcp_tx_free_list(t, done);
 }
 
 /* Queues frame x and sends it, or holds it for the next train.  Lock held; released. */
@@ -2906,7 +2908,7 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 {
 	struct gdx_device *dev;
 
-	tx_payload(x, &x->pp, &dev, &x->plen);
+	tcp_tx_payload(x, &x->pp, &dev, &x->plen);
 	x->dev = dev;
 	x->small = !dev && x->plen <= DIRECT_MAX;
 	if (x->h.type == F_READ_RESP && x->plen) {
@@ -2941,7 +2943,7 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 }
 
 /* Sends frames held in the queue, if any (posters' CQ polls, the receive thread). */
-static void tx_kick(struct tcp_ep *t)
+static void tcp_tx_kick(struct tcp_ep *t)
 {
 	if (!atomic_load_explicit(&t->held, memory_order_acquire))
 		return;
@@ -2952,7 +2954,7 @@ static void tx_kick(struct tcp_ep *t)
 
 static int tcp_progress(void *priv)
 {
-	tx_kick(priv);
+	tcp_tx_kick(priv);
 	return 0;
 }
 
@@ -2962,7 +2964,7 @@ static int tx_submit(struct tcp_ep *t, struct txi *x)
 	pthread_mutex_lock(&t->lock);
 	if (t->dead) {
 		pthread_mutex_unlock(&t->lock);
-		tx_free(t, x);
+		tcp_tx_free(t, x);
 		return -ECONNRESET;
 	}
 	tx_submit_locked(t, x);
@@ -2970,7 +2972,7 @@ static int tx_submit(struct tcp_ep *t, struct txi *x)
 }
 
 /* Queues x, which carries n answers to the peer (receive thread). */
-static int ans_submit(struct tcp_ep *t, struct txi *x, unsigned n)
+static int tcp_ans_submit(struct tcp_ep *t, struct txi *x, unsigned n)
 {
 	unsigned held = atomic_fetch_add_explicit(&t->ans_held, n, memory_order_relaxed) + n;
 
@@ -2982,7 +2984,7 @@ static int ans_submit(struct tcp_ep *t, struct txi *x, unsigned n)
 }
 
 /* Sends the responses the receive thread owes, as one frame train. */
-static int resp_flush(struct tcp_ep *t)
+static int tcp_resp_flush(struct tcp_ep *t)
 {
 	struct txi *x;
 	unsigned n = t->nresp;
@@ -3003,14 +3005,14 @@ static int resp_flush(struct tcp_ep *t)
 		}
 		memcpy(x->extra, &t->resp[1], x->extra_len);
 	}
-	return ans_submit(t, x, n);
+	return tcp_ans_submit(t, x, n);
 }
 
 /* Owes the peer a response (receive thread only). */
 static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
 {
 	t->resp[t->nresp++] = (struct hdr){ .type = type, .id = id, .status = status };
-	return t->nresp == RESP_BATCH ? resp_flush(t) : 0;
+	return t->nresp == RESP_BATCH ? tcp_resp_flush(t) : 0;
 }
 
 /*
@@ -3025,7 +3027,7 @@ static void tcp_match(void *priv)
 	pthread_mutex_lock(&t->lock);
 	if (t->kept_rx) {
 		if (t->unexp_head)
-			kept_kick_locked(t);
+			tcp_kept_kick_locked(t);
 		else
 			/* a shared receive: a sender stalled for want of one may go on */
 			pthread_cond_broadcast(&t->rx_cond);
@@ -3034,7 +3036,7 @@ static void tcp_match(void *priv)
 	}
 	pthread_mutex_unlock(&t->lock);
 	while (kept_take(t, &r, &u, 0)) {
-		deliver_unexpected(r->req, u);
+		tcp_deliver_unexpected(r->req, u);
 		free(r);
 	}
 }
@@ -3074,14 +3076,14 @@ static int rx_owed_out(struct tcp_ep *t)
 {
 	int ret;
 
-	defer_wait(t, 0);
+	tcp_defer_wait(t, 0);
 	gdx_xport_complete_flush();
 	if (t->rx_err)
 		return t->rx_err;
-	ret = resp_flush(t);
+	ret = tcp_resp_flush(t);
 	if (ret)
 		return ret;
-	tx_kick(t);
+	tcp_tx_kick(t);
 	return 0;
 }
 
@@ -3095,7 +3097,7 @@ static int ans_may_wait(struct tcp_ep *t)
 	int ret;
 
 	pthread_mutex_lock(&t->lock);
-	ret = !t->dead && !(t->txq_head && tx_blocked(t, t->txq_head));
+	ret = !t->dead && !(t->txq_head && tcp_tx_blocked(t, t->txq_head));
 	pthread_mutex_unlock(&t->lock);
 	return ret;
 }
@@ -3207,7 +3209,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		}
 		/* receiver not ready; the peer's end ends the wait too */
 		if (rx_stall_wait(t)) {
-			kill_conn(t, 0);
+			tcp_kill_conn(t, 0);
 			break;
 		}
 	}
@@ -3229,9 +3231,9 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		 * have.  The receive thread defers it behind them instead.
 		 */
 		if (!kept_rx)
-			defer_wait(t, 0);
+			tcp_defer_wait(t, 0);
 		if (u && h->len && kept_rx)
-			u->data = kr_take(t, h->len, &u->kr_end);
+			u->data = tcp_kr_take(t, h->len, &u->kr_end);
 		if (!u || (h->len && !u->data && !(u->data = malloc(h->len)))) {
 			free(u);
 			ret = rx_exact(t, NULL, h->len);
@@ -3263,16 +3265,16 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		free(r);
 		/*
 		 * Even when the connection ended in the payload: behind what is
-		 * deferred, which the end carries out or fails first (rr_stop).
+		 * deferred, which the end carries out or fails first (tcp_rr_stop).
 		 */
-		defer(t, &e, 0);
+		tcp_defer(t, &e, 0);
 		return ret ? ret : t->rx_err;
 	}
 	ret = rx_into(t, r->req->buf.p, r->req->buf.dev, r->req->buf.kind, h->len, &posted);
 	if (ret == -ECONNRESET || ret == -EPIPE) {
 		if (t->fe->opts.srq) {
 			/* A shared receive taken for a message that never arrived whole. */
-			rr_settle(t);
+			tcp_rr_settle(t);
 			gdx_xport_complete(r->req, GDX_EDISCONNECTED, 0);
 			free(r);
 			return ret;
@@ -3289,7 +3291,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	e = (struct deff){ .req = r->req, .st = ret, .len = h->len, .has_resp = 1,
 			   .resp_id = h->id, .resp_st = ret ? GDX_EREMOTE : 0 };
 	free(r);
-	return defer(t, &e, posted);
+	return tcp_defer(t, &e, posted);
 }
 
 static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
@@ -3325,8 +3327,8 @@ static void rx_imm(struct tcp_ep *t, uint64_t len, uint32_t imm)
  * its way, its copies from here made out of the copy (tx_copy).  sync: the
  * copies posted to the stream of x's device must land first.  Lock held, but
  * not across a device copy or stream wait: x is marked snapping meanwhile, so
- * that it stays as it is (no sender takes it or copies for it: tx_blocked,
- * tx_copy), and a tx_free of it meanwhile (x->orphan) is left to the caller.
+ * that it stays as it is (no sender takes it or copies for it: tcp_tx_blocked,
+ * tx_copy), and a tcp_tx_free of it meanwhile (x->orphan) is left to the caller.
  */
 static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 {
@@ -3353,7 +3355,7 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 		x->snapping = 1;
 		pthread_mutex_unlock(&t->lock);
 		if (sync)
-			ret = tx_sync(t, x->dev);
+			ret = tcp_tx_sync(t, x->dev);
 		if (!ret && b)
 			ret = gdx_memcpy(x->dev, b, (const char *)x->data + from, x->plen - from);
 		pthread_mutex_lock(&t->lock);
@@ -3386,7 +3388,7 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 		x->small = x->plen <= DIRECT_MAX;
 		/* out of the ring's frames: the first late one may be the next */
 		if (x->late && t->sr_late == x)
-			t->sr_late = sr_late_next(x);
+			t->sr_late = tcp_sr_late_next(x);
 		x->sr = x->late = 0;
 	}
 	return 0;
@@ -3401,7 +3403,7 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
  * already, gets a copy of the rest, and the write waits for the sends and
  * copies under way to be done with the region.  Those never wait for the
  * peer or for this thread -- sends that read a region do not block
- * (tx_answer, tx_train), copies land by themselves -- so neither does the
+ * (tcp_tx_answer, tcp_tx_train), copies land by themselves -- so neither does the
  * write: waiting for the answers to go out could deadlock (a fenced request
  * ahead of them in the queue waits for answers that only this thread reads,
  * and the peer's receive thread may be waiting the same way for ours).
@@ -3413,12 +3415,12 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
  * around device copies (ans_snap): frames may leave the list meanwhile, and
  * none joins it (only this thread queues answers).
  */
-static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
+static int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 {
 	const uintptr_t lo = (uintptr_t)p, hi = lo + n;
 	struct gdx_copy_agent *a = NULL;
 	struct txi *orphans = NULL;
-	int ret = 0, sends = 0, noagent = tx_noagent(t);
+	int ret = 0, sends = 0, noagent = tcp_tx_noagent(t);
 	uint32_t seq = 0;
 
 	pthread_mutex_lock(&t->lock);
@@ -3427,8 +3429,8 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 		if ((uintptr_t)x->data >= hi || (uintptr_t)x->data + x->plen <= lo)
 			continue;
 		if (x->staged &&
-		    seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), x->seq)) {
-			ans_unlink(t, x);	/* its bytes are in the ring */
+		    tcp_seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), x->seq)) {
+			tcp_ans_unlink(t, x);	/* its bytes are in the ring */
 			continue;
 		}
 		if (x->acopy && noagent) {
@@ -3449,11 +3451,11 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 		next = x->an_next;
 		if (x->orphan) {
 			/* sent or let go meanwhile: done with the region */
-			ans_unlink(t, x);
+			tcp_ans_unlink(t, x);
 			x->next = orphans;
 			orphans = x;
 		} else if (!ret && !x->settle) {
-			ans_unlink(t, x);
+			tcp_ans_unlink(t, x);
 		}
 	}
 	while (sends && t->rd_busy) {
@@ -3463,20 +3465,20 @@ static int ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 	}
 	seq = t->tx_seq;
 	pthread_mutex_unlock(&t->lock);
-	tx_free_list(t, orphans);
+	tcp_tx_free_list(t, orphans);
 	if (!a)
 		return ret;
 	if (!ret)
-		ret = tx_seq_landed(t, a, seq);
+		ret = tcp_tx_seq_landed(t, a, seq);
 	pthread_mutex_lock(&t->lock);
 	for (struct txi *x = t->ans_head, *next; x; x = next) {
 		int settle = x->settle;
 
-		/* before the unlink: tx_free may free x as soon as it sees ans clear */
+		/* before the unlink: tcp_tx_free may free x as soon as it sees ans clear */
 		next = x->an_next;
 		x->settle = 0;
 		if (settle && !ret)
-			ans_unlink(t, x);
+			tcp_ans_unlink(t, x);
 	}
 	pthread_mutex_unlock(&t->lock);
 	return ret;
@@ -3500,7 +3502,7 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 		ret = rx_exact(t, NULL, h->len);
 		return ret ? ret : defer_resp(t, h->id, st);
 	}
-	st = ans_settle(t, p, h->len);
+	st = tcp_ans_settle(t, p, h->len);
 	if (st) {
 		/*
 		 * refused: the answers before it still return what was there (a
@@ -3516,7 +3518,7 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 	}
 	ret = rx_into(t, p, reg.dev, reg.kind, h->len, &posted);
 	if (ret == -ECONNRESET || ret == -EPIPE) {
-		rr_settle(t);
+		tcp_rr_settle(t);
 		gdx_xport_rkey_put(k);
 		return ret;
 	}
@@ -3528,7 +3530,7 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 
 		if (!posted && !t->rr.qn) {
 			rx_imm(t, h->len, h->imm);
-			return defer(t, &e, 0);
+			return tcp_defer(t, &e, 0);
 		}
 		pthread_mutex_lock(&t->lock);
 		r = t->unexp_head ? NULL : take_recv(t);
@@ -3539,22 +3541,22 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 			e.len = h->len;
 			e.imm = h->imm;
 			free(r);
-			return defer(t, &e, posted);
+			return tcp_defer(t, &e, posted);
 		}
 		/*
 		 * No receive for it: it is kept as an unexpected message, which a
 		 * receive posted later takes at once, so the data must be in place
 		 * (and what came before carried out) first.
 		 */
-		st = posted ? rr_wait_seq(t, t->rr.seq) : 0;
-		defer_wait(t, 0);
+		st = posted ? tcp_rr_wait_seq(t, t->rr.seq) : 0;
+		tcp_defer_wait(t, 0);
 		if (st)
 			e.resp_st = GDX_EREMOTE;
 		else
 			rx_imm(t, h->len, h->imm);
-		return defer(t, &e, 0);
+		return tcp_defer(t, &e, 0);
 	}
-	return defer(t, &e, posted);
+	return tcp_defer(t, &e, posted);
 }
 
 static int rx_read(struct tcp_ep *t, const struct hdr *h)
@@ -3570,10 +3572,10 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 	 * in request order: what waits on copies, then what is owed, first.
 	 */
 	if (t->rr.qn) {
-		defer_wait(t, 0);
+		tcp_defer_wait(t, 0);
 		gdx_xport_complete_flush();
 	}
-	st = t->rx_err ? t->rx_err : resp_flush(t);
+	st = t->rx_err ? t->rx_err : tcp_resp_flush(t);
 	if (st) {
 		free(x);
 		return st;
@@ -3588,7 +3590,7 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 	} else if (reg.kind != GDX_MEM_HOST && reg.kind != GDX_MEM_PINNED) {
 		x->dev = reg.dev;
 	}
-	return ans_submit(t, x, 1);
+	return tcp_ans_submit(t, x, 1);
 }
 
 /*
@@ -3596,7 +3598,7 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
  * request is taken off the queue.  Lock held; quiet (a CQ waiter leaves what
  * it cannot take to the receive thread, which reports it).
  */
-static int resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out)
+static int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out)
 {
 	struct qent *q = t->outst_head;
 	int st = h->status;
@@ -3635,7 +3637,7 @@ static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 	int ret, st = h->status, posted = 0;
 
 	pthread_mutex_lock(&t->lock);
-	ret = resp_take(t, h, 0, &q);
+	ret = tcp_resp_take(t, h, 0, &q);
 	pthread_mutex_unlock(&t->lock);
 	if (ret)
 		return ret;
@@ -3661,7 +3663,7 @@ static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 	e.st = st;
 	e.len = q->req->buf.len;
 	free(q);
-	return defer(t, &e, posted);
+	return tcp_defer(t, &e, posted);
 }
 
 /*
@@ -3687,7 +3689,7 @@ static void w_read(struct tcp_ep *t)
 			 * Not for a frame whose sender has yet to account it (it may
 			 * still be in its sendmsg): the receive thread sorts that out.
 			 */
-			st = t->on_wire > 0 ? resp_take(t, &h, 1, &q) : -EAGAIN;
+			st = t->on_wire > 0 ? tcp_resp_take(t, &h, 1, &q) : -EAGAIN;
 			if (!st && h.type == F_READ_RESP) {
 				t->reads_in_flight--;
 				pthread_cond_broadcast(&t->tx_cond);
@@ -3716,7 +3718,7 @@ static void w_read(struct tcp_ep *t)
 			int err = errno == ECONNRESET || errno == EPIPE ? 0 : -errno;
 
 			pthread_mutex_lock(&t->lock);
-			kill_conn(t, err);
+			tcp_kill_conn(t, err);
 			pthread_mutex_unlock(&t->lock);
 		}
 		/* The end of the stream is the receive thread's to see. */
@@ -3809,11 +3811,11 @@ static void tcp_wait(void *priv, int sleeping)
 	t->w_reader = 0;
 	w_move(t, t->w_epfd, t->rx_epfd);
 	if (t->rlen > t->rpos)
-		rx_wakeup(t);
+		tcp_rx_wakeup(t);
 	pthread_mutex_unlock(&t->lock);
 }
 
-static void *rx_main(void *arg)
+static void *tcp_rx_main(void *arg)
 {
 	struct tcp_ep *t = arg;
 	int ret = 0, kept_rx;
@@ -3852,7 +3854,7 @@ static void *rx_main(void *arg)
 			ret = t->rx_err;
 	}
 	pthread_mutex_lock(&t->lock);
-	kill_conn(t, ret == -ECONNRESET || ret == -EPIPE ? 0 : ret);
+	tcp_kill_conn(t, ret == -ECONNRESET || ret == -EPIPE ? 0 : ret);
 	kept_rx = t->kept_rx;
 	pthread_mutex_unlock(&t->lock);
 	pthread_join(t->tx, NULL);
@@ -3860,10 +3862,10 @@ static void *rx_main(void *arg)
 	if (kept_rx)
 		kept_match(t, 1);
 	/* Deferred effects are older than what is still queued: they go first. */
-	rr_stop(t);
-	tx_free_list(t, t->tx_hold);
+	tcp_rr_stop(t);
+	tcp_tx_free_list(t, t->tx_hold);
 	t->tx_hold = NULL;
-	flush_all(t);
+	tcp_flush_all(t);
 	return NULL;
 }
 
@@ -4015,12 +4017,12 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	pthread_cond_init(&t->ans_cond, NULL);
 	ep_stats(t);
 	pthread_cond_init(&t->rd_cond, NULL);
-	ret = -pthread_create(&t->tx, NULL, tx_main, t);
+	ret = -pthread_create(&t->tx, NULL, tcp_tx_main, t);
 	if (!ret) {
-		ret = -pthread_create(&t->rx, NULL, rx_main, t);
+		ret = -pthread_create(&t->rx, NULL, tcp_rx_main, t);
 		if (ret) {
 			pthread_mutex_lock(&t->lock);
-			kill_conn(t, 0);
+			tcp_kill_conn(t, 0);
 			pthread_mutex_unlock(&t->lock);
 			pthread_join(t->tx, NULL);
 		}
@@ -4355,7 +4357,7 @@ static void tcp_disconnect(void *priv)
 	struct tcp_ep *t = priv;
 
 	pthread_mutex_lock(&t->lock);
-	kill_conn(t, 0);
+	tcp_kill_conn(t, 0);
 	while (!t->flushed)
 		pthread_cond_wait(&t->flushed_cond, &t->lock);
 	pthread_mutex_unlock(&t->lock);
@@ -4367,11 +4369,11 @@ static void tcp_destroy(void *priv)
 
 	pthread_join(t->rx, NULL);
 	close(t->fd);
-	/* started by a poster while the receive thread stopped the endpoint's (rr_stop) */
+	/* started by a poster while the receive thread stopped the endpoint's (tcp_rr_stop) */
 	if (t->rr.agent && gdx_copy_agent_stop(t->rr.agent))
 		t->rr.leak = 1;
-	stagers_free(&t->rxs);
-	stagers_free(&t->txs);
+	tcp_stagers_free(&t->rxs);
+	tcp_stagers_free(&t->txs);
 	if (t->sr && !t->rr.leak)	/* an agent that did not stop may still write it */
 		gdx_pinned_free(t->rr.dev, t->sr);
 	if (t->rr.ring && !t->rr.leak)
@@ -4400,7 +4402,7 @@ static int tcp_event_fd(void *priv)
 }
 
 /* Memory an endpoint thread moves through a device: device or managed memory. */
-static int dev_mem(enum gdx_mem_kind kind, const struct gdx_device *dev)
+static int tcp_dev_mem(enum gdx_mem_kind kind, const struct gdx_device *dev)
 {
 	return dev && kind != GDX_MEM_HOST && kind != GDX_MEM_PINNED;
 }
@@ -4408,10 +4410,11 @@ static int dev_mem(enum gdx_mem_kind kind, const struct gdx_device *dev)
 static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 {
 	r->addr = (uint64_t)(uintptr_t)r->p;
-	if (dev_mem(r->kind, r->dev) &&
+	if (tcp_dev_mem(r->kind, r->dev) &&
 	    (r->access & (GDX_XPORT_ACCESS_REMOTE_WRITE | GDX_XPORT_ACCESS_REMOTE_READ))) {
-		int ret = rr_prepare(priv, r->dev, !!(r->access & GDX_XPORT_ACCESS_REMOTE_WRITE),
-				     !!(r->access & GDX_XPORT_ACCESS_REMOTE_READ));
+		int ret = tcp_rr_prepare(priv, r->dev,
+					 !!(r->access & GDX_XPORT_ACCESS_REMOTE_WRITE),
+					 !!(r->access & GDX_XPORT_ACCESS_REMOTE_READ));
 
 		if (ret)
 			return ret;
@@ -4442,7 +4445,7 @@ static void tcp_mr_dereg(void *priv, struct gdx_xport_region *r)
  */
 static void tcp_srq_device(void *priv, struct gdx_device *dev)
 {
-	rr_prepare(priv, dev, 1, 0);
+	tcp_rr_prepare(priv, dev, 1, 0);
 }
 
 static int tcp_post(void *priv, struct gdx_xport_req *req)
@@ -4455,9 +4458,9 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 		return -ENOMEM;
 	q->req = req;
 	/* device memory an endpoint thread will write (receives, reads) or read */
-	if (dev_mem(req->buf.kind, req->buf.dev)) {
+	if (tcp_dev_mem(req->buf.kind, req->buf.dev)) {
 		int rx = req->op == GDX_XPORT_OP_RECV || req->op == GDX_XPORT_OP_READ;
-		int ret = rr_prepare(t, req->buf.dev, rx, !rx);
+		int ret = tcp_rr_prepare(t, req->buf.dev, rx, !rx);
 
 		if (ret) {
 			free(q);
@@ -4484,7 +4487,7 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 		if (!u || t->kept_rx) {
 			Q_PUSH(q, &t->recv_head, &t->recv_tail);
 			if (u)
-				kept_kick_locked(t);
+				tcp_kept_kick_locked(t);
 			else
 				pthread_cond_broadcast(&t->rx_cond);
 			pthread_mutex_unlock(&t->lock);
@@ -4497,7 +4500,7 @@ static int tcp_post(void *priv, struct gdx_xport_req *req)
 		pthread_cond_broadcast(&t->rx_cond);
 		pthread_mutex_unlock(&t->lock);
 		free(q);
-		deliver_unexpected(req, u);
+		tcp_deliver_unexpected(req, u);
 		return 0;
 	}
 	q->data = (void *)(uintptr_t)++t->next_id;
