@@ -1,32 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tcp://host:port — RDMA semantics over one TCP connection per endpoint.
- *
- * Every request is a frame (48-byte header, then payload).  The requester
- * sends frames in post order (small ones in trains, from whichever thread
- * holds the socket; large ones from a transmit thread); the peer's receive thread
- * executes them in that order, serving one-sided reads and writes against its
- * key table (key, access and bounds checked before a byte is touched; a bad
- * one is answered with GDX_EREMOTE and any payload is read and dropped), and
- * answers each with a response the requester matches against its queue of
- * outstanding requests.  Responses therefore arrive, and requests complete,
- * in post order.
- *
- * Data lands straight in the target: payloads are received into the posted
- * receive or registered region itself (only the start of a frame that shared a
- * socket read with its header is copied), and large host payloads of requests go
- * out with MSG_ZEROCOPY where the kernel has it.  Device memory is received into a
- * pinned ring whose copies a copy agent makes while the receive thread goes on
- * (what depends on the bytes having landed is deferred until they have, in
- * order), and sent out of a pinned ring the same agent copies each frame into
- * as it is queued, so that the copy runs while the frames ahead are sent.
- *
- * The two threads never wait on each other: the receive thread hands read
- * data and responses to the transmit queue, so both peers can stream at once.
- * A read answer's bytes are taken out of the region when it is sent: a write
- * to the same range that arrives after the read has them taken first, without
- * waiting for the answer to go out (tcp_ans_settle).
+ * tcp://host:port (tcp_int.h): what has not moved to its thread's file yet.
  */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/errqueue.h>
@@ -35,331 +11,19 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/config.h"
 #include "common/log.h"
-#include "common/stats.h"
 #include "common/util.h"
-#include "xport/xport.h"
-
-#define SUBSYS "xport.tcp"
-
-#ifndef SO_ZEROCOPY
-#define SO_ZEROCOPY 60
-#endif
-#ifndef MSG_ZEROCOPY
-#define MSG_ZEROCOPY 0x4000000
-#endif
-
-enum {
-	F_HELLO = 1,
-	F_SEND,
-	F_WRITE,
-	F_READ,
-	F_RESP,
-	F_READ_RESP,
-};
-
-#define FL_IMM 0x1
-#define TCP_MAGIC 0x54584447u	/* "GDXT" */
-#define TCP_VERSION 1
-#define MAX_PAYLOAD (1ull << 40)
-#define ZC_MIN (64u << 10)
-#define RBUF_SIZE (64u << 10)
-#define RESP_BATCH 64
-#define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
-#define STAGE_SIZE (1u << 20)
-#define SR_SIZE (2 * STAGE_SIZE)	/* the stage ring: device payloads sent through the agent */
-#define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (sr_room) */
-#define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
-#define TX_TRAIN_BYTES (256u << 10)
-
-struct hdr {
-	uint8_t type;
-	uint8_t flags;
-	uint16_t rsvd;
-	int32_t status;
-	uint32_t imm;
-	uint32_t rsvd2;
-	uint64_t id;
-	uint64_t raddr;
-	uint64_t key;
-	uint64_t len;
-};
-_Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire");
-
-/*
- * Two pinned buffers of bsz bytes and a stream for moving device memory
- * through the socket.  Each side has one per device (tcp_ep.rxs, txs), made
- * by tcp_rr_prepare; the agent's device's gets its buffers only once the agent
- * failed: the halves of its receive ring (tcp_rx_stager) or of its stage ring
- * (tcp_tx_stager), lent.
- */
-struct stager {
-	struct gdx_device *dev;
-	struct gdx_stream *s;
-	void *b[2];
-	size_t bsz;
-	int lent;			/* b is the receive ring's, not this stager's to free */
-	struct stager *next;
-};
-
-struct txi {			/* one frame to transmit */
-	struct hdr h;
-	struct gdx_xport_req *req;	/* request frames: the payload source */
-	const void *data;		/* read responses: the region */
-	struct gdx_device *dev;		/* data's device, if device memory */
-	struct gdx_xport_rkey *k;
-	void *extra;			/* response batches: the frames after h */
-	size_t extra_len;
-	size_t off;			/* bytes of the frame already sent */
-	const void *pp;			/* the payload (host memory when small) */
-	size_t plen;
-	int small;			/* host payload of at most DIRECT_MAX: goes in trains */
-	int going;			/* its bytes began to go out (tcp_tx_going) */
-	struct qent *q;			/* request frames: the request's outstanding entry */
-	/*
-	 * Device payloads sent through the stage ring (sr: the endpoint's agent
-	 * copies them): staged, its copy posted (seq) into room of the ring
-	 * that ends at sr_end; else late, the transmit thread's to copy.
-	 */
-	uint8_t sr, staged, late;
-	uint8_t acopy;			/* copies of its payload were posted to the agent */
-	uint32_t seq;			/* staged: its copy's; else the last one tx_copy posted */
-	uint64_t sr_end;
-	/*
-	 * Read answers whose bytes still come out of the region (ans: on
-	 * t->ans_head, lock held): a write that overlaps one takes them first
-	 * (tcp_ans_settle, rule 1).  snap: that private copy of the payload's
-	 * bytes from snap_off on; cnext: bytes of a device payload whose copies were
-	 * posted (to the transmit thread's stream or the agent's ring RR_TX).
-	 */
-	uint8_t ans, settle;		/* settle: tcp_ans_settle lets it go once its copies landed */
-	/*
-	 * snapping: the receive thread copies its bytes out of device memory
-	 * with the lock dropped (ans_snap): no sender takes it (tcp_tx_blocked) or
-	 * copies for it (tx_copy) meanwhile, and a tcp_tx_free leaves it to that
-	 * thread to free (orphan).
-	 */
-	uint8_t snapping, orphan;
-	unsigned nans;			/* answers it carries (tcp_ep.ans_held) */
-	struct txi *an_prev, *an_next;
-	unsigned char *snap;
-	size_t snap_off, cnext;
-	struct txi *next;
-};
-
-struct qent {
-	struct gdx_xport_req *req;
-	void *data;
-	uint64_t len;
-	uint64_t kr_end;	/* a kept message in the kept ring: its end there, else 0 */
-	int is_imm;
-	uint32_t imm;
-	int sent;		/* outstanding requests: its frame began to go out */
-	struct qent *next;
-};
-
-/*
- * What the receive thread owes for a frame once the bytes it received into
- * device memory have landed: a local completion, the answer to the peer, or
- * both.  While one waits, the ones after it wait too (FIFO).
- */
-struct deff {
-	struct gdx_xport_req *req;	/* a local completion (receive, read), or NULL */
-	struct gdx_xport_rkey *k;	/* a region written: held until its copies landed */
-	uint64_t len, resp_id;
-	int st, resp_st;
-	uint32_t imm, mark;		/* mark: the agent's seq that must have landed */
-	uint8_t is_imm, has_resp, read_done, dev;
-	uint64_t kr_end;		/* a kept message copied on: the kept ring is free to here */
-};
-
-/*
- * Device memory received through a pinned byte ring whose copies a copy agent
- * makes (include/gdx/device.h): pieces go in back to back, each one's copy
- * posted as soon as it is in, and what depends on the bytes having landed
- * waits in a FIFO of deferred effects until the agent's done word passed its
- * mark.  Receive thread only, but for dev, agent and tx_word: the agent's
- * ring RR_TX takes the transmit thread's copies out of device memory.
- */
-struct rxring {
-	struct gdx_device *dev;		/* ring and agent's device; NULL until the first */
-	struct gdx_copy_agent *agent;
-	const uint32_t *word, *tx_word;
-	unsigned char *ring;
-	uint64_t *pend;			/* ring position after each posted copy, by seq & pmask */
-	size_t size, chunk;
-	unsigned pmask;
-	uint64_t head, done;		/* ring bytes taken / known free again */
-	uint32_t seq, landed;		/* last posted, last known landed */
-	int on;				/* the agent takes the copies */
-	int err;			/* why it stopped taking them */
-	int leak;			/* an agent did not stop (tcp_destroy): the rings stay allocated */
-	int stopped;			/* tcp_rr_stop ran: no agent starts any more (atomic) */
-	struct deff *q;			/* circular, qcap entries */
-	unsigned qcap, qhead, qn;
-};
-
-/* The endpoint's counters (stats scope xport.tcp.N): the stage ring's frames. */
-enum {
-	C_SR_FRAMES,		/* device payloads sent out of the stage ring */
-	C_SR_LATE,		/* of them, queued late (sr_queue) */
-	C_SR_CAUGHT_UP,		/* late ones staged when room came back, before the transmit
-				   thread reached them (sr_catch_up) */
-	C_SR_TX_COPIED,		/* late ones the transmit thread copied when it took them */
-	C_KEPT_RING,		/* kept messages the receive thread copied on from the kept ring */
-	C_KEPT_HOST,		/* and from host memory (the ring had no room) */
-	C_SR_REDONE,		/* frames taken whose copies the halted agent owed: sr_redo */
-	C_TX_RECOPIED,		/* chunks of a large frame so: tx_chunk_wait */
-	C_ANS_PEAK,		/* the most answers queued at once (ans_held) */
-	C_HELD_BACK,		/* times the receive thread stopped reading for them (rx_hold_back) */
-	C_COPIES_PEAK,		/* the most bytes of answers' copies held at once (snap_held) */
-	C_NR
-};
-
-struct tcp_ep {
-	struct gdx_xport_ep *fe;
-	int fd;
-	int zerocopy;
-	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
-	pthread_mutex_t rr_lock;	/* the receive ring's start and rxs's additions (tcp_rr_prepare) */
-	pthread_t rx, tx;
-	int threads;
-	pthread_mutex_t lock;
-	pthread_cond_t tx_cond, rx_cond, flushed_cond;
-	struct txi *txq_head, *txq_tail;
-	unsigned qlen;		/* frames in the queue */
-	struct qent *outst_head, *outst_tail;	/* requests awaiting a response */
-	struct qent *recv_head, *recv_tail;
-	struct qent *unexp_head, *unexp_tail;
-	uint64_t unexpected_bytes, max_unexpected;
-	/*
-	 * Kept messages are handed to receives by the receive thread (kept_match)
-	 * once the endpoint has a copy agent: it copies them on through the agent
-	 * from the kept ring (pinned, the agent's device; rx thread only), or
-	 * from host memory where the ring has no room, and their completions
-	 * are deferred as a received message's are.  Posters only kick it
-	 * (kept_kick).  Else (kept_rx 0) the poster copies.  Lock held for
-	 * kept_rx; kr_head and kr_tail: bytes taken, bytes free again.
-	 */
-	int kept_rx;
-	atomic_int kept_kick;
-	unsigned char *kr;
-	size_t kr_size;
-	uint64_t kr_head, kr_tail;
-	uint64_t next_id;
-	long reads_in_flight;	/* sent and not answered: what FENCE waits for */
-	/*
-	 * Requests sent whole and not answered yet.  While there are some, the
-	 * receive thread will come by with their answers, so a small request
-	 * posted meanwhile may wait in the queue (held) for the next train:
-	 * sent by the poster's next CQ poll or wait, or by the receive thread.
-	 */
-	long on_wire;
-	atomic_int held;	/* frames may be waiting in the queue with nobody sending */
-	int rx_stalled;		/* the receive thread waits for a receive to be posted */
-	int sending;		/* a thread is writing a frame to the socket */
-	int dead, flushed;
-	unsigned char *rbuf;
-	size_t rpos, rlen;
-	/*
-	 * Who reads the socket (and rbuf): the receive thread, except while a
-	 * caller sleeps in gdx_xport_cq_wait with answers due and the receive
-	 * thread is parked between frames with nothing buffered.  Then the
-	 * sleeper takes the socket (w_reader): the socket leaves the receive
-	 * thread's epoll set (rx_epfd) for the sleeper's (w_epfd, in the CQ's
-	 * set), the answers wake the sleeper alone, and it completes them itself.
-	 * On waking it hands the socket back; what it cannot handle (a frame with
-	 * a payload, a request of the peer, a partial frame) stays in rbuf and
-	 * wakes the receive thread (rx_wake), as does a dying connection.
-	 */
-	int rx_epfd, w_epfd, rx_wake;
-	int rx_boundary;	/* receive thread only: no byte of the next frame read */
-	int rx_parked;		/* the receive thread waits between frames, rbuf empty */
-	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
-	pthread_t w_tid;
-	uint64_t big_id;	/* the last request sent by the transmit thread */
-	atomic_long rx_reads;	/* socket reads of the receive thread while parked */
-	long w_mark;		/* rx_reads when a waiter last took the socket */
-	int w_took, w_exp;	/* the last chance was taken; failures in a row (capped) */
-	unsigned w_skip;	/* chances left out before the next try */
-	/*
-	 * Responses the receive thread owes, sent together when it next waits for
-	 * input (or before anything else it sends), so a burst of requests is
-	 * answered with one write instead of one each.
-	 */
-	struct hdr resp[RESP_BATCH];
-	unsigned nresp;
-	/* receives' and sends' stagers, a device each (tcp_rr_prepare): published with release */
-	struct stager *rxs, *txs;
-	/*
-	 * The stage ring (the agent's, SR_SIZE bytes of rr.dev's pinned memory;
-	 * see sr_queue) and the last copy posted into it: lock held.
-	 */
-	unsigned char *sr;
-	uint64_t sr_head, sr_tail;
-	/*
-	 * The first late ring frame in the queue: none behind it takes room
-	 * meanwhile, so every ring frame behind it is late too.  sr_whole: a
-	 * late frame larger than a stage buffer is being sent through the
-	 * ring's halves, which no other frame takes meanwhile.
-	 */
-	struct txi *sr_late;
-	int sr_whole;
-	uint32_t tx_seq;
-	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
-	/*
-	 * The receive side halted the failed agent (rr_fail): device payloads
-	 * are sent through the stage stream from here on (tcp_tx_agent; atomic).
-	 */
-	int tx_noagent;
-	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
-	struct rxring rr;
-	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
-	/*
-	 * Answers to the peer queued and not freed yet (tcp_tx_free, unlocked:
-	 * atomic).  A peer that asks and does not read the answers would have
-	 * them pile up; beyond ans_max (xport.tcp_answers_max) the receive
-	 * thread reads no more of its frames until half went out (rx_hold_back),
-	 * and ends the connection if that takes ans_ms.  ans_lock, ans_cond:
-	 * that wait's.
-	 */
-	atomic_uint ans_held;
-	unsigned ans_max;
-	int ans_ms, ans_said;
-	/*
-	 * Bytes of private copies read answers took because a write overlapped
-	 * them (ans_snap; freed by tcp_tx_free, unlocked: atomic): at most
-	 * snap_max (xport.tcp_answers_copy_max), beyond which such a write is
-	 * refused as one whose copies could not be allocated.
-	 */
-	_Atomic size_t snap_held;
-	size_t snap_max;
-	int snap_said;
-	pthread_mutex_t ans_lock;
-	pthread_cond_t ans_cond;
-	struct gdx_counter ctr[C_NR];
-	struct gdx_stats *stats;
-	/*
-	 * Read answers still to be read out of their region (txi.ans), and the
-	 * threads in a send that may read one's host memory (never blocking:
-	 * tcp_ans_settle waits for them to leave it).  Lock held.
-	 */
-	struct txi *ans_head;
-	int rd_busy, rd_waiting;
-	pthread_cond_t rd_cond;
-};
+#include "xport/tcp/tcp_int.h"
 
 /* A connection accepted by a listener whose hello is not all in yet. */
 struct hshake {
@@ -391,28 +55,6 @@ struct tcp_listener {
 	uint64_t said_ns;
 	pthread_mutex_t lock;		/* one accept at a time */
 };
-
-#define Q_PUSH(e, headp, tailp)                      \
-	do {                                         \
-		(e)->next = NULL;                    \
-		if (*(tailp))                        \
-			(*(tailp))->next = (e);      \
-		else                                 \
-			*(headp) = (e);              \
-		*(tailp) = (e);                      \
-	} while (0)
-
-static struct qent *q_pop(struct qent **head, struct qent **tail)
-{
-	struct qent *e = *head;
-
-	if (e) {
-		*head = e->next;
-		if (!*head)
-			*tail = NULL;
-	}
-	return e;
-}
 
 /* The receive the next message goes into: the endpoint's own, or its SRQ's.  Lock held. */
 static struct qent *take_recv(struct tcp_ep *t)
@@ -461,8 +103,6 @@ static void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u)
 	free(u);
 }
 
-/* ---- staging ---------------------------------------------------------- */
-
 static void stager_fini(struct stager *st)
 {
 	if (!st->dev)
@@ -503,8 +143,6 @@ static void tcp_stagers_free(struct stager **list)
 		free(st);
 	}
 }
-
-/* ---- socket I/O ----------------------------------------------------------- */
 
 /*
  * Reaps MSG_ZEROCOPY notifications so they do not pile up in the socket's
@@ -789,12 +427,6 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 	}
 	return 0;
 }
-
-/* ---- device receives through the copy agent ------------------------------ */
-
-#define RR_ENTRIES 1024u	/* agent descriptors per ring: copies in flight */
-#define RR_RX 0			/* the agent's ring of the receive thread's copies */
-#define RR_TX 1			/* and of the transmit thread's */
 
 static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
 static void tcp_tx_drop_agent(struct tcp_ep *t);
@@ -1427,8 +1059,6 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 	return ret;
 }
 
-/* ---- kept messages (kept_rx) ------------------------------------------------ */
-
 /* Room for a kept message of n bytes in the kept ring, or NULL.  Receive thread. */
 static unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
 {
@@ -1699,8 +1329,6 @@ static int tcp_tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
 	pthread_mutex_unlock(&t->lock);
 	return ret;
 }
-
-/* ---- copies out of device memory ------------------------------------------ */
 
 static void tcp_tx_payload(struct txi *x, const void **p, struct gdx_device **dev, size_t *n);
 
@@ -2055,8 +1683,6 @@ static void tcp_tx_payload(struct txi *x, const void **p, struct gdx_device **de
 	*dev = x->dev;
 }
 
-/* ---- connection teardown ------------------------------------------------ */
-
 /* x's bytes no longer come out of its region: off the answer list.  Lock held. */
 static void tcp_ans_unlink(struct tcp_ep *t, struct txi *x)
 {
@@ -2146,7 +1772,6 @@ static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list
 	*tail = list;
 }
 
-
 static void tcp_kill_conn(struct tcp_ep *t, int why)
 {
 	if (!t->dead) {
@@ -2202,8 +1827,6 @@ static void tcp_flush_all(struct tcp_ep *t)
 	pthread_cond_broadcast(&t->flushed_cond);
 	pthread_mutex_unlock(&t->lock);
 }
-
-/* ---- transmit ------------------------------------------------------------ */
 
 /*
  * Whether queued frame x may not be taken yet: a fenced request while reads
@@ -3041,8 +2664,6 @@ static void tcp_match(void *priv)
 	}
 }
 
-/* ---- receive thread ------------------------------------------------------- */
-
 /*
  * The receive thread, stalled until a receive is posted for a message beyond
  * max_unexpected, reads nothing meanwhile: it would not see the peer go.  So
@@ -3868,8 +3489,6 @@ static void *tcp_rx_main(void *arg)
 	tcp_flush_all(t);
 	return NULL;
 }
-
-/* ---- set-up ------------------------------------------------------------------ */
 
 static int hello_send(int fd)
 {
