@@ -375,4 +375,37 @@ static inline struct qent *q_pop(struct qent **head, struct qent **tail)
 #define RR_RX 0			/* the agent's ring of the receive thread's copies */
 #define RR_TX 1			/* and of the transmit thread's */
 
+/* tcp_stage.c: staging, several threads */
+void tcp_stagers_free(struct stager **list);
+int tcp_seq_landed(uint32_t word, uint32_t seq);
+void tcp_defer_release(struct tcp_ep *t);
+int tcp_rr_wait_seq(struct tcp_ep *t, uint32_t seq);
+void tcp_rr_settle(struct tcp_ep *t);
+void tcp_defer_wait(struct tcp_ep *t, int watch);
+int tcp_defer(struct tcp_ep *t, struct deff *e, int dev);
+struct stager *tcp_stager_of(struct stager **list, const struct gdx_device *dev);
+int tcp_rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx);
+int tcp_rr_reserve(struct tcp_ep *t, size_t need);
+int tcp_rr_post(struct tcp_ep *t, char *dst, const void *src, size_t n, uint64_t pend);
+void tcp_rr_stop(struct tcp_ep *t);
+int tcp_rx_idle(struct tcp_ep *t);
+struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev);
+unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end);
+int tcp_tx_noagent(struct tcp_ep *t);
+struct gdx_copy_agent *tcp_tx_agent(struct tcp_ep *t, const struct gdx_device *dev);
+struct gdx_stream *tcp_tx_stream(struct tcp_ep *t, const struct gdx_device *dev);
+int tcp_tx_sync(struct tcp_ep *t, const struct gdx_device *dev);
+struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev);
+int tcp_tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const void *src,
+		size_t n, uint32_t *seq);
+int tcp_tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq);
+int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev);
+int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a);
+
+/* tcp.c: not split out yet */
+void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
+void tcp_tx_drop_agent(struct tcp_ep *t);
+void tcp_tx_kick(struct tcp_ep *t);
+int tcp_resp_flush(struct tcp_ep *t);
+
 #endif
