@@ -403,9 +403,15 @@ int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev);
 int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a);
 
 /* tcp.c: not split out yet */
+void tcp_rx_wakeup(struct tcp_ep *t);
 void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
 void tcp_tx_drop_agent(struct tcp_ep *t);
+void tcp_kill_conn(struct tcp_ep *t, int why);
 void tcp_tx_kick(struct tcp_ep *t);
 int tcp_resp_flush(struct tcp_ep *t);
+int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out);
+
+/* tcp_wait.c: the CQ waiter */
+void tcp_wait(void *priv, int sleeping);
 
 #endif
