@@ -406,12 +406,19 @@ int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a);
 void tcp_rx_wakeup(struct tcp_ep *t);
 void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
 void tcp_tx_drop_agent(struct tcp_ep *t);
+void tcp_tx_free_list(struct tcp_ep *t, struct txi *x);
 void tcp_kill_conn(struct tcp_ep *t, int why);
+struct txi *tcp_sr_late_next(const struct txi *x);
 void tcp_tx_kick(struct tcp_ep *t);
 int tcp_resp_flush(struct tcp_ep *t);
 int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out);
 
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);
+
+/* tcp_ans.c: rule 1, the receive thread */
+void tcp_ans_unlink(struct tcp_ep *t, struct txi *x);
+void tcp_ans_gone(struct tcp_ep *t, unsigned n);
+int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n);
 
 #endif
