@@ -403,15 +403,16 @@ int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev);
 int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a);
 
 /* tcp.c: not split out yet */
-void tcp_rx_wakeup(struct tcp_ep *t);
-void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
+void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u);
+void tcp_kept_kick_locked(struct tcp_ep *t);
 void tcp_tx_drop_agent(struct tcp_ep *t);
 void tcp_tx_free_list(struct tcp_ep *t, struct txi *x);
 void tcp_kill_conn(struct tcp_ep *t, int why);
+void tcp_flush_all(struct tcp_ep *t);
+int tcp_tx_blocked(struct tcp_ep *t, struct txi *x);
 struct txi *tcp_sr_late_next(const struct txi *x);
 void tcp_tx_kick(struct tcp_ep *t);
-int tcp_resp_flush(struct tcp_ep *t);
-int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out);
+int tcp_ans_submit(struct tcp_ep *t, struct txi *x, unsigned n);
 
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);
@@ -420,5 +421,13 @@ void tcp_wait(void *priv, int sleeping);
 void tcp_ans_unlink(struct tcp_ep *t, struct txi *x);
 void tcp_ans_gone(struct tcp_ep *t, unsigned n);
 int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n);
+
+/* tcp_rx.c: the receive thread */
+void tcp_rx_wakeup(struct tcp_ep *t);
+void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
+int tcp_resp_flush(struct tcp_ep *t);
+void tcp_match(void *priv);
+int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out);
+void *tcp_rx_main(void *arg);
 
 #endif
