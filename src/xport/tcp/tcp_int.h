@@ -403,20 +403,9 @@ int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev);
 int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a);
 
 /* tcp.c: not split out yet */
-void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u);
-void tcp_kept_kick_locked(struct tcp_ep *t);
-int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent);
-int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock);
-int tcp_tx_answer(struct tcp_ep *t, struct txi *x, size_t n);
 void tcp_kill_conn(struct tcp_ep *t, int why);
 void tcp_flush_all(struct tcp_ep *t);
-int tcp_tx_blocked(struct tcp_ep *t, struct txi *x);
-void tcp_tx_going(struct tcp_ep *t, struct txi *x);
-void tcp_tx_begin(struct tcp_ep *t, struct txi *x);
-void tcp_tx_wait_out(struct tcp_ep *t);
-int tcp_tx_train(struct tcp_ep *t, struct txi **done);
-void tcp_tx_kick(struct tcp_ep *t);
-int tcp_ans_submit(struct tcp_ep *t, struct txi *x, unsigned n);
+int tcp_dev_mem(enum gdx_mem_kind kind, const struct gdx_device *dev);
 
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);
@@ -442,5 +431,21 @@ void tcp_tx_free_list(struct tcp_ep *t, struct txi *x);
 int tcp_sr_early(const struct txi *x);
 struct txi *tcp_sr_late_next(const struct txi *x);
 void *tcp_tx_main(void *arg);
+
+/* tcp_post.c: the posting threads */
+void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u);
+void tcp_kept_kick_locked(struct tcp_ep *t);
+int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent);
+int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock);
+int tcp_tx_answer(struct tcp_ep *t, struct txi *x, size_t n);
+int tcp_tx_blocked(struct tcp_ep *t, struct txi *x);
+void tcp_tx_going(struct tcp_ep *t, struct txi *x);
+void tcp_tx_begin(struct tcp_ep *t, struct txi *x);
+void tcp_tx_wait_out(struct tcp_ep *t);
+int tcp_tx_train(struct tcp_ep *t, struct txi **done);
+void tcp_tx_kick(struct tcp_ep *t);
+int tcp_progress(void *priv);
+int tcp_ans_submit(struct tcp_ep *t, struct txi *x, unsigned n);
+int tcp_post(void *priv, struct gdx_xport_req *req);
 
 #endif
