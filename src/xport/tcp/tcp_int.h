@@ -402,11 +402,6 @@ int tcp_tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq);
 int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev);
 int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a);
 
-/* tcp.c: not split out yet */
-void tcp_kill_conn(struct tcp_ep *t, int why);
-void tcp_flush_all(struct tcp_ep *t);
-int tcp_dev_mem(enum gdx_mem_kind kind, const struct gdx_device *dev);
-
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);
 
@@ -447,5 +442,10 @@ void tcp_tx_kick(struct tcp_ep *t);
 int tcp_progress(void *priv);
 int tcp_ans_submit(struct tcp_ep *t, struct txi *x, unsigned n);
 int tcp_post(void *priv, struct gdx_xport_req *req);
+
+/* tcp_conn.c: the caller's thread */
+void tcp_kill_conn(struct tcp_ep *t, int why);
+void tcp_flush_all(struct tcp_ep *t);
+int tcp_dev_mem(enum gdx_mem_kind kind, const struct gdx_device *dev);
 
 #endif

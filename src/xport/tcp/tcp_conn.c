@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tcp://host:port (tcp_int.h): what has not moved to its thread's file yet.
+ * tcp://host:port, the caller's thread (tcp_int.h): the hello, listen,
+ * accept, connect, close and destroy, memory registration, the ops table.
  */
 
 #include <errno.h>
