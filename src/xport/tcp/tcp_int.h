@@ -216,14 +216,36 @@ enum {
 	C_NR
 };
 
+/*
+ * The endpoint, its fields grouped by who owns them.  The threads: the
+ * posting threads (tcp_post.c; one of them at a time holds the socket for
+ * writing, t->sending), the transmit thread (tcp_tx.c), the receive thread
+ * (tcp_rx.c, tcp_ans.c), a CQ waiter that takes the socket from a parked
+ * receive thread (tcp_wait.c), and the caller that connects, registers and
+ * tears down (tcp_conn.c).  Lock order: rr_lock, lock, ans_lock.
+ */
 struct tcp_ep {
+	/* Set before the threads start (ep_start), read-only after. */
 	struct gdx_xport_ep *fe;
 	int fd;
 	int zerocopy;
 	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
-	pthread_mutex_t rr_lock;	/* the receive ring's start and rxs's additions (tcp_rr_prepare) */
+	uint64_t max_unexpected;
+	unsigned ans_max;
+	int ans_ms;
+	size_t snap_max;
 	pthread_t rx, tx;
 	int threads;
+	struct gdx_counter ctr[C_NR];	/* counters: atomic adds, any thread */
+	struct gdx_stats *stats;
+
+	/*
+	 * lock: the queues and what posters, the transmit and receive threads
+	 * and a CQ waiter share.  tx_cond: the transmit thread's wait for
+	 * frames; rx_cond: the receive thread's for a receive (rx_stall_wait);
+	 * flushed_cond: tcp_flush_all's; rd_cond: tcp_ans_settle's for senders
+	 * to leave a region (rd_busy).
+	 */
 	pthread_mutex_t lock;
 	pthread_cond_t tx_cond, rx_cond, flushed_cond;
 	struct txi *txq_head, *txq_tail;
@@ -231,7 +253,24 @@ struct tcp_ep {
 	struct qent *outst_head, *outst_tail;	/* requests awaiting a response */
 	struct qent *recv_head, *recv_tail;
 	struct qent *unexp_head, *unexp_tail;
-	uint64_t unexpected_bytes, max_unexpected;
+	uint64_t unexpected_bytes;
+	uint64_t next_id;
+	long reads_in_flight;	/* sent and not answered: what FENCE waits for */
+	/*
+	 * Requests sent whole and not answered yet.  While there are some, the
+	 * receive thread will come by with their answers, so a small request
+	 * posted meanwhile may wait in the queue (held) for the next train:
+	 * sent by the poster's next CQ poll or wait, or by the receive thread.
+	 */
+	long on_wire;
+	int rx_stalled;		/* the receive thread waits for a receive to be posted */
+	int sending;		/* a thread is writing a frame to the socket */
+	/* dead: written with the lock held (tcp_kill_conn), read atomically where it is not */
+	int dead, flushed;
+	int rx_parked;		/* the receive thread waits between frames, rbuf empty */
+	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
+	pthread_t w_tid;
+	uint64_t big_id;	/* the last request sent by the transmit thread */
 	/*
 	 * Kept messages are handed to receives by the receive thread (kept_match)
 	 * once the endpoint has a copy agent: it copies them on through the agent
@@ -242,58 +281,10 @@ struct tcp_ep {
 	 * kept_rx; kr_head and kr_tail: bytes taken, bytes free again.
 	 */
 	int kept_rx;
-	atomic_int kept_kick;
-	unsigned char *kr;
-	size_t kr_size;
-	uint64_t kr_head, kr_tail;
-	uint64_t next_id;
-	long reads_in_flight;	/* sent and not answered: what FENCE waits for */
-	/*
-	 * Requests sent whole and not answered yet.  While there are some, the
-	 * receive thread will come by with their answers, so a small request
-	 * posted meanwhile may wait in the queue (held) for the next train:
-	 * sent by the poster's next CQ poll or wait, or by the receive thread.
-	 */
-	long on_wire;
-	atomic_int held;	/* frames may be waiting in the queue with nobody sending */
-	int rx_stalled;		/* the receive thread waits for a receive to be posted */
-	int sending;		/* a thread is writing a frame to the socket */
-	int dead, flushed;
-	unsigned char *rbuf;
-	size_t rpos, rlen;
-	/*
-	 * Who reads the socket (and rbuf): the receive thread, except while a
-	 * caller sleeps in gdx_xport_cq_wait with answers due and the receive
-	 * thread is parked between frames with nothing buffered.  Then the
-	 * sleeper takes the socket (w_reader): the socket leaves the receive
-	 * thread's epoll set (rx_epfd) for the sleeper's (w_epfd, in the CQ's
-	 * set), the answers wake the sleeper alone, and it completes them itself.
-	 * On waking it hands the socket back; what it cannot handle (a frame with
-	 * a payload, a request of the peer, a partial frame) stays in rbuf and
-	 * wakes the receive thread (rx_wake), as does a dying connection.
-	 */
-	int rx_epfd, w_epfd, rx_wake;
-	int rx_boundary;	/* receive thread only: no byte of the next frame read */
-	int rx_parked;		/* the receive thread waits between frames, rbuf empty */
-	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
-	pthread_t w_tid;
-	uint64_t big_id;	/* the last request sent by the transmit thread */
-	atomic_long rx_reads;	/* socket reads of the receive thread while parked */
-	long w_mark;		/* rx_reads when a waiter last took the socket */
-	int w_took, w_exp;	/* the last chance was taken; failures in a row (capped) */
-	unsigned w_skip;	/* chances left out before the next try */
-	/*
-	 * Responses the receive thread owes, sent together when it next waits for
-	 * input (or before anything else it sends), so a burst of requests is
-	 * answered with one write instead of one each.
-	 */
-	struct hdr resp[RESP_BATCH];
-	unsigned nresp;
-	/* receives' and sends' stagers, a device each (tcp_rr_prepare): published with release */
-	struct stager *rxs, *txs;
 	/*
 	 * The stage ring (the agent's, SR_SIZE bytes of rr.dev's pinned memory;
-	 * see sr_queue) and the last copy posted into it: lock held.
+	 * see sr_queue) and the last copy posted into it: the lock's holder is
+	 * the one producer of the agent's ring RR_TX.
 	 */
 	unsigned char *sr;
 	uint64_t sr_head, sr_tail;
@@ -308,45 +299,89 @@ struct tcp_ep {
 	uint32_t tx_seq;
 	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
 	/*
-	 * The receive side halted the failed agent (rr_fail): device payloads
-	 * are sent through the stage stream from here on (tcp_tx_agent; atomic).
-	 */
-	int tx_noagent;
-	int tx_agent_err;	/* transmit thread: the agent failed it (said once) */
-	struct rxring rr;
-	int rx_err;		/* receive thread: an answer could not be queued (fatal) */
-	/*
-	 * Answers to the peer queued and not freed yet (tcp_tx_free, unlocked:
-	 * atomic).  A peer that asks and does not read the answers would have
-	 * them pile up; beyond ans_max (xport.tcp_answers_max) the receive
-	 * thread reads no more of its frames until half went out (rx_hold_back),
-	 * and ends the connection if that takes ans_ms.  ans_lock, ans_cond:
-	 * that wait's.
-	 */
-	atomic_uint ans_held;
-	unsigned ans_max;
-	int ans_ms, ans_said;
-	/*
-	 * Bytes of private copies read answers took because a write overlapped
-	 * them (ans_snap; freed by tcp_tx_free, unlocked: atomic): at most
-	 * snap_max (xport.tcp_answers_copy_max), beyond which such a write is
-	 * refused as one whose copies could not be allocated.
-	 */
-	_Atomic size_t snap_held;
-	size_t snap_max;
-	int snap_said;
-	pthread_mutex_t ans_lock;
-	pthread_cond_t ans_cond;
-	struct gdx_counter ctr[C_NR];
-	struct gdx_stats *stats;
-	/*
 	 * Read answers still to be read out of their region (txi.ans), and the
 	 * threads in a send that may read one's host memory (never blocking:
-	 * tcp_ans_settle waits for them to leave it).  Lock held.
+	 * tcp_ans_settle waits for them to leave it).
 	 */
 	struct txi *ans_head;
 	int rd_busy, rd_waiting;
 	pthread_cond_t rd_cond;
+
+	/* Atomics: any thread, no lock. */
+	atomic_int held;	/* frames may be waiting in the queue with nobody sending */
+	atomic_int kept_kick;	/* a poster asks the receive thread to match kept messages */
+	atomic_long rx_reads;	/* socket reads of the receive thread while parked */
+	/*
+	 * The receive side halted the failed agent (rr_fail): device payloads
+	 * are sent through the stage stream from here on (tcp_tx_agent).
+	 */
+	int tx_noagent;
+	/*
+	 * Answers to the peer queued and not freed yet (tcp_tx_free, unlocked).
+	 * A peer that asks and does not read the answers would have them pile
+	 * up; beyond ans_max (xport.tcp_answers_max) the receive thread reads no
+	 * more of its frames until half went out (rx_hold_back), and ends the
+	 * connection if that takes ans_ms.  ans_lock, ans_cond: that wait's.
+	 */
+	atomic_uint ans_held;
+	pthread_mutex_t ans_lock;
+	pthread_cond_t ans_cond;
+	/*
+	 * Bytes of private copies read answers took because a write overlapped
+	 * them (ans_snap; freed by tcp_tx_free, unlocked): at most snap_max
+	 * (xport.tcp_answers_copy_max), beyond which such a write is refused as
+	 * one whose copies could not be allocated.
+	 */
+	_Atomic size_t snap_held;
+
+	/*
+	 * The receive thread's; rbuf, rpos and rlen the CQ waiter's while it
+	 * holds the socket (w_reader).
+	 *
+	 * Who reads the socket (and rbuf): the receive thread, except while a
+	 * caller sleeps in gdx_xport_cq_wait with answers due and the receive
+	 * thread is parked between frames with nothing buffered.  Then the
+	 * sleeper takes the socket (w_reader): the socket leaves the receive
+	 * thread's epoll set (rx_epfd) for the sleeper's (w_epfd, in the CQ's
+	 * set), the answers wake the sleeper alone, and it completes them itself.
+	 * On waking it hands the socket back; what it cannot handle (a frame with
+	 * a payload, a request of the peer, a partial frame) stays in rbuf and
+	 * wakes the receive thread (rx_wake), as does a dying connection.
+	 */
+	unsigned char *rbuf;
+	size_t rpos, rlen;
+	int rx_epfd, w_epfd, rx_wake;	/* set at ep_start */
+	int rx_boundary;	/* no byte of the next frame read */
+	/*
+	 * Responses the receive thread owes, sent together when it next waits for
+	 * input (or before anything else it sends), so a burst of requests is
+	 * answered with one write instead of one each.
+	 */
+	struct hdr resp[RESP_BATCH];
+	unsigned nresp;
+	unsigned char *kr;	/* the kept ring (kept_rx) */
+	size_t kr_size;
+	uint64_t kr_head, kr_tail;
+	int rx_err;		/* an answer could not be queued (fatal) */
+	int ans_said, snap_said;	/* rx_hold_back and ans_snap logged once */
+	/*
+	 * The receive ring: the receive thread's but for rr.dev, rr.agent and
+	 * rr.tx_word, published with release once the agent started, and
+	 * rr.stopped (atomic).  rr_lock: its start, and additions to rxs and
+	 * txs, the stagers (a device each, tcp_rr_prepare), published with
+	 * release and read without it.
+	 */
+	struct rxring rr;
+	pthread_mutex_t rr_lock;
+	struct stager *rxs, *txs;
+
+	/* The transmit thread's. */
+	int tx_agent_err;	/* the agent failed it (said once) */
+
+	/* The CQ waiter's, with the lock held (w_take). */
+	long w_mark;		/* rx_reads when a waiter last took the socket */
+	int w_took, w_exp;	/* the last chance was taken; failures in a row (capped) */
+	unsigned w_skip;	/* chances left out before the next try */
 };
 
 #define Q_PUSH(e, headp, tailp)                      \
