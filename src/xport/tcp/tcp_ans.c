@@ -49,7 +49,7 @@ void tcp_ans_gone(struct tcp_ep *t, unsigned n)
  * copies posted to the stream of x's device must land first.  Lock held, but
  * not across a device copy or stream wait: x is marked snapping meanwhile, so
  * that it stays as it is (no sender takes it or copies for it: tcp_tx_blocked,
- * tx_copy), and a tcp_tx_free of it meanwhile (x->orphan) is left to the caller.
+ * tx_copy), and a tcp_tx_free of it meanwhile (TXS_ORPHAN) is left to the caller.
  */
 static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 {
@@ -85,7 +85,7 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 	} else {
 		memcpy(b, (const char *)x->data + from, x->plen - from);
 	}
-	if (ret || !b || x->orphan) {
+	if (ret || !b || x->state == TXS_ORPHAN) {
 		free(b);
 		return ret;
 	}
@@ -102,15 +102,17 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 	 */
 	if (!x->dev) {
 		x->pp = (const void *)((uintptr_t)b - from);
-	} else if (!x->going) {
+	} else if (!txi_going(x)) {
 		/* no copy of it was made yet: from is 0 */
 		x->pp = b;
 		x->dev = NULL;
-		x->small = x->plen <= DIRECT_MAX;
+		x->path = x->plen <= DIRECT_MAX ? TXP_TRAIN : TXP_HOST;
 		/* out of the ring's frames: the first late one may be the next */
-		if (x->late && t->sr_late == x)
-			t->sr_late = tcp_sr_late_next(x);
-		x->sr = x->late = 0;
+		if (x->state == TXS_LATE) {
+			if (t->sr_late == x)
+				t->sr_late = tcp_sr_late_next(x);
+			txi_set(x, TXS_QUEUED);
+		}
 	}
 	return 0;
 }
@@ -149,7 +151,7 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 		next = x->an_next;
 		if ((uintptr_t)x->data >= hi || (uintptr_t)x->data + x->plen <= lo)
 			continue;
-		if (x->staged &&
+		if (txi_staged(x) &&
 		    tcp_seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), x->seq)) {
 			tcp_ans_unlink(t, x);	/* its bytes are in the ring */
 			continue;
@@ -162,15 +164,15 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 			/* copies posted to the agent: let go once they landed, below */
 			a = t->rr.agent;
 			x->settle = 1;
-			if (x->staged)
+			if (txi_staged(x))
 				continue;
 		}
-		sends |= !x->dev && x->going;
+		sends |= !x->dev && txi_going(x);
 		/* not the agent's copies: the transmit thread's, through its stream */
 		ret = ans_snap(t, x, x->dev && x->cnext && !x->acopy);
 		/* x stayed on the list; those after it may have left it */
 		next = x->an_next;
-		if (x->orphan) {
+		if (x->state == TXS_ORPHAN) {
 			/* sent or let go meanwhile: done with the region */
 			tcp_ans_unlink(t, x);
 			x->next = orphans;

@@ -31,8 +31,10 @@
  * waiting for the answer to go out (tcp_ans_settle).
  */
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -102,6 +104,49 @@ struct stager {
 	struct stager *next;
 };
 
+/*
+ * Which way a frame's payload goes out, chosen when it is queued
+ * (tx_submit_locked, sr_queue), lock held.  It changes only while the frame is
+ * queued: a ring frame whose copy did not land becomes a stream frame when
+ * the agent is dropped (tcp_tx_drop_agent), and a read answer of device
+ * memory that a write gave a host copy of its bytes before any sender took
+ * it becomes a host frame (ans_snap).
+ */
+enum txi_path {
+	TXP_TRAIN,	/* host payload of at most DIRECT_MAX: goes in trains, from any sender */
+	TXP_HOST,	/* larger host payload: the transmit thread's */
+	TXP_RING,	/* device payload the agent copies into the stage ring (sr_queue) */
+	TXP_STREAM,	/* device payload copied through a stream by the transmit thread */
+};
+
+/*
+ * Where a frame is in its life (once four flags: going, staged, late,
+ * orphan): one state, moved under t->lock by txi_set alone, which checks
+ * each move against these edges:
+ *
+ *   QUEUED -> LATE, STAGED      sr_queue: a ring frame, with room or not
+ *   LATE -> STAGED              room came back (sr_catch_up, sr_take)
+ *   QUEUED, LATE -> GOING       taken, or sent in a train (tcp_tx_going); a
+ *                               LATE one goes whole through the ring's halves
+ *   STAGED -> GOING_STAGED      taken (sr_take): sr_send waits for its copy
+ *   GOING_STAGED -> GOING       the halted agent will not make the copy:
+ *                               sr_redo made it through the stream
+ *   LATE, STAGED -> QUEUED      the agent was dropped (tcp_tx_drop_agent; a
+ *                               STAGED one whose copy did not land), or a
+ *                               write gave a LATE answer a host copy (ans_snap)
+ *   GOING, GOING_STAGED -> ORPHAN  freed (tcp_tx_free) while the receive
+ *                               thread snaps its bytes with the lock dropped
+ *                               (ans_snap): that thread frees it
+ */
+enum txi_state {
+	TXS_QUEUED,
+	TXS_LATE,		/* a ring frame without room yet: the first is t->sr_late */
+	TXS_STAGED,		/* a ring frame whose copy is posted (seq) into room ending at sr_end */
+	TXS_GOING,		/* its bytes began to go out (tcp_tx_going) */
+	TXS_GOING_STAGED,	/* and its ring copy is to be waited for (sr_send, sr_redo) */
+	TXS_ORPHAN,
+};
+
 struct txi {			/* one frame to transmit */
 	struct hdr h;
 	struct gdx_xport_req *req;	/* request frames: the payload source */
@@ -113,16 +158,16 @@ struct txi {			/* one frame to transmit */
 	size_t off;			/* bytes of the frame already sent */
 	const void *pp;			/* the payload (host memory when small) */
 	size_t plen;
-	int small;			/* host payload of at most DIRECT_MAX: goes in trains */
-	int going;			/* its bytes began to go out (tcp_tx_going) */
+	enum txi_path path;
+	enum txi_state state;
 	struct qent *q;			/* request frames: the request's outstanding entry */
 	/*
-	 * Device payloads sent through the stage ring (sr: the endpoint's agent
-	 * copies them): staged, its copy posted (seq) into room of the ring
-	 * that ends at sr_end; else late, the transmit thread's to copy.
+	 * Copies of its payload were posted to the agent (staged, or by
+	 * tx_copy): a write over a read answer's region must wait for them, or
+	 * be refused once the agent is halted.  Not a state: a frame whose ring
+	 * copy sr_redo made again is GOING and still had them.
 	 */
-	uint8_t sr, staged, late;
-	uint8_t acopy;			/* copies of its payload were posted to the agent */
+	uint8_t acopy;
 	uint32_t seq;			/* staged: its copy's; else the last one tx_copy posted */
 	uint64_t sr_end;
 	/*
@@ -131,21 +176,55 @@ struct txi {			/* one frame to transmit */
 	 * (tcp_ans_settle, rule 1).  snap: that private copy of the payload's
 	 * bytes from snap_off on; cnext: bytes of a device payload whose copies were
 	 * posted (to the transmit thread's stream or the agent's ring RR_TX).
+	 * ans, settle and snapping are the receive thread's to move, beside the
+	 * state the senders move, and not one enum: ans is cleared last and
+	 * read without the lock (tcp_tx_free frees x once it sees it clear; in
+	 * an enum, every free would take the lock), and a frame whose agent
+	 * copies are waited for before it is let go (settle) has the bytes no
+	 * copy was posted for yet snapped meanwhile (snapping).
 	 */
 	uint8_t ans, settle;		/* settle: tcp_ans_settle lets it go once its copies landed */
 	/*
 	 * snapping: the receive thread copies its bytes out of device memory
 	 * with the lock dropped (ans_snap): no sender takes it (tcp_tx_blocked) or
 	 * copies for it (tx_copy) meanwhile, and a tcp_tx_free leaves it to that
-	 * thread to free (orphan).
+	 * thread to free (TXS_ORPHAN).
 	 */
-	uint8_t snapping, orphan;
+	uint8_t snapping;
 	unsigned nans;			/* answers it carries (tcp_ep.ans_held) */
 	struct txi *an_prev, *an_next;
 	unsigned char *snap;
 	size_t snap_off, cnext;
 	struct txi *next;
 };
+
+/* Moves x to state s, one of the edges above.  Lock held. */
+static inline void txi_set(struct txi *x, enum txi_state s)
+{
+	static const uint8_t edges[] = {
+		[TXS_QUEUED] = 1u << TXS_LATE | 1u << TXS_STAGED | 1u << TXS_GOING,
+		[TXS_LATE] = 1u << TXS_QUEUED | 1u << TXS_STAGED | 1u << TXS_GOING,
+		[TXS_STAGED] = 1u << TXS_QUEUED | 1u << TXS_GOING_STAGED,
+		[TXS_GOING] = 1u << TXS_ORPHAN,
+		[TXS_GOING_STAGED] = 1u << TXS_GOING | 1u << TXS_ORPHAN,
+		[TXS_ORPHAN] = 0,
+	};
+
+	assert(edges[x->state] & 1u << s);
+	(void)edges;
+	x->state = s;
+}
+
+static inline bool txi_going(const struct txi *x)
+{
+	return x->state >= TXS_GOING;
+}
+
+/* Its ring copy was posted and may not have landed: queued or taken. */
+static inline bool txi_staged(const struct txi *x)
+{
+	return x->state == TXS_STAGED || x->state == TXS_GOING_STAGED;
+}
 
 struct qent {
 	struct gdx_xport_req *req;

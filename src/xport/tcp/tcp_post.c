@@ -248,9 +248,9 @@ int tcp_tx_blocked(struct tcp_ep *t, struct txi *x)
  */
 void tcp_tx_going(struct tcp_ep *t, struct txi *x)
 {
-	if (x->going)
+	if (txi_going(x))
 		return;
-	x->going = 1;
+	txi_set(x, x->state == TXS_STAGED ? TXS_GOING_STAGED : TXS_GOING);
 	if (x->h.type == F_READ)
 		t->reads_in_flight++;
 	if (x->q)
@@ -278,7 +278,7 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region)
 	int cnt = 0;
 
 	*region = 0;
-	for (struct txi *x = t->txq_head; x && x->small && cnt + 2 <= TX_TRAIN_IOV &&
+	for (struct txi *x = t->txq_head; x && x->path == TXP_TRAIN && cnt + 2 <= TX_TRAIN_IOV &&
 	     bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x); x = x->next) {
 		tcp_tx_going(t, x);
 		*region |= x->ans;
@@ -379,10 +379,10 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
 
 	if (!x->dev || !x->plen || t->dead || !(a = tcp_tx_agent(t, x->dev)))
 		return;
-	x->sr = 1;
+	x->path = TXP_RING;
 	gdx_counter_add(&t->ctr[C_SR_FRAMES], 1);
 	if (t->sr_late || t->sr_whole || !tcp_sr_early(x) || tcp_sr_stage(t, x, a)) {
-		x->late = 1;
+		txi_set(x, TXS_LATE);
 		if (!t->sr_late)
 			t->sr_late = x;
 		gdx_counter_add(&t->ctr[C_SR_LATE], 1);
@@ -416,7 +416,7 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 
 	tcp_tx_payload(x, &x->pp, &dev, &x->plen);
 	x->dev = dev;
-	x->small = !dev && x->plen <= DIRECT_MAX;
+	x->path = dev ? TXP_STREAM : x->plen <= DIRECT_MAX ? TXP_TRAIN : TXP_HOST;
 	if (x->h.type == F_READ_RESP && x->plen) {
 		/* read out of the region when sent: a write to it takes the bytes first */
 		x->ans = 1;
@@ -426,12 +426,12 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		t->ans_head = x;
 	}
 	sr_queue(t, x);
-	if (x->req && !x->small)
+	if (x->req && x->path != TXP_TRAIN)
 		t->big_id = x->h.id;
 	Q_PUSH(x, &t->txq_head, &t->txq_tail);
 	t->qlen++;
-	if (x->req && x->small && t->on_wire > 0 && !t->rx_stalled && !t->w_reader && !t->sending &&
-	    t->txq_head->small && t->qlen < TX_TRAIN_IOV / 2) {
+	if (x->req && x->path == TXP_TRAIN && t->on_wire > 0 && !t->rx_stalled && !t->w_reader &&
+	    !t->sending && t->txq_head->path == TXP_TRAIN && t->qlen < TX_TRAIN_IOV / 2) {
 		/*
 		 * Requests are on the wire: their answers bring the receive thread
 		 * by, and it sends what is queued before it reads them.  So this

@@ -725,6 +725,7 @@ int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
 	x->pp = t->sr + pos % SR_SIZE;
 	x->sr_end = t->sr_head;
 	x->seq = seq;
-	x->staged = x->acopy = 1;
+	txi_set(x, TXS_STAGED);
+	x->acopy = 1;
 	return 0;
 }

@@ -33,13 +33,15 @@ void tcp_tx_drop_agent(struct tcp_ep *t)
 		struct gdx_device *dev;
 		size_t n;
 
-		if (!x->sr ||
-		    (x->staged &&
+		if (x->path != TXP_RING ||
+		    (x->state == TXS_STAGED &&
 		     tcp_seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), x->seq)))
 			continue;
 		/* not sent, not going: x->req is there; a read answer not settled (tcp_ans_settle) */
 		tcp_tx_payload(x, &x->pp, &dev, &n);
-		x->sr = x->staged = x->late = x->acopy = 0;
+		x->path = TXP_STREAM;
+		txi_set(x, TXS_QUEUED);
+		x->acopy = 0;
 	}
 	t->sr_late = NULL;
 	pthread_mutex_unlock(&t->lock);
@@ -69,7 +71,7 @@ static int tx_agent_failed(struct tcp_ep *t, const struct gdx_device *dev, int e
 static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void *dst,
 		   const void *src, size_t off, size_t n, int *agent)
 {
-	struct gdx_copy_agent *a = x->sr ? tcp_tx_agent(t, dev) : NULL;
+	struct gdx_copy_agent *a = x->path == TXP_RING ? tcp_tx_agent(t, dev) : NULL;
 	struct gdx_stream *s = NULL;
 	uint32_t seq;
 	int ret;
@@ -170,7 +172,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 	ret = tcp_tx_host(t, x, NULL, 0, 0);
 	if (ret)
 		return ret;
-	if (x->sr) {
+	if (x->path == TXP_RING) {
 		b[0] = t->sr;
 		b[1] = t->sr + STAGE_SIZE;
 	} else if ((st = tcp_tx_stager(t, dev))) {
@@ -244,7 +246,7 @@ void tcp_tx_free(struct tcp_ep *t, struct txi *x)
 	if (__atomic_load_n(&x->ans, __ATOMIC_ACQUIRE)) {
 		pthread_mutex_lock(&t->lock);
 		if (x->snapping) {
-			x->orphan = 1;
+			txi_set(x, TXS_ORPHAN);
 			pthread_mutex_unlock(&t->lock);
 			return;
 		}
@@ -302,7 +304,7 @@ static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list
  */
 static int staged_frame(const struct txi *x, const struct gdx_device *dev)
 {
-	return x->dev == dev && !x->sr && x->plen <= STAGE_SIZE;
+	return x->dev == dev && x->path != TXP_RING && x->plen <= STAGE_SIZE;
 }
 
 /*
@@ -342,8 +344,8 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
 	while (t->txq_head && iov + 2 <= TX_TRAIN_IOV) {
 		struct txi *x = t->txq_head;
 
-		if ((!x->small && !staged_frame(x, dev)) || tcp_tx_blocked(t, x) ||
-		    (x->dev && staged + x->plen > STAGE_SIZE) || (x->small && x->ans))
+		if ((x->path != TXP_TRAIN && !staged_frame(x, dev)) || tcp_tx_blocked(t, x) ||
+		    (x->dev && staged + x->plen > STAGE_SIZE) || (x->path == TXP_TRAIN && x->ans))
 			break;
 		if (x->dev)
 			staged += x->plen;
@@ -421,7 +423,8 @@ static int staged_next(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct txi *x = t->txq_head;
 
-	return !t->dead && x && !x->small && staged_frame(x, dev) && !tcp_tx_blocked(t, x);
+	return !t->dead && x && x->path != TXP_TRAIN && staged_frame(x, dev) &&
+	       !tcp_tx_blocked(t, x);
 }
 
 /*
@@ -502,7 +505,7 @@ struct txi *tcp_sr_late_next(const struct txi *x)
 {
 	do
 		x = x->next;
-	while (x && !x->late);
+	while (x && x->state != TXS_LATE);
 	return (struct txi *)x;
 }
 
@@ -519,7 +522,6 @@ static void sr_catch_up(struct tcp_ep *t, struct gdx_copy_agent *a)
 
 	while (a && !t->dead && (x = t->sr_late) && tcp_sr_early(x) && !x->snapping &&
 	       !tcp_sr_stage(t, x, a)) {
-		x->late = 0;
 		t->sr_late = tcp_sr_late_next(x);
 		gdx_counter_add(&t->ctr[C_SR_CAUGHT_UP], 1);
 	}
@@ -528,7 +530,7 @@ static void sr_catch_up(struct tcp_ep *t, struct gdx_copy_agent *a)
 /* Whether x goes in the ring's trains: a small host frame, or a ring frame that fits. */
 static int sr_train_frame(const struct txi *x)
 {
-	return x->small || (x->sr && x->plen <= STAGE_SIZE);
+	return x->path == TXP_TRAIN || (x->path == TXP_RING && x->plen <= STAGE_SIZE);
 }
 
 /*
@@ -549,9 +551,9 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 	while (t->txq_head && n < TX_TRAIN_IOV / 2) {
 		struct txi *x = t->txq_head;
 
-		if (!sr_train_frame(x) || tcp_tx_blocked(t, x) || (x->small && x->ans))
+		if (!sr_train_frame(x) || tcp_tx_blocked(t, x) || (x->path == TXP_TRAIN && x->ans))
 			break;
-		if (x->late) {
+		if (x->state == TXS_LATE) {
 			int r = tcp_sr_stage(t, x, a);
 
 			/* no room: the frames taken are sent first, and give theirs back */
@@ -565,7 +567,6 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 				*err = tx_agent_failed(t, dev, r == -EAGAIN ? GDX_EDRIVER : r);
 				break;
 			}
-			x->late = 0;
 			t->sr_late = tcp_sr_late_next(x);
 			gdx_counter_add(&t->ctr[C_SR_TX_COPIED], 1);
 			/* the frames behind it copy while it is sent */
@@ -594,13 +595,13 @@ static int sr_redo(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
 		const void *src;
 		size_t n;
 
-		if (!x->staged || tcp_seq_landed(done, x->seq))
+		if (!txi_staged(x) || tcp_seq_landed(done, x->seq))
 			continue;
 		tcp_tx_payload(x, &src, &d, &n);
 		gdx_counter_add(&t->ctr[C_SR_REDONE], 1);
 		ret = tx_copy(t, x, dev, (void *)x->pp, src, 0, n, &agent);
 		pthread_mutex_lock(&t->lock);
-		x->staged = 0;
+		txi_set(x, TXS_GOING);
 		pthread_mutex_unlock(&t->lock);
 	}
 	return ret ? ret : tcp_tx_sync(t, dev);
@@ -620,7 +621,7 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
 		struct txi *end = list->next;
 		uint64_t room = 0;
 		uint32_t done;
-		int ret = list->staged ? tcp_tx_seq_landed(t, a, list->seq) : 0;
+		int ret = txi_staged(list) ? tcp_tx_seq_landed(t, a, list->seq) : 0;
 
 		if (ret && ret != GDX_EDISCONNECTED)
 			ret = tcp_tx_noagent(t) ? sr_redo(t, list, dev) :
@@ -628,13 +629,13 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
 		if (ret)
 			return ret;
 		done = __atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE);
-		while (end && (!end->staged || tcp_seq_landed(done, end->seq)))
+		while (end && (!txi_staged(end) || tcp_seq_landed(done, end->seq)))
 			end = end->next;
 		ret = tx_send_staged(t, list, end);
 		if (ret)
 			return ret;
 		for (; list != end; list = list->next)
-			if (list->staged)
+			if (txi_staged(list))
 				room = list->sr_end;
 		if (room) {
 			pthread_mutex_lock(&t->lock);
@@ -656,7 +657,7 @@ static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 	struct gdx_copy_agent *a = tcp_tx_agent(t, dev);
 	int ret = 0;
 
-	while (!ret && !t->dead && t->txq_head && t->txq_head->sr &&
+	while (!ret && !t->dead && t->txq_head && t->txq_head->path == TXP_RING &&
 	       sr_train_frame(t->txq_head) && !tcp_tx_blocked(t, t->txq_head)) {
 		long nreq;
 		struct txi *list = sr_take(t, dev, a, &nreq, &ret);
@@ -704,23 +705,25 @@ void *tcp_tx_main(void *arg)
 		}
 		if (t->dead)
 			break;
-		if (t->txq_head->small) {
+		if (t->txq_head->path == TXP_TRAIN) {
 			if (tcp_tx_train(t, &done) == -EAGAIN)
 				tcp_tx_wait_out(t);
 			continue;
 		}
 		x = t->txq_head;
 		/* device payloads of a stage buffer at most: the stage ring, else the stream's buffers */
-		if ((x->sr && sr_train_frame(x)) || (x->dev && staged_frame(x, x->dev))) {
+		if ((x->path == TXP_RING && sr_train_frame(x)) ||
+		    (x->dev && staged_frame(x, x->dev))) {
 			t->sending = 1;
-			ret = x->sr ? tx_ring_runs(t, x->dev) : tx_staged_runs(t, x->dev);
+			ret = x->path == TXP_RING ? tx_ring_runs(t, x->dev) : tx_staged_runs(t, x->dev);
 			t->sending = 0;
 			if (ret)
 				tcp_kill_conn(t, ret);
 			continue;
 		}
 		/* a late ring frame (a large one) has the ring to itself */
-		if (x->late) {
+		late = x->state == TXS_LATE;
+		if (late) {
 			t->sr_late = tcp_sr_late_next(x);
 			t->sr_whole = 1;
 		}
@@ -738,7 +741,6 @@ void *tcp_tx_main(void *arg)
 		dev = x->dev;
 		n = x->plen;
 		is_req = x->req != NULL;
-		late = x->late;
 		if (late)
 			gdx_counter_add(&t->ctr[C_SR_TX_COPIED], 1);
 		pthread_mutex_unlock(&t->lock);
