@@ -53,6 +53,15 @@ struct nvmf_ns_ops {
 	 */
 	void *(*map)(struct nvmf_ns *ns, uint64_t off, uint64_t len, bool write);
 	/*
+	 * Optional, with map: true if the mapped bytes [off, off+len) sit in
+	 * pages of their own, which the transport may hand the kernel by
+	 * reference (splice) instead of copying them.  False where they are
+	 * pages shared by every read (never-written RAM is the kernel's one zero
+	 * page): each reference is an atomic on that page's count, which all
+	 * reactors then take turns at.  Absent: false.
+	 */
+	bool (*own_pages)(struct nvmf_ns *ns, uint64_t off, uint64_t len);
+	/*
 	 * Starts the I/O command in req (read, write, flush, write zeroes,
 	 * deallocate, already validated) and calls nvmf_io_done() when it
 	 * finishes, possibly before returning.
@@ -254,6 +263,15 @@ void nvmf_req_exec(struct nvmf_req *req);
 void nvmf_req_complete(struct nvmf_req *req, uint16_t status);
 /* Bytes of C2H data a successful completion carries (0 for none). */
 uint32_t nvmf_req_c2h_len(const struct nvmf_req *req);
+
+/* len bytes of a read's mapped data may be referenced rather than copied. */
+static inline bool nvmf_req_own_pages(const struct nvmf_req *req, uint32_t len)
+{
+	const struct nvmf_ns *ns = req->ns;
+
+	return ns && ns->ops->own_pages &&
+	       ns->ops->own_pages(req->ns, req->io_off, len);
+}
 
 /* Counts a completion in sq->timing: its latency if timed, its status if it failed. */
 void nvmf_sq_account(struct nvmf_sq *sq, const struct nvmf_req *req, uint16_t status);

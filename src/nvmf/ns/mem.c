@@ -2,9 +2,11 @@
 /*
  * RAM and null namespaces.  Both expose their bytes through map(), so the TCP
  * transport receives write data straight into the namespace and sends read
- * data straight from it.  A null namespace reads zeroes and discards writes.
+ * data straight from it.  A null namespace reads zeroes and discards writes; its
+ * pages are shared by every I/O, so they are never lent to the kernel (own_pages).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,44 +26,120 @@ static int parse_size(const char *spec, const char *prefix, uint64_t *size)
 	return 0;
 }
 
+/*
+ * A RAM namespace is anonymous memory: never-written pages all map the
+ * kernel's one zero page.  A bit per page says which were written since they
+ * were last handed back (own_pages), so that only pages of their own go to
+ * the socket by reference.
+ */
+struct ram {
+	char *mem;
+	_Atomic uint64_t *written;	/* a bit per page */
+};
+
+#define RAM_PAGE 4096ull
+
 static int ram_open(struct nvmf_ns *ns, const char *spec)
 {
-	void *p;
+	struct ram *r;
+	uint64_t words;
 	int ret = parse_size(spec, "ram:", &ns->size);
 
 	if (ret)
 		return ret;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	words = GDX_ALIGN_UP(ns->size, RAM_PAGE * 64) / (RAM_PAGE * 64);
+	r->written = calloc(words, sizeof(*r->written));
 	/* untouched pages cost nothing and read as zeroes */
-	p = mmap(NULL, ns->size, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		 -1, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	ns->priv = p;
+	r->mem = mmap(NULL, ns->size, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (!r->written || r->mem == MAP_FAILED) {
+		ret = r->written ? -errno : -ENOMEM;
+		if (r->mem != MAP_FAILED)
+			munmap(r->mem, ns->size);
+		free(r->written);
+		free(r);
+		return ret;
+	}
+	ns->priv = r;
 	return 0;
 }
 
 static void ram_close(struct nvmf_ns *ns)
 {
-	if (ns->priv)
-		munmap(ns->priv, ns->size);
+	struct ram *r = ns->priv;
+
+	if (!r)
+		return;
+	munmap(r->mem, ns->size);
+	free(r->written);
+	free(r);
+}
+
+/* The bits of word w that pages [first, last] cover. */
+static uint64_t page_bits(uint64_t w, uint64_t first, uint64_t last)
+{
+	uint64_t lo = w == first / 64 ? first % 64 : 0, hi = w == last / 64 ? last % 64 : 63;
+
+	return (hi == 63 ? ~0ull : (1ull << (hi + 1)) - 1) & ~((1ull << lo) - 1);
+}
+
+/*
+ * Sets (or clears) the bits of the pages [first, last].  Set: a look first,
+ * so that rewriting written pages stores nothing to the shared bitmap.
+ */
+static void ram_mark(struct ram *r, uint64_t first, uint64_t last, bool set)
+{
+	for (uint64_t w = first / 64; w <= last / 64; w++) {
+		uint64_t m = page_bits(w, first, last);
+		uint64_t v = atomic_load_explicit(&r->written[w], memory_order_relaxed);
+
+		if (set && (v & m) != m)
+			atomic_fetch_or_explicit(&r->written[w], m, memory_order_relaxed);
+		else if (!set && (v & m))
+			atomic_fetch_and_explicit(&r->written[w], ~m, memory_order_relaxed);
+	}
 }
 
 static void *ram_map(struct nvmf_ns *ns, uint64_t off, uint64_t len, bool write)
 {
-	(void)len;
-	(void)write;
-	return (char *)ns->priv + off;
+	struct ram *r = ns->priv;
+
+	/* marked before the data lands: a racing read may copy what it could have referenced */
+	if (write && len)
+		ram_mark(r, off / RAM_PAGE, (off + len - 1) / RAM_PAGE, true);
+	return r->mem + off;
+}
+
+static bool ram_own_pages(struct nvmf_ns *ns, uint64_t off, uint64_t len)
+{
+	struct ram *r = ns->priv;
+	uint64_t first = off / RAM_PAGE, last = (off + len - 1) / RAM_PAGE;
+
+	if (!len)
+		return false;
+	for (uint64_t w = first / 64; w <= last / 64; w++) {
+		uint64_t m = page_bits(w, first, last);
+
+		if ((atomic_load_explicit(&r->written[w], memory_order_relaxed) & m) != m)
+			return false;
+	}
+	return true;
 }
 
 /* Zeroes a byte range, handing whole pages back to the kernel. */
 static void ram_zero(struct nvmf_ns *ns, uint64_t off, uint64_t len)
 {
-	char *base = ns->priv;
-	uint64_t a = GDX_ALIGN_UP(off, 4096ull), b = GDX_ALIGN_DOWN(off + len, 4096ull);
+	struct ram *r = ns->priv;
+	char *base = r->mem;
+	uint64_t a = GDX_ALIGN_UP(off, RAM_PAGE), b = GDX_ALIGN_DOWN(off + len, RAM_PAGE);
 
-	if (b > a + 4096) {
+	if (b > a + RAM_PAGE) {
 		memset(base + off, 0, a - off);
+		/* cleared first: a read racing the drop copies its bytes, never references them */
+		ram_mark(r, a / RAM_PAGE, b / RAM_PAGE - 1, false);
 		madvise(base + a, b - a, MADV_DONTNEED);
 		memset(base + b, 0, off + len - b);
 	} else {
@@ -95,6 +173,7 @@ const struct nvmf_ns_ops nvmf_ns_ram_ops = {
 	.open = ram_open,
 	.close = ram_close,
 	.map = ram_map,
+	.own_pages = ram_own_pages,
 	.submit = ram_submit,
 };
 

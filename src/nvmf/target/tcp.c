@@ -648,8 +648,15 @@ static void req_done(struct nvmf_req *nr)
 						&c->params);
 		it->data = nr->buf;
 		it->data_len = c2h;
-		/* namespace memory (RAM, null) only: a request buffer is reused at once */
-		it->splice = c2h >= SPLICE_MIN && nr->buf != t->own_buf && !c->local;
+		/*
+		 * Namespace memory only (a request buffer is reused at once), and only
+		 * pages of its own: lending the one zero page behind never-written RAM
+		 * takes an atomic on its count per 4 KiB, per reference, from every
+		 * reactor and every receiver freeing the data, which bounds all queues
+		 * together; copying from it costs no more than copying anything else.
+		 */
+		it->splice = c2h >= SPLICE_MIN && nr->buf != t->own_buf && !c->local &&
+			     nvmf_req_own_pages(nr, c2h);
 		it->has_ddgst = c->params.ddgst;
 		if (it->has_ddgst) {
 			struct iovec v = { nr->buf, c2h };
