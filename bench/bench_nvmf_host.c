@@ -25,6 +25,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,14 +65,24 @@ struct cfg {
 
 struct run {
 	struct gdx_nvmf_ctrl *c;
-	pthread_mutex_t m;
+	pthread_mutex_t m;	/* only for the last completion's signal */
 	pthread_cond_t cv;
-	uint64_t deadline, done, bytes, span_blocks;
-	unsigned outstanding;
-	int err;
-	uint64_t seed;
+	uint64_t deadline, span_blocks;
+	_Atomic unsigned outstanding;
+	_Atomic int err;
 	uint32_t bs;
 };
+
+/*
+ * One read in flight: each keeps its own counts and random offsets, so the
+ * receivers completing reads share nothing but the run's read-only fields
+ * (a lock per completion was one more thing all queues took turns at).
+ */
+struct slot {
+	struct gdx_nvmf_io io;
+	struct run *r;
+	uint64_t seed, done, bytes;
+} __attribute__((aligned(64)));
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -81,74 +92,90 @@ static uint64_t rnd(uint64_t *s)
 	return *s;
 }
 
-static void on_done(struct gdx_nvmf_io *io, void *arg)
+static void slot_end(struct run *r, int err)
 {
-	struct run *r = arg;
-	bool again;
+	int none = 0;
 
-	pthread_mutex_lock(&r->m);
-	if (io->result && !r->err)
-		r->err = io->result;
-	r->done++;
-	r->bytes += io->len;
-	again = !r->err && gdx_now_ns() < r->deadline;
-	if (again)
-		io->offset = (rnd(&r->seed) % r->span_blocks) * r->bs;
-	else if (!--r->outstanding)
-		pthread_cond_signal(&r->cv);
-	pthread_mutex_unlock(&r->m);
-	if (again && gdx_nvmf_submit_cb(r->c, io, on_done, r)) {
+	if (err)
+		atomic_compare_exchange_strong(&r->err, &none, err);
+	if (atomic_fetch_sub(&r->outstanding, 1) == 1) {
 		pthread_mutex_lock(&r->m);
-		r->err = r->err ? r->err : -EIO;
-		if (!--r->outstanding)
-			pthread_cond_signal(&r->cv);
+		pthread_cond_signal(&r->cv);
 		pthread_mutex_unlock(&r->m);
 	}
+}
+
+static void on_done(struct gdx_nvmf_io *io, void *arg)
+{
+	struct slot *s = arg;
+	struct run *r = s->r;
+
+	if (io->result) {
+		slot_end(r, io->result);
+		return;
+	}
+	s->done++;
+	s->bytes += io->len;
+	if (atomic_load_explicit(&r->err, memory_order_relaxed) || gdx_now_ns() >= r->deadline) {
+		slot_end(r, 0);
+		return;
+	}
+	io->offset = (rnd(&s->seed) % r->span_blocks) * r->bs;
+	if (gdx_nvmf_submit_cb(r->c, io, on_done, s))
+		slot_end(r, -EIO);
 }
 
 /* Returns operations per second and fills *gbps; negative on error. */
 static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes, void *buf,
 		      uint32_t bs, unsigned qd, double secs, double *gbps, int *err)
 {
-	struct gdx_nvmf_io *io = calloc(qd, sizeof(*io));
+	struct slot *sl = aligned_alloc(64, sizeof(*sl) * qd);
 	struct run r = { .c = c, .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
-			 .seed = 0x9e3779b97f4a7c15ull, .bs = bs };
-	uint64_t t0;
+			 .bs = bs };
+	uint64_t t0 = 0, done = 0, bytes = 0;
 
+	if (!sl) {
+		*err = -ENOMEM;
+		return -1;
+	}
 	r.span_blocks = ns_bytes / bs;
+	for (unsigned i = 0; i < qd; i++)
+		sl[i] = (struct slot){ .r = &r, .seed = 0x9e3779b97f4a7c15ull * (i + 1) };
 	/* warm-up: one pass of the queue depth, not timed */
 	for (int phase = 0; phase < 2; phase++) {
 		t0 = gdx_now_ns();
 		r.deadline = t0 + (phase ? (uint64_t)(secs * 1e9) : 200000000ull);
-		r.done = r.bytes = 0;
-		r.outstanding = qd;
+		atomic_store(&r.outstanding, qd);
 		for (unsigned i = 0; i < qd; i++) {
-			io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = nsid,
-						      .offset = (rnd(&r.seed) % r.span_blocks) * bs,
+			struct slot *s = &sl[i];
+
+			s->done = s->bytes = 0;
+			s->io = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = nsid,
+						      .offset = (rnd(&s->seed) % r.span_blocks) * bs,
 						      .len = bs, .buf = (char *)buf + (size_t)i * bs };
-			if (gdx_nvmf_submit_cb(c, &io[i], on_done, &r)) {
-				pthread_mutex_lock(&r.m);
-				r.err = -EIO;
-				r.outstanding--;
-				pthread_mutex_unlock(&r.m);
-			}
+			if (gdx_nvmf_submit_cb(c, &s->io, on_done, s))
+				slot_end(&r, -EIO);
 		}
 		pthread_mutex_lock(&r.m);
-		while (r.outstanding)
+		while (atomic_load(&r.outstanding))
 			pthread_cond_wait(&r.cv, &r.m);
 		pthread_mutex_unlock(&r.m);
-		if (r.err)
+		if (atomic_load(&r.err))
 			break;
 	}
-	free(io);
-	*err = r.err;
-	if (r.err)
+	for (unsigned i = 0; i < qd; i++) {
+		done += sl[i].done;
+		bytes += sl[i].bytes;
+	}
+	free(sl);
+	*err = atomic_load(&r.err);
+	if (*err)
 		return -1;
 	{
 		double s = (double)(gdx_now_ns() - t0) / 1e9;
 
-		*gbps = (double)r.bytes / s / 1e9;
-		return (double)r.done / s;
+		*gbps = (double)bytes / s / 1e9;
+		return (double)done / s;
 	}
 }
 
