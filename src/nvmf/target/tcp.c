@@ -142,6 +142,12 @@ struct tcp_conn {
 	bool local;
 	bool want_out;
 	unsigned inflight;	/* requests held by a backend or an AER */
+	/*
+	 * PDUs received / queued, not yet added to the target's counters: those
+	 * are shared by every reactor, so they are added once per receive pass
+	 * and once per send rather than per PDU.
+	 */
+	unsigned pdus_in, pdus_out;
 	unsigned win_cmds, win_depth;	/* commands, deepest queue since the last placement */
 	char peer[64];
 	uint64_t born_ns;
@@ -284,7 +290,7 @@ static void tx_queue(struct tcp_conn *c, struct tx_item *it)
 	it->sent = 0;
 	*c->tx_tail = it;
 	c->tx_tail = &it->next;
-	gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_OUT], 1);
+	c->pdus_out++;
 	mark_dirty(c);
 }
 
@@ -379,9 +385,21 @@ static int splice_data(struct tcp_conn *c, struct tx_item *it)
 	return 0;
 }
 
+/* The PDUs counted on the connection go to the target's shared counters. */
+static void count_pdus(struct tcp_conn *c)
+{
+	if (c->pdus_in)
+		gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_IN], c->pdus_in);
+	if (c->pdus_out)
+		gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_OUT], c->pdus_out);
+	c->pdus_in = c->pdus_out = 0;
+}
+
 /* Sends as much of the queue as the socket takes. */
 static void conn_flush(struct tcp_conn *c)
 {
+	/* counted before any of them can reach the host */
+	count_pdus(c);
 	while (c->tx_head && !c->dead) {
 		struct tx_item *head = c->tx_head;
 		struct iovec iov[IOV_BATCH];
@@ -911,7 +929,7 @@ static void handle_hdr(struct tcp_conn *c)
 	uint32_t max_data = c->sq.qid == 0 ? ADMIN_INLINE : GDX_MAX(c->tgt->core.inline_data,
 								     (uint32_t)ADMIN_INLINE);
 
-	gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_IN], 1);
+	c->pdus_in++;
 	if (gdx_tcp_pdu_check(&c->hdr, GDX_TCP_ROLE_TARGET, c->phase, &c->params, max_data,
 			      &c->info, &err))
 		return conn_fatal(c, &err);
@@ -1108,6 +1126,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 
 static void conn_free(struct tcp_conn *c)
 {
+	count_pdus(c);
 	for (unsigned i = 0; i < c->nslots; i++) {
 		req_buf_drop(c->slots[i]);
 		free(c->slots[i]);
@@ -1636,8 +1655,10 @@ static void *reactor_main(void *arg)
 				}
 				if (evs[i].events & EPOLLOUT)
 					mark_dirty(c);
-				if (evs[i].events & EPOLLIN)
+				if (evs[i].events & EPOLLIN) {
 					conn_read(c);
+					count_pdus(c);
+				}
 				break;
 			}
 			}
