@@ -42,6 +42,18 @@ struct nvmf_ioctx;
 
 /* ---- namespace backends --------------------------------------------------- */
 
+enum nvmf_ns_pages {
+	/*
+	 * Pages every read may share, e.g. the kernel's one zero page behind
+	 * never-written RAM: each lent page is an atomic on that page's count,
+	 * from every reactor and every receiver freeing the data, so they are
+	 * copied.
+	 */
+	NVMF_PAGES_SHARED,
+	NVMF_PAGES_OWN,		/* pages of their own: may be lent */
+	NVMF_PAGES_ZERO,	/* the bytes read as zeroes: lend zeroed pages of your own */
+};
+
 struct nvmf_ns_ops {
 	const char *name;
 	/* Open the backing store named by spec; sets ns->size (bytes). */
@@ -53,14 +65,11 @@ struct nvmf_ns_ops {
 	 */
 	void *(*map)(struct nvmf_ns *ns, uint64_t off, uint64_t len, bool write);
 	/*
-	 * Optional, with map: true if the mapped bytes [off, off+len) sit in
-	 * pages of their own, which the transport may hand the kernel by
-	 * reference (splice) instead of copying them.  False where they are
-	 * pages shared by every read (never-written RAM is the kernel's one zero
-	 * page): each reference is an atomic on that page's count, which all
-	 * reactors then take turns at.  Absent: false.
+	 * Optional, with map: what the mapped bytes [off, off+len) of a read
+	 * are, for the transport to choose between lending pages to the kernel
+	 * (splice) and copying.  Absent: NVMF_PAGES_SHARED.
 	 */
-	bool (*own_pages)(struct nvmf_ns *ns, uint64_t off, uint64_t len);
+	enum nvmf_ns_pages (*pages)(struct nvmf_ns *ns, uint64_t off, uint64_t len);
 	/*
 	 * Starts the I/O command in req (read, write, flush, write zeroes,
 	 * deallocate, already validated) and calls nvmf_io_done() when it
@@ -264,13 +273,13 @@ void nvmf_req_complete(struct nvmf_req *req, uint16_t status);
 /* Bytes of C2H data a successful completion carries (0 for none). */
 uint32_t nvmf_req_c2h_len(const struct nvmf_req *req);
 
-/* len bytes of a read's mapped data may be referenced rather than copied. */
-static inline bool nvmf_req_own_pages(const struct nvmf_req *req, uint32_t len)
+/* What len bytes of a read's mapped data are (enum nvmf_ns_pages). */
+static inline enum nvmf_ns_pages nvmf_req_pages(const struct nvmf_req *req, uint32_t len)
 {
 	const struct nvmf_ns *ns = req->ns;
 
-	return ns && ns->ops->own_pages &&
-	       ns->ops->own_pages(req->ns, req->io_off, len);
+	return ns && ns->ops->pages ? ns->ops->pages(req->ns, req->io_off, len) :
+				      NVMF_PAGES_SHARED;
 }
 
 /* Counts a completion in sq->timing: its latency if timed, its status if it failed. */

@@ -2,8 +2,10 @@
 /*
  * RAM and null namespaces.  Both expose their bytes through map(), so the TCP
  * transport receives write data straight into the namespace and sends read
- * data straight from it.  A null namespace reads zeroes and discards writes; its
- * pages are shared by every I/O, so they are never lent to the kernel (own_pages).
+ * data straight from it.  A null namespace reads zeroes and discards writes.
+ * Both say which read data are pages of their own (pages()): the zero page
+ * behind never-written memory is shared by every read, and lending it to the
+ * kernel from every core makes its count the one thing all queues wait on.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -29,8 +31,7 @@ static int parse_size(const char *spec, const char *prefix, uint64_t *size)
 /*
  * A RAM namespace is anonymous memory: never-written pages all map the
  * kernel's one zero page.  A bit per page says which were written since they
- * were last handed back (own_pages), so that only pages of their own go to
- * the socket by reference.
+ * were last handed back (pages()): only those go to the socket by reference.
  */
 struct ram {
 	char *mem;
@@ -107,26 +108,32 @@ static void *ram_map(struct nvmf_ns *ns, uint64_t off, uint64_t len, bool write)
 {
 	struct ram *r = ns->priv;
 
-	/* marked before the data lands: a racing read may copy what it could have referenced */
+	/* marked before the data lands: a read racing the write may send old or new bytes */
 	if (write && len)
 		ram_mark(r, off / RAM_PAGE, (off + len - 1) / RAM_PAGE, true);
 	return r->mem + off;
 }
 
-static bool ram_own_pages(struct nvmf_ns *ns, uint64_t off, uint64_t len)
+/*
+ * Written pages are the namespace's own; never-written ones (or handed back
+ * since) read as zeroes; a range of both is neither.
+ */
+static enum nvmf_ns_pages ram_pages(struct nvmf_ns *ns, uint64_t off, uint64_t len)
 {
 	struct ram *r = ns->priv;
 	uint64_t first = off / RAM_PAGE, last = (off + len - 1) / RAM_PAGE;
+	bool any = false, all = true;
 
 	if (!len)
-		return false;
+		return NVMF_PAGES_SHARED;
 	for (uint64_t w = first / 64; w <= last / 64; w++) {
 		uint64_t m = page_bits(w, first, last);
+		uint64_t v = atomic_load_explicit(&r->written[w], memory_order_relaxed) & m;
 
-		if ((atomic_load_explicit(&r->written[w], memory_order_relaxed) & m) != m)
-			return false;
+		any |= v != 0;
+		all &= v == m;
 	}
-	return true;
+	return all ? NVMF_PAGES_OWN : any ? NVMF_PAGES_SHARED : NVMF_PAGES_ZERO;
 }
 
 /* Zeroes a byte range, handing whole pages back to the kernel. */
@@ -138,7 +145,7 @@ static void ram_zero(struct nvmf_ns *ns, uint64_t off, uint64_t len)
 
 	if (b > a + RAM_PAGE) {
 		memset(base + off, 0, a - off);
-		/* cleared first: a read racing the drop copies its bytes, never references them */
+		/* cleared first: from here on these pages read as zeroes */
 		ram_mark(r, a / RAM_PAGE, b / RAM_PAGE - 1, false);
 		madvise(base + a, b - a, MADV_DONTNEED);
 		memset(base + b, 0, off + len - b);
@@ -173,7 +180,7 @@ const struct nvmf_ns_ops nvmf_ns_ram_ops = {
 	.open = ram_open,
 	.close = ram_close,
 	.map = ram_map,
-	.own_pages = ram_own_pages,
+	.pages = ram_pages,
 	.submit = ram_submit,
 };
 
@@ -232,6 +239,15 @@ static void *null_map(struct nvmf_ns *ns, uint64_t off, uint64_t len, bool write
 	return write ? p->scratch : p->zero;
 }
 
+/* Reads are zeroes (its zero region is the kernel's one zero page). */
+static enum nvmf_ns_pages null_pages(struct nvmf_ns *ns, uint64_t off, uint64_t len)
+{
+	(void)ns;
+	(void)off;
+	(void)len;
+	return NVMF_PAGES_ZERO;
+}
+
 static void null_submit(struct nvmf_ns *ns, struct nvmf_req *req)
 {
 	(void)ns;
@@ -243,6 +259,7 @@ const struct nvmf_ns_ops nvmf_ns_null_ops = {
 	.open = null_open,
 	.close = null_close,
 	.map = null_map,
+	.pages = null_pages,
 	.submit = null_submit,
 };
 

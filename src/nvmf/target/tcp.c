@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -231,6 +232,7 @@ struct tcp_reactor {
 	unsigned nhandoff, handoff_cap;
 	struct tcp_conn *conns;
 	struct tcp_conn *dirty;
+	void *zeroes;		/* max_io zeroed bytes: see reactor_zeroes */
 	uint64_t wake_ns;	/* when this iteration's events were got */
 	unsigned iter_cmds;	/* capsules parsed in this iteration */
 	struct tgt_lat lat;
@@ -630,6 +632,33 @@ static void queue_rsp(struct tcp_conn *c, struct tcp_req *t)
 	tx_queue(c, it);
 }
 
+/*
+ * Zeroed pages of this reactor's own (max_io bytes, made on first use) for
+ * reads whose data are zeroes: never-written RAM, null.  Their memory is the
+ * kernel's one zero page, and lending that to the socket makes every 4 KiB of
+ * every read an atomic on its one count, from every reactor and every host
+ * receiver freeing the data: the bound of all queues together.  These pages
+ * are touched by this reactor and its connections' receivers only.  NULL if
+ * they cannot be had: the data is then copied.
+ */
+static const void *reactor_zeroes(struct tcp_reactor *r)
+{
+	size_t len = r->tgt->core.max_io;
+	void *p;
+
+	if (r->zeroes)
+		return r->zeroes;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	/* 4 KiB pages: a huge page would put them all behind one count again */
+	madvise(p, len, MADV_NOHUGEPAGE);
+	/* written, so that each is a page of its own and not the zero page */
+	memset(p, 0, len);
+	r->zeroes = p;
+	return p;
+}
+
 static void req_done(struct nvmf_req *nr)
 {
 	struct tcp_req *t = GDX_CONTAINER_OF(nr, struct tcp_req, req);
@@ -666,15 +695,23 @@ static void req_done(struct nvmf_req *nr)
 						&c->params);
 		it->data = nr->buf;
 		it->data_len = c2h;
-		/*
-		 * Namespace memory only (a request buffer is reused at once), and only
-		 * pages of its own: lending the one zero page behind never-written RAM
-		 * takes an atomic on its count per 4 KiB, per reference, from every
-		 * reactor and every receiver freeing the data, which bounds all queues
-		 * together; copying from it costs no more than copying anything else.
-		 */
-		it->splice = c2h >= SPLICE_MIN && nr->buf != t->own_buf && !c->local &&
-			     nvmf_req_own_pages(nr, c2h);
+		it->splice = false;
+		/* namespace memory only: a request buffer is reused at once */
+		if (c2h >= SPLICE_MIN && nr->buf != t->own_buf && !c->local) {
+			switch (nvmf_req_pages(nr, c2h)) {
+			case NVMF_PAGES_OWN:
+				it->splice = true;
+				break;
+			case NVMF_PAGES_ZERO:
+				it->data = reactor_zeroes(c->r);
+				it->splice = it->data != NULL;
+				if (!it->data)
+					it->data = nr->buf;
+				break;
+			case NVMF_PAGES_SHARED:
+				break;
+			}
+		}
 		it->has_ddgst = c->params.ddgst;
 		if (it->has_ddgst) {
 			struct iovec v = { nr->buf, c2h };
@@ -1796,6 +1833,9 @@ static void reactor_fini(struct tcp_reactor *r)
 	}
 	flush_dirty(r);
 	free(r->handoff);
+	/* pages still lent to sockets stay until the kernel drops them */
+	if (r->zeroes)
+		munmap(r->zeroes, r->tgt->core.max_io);
 	if (r->reserve_fd >= 0)
 		close(r->reserve_fd);
 	nvmf_ioctx_destroy(r->ioctx);
