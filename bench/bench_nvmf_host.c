@@ -9,6 +9,8 @@
  *   - the TCP ceiling: raw TCP streams over loopback between threads of this
  *     process, one stream and one per I/O queue (the better counts), recv()ing
  *     into a buffer of the bandwidth test's size (meaningful for a local target);
+ *   - the latency ceiling of a 4 KiB read at depth 1: a raw TCP request/response
+ *     of the read's sizes (72 bytes out, 24 + 4096 back) between two threads;
  *   - with --fio-dev, the Linux kernel host on the same target: fio (libaio,
  *     O_DIRECT) on the block device the kernel host connected, same shapes;
  * Each point is measured --rounds times, the kernel host and each memory kind
@@ -23,6 +25,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +40,7 @@
 #include <gdx/nvmf.h>
 
 #include "bench_nvmf_host.h"
+#include "ceiling.h"
 #include "common/config.h"
 #include "common/util.h"
 #include "gpu/device.h"
@@ -51,6 +55,7 @@ struct cfg {
 	char mems[8][16];
 	unsigned nmem;
 	bool json, tcp_ceiling, dev_calls;
+	double rr_us;		/* the raw request/response of a 4 KiB read; 0: none */
 	unsigned rounds;
 	struct gdx_nvmf_host_opts o;
 	int (*open_gpu)(int, struct gdx_device **);
@@ -60,14 +65,24 @@ struct cfg {
 
 struct run {
 	struct gdx_nvmf_ctrl *c;
-	pthread_mutex_t m;
+	pthread_mutex_t m;	/* only for the last completion's signal */
 	pthread_cond_t cv;
-	uint64_t deadline, done, bytes, span_blocks;
-	unsigned outstanding;
-	int err;
-	uint64_t seed;
+	uint64_t deadline, span_blocks;
+	_Atomic unsigned outstanding;
+	_Atomic int err;
 	uint32_t bs;
 };
+
+/*
+ * One read in flight: each keeps its own counts and random offsets, so the
+ * receivers completing reads share nothing but the run's read-only fields
+ * (a lock per completion was one more thing all queues took turns at).
+ */
+struct slot {
+	struct gdx_nvmf_io io;
+	struct run *r;
+	uint64_t seed, done, bytes;
+} __attribute__((aligned(64)));
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -77,74 +92,90 @@ static uint64_t rnd(uint64_t *s)
 	return *s;
 }
 
-static void on_done(struct gdx_nvmf_io *io, void *arg)
+static void slot_end(struct run *r, int err)
 {
-	struct run *r = arg;
-	bool again;
+	int none = 0;
 
-	pthread_mutex_lock(&r->m);
-	if (io->result && !r->err)
-		r->err = io->result;
-	r->done++;
-	r->bytes += io->len;
-	again = !r->err && gdx_now_ns() < r->deadline;
-	if (again)
-		io->offset = (rnd(&r->seed) % r->span_blocks) * r->bs;
-	else if (!--r->outstanding)
-		pthread_cond_signal(&r->cv);
-	pthread_mutex_unlock(&r->m);
-	if (again && gdx_nvmf_submit_cb(r->c, io, on_done, r)) {
+	if (err)
+		atomic_compare_exchange_strong(&r->err, &none, err);
+	if (atomic_fetch_sub(&r->outstanding, 1) == 1) {
 		pthread_mutex_lock(&r->m);
-		r->err = r->err ? r->err : -EIO;
-		if (!--r->outstanding)
-			pthread_cond_signal(&r->cv);
+		pthread_cond_signal(&r->cv);
 		pthread_mutex_unlock(&r->m);
 	}
+}
+
+static void on_done(struct gdx_nvmf_io *io, void *arg)
+{
+	struct slot *s = arg;
+	struct run *r = s->r;
+
+	if (io->result) {
+		slot_end(r, io->result);
+		return;
+	}
+	s->done++;
+	s->bytes += io->len;
+	if (atomic_load_explicit(&r->err, memory_order_relaxed) || gdx_now_ns() >= r->deadline) {
+		slot_end(r, 0);
+		return;
+	}
+	io->offset = (rnd(&s->seed) % r->span_blocks) * r->bs;
+	if (gdx_nvmf_submit_cb(r->c, io, on_done, s))
+		slot_end(r, -EIO);
 }
 
 /* Returns operations per second and fills *gbps; negative on error. */
 static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes, void *buf,
 		      uint32_t bs, unsigned qd, double secs, double *gbps, int *err)
 {
-	struct gdx_nvmf_io *io = calloc(qd, sizeof(*io));
+	struct slot *sl = aligned_alloc(64, sizeof(*sl) * qd);
 	struct run r = { .c = c, .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
-			 .seed = 0x9e3779b97f4a7c15ull, .bs = bs };
-	uint64_t t0;
+			 .bs = bs };
+	uint64_t t0 = 0, done = 0, bytes = 0;
 
+	if (!sl) {
+		*err = -ENOMEM;
+		return -1;
+	}
 	r.span_blocks = ns_bytes / bs;
+	for (unsigned i = 0; i < qd; i++)
+		sl[i] = (struct slot){ .r = &r, .seed = 0x9e3779b97f4a7c15ull * (i + 1) };
 	/* warm-up: one pass of the queue depth, not timed */
 	for (int phase = 0; phase < 2; phase++) {
 		t0 = gdx_now_ns();
 		r.deadline = t0 + (phase ? (uint64_t)(secs * 1e9) : 200000000ull);
-		r.done = r.bytes = 0;
-		r.outstanding = qd;
+		atomic_store(&r.outstanding, qd);
 		for (unsigned i = 0; i < qd; i++) {
-			io[i] = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = nsid,
-						      .offset = (rnd(&r.seed) % r.span_blocks) * bs,
+			struct slot *s = &sl[i];
+
+			s->done = s->bytes = 0;
+			s->io = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = nsid,
+						      .offset = (rnd(&s->seed) % r.span_blocks) * bs,
 						      .len = bs, .buf = (char *)buf + (size_t)i * bs };
-			if (gdx_nvmf_submit_cb(c, &io[i], on_done, &r)) {
-				pthread_mutex_lock(&r.m);
-				r.err = -EIO;
-				r.outstanding--;
-				pthread_mutex_unlock(&r.m);
-			}
+			if (gdx_nvmf_submit_cb(c, &s->io, on_done, s))
+				slot_end(&r, -EIO);
 		}
 		pthread_mutex_lock(&r.m);
-		while (r.outstanding)
+		while (atomic_load(&r.outstanding))
 			pthread_cond_wait(&r.cv, &r.m);
 		pthread_mutex_unlock(&r.m);
-		if (r.err)
+		if (atomic_load(&r.err))
 			break;
 	}
-	free(io);
-	*err = r.err;
-	if (r.err)
+	for (unsigned i = 0; i < qd; i++) {
+		done += sl[i].done;
+		bytes += sl[i].bytes;
+	}
+	free(sl);
+	*err = atomic_load(&r.err);
+	if (*err)
 		return -1;
 	{
 		double s = (double)(gdx_now_ns() - t0) / 1e9;
 
-		*gbps = (double)r.bytes / s / 1e9;
-		return (double)r.done / s;
+		*gbps = (double)bytes / s / 1e9;
+		return (double)done / s;
 	}
 }
 
@@ -400,6 +431,100 @@ out:
 	return gbps;
 }
 
+/* ---- the latency ceiling: raw TCP request/response ---------------------------- */
+
+/*
+ * A 4 KiB read at depth 1 is one exchange: a CapsuleCmd of 72 bytes out, a
+ * C2HData of 24 + 4096 bytes back (SQ flow control off: no CapsuleResp),
+ * each end a thread that sleeps in recv() until its message is complete, as
+ * the host's receiver and the target's reactor do.  The same exchange on a
+ * bare loopback socket is what a read cannot beat.
+ */
+struct rr {
+	int fd;
+	size_t req, rsp;
+};
+
+static bool xfer(int fd, void *buf, size_t len, bool out)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t n = out ? send(fd, (char *)buf + done, len - done, MSG_NOSIGNAL)
+				: recv(fd, (char *)buf + done, len - done, 0);
+
+		if (n <= 0)
+			return false;
+		done += (size_t)n;
+	}
+	return true;
+}
+
+static void *rr_server(void *arg)
+{
+	struct rr *s = arg;
+	char *buf = calloc(1, GDX_MAX(s->req, s->rsp));
+
+	while (buf && xfer(s->fd, buf, s->req, false) && xfer(s->fd, buf, s->rsp, true))
+		;
+	free(buf);
+	return NULL;
+}
+
+/* Mean microseconds of a req-byte request answered by a rsp-byte response; <0: failed. */
+static double tcp_rr(size_t req, size_t rsp, double secs)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), cfd = -1, one = 1;
+	struct rr s = { .fd = -1, .req = req, .rsp = rsp };
+	char *buf = calloc(1, GDX_MAX(req, rsp));
+	uint64_t t0 = 0, n = 0, end;
+	double us = -1;
+	pthread_t th;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (!buf || lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 1) ||
+	    getsockname(lfd, (struct sockaddr *)&a, &al))
+		goto out;
+	cfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (cfd < 0 || connect(cfd, (struct sockaddr *)&a, sizeof(a)))
+		goto out;
+	s.fd = accept(lfd, NULL, NULL);
+	if (s.fd < 0)
+		goto out;
+	setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (pthread_create(&th, NULL, rr_server, &s))
+		goto out;
+	/* 0.2 s of warm-up (both threads placed, the socket's buffers grown), then timed */
+	end = gdx_now_ns() + 200000000ull;
+	for (int phase = 0; phase < 2; phase++) {
+		while (gdx_now_ns() < end) {
+			if (!xfer(cfd, buf, req, true) || !xfer(cfd, buf, rsp, false))
+				break;
+			n++;
+		}
+		if (!phase) {
+			t0 = gdx_now_ns();
+			end = t0 + (uint64_t)(secs * 1e9);
+			n = 0;
+		}
+	}
+	if (n)
+		us = (double)(gdx_now_ns() - t0) / 1e3 / (double)n;
+	shutdown(cfd, SHUT_RDWR);
+	shutdown(s.fd, SHUT_RDWR);
+	pthread_join(th, NULL);
+out:
+	if (s.fd >= 0)
+		close(s.fd);
+	if (cfd >= 0)
+		close(cfd);
+	if (lfd >= 0)
+		close(lfd);
+	free(buf);
+	return us;
+}
+
 /* ---- the kernel host: fio on its block device ------------------------------- */
 
 static double fio_run(const char *dev, uint64_t bs, unsigned qd, double secs, double *gbps)
@@ -455,7 +580,8 @@ static void usage(FILE *f)
 		"      --queues N      I/O queues   --depth N   entries per queue\n"
 		"      --hdr-digest    --data-digest\n"
 		"      --fio-dev DEV   also run fio on DEV (the kernel host's block device)\n"
-		"      --no-tcp        skip the loopback TCP ceiling\n"
+		"      --no-tcp        skip the loopback TCP ceilings (streams, and the\n"
+		"                      request/response a 4 KiB read at depth 1 is judged by)\n"
 		"      --transport T   tcp (default) or rdma\n"
 		"      --dev-calls     first price the device calls of a device read, with as\n"
 		"                      many threads calling as I/O queues, against one thread\n"
@@ -544,6 +670,8 @@ static void dev_calls(struct gdx_nvmf_ctrl *ctrl, uint64_t v[NCOUNT])
 	json_object_put(root);
 }
 
+static unsigned invalid;	/* results above their ceilings */
+
 /* One line: a result, then each reference it is judged against, with the ratio. */
 static void report(const struct cfg *c, const char *mem, const char *what, unsigned qd,
 		   double iops, double gbps, bool by_gbps, const struct ref *refs, unsigned nrefs,
@@ -554,6 +682,12 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 	bool per = calls && calls[0] && calls[1];
 	/* reads the queues timed: mean microseconds per stage */
 	uint64_t nlat = calls ? calls[NLAT0] : 0;
+	/* a 4 KiB read at depth 1 against the raw request/response (ceiling / result) */
+	bool rr = c->rr_us > 0 && qd == 1 && !by_gbps && iops > 0;
+	double lat = rr ? 1e6 / iops : 0;
+	bool rr_bad = rr && bench_invalid(c->rr_us / lat);
+
+	invalid += rr_bad;
 
 	if (c->json) {
 		printf("{\"bench\": \"nvmf-host\", \"test\": \"%s\", \"mem\": \"%s\", \"qd\": %u, "
@@ -563,6 +697,9 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 			if (refs[i].val > 0)
 				printf(", \"%s\": %.4f, \"ratio_%s\": %.3f", refs[i].name, refs[i].val,
 				       refs[i].name, val / refs[i].val);
+		if (rr)
+			printf(", \"lat_us\": %.2f, \"tcp_rr_us\": %.2f, \"ratio_tcp_rr\": %.3f, "
+			       "\"valid\": %s", lat, c->rr_us, c->rr_us / lat, rr_bad ? "false" : "true");
 		for (unsigned k = 1; per && k < NCALLS; k++)
 			printf(", \"%s_per_cmd\": %.3f", call_names[k],
 			       (double)calls[k] / (double)calls[0]);
@@ -604,6 +741,10 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 		       (double)calls[5] / (double)calls[0]);
 	if (per && calls[NRING_FULL])
 		printf(" ring-full %.2f", (double)calls[NRING_FULL] / (double)calls[0]);
+	if (rr) {
+		printf("  | lat %.1f us, tcp_rr %.1f us -> %.2fx%s%s", lat, c->rr_us, c->rr_us / lat,
+		       rr_bad ? "  " : "", rr_bad ? BENCH_INVALID : "");
+	}
 	if (nlat) {
 		printf("  | us:");
 		for (unsigned k = 0; k < GDX_ARRAY_SIZE(lat_names); k++)
@@ -796,6 +937,20 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 			printf("# loopback TCP ceiling: %.3f GB/s (1 stream %.3f, %u streams %.3f), %"
 			       PRIu64 "-byte receives\n", tcp, one, in.nr_io_queues, many, c.bw_bs);
 	}
+	for (unsigned p = 0; c.tcp_ceiling && p < c.nqd; p++) {
+		double secs = GDX_MAX(1.0, GDX_MIN(c.secs, 2.0));
+		size_t hd = in.hdr_digest ? 4 : 0, dd = in.data_digest ? 4 : 0;
+
+		if (c.qds[p] != 1)
+			continue;
+		c.rr_us = tcp_rr(72 + hd, 24 + hd + 4096 + dd, secs);
+		if (c.rr_us < 0)
+			c.rr_us = 0;
+		else if (!c.json)
+			printf("# loopback TCP request/response: %.2f us (%zu bytes out, %zu back, "
+			       "one thread each end)\n", c.rr_us, 72 + hd, 24 + hd + 4096 + dd);
+		break;
+	}
 	for (unsigned m = 0; c.dev_calls && m < c.nmem; m++) {
 		if (mems[m].kind != 2)
 			continue;
@@ -864,5 +1019,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 out:
 	for (unsigned m = 0; m < c.nmem; m++)
 		mem_close(&mems[m]);
+	if (invalid)
+		fprintf(stderr, "gdx bench nvmf-host: %u result(s) %s\n", invalid, BENCH_INVALID);
 	return rc ? 1 : 0;
 }

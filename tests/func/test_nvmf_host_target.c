@@ -6,6 +6,7 @@
  * digests, many queues at depth, and the target killed and restarted on the
  * same port while reads are in flight.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -930,6 +931,92 @@ static void device_setup_off_receivers(void **state)
 	free(host);
 }
 
+/* Context switches of each thread of this process, by thread id (at most n). */
+static unsigned task_switches(long *tid, long *sw, unsigned n)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	unsigned k = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) && k < n) {
+		char p[300], line[128];
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "/proc/self/task/%s/status", e->d_name);
+		f = fopen(p, "r");
+		if (!f)
+			continue;	/* ended meanwhile */
+		tid[k] = atol(e->d_name);
+		sw[k] = 0;
+		while (fgets(line, sizeof(line), f)) {
+			long v;
+
+			if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+			    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+				sw[k] += v;
+		}
+		fclose(f);
+		k++;
+	}
+	closedir(d);
+	return k;
+}
+
+/*
+ * Reads one at a time wake the queue's receiver once each and nothing else
+ * of the host: the control thread (which sleeps on the condition a teardown
+ * waits on for the submitters to leave) stays asleep between its ticks.
+ */
+static void quiet_control_thread(void **state)
+{
+	enum { READS = 2000, MAXT = 256 };
+	long tid0[MAXT], sw0[MAXT], tid1[MAXT], sw1[MAXT], tid2[MAXT], sw2[MAXT];
+	unsigned n0, n1, n2, fresh = 0;
+	long top[2] = { 0, 0 };	/* the most switches of a fresh thread, and the next */
+	struct gdx_nvmf_ctrl *c;
+	uint8_t buf[4096];
+
+	(void)state;
+	n0 = task_switches(tid0, sw0, MAXT);
+	c = conn(1, 32, 0);
+	n1 = task_switches(tid1, sw1, MAXT);
+	for (int i = 0; i < READS; i++)
+		assert_int_equal(gdx_nvmf_read(c, 2, buf, sizeof(buf), (uint64_t)(i % 64) * 4096),
+				 0);
+	n2 = task_switches(tid2, sw2, MAXT);
+	/* the threads the connection started: receivers of both queues, control thread */
+	for (unsigned i = 0; i < n1; i++) {
+		bool old = false;
+
+		for (unsigned j = 0; j < n0 && !old; j++)
+			old = tid0[j] == tid1[i];
+		for (unsigned j = 0; j < n2 && !old; j++) {
+			if (tid2[j] != tid1[i])
+				continue;
+			long d = sw2[j] - sw1[i];
+
+			fresh++;
+			if (d > top[0]) {
+				top[1] = top[0];
+				top[0] = d;
+			} else if (d > top[1]) {
+				top[1] = d;
+			}
+		}
+	}
+	assert_true(fresh >= 3);
+	/*
+	 * The I/O queue's receiver is the busiest; every other thread sleeps
+	 * through the reads (the control thread ticks every 50 ms, the admin
+	 * queue's receiver sees keep-alives only).
+	 */
+	assert_true(top[1] < READS / 4);
+	gdx_nvmf_disconnect(c);
+}
+
 /* The target dies and comes back on the same port; the reads in flight are resubmitted. */
 static void target_restart(void **state)
 {
@@ -986,6 +1073,7 @@ int main(void)
 		cmocka_unit_test(device_copy_agent),
 		cmocka_unit_test(device_setup_outside_queue_lock),
 		cmocka_unit_test(device_setup_off_receivers),
+		cmocka_unit_test(quiet_control_thread),
 		cmocka_unit_test(target_restart),
 	};
 

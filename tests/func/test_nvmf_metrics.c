@@ -229,6 +229,11 @@ static void test_scrape(void **state)
 	assert_true(sample(after, series) == 1);
 	snprintf(series, sizeof(series), "gdx_nvmf_controller_commands_total" CTRL "}", in.cntlid);
 	assert_true(sample(after, series) >= sample(before, series) + 9);
+	/* the target's PDU counts (added per pass, not per PDU) are all in by the reply */
+	assert_true(sample(after, "gdx_nvmf_target_pdus_in_total") >=
+		    sample(before, "gdx_nvmf_target_pdus_in_total") + 9);
+	assert_true(sample(after, "gdx_nvmf_target_pdus_out_total") >=
+		    sample(before, "gdx_nvmf_target_pdus_out_total") + 9);
 
 	/* the I/O queue's histogram counted the 9 commands; +Inf is the count */
 	snprintf(series, sizeof(series), "gdx_nvmf_queue_command_latency_seconds_count" IOQ "}",

@@ -718,6 +718,18 @@ static void test_digests(void **state)
 	memset(r, 0, sizeof(r));
 	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 0, 128, r, sizeof(r), false), 0);
 	assert_memory_equal(w, r, sizeof(w));
+	/* never-written RAM reads as zeroes: they leave from the reactor's own zeroed pages */
+	memset(r, 0xee, sizeof(r));
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 8192, 128, r, sizeof(r), false), 0);
+	for (size_t i = 0; i < sizeof(r); i++)
+		assert_int_equal(r[i], 0);
+	/* half written, half not: copied */
+	assert_int_equal(rw(&io, GDX_NVME_CMD_WRITE, 1, 9216, 64, w, sizeof(w) / 2, false), 0);
+	memset(r, 0xee, sizeof(r));
+	assert_int_equal(rw(&io, GDX_NVME_CMD_READ, 1, 9216, 128, r, sizeof(r), false), 0);
+	assert_memory_equal(w, r, sizeof(w) / 2);
+	for (size_t i = sizeof(w) / 2; i < sizeof(r); i++)
+		assert_int_equal(r[i], 0);
 
 	/* a bad data digest fails the command (transient) and the queue goes on */
 	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_WRITE, .nsid = 3, .cid = 900, .cdw12 = 0,

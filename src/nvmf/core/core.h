@@ -43,6 +43,18 @@ struct nvmf_ioctx;
 
 /* ---- namespace backends --------------------------------------------------- */
 
+enum nvmf_ns_pages {
+	/*
+	 * Pages every read may share, e.g. the kernel's one zero page behind
+	 * never-written RAM: each lent page is an atomic on that page's count,
+	 * from every reactor and every receiver freeing the data, so they are
+	 * copied.
+	 */
+	NVMF_PAGES_SHARED,
+	NVMF_PAGES_OWN,		/* pages of their own: may be lent */
+	NVMF_PAGES_ZERO,	/* the bytes read as zeroes: lend zeroed pages of your own */
+};
+
 struct nvmf_ns_ops {
 	const char *name;
 	/* Open the backing store named by spec; sets ns->size (bytes). */
@@ -53,6 +65,12 @@ struct nvmf_ns_ops {
 	 * (RAM), so data moves to and from the socket with no bounce buffer.
 	 */
 	void *(*map)(struct nvmf_ns *ns, uint64_t off, uint64_t len, bool write);
+	/*
+	 * Optional, with map: what the mapped bytes [off, off+len) of a read
+	 * are, for the transport to choose between lending pages to the kernel
+	 * (splice) and copying.  Absent: NVMF_PAGES_SHARED.
+	 */
+	enum nvmf_ns_pages (*pages)(struct nvmf_ns *ns, uint64_t off, uint64_t len);
 	/*
 	 * Starts the I/O command in req (read, write, flush, write zeroes,
 	 * deallocate, already validated) and calls nvmf_io_done() when it
@@ -276,6 +294,15 @@ void nvmf_req_exec(struct nvmf_req *req);
 void nvmf_req_complete(struct nvmf_req *req, uint16_t status);
 /* Bytes of C2H data a successful completion carries (0 for none). */
 uint32_t nvmf_req_c2h_len(const struct nvmf_req *req);
+
+/* What len bytes of a read's mapped data are (enum nvmf_ns_pages). */
+static inline enum nvmf_ns_pages nvmf_req_pages(const struct nvmf_req *req, uint32_t len)
+{
+	const struct nvmf_ns *ns = req->ns;
+
+	return ns && ns->ops->pages ? ns->ops->pages(req->ns, req->io_off, len) :
+				      NVMF_PAGES_SHARED;
+}
 
 /* Counts a completion in sq->timing: its latency if timed, its status if it failed. */
 void nvmf_sq_account(struct nvmf_sq *sq, const struct nvmf_req *req, uint16_t status);

@@ -234,6 +234,19 @@ static void park_dead(struct nh_ctrl *c, struct nh_req *r)
 	ask_recovery(c);
 }
 
+/*
+ * A submitter leaves its queue (caller holds c->lock).  The last one out
+ * wakes a teardown waiting for none, and only then: the control thread sleeps
+ * on the same condition, and waking it as each command left cost a context
+ * switch and a turn at c->lock per I/O.  A teardown sets recovering or
+ * stopping under c->lock before it waits, so it cannot be missed.
+ */
+static void users_leave(struct nh_ctrl *c)
+{
+	if (!--c->users && (c->recovering || c->stopping))
+		pthread_cond_broadcast(&c->cv);
+}
+
 void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r)
 {
 	struct nh_queue *q;
@@ -285,8 +298,7 @@ void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r)
 	} else if (rc == -EPIPE) {
 		ask_recovery(c);
 	}
-	if (!--c->users)
-		pthread_cond_broadcast(&c->cv);
+	users_leave(c);
 	pthread_mutex_unlock(&c->lock);
 	if (rc && rc != NH_SUBMIT_DEFER && (rc != -EPIPE || r->no_retry))
 		nh_req_complete(r, rc == -EPIPE ? GDX_EDISCONNECTED : rc);
@@ -1453,8 +1465,7 @@ int gdx_nvmf_abort(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io)
 			}
 		}
 		pthread_mutex_lock(&c->lock);
-		if (!--c->users)
-			pthread_cond_broadcast(&c->cv);
+		users_leave(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 	while (found) {

@@ -3,8 +3,12 @@
  * RAM and null namespaces.  Both expose their bytes through map(), so the TCP
  * transport receives write data straight into the namespace and sends read
  * data straight from it.  A null namespace reads zeroes and discards writes.
+ * Both say which read data are pages of their own (pages()): the zero page
+ * behind never-written memory is shared by every read, and lending it to the
+ * kernel from every core makes its count the one thing all queues wait on.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,44 +28,125 @@ static int parse_size(const char *spec, const char *prefix, uint64_t *size)
 	return 0;
 }
 
+/*
+ * A RAM namespace is anonymous memory: never-written pages all map the
+ * kernel's one zero page.  A bit per page says which were written since they
+ * were last handed back (pages()): only those go to the socket by reference.
+ */
+struct ram {
+	char *mem;
+	_Atomic uint64_t *written;	/* a bit per page */
+};
+
+#define RAM_PAGE 4096ull
+
 static int ram_open(struct nvmf_ns *ns, const char *spec)
 {
-	void *p;
+	struct ram *r;
+	uint64_t words;
 	int ret = parse_size(spec, "ram:", &ns->size);
 
 	if (ret)
 		return ret;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	words = GDX_ALIGN_UP(ns->size, RAM_PAGE * 64) / (RAM_PAGE * 64);
+	r->written = calloc(words, sizeof(*r->written));
 	/* untouched pages cost nothing and read as zeroes */
-	p = mmap(NULL, ns->size, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		 -1, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	ns->priv = p;
+	r->mem = mmap(NULL, ns->size, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (!r->written || r->mem == MAP_FAILED) {
+		ret = r->written ? -errno : -ENOMEM;
+		if (r->mem != MAP_FAILED)
+			munmap(r->mem, ns->size);
+		free(r->written);
+		free(r);
+		return ret;
+	}
+	ns->priv = r;
 	return 0;
 }
 
 static void ram_close(struct nvmf_ns *ns)
 {
-	if (ns->priv)
-		munmap(ns->priv, ns->size);
+	struct ram *r = ns->priv;
+
+	if (!r)
+		return;
+	munmap(r->mem, ns->size);
+	free(r->written);
+	free(r);
+}
+
+/* The bits of word w that pages [first, last] cover. */
+static uint64_t page_bits(uint64_t w, uint64_t first, uint64_t last)
+{
+	uint64_t lo = w == first / 64 ? first % 64 : 0, hi = w == last / 64 ? last % 64 : 63;
+
+	return (hi == 63 ? ~0ull : (1ull << (hi + 1)) - 1) & ~((1ull << lo) - 1);
+}
+
+/*
+ * Sets (or clears) the bits of the pages [first, last].  Set: a look first,
+ * so that rewriting written pages stores nothing to the shared bitmap.
+ */
+static void ram_mark(struct ram *r, uint64_t first, uint64_t last, bool set)
+{
+	for (uint64_t w = first / 64; w <= last / 64; w++) {
+		uint64_t m = page_bits(w, first, last);
+		uint64_t v = atomic_load_explicit(&r->written[w], memory_order_relaxed);
+
+		if (set && (v & m) != m)
+			atomic_fetch_or_explicit(&r->written[w], m, memory_order_relaxed);
+		else if (!set && (v & m))
+			atomic_fetch_and_explicit(&r->written[w], ~m, memory_order_relaxed);
+	}
 }
 
 static void *ram_map(struct nvmf_ns *ns, uint64_t off, uint64_t len, bool write)
 {
-	(void)len;
-	(void)write;
-	return (char *)ns->priv + off;
+	struct ram *r = ns->priv;
+
+	/* marked before the data lands: a read racing the write may send old or new bytes */
+	if (write && len)
+		ram_mark(r, off / RAM_PAGE, (off + len - 1) / RAM_PAGE, true);
+	return r->mem + off;
+}
+
+/*
+ * Written pages are the namespace's own; never-written ones (or handed back
+ * since) read as zeroes; a range of both is neither.
+ */
+static enum nvmf_ns_pages ram_pages(struct nvmf_ns *ns, uint64_t off, uint64_t len)
+{
+	struct ram *r = ns->priv;
+	uint64_t first = off / RAM_PAGE, last = (off + len - 1) / RAM_PAGE;
+	bool any = false, all = true;
+
+	if (!len)
+		return NVMF_PAGES_SHARED;
+	for (uint64_t w = first / 64; w <= last / 64; w++) {
+		uint64_t m = page_bits(w, first, last);
+		uint64_t v = atomic_load_explicit(&r->written[w], memory_order_relaxed) & m;
+
+		any |= v != 0;
+		all &= v == m;
+	}
+	return all ? NVMF_PAGES_OWN : any ? NVMF_PAGES_SHARED : NVMF_PAGES_ZERO;
 }
 
 /* Zeroes a byte range, handing whole pages back to the kernel. */
 static void ram_zero(struct nvmf_ns *ns, uint64_t off, uint64_t len)
 {
-	char *base = ns->priv;
-	uint64_t a = GDX_ALIGN_UP(off, 4096ull), b = GDX_ALIGN_DOWN(off + len, 4096ull);
+	struct ram *r = ns->priv;
+	char *base = r->mem;
+	uint64_t a = GDX_ALIGN_UP(off, RAM_PAGE), b = GDX_ALIGN_DOWN(off + len, RAM_PAGE);
 
-	if (b > a + 4096) {
+	if (b > a + RAM_PAGE) {
 		memset(base + off, 0, a - off);
+		/* cleared first: from here on these pages read as zeroes */
+		ram_mark(r, a / RAM_PAGE, b / RAM_PAGE - 1, false);
 		madvise(base + a, b - a, MADV_DONTNEED);
 		memset(base + b, 0, off + len - b);
 	} else {
@@ -95,6 +180,7 @@ const struct nvmf_ns_ops nvmf_ns_ram_ops = {
 	.open = ram_open,
 	.close = ram_close,
 	.map = ram_map,
+	.pages = ram_pages,
 	.submit = ram_submit,
 };
 
@@ -153,6 +239,15 @@ static void *null_map(struct nvmf_ns *ns, uint64_t off, uint64_t len, bool write
 	return write ? p->scratch : p->zero;
 }
 
+/* Reads are zeroes (its zero region is the kernel's one zero page). */
+static enum nvmf_ns_pages null_pages(struct nvmf_ns *ns, uint64_t off, uint64_t len)
+{
+	(void)ns;
+	(void)off;
+	(void)len;
+	return NVMF_PAGES_ZERO;
+}
+
 static void null_submit(struct nvmf_ns *ns, struct nvmf_req *req)
 {
 	(void)ns;
@@ -164,6 +259,7 @@ const struct nvmf_ns_ops nvmf_ns_null_ops = {
 	.open = null_open,
 	.close = null_close,
 	.map = null_map,
+	.pages = null_pages,
 	.submit = null_submit,
 };
 

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -143,6 +144,12 @@ struct tcp_conn {
 	bool same_host;		/* the host connected from an address of this machine */
 	bool want_out;
 	unsigned inflight;	/* requests held by a backend or an AER */
+	/*
+	 * PDUs received / queued, not yet added to the target's counters: those
+	 * are shared by every reactor, so they are added once per receive pass
+	 * and once per send rather than per PDU.
+	 */
+	unsigned pdus_in, pdus_out;
 	unsigned win_cmds, win_depth;	/* commands, deepest queue since the last placement */
 	char peer[64];
 	uint64_t born_ns;
@@ -226,6 +233,7 @@ struct tcp_reactor {
 	unsigned nhandoff, handoff_cap;
 	struct tcp_conn *conns;
 	struct tcp_conn *dirty;
+	void *zeroes;		/* max_io zeroed bytes: see reactor_zeroes */
 	uint64_t wake_ns;	/* when this iteration's events were got */
 	unsigned iter_cmds;	/* capsules parsed in this iteration */
 	struct tgt_lat lat;
@@ -285,7 +293,7 @@ static void tx_queue(struct tcp_conn *c, struct tx_item *it)
 	it->sent = 0;
 	*c->tx_tail = it;
 	c->tx_tail = &it->next;
-	gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_OUT], 1);
+	c->pdus_out++;
 	mark_dirty(c);
 }
 
@@ -380,9 +388,21 @@ static int splice_data(struct tcp_conn *c, struct tx_item *it)
 	return 0;
 }
 
+/* The PDUs counted on the connection go to the target's shared counters. */
+static void count_pdus(struct tcp_conn *c)
+{
+	if (c->pdus_in)
+		gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_IN], c->pdus_in);
+	if (c->pdus_out)
+		gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_OUT], c->pdus_out);
+	c->pdus_in = c->pdus_out = 0;
+}
+
 /* Sends as much of the queue as the socket takes. */
 static void conn_flush(struct tcp_conn *c)
 {
+	/* counted before any of them can reach the host */
+	count_pdus(c);
 	while (c->tx_head && !c->dead) {
 		struct tx_item *head = c->tx_head;
 		struct iovec iov[IOV_BATCH];
@@ -613,6 +633,33 @@ static void queue_rsp(struct tcp_conn *c, struct tcp_req *t)
 	tx_queue(c, it);
 }
 
+/*
+ * Zeroed pages of this reactor's own (max_io bytes, made on first use) for
+ * reads whose data are zeroes: never-written RAM, null.  Their memory is the
+ * kernel's one zero page, and lending that to the socket makes every 4 KiB of
+ * every read an atomic on its one count, from every reactor and every host
+ * receiver freeing the data: the bound of all queues together.  These pages
+ * are touched by this reactor and its connections' receivers only.  NULL if
+ * they cannot be had: the data is then copied.
+ */
+static const void *reactor_zeroes(struct tcp_reactor *r)
+{
+	size_t len = r->tgt->core.max_io;
+	void *p;
+
+	if (r->zeroes)
+		return r->zeroes;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	/* 4 KiB pages: a huge page would put them all behind one count again */
+	madvise(p, len, MADV_NOHUGEPAGE);
+	/* written, so that each is a page of its own and not the zero page */
+	memset(p, 0, len);
+	r->zeroes = p;
+	return p;
+}
+
 static void req_done(struct nvmf_req *nr)
 {
 	struct tcp_req *t = GDX_CONTAINER_OF(nr, struct tcp_req, req);
@@ -649,10 +696,25 @@ static void req_done(struct nvmf_req *nr)
 						&c->params);
 		it->data = nr->buf;
 		it->data_len = c2h;
-		/* namespace memory (RAM, null) only: a request buffer is reused at once */
-		it->splice = c2h >= SPLICE_MIN && nr->buf != t->own_buf && !c->local &&
-			     (c->tgt->splice == TGT_SPLICE_ON ||
-			      (c->tgt->splice == TGT_SPLICE_AUTO && !c->same_host));
+		it->splice = false;
+		/* namespace memory only: a request buffer is reused at once */
+		if (c2h >= SPLICE_MIN && nr->buf != t->own_buf && !c->local &&
+		    (c->tgt->splice == TGT_SPLICE_ON ||
+		     (c->tgt->splice == TGT_SPLICE_AUTO && !c->same_host))) {
+			switch (nvmf_req_pages(nr, c2h)) {
+			case NVMF_PAGES_OWN:
+				it->splice = true;
+				break;
+			case NVMF_PAGES_ZERO:
+				it->data = reactor_zeroes(c->r);
+				it->splice = it->data != NULL;
+				if (!it->data)
+					it->data = nr->buf;
+				break;
+			case NVMF_PAGES_SHARED:
+				break;
+			}
+		}
 		it->has_ddgst = c->params.ddgst;
 		if (it->has_ddgst) {
 			struct iovec v = { nr->buf, c2h };
@@ -908,7 +970,7 @@ static void handle_hdr(struct tcp_conn *c)
 	uint32_t max_data = c->sq.qid == 0 ? ADMIN_INLINE : GDX_MAX(c->tgt->core.inline_data,
 								     (uint32_t)ADMIN_INLINE);
 
-	gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_IN], 1);
+	c->pdus_in++;
 	if (gdx_tcp_pdu_check(&c->hdr, GDX_TCP_ROLE_TARGET, c->phase, &c->params, max_data,
 			      &c->info, &err))
 		return conn_fatal(c, &err);
@@ -1105,6 +1167,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 
 static void conn_free(struct tcp_conn *c)
 {
+	count_pdus(c);
 	for (unsigned i = 0; i < c->nslots; i++) {
 		req_buf_drop(c->slots[i]);
 		free(c->slots[i]);
@@ -1651,8 +1714,10 @@ static void *reactor_main(void *arg)
 				}
 				if (evs[i].events & EPOLLOUT)
 					mark_dirty(c);
-				if (evs[i].events & EPOLLIN)
+				if (evs[i].events & EPOLLIN) {
 					conn_read(c);
+					count_pdus(c);
+				}
 				break;
 			}
 			}
@@ -1790,6 +1855,9 @@ static void reactor_fini(struct tcp_reactor *r)
 	}
 	flush_dirty(r);
 	free(r->handoff);
+	/* pages still lent to sockets stay until the kernel drops them */
+	if (r->zeroes)
+		munmap(r->zeroes, r->tgt->core.max_io);
 	if (r->reserve_fd >= 0)
 		close(r->reserve_fd);
 	nvmf_ioctx_destroy(r->ioctx);
