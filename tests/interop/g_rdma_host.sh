@@ -34,6 +34,7 @@ ln -s $C/subsystems/$NQN_K $C/ports/1/subsystems/$NQN_K
 tpid=$!
 for _ in $(seq 100); do grep -q 'target: ready' /tmp/target.log && break; sleep 0.1; done
 head -c 3M /dev/urandom >/tmp/pat
+head -c 4k /dev/urandom >/tmp/page
 G=(./gdx nvmf)
 for side in nvmet gdx; do
   if [ $side = nvmet ]; then P=4420 N=$NQN_K; else P=4421 N=$NQN_G; fi
@@ -49,6 +50,16 @@ for side in nvmet gdx; do
   check "$side: gdx reads into pinned memory" "${G[@]}" read "${R[@]}" -o 1M -l 3M -m pinned \
     --to /tmp/pinned.$side
   check "$side:   same bytes" cmp /tmp/pat /tmp/pinned.$side
+  # a write of a page goes in the command capsule: copied from host memory, gathered by
+  # the NIC from device memory
+  check "$side: gdx writes a page in-capsule from host memory" "${G[@]}" write "${R[@]}" \
+    -o 9M -l 4k --from /tmp/page
+  check "$side:   read back, same bytes" cmp /tmp/page \
+    <("${G[@]}" read "${R[@]}" -o 9M -l 4k --quiet --to -)
+  check "$side: gdx writes a page in-capsule from device memory" "${G[@]}" write "${R[@]}" \
+    -o 10M -l 4k -m gpu:0 --from /tmp/page
+  check "$side:   read back, same bytes" cmp /tmp/page \
+    <("${G[@]}" read "${R[@]}" -o 10M -l 4k --quiet --to -)
   # device memory: the NIC registers it and the target's RDMA moves the bytes in and out
   # of it; the CPU never touches the device pointer (any access would fault)
   out=$(GDX_LOG_LEVEL=info GDX_REQUIRE_DIRECT=1 "${G[@]}" write "${R[@]}" -o 5M -l 3M -m gpu:0 \

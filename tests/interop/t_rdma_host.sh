@@ -2,7 +2,8 @@
 # NVMe/RDMA host: the gdx host over rdma_rxe inside the guest against the kernel's
 # nvmet-rdma and against the gdx target: discover, identify, byte-exact writes and
 # reads (host and pinned memory), cross-checked by the guest's own kernel host on
-# nvmet's namespace; writes and reads of emulated device memory the NIC registers
+# nvmet's namespace; a page written in-capsule from host and device memory; writes
+# and reads of emulated device memory the NIC registers
 # (path direct, byte-exact), and with registration switched off the clear error
 # (with and without require_direct); a read survives the gdx target's death and
 # restart by reconnecting.  Both ends run in the guest: rxe exists only there.

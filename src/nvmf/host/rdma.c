@@ -28,6 +28,12 @@
  * the command fails with GDX_ENOTDIRECT and the reason: the bounce through
  * host memory awaits the staging module.
  *
+ * A write of at most a page (and within the controller's IOCCSZ) travels in
+ * the command capsule, as the Linux host sends it: the SEND carries the SQE
+ * and the data, so the controller needs no RDMA READ and answers a round trip
+ * sooner.  Host and pinned data is copied into the slot's page of a
+ * registered area; device data is gathered by the NIC from its registration.
+ *
  * Keys are never handed to the controller to invalidate (plain keyed data
  * blocks, subtype 0): a memory region from ibv_reg_mr cannot be invalidated
  * remotely; a one-shot one is deregistered here once the command is done.
@@ -83,10 +89,18 @@ struct nh_rdma {
 	struct gdx_nvme_sqe *cmds;	/* one per slot */
 	struct ibv_mr *cmd_mr;
 	struct data_reg *data;		/* the data of the command in each slot */
+	uint8_t *inl;			/* I/O queues: INLINE_MAX bytes per slot, or NULL */
+	struct ibv_mr *inl_mr;
 	struct gdx_regcache *rc;	/* pinned and device allocations; NULL: all one-shot */
 	enum dev_reg dreg;
 	_Atomic bool dev_told;		/* the way device memory is reached was logged */
 };
+
+/*
+ * In-capsule data per write, at most: a page, what nvmet-rdma takes by
+ * default; larger writes are read by the controller.
+ */
+#define INLINE_MAX 4096u
 
 /* wr_id of sends: the slot index; receives: this bit and the buffer index. */
 #define WR_RECV (1ull << 32)
@@ -159,6 +173,8 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 		ibv_dereg_mr(t->rsp_mr);
 	if (t->cmd_mr)
 		ibv_dereg_mr(t->cmd_mr);
+	if (t->inl_mr)
+		ibv_dereg_mr(t->inl_mr);
 	if (t->pd)
 		ibv_dealloc_pd(t->pd);
 	if (t->id)
@@ -170,6 +186,7 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 	free(t->rsps);
 	free(t->cmds);
 	free(t->data);
+	free(t->inl);
 	free(t);
 }
 
@@ -249,11 +266,22 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 		rc = -errno;
 		goto fail;
 	}
+	/* the admin queue's writes (Connect's data among them) are few: they stay keyed */
+	if (q->qid) {
+		t->inl = aligned_alloc(INLINE_MAX, (size_t)q->depth * INLINE_MAX);
+		t->inl_mr = t->inl ? ibv_reg_mr(t->pd, t->inl, (size_t)q->depth * INLINE_MAX, 0)
+				   : NULL;
+		if (!t->inl_mr) {
+			rc = t->inl ? -errno : -ENOMEM;
+			goto fail;
+		}
+	}
 	qa.qp_type = IBV_QPT_RC;
 	qa.send_cq = qa.recv_cq = t->cq;
 	qa.cap.max_send_wr = 2 * q->depth + 1;
 	qa.cap.max_recv_wr = t->nrecv;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	qa.cap.max_send_sge = 2;	/* the SQE and in-capsule data */
+	qa.cap.max_recv_sge = 1;
 	if (rdma_create_qp(t->id, t->pd, &qa)) {
 		rc = -errno;
 		goto fail;
@@ -397,7 +425,8 @@ static int reg(struct nh_queue *q, struct gdx_device *dev, const struct gdx_ptr_
  * allocation (registered whole on its first use, for either direction), a
  * one-shot for plain host memory or where the cache cannot hold it.
  */
-static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d, uint32_t *rkey)
+static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
+		    struct ibv_mr **mr)
 {
 	struct nh_rdma *t = q->rdma;
 	const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -414,7 +443,7 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d, ui
 			c = g->payload;
 			if (c->buffer_id == a.buffer_id) {
 				d->ref = g;
-				*rkey = c->mr->rkey;
+				*mr = c->mr;
 				return 0;
 			}
 			/* freed behind gdx's back and allocated again at the address */
@@ -433,7 +462,7 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d, ui
 		rc = gdx_regcache_insert(t->rc, a.base, a.size, c, &g);
 		if (!rc) {
 			d->ref = g;
-			*rkey = c->mr->rkey;
+			*mr = c->mr;
 			return 0;
 		}
 		/* another sender cached it first, or it overlaps an older entry: one-shot */
@@ -444,7 +473,7 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d, ui
 		 r->write ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
 		 &d->mr);
 	if (!rc)
-		*rkey = d->mr->rkey;
+		*mr = d->mr;
 	return rc;
 }
 
@@ -458,25 +487,41 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 {
 	struct nh_rdma *t = q->rdma;
 	struct gdx_nvme_sqe *c = &t->cmds[idx];
-	struct ibv_sge sge = { (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey };
-	struct ibv_send_wr wr = { .wr_id = idx, .sg_list = &sge, .num_sge = 1,
+	struct ibv_sge sge[2] = { { (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey } };
+	struct ibv_send_wr wr = { .wr_id = idx, .sg_list = sge, .num_sge = 1,
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
 	struct data_reg *d = &t->data[idx];
-	uint32_t rkey = 0;
+	struct ibv_mr *mr = NULL;
+	int rc;
 
 	*c = *sqe;
 	c->flags = GDX_NVME_FLAGS_PSDT_SGL;
-	if (r->len) {
-		int rc;
+	if (!r->len) {
+		gdx_rdma_sgl_keyed(&c->dptr, 0, 0, 0, false);
+	} else if (r->len > GDX_RDMA_KEYED_MAX_LEN) {
+		return -EMSGSIZE;
+	} else if (t->inl && r->write && c->opc != GDX_NVME_OPC_FABRICS &&
+		   r->len <= GDX_MIN(q->inline_max, INLINE_MAX)) {
+		uint8_t *page = t->inl + (size_t)idx * INLINE_MAX;
 
-		if (r->len > GDX_RDMA_KEYED_MAX_LEN)
-			return -EMSGSIZE;
-		rc = data_get(q, r, d, &rkey);
+		if (r->mem == NH_MEM_DEVICE) {
+			/* the NIC gathers it: the CPU does not read device memory */
+			rc = data_get(q, r, d, &mr);
+			if (rc)
+				return rc;
+			sge[1] = (struct ibv_sge){ (uintptr_t)r->buf, (uint32_t)r->len, mr->lkey };
+		} else {
+			memcpy(page, r->buf, r->len);
+			sge[1] = (struct ibv_sge){ (uintptr_t)page, (uint32_t)r->len, t->inl_mr->lkey };
+		}
+		wr.num_sge = 2;
+		gdx_rdma_sgl_inline(&c->dptr, (uint32_t)r->len);
+	} else {
+		rc = data_get(q, r, d, &mr);
 		if (rc)
 			return rc;
+		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
 	}
-	gdx_rdma_sgl_keyed(&c->dptr, r->len ? (uintptr_t)r->buf : 0, (uint32_t)r->len, rkey,
-			   false);
 	if (ibv_post_send(t->id->qp, &wr, &bad)) {
 		data_put(t, d);
 		return -EIO;
