@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# vm.sh - boot Debian's stock kernel (linux-image-amd64, 6.1) under QEMU and run a
-# script inside it, so that the guest kernel's NVMe/TCP host, nvmet-tcp target and
-# Soft-RoCE (rdma_rxe) can be used as interoperability peers of host programs.
+# vm.sh - boot Debian's stock kernel (linux-image-amd64: 6.1 in bookworm, 6.12 in trixie)
+# under QEMU and run a script inside it, so that the guest kernel's NVMe/TCP host, nvmet-tcp
+# target and Soft-RoCE (rdma_rxe) can be used as interoperability peers of host programs.
 #
 # Usage
 #   ./vm.sh prepare              install host tools, download the kernel and build the
@@ -14,6 +14,11 @@
 #   ./vm.sh clean                remove cache/ (everything prepare made)
 #
 # Options (environment variables)
+#   VM_DIST=bookworm     guest release: bookworm (Debian 12, kernel 6.1, nvme-cli 2.3) or
+#                        trixie (Debian 13, kernel 6.12 with NVMe in-band authentication and
+#                        NVMe/TCP TLS, nvme-cli 2.13, ktls-utils' tlshd, keyutils). Each
+#                        release has its own cache; its packages come from the host's Debian
+#                        mirror (the URIs of the host's apt sources, with the suite renamed).
 #   VM_MEM=1024          guest memory in MiB
 #   VM_CPUS=2            number of vCPUs
 #   VM_ACCEL=auto        auto|kvm|tcg. auto picks kvm only where /dev/kvm is backed by
@@ -37,8 +42,9 @@
 #   VM_CONSOLE=0         1: copy the kernel console (ttyS0) to stderr as well
 #   VM_RUNDIR=""         where to keep this run's files (default: a new cache/runs/run.XXXXXX)
 #   VM_KEEP_RUNS=20      how many old cache/runs/run.* folders to keep
-#   VM_CACHE=/var/tmp/gdx-vm-cache
-#   VM_KERNEL_PKG=""     kernel package (default: the one linux-image-amd64 depends on)
+#   VM_CACHE=/var/tmp/gdx-vm-cache (bookworm), /var/tmp/gdx-vm-cache-trixie (trixie)
+#   VM_KERNEL_PKG=""     kernel package (default: the one the release's linux-image-amd64
+#                        depends on)
 #   VM_EXTRA_PACKAGES="" more Debian packages for the guest (prepare)
 #
 # Guest side
@@ -51,12 +57,21 @@
 #   are seen at once), /run/harness (this run's folder), configfs, devtmpfs, /tmp tmpfs.
 #   /etc/nvme/hostnqn and hostid are new random values at every boot.
 #   Tools: nvme-cli, iproute2 (ip, rdma, ss), ibverbs-utils, perftest, rdmacm-utils,
-#   fio, tcpdump, python3, busybox, kmod. All of the kernel's modules except graphics,
+#   fio, tcpdump, python3, busybox, kmod; trixie adds tlshd (ktls-utils) and keyctl
+#   (keyutils) and the libraries a gdx binary built on the host links (gdx can run inside);
+#   tlshd is not started. All of the kernel's modules except graphics,
 #   sound, media, wireless, usb, ... are installed (modprobe works, including aliases).
 set -euo pipefail
 
+VM_DIST=${VM_DIST:-bookworm}
+case "$VM_DIST" in
+  bookworm) DIST_PACKAGES="";;
+  trixie) DIST_PACKAGES="ktls-utils keyutils liburing2 libjson-c5 libnuma1 libisal2 libssl3t64";;
+  *) echo "[vm.sh] ERROR: VM_DIST must be bookworm or trixie" >&2; exit 2;;
+esac
+SUITE=$VM_DIST
 # The cache (about 1 GB) stays outside the repository.
-VM_CACHE=${VM_CACHE:-/var/tmp/gdx-vm-cache}
+if [ "$VM_DIST" = bookworm ]; then VM_CACHE=${VM_CACHE:-/var/tmp/gdx-vm-cache}; else VM_CACHE=${VM_CACHE:-/var/tmp/gdx-vm-cache-$VM_DIST}; fi
 CACHE=$VM_CACHE
 VM_MEM=${VM_MEM:-1024}
 VM_CPUS=${VM_CPUS:-2}
@@ -68,13 +83,12 @@ VM_TIMEOUT=${VM_TIMEOUT:-900}
 VM_CMDLINE=${VM_CMDLINE:-}
 VM_CONSOLE=${VM_CONSOLE:-0}
 VM_KEEP_RUNS=${VM_KEEP_RUNS:-20}
-SUITE=bookworm
 
 # command:package pairs needed on the host
 HOST_TOOLS="qemu-system-x86_64:qemu-system-x86 mmdebstrap:mmdebstrap cpio:cpio depmod:kmod
- xz:xz-utils mke2fs:e2fsprogs busybox:busybox-static socat:socat"
+ xz:xz-utils zstd:zstd mke2fs:e2fsprogs busybox:busybox-static socat:socat"
 GUEST_PACKAGES="kmod iproute2 procps util-linux mount busybox nvme-cli ibverbs-utils
- ibverbs-providers perftest rdmacm-utils fio tcpdump netcat-openbsd python3 ${VM_EXTRA_PACKAGES:-}"
+ ibverbs-providers perftest rdmacm-utils fio tcpdump netcat-openbsd python3 ${DIST_PACKAGES:+$DIST_PACKAGES }${VM_EXTRA_PACKAGES:-}"
 # module folders left out of the guest image (size only; nothing here matters for NVMe/RDMA)
 MODULE_PRUNE="kernel/sound kernel/drivers/gpu kernel/drivers/media kernel/drivers/net/wireless
  kernel/drivers/staging kernel/drivers/iio kernel/drivers/usb kernel/drivers/bluetooth
@@ -172,9 +186,42 @@ EOF
 }
 
 # ---------------------------------------------------------------- prepare
+host_sources() {  # the host's Debian apt sources file, if it has one
+  local f
+  for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+    if [ -s "$f" ] && grep -qE '^(deb |URIs:)' "$f"; then echo "$f"; return; fi
+  done
+}
+
+# The guest release's apt sources: the host's own file when the host runs that release,
+# else a copy with the host's codename replaced (same mirror, e.g. bookworm-security ->
+# trixie-security), kept with a private apt state in cache/apt so the host's apt is untouched.
+APT=(apt-get)
+APTC=(apt-cache)
+guest_sources() {
+  local host_src code
+  host_src=$(host_sources)
+  code=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+  if [ -z "$host_src" ] || [ "$code" = "$SUITE" ]; then echo "$host_src"; return; fi
+  [ -n "$code" ] || die "cannot tell the host's release (VERSION_CODENAME) to rename it to $SUITE"
+  mkdir -p "$CACHE/apt/sources.list.d" "$CACHE/apt/lists/partial" "$CACHE/apt/cache/archives/partial"
+  local out=$CACHE/apt/sources.list.d/${host_src##*/}
+  sed -E "s/\b$code\b/$SUITE/g" "$host_src" > "$out.tmp" && mv "$out.tmp" "$out"
+  echo "$out"
+}
+apt_setup() {
+  local src; src=$(guest_sources)
+  if [[ $src == "$CACHE"/apt/* ]]; then
+    local o=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$CACHE/apt/sources.list.d"
+             -o "Dir::State::Lists=$CACHE/apt/lists" -o "Dir::Cache=$CACHE/apt/cache"
+             -o "Dir::State::status=/dev/null")
+    APT=(apt-get "${o[@]}"); APTC=(apt-cache "${o[@]}")
+  fi
+}
+
 kernel_pkg() {
   if [ -n "${VM_KERNEL_PKG:-}" ]; then echo "$VM_KERNEL_PKG"; return; fi
-  apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'
+  "${APTC[@]}" depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'
 }
 
 prepare_host_tools() {
@@ -189,23 +236,34 @@ prepare_host_tools() {
 
 prepare_kernel() {
   local pkg deb kver off
-  if [ -z "$(kernel_pkg)" ]; then apt-get update -qq; fi
+  apt_setup
+  if [ -z "$(kernel_pkg)" ]; then "${APT[@]}" update -qq; fi
   pkg=$(kernel_pkg); [ -n "$pkg" ] || die "cannot find the kernel package that linux-image-amd64 depends on"
   if [ "$(cat "$CACHE/kernel/PKG" 2>/dev/null)" = "$pkg" ] && [ -f "$CACHE/kernel/vmlinux" ]; then return 0; fi
   log "downloading $pkg"
   mkdir -p "$CACHE/debs"
-  (cd "$CACHE/debs" && rm -f "$pkg"_*.deb && apt-get download "$pkg" 2>&1 | grep -v 'unsandboxed' >&2 || true)
+  (cd "$CACHE/debs" && rm -f "$pkg"_*.deb && "${APT[@]}" download "$pkg" 2>&1 | grep -v 'unsandboxed' >&2 || true)
   deb=$(ls "$CACHE/debs/$pkg"_*.deb 2>/dev/null | head -1); [ -f "$deb" ] || die "apt-get download $pkg failed"
   rm -rf "$CACHE/kernel.tmp"; mkdir -p "$CACHE/kernel.tmp"
   dpkg -x "$deb" "$CACHE/kernel.tmp/root"
+  # bookworm's package ships /lib/modules, trixie's /usr/lib/modules: keep the first layout
+  if [ -d "$CACHE/kernel.tmp/root/usr/lib/modules" ]; then
+    mkdir -p "$CACHE/kernel.tmp/root/lib"
+    mv "$CACHE/kernel.tmp/root/usr/lib/modules" "$CACHE/kernel.tmp/root/lib/"
+  fi
   kver=$(ls "$CACHE/kernel.tmp/root/lib/modules/")
   depmod -b "$CACHE/kernel.tmp/root" "$kver"
   cp "$CACHE/kernel.tmp/root/boot/vmlinuz-$kver" "$CACHE/kernel.tmp/vmlinuz"
   # bzImage -> uncompressed ELF vmlinux: qemu boots it through its PVH entry point
-  # (CONFIG_PVH=y), which skips real-mode setup and xz decompression (~5 s under TCG).
-  off=$(LC_ALL=C grep -abo $'\xfd7zXZ' "$CACHE/kernel.tmp/vmlinuz" | head -1 | cut -d: -f1)
-  [ -n "$off" ] || die "no xz payload in vmlinuz"
-  tail -c +$((off + 1)) "$CACHE/kernel.tmp/vmlinuz" | xz -dc > "$CACHE/kernel.tmp/vmlinux" 2>/dev/null || true
+  # (CONFIG_PVH=y), which skips real-mode setup and the payload's decompression (~5 s
+  # under TCG). bookworm's payload is xz, trixie's zstd.
+  local z unz=""
+  for z in $'\xfd7zXZ:xz' $'\x28\xb5\x2f\xfd:zstd'; do
+    off=$(LC_ALL=C grep -abo "${z%:*}" "$CACHE/kernel.tmp/vmlinuz" | head -1 | cut -d: -f1 || true)
+    if [ -n "$off" ]; then unz=${z#*:}; break; fi
+  done
+  [ -n "$unz" ] || die "no xz or zstd payload in vmlinuz"
+  tail -c +$((off + 1)) "$CACHE/kernel.tmp/vmlinuz" | "$unz" -dc > "$CACHE/kernel.tmp/vmlinux" 2>/dev/null || true
   [ "$(head -c4 "$CACHE/kernel.tmp/vmlinux" | od -An -tx1 | tr -d ' ')" = 7f454c46 ] || die "vmlinux extraction failed"
   echo "$kver" > "$CACHE/kernel.tmp/KVER"
   echo "$pkg" > "$CACHE/kernel.tmp/PKG"
@@ -214,14 +272,12 @@ prepare_kernel() {
 }
 
 prepare_rootfs() {
-  local want src="" f
+  local want src
   want=$(hash_of "$SUITE $GUEST_PACKAGES")
   if [ -d "$CACHE/rootfs/usr" ] && [ "$(cat "$CACHE/rootfs.stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
   log "building the guest root file system with mmdebstrap ($SUITE: $(echo $GUEST_PACKAGES))"
-  # use the host's apt sources (same mirror as the host), else mmdebstrap's default
-  for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
-    if [ -s "$f" ] && grep -qE '^(deb |URIs:)' "$f"; then src=$f; break; fi
-  done
+  # the host's mirror (see guest_sources), else mmdebstrap's default
+  src=$(guest_sources)
   rm -rf "$CACHE/rootfs" "$CACHE/rootfs.stamp"
   mmdebstrap --mode=root --variant=essential --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --include="$(echo $GUEST_PACKAGES | tr ' ' ',')" \
@@ -384,6 +440,7 @@ cmd_shell() {
 }
 
 cmd_info() {
+  echo "release:    $VM_DIST"
   echo "cache:      $CACHE ($(du -sh "$CACHE" 2>/dev/null | cut -f1))"
   echo "kernel:     $(cat "$CACHE/kernel/PKG" 2>/dev/null) $(cat "$CACHE/kernel/KVER" 2>/dev/null)"
   echo "root.img:   $(du -h --apparent-size "$CACHE/root.img" 2>/dev/null | cut -f1) ($(du -h "$CACHE/root.img" 2>/dev/null | cut -f1) used)"
