@@ -80,16 +80,16 @@ for side in nvmet gdx; do
     "${G[@]}" read "${R[@]}" -o 1M -l 3M -m gpu:0 --to /tmp/dev1.$side
   check "$side:   same bytes" cmp /tmp/pat /tmp/dev1.$side
   # Debian 12's kernel has no udmabuf, so no dma-buf: with only that way allowed, or
-  # none, the read fails and says why; no bounce (it needs the staging module)
+  # none, the read fails and says why (there is no bounce over RDMA yet)
   out=$(GDX_NVMF_HOST_RDMA_DEVICE_REG=dmabuf "${G[@]}" read "${R[@]}" -o 1M -l 64k -m gpu:0 \
     --to /tmp/x 2>&1); rc=$?; echo "$out" | tail -2 | sed 's/^/  /'
   check "$side: dma-buf only: refused, with each way's answer" \
-    bash -c '[ "$0" != 0 ] && grep -q "dma-buf: " <<<"$1" && grep -q "staging module" <<<"$1"' \
+    bash -c '[ "$0" != 0 ] && grep -q "dma-buf: " <<<"$1" && grep -q "no bounce" <<<"$1"' \
     $rc "$out"
   out=$(GDX_NVMF_HOST_RDMA_DEVICE_REG=off "${G[@]}" read "${R[@]}" -o 1M -l 64k -m gpu:0 \
     --to /tmp/x 2>&1); rc=$?
   check "$side: registration off: refused, said why" \
-    bash -c '[ "$0" != 0 ] && grep -q "rdma_device_reg is off.*staging module" <<<"$1"' \
+    bash -c '[ "$0" != 0 ] && grep -q "rdma_device_reg is off.*no bounce" <<<"$1"' \
     $rc "$out"
   out=$(GDX_REQUIRE_DIRECT=1 GDX_NVMF_HOST_RDMA_DEVICE_REG=off "${G[@]}" read "${R[@]}" -o 1M \
     -l 64k -m gpu:0 --to /tmp/x 2>&1); rc=$?

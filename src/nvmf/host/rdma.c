@@ -26,7 +26,9 @@
  * (nvidia_peermem; the emulated device's copy-engine view).  The keyed SGL
  * names the device address either way (the MR's iova).  Where neither works
  * the command fails with GDX_ENOTDIRECT and the reason: the bounce through
- * host memory awaits the staging module.
+ * host memory is not built yet: a stage lane (mem/stage.h) frees its ring in
+ * the order pieces were posted, and RDMA responses come in any order, so a
+ * read's piece has to wait for every earlier one before its copy is posted.
  *
  * A write of at most a page (and within the controller's IOCCSZ) travels in
  * the command capsule, as the Linux host sends it: the SEND carries the SQE
@@ -415,8 +417,7 @@ static int reg(struct nh_queue *q, struct gdx_device *dev, const struct gdx_ptr_
 		GDX_ERR(SUB, "queue %u: the NIC cannot register device memory at %p (%s); %s",
 			q->qid, p, why,
 			q->ctrl->p.require_direct ? "require_direct is set"
-						  : "a bounce through host memory needs the "
-						    "staging module, not built yet");
+						  : "no bounce through host memory over RDMA yet");
 	return GDX_ENOTDIRECT;
 }
 
