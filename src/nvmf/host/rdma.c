@@ -96,6 +96,7 @@ struct nh_rdma {
 	struct gdx_regcache *rc;	/* pinned and device allocations; NULL: all one-shot */
 	enum dev_reg dreg;
 	_Atomic bool dev_told;		/* the way device memory is reached was logged */
+	_Atomic bool dev_failed;	/* a registration of device memory failed, logged */
 };
 
 /*
@@ -413,7 +414,7 @@ static int reg(struct nh_queue *q, struct gdx_device *dev, const struct gdx_ptr_
 		return 0;
 	}
 	/* the rest of an I/O fails the same way: said once per queue */
-	if (!atomic_exchange(&t->dev_told, true))
+	if (!atomic_exchange(&t->dev_failed, true))
 		GDX_ERR(SUB, "queue %u: the NIC cannot register device memory at %p (%s); %s",
 			q->qid, p, why,
 			q->ctrl->p.require_direct ? "require_direct is set"
