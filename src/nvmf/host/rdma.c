@@ -354,7 +354,10 @@ static struct ibv_mr *reg_device(struct nh_rdma *t, struct gdx_device *dev, void
 		int fd;
 
 		rc = gdx_device_export_dmabuf(dev, p, len, &fd, &off);
-		if (!rc) {
+		if (rc) {
+			n = snprintf(why, whylen, "dma-buf: the device exports none: %s",
+				     gdx_strerror(rc));
+		} else {
 			mr = ibv_reg_dmabuf_mr(t->pd, off, len, (uintptr_t)p, fd, acc);
 			rc = mr ? 0 : errno ? -errno : -EOPNOTSUPP;
 			/* the MR holds its own reference to the buffer */
@@ -363,8 +366,9 @@ static struct ibv_mr *reg_device(struct nh_rdma *t, struct gdx_device *dev, void
 				*how = "a dma-buf";
 				return mr;
 			}
+			n = snprintf(why, whylen, "dma-buf: the NIC does not register it: %s",
+				     gdx_strerror(rc));
 		}
-		n = snprintf(why, whylen, "dma-buf: %s", gdx_strerror(rc));
 	}
 	if (t->dreg != DREG_DMABUF) {
 		void *va;
