@@ -498,7 +498,8 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
 	struct data_reg *d = &t->data[idx];
 	struct ibv_mr *mr = NULL;
-	int rc;
+	size_t len;
+	int rc, cnt;
 
 	*c = *sqe;
 	c->flags = GDX_NVME_FLAGS_PSDT_SGL;
@@ -528,11 +529,14 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 			return rc;
 		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
 	}
+	/* read before the post: once posted, r may complete and be gone */
+	cnt = r->write ? NH_CNT_OUT : NH_CNT_IN;
+	len = r->len;
 	if (ibv_post_send(t->id->qp, &wr, &bad)) {
 		data_put(t, d);
 		return -EIO;
 	}
-	gdx_counter_add(&q->cnt[r->write ? NH_CNT_OUT : NH_CNT_IN], r->len);
+	gdx_counter_add(&q->cnt[cnt], len);
 	return 0;
 }
 
