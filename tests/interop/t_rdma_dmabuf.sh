@@ -8,7 +8,7 @@
 # answer (the export itself worked).
 . "$(dirname "$0")/lib.sh"
 [ "${VM_DIST:-}" = trixie ] || { echo "run through run.sh (or with VM_DIST=trixie)"; exit 1; }
-B=${GDX_BUILDDIR:-$INTEROP/../../build}
+B=$(dirname "$GDX")/../..	# the build the gdx binary comes from
 [ -x "$B/tests/unit/test_device" ] || { echo "no test_device in $B"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
 mkdir -p "$SHARE/lib"
