@@ -10,7 +10,9 @@
 # ratio to the kernel host, plus the guest's loopback TCP ceiling.  TCG makes both
 # slow; the ratios are what count.
 #
-#   bench/nvmf_host_vm.sh [SECONDS]        (GDX_BUILDDIR picks the build, default build)
+#   bench/nvmf_host_vm.sh [SECONDS] [gdx bench args...]
+#   (GDX_BUILDDIR picks the build, default build; GDX_NVMF_HOST_* knobs and GDX_DEVICE
+#   are passed in)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${GDX_BUILDDIR:-$top/build}
@@ -25,6 +27,9 @@ cp "$gdx" "$share/gdx"
 ldd "$gdx" | awk '/=> \// { print $3 }' | grep -vE '/libc\.so|/ld-linux' | while read -r l; do
   cp -L "$l" "$share/lib/"
 done
+# the caller's GDX_NVMF_HOST_* knobs and GDX_DEVICE (emulated: pinned, gpu:0 memory
+# in a guest without a GPU) reach the gdx host in the guest
+hostknobs=$(env | grep -E '^GDX_(NVMF_HOST_[A-Z_0-9]*|DEVICE)=[^ ]*$' | tr '\n' ' ')
 cat >"$share/guest.sh" <<GUEST
 #!/bin/bash
 set -u
@@ -50,7 +55,7 @@ cd /
 nvme connect -t \$TR -a \$A -s 4420 -n \$NQN >/dev/null || exit 1
 for i in \$(seq 100); do [ -b /dev/nvme0n1 ] && break; sleep 0.1; done
 echo "# guest: \$(nproc) vCPUs (TCG), kernel \$(uname -r), kernel host: \$(dmesg | grep -o 'mapped [0-9/]* default/read/poll' | tail -1)"
-LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 /share/gdx bench nvmf-host \
+LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 $hostknobs/share/gdx bench nvmf-host \
   --transport \$TR -a \$A -s 4420 -n \$NQN --fio-dev /dev/nvme0n1 -t $secs --queues \$(nproc) \
   \$([ \$TR = rdma ] && echo --no-tcp) "\${@}"
 rc=\$?

@@ -303,9 +303,10 @@ enum gdx_nvmf_op {
 
 /*
  * One I/O.  offset and len are bytes and must be multiples of the namespace's
- * block size; buf may be host, pinned, managed or device memory (device memory
- * moves through a pinned bounce ring: path "bounce"; host memory is received
- * into straight from the socket: path "direct").  A request larger than the
+ * block size; buf may be host, pinned, managed or device memory (over TCP
+ * device memory moves through a pinned bounce ring: path "bounce", host memory
+ * is received into straight from the socket: path "direct"; over RDMA the NIC
+ * registers every kind, device memory included: path "direct").  A request larger than the
  * controller's max_xfer is split into several commands spread over the queues.
  */
 struct gdx_nvmf_io {

@@ -201,6 +201,13 @@ static struct knob knobs[] = {
 	KNOB("nvmf.host.max_io", K_SIZE, "1M",
 	     "NVMe/TCP host: largest single command; bigger I/O is split (MDTS also applies)",
 	     .min = 4096, .max = 4 << 20),
+	KNOB("nvmf.host.rdma_device_reg", K_ENUM, "auto",
+	     "NVMe/RDMA host: how the NIC may register device memory: auto (a dma-buf, else "
+	     "peer memory), dmabuf, peer, or off",
+	     .choices = "auto|dmabuf|peer|off"),
+	KNOB("nvmf.host.rdma_regcache", K_BOOL, "1",
+	     "NVMe/RDMA host: register pinned and device allocations whole, once (0: each "
+	     "command's buffer, for the command)"),
 	KNOB("nvmf.host.bounce_chunk", K_SIZE, "256k",
 	     "NVMe/TCP host: pinned chunk size of each queue's device-memory bounce ring",
 	     .min = 4096, .max = 64 << 20),

@@ -509,6 +509,37 @@ out:
 	return ret;
 }
 
+/*
+ * Peer memory: with nvidia_peermem (or the older nv_peer_mem) loaded, the NIC
+ * driver pins GPU pages itself when ibv_reg_mr is handed a device pointer.
+ */
+static int cuda_nic_addr(void *priv, void *dptr, size_t size, void **va)
+{
+	struct cu_dev *d = priv;
+	struct gdx_ptr_attrs a = { 0 };
+	CUcontext prev;
+	uintptr_t p = (uintptr_t)dptr;
+	int ret;
+
+	if (access("/sys/module/nvidia_peermem", F_OK) && access("/sys/module/nv_peer_mem", F_OK))
+		return -EOPNOTSUPP;
+	ret = enter(d, &prev);
+	if (ret)
+		return ret;
+	ret = query(d, dptr, &a);
+	leave(d, prev);
+	if (ret)
+		return ret;
+	if (a.kind != GDX_MEM_DEVICE)
+		return GDX_EBADPTR;
+	if (p < (uintptr_t)a.base || size > a.size || p - (uintptr_t)a.base > a.size - size)
+		return -EINVAL;
+	if (!a.gdr_capable)
+		return -EOPNOTSUPP;
+	*va = dptr;
+	return 0;
+}
+
 /* ---- copies ------------------------------------------------------------ */
 
 /* A synchronous copy or fill (no stream) waits on the per-thread stream it went to. */
@@ -1043,6 +1074,7 @@ const struct gdx_device_ops gdx_cuda_ops = {
 	.host_unregister = cuda_host_unregister,
 	.pointer_query = cuda_pointer_query,
 	.export_dmabuf = cuda_export_dmabuf,
+	.nic_addr = cuda_nic_addr,
 	.memcpy = cuda_memcpy,
 	.memset = cuda_memset,
 	.memcpy_batch = cuda_memcpy_batch,

@@ -414,6 +414,15 @@ GDX_API int gdx_device_export_dmabuf(struct gdx_device *dev, void *dptr, size_t 
 	return dev->ops->export_dmabuf(dev->priv, dptr, size, fd, offset);
 }
 
+int gdx_device_nic_addr(struct gdx_device *dev, void *dptr, size_t size, void **va)
+{
+	if (!dev || !dptr || !size || !va)
+		return -EINVAL;
+	if (!dev->ops->nic_addr)
+		return -EOPNOTSUPP;
+	return dev->ops->nic_addr(dev->priv, dptr, size, va);
+}
+
 /* ---- copies ------------------------------------------------------------ */
 
 GDX_API int gdx_memcpy(struct gdx_device *dev, void *dst, const void *src, size_t n)

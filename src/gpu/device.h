@@ -56,6 +56,13 @@ static inline uint64_t gdx_device_calls(void)
 	return gdx_dev_calls_tls;
 }
 
+/*
+ * The address a NIC registers (ibv_reg_mr) to reach device memory [dptr,
+ * dptr+size) as peer memory, for when gdx_device_export_dmabuf gives no
+ * dma-buf the NIC takes.  -EOPNOTSUPP where the device has none.
+ */
+int gdx_device_nic_addr(struct gdx_device *dev, void *dptr, size_t size, void **va);
+
 /* Why the cuda device cannot run here ("libcuda.so.1: cannot open ..."), for messages. */
 const char *gdx_cuda_load_error(void);
 

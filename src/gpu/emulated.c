@@ -10,13 +10,21 @@
  * Each device allocation is a memfd mapped twice: the address handed out is a
  * PROT_NONE view (any CPU access faults), the second view is read-write and
  * only the copy engine (this file) uses it.
+ *
+ * A NIC reaches that memory as it reaches a GPU's: through a dma-buf of the
+ * memfd's pages (/dev/udmabuf, which wants the memfd sealed against
+ * shrinking, hence the kept descriptor), or, the analog of peer memory, by
+ * registering the copy engine's view with ibv_reg_mr.  Either way the NIC
+ * writes the pages behind the device pointer and the CPU never touches them.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +34,8 @@
 #include "common/util.h"
 #include "gpu/device.h"
 
+#include <linux/udmabuf.h>
+
 enum range_kind { R_DEVICE, R_PINNED_ALLOC, R_PINNED_REG };
 
 struct range {
@@ -33,6 +43,7 @@ struct range {
 	size_t size;		/* as asked for */
 	size_t map_size;	/* page-rounded */
 	unsigned char *shadow;	/* R_DEVICE: the read-write view */
+	int memfd;		/* R_DEVICE: the pages, for dma-buf exports */
 	enum range_kind kind;
 	uint64_t buffer_id;
 };
@@ -371,6 +382,7 @@ static void emu_close(void *priv)
 		if (r->kind == R_DEVICE) {
 			munmap((void *)r->base, r->map_size);
 			munmap(r->shadow, r->map_size);
+			close(r->memfd);
 		} else if (r->kind == R_PINNED_ALLOC) {
 			munmap((void *)r->base, r->map_size);
 		}
@@ -392,6 +404,7 @@ static int emu_props(void *priv, struct gdx_device_props *p)
 	p->numa_node = -1;
 	p->total_mem = d->mem_limit;
 	p->async_alloc_supported = 1;
+	p->dmabuf_supported = !access("/dev/udmabuf", R_OK | W_OK);
 	return 0;
 }
 
@@ -413,10 +426,11 @@ static int emu_malloc(void *priv, size_t size, void **dptr)
 	d->mem_used += r.map_size;
 	pthread_mutex_unlock(&d->lock);
 
-	fd = memfd_create("gdx-emulated", MFD_CLOEXEC);
+	fd = memfd_create("gdx-emulated", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		goto fail;
-	if (ftruncate(fd, (off_t)r.map_size))
+	if (ftruncate(fd, (off_t)r.map_size) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
 		goto fail;
 	/* Reserve the user view first so the two mappings never alias by accident. */
 	user = mmap(NULL, r.map_size, PROT_NONE, MAP_SHARED, fd, 0);
@@ -425,10 +439,9 @@ static int emu_malloc(void *priv, size_t size, void **dptr)
 	shadow = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
 	if (shadow == MAP_FAILED)
 		goto fail;
-	close(fd);
-	fd = -1;
 	r.base = (uintptr_t)user;
 	r.shadow = shadow;
+	r.memfd = fd;
 	r.buffer_id = atomic_fetch_add(&next_buffer_id, 1);
 	pthread_mutex_lock(&d->lock);
 	ret = range_add(d, &r);
@@ -471,6 +484,7 @@ static int free_now(void *priv, void *dptr)
 	pthread_mutex_unlock(&d->lock);
 	munmap((void *)r.base, r.map_size);
 	munmap(r.shadow, r.map_size);
+	close(r.memfd);
 	return 0;
 }
 
@@ -591,6 +605,77 @@ static int emu_pointer_query(void *priv, const void *p, struct gdx_ptr_attrs *a)
 	}
 	pthread_mutex_unlock(&d->lock);
 	return 0;
+}
+
+/*
+ * The device allocation holding [p, p+n) in *out, and the range widened to its
+ * pages (an allocation is page-rounded: they stay inside it).  Lock held.
+ */
+static int device_pages(struct emu_dev *d, const void *p, size_t n, struct range **out,
+			uintptr_t *start, uintptr_t *end)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)p;
+	long i = range_find(d, a);
+	struct range *r;
+
+	if (i < 0 || d->ranges[i].kind != R_DEVICE)
+		return GDX_EBADPTR;
+	r = &d->ranges[i];
+	if (n > r->size || a - r->base > r->size - n)
+		return -EINVAL;
+	*out = r;
+	*start = GDX_ALIGN_DOWN(a, pg);
+	*end = GDX_ALIGN_UP(a + n, pg);
+	return 0;
+}
+
+/* A dma-buf of the memfd's pages behind [dptr, dptr+size), as a GPU driver exports one. */
+static int emu_export_dmabuf(void *priv, void *dptr, size_t size, int *fd, uint64_t *offset)
+{
+	struct emu_dev *d = priv;
+	struct udmabuf_create c = { .flags = UDMABUF_FLAGS_CLOEXEC };
+	uintptr_t s, e;
+	struct range *r;
+	int dev, ret;
+
+	gdx_device_calls_add(1);
+	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		return errno == ENOENT ? -EOPNOTSUPP : -errno;
+	pthread_mutex_lock(&d->lock);
+	ret = device_pages(d, dptr, size, &r, &s, &e);
+	if (!ret) {
+		c.memfd = (uint32_t)r->memfd;
+		c.offset = s - r->base;
+		c.size = e - s;
+		ret = ioctl(dev, UDMABUF_CREATE, &c);
+		ret = ret < 0 ? -errno : ret;
+	}
+	pthread_mutex_unlock(&d->lock);
+	close(dev);
+	if (ret < 0)
+		return ret;
+	*fd = ret;
+	*offset = (uintptr_t)dptr - s;
+	return 0;
+}
+
+/* The copy engine's view of the same pages: what a NIC registers, never the CPU. */
+static int emu_nic_addr(void *priv, void *dptr, size_t size, void **va)
+{
+	struct emu_dev *d = priv;
+	uintptr_t s, e;
+	struct range *r;
+	int ret;
+
+	gdx_device_calls_add(1);
+	pthread_mutex_lock(&d->lock);
+	ret = device_pages(d, dptr, size, &r, &s, &e);
+	if (!ret)
+		*va = r->shadow + ((uintptr_t)dptr - r->base);
+	pthread_mutex_unlock(&d->lock);
+	return ret;
 }
 
 /* ---- streams --------------------------------------------------------------- */
@@ -1108,7 +1193,8 @@ const struct gdx_device_ops gdx_emulated_ops = {
 	.host_register = emu_host_register,
 	.host_unregister = emu_host_unregister,
 	.pointer_query = emu_pointer_query,
-	.export_dmabuf = NULL,
+	.export_dmabuf = emu_export_dmabuf,
+	.nic_addr = emu_nic_addr,
 	.memcpy = emu_memcpy,
 	.memset = emu_memset,
 	.stream_create = emu_stream_create,

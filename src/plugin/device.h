@@ -87,6 +87,14 @@ struct gdx_device_ops {
 	int (*host_unregister)(void *priv, void *p);
 	int (*pointer_query)(void *priv, const void *p, struct gdx_ptr_attrs *a);
 	int (*export_dmabuf)(void *priv, void *dptr, size_t size, int *fd, uint64_t *offset);
+	/*
+	 * Optional (NULL: -EOPNOTSUPP).  The address a NIC registers with
+	 * ibv_reg_mr to reach device memory [dptr, dptr+size) where no dma-buf
+	 * serves (peer memory): cuda, dptr itself while nvidia_peermem lets the
+	 * NIC pin GPU pages; emulated, the copy engine's view of the pages.  For
+	 * the NIC only: the CPU never touches memory through it.
+	 */
+	int (*nic_addr)(void *priv, void *dptr, size_t size, void **va);
 
 	/* stream == NULL: synchronous. */
 	int (*memcpy)(void *priv, void *dst, const void *src, size_t n, void *stream);

@@ -2,8 +2,11 @@
 # NVMe/RDMA host: the gdx host over rdma_rxe inside the guest against the kernel's
 # nvmet-rdma and against the gdx target: discover, identify, byte-exact writes and
 # reads (host and pinned memory), cross-checked by the guest's own kernel host on
-# nvmet's namespace; device memory over RDMA is refused with a clear error (not
-# served yet); a read survives the gdx target's death and restart by reconnecting.  Both ends run in the guest: rxe exists only there.
+# nvmet's namespace; a page written in-capsule from host and device memory; writes
+# and reads of emulated device memory the NIC registers
+# (path direct, byte-exact), and with registration switched off the clear error
+# (with and without require_direct); a read survives the gdx target's death and
+# restart by reconnecting.  Both ends run in the guest: rxe exists only there.
 . "$(dirname "$0")/lib.sh"
 [ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT

@@ -238,6 +238,48 @@ static void dmabuf_export(void **state)
 	assert_int_equal(gdx_device_free(dev, d), 0);
 }
 
+/*
+ * The NIC's address for device memory (peer memory; on the emulated device
+ * the copy engine's view): bytes copied into the device are there to read
+ * through it, and bytes stored through it are what the device holds -- what
+ * the NIC's DMA does with it.  Without peer memory the device says so.
+ */
+static void nic_addr_reaches_device_memory(void **state)
+{
+	const size_t n = 3 * 4096 + 500, off = 4096 + 100, len = 6000;
+	unsigned char src[6000], back[6000], host[64];
+	void *d, *va = NULL;
+	int rc;
+
+	(void)state;
+	for (size_t i = 0; i < len; i++)
+		src[i] = (unsigned char)(i * 7 + 3);
+	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	rc = gdx_device_nic_addr(dev, (char *)d + off, len, &va);
+	if (rc == -EOPNOTSUPP) {
+		assert_int_equal(gdx_device_free(dev, d), 0);
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	if (strcmp(gdx_device_kind(dev), "emulated")) {
+		/* peer memory: the NIC is handed the device pointer itself */
+		assert_ptr_equal(va, (char *)d + off);
+	} else {
+		assert_ptr_not_equal(va, (char *)d + off);
+		assert_int_equal(gdx_memcpy(dev, (char *)d + off, src, len), 0);
+		assert_memory_equal(va, src, len);
+		for (size_t i = 0; i < len; i++)
+			((unsigned char *)va)[i] = (unsigned char)~src[i];
+		assert_int_equal(gdx_memcpy(dev, back, (char *)d + off, len), 0);
+		for (size_t i = 0; i < len; i++)
+			assert_int_equal(back[i], (unsigned char)~src[i]);
+	}
+	/* Past the allocation, and not device memory at all. */
+	assert_int_equal(gdx_device_nic_addr(dev, (char *)d + n - 100, 200, &va), -EINVAL);
+	assert_int_equal(gdx_device_nic_addr(dev, host, sizeof(host), &va), GDX_EBADPTR);
+	assert_int_equal(gdx_device_free(dev, d), 0);
+}
+
 struct order_log {
 	_Atomic int seq;
 	int at[8];
@@ -1137,6 +1179,7 @@ int main(void)
 		cmocka_unit_test(bad_pointers_are_refused),
 		cmocka_unit_test(cpu_access_to_device_memory_faults),
 		cmocka_unit_test(dmabuf_export),
+		cmocka_unit_test(nic_addr_reaches_device_memory),
 		cmocka_unit_test(stream_order_and_host_funcs),
 		cmocka_unit_test(free_waits_for_queued_work),
 		cmocka_unit_test(events_order_streams),

@@ -163,8 +163,11 @@ static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, uint32_
 	enum nh_mem mem = !io->buf ? NH_MEM_NONE : host_only ? NH_MEM_HOST : mem_kind(io->buf);
 	uint64_t lba = bs ? io->offset / bs : 0, left = bs ? io->len / bs : 0;
 
-	io->path = io->op > GDX_NVMF_OP_WRITE ? "none" : mem == NH_MEM_DEVICE ? "bounce" : "direct";
-	if (mem == NH_MEM_DEVICE && io->op <= GDX_NVMF_OP_WRITE && c->p.require_direct) {
+	/* over RDMA the NIC registers device memory, or the command fails (rdma.c) */
+	io->path = io->op > GDX_NVMF_OP_WRITE ? "none" :
+		   mem == NH_MEM_DEVICE && !c->p.rdma ? "bounce" : "direct";
+	if (mem == NH_MEM_DEVICE && !c->p.rdma && io->op <= GDX_NVMF_OP_WRITE &&
+	    c->p.require_direct) {
 		GDX_ERR(SUB, "device memory moves through the bounce ring on NVMe/TCP "
 			"(require_direct is set)");
 		return GDX_ENOTDIRECT;

@@ -583,11 +583,8 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	 * (NH_SUBMIT_DEFER).  What sits in the backlog was set up before it was
 	 * queued, so sending it later never sets anything up.
 	 */
-	if (r->mem == NH_MEM_DEVICE && q->rdma) {
-		GDX_ERR(SUB, "queue %u: NVMe/RDMA into device memory is not served yet", q->qid);
-		return -EOPNOTSUPP;
-	}
-	if (r->mem == NH_MEM_DEVICE && !__atomic_load_n(&q->dev, __ATOMIC_ACQUIRE)) {
+	/* over RDMA the NIC moves device memory itself: no device side to set up */
+	if (r->mem == NH_MEM_DEVICE && !q->rdma && !__atomic_load_n(&q->dev, __ATOMIC_ACQUIRE)) {
 		if (in_rx)
 			return NH_SUBMIT_DEFER;
 		rc = queue_dev_ready(q, r->buf);

@@ -6,23 +6,45 @@
  * completion and reaping); this file replaces the TCP socket with an RC queue
  * pair set up by rdma_cm, whose connect request carries the queue's QID and
  * sizes.  A command goes out as a SEND of its 64-byte SQE from a registered
- * slot; its data is described by a keyed SGL over the caller's buffer,
- * registered for the command and deregistered when it completes, so the
- * controller moves the data itself (RDMA WRITE into a read's buffer, RDMA
+ * slot; its data is described by a keyed SGL over the caller's buffer, so
+ * the controller moves the data itself (RDMA WRITE into a read's buffer, RDMA
  * READ from a write's) and no byte passes through this process.  Responses
  * come back as RECVs of 16-byte CQEs.
  *
+ * Pinned and device allocations, whose lifetime gdx knows, are registered
+ * whole once and kept in the queue's registration cache (dropped when gdx
+ * frees them, or when the allocation at the address is a new one); plain
+ * host memory, which may be unmapped behind gdx's back, is registered for the
+ * command and deregistered when it completes.  A cached registration lets
+ * the controller reach the whole allocation for as long as it lives, not
+ * only a command's bytes while it runs: nvmf.host.rdma_regcache=0 trades the
+ * speed back for the narrower exposure.
+ *
+ * Device memory is registered with the NIC, so the controller's RDMA WRITE
+ * lands in it with no copy (path "direct"): a dma-buf of it where the device
+ * exports one and the NIC takes it, else the device's peer-memory address
+ * (nvidia_peermem; the emulated device's copy-engine view).  The keyed SGL
+ * names the device address either way (the MR's iova).  Where neither works
+ * the command fails with GDX_ENOTDIRECT and the reason: the bounce through
+ * host memory is not built yet: a stage lane (mem/stage.h) frees its ring in
+ * the order pieces were posted, and RDMA responses come in any order, so a
+ * read's piece has to wait for every earlier one before its copy is posted.
+ *
+ * A write of at most a page (and within the controller's IOCCSZ) travels in
+ * the command capsule, as the Linux host sends it: the SEND carries the SQE
+ * and the data, so the controller needs no RDMA READ and answers a round trip
+ * sooner.  Host and pinned data is copied into the slot's page of a
+ * registered area; device data is gathered by the NIC from its registration.
+ *
  * Keys are never handed to the controller to invalidate (plain keyed data
  * blocks, subtype 0): a memory region from ibv_reg_mr cannot be invalidated
- * remotely; it is deregistered here once the command is done.
- *
- * Device memory is not served yet: it needs a registration of device memory
- * with the NIC (dma-buf) or the staging module's bounce (issue 18).
+ * remotely; a one-shot one is deregistered here once the command is done.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -31,12 +53,30 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "gpu/device.h"
+#include "mem/regcache.h"
 #include "nvmf/host/host.h"
 #include "nvmf/proto/rdma.h"
 
 #define SUB "nvmf-host"
+
+/* Which ways the NIC may reach device memory (nvmf.host.rdma_device_reg). */
+enum dev_reg { DREG_AUTO, DREG_DMABUF, DREG_PEER, DREG_OFF };
+
+/* The registration of a command's data: a cache reference, or its own MR. */
+struct data_reg {
+	struct gdx_reg *ref;
+	struct ibv_mr *mr;
+};
+
+/* A cache entry's payload: an allocation registered whole. */
+struct cached_mr {
+	struct ibv_mr *mr;
+	uint64_t buffer_id;	/* of the allocation it was made for */
+};
 
 struct nh_rdma {
 	struct rdma_event_channel *ch;
@@ -50,8 +90,20 @@ struct nh_rdma {
 	struct ibv_mr *rsp_mr;
 	struct gdx_nvme_sqe *cmds;	/* one per slot */
 	struct ibv_mr *cmd_mr;
-	struct ibv_mr **data_mr;	/* the data of the command in each slot, or NULL */
+	struct data_reg *data;		/* the data of the command in each slot */
+	uint8_t *inl;			/* I/O queues: INLINE_MAX bytes per slot, or NULL */
+	struct ibv_mr *inl_mr;
+	struct gdx_regcache *rc;	/* pinned and device allocations; NULL: all one-shot */
+	enum dev_reg dreg;
+	_Atomic bool dev_told;		/* the way device memory is reached was logged */
+	_Atomic bool dev_failed;	/* a registration of device memory failed, logged */
 };
+
+/*
+ * In-capsule data per write, at most: a page, what nvmet-rdma takes by
+ * default; larger writes are read by the controller.
+ */
+#define INLINE_MAX 4096u
 
 /* wr_id of sends: the slot index; receives: this bit and the buffer index. */
 #define WR_RECV (1ull << 32)
@@ -87,13 +139,33 @@ static int post_recv(struct nh_rdma *t, unsigned i)
 	return ibv_post_recv(t->id->qp, &wr, &bad) ? -EIO : 0;
 }
 
+static void cached_release(struct gdx_reg *g, void *arg)
+{
+	struct cached_mr *c = g->payload;
+
+	(void)arg;
+	ibv_dereg_mr(c->mr);
+	free(c);
+}
+
+static void data_put(struct nh_rdma *t, struct data_reg *d)
+{
+	if (d->ref)
+		gdx_regcache_put(t->rc, d->ref);
+	if (d->mr)
+		ibv_dereg_mr(d->mr);
+	*d = (struct data_reg){ 0 };
+}
+
 static void rdma_free(struct nh_rdma *t, unsigned depth)
 {
 	if (!t)
 		return;
-	for (unsigned i = 0; t->data_mr && i < depth; i++)
-		if (t->data_mr[i])
-			ibv_dereg_mr(t->data_mr[i]);
+	for (unsigned i = 0; t->data && i < depth; i++)
+		data_put(t, &t->data[i]);
+	/* its entries' MRs go before their PD */
+	if (t->rc)
+		gdx_regcache_destroy(t->rc);
 	if (t->id && t->id->qp)
 		rdma_destroy_qp(t->id);
 	if (t->cq)
@@ -104,6 +176,8 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 		ibv_dereg_mr(t->rsp_mr);
 	if (t->cmd_mr)
 		ibv_dereg_mr(t->cmd_mr);
+	if (t->inl_mr)
+		ibv_dereg_mr(t->inl_mr);
 	if (t->pd)
 		ibv_dealloc_pd(t->pd);
 	if (t->id)
@@ -114,7 +188,8 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 		close(t->killfd);
 	free(t->rsps);
 	free(t->cmds);
-	free(t->data_mr);
+	free(t->data);
+	free(t->inl);
 	free(t);
 }
 
@@ -167,11 +242,24 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 	t->cq = t->cc ? ibv_create_cq(t->id->verbs, (int)(3 * q->depth + 2), q, t->cc, 0) : NULL;
 	t->rsps = calloc(t->nrecv, sizeof(*t->rsps));
 	t->cmds = calloc(q->depth, sizeof(*t->cmds));
-	t->data_mr = calloc(q->depth, sizeof(*t->data_mr));
+	t->data = calloc(q->depth, sizeof(*t->data));
 	t->killfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (!t->cq || !t->rsps || !t->cmds || !t->data_mr || t->killfd < 0) {
+	if (!t->cq || !t->rsps || !t->cmds || !t->data || t->killfd < 0) {
 		rc = -ENOMEM;
 		goto fail;
+	}
+	if (gdx_cfg_bool("nvmf.host.rdma_regcache")) {
+		rc = gdx_regcache_create(NULL, cached_release, NULL, &t->rc);
+		if (rc)
+			goto fail;
+	}
+	{
+		static const char *const dreg[] = { "auto", "dmabuf", "peer", "off" };
+		const char *v = gdx_cfg_str("nvmf.host.rdma_device_reg");
+
+		for (unsigned i = 0; i < GDX_ARRAY_SIZE(dreg); i++)
+			if (!strcmp(v, dreg[i]))
+				t->dreg = (enum dev_reg)i;
 	}
 	fcntl(t->cc->fd, F_SETFL, fcntl(t->cc->fd, F_GETFL) | O_NONBLOCK);
 	fcntl(t->ch->fd, F_SETFL, fcntl(t->ch->fd, F_GETFL) | O_NONBLOCK);
@@ -181,11 +269,22 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 		rc = -errno;
 		goto fail;
 	}
+	/* the admin queue's writes (Connect's data among them) are few: they stay keyed */
+	if (q->qid) {
+		t->inl = aligned_alloc(INLINE_MAX, (size_t)q->depth * INLINE_MAX);
+		t->inl_mr = t->inl ? ibv_reg_mr(t->pd, t->inl, (size_t)q->depth * INLINE_MAX, 0)
+				   : NULL;
+		if (!t->inl_mr) {
+			rc = t->inl ? -errno : -ENOMEM;
+			goto fail;
+		}
+	}
 	qa.qp_type = IBV_QPT_RC;
 	qa.send_cq = qa.recv_cq = t->cq;
 	qa.cap.max_send_wr = 2 * q->depth + 1;
 	qa.cap.max_recv_wr = t->nrecv;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	qa.cap.max_send_sge = 2;	/* the SQE and in-capsule data */
+	qa.cap.max_recv_sge = 1;
 	if (rdma_create_qp(t->id, t->pd, &qa)) {
 		rc = -errno;
 		goto fail;
@@ -236,6 +335,155 @@ fail:
 }
 
 /*
+ * Registers device memory [p, p+len) with the NIC at iova p, trying each way
+ * nvmf.host.rdma_device_reg allows in turn: a dma-buf of it, then its
+ * peer-memory address.  NULL with why saying what each way answered.
+ */
+static struct ibv_mr *reg_device(struct nh_rdma *t, struct gdx_device *dev, void *p,
+				 size_t len, int acc, const char **how, char *why, size_t whylen)
+{
+	struct ibv_mr *mr;
+	int n = 0, rc;
+
+	if (t->dreg == DREG_OFF) {
+		snprintf(why, whylen, "nvmf.host.rdma_device_reg is off");
+		return NULL;
+	}
+	if (t->dreg != DREG_PEER) {
+		uint64_t off;
+		int fd;
+
+		rc = gdx_device_export_dmabuf(dev, p, len, &fd, &off);
+		if (rc) {
+			n = snprintf(why, whylen, "dma-buf: the device exports none: %s",
+				     gdx_strerror(rc));
+		} else {
+			mr = ibv_reg_dmabuf_mr(t->pd, off, len, (uintptr_t)p, fd, acc);
+			rc = mr ? 0 : errno ? -errno : -EOPNOTSUPP;
+			/* the MR holds its own reference to the buffer */
+			close(fd);
+			if (mr) {
+				*how = "a dma-buf";
+				return mr;
+			}
+			n = snprintf(why, whylen, "dma-buf: the NIC does not register it: %s",
+				     gdx_strerror(rc));
+		}
+	}
+	if (t->dreg != DREG_DMABUF) {
+		void *va;
+
+		rc = gdx_device_nic_addr(dev, p, len, &va);
+		if (!rc) {
+			mr = ibv_reg_mr_iova(t->pd, va, len, (uintptr_t)p, acc);
+			if (mr) {
+				*how = "peer memory";
+				return mr;
+			}
+			rc = errno ? -errno : -EOPNOTSUPP;
+		}
+		snprintf(why + n, whylen - (size_t)n, "%speer memory: %s", n ? "; " : "",
+			 gdx_strerror(rc));
+	}
+	return NULL;
+}
+
+/*
+ * Registers [p, p+len) of memory of kind a->kind; device memory through
+ * reg_device, which says how.  The error is logged here.
+ */
+static int reg(struct nh_queue *q, struct gdx_device *dev, const struct gdx_ptr_attrs *a,
+	       void *p, size_t len, int acc, struct ibv_mr **out)
+{
+	struct nh_rdma *t = q->rdma;
+	const char *how = NULL;
+	char why[200];
+	int err;
+
+	if (a->kind != GDX_MEM_DEVICE) {
+		*out = ibv_reg_mr(t->pd, p, len, acc);
+		if (*out)
+			return 0;
+		err = errno && errno != EIO ? -errno : -ENOMEM;
+		GDX_ERR(SUB, "queue %u: registering %zu bytes at %p for RDMA: %s%s", q->qid, len, p,
+			strerror(-err),
+			err == -ENOMEM ? " (RLIMIT_MEMLOCK, ulimit -l, bounds what can be pinned)" : "");
+		return err;
+	}
+	*out = reg_device(t, dev, p, len, acc, &how, why, sizeof(why));
+	if (*out) {
+		if (!atomic_exchange(&t->dev_told, true))
+			GDX_INFO(SUB, "queue %u: the NIC reaches device memory through %s: path direct",
+				 q->qid, how);
+		return 0;
+	}
+	/* the rest of an I/O fails the same way: said once per queue */
+	if (!atomic_exchange(&t->dev_failed, true))
+		GDX_ERR(SUB, "queue %u: the NIC cannot register device memory at %p (%s); %s",
+			q->qid, p, why,
+			q->ctrl->p.require_direct ? "require_direct is set"
+						  : "no bounce through host memory over RDMA yet");
+	return GDX_ENOTDIRECT;
+}
+
+/*
+ * The registration covering r's buffer: the cache's for a pinned or device
+ * allocation (registered whole on its first use, for either direction), a
+ * one-shot for plain host memory or where the cache cannot hold it.
+ */
+static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
+		    struct ibv_mr **mr)
+{
+	struct nh_rdma *t = q->rdma;
+	const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	struct gdx_ptr_attrs a;
+	struct gdx_device *dev = gdx_device_of_ptr(r->buf, &a);
+	struct cached_mr *c;
+	struct gdx_reg *g;
+	int rc;
+
+	if (!dev)
+		a.kind = GDX_MEM_HOST;
+	if (t->rc && a.kind != GDX_MEM_HOST && a.base && a.size) {
+		if (!gdx_regcache_lookup(t->rc, r->buf, r->len, &g)) {
+			c = g->payload;
+			if (c->buffer_id == a.buffer_id) {
+				d->ref = g;
+				*mr = c->mr;
+				return 0;
+			}
+			/* freed behind gdx's back and allocated again at the address */
+			gdx_regcache_remove(t->rc, (void *)g->start);
+			gdx_regcache_put(t->rc, g);
+		}
+		c = malloc(sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		c->buffer_id = a.buffer_id;
+		rc = reg(q, dev, &a, a.base, a.size, all, &c->mr);
+		if (rc) {
+			free(c);
+			return rc;
+		}
+		rc = gdx_regcache_insert(t->rc, a.base, a.size, c, &g);
+		if (!rc) {
+			d->ref = g;
+			*mr = c->mr;
+			return 0;
+		}
+		/* another sender cached it first, or it overlaps an older entry: one-shot */
+		ibv_dereg_mr(c->mr);
+		free(c);
+	}
+	rc = reg(q, dev, &a, r->buf, r->len,
+		 r->write ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+		 &d->mr);
+	if (!rc)
+		*mr = d->mr;
+	return rc;
+}
+
+/*
  * 0; -EIO when the send cannot be posted (the queue must end); another
  * negative code when r's buffer cannot be registered (r fails, the queue
  * goes on).
@@ -245,40 +493,50 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 {
 	struct nh_rdma *t = q->rdma;
 	struct gdx_nvme_sqe *c = &t->cmds[idx];
-	struct ibv_sge sge = { (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey };
-	struct ibv_send_wr wr = { .wr_id = idx, .sg_list = &sge, .num_sge = 1,
+	struct ibv_sge sge[2] = { { (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey } };
+	struct ibv_send_wr wr = { .wr_id = idx, .sg_list = sge, .num_sge = 1,
 				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct data_reg *d = &t->data[idx];
 	struct ibv_mr *mr = NULL;
+	size_t len;
+	int rc, cnt;
 
 	*c = *sqe;
 	c->flags = GDX_NVME_FLAGS_PSDT_SGL;
-	if (r->len) {
-		if (r->len > GDX_RDMA_KEYED_MAX_LEN)
-			return -EMSGSIZE;
-		mr = ibv_reg_mr(t->pd, r->buf, r->len,
-				r->write ? IBV_ACCESS_REMOTE_READ :
-					   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-		if (!mr) {
-			int err = errno && errno != EIO ? -errno : -ENOMEM;
-
-			GDX_ERR(SUB, "queue %u: registering %zu bytes at %p for RDMA: %s%s", q->qid,
-				r->len, r->buf, strerror(-err),
-				err == -ENOMEM ? " (RLIMIT_MEMLOCK, ulimit -l, bounds what can be pinned)"
-					       : "");
-			return err;
-		}
-		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
-	} else {
+	if (!r->len) {
 		gdx_rdma_sgl_keyed(&c->dptr, 0, 0, 0, false);
+	} else if (r->len > GDX_RDMA_KEYED_MAX_LEN) {
+		return -EMSGSIZE;
+	} else if (t->inl && r->write && c->opc != GDX_NVME_OPC_FABRICS &&
+		   r->len <= GDX_MIN(q->inline_max, INLINE_MAX)) {
+		uint8_t *page = t->inl + (size_t)idx * INLINE_MAX;
+
+		if (r->mem == NH_MEM_DEVICE) {
+			/* the NIC gathers it: the CPU does not read device memory */
+			rc = data_get(q, r, d, &mr);
+			if (rc)
+				return rc;
+			sge[1] = (struct ibv_sge){ (uintptr_t)r->buf, (uint32_t)r->len, mr->lkey };
+		} else {
+			memcpy(page, r->buf, r->len);
+			sge[1] = (struct ibv_sge){ (uintptr_t)page, (uint32_t)r->len, t->inl_mr->lkey };
+		}
+		wr.num_sge = 2;
+		gdx_rdma_sgl_inline(&c->dptr, (uint32_t)r->len);
+	} else {
+		rc = data_get(q, r, d, &mr);
+		if (rc)
+			return rc;
+		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
 	}
-	t->data_mr[idx] = mr;
+	/* read before the post: once posted, r may complete and be gone */
+	cnt = r->write ? NH_CNT_OUT : NH_CNT_IN;
+	len = r->len;
 	if (ibv_post_send(t->id->qp, &wr, &bad)) {
-		t->data_mr[idx] = NULL;
-		if (mr)
-			ibv_dereg_mr(mr);
+		data_put(t, d);
 		return -EIO;
 	}
-	gdx_counter_add(&q->cnt[r->write ? NH_CNT_OUT : NH_CNT_IN], r->len);
+	gdx_counter_add(&q->cnt[cnt], len);
 	return 0;
 }
 
@@ -286,10 +544,8 @@ void nh_rdma_slot_done(struct nh_queue *q, unsigned idx)
 {
 	struct nh_rdma *t = q->rdma;
 
-	if (t && t->data_mr[idx]) {
-		ibv_dereg_mr(t->data_mr[idx]);
-		t->data_mr[idx] = NULL;
-	}
+	if (t)
+		data_put(t, &t->data[idx]);
 }
 
 void nh_rdma_kill(struct nh_queue *q)
