@@ -56,6 +56,8 @@ void nvmf_tgt_fini(struct nvmf_tgt *t)
 		free(s);
 	}
 	t->nsubsys = 0;
+	for (unsigned i = 0; i < t->nports; i++)
+		gdx_tls_wipe(&t->ports[i].tls_key, sizeof(t->ports[i].tls_key));
 	pthread_mutex_destroy(&t->lock);
 }
 
