@@ -31,6 +31,12 @@ check "gdx host reads into device memory over TLS" \
 check "  same bytes" cmp a.src a.dev
 check "a clear gdx host is refused" refused "reset by peer" $G nvmf id-ctrl "${A[@]}"
 check "a wrong key is refused" refused "Key was rejected" $G nvmf id-ctrl "${A[@]}" --tls --tls-key "$BAD"
+# a host holding the key for one host NQN may not connect as another (user-space TLS)
+psk=($($T psk "$KEY" 0 $GHOST $NQN))
+st=$(python3 /share/tls_connect.py 4420 "${psk[*]:0:3}" "${psk[3]}" $GHOST $NQN 2>&1)
+check "raw TLS host: Connect as its identity's host succeeds ($st)" test "$st" = 0
+st=$(python3 /share/tls_connect.py 4420 "${psk[*]:0:3}" "${psk[3]}" nqn.2024-01.io.gdx:other $NQN 2>&1)
+check "raw TLS host: Connect as another host is refused, Connect Invalid Host ($st)" test "$st" = 184
 
 # ---- the kernel host -> the gdx target ----------------------------------------------------
 out=$(nvme check-tls-key --hostnqn="$KHOST" --subsysnqn=$NQN --keydata="$KEY" --insert 2>&1)
