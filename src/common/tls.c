@@ -310,8 +310,13 @@ static int find_psk(SSL *ssl, const unsigned char *id, size_t idlen, SSL_SESSION
 	struct gdx_tls_hs *hs = SSL_get_app_data(ssl);
 
 	*sess = NULL;
-	if (idlen >= sizeof(hs->psk.identity) || memchr(id, 0, idlen)) {
+	/* identities are NQNs and base64: printable ASCII, safe to log */
+	for (size_t i = 0; i < idlen; i++)
+		if (id[i] < 0x20 || id[i] > 0x7e)
+			idlen = sizeof(hs->psk.identity);
+	if (idlen >= sizeof(hs->psk.identity)) {
 		hs->refused = true;
+		snprintf(hs->psk.identity, sizeof(hs->psk.identity), "(not printable or too long)");
 		return 1;
 	}
 	memcpy(hs->psk.identity, id, idlen);
@@ -524,12 +529,13 @@ int gdx_tls_step(struct gdx_tls_hs *hs, short *events)
 	}
 	e = ERR_peek_error();
 	ERR_error_string_n(e, why, sizeof(why));
+	/* info, not warn: a peer can make as many as it likes; the caller reports the failure */
 	if (hs->refused) {
-		GDX_WARN("tls", "fd %d: no PSK for identity '%s'", hs->fd, hs->psk.identity);
+		GDX_INFO("tls", "fd %d: no PSK for identity %s", hs->fd, hs->psk.identity);
 		return -EKEYREJECTED;
 	}
 	if (err == SSL_ERROR_SSL) {
-		GDX_WARN("tls", "fd %d: handshake failed: %s", hs->fd, why);
+		GDX_INFO("tls", "fd %d: handshake failed: %s", hs->fd, why);
 		return -EKEYREJECTED;
 	}
 	GDX_INFO("tls", "fd %d: peer closed during the handshake", hs->fd);

@@ -37,6 +37,9 @@ st=$(python3 /share/tls_connect.py 4420 "${psk[*]:0:3}" "${psk[3]}" $GHOST $NQN 
 check "raw TLS host: Connect as its identity's host succeeds ($st)" test "$st" = 0
 st=$(python3 /share/tls_connect.py 4420 "${psk[*]:0:3}" "${psk[3]}" nqn.2024-01.io.gdx:other $NQN 2>&1)
 check "raw TLS host: Connect as another host is refused, Connect Invalid Host ($st)" test "$st" = 184
+st=$(python3 /share/tls_connect.py 4420 $'NVMe0R01 \e[31mred' "${psk[3]}" $GHOST $NQN 2>&1 | tail -1)
+check "raw TLS host: an identity with control characters is refused, not logged" \
+  grep -q 'no PSK for identity (not printable or too long)' /tmp/target.log
 
 # ---- the kernel host -> the gdx target ----------------------------------------------------
 out=$(nvme check-tls-key --hostnqn="$KHOST" --subsysnqn=$NQN --keydata="$KEY" --insert 2>&1)
