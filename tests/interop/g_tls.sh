@@ -52,6 +52,12 @@ got=$(keyctl session - sh -c "keyctl link $kr @s && keyctl pipe $serial" | od -A
 echo "  key $serial: $(keyctl describe $serial)"
 check "nvme-cli's v0 TLS PSK is gdx's" test -n "$want" -a "$got" = "$want"
 check "a clear kernel connect is refused" bash -c '! nvme connect -t tcp -a 127.0.0.1 -s 4420 -n '$NQN
+DNQN=nqn.2014-08.org.nvmexpress.discovery
+nvme check-tls-key --hostnqn="$KHOST" --subsysnqn=$DNQN --keydata="$KEY" --insert >/dev/null
+out=$(nvme discover -t tcp -a 127.0.0.1 -s 4420 --tls 2>&1); echo "$out" | grep -E 'subnqn|treq|sectype' | sed 's/^/  /'
+check "kernel discover --tls lists $NQN" grep -q "subnqn: *$NQN" <<<"$out"
+check "  with TREQ required and SECTYPE TLS 1.3" \
+  bash -c 'grep -q "treq: *required" <<<"$1" && grep -q "sectype: *tls13" <<<"$1"' _ "$out"
 check "kernel connect --tls (v0 identity from the keyring)" \
   nvme connect -t tcp -a 127.0.0.1 -s 4420 -n $NQN --tls
 if check "namespace appears" wait_dev /dev/nvme0n1; then
