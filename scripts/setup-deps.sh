@@ -5,8 +5,7 @@ set -euo pipefail
 
 pkgs=(
   gcc meson ninja-build pkg-config
-  liburing-dev libibverbs-dev librdmacm-dev libjson-c-dev libnuma-dev libisal-dev libcmocka-dev
-  libssl-dev
+  liburing-dev libibverbs-dev librdmacm-dev libjson-c-dev libnuma-dev libisal-dev libcmocka-dev libssl-dev
   rdma-core ibverbs-utils
   clang libclang-rt-14-dev
   python3 python3-dev python3-venv util-linux e2fsprogs man-db

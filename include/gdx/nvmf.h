@@ -84,6 +84,22 @@ GDX_API int gdx_nvmf_target_add_subsys(struct gdx_nvmf_target *t, const char *nq
 				       int allow_any_host);
 GDX_API int gdx_nvmf_target_allow_host(struct gdx_nvmf_target *t, const char *nqn,
 				       const char *hostnqn);
+/*
+ * DH-HMAC-CHAP in-band authentication of host hostnqn on every subsystem
+ * but discovery (docs/security.md), as configfs's hosts/NQN/dhchap_*: key,
+ * the host's secret ("DHHC-1:hh:<base64>:", as `nvme gen-dhchap-key` writes
+ * it), which the host must prove it holds before any queue serves it;
+ * ctrl_key, the controller's, which lets the host ask the controller to
+ * prove itself (NULL: unidirectional only); hashes, the HMAC hashes allowed
+ * in the order preferred ("hmac(sha256),hmac(sha384)", NULL: sha256, sha384,
+ * sha512); dhgroups, the groups likewise ("null,ffdhe2048", NULL: null, then
+ * ffdhe2048 ... ffdhe8192).  Applies to controllers created after it;
+ * replaces an earlier setting of the host.  -EINVAL for a malformed secret
+ * or list (the secret is not logged).
+ */
+GDX_API int gdx_nvmf_target_set_host_auth(struct gdx_nvmf_target *t, const char *hostnqn,
+					  const char *key, const char *ctrl_key,
+					  const char *hashes, const char *dhgroups);
 /* Adds namespace nsid (0: the next free one) backed by spec; block_size 512 or 4096. */
 GDX_API int gdx_nvmf_target_add_ns(struct gdx_nvmf_target *t, const char *nqn, uint32_t nsid,
 				   const char *spec, uint32_t block_size);
@@ -189,6 +205,15 @@ struct gdx_nvmf_host_opts {
 	 * over RDMA is not served yet (-EOPNOTSUPP).
 	 */
 	const char *transport;
+	/*
+	 * DH-HMAC-CHAP in-band authentication (docs/security.md): the host's
+	 * secret, "DHHC-1:hh:<base64>:" as `nvme gen-dhchap-key` writes it, used
+	 * when the controller asks for authentication; and the controller's, to
+	 * make the controller prove itself too (bidirectional; needs the host's).
+	 * Copied at connect; NULL: none.
+	 */
+	const char *dhchap_secret;
+	const char *dhchap_ctrl_secret;
 	/*
 	 * TLS 1.3 (the NVMe/TCP secure channel) with a PSK derived from tls_key: a
 	 * configured PSK in the interchange format ("NVMeTLSkey-1:01:...:", as

@@ -93,16 +93,18 @@ static PyObject *nvmf_discover(PyObject *m, PyObject *args, PyObject *kw)
 
 static PyObject *host_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "addr", "port", "nqn", "driver", "hostnqn", "transport", NULL };
+	static char *kwlist[] = { "addr", "port", "nqn", "driver", "hostnqn", "transport",
+				  "dhchap_secret", "dhchap_ctrl_secret", NULL };
 	const char *addr, *nqn, *hostnqn = NULL, *svc, *transport = NULL;
+	const char *secret = NULL, *ctrl_secret = NULL;
 	PyObject *port, *driver = Py_None;
 	struct gdx_nvmf_host_opts o;
 	struct gdxpy_nvmf_host *self;
 	char pbuf[16];
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sOs|Ozz:NvmfHost", kwlist, &addr, &port, &nqn,
-					 &driver, &hostnqn, &transport))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sOs|Ozzzz:NvmfHost", kwlist, &addr, &port,
+					 &nqn, &driver, &hostnqn, &transport, &secret, &ctrl_secret))
 		return NULL;
 	if (driver != Py_None && !PyObject_TypeCheck(driver, gdxpy_driver_type)) {
 		PyErr_SetString(PyExc_TypeError, "driver must be a gdx.Driver or None");
@@ -120,6 +122,9 @@ static PyObject *host_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 	}
 	self->last_path = "none";
 	host_opts(&o, self->driver, hostnqn, transport);
+	/* the library parses and keeps its own copy; Python's strings are Python's */
+	o.dhchap_secret = secret;
+	o.dhchap_ctrl_secret = ctrl_secret;
 	Py_BEGIN_ALLOW_THREADS
 	ret = gdx_nvmf_connect(addr, svc, nqn, &o, &self->c);
 	Py_END_ALLOW_THREADS

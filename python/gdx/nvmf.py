@@ -36,12 +36,17 @@ class Host:
     the device whose memory transfers go to (see gdx.driver()); None for host
     memory only.
     hostnqn: None for /etc/nvme/hostnqn, else one made from the host ID.
+    dhchap_secret: the DH-HMAC-CHAP secret ("DHHC-1:hh:<base64>:", as `nvme
+    gen-dhchap-key` writes it) to answer a controller that asks for
+    authentication; dhchap_ctrl_secret: the controller's, which it must then
+    prove it holds (bidirectional).  A refusal raises PermissionError.
     """
 
-    def __init__(self, addr, port, nqn, transport="tcp", *, device=None, hostnqn=None):
+    def __init__(self, addr, port, nqn, transport="tcp", *, device=None, hostnqn=None,
+                 dhchap_secret=None, dhchap_ctrl_secret=None):
         self._h = _gdx.NvmfHost(addr, port, nqn,
                                 None if device is None else _driver(device), hostnqn,
-                                _transport(transport))
+                                _transport(transport), dhchap_secret, dhchap_ctrl_secret)
 
     def read_into(self, buf, offset=0, size=None, *, nsid=1):
         """Reads size bytes (default: all of buf) at byte offset of namespace nsid."""

@@ -100,3 +100,42 @@ def test_errors(target):
             h.read_into(bytearray(4096), nsid=7)
         with pytest.raises(ValueError, match="device memory"):
             h.read_into(gdx.driver().alloc(4096))
+
+
+AUTH_NQN = "nqn.2026-12.io.gdx:pytest-auth"
+AUTH_HOST = "nqn.2014-08.org.nvmexpress:uuid:51d2a0f4-0e3b-4c8a-9d7e-1f2a3b4c5d6e"
+KEY = "DHHC-1:01:3ju8QJG7RJmn4XfbBT8bWRGDQ1k/wnPNutMfaYVfhpXjMm6V:"
+CTRL_KEY = "DHHC-1:00:Bm3372cHbvuR5Wh/wsgy5yJMcg0Wt1SJcHFrUQ4S6Nd366lv:"
+
+
+def test_dhchap(tmp_path):
+    """Host(dhchap_secret=, dhchap_ctrl_secret=) against a target that requires them."""
+    cli = os.environ.get("GDX_CLI")
+    if not cli or not os.access(cli, os.X_OK):
+        pytest.skip("no gdx tool ($GDX_CLI) to serve a target")
+    port = free_port()
+    log = tmp_path / "target.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([cli, "nvmf", "target", "-l", "127.0.0.1:%d" % port,
+                                 "-n", AUTH_NQN, "-N", "ram:1M", "-H", AUTH_HOST,
+                                 "--dhchap-key", KEY, "--dhchap-ctrl-key", CTRL_KEY],
+                                stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 20
+        while "target: ready" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("the target did not start: " + log.read_text())
+            time.sleep(0.05)
+        with gdx.nvmf.Host("127.0.0.1", port, AUTH_NQN, hostnqn=AUTH_HOST,
+                           dhchap_secret=KEY, dhchap_ctrl_secret=CTRL_KEY) as h:
+            h.write_from(bytearray(b"\x5a" * 4096))
+            back = bytearray(4096)
+            h.read_into(back)
+            assert back == bytearray(b"\x5a" * 4096)
+        with pytest.raises(PermissionError):
+            gdx.nvmf.Host("127.0.0.1", port, AUTH_NQN, hostnqn=AUTH_HOST, dhchap_secret=CTRL_KEY)
+        with pytest.raises(PermissionError):
+            gdx.nvmf.Host("127.0.0.1", port, AUTH_NQN, hostnqn=AUTH_HOST)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -234,6 +234,11 @@ static struct knob knobs[] = {
 	     "(on a TLS port: finished its TLS handshake too) this long after it was accepted "
 	     "is closed (checked once a second)",
 	     .min = 1, .max = 3600000),
+	KNOB("nvmf.target.auth_timeout_ms", K_INT, "30000",
+	     "NVMe-oF target: a queue that requires DH-HMAC-CHAP has this long for each "
+	     "authentication transaction (from its Connect, or from a Negotiate); past it the "
+	     "controller is failed and its connections closed (checked once a second)",
+	     .min = 100, .max = 3600000),
 	KNOB("nvmf.target.conn_buf_max", K_SIZE, "32M",
 	     "NVMe/TCP target: request buffers (file namespaces' data, in-capsule and R2T "
 	     "data) one connection may hold; beyond it its reads and R2T writes wait until the "
@@ -248,6 +253,11 @@ static struct knob knobs[] = {
 	     "or with an R2T whose data has not come, for this long is closed, keep-alive or "
 	     "not (checked once a second)",
 	     .min = 1, .max = 3600000),
+	KNOB("nvmf.target.splice", K_ENUM, "auto",
+	     "NVMe/TCP target: reads of 64 KiB and more from RAM namespaces leave by vmsplice + "
+	     "splice (no copy on the way out): auto for hosts on other machines (a host on this "
+	     "one copies the bytes in anyway, and the page references cost more), on, off",
+	     .choices = "auto|on|off"),
 	KNOB("nvmf.host.post_first", K_BOOL, "1",
 	     "NVMe/TCP host: with a done word, a received piece's H2D copy is posted before the "
 	     "device reads held so far complete (their callbacks then cannot delay it)"),

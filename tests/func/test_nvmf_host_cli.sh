@@ -8,7 +8,8 @@ set -u
 gdx=$(realpath "${1:?usage: test_nvmf_host_cli.sh path/to/gdx}") || exit 1
 tmp=$(mktemp -d)
 tpid=
-trap '[ -n "$tpid" ] && kill $tpid 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+apid=
+trap '[ -n "$tpid" ] && kill $tpid 2>/dev/null; [ -n "$apid" ] && kill $apid 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 NQN=nqn.2026-11.io.gdx:cli
@@ -70,6 +71,49 @@ run 1 read "${A[@]}" -o 100 -l 4k
 run 1 read "${A[@]}" -o 16M -l 4k
 run 1 read "${A[@]}" -N 9 -l 4k
 run 1 id-ctrl -a 127.0.0.1 -s "$port" -n nqn.2026-11.io.gdx:nope
+
+# DH-HMAC-CHAP: a second target whose host must authenticate (keys from files, as
+# nvme gen-dhchap-key prints them), bidirectionally; the wrong secret, none, and a
+# secret on the command line; the secrets never reach a log.
+HOST=nqn.2014-08.org.nvmexpress:uuid:7b9e0a11-2c44-4d0e-9f3a-6a5b4c3d2e1f
+echo "DHHC-1:01:3ju8QJG7RJmn4XfbBT8bWRGDQ1k/wnPNutMfaYVfhpXjMm6V:" >"$tmp/key"
+echo "DHHC-1:00:Bm3372cHbvuR5Wh/wsgy5yJMcg0Wt1SJcHFrUQ4S6Nd366lv:" >"$tmp/ckey"
+WRONG="DHHC-1:00:JhRWoIisahVYgkI7glpgSCkP/9/09tWHtEju1IuRE0UISPaN:"
+timeout 10 "$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N null:1G --dhchap-key "$tmp/key" \
+	>/dev/null 2>&1
+[ $? = 2 ] || fail "target --dhchap-key without --allow-host should be 2"
+timeout 10 "$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N null:1G -H $HOST --dhchap-key "$tmp/key" \
+	--dhchap-hash md5 >/dev/null 2>&1
+[ $? = 2 ] || fail "target --dhchap-hash md5 should be 2"
+"$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N ram:1M -H $HOST --dhchap-key "$tmp/key" \
+	--dhchap-ctrl-key "$tmp/ckey" --dhchap-dhgroup ffdhe2048 -v >"$tmp/auth.log" 2>&1 &
+apid=$!
+for i in $(seq 200); do grep -q 'target: ready' "$tmp/auth.log" && break; sleep 0.05; done
+aport=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$tmp/auth.log" | head -1 | cut -d: -f2)
+if [ -z "$aport" ]; then
+	fail "the authenticating target did not start: $(cat "$tmp/auth.log")"
+else
+	B=(-a 127.0.0.1 -s "$aport" -n $NQN -q $HOST)
+	run 0 id-ctrl "${B[@]}" -S "$tmp/key" --json
+	run 0 write "${B[@]}" -l 4k --from pattern:3 -S "$tmp/key" --dhchap-ctrl-secret "$tmp/ckey"
+	run 0 read "${B[@]}" -l 4k --dhchap-secret "$(cat "$tmp/key")" -C "$tmp/ckey"
+	run 1 id-ctrl "${B[@]}" -S "$WRONG"
+	grep -q 'authentication failed: check -S/-C' "$tmp/err" || fail "no hint: $(cat "$tmp/err")"
+	run 1 id-ctrl "${B[@]}"
+	run 1 id-ctrl "${B[@]}" -S "$tmp/key" -C "$WRONG"
+	run 2 id-ctrl "${B[@]}" -S "$tmp/nonexistent"
+	# malformed: refused by the library before anything is sent
+	run 1 id-ctrl "${B[@]}" -S "DHHC-1:01:short"
+	grep -q 'secret is not DHHC-1' "$tmp/err" || fail "a malformed secret: $(cat "$tmp/err")"
+	echo "$WRONG" | cut -c1-20 >"$tmp/badkey"
+	run 1 id-ctrl "${B[@]}" -S "$tmp/badkey"
+	kill $apid
+	wait $apid 2>/dev/null
+	for k in "$(cut -d: -f3 "$tmp/key")" "$(cut -d: -f3 "$tmp/ckey")" "$(cut -d: -f3 <<<"$WRONG")"; do
+		! grep -qF "$k" "$tmp/auth.log" "$tmp/err" || fail "a secret reached a log"
+	done
+	grep -q 'authentication failed' "$tmp/auth.log" || fail "the target logged no refusal"
+fi
 
 # The benchmark end to end into device memory, pricing the device calls first
 # (tiny durations: the figures are not checked, the lines are).

@@ -405,6 +405,19 @@ static void dread_check(struct dstate *st, struct gdx_device *dev, const uint8_t
 	assert_memory_equal(a, b, n);
 }
 
+/* A counter of the controller itself (before its queues). */
+static uint64_t ctrl_counter(struct gdx_nvmf_ctrl *c, const char *name)
+{
+	char buf[16384], key[64];
+	const char *p;
+
+	assert_true(gdx_nvmf_ctrl_stats_json(c, buf, sizeof(buf)) > 0);
+	snprintf(key, sizeof(key), "\"%s\": ", name);
+	p = strstr(buf, key);
+	assert_non_null(p);
+	return strtoull(p + strlen(key), NULL, 10);
+}
+
 /* Many device reads in flight: completions are held until their copies land. */
 static void device_depth(void **state)
 {
@@ -429,6 +442,8 @@ static void device_depth(void **state)
 	assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
 	st.dbase = d;
 	dread_check(&st, dev, a, b, n);
+	/* the device named at connect had its staging set up then */
+	assert_int_equal(ctrl_counter(st.c, "stage_late_opens"), 0);
 	gdx_nvmf_disconnect(st.c);
 	gdx_config_reset();
 	gdx_device_free(dev, d);
@@ -886,6 +901,8 @@ static void device_setup_off_receivers(void **state)
 	dev_watch_start(dev, watch_rx);
 	chain_run(&ch, host);
 	assert_int_equal(ch.nfail, 0);
+	/* a device not named at connect: staging set up once, at the first device read */
+	assert_int_equal(ctrl_counter(ch.c, "stage_late_opens"), 1);
 	assert_int_equal(gdx_memcpy(dev, b, ch.d, n), 0);
 	assert_memory_equal(a, b, n);
 	gdx_nvmf_disconnect(ch.c);

@@ -98,3 +98,34 @@ int arg_usage_error(const char *prog)
 	fprintf(stderr, "Try '%s --help'.\n", prog);
 	return 2;
 }
+
+int arg_secret(const char *prog, const char *opt, const char *s, char *out, size_t n)
+{
+	FILE *f;
+	size_t len;
+
+	if (!strncmp(s, "DHHC-1:", 7)) {
+		if (strlen(s) >= n)
+			goto bad;
+		snprintf(out, n, "%s", s);
+		return 0;
+	}
+	f = fopen(s, "re");
+	if (!f) {
+		fprintf(stderr, "%s: %s '%s': %s (want DHHC-1:hh:<base64>: or a file holding it)\n",
+			prog, opt, s, strerror(errno));
+		return -1;
+	}
+	len = fread(out, 1, n - 1, f);
+	fclose(f);
+	out[len] = 0;
+	out[strcspn(out, " \t\r\n")] = 0;
+	if (!strncmp(out, "DHHC-1:", 7) && len < n - 1)
+		return 0;
+	memset(out, 0, n);
+	s = "the file";
+bad:
+	fprintf(stderr, "%s: %s: %s does not hold a secret as nvme gen-dhchap-key writes it "
+		"(DHHC-1:hh:<base64>:)\n", prog, opt, s == out ? "the value" : s);
+	return -1;
+}

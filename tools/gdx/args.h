@@ -2,6 +2,7 @@
 #ifndef GDX_TOOL_ARGS_H
 #define GDX_TOOL_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -22,6 +23,13 @@ int arg_secs(const char *prog, const char *opt, const char *s, double max, doubl
 int arg_choice(const char *prog, const char *opt, const char *s, const char *choices);
 /* "gpu:N": N. */
 int arg_gpu(const char *prog, const char *opt, const char *s, int *ordinal);
+/*
+ * A DH-HMAC-CHAP secret: the value itself when it starts "DHHC-1:", else the
+ * name of a file holding it (as `nvme gen-dhchap-key` prints it), which
+ * keeps it off the command line.  Into out (n bytes); the secret is never
+ * printed, only the option and the file.
+ */
+int arg_secret(const char *prog, const char *opt, const char *s, char *out, size_t n);
 /* After a usage error: the pointer to --help; returns the exit code, 2. */
 int arg_usage_error(const char *prog);
 

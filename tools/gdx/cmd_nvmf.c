@@ -20,6 +20,7 @@
 #include <gdx/gdx.h>
 #include <gdx/nvmf.h>
 
+#include "args.h"
 #include "cmd.h"
 #include "common/util.h"
 #include "nvmf_host.h"
@@ -40,6 +41,16 @@ static void target_usage(FILE *f)
 		"  -N, --ns SPEC[,bs=N]   namespace: file, block device, ram:SIZE, null:SIZE;\n"
 		"                         bs 512 (default) or 4096\n"
 		"  -H, --allow-host NQN   admit only the named hosts (default: any host)\n"
+		"      --dhchap-key SECRET\n"
+		"                         every --allow-host host must prove it holds SECRET\n"
+		"                         (DH-HMAC-CHAP; DHHC-1:... or a file holding it)\n"
+		"      --dhchap-ctrl-key SECRET\n"
+		"                         the controller's: a host may ask it to prove itself\n"
+		"      --dhchap-hash LIST allowed hashes, preferred first (default\n"
+		"                         hmac(sha256),hmac(sha384),hmac(sha512))\n"
+		"      --dhchap-dhgroup LIST\n"
+		"                         allowed groups, preferred first (default null,\n"
+		"                         ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192)\n"
 		"  -r, --reactors N       reactor threads (default 1, at most 256)\n"
 		"      --inline BYTES     in-capsule data on I/O queues (default 16384)\n"
 		"      --poll-us US       poll instead of sleeping, adaptively, up to US\n"
@@ -328,8 +339,15 @@ static int cmd_target(int argc, char **argv)
 		{ "tls", required_argument, NULL, 'T' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "dhchap-key", required_argument, NULL, 'K' },
+		{ "dhchap-ctrl-key", required_argument, NULL, 'k' },
+		{ "dhchap-hash", required_argument, NULL, 'A' },
+		{ "dhchap-dhgroup", required_argument, NULL, 'G' },
 		{ 0 },
 	};
+	/* DH-HMAC-CHAP of the --allow-host hosts */
+	char key[128] = "", ctrl_key[128] = "";
+	const char *hashes = NULL, *dhgroups = NULL;
 	struct gdx_nvmf_target_opts o;
 	struct gdx_nvmf_target *t = NULL;
 	struct listen_arg listens[16], metrics;
@@ -438,6 +456,19 @@ static int cmd_target(int argc, char **argv)
 		case 'v':
 			gdx_log_set_level(GDX_LOG_DEBUG);
 			break;
+		case 'K':
+		case 'k':
+			if (arg_secret("gdx nvmf target", c == 'K' ? "--dhchap-key" :
+				       "--dhchap-ctrl-key", optarg, c == 'K' ? key : ctrl_key,
+				       sizeof(key)))
+				return 2;
+			break;
+		case 'A':
+			hashes = optarg;
+			break;
+		case 'G':
+			dhgroups = optarg;
+			break;
 		case 'h':
 			target_usage(stdout);
 			return 0;
@@ -454,6 +485,22 @@ static int cmd_target(int argc, char **argv)
 	if (optind != argc) {
 		fprintf(stderr, "gdx nvmf target: unexpected argument '%s'\n", argv[optind]);
 		return 2;
+	}
+	if ((*ctrl_key || hashes || dhgroups) && !*key) {
+		fprintf(stderr, "gdx nvmf target: --dhchap-ctrl-key, --dhchap-hash and "
+			"--dhchap-dhgroup go with --dhchap-key\n");
+		return 2;
+	}
+	if (*key) {
+		bool any = false;
+
+		for (unsigned i = 0; i < nargs; i++)
+			any |= args[i].kind == 'H';
+		if (!any) {
+			fprintf(stderr, "gdx nvmf target: --dhchap-key applies to the --allow-host "
+				"hosts: name at least one\n");
+			return 2;
+		}
 	}
 	if (!config && !nlisten) {
 		fprintf(stderr, "gdx nvmf target: needs --config FILE or --listen ADDR:PORT\n");
@@ -488,6 +535,16 @@ static int cmd_target(int argc, char **argv)
 		uint32_t bs;
 
 		if (args[i].kind == 'H') {
+			ret = *key ? gdx_nvmf_target_set_host_auth(t, args[i].val, key,
+								   *ctrl_key ? ctrl_key : NULL,
+								   hashes, dhgroups) : 0;
+			if (ret) {
+				fprintf(stderr, "gdx nvmf target: --allow-host '%s': its "
+					"DH-HMAC-CHAP settings: %s\n", args[i].val,
+					gdx_strerror(ret));
+				rc = 2;
+				goto out;
+			}
 			ret = gdx_nvmf_target_allow_host(t, args[i].nqn, args[i].val);
 			if (ret) {
 				fprintf(stderr, "gdx nvmf target: --allow-host '%s' on %s: %s\n",
@@ -527,6 +584,8 @@ static int cmd_target(int argc, char **argv)
 	rc = run_target(t, stats, interval, control, want_metrics ? &metrics : NULL);
 out:
 	gdx_nvmf_target_destroy(t);
+	explicit_bzero(key, sizeof(key));
+	explicit_bzero(ctrl_key, sizeof(ctrl_key));
 	return rc;
 }
 

@@ -29,6 +29,7 @@
 #include "common/config.h"
 #include "common/crc32c.h"
 #include "common/util.h"
+#include "args.h"
 #include "cmd.h"
 #include "nvmf_host.h"
 #include "progress.h"
@@ -73,6 +74,10 @@ static const struct hopt hopts[] = {
 	{ "mem", 'm', "KIND", C_RW, "memory the data lands in / leaves from: host, pinned, gpu:N" },
 	{ "queues", O_QUEUES, "N", C_CONN, "I/O queues" },
 	{ "depth", O_DEPTH, "N", C_CONN, "entries per queue" },
+	{ "dhchap-secret", 'S', "SECRET", C_CONN,
+	  "DH-HMAC-CHAP secret, DHHC-1:..., or a file holding it" },
+	{ "dhchap-ctrl-secret", 'C', "SECRET", C_CONN,
+	  "the controller's secret: it must prove it holds it too" },
 	{ "hdr-digest", O_HDGST, NULL, C_ALL, "CRC32C header digests" },
 	{ "data-digest", O_DDGST, NULL, C_ALL, "CRC32C data digests" },
 	{ "tls", O_TLS, NULL, C_ALL, "TLS 1.3 with the PSK of --tls-key (kernel TLS)" },
@@ -104,6 +109,7 @@ struct hopts {
 	const char *file;	/* --to / --from */
 	const char *mem;	/* host | pinned | gpu:N */
 	bool json, quiet, tls;
+	char secret[128], ctrl_secret[128];	/* --dhchap-secret, --dhchap-ctrl-secret */
 	struct gdx_nvmf_host_opts o;
 };
 
@@ -214,6 +220,17 @@ static int parse(int argc, char **argv, struct hopts *h, const char *cmd)
 			break;
 		case 'n': h->nqn = optarg; break;
 		case 'q': h->hostnqn = optarg; break;
+		case 'S':
+		case 'C':
+			if (arg_secret(h->cmd, c == 'S' ? "--dhchap-secret" : "--dhchap-ctrl-secret",
+				       optarg, c == 'S' ? h->secret : h->ctrl_secret,
+				       sizeof(h->secret)))
+				return 2;
+			if (c == 'S')
+				h->o.dhchap_secret = h->secret;
+			else
+				h->o.dhchap_ctrl_secret = h->ctrl_secret;
+			break;
 		case 'm': h->mem = optarg; break;
 		case O_TO:
 		case O_FROM: h->file = optarg; break;
@@ -329,6 +346,12 @@ static const char *connect_hint(int rc, const struct hopts *h)
 {
 	static char s[512];
 
+	if (rc == -EACCES) {
+		snprintf(s, sizeof(s), "\n  (DH-HMAC-CHAP authentication failed: check -S/-C and "
+			 "the secrets the target holds for host NQN %s)",
+			 h->o.hostnqn ? h->o.hostnqn : "/etc/nvme/hostnqn");
+		return s;
+	}
 	switch (gdx_nvme_status(rc)) {
 	case 0x182:
 		snprintf(s, sizeof(s), "\n  (is '%s' a subsystem of that target? "
@@ -349,6 +372,9 @@ static int connect_h(struct hopts *h, struct gdx_nvmf_ctrl **c)
 	if (!resolvable(h))
 		return -EHOSTUNREACH;
 	rc = gdx_nvmf_connect(h->addr, h->svc, h->nqn, &h->o, c);
+	/* the library keeps its own copy */
+	explicit_bzero(h->secret, sizeof(h->secret));
+	explicit_bzero(h->ctrl_secret, sizeof(h->ctrl_secret));
 	if (rc)
 		fprintf(stderr, "%s: connect to %s at %s: %s%s\n", h->cmd, h->nqn, addr_str(h),
 			gdx_strerror(rc), connect_hint(rc, h));

@@ -23,6 +23,7 @@
 
 #include "common/stats.h"
 #include "common/tls.h"
+#include "nvmf/auth/auth.h"
 #include "nvmf/proto/nvme.h"
 
 #define NVMF_MAX_NS 1024
@@ -130,9 +131,25 @@ struct nvmf_port {
 	struct gdx_tls_key tls_key;
 };
 
+/*
+ * A host's DH-HMAC-CHAP settings (configfs's hosts/NQN/dhchap_*): the host
+ * must prove it holds key; with a ctrl_key the host may ask the controller
+ * to prove it holds that one (bidirectional).  hashes and dhs: allowed, in
+ * the order the controller prefers them.
+ */
+struct nvmf_host_auth {
+	char nqn[GDX_NVME_NQN_SIZE];
+	bool has_ctrl_key;
+	struct nvmf_auth_key key, ctrl_key;
+	uint8_t hashes[NVMF_AUTH_NHASH], dhs[NVMF_AUTH_NDH];
+	unsigned nhash, ndh;
+};
+
 struct nvmf_tgt {
 	pthread_mutex_t lock;
 	struct nvmf_subsys disc;
+	unsigned nhauth;
+	struct nvmf_host_auth *hauth[NVMF_MAX_HOSTS];
 	unsigned nsubsys;
 	struct nvmf_subsys *subsys[NVMF_MAX_SUBSYS];
 	unsigned nports;
@@ -146,6 +163,7 @@ struct nvmf_tgt {
 	uint16_t max_io_queues;
 	uint16_t max_qdepth;
 	_Atomic bool timed;		/* time commands (struct nvmf_timing) */
+	uint64_t auth_tmo_ns;		/* each DH-HMAC-CHAP transaction (nvmf.target.auth_timeout_ms) */
 };
 
 int nvmf_tgt_init(struct nvmf_tgt *t);
@@ -157,6 +175,8 @@ int nvmf_subsys_add_ns(struct nvmf_tgt *t, struct nvmf_subsys *s, uint32_t nsid,
 		       const char *spec, uint32_t block_size, const uint8_t *nguid,
 		       const uint8_t *uuid);
 bool nvmf_host_allowed(const struct nvmf_subsys *s, const char *hostnqn);
+/* Sets (replaces) the authentication of host a->nqn; the target keeps a copy. */
+int nvmf_tgt_set_host_auth(struct nvmf_tgt *t, const struct nvmf_host_auth *a);
 int nvmf_port_add(struct nvmf_tgt *t, uint16_t portid, uint8_t trtype, const char *traddr,
 		  const char *trsvcid, struct nvmf_port **out);
 int nvmf_port_link(struct nvmf_tgt *t, struct nvmf_port *p, struct nvmf_subsys *s);
@@ -196,6 +216,7 @@ struct nvmf_sq {
 	void (*aen_kick)(void *handle);
 	struct gdx_counter ctr[4];	/* commands, errors, bytes in, bytes out */
 	struct nvmf_timing timing;
+	struct nvmf_auth_sq *auth;	/* DH-HMAC-CHAP state; NULL: not required */
 };
 enum { SQ_CTR_CMDS, SQ_CTR_ERRORS, SQ_CTR_BYTES_IN, SQ_CTR_BYTES_OUT };
 
@@ -229,6 +250,7 @@ struct nvmf_ctrl {
 	struct gdx_nvme_err_log errlog[NVMF_ERR_LOG_ENTRIES];
 	struct gdx_counter ctr[4];		/* commands, errors, keep-alives, aens */
 	struct gdx_stats *stats;
+	struct nvmf_host_auth *auth;		/* the host's, copied at Connect; NULL: none */
 };
 enum { CTRL_CTR_CMDS, CTRL_CTR_ERRORS, CTRL_CTR_KA, CTRL_CTR_AENS };
 
@@ -268,6 +290,11 @@ void nvmf_sq_account(struct nvmf_sq *sq, const struct nvmf_req *req, uint16_t st
 void nvmf_sq_destroy(struct nvmf_sq *sq);
 /* Called by the transport on its timer tick: true if the controller's KATO expired. */
 bool nvmf_ctrl_ka_expired(struct nvmf_ctrl *c, uint64_t now_ns);
+/*
+ * The same for a connected queue, which also fails its controller when the
+ * queue's authentication ran out of time (nvmf_tgt.auth_tmo_ns).
+ */
+bool nvmf_sq_expired(struct nvmf_sq *sq, uint64_t now_ns);
 /* Completes pending AERs; the transport calls it on the admin queue's thread after aen_kick. */
 void nvmf_ctrl_aen_deliver(struct nvmf_sq *admin);
 /* Records a namespace change and queues the AEN for every controller of s. */

@@ -43,6 +43,7 @@ static void ctrl_put(struct nvmf_ctrl *c)
 		 c->hostnqn);
 	gdx_stats_destroy(c->stats);
 	pthread_mutex_destroy(&c->lock);
+	nvmf_host_auth_free(c->auth);
 	free(c);
 }
 
@@ -60,6 +61,11 @@ static void ka_rearm(struct nvmf_ctrl *c)
 		atomic_store(&c->ka_deadline_ns,
 			     gdx_now_ns() + (uint64_t)c->kato_ms * 1000000ull +
 				     NVMF_KAS * 100000000ull);
+}
+
+bool nvmf_sq_expired(struct nvmf_sq *sq, uint64_t now_ns)
+{
+	return nvmf_auth_sq_expired(sq, now_ns) || nvmf_ctrl_ka_expired(sq->ctrl, now_ns);
 }
 
 bool nvmf_ctrl_ka_expired(struct nvmf_ctrl *c, uint64_t now_ns)
@@ -142,6 +148,21 @@ static struct nvmf_ctrl *ctrl_alloc(struct nvmf_tgt *t, struct nvmf_subsys *s,
 	return c;
 }
 
+/* A copy of the host's DH-HMAC-CHAP settings, if it has any; under t->lock. */
+static int host_auth_copy(struct nvmf_tgt *t, const char *hostnqn, struct nvmf_host_auth **out)
+{
+	*out = NULL;
+	for (unsigned i = 0; i < t->nhauth; i++)
+		if (!strcmp(t->hauth[i]->nqn, hostnqn)) {
+			*out = malloc(sizeof(**out));
+			if (!*out)
+				return -ENOMEM;
+			memcpy(*out, t->hauth[i], sizeof(**out));
+			break;
+		}
+	return 0;
+}
+
 static bool port_exposes(const struct nvmf_port *p, const struct nvmf_subsys *s)
 {
 	if (!p || s->discovery)
@@ -159,7 +180,8 @@ static uint16_t do_connect(struct nvmf_req *req)
 	const struct gdx_nvme_sqe *cmd = &req->cmd;
 	struct gdx_nvmf_connect_data *d = req->buf;
 	struct nvmf_subsys *s;
-	struct nvmf_ctrl *c = NULL;
+	struct nvmf_ctrl *c = NULL, *undo = NULL;
+	struct nvmf_host_auth *ha = NULL;
 	char subnqn[GDX_NVME_NQN_SIZE], hostnqn[GDX_NVME_NQN_SIZE];
 	uint16_t qid = cmd->connect.qid, sqsize = cmd->connect.sqsize;
 	uint16_t st = 0;
@@ -212,6 +234,11 @@ static uint16_t do_connect(struct nvmf_req *req)
 						  offsetof(struct gdx_nvmf_connect_data, cntlid));
 			goto out;
 		}
+		/* the discovery controller asks no proof (nvmet's does not either) */
+		if (!s->discovery && host_auth_copy(t, hostnqn, &ha)) {
+			st = GDX_NVME_SC_CONNECT_CTRL_BUSY;
+			goto out;
+		}
 		c = ctrl_alloc(t, s, d, cmd->connect.kato);
 		if (!c) {
 			/* transient: no DNR so the host retries */
@@ -220,6 +247,8 @@ static uint16_t do_connect(struct nvmf_req *req)
 		}
 		c->admin = sq;
 		c->trtype = sq->port ? sq->port->trtype : GDX_NVMF_TRTYPE_TCP;
+		c->auth = ha;
+		ha = NULL;
 	} else {
 		for (c = t->ctrls; c; c = c->next)
 			if (c->subsys == s && c->cntlid == d->cntlid)
@@ -261,14 +290,29 @@ static uint16_t do_connect(struct nvmf_req *req)
 		}
 		atomic_fetch_add(&c->refs, 1);
 	}
+	/*
+	 * The queue's authentication state before it is published: should that
+	 * allocation fail, a new controller is freed as unused, an I/O queue's
+	 * reference dropped (ctrl_put takes t->lock, so after the unlock).
+	 */
+	if (c->auth && nvmf_auth_sq_start(sq)) {
+		undo = c;
+		c = NULL;
+		st = GDX_NVME_SC_CONNECT_CTRL_BUSY;
+		goto out;
+	}
 	c->sqs[qid] = sq;
 	sq->ctrl = c;
 	sq->qid = qid;
 	sq->size = sqsize + 1u;
 	sq->sqflow_disabled = cmd->connect.cattr & GDX_NVMF_CATTR_DISABLE_SQFLOW;
-	req->cqe.dw0 = c->cntlid;
+	/* AUTHREQ.ATR: this queue serves nothing until the host authenticates */
+	req->cqe.dw0 = c->cntlid | (sq->auth ? NVMF_AUTHREQ_ATR : 0);
 out:
 	pthread_mutex_unlock(&t->lock);
+	nvmf_host_auth_free(ha);
+	if (undo)
+		ctrl_put(undo);
 	if (!st)
 		GDX_INFO("nvmf", "connect: host %s -> %s qid %u size %u ctrl %u%s", hostnqn, subnqn,
 			 qid, sqsize + 1u, c->cntlid, qid == 0 ? " (new controller)" : "");
@@ -279,6 +323,7 @@ void nvmf_sq_destroy(struct nvmf_sq *sq)
 {
 	struct nvmf_ctrl *c = sq->ctrl;
 
+	nvmf_auth_sq_free(sq);
 	if (!c)
 		return;
 	pthread_mutex_lock(&c->tgt->lock);
@@ -386,8 +431,11 @@ static uint16_t exec_fabrics(struct nvmf_req *req)
 		if (!req->sq->ctrl)
 			return GDX_NVME_SC_INVALID_OPCODE | DNR;
 		return req->sq->qid ? 0 : (GDX_NVME_SC_INVALID_FIELD | DNR);
+	case GDX_NVMF_FCTYPE_AUTH_SEND:
+		return nvmf_auth_send(req);
+	case GDX_NVMF_FCTYPE_AUTH_RECV:
+		return nvmf_auth_recv(req);
 	default:
-		/* Authentication Send/Receive included: no in-band authentication */
 		return GDX_NVME_SC_INVALID_OPCODE | DNR;
 	}
 }
@@ -459,7 +507,7 @@ void nvmf_subsys_ns_changed(struct nvmf_tgt *t, struct nvmf_subsys *s, uint32_t 
 uint32_t nvmf_req_c2h_len(const struct nvmf_req *req)
 {
 	if (req->cmd.opc == GDX_NVME_OPC_FABRICS)
-		return 0;
+		return req->cmd.fctype == GDX_NVMF_FCTYPE_AUTH_RECV ? req->len : 0;
 	if (gdx_nvme_opc_xfer(req->cmd.opc) != GDX_NVME_XFER_C2H)
 		return 0;
 	return req->len;
@@ -526,13 +574,22 @@ uint16_t nvmf_req_prep(struct nvmf_req *req)
 	if (req->cmd.flags & GDX_NVME_FLAGS_FUSE_MASK)
 		return GDX_NVME_SC_INVALID_FIELD | DNR;
 	if (req->cmd.opc == GDX_NVME_OPC_FABRICS) {
-		/* only Connect carries data (how it arrives is the transport's business) */
-		if (req->len && req->cmd.fctype != GDX_NVMF_FCTYPE_CONNECT)
+		uint8_t fct = req->cmd.fctype;
+		bool auth = fct == GDX_NVMF_FCTYPE_AUTH_SEND || fct == GDX_NVMF_FCTYPE_AUTH_RECV;
+
+		/* Connect and Authentication carry data (how is the transport's business) */
+		if (req->len && fct != GDX_NVMF_FCTYPE_CONNECT && !auth)
 			return GDX_NVME_SC_INVALID_FIELD | DNR;
+		/* before authentication: Authentication Send/Receive and Disconnect only */
+		if (!nvmf_auth_sq_ok(sq) && !auth && fct != GDX_NVMF_FCTYPE_DISCONNECT &&
+		    fct != GDX_NVMF_FCTYPE_CONNECT)
+			return GDX_NVME_SC_AUTH_REQUIRED | DNR;
 		return 0;
 	}
 	if (!c)
 		return GDX_NVME_SC_INVALID_OPCODE | DNR;
+	if (!nvmf_auth_sq_ok(sq))
+		return GDX_NVME_SC_AUTH_REQUIRED | DNR;
 	if (atomic_load(&c->fatal))
 		return GDX_NVME_SC_INTERNAL;
 	/* traffic-based keep-alive (CTRATT.TBKAS) */

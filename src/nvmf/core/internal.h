@@ -20,6 +20,15 @@ uint16_t nvmf_ctrl_keep_alive(struct nvmf_ctrl *c);
 void nvmf_ctrl_set_kato(struct nvmf_ctrl *c, uint32_t kato_ms);
 void nvmf_disc_traddr(const struct nvmf_port *p, const struct nvmf_sq *sq, char *out, size_t n);
 
+/* auth.c: DH-HMAC-CHAP on one queue */
+int nvmf_auth_sq_start(struct nvmf_sq *sq);
+void nvmf_auth_sq_free(struct nvmf_sq *sq);
+bool nvmf_auth_sq_ok(const struct nvmf_sq *sq);
+bool nvmf_auth_sq_expired(struct nvmf_sq *sq, uint64_t now_ns);
+uint16_t nvmf_auth_send(struct nvmf_req *req);
+uint16_t nvmf_auth_recv(struct nvmf_req *req);
+void nvmf_host_auth_free(struct nvmf_host_auth *a);
+
 uint16_t nvmf_admin_prep(struct nvmf_req *req);
 uint16_t nvmf_admin_exec(struct nvmf_req *req);
 uint16_t nvmf_io_prep(struct nvmf_req *req);

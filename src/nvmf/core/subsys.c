@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "nvmf/core/core.h"
+#include "nvmf/core/internal.h"
 
 int nvmf_tgt_init(struct nvmf_tgt *t)
 {
@@ -32,6 +33,7 @@ int nvmf_tgt_init(struct nvmf_tgt *t)
 	t->inline_data = 16384;
 	t->max_io_queues = 64;
 	t->max_qdepth = 256;
+	t->auth_tmo_ns = 30000000000ull;
 	return 0;
 }
 
@@ -56,6 +58,9 @@ void nvmf_tgt_fini(struct nvmf_tgt *t)
 		free(s);
 	}
 	t->nsubsys = 0;
+	for (unsigned i = 0; i < t->nhauth; i++)
+		nvmf_host_auth_free(t->hauth[i]);
+	t->nhauth = 0;
 	for (unsigned i = 0; i < t->nports; i++)
 		gdx_tls_wipe(&t->ports[i].tls_key, sizeof(t->ports[i].tls_key));
 	pthread_mutex_destroy(&t->lock);

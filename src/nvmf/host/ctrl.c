@@ -383,9 +383,17 @@ static int fabrics_connect(struct nh_ctrl *c, struct nh_queue *q, unsigned sqsiz
 	}
 	if (cntlid)
 		*cntlid = (uint16_t)r.dw01;
-	if (r.dw01 & (3u << 17)) {
-		GDX_ERR(SUB, "%s requires authentication, which gdx does not implement",
-			c->p.subnqn);
+	if (r.dw01 & NVMF_AUTHREQ_ASCR) {
+		GDX_ERR(SUB, "%s requires a secure channel (TLS after authentication), which gdx "
+			"does not offer", c->p.subnqn);
+		return -EACCES;
+	}
+	if (r.dw01 & NVMF_AUTHREQ_ATR)
+		return nh_auth_queue(c, q, queue_exec);
+	/* a controller we hold a secret of must prove itself: one that asks nothing cannot */
+	if (c->p.has_ctrl_key && !c->p.discovery) {
+		GDX_ERR(SUB, "%s did not ask for authentication, so it cannot prove it holds the "
+			"controller secret", c->p.subnqn);
 		return -EACCES;
 	}
 	return 0;
@@ -937,6 +945,25 @@ static unsigned default_queues(struct gdx_device *dev)
 	return (unsigned)GDX_MAX(1L, GDX_MIN(ncpu, 8L));
 }
 
+static int auth_params(struct nh_params *p, const struct gdx_nvmf_host_opts *o)
+{
+	const char *key = OPT(o, dhchap_secret, NULL), *ctrl = OPT(o, dhchap_ctrl_secret, NULL);
+
+	if (key && nvmf_auth_key_parse(key, &p->dhchap_key)) {
+		GDX_ERR(SUB, "the DH-HMAC-CHAP secret is not DHHC-1:hh:<base64 key and CRC>:");
+		return -EINVAL;
+	}
+	if (ctrl && (!key || nvmf_auth_key_parse(ctrl, &p->dhchap_ctrl_key))) {
+		GDX_ERR(SUB, key ? "the controller's DH-HMAC-CHAP secret is not "
+			"DHHC-1:hh:<base64 key and CRC>:" : "a controller secret needs the host's "
+			"secret too (bidirectional authentication)");
+		return -EINVAL;
+	}
+	p->has_key = key != NULL;
+	p->has_ctrl_key = ctrl != NULL;
+	return 0;
+}
+
 static int params(struct nh_params *p, const char *addr, const char *svc, const char *subnqn,
 		  const struct gdx_nvmf_host_opts *o)
 {
@@ -1010,59 +1037,86 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 		p->tls = true;
 		p->tls_identity = OPT(o, tls_identity_v1, 0) ? 1 : 0;
 	}
-	return 0;
+	return auth_params(p, o);
 }
 
 /* ---- public entry points ------------------------------------------------------ */
 
-/* Descriptors per agent ring: at least a queue's marks (queue.c), a power of two. */
+/* Descriptors per agent ring: at least a queue's marks (mem/stage.c), a power of two. */
 #define NH_AGENT_ENTRIES 256u
 
-struct gdx_copy_agent *nh_ctrl_agent(struct nh_ctrl *c, struct gdx_device *dev)
+struct nh_stage {
+	struct gdx_stage_ctx *ctx;
+	struct nh_stage *next;
+};
+
+int nh_ctrl_stage(struct nh_ctrl *c, struct gdx_device *dev, bool late,
+		  struct gdx_stage_ctx **out)
 {
-	struct gdx_copy_agent *a;
+	struct gdx_stage_ctx_opts o;
+	struct nh_stage *s;
+	int rc = 0;
 
-	pthread_mutex_lock(&c->agent_lock);
+	pthread_mutex_lock(&c->stage_lock);
+	for (s = c->stages; s && gdx_stage_ctx_device(s->ctx) != dev; s = s->next)
+		;
+	if (s)
+		goto out;
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	gdx_stage_ctx_opts_init(&o, sizeof(o));
+	/* one agent per controller: its rings' sources are pinned memory of its own device */
 	if (!c->agent_tried && c->p.copy_agent && c->p.nr_io_queues) {
-		struct gdx_copy_agent_opts o;
-		int rc;
-
 		c->agent_tried = true;
-		gdx_copy_agent_opts_init(&o, sizeof(o));
-		o.rings = c->p.nr_io_queues;
-		o.workers = GDX_MIN(c->p.copy_agent, o.rings);
+		o.agent = true;
+		o.lanes = c->p.nr_io_queues;
+		o.workers = GDX_MIN(c->p.copy_agent, o.lanes);
 		o.entries = NH_AGENT_ENTRIES;
 		while (o.entries < c->p.bounce_chunks + 1)
 			o.entries *= 2;
 		/* a worker serves 64 rings at most */
-		o.workers = GDX_MAX(o.workers, (o.rings + 63) / 64);
-		rc = gdx_copy_agent_start(dev, &o, &c->agent);
-		if (rc)
-			GDX_WARN(SUB, "no copy agent on %s (%s): device reads copy with the "
-				 "queues' streams", gdx_device_name(dev), gdx_strerror(rc));
-		else
-			c->agent_dev = dev;
-		if (!rc)
-			GDX_INFO(SUB, "copy agent on %s: %u rings, %u workers",
-				 gdx_device_name(dev), o.rings, o.workers);
+		o.workers = GDX_MAX(o.workers, (o.lanes + 63) / 64);
 	}
-	/* its rings' sources must be pinned memory of the agent's own device */
-	a = c->agent_dev == dev ? c->agent : NULL;
-	pthread_mutex_unlock(&c->agent_lock);
-	return a;
+	rc = gdx_stage_ctx_open(dev, &o, &s->ctx);
+	if (rc) {
+		free(s);
+		goto out;
+	}
+	s->next = c->stages;
+	c->stages = s;
+	if (late) {
+		/* decision D1 (issue 18): set up on the posting thread, never a receiver */
+		if (!gdx_counter_get(&c->stage_late_opens))
+			GDX_INFO(SUB, "%s: device memory of %s, not named at connect: staging "
+				 "set up at its first I/O", c->p.subnqn, gdx_device_name(dev));
+		gdx_counter_add(&c->stage_late_opens, 1);
+	}
+out:
+	*out = s ? s->ctx : NULL;
+	pthread_mutex_unlock(&c->stage_lock);
+	return rc;
 }
 
 static void ctrl_free(struct nh_ctrl *c)
 {
 	/* the queues are closed: every copy they posted has landed or failed */
-	if (c->agent && gdx_copy_agent_stop(c->agent))
-		GDX_ERR(SUB, "the copy agent did not stop");
-	pthread_mutex_destroy(&c->agent_lock);
+	while (c->stages) {
+		struct nh_stage *s = c->stages;
+
+		c->stages = s->next;
+		if (gdx_stage_ctx_close(s->ctx))
+			GDX_ERR(SUB, "the copy agent did not stop");
+		free(s);
+	}
+	pthread_mutex_destroy(&c->stage_lock);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->alock);
 	pthread_cond_destroy(&c->acv);
-	gdx_tls_wipe(&c->p.tls_key, sizeof(c->p.tls_key));
+	nvmf_auth_wipe(c, sizeof(*c));
 	free(c);
 }
 
@@ -1078,10 +1132,17 @@ static int ctrl_create(const char *addr, const char *svc, const char *subnqn,
 	pthread_cond_init(&c->cv, NULL);
 	pthread_mutex_init(&c->alock, NULL);
 	pthread_cond_init(&c->acv, NULL);
-	pthread_mutex_init(&c->agent_lock, NULL);
+	pthread_mutex_init(&c->stage_lock, NULL);
 	c->pending_tail = &c->pending;
 	c->retries.name = "resubmitted";
+	c->stage_late_opens.name = "stage_late_opens";
 	rc = params(&c->p, addr, svc, subnqn, o);
+	/* the device named at connect: its staging (and copy agent) before any I/O */
+	if (!rc && c->p.dev) {
+		struct gdx_stage_ctx *ctx;
+
+		rc = nh_ctrl_stage(c, c->p.dev, false, &ctx);
+	}
 	if (!rc)
 		rc = setup(c);
 	if (rc) {
@@ -1443,10 +1504,12 @@ int gdx_nvmf_ctrl_stats_json(struct gdx_nvmf_ctrl *ctrl, char *buf, size_t len)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	n = snprintf(buf, len, "{\"subnqn\": \"%s\", \"cntlid\": %u, \"state\": \"%s\", "
-		     "\"reconnects\": %u, \"resubmitted\": %llu, \"queues\": [", c->p.subnqn,
+		     "\"reconnects\": %u, \"resubmitted\": %llu, \"stage_late_opens\": %llu, "
+		     "\"queues\": [", c->p.subnqn,
 		     c->cntlid, c->state == GDX_NVMF_LIVE ? "live" :
 		     c->state == GDX_NVMF_RECONNECTING ? "reconnecting" : "failed",
-		     c->info.reconnects, (unsigned long long)gdx_counter_get(&c->retries));
+		     c->info.reconnects, (unsigned long long)gdx_counter_get(&c->retries),
+		     (unsigned long long)gdx_counter_get(&c->stage_late_opens));
 	for (unsigned i = 0; c->admin && i <= c->nioq && n > 0 && (size_t)n < len; i++) {
 		struct nh_queue *q = i ? c->ioq[i - 1] : c->admin;
 

@@ -13,11 +13,14 @@
 
 #include "common/stats.h"
 #include "common/tls.h"
+#include "mem/stage.h"
+#include "nvmf/auth/auth.h"
 #include "nvmf/proto/tcp.h"
 
 struct nh_ctrl;
 struct nh_queue;
 struct nh_req;
+struct nh_stage;
 
 /*
  * A request is one NVMe command's worth of work as the caller sees it.  It
@@ -104,11 +107,11 @@ struct nh_queue {
 	bool rx_started;
 
 	/*
-	 * Device-memory receive: a byte ring of pinned memory (nchunks * chunk) that
-	 * C2H data is received into back to back, each piece's H2D copy enqueued on
-	 * the queue's stream.  Positions count ring bytes since the queue opened.
-	 * Marks (events) recorded every chunk bytes tell how far the copies got
-	 * when the ring needs room; otherwise the stream itself is asked.
+	 * Device-memory receive: a staging lane (mem/stage.h) whose pinned byte
+	 * ring C2H data is received into back to back, each piece's H2D copy
+	 * posted as soon as it is in; device reads received whole are deferred
+	 * on it until their copies have landed.  Device-memory writes are staged
+	 * through a one-chunk D2H lane under send_lock.
 	 */
 	struct gdx_device *dev;		/* set last, with a release store */
 	/*
@@ -116,46 +119,10 @@ struct nh_queue {
 	 * connection was opened without a device; never taken inside lock.
 	 */
 	pthread_mutex_t dev_lock;
-	struct gdx_stream *stream;
-	struct gdx_bounce_pool *pool;	/* the ring's memory, on the device's NUMA node */
-	unsigned ntaken;
-	void *ring;
-	size_t chunk;			/* largest single copy, and the spacing of marks */
-	unsigned nchunks;
-	size_t ring_size;
-	uint64_t head;			/* ring bytes received so far */
-	uint64_t enq;			/* ... whose copies are enqueued */
-	uint64_t done;			/* ... whose copies have landed */
-	uint64_t marked;		/* enq when the last mark was recorded */
-	/* copies held back to be enqueued together (nvmf.host.copy_batch > 1) */
-	void **pend_dst;
-	const void **pend_src;
-	size_t *pend_len;
-	unsigned npend, batch;
-	size_t pend_bytes;
-	struct nh_mark {
-		struct gdx_event *ev;	/* NULL with a done word */
-		uint32_t seq;		/* ... which the stream sets to this after the copies */
-		uint64_t pos;		/* enq when recorded */
-	} *marks;			/* FIFO of nmarks; nmarked from mark0 not yet landed */
-	unsigned nmarks, mark0, nmarked;
-	/*
-	 * nvmf.host.copy_word: a mark is the stream storing the next seq into this
-	 * pinned word behind the copies, and the receiver learns how far they got
-	 * by reading it, with no call into the driver (queries from several
-	 * receivers at once cost microseconds each on the H200).  NULL: events.
-	 */
-	uint32_t *word;
-	uint32_t seq;
-	/*
-	 * nvmf.host.copy_agent: the copies go to the controller's copy agent as
-	 * descriptors on ring agent_ring (posted with plain stores, no driver
-	 * call), and word is the ring's done word, which the agent owns.
-	 */
-	struct gdx_copy_agent *agent;
-	unsigned agent_ring;
-	struct nh_req *held;		/* device reads received, copies maybe still running */
-	struct nh_req **held_tail;
+	struct gdx_stage *rx_st;	/* the receiver's */
+	struct gdx_stage *tx_st;	/* the sender's, under send_lock */
+	uint64_t lat_seen;		/* held reads completing now: when their landing was seen */
+	bool lat_timed;			/* ... and one of them was timed */
 
 	struct gdx_counter cnt[20];
 };
@@ -207,6 +174,9 @@ struct nh_params {
 	bool tls;			/* TLS 1.3 with a PSK from tls_key (queue.c) */
 	uint8_t tls_identity;		/* 0 or 1: the PSK identity's version */
 	struct gdx_tls_key tls_key;
+	/* DH-HMAC-CHAP: ours, and the controller's for bidirectional authentication */
+	bool has_key, has_ctrl_key;
+	struct nvmf_auth_key dhchap_key, dhchap_ctrl_key;
 };
 
 struct nh_ctrl {
@@ -254,11 +224,16 @@ struct nh_ctrl {
 	_Atomic uint64_t aworker_calls;
 	struct agate_tab *agates;	/* io.c: gate words, one table per device */
 
-	/* the copy agent of the I/O queues' device reads (p.copy_agent), once one needs it */
-	pthread_mutex_t agent_lock;
-	struct gdx_copy_agent *agent;
-	struct gdx_device *agent_dev;	/* its device (the agent holds a reference) */
+	/*
+	 * Staging contexts (mem/stage.h), one per device: opts.dev's at connect
+	 * (with the copy agent of the I/O queues' device reads, p.copy_agent,
+	 * ring qid - 1), another device's at its first device read
+	 * (stage_late_opens).  They outlive reconnects.
+	 */
+	pthread_mutex_t stage_lock;
+	struct nh_stage *stages;
 	bool agent_tried;
+	struct gdx_counter stage_late_opens;
 };
 
 /* queue.c */
@@ -324,15 +299,26 @@ void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r);
 int nh_ctrl_exec(struct nh_ctrl *c, struct nh_req *r);
 void nh_req_init(struct nh_req *r, uint8_t opc, uint32_t nsid, bool admin);
 /*
- * The controller's copy agent on dev, started on first use with a ring per
- * I/O queue (ring qid - 1); NULL where there is none (knob off, another
- * device, or it could not start: the queue copies with its stream).
+ * The controller's staging context on dev.  The first one opened has the
+ * copy agent if p.copy_agent (a ring per I/O queue, ring qid - 1); one opened
+ * after connect (late: a device not named then, on the posting thread) is
+ * counted and said once.
  */
-struct gdx_copy_agent *nh_ctrl_agent(struct nh_ctrl *c, struct gdx_device *dev);
+int nh_ctrl_stage(struct nh_ctrl *c, struct gdx_device *dev, bool late,
+		  struct gdx_stage_ctx **out);
 /* Status (SCT << 8 | SC, DNR in bit 14) -> 0, -ECANCELED or GDX_E_NVME(status). */
 int nh_status_to_err(uint16_t status);
 
 /* io.c */
 void nh_async_stop(struct nh_ctrl *c);
+
+/* auth.c: runs one set-up command on q and waits for it (ctrl.c's queue_exec) */
+typedef int (*nh_exec_fn)(struct nh_queue *q, struct nh_req *r);
+/*
+ * DH-HMAC-CHAP on q, whose Connect asked for it: 0, -EACCES when either
+ * side refused (permanent: the secrets are wrong or missing), or the error
+ * of a command.
+ */
+int nh_auth_queue(struct nh_ctrl *c, struct nh_queue *q, nh_exec_fn exec);
 
 #endif

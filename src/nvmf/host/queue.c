@@ -13,7 +13,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +29,6 @@
 #define CID_IDX_BITS 10
 #define CID_IDX_MASK ((1u << CID_IDX_BITS) - 1)
 #define NH_MAX_DEPTH (1u << CID_IDX_BITS)
-#define NH_MANY_MARKS 256u
 
 /* Set on receiver threads: they never set a queue's device side up. */
 static __thread bool in_rx;
@@ -232,53 +230,24 @@ int nh_queue_init_mem(struct nh_queue *q, unsigned depth)
 	for (unsigned i = 0; i < depth; i++)
 		q->free_idx[i] = (uint16_t)(depth - 1 - i);
 	q->nfree = depth;
-	q->held_tail = &q->held;
 	q->backlog_tail = &q->backlog;
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(q->cnt); i++)
 		q->cnt[i].name = cnt_names[i];
 	return 0;
 }
 
-static void free_dev(struct nh_queue *q, struct gdx_device *dev)
+static void free_dev(struct nh_queue *q)
 {
-	if (q->marks) {
-		for (unsigned i = 0; i < q->nmarks; i++)
-			if (q->marks[i].ev)
-				gdx_event_destroy(q->marks[i].ev);
-	}
-	if (q->stream)
-		gdx_stream_destroy(q->stream);
-	/* the stream is done with it: destroying it waited (an agent's word is the agent's) */
-	if (q->word && !q->agent)
-		gdx_pinned_free(dev, q->word);
-	q->word = NULL;
-	q->agent = NULL;
-	if (q->pool) {
-		/* every buffer is handed back: all of them when the ring was complete */
-		for (unsigned i = 0; i < q->ntaken; i++)
-			gdx_bounce_put(q->pool, (char *)gdx_bounce_base(q->pool) +
-						(size_t)i * gdx_bounce_buf_size(q->pool));
-		gdx_bounce_pool_destroy(q->pool);
-	}
-	q->pool = NULL;
-	q->ntaken = 0;
-	free(q->marks);
-	free(q->pend_dst);
-	free(q->pend_src);
-	free(q->pend_len);
-	q->marks = NULL;
-	q->pend_dst = NULL;
-	q->pend_src = NULL;
-	q->pend_len = NULL;
-	q->stream = NULL;
-	q->ring = NULL;
+	gdx_stage_close(q->rx_st);
+	gdx_stage_close(q->tx_st);
+	q->rx_st = q->tx_st = NULL;
 	/* submitters read it without dev_lock */
 	__atomic_store_n(&q->dev, NULL, __ATOMIC_RELAXED);
 }
 
 void nh_queue_free_mem(struct nh_queue *q)
 {
-	free_dev(q, q->dev);
+	free_dev(q);
 	free(q->slots);
 	free(q->free_idx);
 	pthread_mutex_destroy(&q->lock);
@@ -287,99 +256,56 @@ void nh_queue_free_mem(struct nh_queue *q)
 	pthread_cond_destroy(&q->slot_cv);
 }
 
+static void held_run(void *owner, void *effect, int err);
+static void held_enqueued(void *owner, void *effect);
+
 /*
- * The pool holds nchunks chunks of receive ring plus one transmit chunk (the
- * last), which stages device-memory writes under send_lock.  Marks land at
- * least chunk bytes apart, so nchunks + 1 of them cover a full ring.  q->dev
- * is set last: a submitter that sees it finds the rest in place.
+ * The receive lane: nchunks chunks of ring on the controller's staging
+ * context for dev, its copies through the agent's ring qid - 1 (I/O queues,
+ * where the context has an agent), else the queue's stream with a done word
+ * or events; and the one-chunk transmit lane.  q->dev is set last: a
+ * submitter that sees it finds the rest in place.
  */
 int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 {
-	size_t chunk = q->ctrl->p.bounce_chunk;
-	unsigned n = q->ctrl->p.bounce_chunks;
+	const struct nh_params *p = &q->ctrl->p;
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage_opts o;
 	int rc;
 
-	q->chunk = chunk;
-	q->nchunks = n;
-	q->head = q->enq = q->done = q->marked = 0;
-	q->mark0 = q->nmarked = 0;
-	/* npend is not reset: the receiver, running already, reads it; it is 0 whenever
-	 * the receiver is outside recv_device */
-	q->pend_bytes = 0;
-	q->agent = q->qid ? nh_ctrl_agent(q->ctrl, dev) : NULL;
-	/* an agent takes each copy as it comes: nothing to batch */
-	q->batch = q->agent ? 1 : GDX_MAX(1u, q->ctrl->p.copy_batch);
-	/*
-	 * Marks land at least chunk bytes apart with events; batches, and every
-	 * copy with a done word, get one each: enough that small pieces rarely
-	 * wait for a free one.
-	 */
-	q->nmarks = q->batch > 1 || q->ctrl->p.copy_word || q->agent ?
-		    GDX_MAX(n + 1, NH_MANY_MARKS) : n + 1;
-	q->marks = calloc(q->nmarks, sizeof(*q->marks));
-	q->pend_dst = calloc(q->batch, sizeof(*q->pend_dst));
-	q->pend_src = calloc(q->batch, sizeof(*q->pend_src));
-	q->pend_len = calloc(q->batch, sizeof(*q->pend_len));
-	if (!q->marks || !q->pend_dst || !q->pend_src || !q->pend_len) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	{
-		/* a pool places the ring on the device's NUMA node; the queue takes it whole */
-		struct gdx_bounce_pool_opts po;
-
-		gdx_bounce_pool_opts_init(&po, sizeof(po));
-		po.buf_size = chunk;
-		po.count = n + 1;
-		rc = gdx_bounce_pool_create(dev, &po, &q->pool);
-		if (rc)
-			goto fail;
-		q->chunk = gdx_bounce_buf_size(q->pool);
-		q->ring_size = q->chunk * n;
-		for (; q->ntaken <= n; q->ntaken++) {
-			void *b;
-
-			rc = gdx_bounce_get(q->pool, 0, &b);
-			if (rc)
-				goto fail;
-		}
-		q->ring = gdx_bounce_base(q->pool);
-	}
-	rc = gdx_stream_create(dev, &q->stream);
+	/* a connection opened without opts.dev sets it up here, at its first device I/O */
+	rc = nh_ctrl_stage(q->ctrl, dev, dev != p->dev, &ctx);
 	if (rc)
 		goto fail;
-	if (q->agent) {
-		/* an earlier connection's copies on the ring have all landed (reap) */
-		q->agent_ring = q->qid - 1u;
-		q->word = (uint32_t *)gdx_copy_agent_done_word(q->agent, q->agent_ring);
-		q->seq = __atomic_load_n(q->word, __ATOMIC_ACQUIRE);
-	} else if (q->ctrl->p.copy_word) {
-		rc = gdx_pinned_alloc(dev, sizeof(*q->word), (void **)&q->word);
-		if (rc)
-			goto fail;
-		*q->word = q->seq = 0;
-		/* a device without stream stores marks with events */
-		rc = gdx_stream_write_value32(q->stream, q->word, 0);
-		if (rc == -EOPNOTSUPP) {
-			GDX_INFO(SUB, "queue %u: %s cannot store words in stream order: events "
-				 "mark the copies", q->qid, gdx_device_name(dev));
-			gdx_pinned_free(dev, q->word);
-			q->word = NULL;
-		} else if (rc) {
-			goto fail;
-		}
-	}
-	for (unsigned i = 0; !q->word && i < q->nmarks; i++) {
-		rc = gdx_event_create(dev, 0, &q->marks[i].ev);
-		if (rc)
-			goto fail;
-	}
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.dir = GDX_STAGE_H2D;
+	o.mode = q->qid && gdx_stage_ctx_has_agent(ctx) ? GDX_STAGE_AGENT :
+		 p->copy_word ? GDX_STAGE_WORD : GDX_STAGE_EVENTS;
+	o.fault = GDX_STAGE_FAIL;
+	o.chunk = p->bounce_chunk;
+	o.chunks = p->bounce_chunks;
+	o.batch = p->copy_batch;
+	o.lane = q->qid ? q->qid - 1u : 0;
+	o.effect_size = sizeof(struct nh_req *);
+	o.run = held_run;
+	o.enqueued = p->lat_stats ? held_enqueued : NULL;
+	o.owner = q;
+	rc = gdx_stage_open(ctx, &o, &q->rx_st);
+	if (rc)
+		goto fail;
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.dir = GDX_STAGE_D2H;
+	o.mode = GDX_STAGE_SYNC;
+	o.chunk = p->bounce_chunk;
+	rc = gdx_stage_open(ctx, &o, &q->tx_st);
+	if (rc)
+		goto fail;
 	__atomic_store_n(&q->dev, dev, __ATOMIC_RELEASE);
 	return 0;
 fail:
 	GDX_ERR(SUB, "queue %u: bounce ring on %s: %s", q->qid, gdx_device_name(dev),
 		gdx_strerror(rc));
-	free_dev(q, dev);
+	free_dev(q);
 	return rc;
 }
 
@@ -411,11 +337,6 @@ static int queue_dev_ready(struct nh_queue *q, const void *buf)
 	}
 	pthread_mutex_unlock(&q->dev_lock);
 	return rc;
-}
-
-static void *txbuf(struct nh_queue *q)
-{
-	return (char *)q->ring + q->ring_size;
 }
 
 /* ---- connection setup ----------------------------------------------------- */
@@ -541,16 +462,21 @@ static int send_pdu(struct nh_queue *q, union gdx_tcp_pdu *pdu, uint32_t hl, con
 	} else {
 		rc = send_full(q->fd, iov, k);
 		for (size_t off = 0; !rc && off < n;) {
-			size_t piece = GDX_MIN(n - off, q->chunk);
-			struct iovec d = { txbuf(q), piece };
+			struct gdx_stage_span sp;
+			struct iovec d;
 
-			rc = gdx_memcpy(q->dev, txbuf(q), (const char *)buf + off, piece);
+			/* one chunk at a time, each given back once sent: never full */
+			rc = gdx_stage_reserve(q->tx_st, n - off, GDX_STAGE_NOWAIT, &sp);
+			if (!rc)
+				rc = gdx_stage_post(q->tx_st, &sp, (char *)(uintptr_t)buf + off);
 			if (rc)
 				break;
 			if (q->tp.ddgst)
-				dd = gdx_crc32c_update(dd, txbuf(q), piece);
+				dd = gdx_crc32c_update(dd, sp.p, sp.n);
+			d = (struct iovec){ sp.p, sp.n };
 			rc = send_full(q->fd, &d, 1);
-			off += piece;
+			gdx_stage_release(q->tx_st, sp.end);
+			off += sp.n;
 		}
 		if (!rc && q->tp.ddgst) {
 			struct iovec d = { &dd, sizeof(dd) };
@@ -771,291 +697,46 @@ static void lat_done(struct nh_queue *q, uint64_t start)
 		gdx_counter_add(&q->cnt[NH_CNT_LAT_CB], gdx_now_ns() - start);
 }
 
-/* Completes the device reads whose H2D copies have all landed, oldest first. */
-static void release_held(struct nh_queue *q)
+/*
+ * A device read held on the receive lane (effect: the request) whose copies
+ * have landed (err 0) or cannot (err); effect NULL: a run of them ended.
+ * The reads of one run share the time their landing was seen.
+ */
+static void held_run(void *owner, void *effect, int err)
 {
-	uint64_t seen;
-	bool timed = false;
+	struct nh_queue *q = owner;
+	struct nh_req *r;
+	uint64_t t;
 
-	if (!q->held || q->held->ring_end > q->done)
+	if (!effect) {
+		if (q->lat_timed)
+			gdx_counter_add(&q->cnt[NH_CNT_LAT_REL], 1);
+		q->lat_seen = 0;
+		q->lat_timed = false;
 		return;
-	seen = q->ctrl->p.lat_stats ? gdx_now_ns() : 0;
-	while (q->held && q->held->ring_end <= q->done) {
-		struct nh_req *r = q->held;
-		uint64_t t;
-
-		q->held = r->next;
-		if (!q->held)
-			q->held_tail = &q->held;
-		t = seen ? lat_read(q, r, seen) : 0;
-		timed |= t != 0;
-		nh_req_complete(r, r->held_result);
-		lat_done(q, t);
 	}
-	if (timed)
-		gdx_counter_add(&q->cnt[NH_CNT_LAT_REL], 1);
+	memcpy(&r, effect, sizeof(r));
+	if (err) {
+		nh_req_complete(r, err);
+		return;
+	}
+	if (!q->lat_seen && q->ctrl->p.lat_stats)
+		q->lat_seen = gdx_now_ns();
+	t = q->lat_seen ? lat_read(q, r, q->lat_seen) : 0;
+	q->lat_timed |= t != 0;
+	nh_req_complete(r, r->held_result);
+	lat_done(q, t);
 }
 
-/* Stamps the held reads whose last copies were just posted (ring_flush). */
-static void lat_posted(struct nh_queue *q)
+/* A held read's last copies were just enqueued with a batch: stamp it. */
+static void held_enqueued(void *owner, void *effect)
 {
-	uint64_t now = 0;
+	struct nh_req *r;
 
-	for (struct nh_req *r = q->held; r; r = r->next) {
-		if (!r->t_sub || r->t_post || r->ring_end > q->enq)
-			continue;
-		if (!now)
-			now = gdx_now_ns();
-		r->t_post = now;
-	}
-}
-
-/* The copies of the ring bytes before pos have landed. */
-static void ring_landed(struct nh_queue *q, uint64_t pos)
-{
-	if (pos > q->done)
-		q->done = pos;
-	while (q->nmarked && q->marks[q->mark0].pos <= q->done) {
-		q->mark0 = (q->mark0 + 1) % q->nmarks;
-		q->nmarked--;
-	}
-}
-
-static int ring_mark(struct nh_queue *q);
-
-/*
- * Enqueues the copies held back for a batch in one call, and a mark behind
- * them: the reads of the batch complete when that one event has, and nothing
- * is asked of the device per read.
- */
-static int ring_flush(struct nh_queue *q)
-{
-	int rc;
-
-	if (!q->npend)
-		return 0;
-	gdx_counter_add(&q->cnt[NH_CNT_COPY_CALL], 1);
-	rc = gdx_memcpy_batch_async(q->dev, q->pend_dst, q->pend_src, q->pend_len, q->npend,
-				    q->stream);
-	q->npend = 0;
-	q->pend_bytes = 0;
-	q->enq = q->head;
-	if (q->ctrl->p.lat_stats)
-		lat_posted(q);
-	return rc ? rc : ring_mark(q);
-}
-
-/* Waits for every copy of the bytes received so far. */
-static int ring_wait_mark(struct nh_queue *q);
-
-static int ring_wait_all(struct nh_queue *q)
-{
-	int rc = ring_flush(q);
-
-	if (rc || q->done == q->enq)
-		return rc;
-	/* each copy posted to an agent has its mark */
-	while (q->agent && q->nmarked) {
-		rc = ring_wait_mark(q);
-		if (rc)
-			return rc;
-	}
-	if (q->agent)
-		return 0;
-	gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
-	rc = gdx_stream_synchronize(q->stream);
-	if (!rc)
-		ring_landed(q, q->enq);
-	return rc;
-}
-
-static int ring_progress_word(struct nh_queue *q);
-
-/*
- * Waits for the copies before the oldest mark.  A done word is watched
- * rather than the stream waited for, which would wait for every copy; now
- * and then the stream is asked, so that a device error ends the wait.
- */
-static int ring_wait_mark(struct nh_queue *q)
-{
-	int rc;
-
-	gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
-	for (unsigned i = 1; q->word; i++) {
-		uint64_t pos = q->marks[q->mark0].pos;
-
-		ring_progress_word(q);
-		if (q->done >= pos)
-			return 0;
-		if (!(i % 64)) {
-			if (q->agent) {
-				rc = gdx_copy_agent_status(q->agent);
-				if (rc)
-					return rc;
-				sched_yield();
-				continue;
-			}
-			rc = gdx_stream_query(q->stream);
-			if (!rc)
-				ring_landed(q, q->enq);
-			if (rc != -EBUSY)
-				return rc;
-		}
-		sched_yield();
-	}
-	rc = gdx_event_synchronize(q->marks[q->mark0].ev);
-	if (!rc)
-		ring_landed(q, q->marks[q->mark0].pos);
-	return rc;
-}
-
-/*
- * With a done word every copy enqueued has a mark behind it: the marks whose
- * seq the word has reached have landed.  Nothing is asked of the device.
- */
-static int ring_progress_word(struct nh_queue *q)
-{
-	uint32_t w = __atomic_load_n(q->word, __ATOMIC_ACQUIRE);
-
-	while (q->nmarked && (int32_t)(w - q->marks[q->mark0].seq) >= 0)
-		ring_landed(q, q->marks[q->mark0].pos);
-	return 0;
-}
-
-/*
- * Learns without blocking how far the copies got: the marks oldest first, and
- * once they all landed the stream as a whole (a query, no event to record).
- * A stream still busy gets a mark, so that with copies enqueued back to back
- * the reads held now still finish when theirs have landed, not when the
- * stream first runs dry.
- */
-static int ring_progress(struct nh_queue *q)
-{
-	int rc;
-
-	if (q->word)
-		return ring_progress_word(q);
-	while (q->nmarked) {
-		gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
-		rc = gdx_event_query(q->marks[q->mark0].ev);
-		if (rc)
-			return rc == -EBUSY ? 0 : rc;
-		ring_landed(q, q->marks[q->mark0].pos);
-	}
-	if (q->done == q->enq)
-		return 0;
-	gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
-	rc = gdx_stream_query(q->stream);
-	if (rc == -EBUSY)
-		return ring_mark(q);
-	if (!rc)
-		ring_landed(q, q->enq);
-	return rc;
-}
-
-/*
- * ring_progress for batches, each of which has its mark: asks the marks
- * oldest first, leaving out the newest `fresh` (just recorded behind copies
- * that cannot have run yet).
- */
-static int ring_progress_marks(struct nh_queue *q, unsigned fresh)
-{
-	if (q->word)
-		return ring_progress_word(q);
-	while (q->nmarked > fresh) {
-		int rc;
-
-		gdx_counter_add(&q->cnt[NH_CNT_QUERY], 1);
-		rc = gdx_event_query(q->marks[q->mark0].ev);
-		if (rc)
-			return rc == -EBUSY ? 0 : rc;
-		ring_landed(q, q->marks[q->mark0].pos);
-	}
-	return 0;
-}
-
-/* Makes room for n bytes at the head: the oldest mark's copies, else all of them. */
-static int ring_reserve(struct nh_queue *q, size_t n)
-{
-	if (q->head + n - q->done > q->ring_size) {
-		/* with a done word the copies may have landed already: only a real wait counts */
-		if (q->word)
-			ring_progress_word(q);
-		if (q->head + n - q->done > q->ring_size)
-			gdx_counter_add(&q->cnt[NH_CNT_RING_FULL], 1);
-	}
-	while (q->head + n - q->done > q->ring_size) {
-		int rc = q->nmarked ? ring_wait_mark(q) : ring_wait_all(q);
-
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
-/* Records a mark after the copies enqueued so far. */
-static int ring_mark(struct nh_queue *q)
-{
-	struct nh_mark *m;
-	int rc;
-
-	if (q->nmarked == q->nmarks && q->word)
-		ring_progress_word(q);
-	if (q->nmarked == q->nmarks) {
-		rc = ring_wait_mark(q);
-		if (rc)
-			return rc;
-	}
-	m = &q->marks[(q->mark0 + q->nmarked) % q->nmarks];
-	gdx_counter_add(&q->cnt[NH_CNT_RECORD], 1);
-	if (q->word) {
-		m->seq = ++q->seq;
-		rc = gdx_stream_write_value32(q->stream, q->word, m->seq);
-	} else {
-		rc = gdx_event_record(m->ev, q->stream);
-	}
-	if (rc)
-		return rc;
-	m->pos = q->enq;
-	q->nmarked++;
-	q->marked = q->enq;
-	return 0;
-}
-
-/*
- * Hands the copy of the piece just received to the agent: a descriptor and
- * its mark, the seq the agent will store in the ring's done word.
- */
-static int ring_post(struct nh_queue *q, void *dst, const void *src, size_t n)
-{
-	struct nh_mark *m;
-	uint32_t seq;
-	int rc;
-
-	if (q->nmarked == q->nmarks)
-		ring_progress_word(q);
-	if (q->nmarked == q->nmarks) {
-		rc = ring_wait_mark(q);
-		if (rc)
-			return rc;
-	}
-	/* a ring holds more descriptors than a queue has marks: full only for a moment */
-	for (unsigned i = 1; (rc = gdx_copy_agent_post(q->agent, q->agent_ring, dst, src, n,
-						       &seq)) == -EAGAIN; i++) {
-		if (!(i % 64)) {
-			rc = gdx_copy_agent_status(q->agent);
-			if (rc)
-				return rc;
-		}
-		sched_yield();
-	}
-	if (rc)
-		return rc;
-	m = &q->marks[(q->mark0 + q->nmarked) % q->nmarks];
-	m->seq = q->seq = seq;
-	m->pos = q->enq = q->marked = q->head;
-	q->nmarked++;
-	return 0;
+	(void)owner;
+	memcpy(&r, effect, sizeof(r));
+	if (r->t_sub && !r->t_post)
+		r->t_post = gdx_now_ns();
 }
 
 /* Sends what receivers queued while this queue was full, as far as slots allow. */
@@ -1119,14 +800,13 @@ static void complete_slot(struct nh_queue *q, struct nh_slot *s, int result)
 	pthread_mutex_unlock(&q->lock);
 	if (result)
 		gdx_counter_add(&q->cnt[NH_CNT_ERR], 1);
-	if (r->mem == NH_MEM_DEVICE && !r->write && r->ring_end > q->done) {
+	if (r->mem == NH_MEM_DEVICE && !r->write && q->rx_st &&
+	    !gdx_stage_landed(q->rx_st, r->ring_end)) {
 		r->held_result = result;
-		r->next = NULL;
 		/* its copies went out with a batch while it waited for its response */
-		if (r->t_sub && !r->t_post && r->ring_end <= q->enq)
+		if (r->t_sub && !r->t_post && r->ring_end <= gdx_stage_enqueued(q->rx_st))
 			r->t_post = gdx_now_ns();
-		*q->held_tail = r;
-		q->held_tail = &r->next;
+		gdx_stage_defer(q->rx_st, r->ring_end, &r);
 	} else {
 		uint64_t t = r->t_sub ? lat_read(q, r, gdx_now_ns()) : 0;
 
@@ -1155,36 +835,30 @@ static int skip_bytes(struct nh_queue *q, size_t n)
 }
 
 /*
- * Receives n bytes of a read into device memory through the pinned ring:
- * pieces of at most a chunk go in back to back, each one's H2D copy enqueued
- * as soon as it is in, so small reads share the ring instead of taking a
- * chunk each and large ones overlap receiving with copying.  A piece that
- * would run past the ring's end starts over at its beginning instead (the
- * tail is skipped: one copy, not two).  The copies are not waited for here:
- * the read is held (complete_slot) until they landed.  Reads held so far
- * are checked once per piece, before its copy is added (with a done word
- * and nvmf.host.post_first, after).
+ * Receives n bytes of a read into device memory through the receive lane:
+ * pieces of at most a chunk go into its ring back to back, each one's H2D
+ * copy posted as soon as it is in, so small reads share the ring instead of
+ * taking a chunk each and large ones overlap receiving with copying.  The
+ * copies are not waited for here: the read is held (complete_slot) until
+ * they landed.  Reads held so far are checked once per piece, before its
+ * copy is added (with a done word and nvmf.host.post_first, after).
  */
 static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n, uint32_t *crc)
 {
-	while (n) {
-		size_t off = (size_t)(q->head % q->ring_size);
-		size_t piece = GDX_MIN(n, q->chunk);
-		size_t skip = off + piece > q->ring_size ? q->ring_size - off : 0;
-		char *p;
-		int rc;
+	struct gdx_stage *st = q->rx_st;
+	enum gdx_stage_mode mode = gdx_stage_mode_of(st);
+	bool word = mode == GDX_STAGE_AGENT || mode == GDX_STAGE_WORD;
+	bool after = word && q->ctrl->p.post_first;
+	/* with events and batches, the held reads are looked at once per batch (the lane) */
+	bool before = !after && (word || mode == GDX_STAGE_SYNC || q->ctrl->p.copy_batch <= 1);
 
-		/* a one-chunk ring cannot hold the skipped tail and the piece: split it there */
-		if (skip + piece > q->ring_size) {
-			piece = skip;
-			skip = 0;
-		}
-		p = (char *)q->ring + (skip ? 0 : off);
-		rc = ring_reserve(q, skip + piece);
+	while (n) {
+		struct gdx_stage_span sp;
+		int rc = gdx_stage_reserve(st, n, 0, &sp);
+
 		if (rc)
 			return rc;
-		q->head += skip;
-		rc = recv_full(q->fd, p, piece);
+		rc = recv_full(q->fd, sp.p, sp.n);
 		if (rc)
 			return rc;
 		if (r->t_sub) {
@@ -1192,68 +866,31 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 			r->t_post = 0;
 		}
 		if (q->tp.ddgst)
-			*crc = gdx_crc32c_update(*crc, p, piece);
+			*crc = gdx_crc32c_update(*crc, sp.p, sp.n);
 		/*
 		 * Asked before this copy is added: with events the copy would keep
 		 * the stream busy.  With a done word, nvmf.host.post_first looks
-		 * after it instead.
+		 * after it instead, so that the held reads' callbacks (a
+		 * resubmission each, as likely as not) no longer hold it back.
 		 */
-		if (q->held && (q->batch == 1 || q->word) && !(q->word && q->ctrl->p.post_first)) {
-			rc = ring_progress(q);
+		if (before && gdx_stage_deferred(st)) {
+			rc = gdx_stage_progress(st);
 			if (rc)
 				return rc;
-			release_held(q);
 		}
-		gdx_counter_add(&q->cnt[NH_CNT_COPY], 1);
-		q->head += piece;
-		r->ring_end = q->head;
-		if (q->batch > 1) {
-			q->pend_dst[q->npend] = dst;
-			q->pend_src[q->npend] = p;
-			q->pend_len[q->npend++] = piece;
-			q->pend_bytes += piece;
-			/*
-			 * The pieces of one receive burst (PDUs found waiting in
-			 * the socket) go out together: here when the batch is full
-			 * or holds a chunk, else once the socket runs dry
-			 * (recv_hdr_idle).  The reads held so far are looked at
-			 * once per batch, not once per piece.
-			 */
-			if (q->npend == q->batch || q->pend_bytes >= q->chunk) {
-				rc = ring_flush(q);
-				if (!rc)
-					rc = ring_progress_marks(q, 1);
-				if (!rc)
-					release_held(q);
-			}
-		} else if (q->agent) {
-			rc = ring_post(q, dst, p, piece);
-		} else {
-			gdx_counter_add(&q->cnt[NH_CNT_COPY_CALL], 1);
-			rc = gdx_memcpy_async(q->dev, dst, p, piece, q->stream);
-			q->enq = q->head;
-		}
+		r->ring_end = sp.end;
+		rc = gdx_stage_post(st, &sp, dst);
 		if (rc)
 			return rc;
-		if (r->t_sub && q->enq >= r->ring_end)
+		if (r->t_sub && gdx_stage_enqueued(st) >= r->ring_end)
 			r->t_post = gdx_now_ns();
-		/* a done word costs nothing to read: every copy gets its mark */
-		if (q->enq - q->marked >= (q->word ? 1 : q->chunk)) {
-			rc = ring_mark(q);
+		if (after && gdx_stage_deferred(st)) {
+			rc = gdx_stage_progress(st);
 			if (rc)
 				return rc;
 		}
-		/*
-		 * post_first: the held reads are looked at once this copy is out,
-		 * so that their callbacks (a resubmission each, as likely as not)
-		 * no longer hold it back.
-		 */
-		if (q->held && q->word && q->ctrl->p.post_first) {
-			ring_progress_word(q);
-			release_held(q);
-		}
-		dst += piece;
-		n -= piece;
+		dst += sp.n;
+		n -= sp.n;
 	}
 	return 0;
 }
@@ -1404,86 +1041,56 @@ static int handle_r2t(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct g
 	return rc;
 }
 
+struct hdr_in {
+	struct nh_queue *q;
+	void *buf;
+	size_t n;
+};
+
+/*
+ * The header, if the socket has it: 1 (received whole), 0 (nothing there)
+ * or the error.  With nothing in flight here (depth 1) no PDU can come: no
+ * need to look.
+ */
+static int hdr_ready(void *arg)
+{
+	struct hdr_in *h = arg;
+
+	if (!__atomic_load_n(&h->q->inflight, __ATOMIC_RELAXED))
+		return 0;
+	for (;;) {
+		ssize_t r = recv(h->q->fd, h->buf, h->n, MSG_DONTWAIT);
+		int rc;
+
+		if (r > 0) {
+			rc = (size_t)r == h->n ? 0 :
+			     recv_full(h->q->fd, (char *)h->buf + r, h->n - (size_t)r);
+			return rc ? rc : 1;
+		}
+		if (r == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+	}
+}
+
 /*
  * Receives a PDU header while device reads are held or copies are held back
  * for a batch.  When the socket has something, the same call took the header
  * and they stay so a little longer.  When it has nothing, the copies are
- * enqueued and the reads must complete before the receiver blocks: it polls
- * the socket and the copies in turn for up to copy_poll_ns (a PDU that
- * arrives meanwhile is received at once rather than after a wait for the
- * GPU), then waits for the copies.  A done word costs no driver call to
- * read, so with one the receiver polls until the copies have landed, asking
- * the stream now and then so that a device error ends the wait.
+ * enqueued and the reads must complete before the receiver blocks: the lane
+ * polls the socket and the copies in turn (a PDU that arrives meanwhile is
+ * received at once rather than after a wait for the GPU): with a done word
+ * until they landed, with events for up to copy_poll_ns, then it waits.
  */
 static int recv_hdr_idle(struct nh_queue *q, void *buf, size_t n)
 {
-	uint64_t until = 0;
-	unsigned spins = 0;
-	int rc;
+	struct hdr_in h = { q, buf, n };
+	int rc = gdx_stage_wait_idle(q->rx_st, hdr_ready, &h, q->ctrl->p.copy_poll_ns);
 
-	for (;;) {
-		/* with nothing in flight here (depth 1) no PDU can come: no need to look */
-		if (__atomic_load_n(&q->inflight, __ATOMIC_RELAXED)) {
-			ssize_t r = recv(q->fd, buf, n, MSG_DONTWAIT);
-
-			if (r > 0)
-				return (size_t)r == n ? 0 :
-				       recv_full(q->fd, (char *)buf + r, n - (size_t)r);
-			if (r == 0)
-				return -ECONNRESET;
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				return -errno;
-		}
-		rc = ring_flush(q);
-		if (rc)
-			return rc;
-		if (!q->held)
-			break;
-		if (q->word) {
-			if (!spins++)
-				gdx_counter_add(&q->cnt[NH_CNT_WAIT], 1);
-			ring_progress_word(q);
-			release_held(q);
-			if (!q->held)
-				break;
-			if (!(spins % 64) && q->agent) {
-				rc = gdx_copy_agent_status(q->agent);
-				if (rc)
-					return rc;
-			} else if (!(spins % 64)) {
-				rc = gdx_stream_query(q->stream);
-				if (rc && rc != -EBUSY)
-					return rc;
-				if (!rc) {
-					ring_landed(q, q->enq);
-					release_held(q);
-					break;
-				}
-			}
-			sched_yield();
-			continue;
-		}
-		if (!until)
-			until = gdx_now_ns() + q->ctrl->p.copy_poll_ns;
-		if (q->ctrl->p.copy_poll_ns && gdx_now_ns() < until) {
-			rc = ring_progress(q);
-			if (rc)
-				return rc;
-			release_held(q);
-			if (q->held) {
-				sched_yield();
-				continue;
-			}
-		} else {
-			rc = ring_wait_all(q);
-			if (rc)
-				return rc;
-			release_held(q);
-		}
-		break;
-	}
+	if (rc)
+		return rc > 0 ? 0 : rc;
 	return recv_full(q->fd, buf, n);
 }
 
@@ -1502,8 +1109,10 @@ static int rx_loop(struct nh_queue *q)
 		 * malformed anyway and shows as such once the CH is checked.
 		 */
 		size_t hlen = GDX_TCP_TERM_HLEN + (q->tp.hdgst ? GDX_TCP_DGST_LEN : 0);
+		/* set up (by a submitter) before any device read was sent */
+		struct gdx_stage *st = __atomic_load_n(&q->dev, __ATOMIC_ACQUIRE) ? q->rx_st : NULL;
 
-		rc = q->held || q->npend ? recv_hdr_idle(q, &pdu, hlen) :
+		rc = st && gdx_stage_busy(st) ? recv_hdr_idle(q, &pdu, hlen) :
 		     recv_full(q->fd, &pdu, hlen);
 		if (rc)
 			return rc;
@@ -1563,7 +1172,7 @@ int nh_queue_rx_loop(struct nh_queue *q)
 	rc = rx_loop(q);
 
 	/* copies held back for a batch go out now: held reads wait for nothing else */
-	if (q->npend && ring_flush(q))
+	if (__atomic_load_n(&q->dev, __ATOMIC_ACQUIRE) && gdx_stage_flush(q->rx_st))
 		GDX_WARN(SUB, "queue %u: copies of received data failed to enqueue", q->qid);
 	return rc;
 }
@@ -1610,19 +1219,13 @@ void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn)
 		pthread_join(q->rx, NULL);
 	q->rx_started = false;
 	/*
-	 * Held reads got all their data: once the copies landed they are done.
-	 * The wait also keeps copies of this queue from landing in a buffer
-	 * after its read was handed back for a retry elsewhere.
+	 * Held reads got all their data: once the copies landed they are done
+	 * (those whose copies cannot land fail with GDX_EDRIVER).  The wait also
+	 * keeps copies of this queue from landing in a buffer after its read was
+	 * handed back for a retry elsewhere.
 	 */
-	if (q->stream && ring_wait_all(q))
-		while (q->held) {
-			struct nh_req *r = q->held;
-
-			q->held = r->next;
-			nh_req_complete(r, GDX_EDRIVER);
-		}
-	release_held(q);
-	q->held_tail = &q->held;
+	if (q->rx_st)
+		gdx_stage_drain(q->rx_st, GDX_EDRIVER);
 	err = q->err ? q->err : GDX_EDISCONNECTED;
 	while (q->backlog) {
 		struct nh_req *r = q->backlog;
@@ -1721,14 +1324,31 @@ bool nh_queue_check_timeouts(struct nh_queue *q, uint64_t now)
 	return kill;
 }
 
+/* Counter i of q: COPY..RING_FULL are the receive lane's (s). */
+static uint64_t counter_of(struct nh_queue *q, const struct gdx_stage_stats *s, unsigned i)
+{
+	switch (i) {
+	case NH_CNT_COPY: return s->copies;
+	case NH_CNT_COPY_CALL: return s->calls;
+	case NH_CNT_RECORD: return s->records;
+	case NH_CNT_QUERY: return s->queries;
+	case NH_CNT_WAIT: return s->waits;
+	case NH_CNT_RING_FULL: return s->ring_full;
+	default: return gdx_counter_get(&q->cnt[i]);
+	}
+}
+
 int nh_queue_counters_json(struct nh_queue *q, char *buf, size_t len)
 {
+	struct gdx_stage_stats ss = { 0 };
 	int n = snprintf(buf, len, "{\"qid\": %u, \"depth\": %u, \"inflight\": %u", q->qid,
 			 q->depth, __atomic_load_n(&q->inflight, __ATOMIC_RELAXED));
 
+	if (__atomic_load_n(&q->dev, __ATOMIC_ACQUIRE))
+		gdx_stage_stats(q->rx_st, &ss);
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(q->cnt) && n > 0 && (size_t)n < len; i++)
 		n += snprintf(buf + n, len - (size_t)n, ", \"%s\": %llu", q->cnt[i].name,
-			      (unsigned long long)gdx_counter_get(&q->cnt[i]));
+			      (unsigned long long)counter_of(q, &ss, i));
 	if (n > 0 && (size_t)n < len)
 		n += snprintf(buf + n, len - (size_t)n, "}");
 	return n;

@@ -143,6 +143,14 @@ struct gdx_nvme_sqe {
 			uint64_t value;
 			uint8_t rsvd56[8];
 		} prop;
+		struct {		/* Authentication Send/Receive */
+			uint8_t rsvd40;
+			uint8_t spsp0;
+			uint8_t spsp1;
+			uint8_t secp;
+			uint32_t len;		/* Send: TL, Receive: AL (bytes) */
+			uint8_t rsvd48[16];
+		} auth;
 	};
 };
 static_assert(sizeof(struct gdx_nvme_sqe) == 64, "sqe");
@@ -152,6 +160,8 @@ static_assert(offsetof(struct gdx_nvme_sqe, connect.qid) == 42, "connect qid");
 static_assert(offsetof(struct gdx_nvme_sqe, connect.kato) == 48, "connect kato");
 static_assert(offsetof(struct gdx_nvme_sqe, prop.ofst) == 44, "prop ofst");
 static_assert(offsetof(struct gdx_nvme_sqe, prop.value) == 48, "prop value");
+static_assert(offsetof(struct gdx_nvme_sqe, auth.secp) == 43, "auth secp");
+static_assert(offsetof(struct gdx_nvme_sqe, auth.len) == 44, "auth tl/al");
 
 #define GDX_NVMF_CATTR_DISABLE_SQFLOW 0x04
 

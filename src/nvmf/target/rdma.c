@@ -987,7 +987,7 @@ static void tick(struct rdma_reactor *r)
 			continue;
 		if (q->sq.ctrl) {
 			nvmf_target_sq_stats(&q->sq, &q->sq_stats);
-			if (nvmf_ctrl_ka_expired(q->sq.ctrl, now))
+			if (nvmf_sq_expired(&q->sq, now))
 				queue_end(q, "controller failed or keep-alive expired");
 		} else if (now - q->born_ns > r->rt->t->handshake_ns) {
 			char why[64];

@@ -77,6 +77,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 {
 	struct gdx_nvmf_target_opts o;
 	struct gdx_nvmf_target *t;
+	const char *sp;
 	static const char *const names[] = { "connections", "connection_errors", "pdus_in",
 					     "pdus_out", "connections_refused", "buffered_bytes",
 					     "backpressure_holds", "stalled_queues" };
@@ -117,6 +118,10 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t->conn_buf_max = gdx_cfg_size("nvmf.target.conn_buf_max");
 	t->buf_max = gdx_cfg_size("nvmf.target.buf_max");
 	t->stall_ns = (uint64_t)gdx_cfg_int("nvmf.target.stall_timeout_ms") * 1000000;
+	t->core.auth_tmo_ns = (uint64_t)gdx_cfg_int("nvmf.target.auth_timeout_ms") * 1000000;
+	sp = gdx_cfg_str("nvmf.target.splice");
+	t->splice = !strcmp(sp, "on") ? TGT_SPLICE_ON : !strcmp(sp, "off") ? TGT_SPLICE_OFF :
+									TGT_SPLICE_AUTO;
 	*out = t;
 	return 0;
 }
@@ -151,6 +156,51 @@ GDX_API int gdx_nvmf_target_allow_host(struct gdx_nvmf_target *t, const char *nq
 	if (!s || s->discovery)
 		return -ENOENT;
 	return nvmf_subsys_add_host(s, hostnqn);
+}
+
+GDX_API int gdx_nvmf_target_set_host_auth(struct gdx_nvmf_target *t, const char *hostnqn,
+					  const char *key, const char *ctrl_key,
+					  const char *hashes, const char *dhgroups)
+{
+	struct nvmf_host_auth a;
+	int n, ret = -EINVAL;
+
+	memset(&a, 0, sizeof(a));
+	if (!hostnqn || !key || strlen(hostnqn) >= sizeof(a.nqn))
+		return -EINVAL;
+	snprintf(a.nqn, sizeof(a.nqn), "%s", hostnqn);
+	if (nvmf_auth_key_parse(key, &a.key)) {
+		GDX_ERR("nvmf", "host %s: the DH-HMAC-CHAP key is not DHHC-1:hh:<base64 key and "
+			"CRC>:", hostnqn);
+		goto out;
+	}
+	if (ctrl_key && nvmf_auth_key_parse(ctrl_key, &a.ctrl_key)) {
+		GDX_ERR("nvmf", "host %s: the DH-HMAC-CHAP controller key is not DHHC-1:hh:"
+			"<base64 key and CRC>:", hostnqn);
+		goto out;
+	}
+	a.has_ctrl_key = ctrl_key != NULL;
+	n = nvmf_auth_hash_list(hashes ? hashes : "sha256,sha384,sha512", a.hashes,
+				NVMF_AUTH_NHASH);
+	if (n < 0) {
+		GDX_ERR("nvmf", "host %s: dhchap_hash '%s' is not a list of hmac(sha256), "
+			"hmac(sha384), hmac(sha512)", hostnqn, hashes);
+		goto out;
+	}
+	a.nhash = (unsigned)n;
+	n = nvmf_auth_dh_list(dhgroups ? dhgroups :
+			      "null,ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192",
+			      a.dhs, NVMF_AUTH_NDH);
+	if (n < 0) {
+		GDX_ERR("nvmf", "host %s: dhchap_dhgroup '%s' is not a list of null, ffdhe2048, "
+			"ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192", hostnqn, dhgroups);
+		goto out;
+	}
+	a.ndh = (unsigned)n;
+	ret = nvmf_tgt_set_host_auth(&t->core, &a);
+out:
+	nvmf_auth_wipe(&a, sizeof(a));
+	return ret;
 }
 
 /*
@@ -784,10 +834,41 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const ch
 	return 0;
 }
 
+/* A host entry: its DH-HMAC-CHAP settings under configfs's names (nvmetcli writes "" for unset). */
+static int load_host(struct gdx_nvmf_target *t, struct json_object *jh, const char *cfg,
+		     const char *where)
+{
+	const char *nqn = jstr(jh, "nqn"), *key = jstr(jh, "dhchap_key");
+	const char *ctrl = jstr(jh, "dhchap_ctrl_key"), *hash = jstr(jh, "dhchap_hash");
+	const char *dh = jstr(jh, "dhchap_dhgroup");
+	int ret;
+
+	if (!key || !*key) {
+		if ((ctrl && *ctrl) || (hash && *hash) || (dh && *dh)) {
+			GDX_ERR("nvmf", "config %s: %s has dhchap settings but no dhchap_key", cfg,
+				where);
+			return GDX_ECONFIG;
+		}
+		return 0;
+	}
+	if (!nqn) {
+		GDX_ERR("nvmf", "config %s: %s has no nqn", cfg, where);
+		return GDX_ECONFIG;
+	}
+	ret = gdx_nvmf_target_set_host_auth(t, nqn, key, ctrl && *ctrl ? ctrl : NULL,
+					    hash && *hash ? hash : NULL, dh && *dh ? dh : NULL);
+	if (ret) {
+		GDX_ERR("nvmf", "config %s: %s: its dhchap settings are not valid", cfg, where);
+		return GDX_ECONFIG;
+	}
+	return 0;
+}
+
 GDX_API int gdx_nvmf_target_load_json(struct gdx_nvmf_target *t, const char *path)
 {
 	static const char *const root_keys[] = { "hosts", "ports", "subsystems", NULL };
-	static const char *const host_keys[] = { "nqn", NULL };
+	static const char *const host_keys[] = { "nqn", "dhchap_key", "dhchap_ctrl_key",
+						 "dhchap_hash", "dhchap_dhgroup", NULL };
 	struct json_object *root = json_object_from_file(path), *arr = NULL;
 	int ret = 0;
 
@@ -803,6 +884,8 @@ GDX_API int gdx_nvmf_target_load_json(struct gdx_nvmf_target *t, const char *pat
 
 		snprintf(where, sizeof(where), "hosts[%zu]", i);
 		ret = known_keys(json_object_array_get_idx(arr, i), path, where, host_keys);
+		if (!ret)
+			ret = load_host(t, json_object_array_get_idx(arr, i), path, where);
 	}
 	/* subsystems first: ports refer to them by NQN */
 	if (!ret)

@@ -1,0 +1,985 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The staging module (src/mem/stage.c) on the emulated device, each state
+ * reached directly: the device's operations are wrapped to fail a launch or
+ * count set-up calls, the agent's workers fault or copy slowly through the
+ * emulated.agent_* knobs, and malloc fails on demand (--wrap=malloc).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include <gdx/gdx.h>
+
+#include "common/config.h"
+#include "common/util.h"
+#include "gpu/device.h"
+#include "mem/stage.h"
+
+#define CHUNK 4096u
+#define BIG (1u << 20)
+
+static struct gdx_device *dev;
+static const struct gdx_device_ops *real;
+static struct gdx_device_ops wrapped;
+static void *dbuf;		/* BIG bytes of device memory */
+static unsigned char *src, *back;
+
+/* ---- wrapped device operations ---------------------------------------- */
+
+static _Atomic int setup_calls;	/* streams, events, pinned memory, agent starts */
+static _Atomic int fail_launch;	/* worker launches fail */
+
+static int w_stream_create(void *priv, void *stream, void *native)
+{
+	atomic_fetch_add(&setup_calls, 1);
+	return real->stream_create(priv, stream, native);
+}
+
+static int w_event_create(void *priv, void *event, unsigned flags)
+{
+	atomic_fetch_add(&setup_calls, 1);
+	return real->event_create(priv, event, flags);
+}
+
+static int w_pinned_alloc(void *priv, size_t size, void **p)
+{
+	atomic_fetch_add(&setup_calls, 1);
+	return real->pinned_alloc(priv, size, p);
+}
+
+static int w_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
+{
+	if (!stream)
+		atomic_fetch_add(&setup_calls, 1);
+	else if (atomic_load(&fail_launch))
+		return GDX_EDRIVER;
+	return real->agent_launch(priv, stream, a);
+}
+
+/* ---- malloc that fails on demand ---------------------------------------- */
+
+void *__real_malloc(size_t n);
+void *__wrap_malloc(size_t n);
+static _Atomic int fail_malloc;
+
+void *__wrap_malloc(size_t n)
+{
+	int one = 1;
+
+	if (atomic_compare_exchange_strong(&fail_malloc, &one, 0))
+		return NULL;
+	return __real_malloc(n);
+}
+
+/* ---- logs ---------------------------------------------------------------- */
+
+static _Atomic int halt_timeouts;
+
+static void log_cb(enum gdx_log_level lvl, const char *subsys, const char *msg, void *arg)
+{
+	(void)lvl;
+	(void)subsys;
+	(void)arg;
+	if (strstr(msg, "did not stop"))
+		atomic_fetch_add(&halt_timeouts, 1);
+}
+
+/* ---- effects -------------------------------------------------------------- */
+
+struct rec {
+	unsigned n, ends;
+	int id[512], err[512];
+};
+
+static void run(void *owner, void *effect, int err)
+{
+	struct rec *r = owner;
+
+	if (!effect) {
+		r->ends++;
+		return;
+	}
+	assert_true(r->n < GDX_ARRAY_SIZE(r->id));
+	r->id[r->n] = *(int *)effect;
+	r->err[r->n++] = err;
+}
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+	return gdx_now_ns() / 1000000;
+}
+
+static struct gdx_stage_ctx *ctx_open(bool agent, unsigned lanes)
+{
+	struct gdx_stage_ctx_opts o;
+	struct gdx_stage_ctx *ctx;
+
+	gdx_stage_ctx_opts_init(&o, sizeof(o));
+	o.agent = agent;
+	o.lanes = lanes;
+	o.workers = 1;
+	assert_int_equal(gdx_stage_ctx_open(dev, &o, &ctx), 0);
+	assert_int_equal(gdx_stage_ctx_has_agent(ctx), agent);
+	return ctx;
+}
+
+static struct gdx_stage *lane_open(struct gdx_stage_ctx *ctx, enum gdx_stage_mode mode,
+				   enum gdx_stage_fault fault, unsigned chunks, struct rec *r)
+{
+	struct gdx_stage_opts o;
+	struct gdx_stage *st;
+
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.mode = mode;
+	o.fault = fault;
+	o.chunk = CHUNK;
+	o.chunks = chunks;
+	o.effect_size = sizeof(int);
+	o.run = run;
+	o.owner = r;
+	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	return st;
+}
+
+/* Copies src[off, off + n) to the device at off through the lane; returns its mark. */
+static int put(struct gdx_stage *st, size_t off, size_t n, uint64_t *mark)
+{
+	struct gdx_stage_span sp;
+	int rc = gdx_stage_reserve(st, n, 0, &sp);
+
+	if (rc)
+		return rc;
+	assert_int_equal(sp.n, n);
+	memcpy(sp.p, src + off, n);
+	*mark = sp.end;
+	return gdx_stage_post(st, &sp, (char *)dbuf + off);
+}
+
+static void check_dev(size_t off, size_t n)
+{
+	assert_int_equal(gdx_memcpy(dev, back, (char *)dbuf + off, n), 0);
+	assert_memory_equal(back, src + off, n);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	gdx_config_reset();
+	atomic_store(&fail_launch, 0);
+	atomic_store(&fail_malloc, 0);
+	atomic_store(&halt_timeouts, 0);
+	t_fill(src, BIG, 7);
+	return gdx_memset(dev, dbuf, 0, BIG);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	gdx_config_reset();
+	return 0;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void byte_ring_wrap(void **state)
+{
+	struct gdx_byte_ring r = { .size = 100 };
+	size_t n, skip, off;
+
+	(void)state;
+	/* fits */
+	r.head = 1000;
+	n = 30;
+	assert_int_equal(gdx_byte_ring_place(&r, &n, 1, &skip), 0);
+	assert_int_equal(skip, 0);
+	/* would run past the end: the tail is skipped, one piece stays one copy */
+	r.head = 1090;
+	n = 20;
+	off = gdx_byte_ring_place(&r, &n, 1, &skip);
+	assert_int_equal(off, 0);
+	assert_int_equal(skip, 10);
+	assert_int_equal(n, 20);
+	/* too large for the tail and the piece: up to the end */
+	r.head = 1090;
+	n = 100;
+	off = gdx_byte_ring_place(&r, &n, 1, &skip);
+	assert_int_equal(off, 90);
+	assert_int_equal(skip, 0);
+	assert_int_equal(n, 10);
+	/* aligned: padded up to the next multiple */
+	r.size = 256;
+	r.head = ((uint64_t)1 << 40) + 10;
+	n = 64;
+	off = gdx_byte_ring_place(&r, &n, 64, &skip);
+	assert_int_equal(off, 64);
+	assert_int_equal(skip, 54);
+	/* aligned, at the end: skipped to the start */
+	r.head = ((uint64_t)1 << 40) + 200;
+	n = 64;
+	off = gdx_byte_ring_place(&r, &n, 64, &skip);
+	assert_int_equal(off, 0);
+	assert_int_equal(skip, 56);
+	r.tail = r.head - 56;
+	assert_int_equal(gdx_byte_ring_used(&r), 56);
+}
+
+/* Pieces start at multiples of align; the padding is room taken. */
+static void ring_aligned_skip(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct gdx_stage_opts o;
+	struct gdx_stage_span sp;
+	struct gdx_stage *st;
+	size_t size;
+	char *base;
+
+	(void)state;
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.mode = GDX_STAGE_WORD;
+	o.chunk = CHUNK;
+	o.chunks = 2;
+	o.align = 64;
+	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	base = gdx_stage_ring(st, &size);
+	assert_int_equal(size, 2 * CHUNK);
+	for (size_t off = 0, i = 0; i < 200; i++) {
+		size_t n = 100 + i * 37 % 3000;
+
+		assert_int_equal(gdx_stage_reserve(st, n, 0, &sp), 0);
+		assert_int_equal(((char *)sp.p - base) % 64, 0);
+		assert_true((char *)sp.p + sp.n <= base + size);
+		assert_int_equal(sp.pos % 64, ((char *)sp.p - base) % 64);
+		memcpy(sp.p, src + off, sp.n);
+		assert_int_equal(gdx_stage_post(st, &sp, (char *)dbuf + off), 0);
+		off += sp.n;
+		if (i == 199) {
+			assert_int_equal(gdx_stage_wait(st, sp.end), 0);
+			check_dev(0, off);
+		}
+	}
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/* A ring of one chunk takes pieces of a chunk after an odd one: split at its end. */
+static void one_chunk_ring(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct gdx_stage_span sp;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	size_t off = 0;
+
+	(void)state;
+	for (int mode = GDX_STAGE_WORD; mode <= GDX_STAGE_SYNC; mode++) {
+		off = 0;
+		st = lane_open(ctx, (enum gdx_stage_mode)mode, GDX_STAGE_FAIL, 1, &r);
+		for (int i = 0; i < 40; i++) {
+			size_t n = i % 3 ? CHUNK : 1000;
+
+			assert_int_equal(gdx_stage_reserve(st, n, 0, &sp), 0);
+			assert_true(sp.n <= n && sp.n);
+			memcpy(sp.p, src + off, sp.n);
+			assert_int_equal(gdx_stage_post(st, &sp, (char *)dbuf + off), 0);
+			off += sp.n;
+		}
+		assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+		check_dev(0, off);
+		gdx_stage_close(st);
+	}
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * What one 4 KiB copy costs in each mode (docs/nvmf-host.md's table): with
+ * events a record per 8 KiB of ring and a wait per idle spell, with a done
+ * word a store per copy and no query, with batches a call per batch, with
+ * the agent no device call at all.
+ */
+static void modes_cadence(void **state)
+{
+	static const struct {
+		enum gdx_stage_mode mode;
+		unsigned batch;
+		struct gdx_stage_stats want;
+	} c[] = {
+		{ GDX_STAGE_EVENTS, 1, { 64, 64, 32, 0, 64, 0, 0 } },
+		{ GDX_STAGE_WORD, 1, { 64, 64, 64, 0, 0, 0, 0 } },
+		/* a batch goes out at 4 copies or a chunk's worth of bytes (2 here) */
+		{ GDX_STAGE_WORD, 4, { 64, 32, 32, 0, 0, 0, 0 } },
+		{ GDX_STAGE_AGENT, 1, { 64, 0, 0, 0, 0, 0, 0 } },
+	};
+	struct gdx_stage_ctx *ctx = ctx_open(true, 1);
+
+	(void)state;
+	for (unsigned k = 0; k < GDX_ARRAY_SIZE(c); k++) {
+		struct gdx_stage_opts o;
+		struct gdx_stage_stats s;
+		struct gdx_stage *st;
+		struct rec r = { 0 };
+
+		gdx_stage_opts_init(&o, sizeof(o));
+		o.mode = c[k].mode;
+		o.batch = c[k].batch;
+		o.chunk = 2 * CHUNK;
+		o.chunks = 3;
+		o.effect_size = sizeof(int);
+		o.run = run;
+		o.owner = &r;
+		assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+		for (int i = 0; i < 64; i++) {
+			uint64_t m = 0;
+
+			assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+			/* batches: the reads of a burst complete together */
+			if (c[k].batch > 1 && i % 4 != 3)
+				continue;
+			assert_int_equal(gdx_stage_defer(st, m, &i), 0);
+			/* the socket ran dry */
+			assert_int_equal(gdx_stage_wait_idle(st, NULL, NULL, 0), 0);
+			assert_int_equal(gdx_stage_deferred(st), 0);
+		}
+		gdx_stage_stats(st, &s);
+		/* a done word's wait is a spin that may find the copy landed at once */
+		if (o.mode != GDX_STAGE_EVENTS)
+			s.waits = 0;
+		assert_memory_equal(&s, &c[k].want, sizeof(s));
+		assert_int_equal(r.n, c[k].batch > 1 ? 16 : 64);
+		check_dev(0, 64 * CHUNK);
+		assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+		gdx_stage_close(st);
+	}
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * The agent faults on its fourth copy: every effect runs, in order, those
+ * behind the fault with its error; FALLBACK then goes on synchronously.
+ */
+static void fault_effects_in_order(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	unsigned ok = 0;
+	uint64_t m = 0;
+
+	(void)state;
+	/* slow: all eight are posted before the fault shows */
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+	ctx = ctx_open(true, 1);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FALLBACK, 8, &r);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
+	}
+	assert_int_equal(gdx_stage_wait_idle(st, NULL, NULL, 0), 0);
+	assert_int_equal(r.n, 8);
+	for (unsigned i = 0; i < r.n; i++) {
+		assert_int_equal(r.id[i], (int)i);
+		if (!r.err[i])
+			assert_int_equal(ok++, i);	/* the landed ones first */
+	}
+	assert_true(ok <= 3);
+	assert_int_not_equal(gdx_stage_ctx_status(ctx), 0);
+	/* the lane goes on synchronously, and lends its ring out */
+	for (int i = 8; i < 12; i++) {
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
+	}
+	assert_int_equal(r.n, 12);
+	for (unsigned i = 8; i < 12; i++)
+		assert_int_equal(r.err[i], 0);
+	check_dev(8 * CHUNK, 4 * CHUNK);
+	{
+		void *b[2];
+		size_t bsz;
+
+		assert_int_equal(gdx_stage_halves(st, b, &bsz), 0);
+		assert_int_equal(bsz, 4 * CHUNK);
+	}
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/* FAIL: the error comes back from every call; drain fails what did not land. */
+static void fail_policy(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	uint64_t m = 0;
+	int rc;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+	ctx = ctx_open(true, 1);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 8, &r);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
+	}
+	rc = gdx_stage_wait_idle(st, NULL, NULL, 0);
+	assert_true(rc < 0);
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, 0, &(struct gdx_stage_span){ 0 }), rc);
+	assert_int_equal(gdx_stage_progress(st), rc);
+	assert_int_equal(gdx_stage_drain(st, -EIO), rc);
+	assert_int_equal(r.n, 6);
+	for (unsigned i = 0; i < 6; i++) {
+		assert_int_equal(r.id[i], (int)i);
+		assert_true(r.err[i] == 0 || r.err[i] == -EIO);
+	}
+	assert_int_equal(r.err[5], -EIO);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * A post whose worker launch fails: its copy may still be made by a worker,
+ * so its room stays taken and the ring is not lent out until the halt.
+ */
+static void launch_fails_memory_held(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(true, 1);
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	void *b[2];
+	size_t bsz;
+	uint64_t m = 0;
+	int one = 1;
+
+	(void)state;
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 2, &r);
+	atomic_store(&fail_launch, 1);
+	assert_int_equal(put(st, 0, CHUNK, &m), GDX_EDRIVER);
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, 0, &(struct gdx_stage_span){ 0 }),
+			 GDX_EDRIVER);
+	assert_false(gdx_stage_landed(st, CHUNK));
+	assert_int_equal(gdx_stage_halves(st, b, &bsz), -EBUSY);
+	assert_int_equal(gdx_stage_defer(st, CHUNK, &one), 0);
+	assert_int_equal(gdx_stage_drain(st, -EIO), GDX_EDRIVER);
+	assert_int_equal(r.n, 1);
+	assert_int_equal(r.err[0], -EIO);
+	/* halted: no worker can make it any more */
+	assert_int_equal(gdx_stage_halves(st, b, &bsz), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/* Halted by another lane with copies in flight: REDO makes them again. */
+static void redo_after_halt(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage_stats s;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	uint64_t m = 0;
+	int rc;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "30000"), 0);
+	ctx = ctx_open(true, 2);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_REDO, 8, &r);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+	assert_int_equal(gdx_stage_ctx_fail(ctx, GDX_EDRIVER), GDX_EDRIVER);
+	rc = gdx_stage_wait(st, m);
+	assert_in_range(rc, 1, 8);
+	gdx_stage_stats(st, &s);
+	assert_int_equal(s.redone, (uint64_t)rc);
+	check_dev(0, 8 * CHUNK);
+	/* then synchronously */
+	assert_int_equal(put(st, 8 * CHUNK, CHUNK, &m), 0);
+	assert_true(gdx_stage_landed(st, m));
+	check_dev(8 * CHUNK, CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/* Another lane halted the context: FALLBACK fails what did not land and goes on. */
+static void fallback_after_fault(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage *a, *b;
+	struct rec ra = { 0 }, rb = { 0 };
+	uint64_t m = 0;
+	unsigned failed = 0;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "30000"), 0);
+	ctx = ctx_open(true, 2);
+	a = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 2, &ra);
+	{
+		struct gdx_stage_opts o;
+
+		gdx_stage_opts_init(&o, sizeof(o));
+		o.mode = GDX_STAGE_AGENT;
+		o.fault = GDX_STAGE_FALLBACK;
+		o.chunk = CHUNK;
+		o.chunks = 8;
+		o.lane = 1;
+		o.effect_size = sizeof(int);
+		o.run = run;
+		o.owner = &rb;
+		assert_int_equal(gdx_stage_open(ctx, &o, &b), 0);
+	}
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(put(b, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_defer(b, m, &i), 0);
+	}
+	assert_int_equal(gdx_stage_ctx_fail(ctx, GDX_EDRIVER), GDX_EDRIVER);
+	assert_int_equal(gdx_stage_wait_idle(b, NULL, NULL, 0), 0);
+	assert_int_equal(rb.n, 6);
+	for (unsigned i = 0; i < 6; i++) {
+		assert_int_equal(rb.id[i], (int)i);
+		failed += rb.err[i] == GDX_EDRIVER;
+	}
+	assert_true(failed >= 1);
+	assert_int_equal(rb.err[5], GDX_EDRIVER);
+	for (int i = 6; i < 10; i++) {
+		assert_int_equal(put(b, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_defer(b, m, &i), 0);
+		assert_int_equal(rb.err[i], 0);
+	}
+	check_dev(6 * CHUNK, 4 * CHUNK);
+	/* the FAIL lane sees the fault */
+	assert_int_equal(put(a, 20 * CHUNK, CHUNK, &m), GDX_EDRIVER);
+	assert_int_equal(gdx_stage_drain(a, -EIO), GDX_EDRIVER);
+	assert_int_equal(gdx_stage_drain(b, -EIO), 0);
+	gdx_stage_close(a);
+	gdx_stage_close(b);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * A worker that takes 1.5 s per copy, given up on: drain halts the agent and
+ * returns only once it has stopped (the ring's memory held), saying each
+ * stop timeout.
+ */
+static void drain_stuck_worker(void **state)
+{
+	struct gdx_stage_ctx_opts co;
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage_opts o;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	int stop = 0, one = 1;
+	uint64_t m = 0, t0;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "1500000"), 0);
+	gdx_stage_ctx_opts_init(&co, sizeof(co));
+	co.agent = true;
+	co.workers = 1;
+	co.stop_timeout_ms = 200;
+	assert_int_equal(gdx_stage_ctx_open(dev, &co, &ctx), 0);
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.mode = GDX_STAGE_AGENT;
+	o.chunk = CHUNK;
+	o.chunks = 2;
+	o.effect_size = sizeof(int);
+	o.run = run;
+	o.owner = &r;
+	o.abort = &stop;
+	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	assert_int_equal(put(st, 0, CHUNK, &m), 0);
+	assert_int_equal(gdx_stage_defer(st, m, &one), 0);
+	/* let the worker take it */
+	usleep(100000);
+	t0 = now_ms();
+	stop = 1;
+	assert_int_equal(gdx_stage_drain(st, GDX_EDISCONNECTED), GDX_EDISCONNECTED);
+	assert_true(now_ms() - t0 >= 1000);
+	assert_true(atomic_load(&halt_timeouts) >= 2);
+	assert_int_equal(r.n, 1);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+static void *raise_later(void *arg)
+{
+	usleep(50000);
+	__atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* A wait on a copy that does not land ends on the abort word, and faults nothing. */
+static void wait_abort(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage_opts o;
+	struct gdx_stage *st;
+	pthread_t t;
+	int stop = 0;
+	uint64_t m = 0;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "1000000"), 0);
+	ctx = ctx_open(true, 1);
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.mode = GDX_STAGE_AGENT;
+	o.fault = GDX_STAGE_REDO;
+	o.chunk = CHUNK;
+	o.chunks = 2;
+	o.abort = &stop;
+	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	assert_int_equal(put(st, 0, CHUNK, &m), 0);
+	assert_int_equal(pthread_create(&t, NULL, raise_later, &stop), 0);
+	assert_int_equal(gdx_stage_wait(st, m), GDX_EDISCONNECTED);
+	/* ended by the word, not by the copy (1 s) */
+	assert_true((int32_t)(__atomic_load_n(st->word, __ATOMIC_ACQUIRE) - st->seq) < 0);
+	pthread_join(t, NULL);
+	assert_int_equal(gdx_stage_ctx_status(ctx), 0);
+	assert_int_equal(gdx_stage_watch(st, m), GDX_EDISCONNECTED);
+	stop = 0;
+	assert_int_equal(gdx_stage_wait(st, m), 0);
+	check_dev(0, CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+struct failer {
+	struct gdx_stage_ctx *ctx;
+	const uint32_t *word;
+	int err, got;
+	bool moved;
+	pthread_barrier_t *go;
+};
+
+/* Fails the context; once that returns no worker runs: the done word stays. */
+static void *fail_thread(void *arg)
+{
+	struct failer *f = arg;
+	uint32_t w;
+
+	pthread_barrier_wait(f->go);
+	f->got = gdx_stage_ctx_fail(f->ctx, f->err);
+	w = __atomic_load_n(f->word, __ATOMIC_ACQUIRE);
+	usleep(60000);
+	f->moved = __atomic_load_n(f->word, __ATOMIC_ACQUIRE) != w;
+	return NULL;
+}
+
+/* Two threads fail the context at once: one fault, one halt, both return halted. */
+static void fail_twice_concurrent(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	pthread_barrier_t go;
+	struct failer f[2];
+	pthread_t t[2];
+	uint64_t m = 0;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+	ctx = ctx_open(true, 1);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 8, &r);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+	pthread_barrier_init(&go, NULL, 2);
+	for (int i = 0; i < 2; i++) {
+		f[i] = (struct failer){ ctx, st->word, i ? -EIO : GDX_EDRIVER, 0, false, &go };
+		assert_int_equal(pthread_create(&t[i], NULL, fail_thread, &f[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&go);
+	assert_int_equal(f[0].got, f[1].got);
+	assert_true(f[0].got == -EIO || f[0].got == GDX_EDRIVER);
+	assert_int_equal(gdx_stage_ctx_fault_gen(ctx), 1);
+	assert_false(f[0].moved);
+	assert_false(f[1].moved);
+	assert_int_equal(gdx_stage_drain(st, -EIO), f[0].got);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+struct watcher {
+	struct gdx_stage *st;
+	uint64_t mark;
+	int rc;
+};
+
+static void *watch_thread(void *arg)
+{
+	struct watcher *w = arg;
+
+	w->rc = gdx_stage_watch(w->st, w->mark);
+	if (!w->rc)
+		w->rc = gdx_memcpy(dev, back, dbuf, 16 * CHUNK);
+	return NULL;
+}
+
+/* Another thread sees a mark landed once the producer learnt it, and the bytes with it. */
+static void landed_other_thread(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(true, 1);
+	struct gdx_stage *st;
+	struct watcher w;
+	struct rec r = { 0 };
+	pthread_t t;
+	uint64_t m = 0;
+
+	(void)state;
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 4, &r);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+	w = (struct watcher){ st, m, -1 };
+	assert_int_equal(pthread_create(&t, NULL, watch_thread, &w), 0);
+	while (!gdx_stage_landed(st, m))
+		assert_int_equal(gdx_stage_progress(st), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(w.rc, 0);
+	assert_memory_equal(back, src, 16 * CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/* No memory to queue an effect: it waits for the copies, then runs behind the others. */
+static void defer_nomem(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	uint64_t m = 0;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
+	st = lane_open(ctx, GDX_STAGE_EVENTS, GDX_STAGE_FAIL, 128, &r);
+	for (int i = 0; i < 64; i++) {
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
+	}
+	assert_int_equal(put(st, 64 * CHUNK, CHUNK, &m), 0);
+	atomic_store(&fail_malloc, 1);
+	assert_int_equal(gdx_stage_defer(st, m, &(int){ 64 }), 0);
+	assert_int_equal(atomic_load(&fail_malloc), 0);
+	assert_int_equal(r.n, 65);
+	for (unsigned i = 0; i < 65; i++) {
+		assert_int_equal(r.id[i], (int)i);
+		assert_int_equal(r.err[i], 0);
+	}
+	assert_int_equal(gdx_stage_deferred(st), 0);
+	check_dev(0, 65 * CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * A lane opened again on an agent ring (an NVMe/TCP reconnect) goes on from
+ * the ring's done word: its worker, launched again after idling, looks for
+ * the seq after it.
+ */
+static void adopt_ring_after_reopen(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(true, 1);
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	uint64_t m = 0;
+
+	(void)state;
+	for (int round = 0; round < 3; round++) {
+		st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 4, &r);
+		for (int i = 0; i < 5; i++)
+			assert_int_equal(put(st, (size_t)(round * 5 + i) * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_wait(st, m), 0);
+		check_dev((size_t)round * 5 * CHUNK, 5 * CHUNK);
+		assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+		gdx_stage_close(st);
+		/* the worker goes idle and ends (idle_us 2000) */
+		usleep(20000);
+	}
+	/* no copy of an earlier round was made again over the bytes it left */
+	check_dev(0, 15 * CHUNK);
+	assert_int_equal(gdx_stage_ctx_status(ctx), 0);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * A done word's seqs wrap past 2^32: marks compare by their distance.  The
+ * stream is held on a gate, so nothing may be seen landed before it opens.
+ */
+static void mark_seq_wrap(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	uint32_t *gate;
+	uint64_t m[16];
+
+	(void)state;
+	st = lane_open(ctx, GDX_STAGE_WORD, GDX_STAGE_FAIL, 16, &r);
+	assert_int_equal(gdx_stage_mode_of(st), GDX_STAGE_WORD);
+	assert_int_equal(gdx_stream_synchronize(st->stream), 0);
+	st->seq = UINT32_MAX - 7;
+	__atomic_store_n(st->word, st->seq, __ATOMIC_RELEASE);
+	assert_int_equal(gdx_pinned_alloc(dev, sizeof(*gate), (void **)&gate), 0);
+	*gate = 0;
+	assert_int_equal(gdx_stream_wait_value32(st->stream, gate, 1), 0);
+	for (int i = 0; i < 16; i++) {
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m[i]), 0);
+		assert_int_equal(gdx_stage_defer(st, m[i], &i), 0);
+		assert_int_equal(gdx_stage_progress(st), 0);
+	}
+	/* seqs 2^32 - 6 .. 8: none landed while the stream waits */
+	assert_int_equal(st->seq, 8);
+	assert_false(gdx_stage_landed(st, m[0]));
+	assert_int_equal(r.n, 0);
+	/* once the stream is through, reading the word (seq 8) lands them all */
+	__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+	assert_int_equal(gdx_stream_synchronize(st->stream), 0);
+	assert_int_equal(gdx_stage_progress(st), 0);
+	assert_int_equal(r.n, 16);
+	for (unsigned i = 0; i < 16; i++)
+		assert_int_equal(r.id[i], (int)i);
+	check_dev(0, 16 * CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_pinned_free(dev, gate), 0);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/* D2H: room comes back when the consumer releases it, in order. */
+static void d2h_release_order(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct gdx_stage_span sp[3];
+	struct gdx_stage_opts o;
+	struct gdx_stage *st;
+
+	(void)state;
+	assert_int_equal(gdx_memcpy(dev, dbuf, src, 4 * CHUNK), 0);
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.dir = GDX_STAGE_D2H;
+	o.mode = GDX_STAGE_SYNC;
+	o.chunk = CHUNK;
+	o.chunks = 2;
+	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &sp[i]), 0);
+		assert_int_equal(gdx_stage_post(st, &sp[i], (char *)dbuf + i * CHUNK), 0);
+		assert_true(gdx_stage_landed(st, sp[i].end));
+		assert_memory_equal(sp[i].p, src + i * CHUNK, CHUNK);
+	}
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &sp[2]), -EAGAIN);
+	gdx_stage_release(st, sp[0].end);
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &sp[2]), 0);
+	assert_ptr_equal(sp[2].p, sp[0].p);
+	gdx_stage_unreserve(st, &sp[2]);
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &sp[2]), 0);
+	assert_int_equal(sp[2].pos, 2 * CHUNK);
+	assert_int_equal(gdx_stage_post(st, &sp[2], dbuf), 0);
+	/* all given back: the next piece starts at the ring's beginning, whole */
+	gdx_stage_release(st, sp[2].end);
+	assert_int_equal(gdx_stage_reserve(st, 100, GDX_STAGE_NOWAIT, &sp[0]), 0);
+	assert_int_equal(gdx_stage_post(st, &sp[0], dbuf), 0);
+	gdx_stage_release(st, sp[0].end);
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &sp[1]), 0);
+	assert_ptr_equal(sp[1].p, gdx_stage_ring(st, NULL));
+	assert_int_equal(sp[1].n, CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/* Reserve, post, flush, progress, wait, wait_idle, defer: no stream, event, pinned memory or agent. */
+static void no_setup_on_data_path(void **state)
+{
+	static const enum gdx_stage_mode modes[] = { GDX_STAGE_AGENT, GDX_STAGE_WORD,
+						     GDX_STAGE_EVENTS, GDX_STAGE_SYNC };
+	struct gdx_stage_ctx *ctx = ctx_open(true, 1);
+	struct gdx_stage *st[4];
+	struct rec r = { 0 };
+
+	(void)state;
+	for (int k = 0; k < 4; k++)
+		st[k] = lane_open(ctx, modes[k], GDX_STAGE_FAIL, 4, &r);
+	atomic_store(&setup_calls, 0);
+	for (int k = 0; k < 4; k++) {
+		uint64_t m = 0;
+
+		for (int i = 0; i < 40; i++) {
+			assert_int_equal(put(st[k], (size_t)i * CHUNK, CHUNK, &m), 0);
+			assert_int_equal(gdx_stage_defer(st[k], m, &i), 0);
+			assert_int_equal(gdx_stage_progress(st[k]), 0);
+			assert_int_equal(gdx_stage_flush(st[k]), 0);
+		}
+		assert_int_equal(gdx_stage_wait(st[k], m), 0);
+		assert_int_equal(gdx_stage_wait_idle(st[k], NULL, NULL, 1000), 0);
+		assert_int_equal(gdx_stage_drain(st[k], GDX_EDRIVER), 0);
+		check_dev(0, 40 * CHUNK);
+	}
+	assert_int_equal(atomic_load(&setup_calls), 0);
+	for (int k = 0; k < 4; k++)
+		gdx_stage_close(st[k]);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(byte_ring_wrap),
+		cmocka_unit_test_setup_teardown(ring_aligned_skip, setup, teardown),
+		cmocka_unit_test_setup_teardown(one_chunk_ring, setup, teardown),
+		cmocka_unit_test_setup_teardown(modes_cadence, setup, teardown),
+		cmocka_unit_test_setup_teardown(fault_effects_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(fail_policy, setup, teardown),
+		cmocka_unit_test_setup_teardown(launch_fails_memory_held, setup, teardown),
+		cmocka_unit_test_setup_teardown(redo_after_halt, setup, teardown),
+		cmocka_unit_test_setup_teardown(fallback_after_fault, setup, teardown),
+		cmocka_unit_test_setup_teardown(drain_stuck_worker, setup, teardown),
+		cmocka_unit_test_setup_teardown(wait_abort, setup, teardown),
+		cmocka_unit_test_setup_teardown(fail_twice_concurrent, setup, teardown),
+		cmocka_unit_test_setup_teardown(landed_other_thread, setup, teardown),
+		cmocka_unit_test_setup_teardown(defer_nomem, setup, teardown),
+		cmocka_unit_test_setup_teardown(adopt_ring_after_reopen, setup, teardown),
+		cmocka_unit_test_setup_teardown(mark_seq_wrap, setup, teardown),
+		cmocka_unit_test_setup_teardown(d2h_release_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(no_setup_on_data_path, setup, teardown),
+	};
+	int ret;
+
+	/* the emulated device: its agent faults and slows down on demand */
+	ret = gdx_device_open("emulated", &dev);
+	if (ret)
+		return 1;
+	gdx_log_set_callback(log_cb, NULL);
+	real = dev->ops;
+	wrapped = *real;
+	wrapped.stream_create = w_stream_create;
+	wrapped.event_create = w_event_create;
+	wrapped.pinned_alloc = w_pinned_alloc;
+	wrapped.agent_launch = w_agent_launch;
+	dev->ops = &wrapped;
+	src = malloc(BIG);
+	back = malloc(BIG);
+	if (!src || !back || gdx_device_malloc(dev, BIG, &dbuf))
+		return 1;
+	ret = cmocka_run_group_tests(tests, NULL, NULL);
+	gdx_device_free(dev, dbuf);
+	dev->ops = real;
+	gdx_device_close(dev);
+	free(src);
+	free(back);
+	return ret;
+}
