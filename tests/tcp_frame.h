@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The tcp transport's frame header as a peer writes it by hand (tests and the
- * tcp fuzzer): 48 bytes, little-endian, as src/xport/tcp.c's struct hdr.
+ * tcp fuzzer): 48 bytes, little-endian, as src/xport/tcp/tcp_int.h's struct hdr.
  */
 #ifndef GDX_TESTS_TCP_FRAME_H
 #define GDX_TESTS_TCP_FRAME_H

@@ -1,0 +1,565 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef GDX_XPORT_TCP_INT_H
+#define GDX_XPORT_TCP_INT_H
+
+/*
+ * tcp://host:port — RDMA semantics over one TCP connection per endpoint.
+ *
+ * Every request is a frame (48-byte header, then payload).  The requester
+ * sends frames in post order (small ones in trains, from whichever thread
+ * holds the socket; large ones from a transmit thread); the peer's receive thread
+ * executes them in that order, serving one-sided reads and writes against its
+ * key table (key, access and bounds checked before a byte is touched; a bad
+ * one is answered with GDX_EREMOTE and any payload is read and dropped), and
+ * answers each with a response the requester matches against its queue of
+ * outstanding requests.  Responses therefore arrive, and requests complete,
+ * in post order.
+ *
+ * Data lands straight in the target: payloads are received into the posted
+ * receive or registered region itself (only the start of a frame that shared a
+ * socket read with its header is copied), and large host payloads of requests go
+ * out with MSG_ZEROCOPY where the kernel has it.  Device memory is received into a
+ * pinned ring whose copies a copy agent makes while the receive thread goes on
+ * (what depends on the bytes having landed is deferred until they have, in
+ * order), and sent out of a pinned ring the same agent copies each frame into
+ * as it is queued, so that the copy runs while the frames ahead are sent.
+ *
+ * The two threads never wait on each other: the receive thread hands read
+ * data and responses to the transmit queue, so both peers can stream at once.
+ * A read answer's bytes are taken out of the region when it is sent: a write
+ * to the same range that arrives after the read has them taken first, without
+ * waiting for the answer to go out (tcp_ans_settle).
+ */
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "common/stats.h"
+#include "xport/xport.h"
+
+#define SUBSYS "xport.tcp"
+
+#ifndef SO_ZEROCOPY
+#define SO_ZEROCOPY 60
+#endif
+#ifndef MSG_ZEROCOPY
+#define MSG_ZEROCOPY 0x4000000
+#endif
+
+enum {
+	F_HELLO = 1,
+	F_SEND,
+	F_WRITE,
+	F_READ,
+	F_RESP,
+	F_READ_RESP,
+};
+
+#define FL_IMM 0x1
+#define TCP_MAGIC 0x54584447u	/* "GDXT" */
+#define TCP_VERSION 1
+#define MAX_PAYLOAD (1ull << 40)
+#define ZC_MIN (64u << 10)
+#define RBUF_SIZE (64u << 10)
+#define RESP_BATCH 64
+#define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
+#define STAGE_SIZE (1u << 20)
+#define SR_SIZE (2 * STAGE_SIZE)	/* the stage ring: device payloads sent through the agent */
+#define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (sr_room) */
+#define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
+#define TX_TRAIN_BYTES (256u << 10)
+
+struct hdr {
+	uint8_t type;
+	uint8_t flags;
+	uint16_t rsvd;
+	int32_t status;
+	uint32_t imm;
+	uint32_t rsvd2;
+	uint64_t id;
+	uint64_t raddr;
+	uint64_t key;
+	uint64_t len;
+};
+_Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire");
+
+/*
+ * Two pinned buffers of bsz bytes and a stream for moving device memory
+ * through the socket.  Each side has one per device (tcp_ep.rxs, txs), made
+ * by tcp_rr_prepare; the agent's device's gets its buffers only once the agent
+ * failed: the halves of its receive ring (tcp_rx_stager) or of its stage ring
+ * (tcp_tx_stager), lent.
+ */
+struct stager {
+	struct gdx_device *dev;
+	struct gdx_stream *s;
+	void *b[2];
+	size_t bsz;
+	int lent;			/* b is the receive ring's, not this stager's to free */
+	struct stager *next;
+};
+
+/*
+ * Which way a frame's payload goes out, chosen when it is queued
+ * (tx_submit_locked, sr_queue), lock held.  It changes only while the frame is
+ * queued: a ring frame whose copy did not land becomes a stream frame when
+ * the agent is dropped (tcp_tx_drop_agent), and a read answer of device
+ * memory that a write gave a host copy of its bytes before any sender took
+ * it becomes a host frame (ans_snap).
+ */
+enum txi_path {
+	TXP_TRAIN,	/* host payload of at most DIRECT_MAX: goes in trains, from any sender */
+	TXP_HOST,	/* larger host payload: the transmit thread's */
+	TXP_RING,	/* device payload the agent copies into the stage ring (sr_queue) */
+	TXP_STREAM,	/* device payload copied through a stream by the transmit thread */
+};
+
+/*
+ * Where a frame is in its life (once four flags: going, staged, late,
+ * orphan): one state, moved under t->lock by txi_set alone, which checks
+ * each move against these edges:
+ *
+ *   QUEUED -> LATE, STAGED      sr_queue: a ring frame, with room or not
+ *   LATE -> STAGED              room came back (sr_catch_up, sr_take)
+ *   QUEUED, LATE -> GOING       taken, or sent in a train (tcp_tx_going); a
+ *                               LATE one goes whole through the ring's halves
+ *   STAGED -> GOING_STAGED      taken (sr_take): sr_send waits for its copy
+ *   GOING_STAGED -> GOING       the halted agent will not make the copy:
+ *                               sr_redo made it through the stream
+ *   LATE, STAGED -> QUEUED      the agent was dropped (tcp_tx_drop_agent; a
+ *                               STAGED one whose copy did not land), or a
+ *                               write gave a LATE answer a host copy (ans_snap)
+ *   GOING, GOING_STAGED -> ORPHAN  freed (tcp_tx_free) while the receive
+ *                               thread snaps its bytes with the lock dropped
+ *                               (ans_snap): that thread frees it
+ */
+enum txi_state {
+	TXS_QUEUED,
+	TXS_LATE,		/* a ring frame without room yet: the first is t->sr_late */
+	TXS_STAGED,		/* a ring frame whose copy is posted (seq) into room ending at sr_end */
+	TXS_GOING,		/* its bytes began to go out (tcp_tx_going) */
+	TXS_GOING_STAGED,	/* and its ring copy is to be waited for (sr_send, sr_redo) */
+	TXS_ORPHAN,
+};
+
+struct txi {			/* one frame to transmit */
+	struct hdr h;
+	struct gdx_xport_req *req;	/* request frames: the payload source */
+	const void *data;		/* read responses: the region */
+	struct gdx_device *dev;		/* data's device, if device memory */
+	struct gdx_xport_rkey *k;
+	void *extra;			/* response batches: the frames after h */
+	size_t extra_len;
+	size_t off;			/* bytes of the frame already sent */
+	const void *pp;			/* the payload (host memory when small) */
+	size_t plen;
+	enum txi_path path;
+	enum txi_state state;
+	struct qent *q;			/* request frames: the request's outstanding entry */
+	/*
+	 * Copies of its payload were posted to the agent (staged, or by
+	 * tx_copy): a write over a read answer's region must wait for them, or
+	 * be refused once the agent is halted.  Not a state: a frame whose ring
+	 * copy sr_redo made again is GOING and still had them.
+	 */
+	uint8_t acopy;
+	uint32_t seq;			/* staged: its copy's; else the last one tx_copy posted */
+	uint64_t sr_end;
+	/*
+	 * Read answers whose bytes still come out of the region (ans: on
+	 * t->ans_head, lock held): a write that overlaps one takes them first
+	 * (tcp_ans_settle, rule 1).  snap: that private copy of the payload's
+	 * bytes from snap_off on; cnext: bytes of a device payload whose copies were
+	 * posted (to the transmit thread's stream or the agent's ring RR_TX).
+	 * ans, settle and snapping are the receive thread's to move, beside the
+	 * state the senders move, and not one enum: ans is cleared last and
+	 * read without the lock (tcp_tx_free frees x once it sees it clear; in
+	 * an enum, every free would take the lock), and a frame whose agent
+	 * copies are waited for before it is let go (settle) has the bytes no
+	 * copy was posted for yet snapped meanwhile (snapping).
+	 */
+	uint8_t ans, settle;		/* settle: tcp_ans_settle lets it go once its copies landed */
+	/*
+	 * snapping: the receive thread copies its bytes out of device memory
+	 * with the lock dropped (ans_snap): no sender takes it (tcp_tx_blocked) or
+	 * copies for it (tx_copy) meanwhile, and a tcp_tx_free leaves it to that
+	 * thread to free (TXS_ORPHAN).
+	 */
+	uint8_t snapping;
+	unsigned nans;			/* answers it carries (tcp_ep.ans_held) */
+	struct txi *an_prev, *an_next;
+	unsigned char *snap;
+	size_t snap_off, cnext;
+	struct txi *next;
+};
+
+/* Moves x to state s, one of the edges above.  Lock held. */
+static inline void txi_set(struct txi *x, enum txi_state s)
+{
+	static const uint8_t edges[] = {
+		[TXS_QUEUED] = 1u << TXS_LATE | 1u << TXS_STAGED | 1u << TXS_GOING,
+		[TXS_LATE] = 1u << TXS_QUEUED | 1u << TXS_STAGED | 1u << TXS_GOING,
+		[TXS_STAGED] = 1u << TXS_QUEUED | 1u << TXS_GOING_STAGED,
+		[TXS_GOING] = 1u << TXS_ORPHAN,
+		[TXS_GOING_STAGED] = 1u << TXS_GOING | 1u << TXS_ORPHAN,
+		[TXS_ORPHAN] = 0,
+	};
+
+	assert(edges[x->state] & 1u << s);
+	(void)edges;
+	x->state = s;
+}
+
+static inline bool txi_going(const struct txi *x)
+{
+	return x->state >= TXS_GOING;
+}
+
+/* Its ring copy was posted and may not have landed: queued or taken. */
+static inline bool txi_staged(const struct txi *x)
+{
+	return x->state == TXS_STAGED || x->state == TXS_GOING_STAGED;
+}
+
+struct qent {
+	struct gdx_xport_req *req;
+	void *data;
+	uint64_t len;
+	uint64_t kr_end;	/* a kept message in the kept ring: its end there, else 0 */
+	int is_imm;
+	uint32_t imm;
+	int sent;		/* outstanding requests: its frame began to go out */
+	struct qent *next;
+};
+
+/*
+ * What the receive thread owes for a frame once the bytes it received into
+ * device memory have landed: a local completion, the answer to the peer, or
+ * both.  While one waits, the ones after it wait too (FIFO).
+ */
+struct deff {
+	struct gdx_xport_req *req;	/* a local completion (receive, read), or NULL */
+	struct gdx_xport_rkey *k;	/* a region written: held until its copies landed */
+	uint64_t len, resp_id;
+	int st, resp_st;
+	uint32_t imm, mark;		/* mark: the agent's seq that must have landed */
+	uint8_t is_imm, has_resp, read_done, dev;
+	uint64_t kr_end;		/* a kept message copied on: the kept ring is free to here */
+};
+
+/*
+ * Device memory received through a pinned byte ring whose copies a copy agent
+ * makes (include/gdx/device.h): pieces go in back to back, each one's copy
+ * posted as soon as it is in, and what depends on the bytes having landed
+ * waits in a FIFO of deferred effects until the agent's done word passed its
+ * mark.  Receive thread only, but for dev, agent and tx_word: the agent's
+ * ring RR_TX takes the transmit thread's copies out of device memory.
+ */
+struct rxring {
+	struct gdx_device *dev;		/* ring and agent's device; NULL until the first */
+	struct gdx_copy_agent *agent;
+	const uint32_t *word, *tx_word;
+	unsigned char *ring;
+	uint64_t *pend;			/* ring position after each posted copy, by seq & pmask */
+	size_t size, chunk;
+	unsigned pmask;
+	uint64_t head, done;		/* ring bytes taken / known free again */
+	uint32_t seq, landed;		/* last posted, last known landed */
+	int on;				/* the agent takes the copies */
+	int err;			/* why it stopped taking them */
+	int leak;			/* an agent did not stop (tcp_destroy): the rings stay allocated */
+	int stopped;			/* tcp_rr_stop ran: no agent starts any more (atomic) */
+	struct deff *q;			/* circular, qcap entries */
+	unsigned qcap, qhead, qn;
+};
+
+/* The endpoint's counters (stats scope xport.tcp.N): the stage ring's frames. */
+enum {
+	C_SR_FRAMES,		/* device payloads sent out of the stage ring */
+	C_SR_LATE,		/* of them, queued late (sr_queue) */
+	C_SR_CAUGHT_UP,		/* late ones staged when room came back, before the transmit
+				   thread reached them (sr_catch_up) */
+	C_SR_TX_COPIED,		/* late ones the transmit thread copied when it took them */
+	C_KEPT_RING,		/* kept messages the receive thread copied on from the kept ring */
+	C_KEPT_HOST,		/* and from host memory (the ring had no room) */
+	C_SR_REDONE,		/* frames taken whose copies the halted agent owed: sr_redo */
+	C_TX_RECOPIED,		/* chunks of a large frame so: tx_chunk_wait */
+	C_ANS_PEAK,		/* the most answers queued at once (ans_held) */
+	C_HELD_BACK,		/* times the receive thread stopped reading for them (rx_hold_back) */
+	C_COPIES_PEAK,		/* the most bytes of answers' copies held at once (snap_held) */
+	C_NR
+};
+
+/*
+ * The endpoint, its fields grouped by who owns them.  The threads: the
+ * posting threads (tcp_post.c; one of them at a time holds the socket for
+ * writing, t->sending), the transmit thread (tcp_tx.c), the receive thread
+ * (tcp_rx.c, tcp_ans.c), a CQ waiter that takes the socket from a parked
+ * receive thread (tcp_wait.c), and the caller that connects, registers and
+ * tears down (tcp_conn.c).  Lock order: rr_lock, lock, ans_lock.
+ */
+struct tcp_ep {
+	/* Set before the threads start (ep_start), read-only after. */
+	struct gdx_xport_ep *fe;
+	int fd;
+	int zerocopy;
+	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
+	uint64_t max_unexpected;
+	unsigned ans_max;
+	int ans_ms;
+	size_t snap_max;
+	pthread_t rx, tx;
+	int threads;
+	struct gdx_counter ctr[C_NR];	/* counters: atomic adds, any thread */
+	struct gdx_stats *stats;
+
+	/*
+	 * lock: the queues and what posters, the transmit and receive threads
+	 * and a CQ waiter share.  tx_cond: the transmit thread's wait for
+	 * frames; rx_cond: the receive thread's for a receive (rx_stall_wait);
+	 * flushed_cond: tcp_flush_all's; rd_cond: tcp_ans_settle's for senders
+	 * to leave a region (rd_busy).
+	 */
+	pthread_mutex_t lock;
+	pthread_cond_t tx_cond, rx_cond, flushed_cond;
+	struct txi *txq_head, *txq_tail;
+	unsigned qlen;		/* frames in the queue */
+	struct qent *outst_head, *outst_tail;	/* requests awaiting a response */
+	struct qent *recv_head, *recv_tail;
+	struct qent *unexp_head, *unexp_tail;
+	uint64_t unexpected_bytes;
+	uint64_t next_id;
+	long reads_in_flight;	/* sent and not answered: what FENCE waits for */
+	/*
+	 * Requests sent whole and not answered yet.  While there are some, the
+	 * receive thread will come by with their answers, so a small request
+	 * posted meanwhile may wait in the queue (held) for the next train:
+	 * sent by the poster's next CQ poll or wait, or by the receive thread.
+	 */
+	long on_wire;
+	int rx_stalled;		/* the receive thread waits for a receive to be posted */
+	int sending;		/* a thread is writing a frame to the socket */
+	/* dead: written with the lock held (tcp_kill_conn), read atomically where it is not */
+	int dead, flushed;
+	int rx_parked;		/* the receive thread waits between frames, rbuf empty */
+	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
+	pthread_t w_tid;
+	uint64_t big_id;	/* the last request sent by the transmit thread */
+	/*
+	 * Kept messages are handed to receives by the receive thread (kept_match)
+	 * once the endpoint has a copy agent: it copies them on through the agent
+	 * from the kept ring (pinned, the agent's device; rx thread only), or
+	 * from host memory where the ring has no room, and their completions
+	 * are deferred as a received message's are.  Posters only kick it
+	 * (kept_kick).  Else (kept_rx 0) the poster copies.  Lock held for
+	 * kept_rx; kr_head and kr_tail: bytes taken, bytes free again.
+	 */
+	int kept_rx;
+	/*
+	 * The stage ring (the agent's, SR_SIZE bytes of rr.dev's pinned memory;
+	 * see sr_queue) and the last copy posted into it: the lock's holder is
+	 * the one producer of the agent's ring RR_TX.
+	 */
+	unsigned char *sr;
+	uint64_t sr_head, sr_tail;
+	/*
+	 * The first late ring frame in the queue: none behind it takes room
+	 * meanwhile, so every ring frame behind it is late too.  sr_whole: a
+	 * late frame larger than a stage buffer is being sent through the
+	 * ring's halves, which no other frame takes meanwhile.
+	 */
+	struct txi *sr_late;
+	int sr_whole;
+	uint32_t tx_seq;
+	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
+	/*
+	 * Read answers still to be read out of their region (txi.ans), and the
+	 * threads in a send that may read one's host memory (never blocking:
+	 * tcp_ans_settle waits for them to leave it).
+	 */
+	struct txi *ans_head;
+	int rd_busy, rd_waiting;
+	pthread_cond_t rd_cond;
+
+	/* Atomics: any thread, no lock. */
+	atomic_int held;	/* frames may be waiting in the queue with nobody sending */
+	atomic_int kept_kick;	/* a poster asks the receive thread to match kept messages */
+	atomic_long rx_reads;	/* socket reads of the receive thread while parked */
+	/*
+	 * The receive side halted the failed agent (rr_fail): device payloads
+	 * are sent through the stage stream from here on (tcp_tx_agent).
+	 */
+	int tx_noagent;
+	/*
+	 * Answers to the peer queued and not freed yet (tcp_tx_free, unlocked).
+	 * A peer that asks and does not read the answers would have them pile
+	 * up; beyond ans_max (xport.tcp_answers_max) the receive thread reads no
+	 * more of its frames until half went out (rx_hold_back), and ends the
+	 * connection if that takes ans_ms.  ans_lock, ans_cond: that wait's.
+	 */
+	atomic_uint ans_held;
+	pthread_mutex_t ans_lock;
+	pthread_cond_t ans_cond;
+	/*
+	 * Bytes of private copies read answers took because a write overlapped
+	 * them (ans_snap; freed by tcp_tx_free, unlocked): at most snap_max
+	 * (xport.tcp_answers_copy_max), beyond which such a write is refused as
+	 * one whose copies could not be allocated.
+	 */
+	_Atomic size_t snap_held;
+
+	/*
+	 * The receive thread's; rbuf, rpos and rlen the CQ waiter's while it
+	 * holds the socket (w_reader).
+	 *
+	 * Who reads the socket (and rbuf): the receive thread, except while a
+	 * caller sleeps in gdx_xport_cq_wait with answers due and the receive
+	 * thread is parked between frames with nothing buffered.  Then the
+	 * sleeper takes the socket (w_reader): the socket leaves the receive
+	 * thread's epoll set (rx_epfd) for the sleeper's (w_epfd, in the CQ's
+	 * set), the answers wake the sleeper alone, and it completes them itself.
+	 * On waking it hands the socket back; what it cannot handle (a frame with
+	 * a payload, a request of the peer, a partial frame) stays in rbuf and
+	 * wakes the receive thread (rx_wake), as does a dying connection.
+	 */
+	unsigned char *rbuf;
+	size_t rpos, rlen;
+	int rx_epfd, w_epfd, rx_wake;	/* set at ep_start */
+	int rx_boundary;	/* no byte of the next frame read */
+	/*
+	 * Responses the receive thread owes, sent together when it next waits for
+	 * input (or before anything else it sends), so a burst of requests is
+	 * answered with one write instead of one each.
+	 */
+	struct hdr resp[RESP_BATCH];
+	unsigned nresp;
+	unsigned char *kr;	/* the kept ring (kept_rx) */
+	size_t kr_size;
+	uint64_t kr_head, kr_tail;
+	int rx_err;		/* an answer could not be queued (fatal) */
+	int ans_said, snap_said;	/* rx_hold_back and ans_snap logged once */
+	/*
+	 * The receive ring: the receive thread's but for rr.dev, rr.agent and
+	 * rr.tx_word, published with release once the agent started, and
+	 * rr.stopped (atomic).  rr_lock: its start, and additions to rxs and
+	 * txs, the stagers (a device each, tcp_rr_prepare), published with
+	 * release and read without it.
+	 */
+	struct rxring rr;
+	pthread_mutex_t rr_lock;
+	struct stager *rxs, *txs;
+
+	/* The transmit thread's. */
+	int tx_agent_err;	/* the agent failed it (said once) */
+
+	/* The CQ waiter's, with the lock held (w_take). */
+	long w_mark;		/* rx_reads when a waiter last took the socket */
+	int w_took, w_exp;	/* the last chance was taken; failures in a row (capped) */
+	unsigned w_skip;	/* chances left out before the next try */
+};
+
+#define Q_PUSH(e, headp, tailp)                      \
+	do {                                         \
+		(e)->next = NULL;                    \
+		if (*(tailp))                        \
+			(*(tailp))->next = (e);      \
+		else                                 \
+			*(headp) = (e);              \
+		*(tailp) = (e);                      \
+	} while (0)
+
+static inline struct qent *q_pop(struct qent **head, struct qent **tail)
+{
+	struct qent *e = *head;
+
+	if (e) {
+		*head = e->next;
+		if (!*head)
+			*tail = NULL;
+	}
+	return e;
+}
+
+#define RR_ENTRIES 1024u	/* agent descriptors per ring: copies in flight */
+#define RR_RX 0			/* the agent's ring of the receive thread's copies */
+#define RR_TX 1			/* and of the transmit thread's */
+
+/* tcp_stage.c: staging, several threads */
+void tcp_stagers_free(struct stager **list);
+int tcp_seq_landed(uint32_t word, uint32_t seq);
+void tcp_defer_release(struct tcp_ep *t);
+int tcp_rr_wait_seq(struct tcp_ep *t, uint32_t seq);
+void tcp_rr_settle(struct tcp_ep *t);
+void tcp_defer_wait(struct tcp_ep *t, int watch);
+int tcp_defer(struct tcp_ep *t, struct deff *e, int dev);
+struct stager *tcp_stager_of(struct stager **list, const struct gdx_device *dev);
+int tcp_rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx);
+int tcp_rr_reserve(struct tcp_ep *t, size_t need);
+int tcp_rr_post(struct tcp_ep *t, char *dst, const void *src, size_t n, uint64_t pend);
+void tcp_rr_stop(struct tcp_ep *t);
+int tcp_rx_idle(struct tcp_ep *t);
+struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev);
+unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end);
+int tcp_tx_noagent(struct tcp_ep *t);
+struct gdx_copy_agent *tcp_tx_agent(struct tcp_ep *t, const struct gdx_device *dev);
+struct gdx_stream *tcp_tx_stream(struct tcp_ep *t, const struct gdx_device *dev);
+int tcp_tx_sync(struct tcp_ep *t, const struct gdx_device *dev);
+struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev);
+int tcp_tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const void *src,
+		size_t n, uint32_t *seq);
+int tcp_tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq);
+int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev);
+int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a);
+
+/* tcp_wait.c: the CQ waiter */
+void tcp_wait(void *priv, int sleeping);
+
+/* tcp_ans.c: rule 1, the receive thread */
+void tcp_ans_unlink(struct tcp_ep *t, struct txi *x);
+void tcp_ans_gone(struct tcp_ep *t, unsigned n);
+int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n);
+
+/* tcp_rx.c: the receive thread */
+void tcp_rx_wakeup(struct tcp_ep *t);
+void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
+int tcp_resp_flush(struct tcp_ep *t);
+void tcp_match(void *priv);
+int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out);
+void *tcp_rx_main(void *arg);
+
+/* tcp_tx.c: the transmit thread */
+void tcp_tx_drop_agent(struct tcp_ep *t);
+void tcp_tx_payload(struct txi *x, const void **p, struct gdx_device **dev, size_t *n);
+void tcp_tx_free(struct tcp_ep *t, struct txi *x);
+void tcp_tx_free_list(struct tcp_ep *t, struct txi *x);
+int tcp_sr_early(const struct txi *x);
+struct txi *tcp_sr_late_next(const struct txi *x);
+void *tcp_tx_main(void *arg);
+
+/* tcp_post.c: the posting threads */
+void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u);
+void tcp_kept_kick_locked(struct tcp_ep *t);
+int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent);
+int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock);
+int tcp_tx_answer(struct tcp_ep *t, struct txi *x, size_t n);
+int tcp_tx_blocked(struct tcp_ep *t, struct txi *x);
+void tcp_tx_going(struct tcp_ep *t, struct txi *x);
+void tcp_tx_begin(struct tcp_ep *t, struct txi *x);
+void tcp_tx_wait_out(struct tcp_ep *t);
+int tcp_tx_train(struct tcp_ep *t, struct txi **done);
+void tcp_tx_kick(struct tcp_ep *t);
+int tcp_progress(void *priv);
+int tcp_ans_submit(struct tcp_ep *t, struct txi *x, unsigned n);
+int tcp_post(void *priv, struct gdx_xport_req *req);
+
+/* tcp_conn.c: the caller's thread */
+void tcp_kill_conn(struct tcp_ep *t, int why);
+void tcp_flush_all(struct tcp_ep *t);
+int tcp_dev_mem(enum gdx_mem_kind kind, const struct gdx_device *dev);
+
+#endif
