@@ -579,6 +579,7 @@ static void usage(FILE *f)
 		"      --bw-qd N       bandwidth test depth (default 32)\n"
 		"      --queues N      I/O queues   --depth N   entries per queue\n"
 		"      --hdr-digest    --data-digest\n"
+		"      --tls-key KEY   TLS 1.3 with this PSK (NVMeTLSkey-1:..., or a file of it)\n"
 		"      --fio-dev DEV   also run fio on DEV (the kernel host's block device)\n"
 		"      --no-tcp        skip the loopback TCP ceilings (streams, and the\n"
 		"                      request/response a 4 KiB read at depth 1 is judged by)\n"
@@ -825,6 +826,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		{ "depth", required_argument, NULL, 'D' },
 		{ "hdr-digest", no_argument, NULL, 'H' },
 		{ "data-digest", no_argument, NULL, 'G' },
+		{ "tls-key", required_argument, NULL, 'K' },
 		{ "fio-dev", required_argument, NULL, 'F' },
 		{ "no-tcp", no_argument, NULL, 'T' },
 		{ "transport", required_argument, NULL, 'R' },
@@ -869,6 +871,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		case 'j': c.json = true; break;
 		case 'H': c.o.hdr_digest = 1; break;
 		case 'G': c.o.data_digest = 1; break;
+		case 'K': c.o.tls_key = optarg; break;
 		case 'Q': c.o.nr_io_queues = (unsigned)atoi(optarg); break;
 		case 'D': c.o.queue_depth = (unsigned)atoi(optarg); break;
 		case 'B': c.bw_qd = (unsigned)atoi(optarg); break;
@@ -921,10 +924,11 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 	gdx_nvmf_ctrl_info(mems[0].ctrl, &in);
 	if (!c.json)
 		printf("# %s at %s:%s nsid %u: %" PRIu64 " MiB, %u-byte blocks; %u I/O queues x %u, "
-		       "max_xfer %u%s%s; %u x %.1f s per point, medians\n", c.nqn, c.addr, c.svc,
+		       "max_xfer %u%s%s%s; %u x %.1f s per point, medians\n", c.nqn, c.addr, c.svc,
 		       c.nsid, ns.nsze * ns.block_size >> 20, ns.block_size, in.nr_io_queues,
 		       in.queue_depth, in.max_xfer, in.hdr_digest ? ", hdgst" : "",
-		       in.data_digest ? ", ddgst" : "", c.rounds, c.secs);
+		       in.data_digest ? ", ddgst" : "", c.o.tls_key ? ", TLS 1.3 (kTLS)" : "",
+		       c.rounds, c.secs);
 	if (c.tcp_ceiling) {
 		/* one stream, and one per I/O queue: the better is the ceiling */
 		double secs = GDX_MAX(1.0, GDX_MIN(c.secs, 2.0));

@@ -115,6 +115,17 @@ GDX_API int gdx_nvmf_target_add_port_tr(struct gdx_nvmf_target *t, uint16_t port
 					const char *trtype, const char *traddr,
 					const char *trsvcid);
 GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, const char *nqn);
+/*
+ * TLS 1.3 on TCP port portid, the NVMe/TCP secure channel: PSKs derived from
+ * key, a configured PSK in the interchange format ("NVMeTLSkey-1:01:...:" as
+ * `nvme gen-tls-key` writes it) or the path of a file holding one, for any
+ * host and subsystem the identity names (v0 "NVMe0R01 <hostnqn> <subnqn>" or
+ * v1 with the PSK digest).  required: a host starting in clear is refused
+ * (configfs addr_treq "required"); 0: it may ("not required").  The kernel
+ * encrypts the records (kTLS); where it cannot, handshakes fail and say so.
+ */
+GDX_API int gdx_nvmf_target_port_tls(struct gdx_nvmf_target *t, uint16_t portid, const char *key,
+				     int required);
 
 /* Binds every port and starts the reactors; returns once it is listening. */
 GDX_API int gdx_nvmf_target_start(struct gdx_nvmf_target *t);
@@ -203,6 +214,18 @@ struct gdx_nvmf_host_opts {
 	 */
 	const char *dhchap_secret;
 	const char *dhchap_ctrl_secret;
+	/*
+	 * TLS 1.3 (the NVMe/TCP secure channel) with a PSK derived from tls_key: a
+	 * configured PSK in the interchange format ("NVMeTLSkey-1:01:...:", as
+	 * `nvme gen-tls-key` writes it) or the path of a file holding one; NULL:
+	 * clear.  The identity offered is "NVMe0R0h <hostnqn> <subnqn>", the one
+	 * the Linux host looks up in its keyring, or with tls_identity_v1 the v1
+	 * identity that ends in the PSK's digest.  The kernel encrypts the records
+	 * (kTLS): without it the connect fails with -EOPNOTSUPP, never goes on in
+	 * clear; a key the target does not hold fails with -EKEYREJECTED.
+	 */
+	const char *tls_key;
+	int tls_identity_v1;
 };
 GDX_API void gdx_nvmf_host_opts_init(struct gdx_nvmf_host_opts *o, size_t struct_size);
 

@@ -238,7 +238,8 @@ static struct knob knobs[] = {
 	     .min = 1, .max = 1000000),
 	KNOB("nvmf.target.handshake_timeout_ms", K_INT, "10000",
 	     "NVMe/TCP target: a connection that has not sent ICReq and a successful Connect "
-	     "this long after it was accepted is closed (checked once a second)",
+	     "(on a TLS port: finished its TLS handshake too) this long after it was accepted "
+	     "is closed (checked once a second)",
 	     .min = 1, .max = 3600000),
 	KNOB("nvmf.target.auth_timeout_ms", K_INT, "30000",
 	     "NVMe-oF target: a queue that requires DH-HMAC-CHAP has this long for each "

@@ -64,6 +64,9 @@ static void target_usage(FILE *f)
 		"      --control PATH     unix socket: each connection receives the counters\n"
 		"      --metrics ADDR:PORT\n"
 		"                         serve the counters to Prometheus (GET /metrics)\n"
+		"      --tls KEY          the --listen ports require TLS 1.3 with PSKs made from\n"
+		"                         KEY, NVMeTLSkey-1:01:...: (nvme gen-tls-key) or a file\n"
+		"                         of it; the kernel encrypts (tls module)\n"
 		"  -v, --verbose          debug log (default: info)\n");
 }
 
@@ -333,6 +336,7 @@ static int cmd_target(int argc, char **argv)
 		{ "stats-interval", required_argument, NULL, 'i' },
 		{ "control", required_argument, NULL, 'C' },
 		{ "metrics", required_argument, NULL, 'M' },
+		{ "tls", required_argument, NULL, 'T' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "dhchap-key", required_argument, NULL, 'K' },
@@ -350,7 +354,7 @@ static int cmd_target(int argc, char **argv)
 	struct subsys_arg args[MAX_ARGS];
 	const char *nqns[MAX_NQNS];
 	unsigned nlisten = 0, nargs = 0, nnqn = 0;
-	const char *config = NULL, *nqn = NULL, *stats = NULL, *control = NULL;
+	const char *config = NULL, *nqn = NULL, *stats = NULL, *control = NULL, *tls = NULL;
 	bool want_metrics = false;
 	int interval = 0, c, ret, rc = 1;
 	uint32_t n;
@@ -437,6 +441,9 @@ static int cmd_target(int argc, char **argv)
 			break;
 		case 'C':
 			control = optarg;
+			break;
+		case 'T':
+			tls = optarg;
 			break;
 		case 'M':
 			if (parse_listen(optarg, &metrics)) {
@@ -564,6 +571,8 @@ static int cmd_target(int argc, char **argv)
 
 		ret = gdx_nvmf_target_add_port_tr(t, portid, listens[i].trtype, listens[i].addr,
 						  listens[i].port);
+		if (!ret && tls)
+			ret = gdx_nvmf_target_port_tls(t, portid, tls, 1);
 		for (unsigned k = 0; !ret && k < nnqn; k++)
 			ret = gdx_nvmf_target_link(t, portid, nqns[k]);
 		if (ret) {

@@ -46,7 +46,7 @@ enum {
 	C_ALL = C_DISC | C_CONN,
 };
 
-enum { O_TO = 256, O_FROM, O_QUEUES, O_DEPTH, O_HDGST, O_DDGST, O_JSON, O_QUIET };
+enum { O_TO = 256, O_FROM, O_QUEUES, O_DEPTH, O_HDGST, O_DDGST, O_JSON, O_QUIET, O_TLS, O_TLS_KEY };
 
 /* One option: getopt's long and short names, who takes it, and its help line. */
 struct hopt {
@@ -80,6 +80,8 @@ static const struct hopt hopts[] = {
 	  "the controller's secret: it must prove it holds it too" },
 	{ "hdr-digest", O_HDGST, NULL, C_ALL, "CRC32C header digests" },
 	{ "data-digest", O_DDGST, NULL, C_ALL, "CRC32C data digests" },
+	{ "tls", O_TLS, NULL, C_ALL, "TLS 1.3 with the PSK of --tls-key (kernel TLS)" },
+	{ "tls-key", O_TLS_KEY, "KEY", C_ALL, "NVMeTLSkey-1:01:...: (nvme gen-tls-key), or a file of it" },
 	{ "json", O_JSON, NULL, C_ALL, "machine-readable output" },
 	{ "quiet", O_QUIET, NULL, C_RW, "no progress line on a terminal" },
 	{ "help", 'h', NULL, C_ALL, "this text" },
@@ -106,7 +108,7 @@ struct hopts {
 	uint64_t offset, length;
 	const char *file;	/* --to / --from */
 	const char *mem;	/* host | pinned | gpu:N */
-	bool json, quiet;
+	bool json, quiet, tls;
 	char secret[128], ctrl_secret[128];	/* --dhchap-secret, --dhchap-ctrl-secret */
 	struct gdx_nvmf_host_opts o;
 };
@@ -234,6 +236,8 @@ static int parse(int argc, char **argv, struct hopts *h, const char *cmd)
 		case O_FROM: h->file = optarg; break;
 		case O_HDGST: h->o.hdr_digest = 1; break;
 		case O_DDGST: h->o.data_digest = 1; break;
+		case O_TLS: h->tls = true; break;
+		case O_TLS_KEY: h->o.tls_key = optarg; break;
 		case O_JSON: h->json = true; break;
 		case O_QUIET: h->quiet = true; break;
 		case 'N':
@@ -294,6 +298,11 @@ static int parse(int argc, char **argv, struct hopts *h, const char *cmd)
 			fprintf(stderr, "%s: --offset plus --length is past 2^64\n", h->cmd);
 			return 2;
 		}
+	}
+	/* nvme-cli's pair: --tls asks for it, --tls-key gives the key (no keyring here) */
+	if (h->tls != !!h->o.tls_key) {
+		fprintf(stderr, "%s: --tls needs --tls-key KEY, and --tls-key needs --tls\n", h->cmd);
+		return 2;
 	}
 	h->o.hostnqn = h->hostnqn;
 	return 0;

@@ -255,7 +255,8 @@ static uint16_t disc_log(struct nvmf_req *req, uint8_t **page, size_t *size)
 			e->trtype = port->trtype;
 			e->adrfam = port->adrfam;
 			e->subtype = GDX_NVMF_SUBTYPE_NVME;
-			e->treq = GDX_NVMF_TREQ_NOT_SPECIFIED | GDX_NVMF_TREQ_DISABLE_SQFLOW;
+			e->treq = (port->sectype ? port->treq : GDX_NVMF_TREQ_NOT_SPECIFIED) |
+				  GDX_NVMF_TREQ_DISABLE_SQFLOW;
 			e->portid = port->portid;
 			e->cntlid = GDX_NVME_CNTLID_DYNAMIC;
 			e->asqsz = 32;
@@ -265,7 +266,7 @@ static uint16_t disc_log(struct nvmf_req *req, uint8_t **page, size_t *size)
 			if (port->trtype == GDX_NVMF_TRTYPE_RDMA)
 				gdx_rdma_disc_tsas(e);
 			else
-				e->tcp.sectype = 0;
+				e->tcp.sectype = port->sectype;
 		}
 	}
 	pthread_mutex_unlock(&t->lock);

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "common/stats.h"
+#include "common/tls.h"
 #include "nvmf/auth/auth.h"
 #include "nvmf/proto/nvme.h"
 
@@ -142,6 +143,10 @@ struct nvmf_port {
 	char trsvcid[32];
 	unsigned nsubsys;
 	struct nvmf_subsys *subsys[NVMF_MAX_SUBSYS];
+	/* TCP secure channel (addr_tsas, addr_treq): TLS 1.3 with PSKs made from tls_key */
+	uint8_t sectype;	/* GDX_NVMF_TCP_SECTYPE_NONE or _TLS13 */
+	uint8_t treq;		/* GDX_NVMF_TREQ_REQUIRED or _NOT_REQUIRED with TLS */
+	struct gdx_tls_key tls_key;
 };
 
 /*
@@ -222,6 +227,8 @@ struct nvmf_sq {
 	uint16_t head;
 	bool sqflow_disabled;
 	struct sockaddr_storage local;	/* for discovery TRADDR when bound to "any" */
+	/* over TLS: the NQNs the host's PSK identity named (Connect must name the same); NULL: clear */
+	const char *tls_hostnqn, *tls_subnqn;
 	void *handle;			/* transport queue, for aen_kick */
 	/* the transport's: called with handle, on an admin queue, when an AEN is pending */
 	void (*aen_kick)(void *handle);

@@ -212,9 +212,12 @@ static uint16_t do_connect(struct nvmf_req *req)
 								 subnqn));
 		goto out;
 	}
-	if (!nvmf_host_allowed(s, hostnqn)) {
-		GDX_WARN("nvmf", "connect from %s to %s refused: host not allowed", hostnqn,
-			 subnqn);
+	/* a PSK belongs to one host and subsystem: the queue speaks for no other */
+	if (!nvmf_host_allowed(s, hostnqn) ||
+	    (sq->tls_hostnqn && (strcmp(sq->tls_hostnqn, hostnqn) ||
+				 strcmp(sq->tls_subnqn, subnqn)))) {
+		GDX_WARN("nvmf", "connect from %s to %s refused: host not allowed%s", hostnqn,
+			 subnqn, sq->tls_hostnqn ? " or not the one its TLS PSK identity names" : "");
 		st = connect_fail(req, GDX_NVME_SC_CONNECT_INVALID_HOST,
 				  GDX_NVMF_IATTR_DATA | offsetof(struct gdx_nvmf_connect_data,
 								 hostnqn));

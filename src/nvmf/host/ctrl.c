@@ -979,7 +979,7 @@ static int auth_params(struct nh_params *p, const struct gdx_nvmf_host_opts *o)
 static int params(struct nh_params *p, const char *addr, const char *svc, const char *subnqn,
 		  const struct gdx_nvmf_host_opts *o)
 {
-	const char *tr;
+	const char *tr, *tls_key;
 	int hd, dd;
 
 	if (!addr || !svc || !subnqn || strlen(subnqn) >= 223 || strlen(addr) >= sizeof(p->addr) ||
@@ -1031,6 +1031,24 @@ static int params(struct nh_params *p, const char *addr, const char *svc, const 
 	p->sqflow_off = gdx_cfg_bool("nvmf.host.sqflow_off");
 	if (p->discovery)
 		p->nr_io_queues = 0;
+	tls_key = OPT(o, tls_key, NULL);
+	if (tls_key) {
+		int ret = !strncmp(tls_key, "NVMeTLSkey-", 11) ? gdx_tls_key_parse(tls_key, &p->tls_key)
+							       : gdx_tls_key_load(tls_key, &p->tls_key);
+
+		if (ret) {
+			GDX_ERR(SUB, "TLS key%s%s: %s", tls_key[0] == 'N' ? "" : " file ",
+				tls_key[0] == 'N' ? "" : tls_key, ret == -EBADMSG ?
+				"CRC-32 does not match" : ret == -EINVAL ?
+				"not in the interchange format NVMeTLSkey-1:0[012]:<base64>:" :
+				strerror(-ret));
+			return -EINVAL;
+		}
+		if (p->rdma)
+			return -EINVAL;
+		p->tls = true;
+		p->tls_identity = OPT(o, tls_identity_v1, 0) ? 1 : 0;
+	}
 	return auth_params(p, o);
 }
 

@@ -12,6 +12,7 @@
 #include <gdx/nvmf.h>
 
 #include "common/stats.h"
+#include "common/tls.h"
 #include "mem/stage.h"
 #include "nvmf/auth/auth.h"
 #include "nvmf/proto/tcp.h"
@@ -170,6 +171,9 @@ struct nh_params {
 	bool post_first;		/* done word: post a piece's copy, then release held reads */
 	unsigned copy_agent;		/* workers of the copy agent; 0: none */
 	bool require_direct;		/* device memory may not bounce */
+	bool tls;			/* TLS 1.3 with a PSK from tls_key (queue.c) */
+	uint8_t tls_identity;		/* 0 or 1: the PSK identity's version */
+	struct gdx_tls_key tls_key;
 	/* DH-HMAC-CHAP: ours, and the controller's for bidirectional authentication */
 	bool has_key, has_ctrl_key;
 	struct nvmf_auth_key dhchap_key, dhchap_ctrl_key;

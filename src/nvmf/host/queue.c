@@ -179,6 +179,31 @@ next:
 	return err;
 }
 
+/*
+ * TLS 1.3 on a connected queue socket, bounded by the connect timeout; the
+ * kernel then holds the record layer and the queue sends and receives as in
+ * clear.
+ */
+static int tls_connect(struct nh_ctrl *c, uint16_t qid, int fd)
+{
+	struct gdx_tls_psk psk = { .hash = 0 };
+	struct gdx_tls_hs *hs = NULL;
+	int rc = gdx_tls_nvme_psk(&c->p.tls_key, c->p.tls_identity, c->p.hostnqn, c->p.subnqn,
+				  &psk);
+
+	if (!rc)
+		rc = gdx_tls_client_start(fd, &psk, &hs);
+	if (!rc)
+		rc = gdx_tls_run(hs, c->p.connect_timeout_ms);
+	if (rc)
+		GDX_ERR(SUB, "queue %u: TLS handshake with %s:%s as '%s': %s", qid, c->p.addr,
+			c->p.svc, psk.identity, rc == -EKEYREJECTED ? "the PSK was refused" :
+			strerror(-rc));
+	gdx_tls_free(hs);
+	gdx_tls_wipe(&psk, sizeof(psk));
+	return rc;
+}
+
 static void set_rcvtimeo(int fd, unsigned ms)
 {
 	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
@@ -390,6 +415,8 @@ int nh_queue_open(struct nh_ctrl *c, uint16_t qid, unsigned depth, struct nh_que
 			 gdx_strerror(rc));
 		goto fail;
 	}
+	if (c->p.tls && (rc = tls_connect(c, qid, q->fd)))
+		goto fail;
 	rc = icreq(q, c->p.connect_timeout_ms);
 	if (rc)
 		goto fail;

@@ -302,6 +302,30 @@ GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, con
 	return nvmf_port_link(&t->core, p, s);
 }
 
+GDX_API int gdx_nvmf_target_port_tls(struct gdx_nvmf_target *t, uint16_t portid, const char *key,
+				     int required)
+{
+	struct nvmf_port *p = nvmf_port_find(&t->core, portid);
+	int ret;
+
+	if (!p)
+		return -ENOENT;
+	if (p->trtype != GDX_NVMF_TRTYPE_TCP || !key)
+		return -EINVAL;
+	ret = !strncmp(key, "NVMeTLSkey-", 11) ? gdx_tls_key_parse(key, &p->tls_key) :
+						  gdx_tls_key_load(key, &p->tls_key);
+	if (ret) {
+		GDX_ERR("nvmf", "port %u: TLS key%s%s: %s", portid, key[0] == 'N' ? "" : " file ",
+			key[0] == 'N' ? "" : key, ret == -EBADMSG ? "CRC-32 does not match" :
+			ret == -EINVAL ? "not in the interchange format NVMeTLSkey-1:0[012]:<base64>:" :
+			strerror(-ret));
+		return ret;
+	}
+	p->sectype = GDX_NVMF_TCP_SECTYPE_TLS13;
+	p->treq = required ? GDX_NVMF_TREQ_REQUIRED : GDX_NVMF_TREQ_NOT_REQUIRED;
+	return 0;
+}
+
 int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i)
 {
 	cpu_set_t allowed;
@@ -708,13 +732,13 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const ch
 		     size_t idx)
 {
 	static const char *const port_keys[] = { "portid", "addr", "subsystems", "referrals",
-						 "ana_groups", "param", NULL };
+						 "ana_groups", "param", "tls_key", NULL };
 	static const char *const addr_keys[] = { "trtype", "adrfam", "traddr", "trsvcid", "treq",
 						 "tsas", NULL };
 	static const char *const param_keys[] = { "inline_data_size", "pi_enable",
 						  "max_queue_size", NULL };
 	struct json_object *addr = NULL, *param = NULL, *arr, *v;
-	const char *trtype, *traddr, *trsvcid;
+	const char *trtype, *traddr, *trsvcid, *treq, *tsas, *tls_key;
 	const struct nvmf_transport_ops *tr;
 	struct nvmf_port *p;
 	uint16_t portid = 0;
@@ -761,6 +785,35 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const ch
 	if (ret) {
 		GDX_ERR("nvmf", "config: port %u: %s", portid, gdx_strerror(ret));
 		return ret;
+	}
+	/* configfs's values: addr_tsas "none" | "tls1.3", addr_treq "not specified" | "required" |
+	 * "not required"; the PSK (gdx's own key: configfs takes it from the keyring) */
+	treq = jstr(addr, "treq");
+	tsas = jstr(addr, "tsas");
+	tls_key = jstr(jp, "tls_key");
+	if (tsas && strcmp(tsas, "none") && strcmp(tsas, "tls1.3")) {
+		GDX_ERR("nvmf", "config %s: %s.addr.tsas '%s' is not none or tls1.3", cfg, where, tsas);
+		return GDX_ECONFIG;
+	}
+	if (treq && strcmp(treq, "not specified") && strcmp(treq, "required") &&
+	    strcmp(treq, "not required")) {
+		GDX_ERR("nvmf", "config %s: %s.addr.treq '%s' is not 'not specified', 'required' or "
+			"'not required'", cfg, where, treq);
+		return GDX_ECONFIG;
+	}
+	if (tsas && !strcmp(tsas, "tls1.3")) {
+		if (!tls_key || tr->trtype != GDX_NVMF_TRTYPE_TCP) {
+			GDX_ERR("nvmf", "config %s: %s has tsas tls1.3 but %s", cfg, where,
+				tls_key ? "is not a TCP port" : "no tls_key (a key or a key file)");
+			return GDX_ECONFIG;
+		}
+		ret = gdx_nvmf_target_port_tls(t, portid, tls_key, !treq || strcmp(treq, "not required"));
+		if (ret)
+			return GDX_ECONFIG;
+	} else if (tls_key || (treq && !strcmp(treq, "required"))) {
+		GDX_ERR("nvmf", "config %s: %s has %s without tsas tls1.3", cfg, where,
+			tls_key ? "tls_key" : "treq required");
+		return GDX_ECONFIG;
 	}
 	if ((ret = jarray(jp, "subsystems", cfg, where, &arr)))
 		return ret;

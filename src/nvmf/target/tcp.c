@@ -33,6 +33,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@
 
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "common/util.h"
 #include "nvmf/proto/tcp.h"
 #include "nvmf/target/tcp.h"
@@ -153,6 +155,10 @@ struct tcp_conn {
 	unsigned win_cmds, win_depth;	/* commands, deepest queue since the last placement */
 	char peer[64];
 	uint64_t born_ns;
+	/* a TLS port: the first byte is awaited (tls_peek), then the handshake runs (tls) */
+	bool tls_peek;
+	struct gdx_tls_hs *tls;
+	char tls_nqn[2][GDX_NVME_NQN_SIZE];	/* host, subsystem: the PSK identity's */
 	struct nvmf_sq sq;
 	struct gdx_stats *sq_stats;
 	struct gdx_tcp_params params;
@@ -660,6 +666,20 @@ static const void *reactor_zeroes(struct tcp_reactor *r)
 	return p;
 }
 
+/*
+ * Whether a read's data may leave namespace memory by splice: only namespace
+ * memory (a request buffer is reused at once), not into kTLS (spliced pages
+ * went 2.8x slower than copies there: docs/measurements/nvmf-target.md), and
+ * as nvmf.target.splice says (auto: hosts on other machines only).
+ */
+static bool splice_allowed(const struct tcp_conn *c, const struct tcp_req *t, uint32_t c2h)
+{
+	if (c2h < SPLICE_MIN || t->req.buf == t->own_buf || c->local || c->sq.tls_hostnqn)
+		return false;
+	return c->tgt->splice == TGT_SPLICE_ON ||
+	       (c->tgt->splice == TGT_SPLICE_AUTO && !c->same_host);
+}
+
 static void req_done(struct nvmf_req *nr)
 {
 	struct tcp_req *t = GDX_CONTAINER_OF(nr, struct tcp_req, req);
@@ -697,10 +717,7 @@ static void req_done(struct nvmf_req *nr)
 		it->data = nr->buf;
 		it->data_len = c2h;
 		it->splice = false;
-		/* namespace memory only: a request buffer is reused at once */
-		if (c2h >= SPLICE_MIN && nr->buf != t->own_buf && !c->local &&
-		    (c->tgt->splice == TGT_SPLICE_ON ||
-		     (c->tgt->splice == TGT_SPLICE_AUTO && !c->same_host))) {
+		if (splice_allowed(c, t, c2h)) {
 			switch (nvmf_req_pages(nr, c2h)) {
 			case NVMF_PAGES_OWN:
 				it->splice = true;
@@ -1173,6 +1190,7 @@ static void conn_free(struct tcp_conn *c)
 		free(c->slots[i]);
 	}
 	gdx_stats_destroy(c->sq_stats);
+	gdx_tls_free(c->tls);
 	if (c->pipe[0] >= 0) {
 		close(c->pipe[0]);
 		close(c->pipe[1]);
@@ -1298,6 +1316,7 @@ static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
 		return;
 	}
 	c->sq.port = port;
+	c->tls_peek = port->sectype == GDX_NVMF_TCP_SECTYPE_TLS13;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	getsockname(fd, (struct sockaddr *)&c->sq.local, &sl);
 	c->same_host = peer_name(fd, &c->sq.local, c->peer, sizeof(c->peer));
@@ -1311,6 +1330,73 @@ static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
 	conn_link(r, c);
 	gdx_counter_add(&t->ctr[TGT_CTR_CONNS], 1);
 	GDX_DBG("nvmf", "%s: accepted on reactor %u", c->peer, r->id);
+}
+
+/* ---- TLS (the accept path of a port with addr_tsas tls1.3) ---------------------------- */
+
+static int tls_find(void *arg, const char *identity, struct gdx_tls_psk *out)
+{
+	struct tcp_conn *c = arg;
+
+	return gdx_tls_nvme_lookup(&c->sq.port->tls_key, identity, out, c->tls_nqn[0],
+				   c->tls_nqn[1]);
+}
+
+/*
+ * The host's first byte says whether it starts a TLS handshake or sends an
+ * ICReq in clear (refused where TLS is required).  The handshake then runs
+ * here, one step per socket event; tick() bounds it, with the ICReq and
+ * Connect, by nvmf.target.handshake_timeout_ms.  Once done the kernel holds
+ * the record layer and the connection goes on as a clear one would.
+ */
+static void conn_tls(struct tcp_conn *c)
+{
+	struct nvmf_port *p = c->sq.port;
+	short events = POLLIN;
+	char why[96];
+	int ret;
+
+	if (c->tls_peek) {
+		uint8_t b;
+		ssize_t n = recv(c->fd, &b, 1, MSG_PEEK);
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		if (n <= 0) {
+			conn_close(c, n ? strerror(errno) : "closed before a byte");
+			return;
+		}
+		c->tls_peek = false;
+		if (!gdx_tls_is_hello(b)) {
+			if (p->treq == GDX_NVMF_TREQ_REQUIRED)
+				conn_close(c, "no TLS handshake on a port that requires TLS (addr_treq)");
+			else
+				conn_read(c);
+			return;
+		}
+		ret = gdx_tls_server_start(c->fd, gdx_tls_key_hash(&p->tls_key), tls_find, c,
+					   &c->tls);
+		if (ret) {
+			conn_close(c, "TLS: out of memory");
+			return;
+		}
+	}
+	ret = gdx_tls_step(c->tls, &events);
+	if (ret == -EAGAIN) {
+		set_epollout(c, events == POLLOUT);
+		return;
+	}
+	if (ret) {
+		snprintf(why, sizeof(why), "TLS handshake: %s", strerror(-ret));
+		conn_close(c, why);
+		return;
+	}
+	GDX_INFO("nvmf", "%s: TLS 1.3, identity %s", c->peer, gdx_tls_identity(c->tls));
+	gdx_tls_free(c->tls);
+	c->tls = NULL;
+	set_epollout(c, false);
+	c->sq.tls_hostnqn = c->tls_nqn[0];
+	c->sq.tls_subnqn = c->tls_nqn[1];
 }
 
 /* ---- reactors ----------------------------------------------------------------------- */
@@ -1528,9 +1614,10 @@ static void tick(struct tcp_reactor *r)
 			if (nvmf_sq_expired(&c->sq, now))
 				conn_close(c, "controller failed or keep-alive expired");
 		} else if (now - c->born_ns > r->tgt->handshake_ns) {
-			char why[64];
+			char why[80];
 
-			snprintf(why, sizeof(why), "no ICReq and Connect within %" PRIu64 " ms",
+			snprintf(why, sizeof(why), "no %sICReq and Connect within %" PRIu64 " ms",
+				 c->tls || c->tls_peek ? "TLS handshake, " : "",
 				 r->tgt->handshake_ns / 1000000);
 			conn_close(c, why);
 		}
@@ -1710,6 +1797,10 @@ static void *reactor_main(void *arg)
 				if (evs[i].events & (EPOLLERR | EPOLLHUP) &&
 				    !(evs[i].events & EPOLLIN)) {
 					conn_close(c, "socket error");
+					break;
+				}
+				if (c->tls_peek || c->tls) {
+					conn_tls(c);
 					break;
 				}
 				if (evs[i].events & EPOLLOUT)

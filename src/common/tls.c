@@ -1,0 +1,582 @@
+/* SPDX-License-Identifier: MIT */
+/* TLS 1.3 PSK handshake handed to kTLS, and the NVMe/TCP PSKs (tls.h says how). */
+#include <errno.h>
+#include <fcntl.h>
+#include <isa-l/crc.h>
+#include <linux/tls.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/kdf.h>
+#include <openssl/ssl.h>
+
+#include "common/log.h"
+#include "common/tls.h"
+#include "common/util.h"
+
+#define KEY_PREFIX "NVMeTLSkey-1:"
+#define NQN_MAX 256
+#define DIGEST_B64_MAX 65	/* base64 of 48 bytes, and its NUL */
+
+void gdx_tls_wipe(void *p, size_t n)
+{
+	OPENSSL_cleanse(p, n);
+}
+
+static const EVP_MD *hash_md(int hash)
+{
+	return hash == 1 ? EVP_sha256() : hash == 2 ? EVP_sha384() : NULL;
+}
+
+static size_t hash_len(int hash)
+{
+	return hash == 1 ? 32 : hash == 2 ? 48 : 0;
+}
+
+/* ---- configured PSKs ------------------------------------------------------ */
+
+int gdx_tls_key_parse(const char *s, struct gdx_tls_key *k)
+{
+	size_t n = strlen(s), b64, pad = 0;
+	uint8_t raw[64 + 4];
+	int hmac, dec;
+	uint32_t crc;
+
+	memset(k, 0, sizeof(*k));
+	if (n < sizeof(KEY_PREFIX) + 3 || strncmp(s, KEY_PREFIX, sizeof(KEY_PREFIX) - 1))
+		return -EINVAL;
+	s += sizeof(KEY_PREFIX) - 1;
+	if (s[0] != '0' || s[1] < '0' || s[1] > '2' || s[2] != ':')
+		return -EINVAL;
+	hmac = s[1] - '0';
+	s += 3;
+	b64 = strlen(s) - 1;
+	/* 32 or 48 bytes and a CRC-32: 48 or 72 base64 characters, then ':' */
+	if ((b64 != 48 && b64 != 72) || s[b64] != ':')
+		return -EINVAL;
+	dec = EVP_DecodeBlock(raw, (const unsigned char *)s, (int)b64);
+	if (dec < 0)
+		return -EINVAL;
+	while (pad < 2 && s[b64 - 1 - pad] == '=')
+		pad++;
+	dec -= (int)pad;
+	if ((dec != 36 && dec != 52) || (hmac == 1 && dec != 36) || (hmac == 2 && dec != 52)) {
+		gdx_tls_wipe(raw, sizeof(raw));
+		return -EINVAL;
+	}
+	k->hmac = (uint8_t)hmac;
+	k->len = (uint8_t)(dec - 4);
+	memcpy(k->key, raw, k->len);
+	crc = crc32_gzip_refl(0, raw, k->len);
+	if (crc != ((uint32_t)raw[k->len] | (uint32_t)raw[k->len + 1] << 8 |
+		    (uint32_t)raw[k->len + 2] << 16 | (uint32_t)raw[k->len + 3] << 24)) {
+		gdx_tls_wipe(raw, sizeof(raw));
+		gdx_tls_wipe(k, sizeof(*k));
+		return -EBADMSG;
+	}
+	gdx_tls_wipe(raw, sizeof(raw));
+	return 0;
+}
+
+int gdx_tls_key_load(const char *path, struct gdx_tls_key *k)
+{
+	char buf[128];
+	size_t n;
+	int ret;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -errno;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	ret = ferror(f) ? -EIO : !feof(f) ? -EINVAL : 0;
+	fclose(f);
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\r' ||
+		     buf[n - 1] == '\t'))
+		n--;
+	buf[n] = 0;
+	if (!ret)
+		ret = gdx_tls_key_parse(buf, k);
+	gdx_tls_wipe(buf, sizeof(buf));
+	return ret;
+}
+
+int gdx_tls_key_hash(const struct gdx_tls_key *k)
+{
+	return k->hmac ? k->hmac : k->len == 48 ? 2 : 1;
+}
+
+/* ---- derivations ----------------------------------------------------------- */
+
+/*
+ * HKDF-Extract(0, ikm) then HKDF-Expand with libnvme's info: the length as
+ * two bytes little-endian, "tls13 ", the label, then the context pieces.
+ */
+static int hkdf_nvme(int hash, const uint8_t *ikm, size_t ikm_len, const char *label,
+		     const char *ctx1, const char *ctx2, uint8_t *out, size_t len)
+{
+	char info[2 + 6 + 16 + 2 * GDX_TLS_IDENTITY_MAX];
+	size_t n = 0;
+	EVP_KDF *kdf = EVP_KDF_fetch(NULL, OSSL_KDF_NAME_HKDF, NULL);
+	EVP_KDF_CTX *kc = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
+	OSSL_PARAM p[4];
+	int ok;
+
+	EVP_KDF_free(kdf);
+	if (!kc)
+		return -ENOMEM;
+	info[n++] = (char)(len & 0xff);
+	info[n++] = (char)(len >> 8);
+	n += (size_t)snprintf(info + n, sizeof(info) - n, "tls13 %s%s%s", label, ctx1,
+			      ctx2 ? ctx2 : "");
+	p[0] = OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST,
+						(char *)EVP_MD_get0_name(hash_md(hash)), 0);
+	p[1] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)ikm, ikm_len);
+	p[2] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, n);
+	p[3] = OSSL_PARAM_construct_end();
+	ok = n < sizeof(info) && EVP_KDF_derive(kc, out, len, p) == 1;
+	EVP_KDF_CTX_free(kc);
+	return ok ? 0 : -EIO;
+}
+
+int gdx_tls_retained(const struct gdx_tls_key *k, const char *hostnqn, uint8_t *out)
+{
+	if (!k->hmac) {
+		memcpy(out, k->key, k->len);
+		return 0;
+	}
+	return hkdf_nvme(k->hmac, k->key, k->len, "HostNQN", hostnqn, NULL, out, k->len);
+}
+
+/* base64(HMAC(retained, "<hostnqn> <subnqn> NVMe-over-Fabrics")): identity v1's digest */
+static int psk_digest(int hash, const uint8_t *retained, size_t len, const char *hostnqn,
+		      const char *subnqn, char *out)
+{
+	char msg[2 * NQN_MAX + 24];
+	uint8_t mac[EVP_MAX_MD_SIZE];
+	unsigned mlen = 0;
+	int n = snprintf(msg, sizeof(msg), "%s %s NVMe-over-Fabrics", hostnqn, subnqn);
+
+	if (n < 0 || (size_t)n >= sizeof(msg) ||
+	    !HMAC(hash_md(hash), retained, (int)len, (const uint8_t *)msg, (size_t)n, mac, &mlen))
+		return -EINVAL;
+	EVP_EncodeBlock((unsigned char *)out, mac, (int)mlen);
+	gdx_tls_wipe(mac, sizeof(mac));
+	return 0;
+}
+
+/* The identity and TLS PSK from a retained PSK. */
+static int nvme_psk(int hash, const uint8_t *retained, size_t len, int version,
+		    const char *hostnqn, const char *subnqn, struct gdx_tls_psk *out)
+{
+	char digest[DIGEST_B64_MAX], hh[8];
+	int n, ret;
+
+	snprintf(hh, sizeof(hh), "%02d ", hash);
+	if (version == 0) {
+		n = snprintf(out->identity, sizeof(out->identity), "NVMe0R%02d %s %s", hash,
+			     hostnqn, subnqn);
+	} else {
+		ret = psk_digest(hash, retained, len, hostnqn, subnqn, digest);
+		if (ret)
+			return ret;
+		n = snprintf(out->identity, sizeof(out->identity), "NVMe1R%02d %s %s %s", hash,
+			     hostnqn, subnqn, digest);
+	}
+	if (n < 0 || (size_t)n >= sizeof(out->identity))
+		return -EINVAL;
+	out->hash = (uint8_t)hash;
+	out->len = (uint8_t)len;
+	return hkdf_nvme(hash, retained, len, "nvme-tls-psk", version ? hh : out->identity,
+			 version ? digest : NULL, out->key, len);
+}
+
+int gdx_tls_nvme_psk(const struct gdx_tls_key *k, int version, const char *hostnqn,
+		     const char *subnqn, struct gdx_tls_psk *out)
+{
+	uint8_t retained[GDX_TLS_KEY_MAX];
+	int ret;
+
+	if ((version != 0 && version != 1) || strlen(hostnqn) >= NQN_MAX ||
+	    strlen(subnqn) >= NQN_MAX)
+		return -EINVAL;
+	ret = gdx_tls_retained(k, hostnqn, retained);
+	if (!ret)
+		ret = nvme_psk(gdx_tls_key_hash(k), retained, k->len, version, hostnqn, subnqn, out);
+	gdx_tls_wipe(retained, sizeof(retained));
+	return ret;
+}
+
+/* Copies the next space-delimited word of *s into out (n bytes); false if none or too long. */
+static bool word(const char **s, char *out, size_t n)
+{
+	size_t len = strcspn(*s, " ");
+
+	if (!len || len >= n)
+		return false;
+	memcpy(out, *s, len);
+	out[len] = 0;
+	*s += len;
+	if (**s == ' ')
+		(*s)++;
+	return true;
+}
+
+int gdx_tls_nvme_lookup(const struct gdx_tls_key *k, const char *identity, struct gdx_tls_psk *out,
+			char *hostnqn, char *subnqn)
+{
+	char digest[DIGEST_B64_MAX] = "";
+	const char *s = identity + 9;
+	int version, hash = gdx_tls_key_hash(k), ret;
+
+	/* "NVMe<v>R<hh> ": retained PSKs only; gdx keeps no generated (DH-HMAC-CHAP) PSK */
+	if (strncmp(identity, "NVMe", 4) || (identity[4] != '0' && identity[4] != '1') ||
+	    identity[5] != 'R' || identity[6] != '0' || identity[7] - '0' != hash ||
+	    identity[8] != ' ')
+		return -ENOKEY;
+	version = identity[4] - '0';
+	if (!word(&s, hostnqn, NQN_MAX) || !word(&s, subnqn, NQN_MAX) ||
+	    (version == 1 && !word(&s, digest, sizeof(digest))) || *s)
+		return -ENOKEY;
+	ret = gdx_tls_nvme_psk(k, version, hostnqn, subnqn, out);
+	if (ret)
+		return ret;
+	/* rebuilt from its NQNs it must be the offered identity: v1's digest must be ours */
+	if (strlen(out->identity) != strlen(identity) ||
+	    CRYPTO_memcmp(out->identity, identity, strlen(identity))) {
+		gdx_tls_wipe(out, sizeof(*out));
+		return -ENOKEY;
+	}
+	return 0;
+}
+
+/* ---- handshake ------------------------------------------------------------ */
+
+struct gdx_tls_hs {
+	SSL_CTX *ctx;
+	SSL *ssl;
+	int fd;
+	int hash;
+	bool server;
+	bool refused;		/* the server's find refused the client's identity */
+	gdx_tls_find_fn find;
+	void *arg;
+	struct gdx_tls_psk psk;
+	uint8_t secret[2][GDX_TLS_KEY_MAX];	/* client, server application traffic secrets */
+	unsigned have;		/* bit 0: client's, bit 1: server's */
+};
+
+static SSL_SESSION *psk_session(SSL *ssl, const struct gdx_tls_psk *psk)
+{
+	const SSL_CIPHER *c = SSL_CIPHER_find(ssl, (const unsigned char *)(psk->hash == 2 ?
+								       "\x13\x02" : "\x13\x01"));
+	SSL_SESSION *s = c ? SSL_SESSION_new() : NULL;
+
+	if (s && (!SSL_SESSION_set1_master_key(s, psk->key, psk->len) ||
+		  !SSL_SESSION_set_cipher(s, c) ||
+		  !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION))) {
+		SSL_SESSION_free(s);
+		s = NULL;
+	}
+	return s;
+}
+
+static int use_psk(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t *idlen,
+		   SSL_SESSION **sess)
+{
+	struct gdx_tls_hs *hs = SSL_get_app_data(ssl);
+
+	*sess = NULL;
+	if (md && md != hash_md(hs->psk.hash))
+		return 1;	/* a HelloRetryRequest chose another hash: no PSK fits */
+	*sess = psk_session(ssl, &hs->psk);
+	*id = (const unsigned char *)hs->psk.identity;
+	*idlen = strlen(hs->psk.identity);
+	return *sess != NULL;
+}
+
+static int find_psk(SSL *ssl, const unsigned char *id, size_t idlen, SSL_SESSION **sess)
+{
+	struct gdx_tls_hs *hs = SSL_get_app_data(ssl);
+
+	*sess = NULL;
+	/* identities are NQNs and base64: printable ASCII, safe to log */
+	for (size_t i = 0; i < idlen; i++)
+		if (id[i] < 0x20 || id[i] > 0x7e)
+			idlen = sizeof(hs->psk.identity);
+	if (idlen >= sizeof(hs->psk.identity)) {
+		hs->refused = true;
+		snprintf(hs->psk.identity, sizeof(hs->psk.identity), "(not printable or too long)");
+		return 1;
+	}
+	memcpy(hs->psk.identity, id, idlen);
+	hs->psk.identity[idlen] = 0;
+	if (hs->find(hs->arg, hs->psk.identity, &hs->psk) || hs->psk.hash != hs->hash) {
+		hs->refused = true;
+		return 1;
+	}
+	*sess = psk_session(ssl, &hs->psk);
+	return *sess != NULL;
+}
+
+/* The application traffic secrets arrive through the key log, the one place OpenSSL shows them. */
+static void keylog(const SSL *ssl, const char *line)
+{
+	static const char *const names[2] = { "CLIENT_TRAFFIC_SECRET_0 ", "SERVER_TRAFFIC_SECRET_0 " };
+	struct gdx_tls_hs *hs = SSL_get_app_data(ssl);
+	size_t len = hash_len(hs->hash);
+
+	for (unsigned w = 0; w < 2; w++) {
+		const char *hex;
+		long n;
+		uint8_t *b;
+
+		if (strncmp(line, names[w], strlen(names[w])))
+			continue;
+		hex = strchr(line + strlen(names[w]), ' ');
+		b = hex ? OPENSSL_hexstr2buf(hex + 1, &n) : NULL;
+		if (b && (size_t)n == len) {
+			memcpy(hs->secret[w], b, len);
+			hs->have |= 1u << w;
+		}
+		if (b)
+			OPENSSL_clear_free(b, (size_t)n);
+	}
+}
+
+static int hs_new(int fd, int hash, bool server, struct gdx_tls_hs **out)
+{
+	struct gdx_tls_hs *hs = calloc(1, sizeof(*hs));
+
+	if (!hs)
+		return -ENOMEM;
+	hs->fd = fd;
+	hs->hash = hash;
+	hs->server = server;
+	hs->ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+	if (!hs->ctx || !SSL_CTX_set_min_proto_version(hs->ctx, TLS1_3_VERSION) ||
+	    !SSL_CTX_set_ciphersuites(hs->ctx, hash == 2 ? "TLS_AES_256_GCM_SHA384" :
+							   "TLS_AES_128_GCM_SHA256") ||
+	    !SSL_CTX_set_num_tickets(hs->ctx, 0))
+		goto fail;
+	SSL_CTX_set_options(hs->ctx, SSL_OP_NO_TICKET);
+	SSL_CTX_set_keylog_callback(hs->ctx, keylog);
+	hs->ssl = SSL_new(hs->ctx);
+	if (!hs->ssl || !SSL_set_fd(hs->ssl, fd) || !SSL_set_app_data(hs->ssl, hs))
+		goto fail;
+	*out = hs;
+	return 0;
+fail:
+	gdx_tls_free(hs);
+	return -ENOMEM;
+}
+
+int gdx_tls_client_start(int fd, const struct gdx_tls_psk *psk, struct gdx_tls_hs **out)
+{
+	int ret;
+
+	if (!hash_len(psk->hash) || psk->len != hash_len(psk->hash))
+		return -EINVAL;
+	ret = hs_new(fd, psk->hash, false, out);
+	if (ret)
+		return ret;
+	(*out)->psk = *psk;
+	SSL_set_psk_use_session_callback((*out)->ssl, use_psk);
+	SSL_set_connect_state((*out)->ssl);
+	return 0;
+}
+
+int gdx_tls_server_start(int fd, int hash, gdx_tls_find_fn find, void *arg,
+			 struct gdx_tls_hs **out)
+{
+	int ret;
+
+	if (!hash_len(hash))
+		return -EINVAL;
+	ret = hs_new(fd, hash, true, out);
+	if (ret)
+		return ret;
+	(*out)->find = find;
+	(*out)->arg = arg;
+	SSL_set_psk_find_session_callback((*out)->ssl, find_psk);
+	SSL_set_accept_state((*out)->ssl);
+	return 0;
+}
+
+/* TLS 1.3's HKDF-Expand-Label (RFC 8446 7.1) with an empty context: a traffic key or IV. */
+static int expand_label(int hash, const uint8_t *secret, const char *label, uint8_t *out,
+			size_t len)
+{
+	uint8_t info[2 + 1 + 16 + 1];
+	size_t n = 0, l = strlen(label);
+	EVP_KDF *kdf = EVP_KDF_fetch(NULL, OSSL_KDF_NAME_HKDF, NULL);
+	EVP_KDF_CTX *kc = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
+	OSSL_PARAM p[5];
+	int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY, ok;
+
+	EVP_KDF_free(kdf);
+	if (!kc)
+		return -ENOMEM;
+	info[n++] = (uint8_t)(len >> 8);
+	info[n++] = (uint8_t)len;
+	info[n++] = (uint8_t)(6 + l);
+	memcpy(info + n, "tls13 ", 6);
+	memcpy(info + n + 6, label, l);
+	n += 6 + l;
+	info[n++] = 0;
+	p[0] = OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST,
+						(char *)EVP_MD_get0_name(hash_md(hash)), 0);
+	p[1] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)secret,
+						 hash_len(hash));
+	p[2] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, n);
+	p[3] = OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode);
+	p[4] = OSSL_PARAM_construct_end();
+	ok = EVP_KDF_derive(kc, out, len, p) == 1;
+	EVP_KDF_CTX_free(kc);
+	return ok ? 0 : -EIO;
+}
+
+/* One direction of the record layer to the kernel, at sequence number 0. */
+static int ktls_dir(int fd, int hash, int dir, const uint8_t *secret)
+{
+	union {
+		struct tls12_crypto_info_aes_gcm_128 g128;
+		struct tls12_crypto_info_aes_gcm_256 g256;
+	} ci;
+	uint8_t key[32], iv[12];
+	size_t klen = hash == 2 ? 32 : 16;
+	socklen_t cilen;
+	int ret;
+
+	memset(&ci, 0, sizeof(ci));
+	ret = expand_label(hash, secret, "key", key, klen);
+	if (!ret)
+		ret = expand_label(hash, secret, "iv", iv, sizeof(iv));
+	if (ret)
+		goto out;
+	if (hash == 2) {
+		ci.g256.info.version = TLS_1_3_VERSION;
+		ci.g256.info.cipher_type = TLS_CIPHER_AES_GCM_256;
+		memcpy(ci.g256.key, key, 32);
+		memcpy(ci.g256.salt, iv, 4);
+		memcpy(ci.g256.iv, iv + 4, 8);
+		cilen = sizeof(ci.g256);
+	} else {
+		ci.g128.info.version = TLS_1_3_VERSION;
+		ci.g128.info.cipher_type = TLS_CIPHER_AES_GCM_128;
+		memcpy(ci.g128.key, key, 16);
+		memcpy(ci.g128.salt, iv, 4);
+		memcpy(ci.g128.iv, iv + 4, 8);
+		cilen = sizeof(ci.g128);
+	}
+	if (setsockopt(fd, SOL_TLS, dir, &ci, cilen))
+		ret = -errno;
+out:
+	gdx_tls_wipe(&ci, sizeof(ci));
+	gdx_tls_wipe(key, sizeof(key));
+	gdx_tls_wipe(iv, sizeof(iv));
+	return ret;
+}
+
+static int ktls_install(struct gdx_tls_hs *hs)
+{
+	int me = hs->server, ret;
+
+	/* bytes OpenSSL read past the handshake could not reach the kernel's decryption */
+	if (hs->have != 3 || SSL_has_pending(hs->ssl)) {
+		GDX_ERR("tls", "fd %d: handshake left %s", hs->fd,
+			hs->have != 3 ? "no traffic secrets" : "data OpenSSL has read");
+		return -EPROTO;
+	}
+	if (setsockopt(hs->fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls"))) {
+		ret = -errno;
+		GDX_ERR("tls", "kernel TLS is not available (TCP_ULP \"tls\": %s): load the tls "
+			"module; gdx does not run TLS in user space", strerror(errno));
+		return ret == -ENOENT || ret == -ENOPROTOOPT ? -EOPNOTSUPP : ret;
+	}
+	ret = ktls_dir(hs->fd, hs->hash, TLS_TX, hs->secret[me]);
+	if (!ret)
+		ret = ktls_dir(hs->fd, hs->hash, TLS_RX, hs->secret[!me]);
+	if (ret)
+		GDX_ERR("tls", "kernel TLS refused the keys: %s", strerror(-ret));
+	return ret;
+}
+
+int gdx_tls_step(struct gdx_tls_hs *hs, short *events)
+{
+	unsigned long e;
+	int r, err;
+	char why[160];
+
+	ERR_clear_error();
+	r = SSL_do_handshake(hs->ssl);
+	if (r == 1)
+		return ktls_install(hs);
+	err = SSL_get_error(hs->ssl, r);
+	if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+		*events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+		return -EAGAIN;
+	}
+	e = ERR_peek_error();
+	ERR_error_string_n(e, why, sizeof(why));
+	/* info, not warn: a peer can make as many as it likes; the caller reports the failure */
+	if (hs->refused) {
+		GDX_INFO("tls", "fd %d: no PSK for identity %s", hs->fd, hs->psk.identity);
+		return -EKEYREJECTED;
+	}
+	if (err == SSL_ERROR_SSL) {
+		GDX_INFO("tls", "fd %d: handshake failed: %s", hs->fd, why);
+		return -EKEYREJECTED;
+	}
+	GDX_INFO("tls", "fd %d: peer closed during the handshake", hs->fd);
+	return -ECONNRESET;
+}
+
+int gdx_tls_run(struct gdx_tls_hs *hs, unsigned timeout_ms)
+{
+	uint64_t end = gdx_now_ns() + (uint64_t)timeout_ms * 1000000;
+	int fl = fcntl(hs->fd, F_GETFL), ret;
+
+	if (fl < 0 || fcntl(hs->fd, F_SETFL, fl | O_NONBLOCK))
+		return -errno;
+	for (;;) {
+		struct pollfd p = { .fd = hs->fd };
+		uint64_t now;
+
+		ret = gdx_tls_step(hs, &p.events);
+		if (ret != -EAGAIN)
+			break;
+		now = gdx_now_ns();
+		if (now >= end || poll(&p, 1, (int)((end - now + 999999) / 1000000)) == 0) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+	}
+	fcntl(hs->fd, F_SETFL, fl);
+	return ret;
+}
+
+const char *gdx_tls_identity(const struct gdx_tls_hs *hs)
+{
+	return hs->psk.identity;
+}
+
+void gdx_tls_free(struct gdx_tls_hs *hs)
+{
+	if (!hs)
+		return;
+	SSL_free(hs->ssl);	/* the socket BIO does not close fd */
+	SSL_CTX_free(hs->ctx);
+	gdx_tls_wipe(hs, sizeof(*hs));
+	free(hs);
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# NVMe/TCP over TLS 1.3 between the gdx host and the gdx target on loopback: the
+# ports' addr_tsas/addr_treq and tls_key in the JSON config (and its errors), the
+# discovery log's TREQ and SECTYPE, a clear host refused where TLS is required and
+# served where it is not, a wrong key refused, a stalled handshake closed after
+# nvmf.target.handshake_timeout_ms, the host's --tls/--tls-key usage.  With the
+# right key the data goes byte-exact with digests where this kernel has kTLS (the
+# tls module); where it has none, both sides refuse and say so: nothing in clear.
+# (tests/interop/t_tls.sh runs the kTLS path in a guest whose kernel has it.)
+set -u
+gdx=$(realpath "${1:?usage: test_nvmf_tls.sh path/to/gdx}") || exit 1
+tmp=$(mktemp -d)
+tpid=
+trap '[ -n "$tpid" ] && kill $tpid 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+NQN=nqn.2026-11.io.gdx:tls
+key() { python3 -c 'import base64,os,sys,zlib;k=os.urandom(int(sys.argv[1]));print("NVMeTLSkey-1:0%s:"%sys.argv[2]+base64.b64encode(k+zlib.crc32(k).to_bytes(4,"little")).decode()+":")' "$@"; }
+KEY=$(key 32 1) BAD=$(key 32 1) KEY384=$(key 48 2)
+echo "$KEY" >"$tmp/key"
+
+# config: port 1 requires TLS (key inline), port 2 allows it (key file)
+cfg() {
+  cat <<JSON
+{ "hosts": [], "subsystems": [ { "nqn": "$NQN", "attr": { "allow_any_host": "1" },
+    "namespaces": [ { "nsid": 1, "enable": 1, "device": { "path": "ram:16M" } } ] } ],
+  "ports": [
+    { "portid": 1, "addr": { "trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "0",
+        "treq": "required", "tsas": "tls1.3" }, "tls_key": "$1", "subsystems": [ "$NQN" ] },
+    { "portid": 2, "addr": { "trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "0",
+        "treq": "not required", "tsas": "tls1.3" }, "tls_key": "$tmp/key", "subsystems": [ "$NQN" ] } ] }
+JSON
+}
+bad_cfg() {  # what: sed expression on a good config; want: words in the error
+  cfg "$KEY" | sed "$1" >"$tmp/bad.json"
+  out=$(timeout 10 "$gdx" nvmf target -c "$tmp/bad.json" 2>&1)
+  [ $? != 0 ] && grep -q "$2" <<<"$out" || fail "config ($1) should fail with '$2': $out"
+}
+bad_cfg 's/"tsas": "tls1.3" }, "tls_key": "[^"]*",/"tsas": "tls1.3" },/' "no tls_key"
+bad_cfg 's/"treq": "required"/"treq": "maybe"/' "is not 'not specified'"
+bad_cfg 's/"tsas": "tls1.3" }, "tls_key"/"tsas": "tls1.2" }, "tls_key"/' "is not none or tls1.3"
+bad_cfg 's/"tsas": "tls1.3" }, "tls_key"/"tsas": "none" }, "tls_key"/' "tls_key without tsas"
+# a key whose CRC-32 is not its key's
+BADCRC=$(python3 -c 'import base64,os;print("NVMeTLSkey-1:01:"+base64.b64encode(os.urandom(32)+b"\0\0\0\0").decode()+":")')
+bad_cfg "s|$KEY|$BADCRC|" "CRC-32 does not match"
+
+cfg "$KEY" >"$tmp/tls.json"
+GDX_NVMF_TARGET_HANDSHAKE_TIMEOUT_MS=1000 "$gdx" nvmf target -c "$tmp/tls.json" -v \
+  >"$tmp/target.log" 2>&1 &
+tpid=$!
+for i in $(seq 200); do grep -q 'target: ready' "$tmp/target.log" && break; sleep 0.05; done
+ports=($(grep -o 'listening on 127.0.0.1:[0-9]*' "$tmp/target.log" | cut -d: -f2))
+[ ${#ports[@]} = 2 ] || { cat "$tmp/target.log"; echo "FAIL: the target did not start"; exit 1; }
+R=(-a 127.0.0.1 -s "${ports[0]}" -n $NQN) O=(-a 127.0.0.1 -s "${ports[1]}" -n $NQN)
+
+# rc expected, then the arguments; stdout in $out, stderr in $err
+run() {
+  local want=$1 got
+  shift
+  out=$("$gdx" nvmf "$@" 2>"$tmp/err")
+  got=$?
+  err=$(cat "$tmp/err")
+  [ "$got" = "$want" ] || fail "gdx nvmf $* exited $got, want $want: $err"
+}
+
+run 0 discover -a 127.0.0.1 -s "${ports[1]}" --json
+# TREQ: required (1) or not required (2), with SQ flow control off (4); SECTYPE TLS 1.3 (2)
+grep -q '"treq": 5, "portid": 1, "cntlid": [0-9]*, "asqsz": [0-9]*, "sectype": 2' <<<"$out" ||
+  fail "discovery: port 1 should say TLS required, TLS 1.3: $out"
+grep -q '"treq": 6, "portid": 2, "cntlid": [0-9]*, "asqsz": [0-9]*, "sectype": 2' <<<"$out" ||
+  fail "discovery: port 2 should say TLS not required, TLS 1.3: $out"
+
+run 0 id-ctrl "${O[@]}"		# TLS allowed, not required: a clear host is served
+run 1 id-ctrl "${R[@]}"		# required: a clear host is refused
+grep -q "no TLS handshake on a port that requires TLS" "$tmp/target.log" ||
+  fail "the target should say why it refused the clear host"
+run 1 id-ctrl "${R[@]}" --tls --tls-key "$BAD"
+grep -q "Key was rejected" <<<"$err" || fail "a wrong key: $err"
+run 1 id-ctrl "${R[@]}" --tls --tls-key "$KEY384"	# a SHA-384 key for a SHA-256 port
+grep -q "Key was rejected" <<<"$err" || fail "a key of another hash: $err"
+run 2 id-ctrl "${R[@]}" --tls
+run 2 id-ctrl "${R[@]}" --tls-key "$KEY"
+run 1 id-ctrl "${R[@]}" --tls --tls-key "NVMeTLSkey-1:01:short:"
+grep -q "interchange format" <<<"$err" || fail "a malformed key: $err"
+
+if grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null || modprobe -q tls 2>/dev/null; then
+  head -c 1M /dev/urandom >"$tmp/a"
+  run 0 write "${R[@]}" --tls --tls-key "$KEY" --hdr-digest --data-digest -l 1M --from "$tmp/a"
+  run 0 read "${R[@]}" --tls --tls-key "$tmp/key" --hdr-digest --data-digest --queues 2 -l 1M \
+    --to "$tmp/b"
+  cmp -s "$tmp/a" "$tmp/b" || fail "what was read over TLS differs from what was written"
+  run 0 read "${O[@]}" --tls --tls-key "$KEY" -l 1M --to "$tmp/c"	# allowed: TLS taken too
+  cmp -s "$tmp/a" "$tmp/c" || fail "TLS on the not-required port: data differs"
+else
+  run 1 id-ctrl "${R[@]}" --tls --tls-key "$KEY"
+  grep -q "kernel TLS is not available" <<<"$err" || fail "no kTLS: the host should say so: $err"
+  grep -q "kernel TLS is not available" "$tmp/target.log" || fail "no kTLS: the target should say so"
+fi
+
+# a client that starts a handshake and stalls is closed after the handshake timeout
+python3 - "${ports[0]}" <<'PY' || fail "a stalled TLS handshake was not closed within 4 s"
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"\x16\x03\x01")		# the start of a record header, then nothing
+s.settimeout(4)
+try:
+    sys.exit(0 if s.recv(1) == b"" else 1)
+except ConnectionResetError:
+    sys.exit(0)
+except socket.timeout:
+    sys.exit(1)
+PY
+grep -q "no TLS handshake, ICReq and Connect within 1000 ms" "$tmp/target.log" ||
+  fail "the target should name the handshake timeout"
+
+kill $tpid; wait $tpid 2>/dev/null; tpid=
+[ $fails = 0 ] || { echo "--- target log"; tail -30 "$tmp/target.log"; }
+echo "$fails failure(s)"
+[ $fails = 0 ]
