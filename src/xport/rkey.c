@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Keys for regions served in software (tcp, loop).  A key is a slot index in
- * the low 32 bits and a random tag in the high 32, so a stale or guessed key
- * misses instead of reaching whatever took the slot over.  A key works only
- * for the peer of the endpoint it was registered on, as an rkey works only on
- * the queue pairs of its protection domain.
+ * Keys for regions served in software (tcp, loop).  A key is 64 random bits
+ * from getrandom() and nothing else: it names no slot, so a peer that guesses
+ * has one chance in 2^64 per try for each live region, and a key, once its
+ * region is gone, stays unknown (a new region draws a new key; the chance that
+ * the draw repeats an old one is that of a guess).  A key works only for the
+ * peer of the endpoint it was registered on, as an rkey works only on the
+ * queue pairs of its protection domain.
+ *
+ * The table is open addressing with linear probing, indexed by the key's low
+ * bits (uniform, since the key is random), at most half full, and removal
+ * shifts the rest of a probe run back instead of leaving tombstones.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,71 +22,140 @@
 
 struct gdx_xport_rkey {
 	struct gdx_xport_region r;
-	uint32_t tag;		/* 0: slot free */
+	uint64_t key;		/* never 0 */
 	int refs;
 	int dying;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t released = PTHREAD_COND_INITIALIZER;
-static struct gdx_xport_rkey **slots;
-static uint32_t nslots;
+static struct gdx_xport_rkey **tab;
+static size_t cap;	/* 0 or a power of two */
+static size_t used;
 
-static uint32_t new_tag(void)
+static struct gdx_xport_rkey *lookup(uint64_t key, size_t *at)
 {
-	uint32_t t = 0;
+	size_t i;
 
-	while (!t)
-		if (getrandom(&t, sizeof(t), 0) != sizeof(t))
-			t = (uint32_t)rand();
-	return t;
+	if (!cap)
+		return NULL;
+	for (i = key & (cap - 1); tab[i]; i = (i + 1) & (cap - 1))
+		if (tab[i]->key == key) {
+			*at = i;
+			return tab[i];
+		}
+	return NULL;
+}
+
+static size_t free_slot(struct gdx_xport_rkey **t, size_t n, uint64_t key)
+{
+	size_t i;
+
+	for (i = key & (n - 1); t[i]; i = (i + 1) & (n - 1))
+		;
+	return i;
+}
+
+static int grow(void)
+{
+	size_t n = cap ? cap * 2 : 64, i;
+	struct gdx_xport_rkey **t = calloc(n, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	for (i = 0; i < cap; i++)
+		if (tab[i])
+			t[free_slot(t, n, tab[i]->key)] = tab[i];
+	free(tab);
+	tab = t;
+	cap = n;
+	return 0;
+}
+
+static void remove_at(size_t i)
+{
+	size_t mask = cap - 1, j = i;
+
+	tab[i] = NULL;
+	for (;;) {
+		size_t home;
+
+		j = (j + 1) & mask;
+		if (!tab[j])
+			return;
+		/* an entry moves into the hole if the hole is on its probe path */
+		home = tab[j]->key & mask;
+		if (((i - home) & mask) < ((j - home) & mask)) {
+			tab[i] = tab[j];
+			tab[j] = NULL;
+			i = j;
+		}
+	}
+}
+
+static int draw(uint64_t *key)
+{
+	ssize_t n;
+
+	do
+		n = getrandom(key, sizeof(*key), 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	return n == sizeof(*key) ? 0 : -EIO;
 }
 
 int gdx_xport_rkey_add(const struct gdx_xport_region *r, uint64_t *key)
 {
 	struct gdx_xport_rkey *k = calloc(1, sizeof(*k));
-	uint32_t i;
+	size_t at;
+	int ret;
 
 	if (!k)
 		return -ENOMEM;
 	k->r = *r;
-	k->tag = new_tag();
-	pthread_mutex_lock(&lock);
-	for (i = 0; i < nslots && slots[i]; i++)
-		;
-	if (i == nslots) {
-		uint32_t n = nslots ? nslots * 2 : 64;
-		struct gdx_xport_rkey **v = realloc(slots, n * sizeof(*v));
-
-		if (!v) {
+	for (;;) {
+		ret = draw(&k->key);
+		if (ret) {
+			free(k);
+			return ret;
+		}
+		if (!k->key)
+			continue;
+		pthread_mutex_lock(&lock);
+		if ((used + 1) * 2 > cap && (ret = grow())) {
 			pthread_mutex_unlock(&lock);
 			free(k);
-			return -ENOMEM;
+			return ret;
 		}
-		memset(v + nslots, 0, (n - nslots) * sizeof(*v));
-		slots = v;
-		nslots = n;
+		if (!lookup(k->key, &at))
+			break;
+		pthread_mutex_unlock(&lock);
 	}
-	slots[i] = k;
+	tab[free_slot(tab, cap, k->key)] = k;
+	used++;
 	pthread_mutex_unlock(&lock);
-	*key = (uint64_t)k->tag << 32 | i;
+	*key = k->key;
 	return 0;
 }
 
 void gdx_xport_rkey_del(uint64_t key)
 {
-	uint32_t i = (uint32_t)key;
 	struct gdx_xport_rkey *k;
+	size_t at;
 
 	pthread_mutex_lock(&lock);
-	if (i >= nslots || !(k = slots[i]) || k->tag != key >> 32) {
+	if (!(k = lookup(key, &at))) {
 		pthread_mutex_unlock(&lock);
 		return;
 	}
 	k->dying = 1;
 	while (k->refs)
 		pthread_cond_wait(&released, &lock);
-	slots[i] = NULL;
+	/* the table may have grown or shifted while we waited */
+	lookup(key, &at);
+	remove_at(at);
+	used--;
 	pthread_mutex_unlock(&lock);
 	free(k);
 }
@@ -89,13 +164,13 @@ int gdx_xport_rkey_get(const struct gdx_xport_ep *domain, uint64_t key, uint64_t
 		       uint64_t len, unsigned access, struct gdx_xport_rkey **out, void **p,
 		       struct gdx_xport_region *r)
 {
-	uint32_t i = (uint32_t)key;
 	struct gdx_xport_rkey *k;
 	uint64_t base;
+	size_t at;
 
 	pthread_mutex_lock(&lock);
-	if (i >= nslots || !(k = slots[i]) || k->tag != key >> 32 || k->dying ||
-	    k->r.domain != domain || (k->r.access & access) != access) {
+	k = lookup(key, &at);
+	if (!k || k->dying || k->r.domain != domain || (k->r.access & access) != access) {
 		pthread_mutex_unlock(&lock);
 		return GDX_EREMOTE;
 	}
