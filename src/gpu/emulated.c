@@ -13,7 +13,9 @@
  *
  * A NIC reaches that memory as it reaches a GPU's: through a dma-buf of the
  * memfd's pages (/dev/udmabuf, which wants the memfd sealed against
- * shrinking, hence the kept descriptor), or, the analog of peer memory, by
+ * shrinking, hence the kept descriptor: kept only where /dev/udmabuf can be
+ * opened, so that elsewhere an allocation holds no descriptor, as a GPU's
+ * does not), or, the analog of peer memory, by
  * registering the copy engine's view with ibv_reg_mr.  Either way the NIC
  * writes the pages behind the device pointer and the CPU never touches them.
  */
@@ -43,7 +45,7 @@ struct range {
 	size_t size;		/* as asked for */
 	size_t map_size;	/* page-rounded */
 	unsigned char *shadow;	/* R_DEVICE: the read-write view */
-	int memfd;		/* R_DEVICE: the pages, for dma-buf exports */
+	int memfd;		/* R_DEVICE: the pages, for dma-buf exports; -1 without udmabuf */
 	enum range_kind kind;
 	uint64_t buffer_id;
 };
@@ -65,6 +67,7 @@ struct emu_dev {
 	_Atomic long regs_counted;
 	/* Copy agent descriptors copied while emulated.agent_fault_after is set. */
 	_Atomic long agent_copies;
+	bool udmabuf;		/* /dev/udmabuf opens: allocations keep their memfd */
 };
 
 static _Atomic uint64_t next_buffer_id = 1;
@@ -364,6 +367,7 @@ static int emu_open(int ordinal, void **priv)
 		return -ENOMEM;
 	d->ordinal = ordinal;
 	d->mem_limit = gdx_cfg_size("emulated.mem_limit");
+	d->udmabuf = !access("/dev/udmabuf", R_OK | W_OK);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->ev_lock, NULL);
 	pthread_cond_init(&d->ev_cond, NULL);
@@ -382,7 +386,8 @@ static void emu_close(void *priv)
 		if (r->kind == R_DEVICE) {
 			munmap((void *)r->base, r->map_size);
 			munmap(r->shadow, r->map_size);
-			close(r->memfd);
+			if (r->memfd >= 0)
+				close(r->memfd);
 		} else if (r->kind == R_PINNED_ALLOC) {
 			munmap((void *)r->base, r->map_size);
 		}
@@ -404,7 +409,7 @@ static int emu_props(void *priv, struct gdx_device_props *p)
 	p->numa_node = -1;
 	p->total_mem = d->mem_limit;
 	p->async_alloc_supported = 1;
-	p->dmabuf_supported = !access("/dev/udmabuf", R_OK | W_OK);
+	p->dmabuf_supported = d->udmabuf;
 	return 0;
 }
 
@@ -441,6 +446,10 @@ static int emu_malloc(void *priv, size_t size, void **dptr)
 		goto fail;
 	r.base = (uintptr_t)user;
 	r.shadow = shadow;
+	if (!d->udmabuf) {
+		close(fd);
+		fd = -1;
+	}
 	r.memfd = fd;
 	r.buffer_id = atomic_fetch_add(&next_buffer_id, 1);
 	pthread_mutex_lock(&d->lock);
@@ -484,7 +493,8 @@ static int free_now(void *priv, void *dptr)
 	pthread_mutex_unlock(&d->lock);
 	munmap((void *)r.base, r.map_size);
 	munmap(r.shadow, r.map_size);
-	close(r.memfd);
+	if (r.memfd >= 0)
+		close(r.memfd);
 	return 0;
 }
 
@@ -645,6 +655,8 @@ static int emu_export_dmabuf(void *priv, void *dptr, size_t size, int *fd, uint6
 		return errno == ENOENT ? -EOPNOTSUPP : -errno;
 	pthread_mutex_lock(&d->lock);
 	ret = device_pages(d, dptr, size, &r, &s, &e);
+	if (!ret && r->memfd < 0)
+		ret = -EOPNOTSUPP;	/* allocated before /dev/udmabuf could be opened */
 	if (!ret) {
 		c.memfd = (uint32_t)r->memfd;
 		c.offset = s - r->base;
