@@ -406,6 +406,23 @@ static int fault(struct gdx_stage *st, int rc)
 	return (int)n;
 }
 
+/*
+ * A fault found with a piece in hand (its post, or its reserve waiting for
+ * room): as fault(), but FALLBACK fails the piece with the fault once the
+ * lane has fallen back, as the effects not landed fail (its caller fails
+ * what the piece was for: tcp's receive); the next piece goes synchronously.
+ */
+static int piece_fault(struct gdx_stage *st, int rc)
+{
+	bool agent = st->agent != NULL;
+	int n = fault(st, rc), why;
+
+	if (n < 0 || st->o.fault != GDX_STAGE_FALLBACK)
+		return n;
+	why = agent ? __atomic_load_n(&st->ctx->err, __ATOMIC_ACQUIRE) : 0;
+	return why ? why : rc;
+}
+
 /* The lane's error, GDX_EDISCONNECTED once aborted, else 0. */
 static int stopped(const struct gdx_stage *st)
 {
@@ -612,7 +629,7 @@ int gdx_stage_reserve(struct gdx_stage *st, size_t n, unsigned flags, struct gdx
 	while (st->r.head + need - st->r.tail > st->r.size) {
 		rc = st->nmarked ? wait_mark(st) : wait_all(st);
 		if (rc) {
-			rc = fault(st, rc);
+			rc = piece_fault(st, rc);
 			if (rc < 0)
 				return rc;
 		}
@@ -707,8 +724,8 @@ int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *
 			__atomic_store_n(&st->posted, sp->end, __ATOMIC_RELAXED);
 			return 0;
 		}
-		/* the failed post's copy is the lane's to make now, if it goes on */
-		rc = fault(st, rc);
+		/* REDO: the failed post's copy is the lane's to make now */
+		rc = piece_fault(st, rc);
 		if (rc < 0)
 			return rc;
 		break;	/* made synchronously below */
@@ -729,28 +746,28 @@ int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *
 				else if (!rc)
 					rc = query_marks(st, 1);
 				if (rc)
-					return fault(st, rc);
+					return piece_fault(st, rc);
 				run_effects(st, 0);
 			}
 		} else {
 			cnt(st, C_CALLS);
 			rc = gdx_memcpy_async(st->dev, dst, src, sp->n, st->stream);
 			if (rc)
-				return fault(st, rc);
+				return piece_fault(st, rc);
 			st->enq = sp->end;
 		}
 		/* a done word costs nothing to read: every copy gets its mark */
 		if (st->enq - st->marked >= (st->word ? 1 : st->o.mark_every)) {
 			rc = place_mark(st);
 			if (rc)
-				return fault(st, rc);
+				return piece_fault(st, rc);
 		}
 		return 0;
 	}
 	cnt(st, C_CALLS);
 	rc = gdx_memcpy(st->dev, dst, src, sp->n);
 	if (rc)
-		return fault(st, rc);
+		return piece_fault(st, rc);
 	__atomic_store_n(&st->posted, sp->end, __ATOMIC_RELAXED);
 	st->enq = sp->end;
 	landed(st, sp->end);

@@ -90,7 +90,9 @@ enum gdx_stage_dir { GDX_STAGE_H2D, GDX_STAGE_D2H };
 /* What a lane does once its copies cannot land (a fault of the agent or the stream). */
 enum gdx_stage_fault {
 	GDX_STAGE_FAIL,		/* return the error from every call; the caller ends the lane */
-	GDX_STAGE_FALLBACK,	/* halt, fail the unlanded effects, go on synchronously */
+	GDX_STAGE_FALLBACK,	/* halt, fail the unlanded effects and the piece in hand
+				   (its reserve or post returns the fault), go on
+				   synchronously */
 	GDX_STAGE_REDO,		/* halt, make the unlanded copies again synchronously, go on so */
 };
 

@@ -481,6 +481,52 @@ static void launch_fails_memory_held(void **state)
 	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
 
+/*
+ * FALLBACK: the call that finds the fault with a piece in hand fails that
+ * piece (tcp fails the receive it was for) and leaves the device untouched;
+ * the next piece goes synchronously.  Found by a post whose launch fails, and
+ * by a reserve or post after another lane halted the context.
+ */
+static void fallback_piece_in_hand(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	uint64_t m = 0;
+
+	(void)state;
+	ctx = ctx_open(true, 1);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FALLBACK, 2, &r);
+	atomic_store(&fail_launch, 1);
+	assert_int_equal(put(st, 0, CHUNK, &m), GDX_EDRIVER);
+	atomic_store(&fail_launch, 0);
+	assert_int_equal(gdx_stage_mode_of(st), GDX_STAGE_SYNC);
+	assert_int_equal(gdx_memcpy(dev, back, dbuf, CHUNK), 0);
+	for (unsigned i = 0; i < CHUNK; i++)
+		assert_int_equal(back[i], 0);
+	assert_int_equal(put(st, CHUNK, CHUNK, &m), 0);
+	assert_true(gdx_stage_landed(st, m));
+	check_dev(CHUNK, CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "30000"), 0);
+	ctx = ctx_open(true, 2);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FALLBACK, 2, &r);
+	assert_int_equal(put(st, 2 * CHUNK, CHUNK, &m), 0);
+	assert_int_equal(put(st, 3 * CHUNK, CHUNK, &m), 0);
+	assert_int_equal(gdx_stage_ctx_fail(ctx, -EIO), -EIO);
+	/* found by the reserve (ring full) or the post (agent halted) */
+	assert_int_equal(put(st, 4 * CHUNK, CHUNK, &m), -EIO);
+	assert_int_equal(gdx_stage_mode_of(st), GDX_STAGE_SYNC);
+	assert_int_equal(put(st, 5 * CHUNK, CHUNK, &m), 0);
+	check_dev(5 * CHUNK, CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
 /* Halted by another lane with copies in flight: REDO makes them again. */
 static void redo_after_halt(void **state)
 {
@@ -1008,6 +1054,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(fault_effects_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(fail_policy, setup, teardown),
 		cmocka_unit_test_setup_teardown(launch_fails_memory_held, setup, teardown),
+		cmocka_unit_test_setup_teardown(fallback_piece_in_hand, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_after_halt, setup, teardown),
 		cmocka_unit_test_setup_teardown(fallback_after_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(drain_stuck_worker, setup, teardown),
