@@ -256,6 +256,13 @@ static int wait_all(struct gdx_stage *st)
 	return rc;
 }
 
+/* The mark m carries a seq of the done word: gdx_stage_watch may wait for it. */
+static void publish_seq(struct gdx_stage *st, const struct gdx_stage_mark *m)
+{
+	__atomic_store_n(&st->wseq, m->seq, __ATOMIC_RELAXED);
+	__atomic_store_n(&st->wmark, m->pos, __ATOMIC_RELEASE);
+}
+
 /* Records a mark after the copies enqueued so far (stream modes). */
 static int place_mark(struct gdx_stage *st)
 {
@@ -282,6 +289,8 @@ static int place_mark(struct gdx_stage *st)
 	m->pos = st->enq;
 	st->nmarked++;
 	st->marked = st->enq;
+	if (st->word)
+		publish_seq(st, m);
 	return 0;
 }
 
@@ -395,6 +404,23 @@ static int fault(struct gdx_stage *st, int rc)
 		st->word = NULL;	/* the agent's */
 	st->agent = NULL;
 	return (int)n;
+}
+
+/*
+ * A fault found with a piece in hand (its post, or its reserve waiting for
+ * room): as fault(), but FALLBACK fails the piece with the fault once the
+ * lane has fallen back, as the effects not landed fail (its caller fails
+ * what the piece was for: tcp's receive); the next piece goes synchronously.
+ */
+static int piece_fault(struct gdx_stage *st, int rc)
+{
+	bool agent = st->agent != NULL;
+	int n = fault(st, rc), why;
+
+	if (n < 0 || st->o.fault != GDX_STAGE_FALLBACK)
+		return n;
+	why = agent ? __atomic_load_n(&st->ctx->err, __ATOMIC_ACQUIRE) : 0;
+	return why ? why : rc;
 }
 
 /* The lane's error, GDX_EDISCONNECTED once aborted, else 0. */
@@ -522,6 +548,7 @@ int gdx_stage_open(struct gdx_stage_ctx *ctx, const struct gdx_stage_opts *o,
 			goto fail;
 		}
 	}
+	st->wword = st->word;
 	for (unsigned i = 0; st->mode == GDX_STAGE_EVENTS && i < st->nmarks; i++) {
 		rc = gdx_event_create(st->dev, 0, &st->marks[i].ev);
 		if (rc)
@@ -602,7 +629,7 @@ int gdx_stage_reserve(struct gdx_stage *st, size_t n, unsigned flags, struct gdx
 	while (st->r.head + need - st->r.tail > st->r.size) {
 		rc = st->nmarked ? wait_mark(st) : wait_all(st);
 		if (rc) {
-			rc = fault(st, rc);
+			rc = piece_fault(st, rc);
 			if (rc < 0)
 				return rc;
 		}
@@ -677,6 +704,7 @@ static int post_agent(struct gdx_stage *st, void *dst, const void *src, size_t n
 	m->seq = st->seq = seq;
 	m->pos = st->enq = st->marked = end;
 	st->nmarked++;
+	publish_seq(st, m);
 	return 0;
 }
 
@@ -696,8 +724,8 @@ int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *
 			__atomic_store_n(&st->posted, sp->end, __ATOMIC_RELAXED);
 			return 0;
 		}
-		/* the failed post's copy is the lane's to make now, if it goes on */
-		rc = fault(st, rc);
+		/* REDO: the failed post's copy is the lane's to make now */
+		rc = piece_fault(st, rc);
 		if (rc < 0)
 			return rc;
 		break;	/* made synchronously below */
@@ -718,28 +746,28 @@ int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *
 				else if (!rc)
 					rc = query_marks(st, 1);
 				if (rc)
-					return fault(st, rc);
+					return piece_fault(st, rc);
 				run_effects(st, 0);
 			}
 		} else {
 			cnt(st, C_CALLS);
 			rc = gdx_memcpy_async(st->dev, dst, src, sp->n, st->stream);
 			if (rc)
-				return fault(st, rc);
+				return piece_fault(st, rc);
 			st->enq = sp->end;
 		}
 		/* a done word costs nothing to read: every copy gets its mark */
 		if (st->enq - st->marked >= (st->word ? 1 : st->o.mark_every)) {
 			rc = place_mark(st);
 			if (rc)
-				return fault(st, rc);
+				return piece_fault(st, rc);
 		}
 		return 0;
 	}
 	cnt(st, C_CALLS);
 	rc = gdx_memcpy(st->dev, dst, src, sp->n);
 	if (rc)
-		return fault(st, rc);
+		return piece_fault(st, rc);
 	__atomic_store_n(&st->posted, sp->end, __ATOMIC_RELAXED);
 	st->enq = sp->end;
 	landed(st, sp->end);
@@ -812,7 +840,21 @@ int gdx_stage_wait(struct gdx_stage *st, uint64_t mark)
 
 int gdx_stage_watch(const struct gdx_stage *st, uint64_t mark)
 {
+	bool seen = false;
+	uint32_t seq = 0;
+
 	for (unsigned i = 1; !gdx_stage_landed(st, mark); i++) {
+		/*
+		 * The seq of the last mark at or past this one covers its copies
+		 * (a later one's only makes the wait longer); the producer's done
+		 * may lag: it learns only when it looks.
+		 */
+		if (!seen && st->wword && __atomic_load_n(&st->wmark, __ATOMIC_ACQUIRE) >= mark) {
+			seq = __atomic_load_n(&st->wseq, __ATOMIC_RELAXED);
+			seen = true;
+		}
+		if (seen && (int32_t)(__atomic_load_n(st->wword, __ATOMIC_ACQUIRE) - seq) >= 0)
+			return 0;
 		if (!(i % 64)) {
 			int rc = gdx_stage_ctx_status(st->ctx);
 

@@ -17,10 +17,9 @@
  * Threads: a context's calls are safe from any thread.  A lane has one
  * producer at a time (reserve, unreserve, post, flush, progress, defer,
  * wait_idle, release, halves, drain), serialised by the caller; effects run
- * on it, in the order deferred.  gdx_stage_landed, gdx_stage_mark and
- * gdx_stage_wait may be called from any thread: another thread sees what the
- * producer has learnt, and its wait ends on the producer's progress, a fault
- * or the lane's abort word.
+ * on it, in the order deferred.  gdx_stage_landed and gdx_stage_mark may be
+ * called from any thread, and see what the producer has learnt;
+ * gdx_stage_watch is another thread's wait, which reads a done word itself.
  *
  * Set-up (ctx_open, open) calls the device: never on a posting path.
  * Nothing in reserve, post, flush, progress or wait creates a stream, an
@@ -91,7 +90,9 @@ enum gdx_stage_dir { GDX_STAGE_H2D, GDX_STAGE_D2H };
 /* What a lane does once its copies cannot land (a fault of the agent or the stream). */
 enum gdx_stage_fault {
 	GDX_STAGE_FAIL,		/* return the error from every call; the caller ends the lane */
-	GDX_STAGE_FALLBACK,	/* halt, fail the unlanded effects, go on synchronously */
+	GDX_STAGE_FALLBACK,	/* halt, fail the unlanded effects and the piece in hand
+				   (its reserve or post returns the fault), go on
+				   synchronously */
 	GDX_STAGE_REDO,		/* halt, make the unlanded copies again synchronously, go on so */
 };
 
@@ -206,6 +207,14 @@ struct gdx_stage {
 	bool in_run;
 	unsigned char *scratch;	/* the effect being run */
 	uint64_t resv;		/* head before the last reservation */
+	/*
+	 * gdx_stage_watch's view of a done word, which does not wait for the
+	 * producer to read it: the last mark given a seq (release), that seq
+	 * (stored before it), and the word (kept after a fault drops st->word).
+	 */
+	uint64_t wmark;
+	uint32_t wseq;
+	const uint32_t *wword;
 	struct gdx_counter cnt[7];	/* gdx_stage_stats, in its order */
 };
 
@@ -269,8 +278,11 @@ static inline enum gdx_stage_mode gdx_stage_mode_of(const struct gdx_stage *st)
  */
 int gdx_stage_wait(struct gdx_stage *st, uint64_t mark);
 /*
- * Another thread's wait: until the producer has learnt that mark landed
- * (0), the context faults or *abort is set (the error).
+ * Another thread's wait, mark already posted: until the copies up to it have
+ * landed (0), the context faults or *abort is set (the error).  With a done
+ * word it reads the word itself, so it ends without the producer's progress
+ * (a producer that waits on this thread, or posts no more); with events it
+ * sees what the producer has learnt.
  */
 int gdx_stage_watch(const struct gdx_stage *st, uint64_t mark);
 /*

@@ -481,6 +481,52 @@ static void launch_fails_memory_held(void **state)
 	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
 
+/*
+ * FALLBACK: the call that finds the fault with a piece in hand fails that
+ * piece (tcp fails the receive it was for) and leaves the device untouched;
+ * the next piece goes synchronously.  Found by a post whose launch fails, and
+ * by a reserve or post after another lane halted the context.
+ */
+static void fallback_piece_in_hand(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	uint64_t m = 0;
+
+	(void)state;
+	ctx = ctx_open(true, 1);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FALLBACK, 2, &r);
+	atomic_store(&fail_launch, 1);
+	assert_int_equal(put(st, 0, CHUNK, &m), GDX_EDRIVER);
+	atomic_store(&fail_launch, 0);
+	assert_int_equal(gdx_stage_mode_of(st), GDX_STAGE_SYNC);
+	assert_int_equal(gdx_memcpy(dev, back, dbuf, CHUNK), 0);
+	for (unsigned i = 0; i < CHUNK; i++)
+		assert_int_equal(back[i], 0);
+	assert_int_equal(put(st, CHUNK, CHUNK, &m), 0);
+	assert_true(gdx_stage_landed(st, m));
+	check_dev(CHUNK, CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "30000"), 0);
+	ctx = ctx_open(true, 2);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FALLBACK, 2, &r);
+	assert_int_equal(put(st, 2 * CHUNK, CHUNK, &m), 0);
+	assert_int_equal(put(st, 3 * CHUNK, CHUNK, &m), 0);
+	assert_int_equal(gdx_stage_ctx_fail(ctx, -EIO), -EIO);
+	/* found by the reserve (ring full) or the post (agent halted) */
+	assert_int_equal(put(st, 4 * CHUNK, CHUNK, &m), -EIO);
+	assert_int_equal(gdx_stage_mode_of(st), GDX_STAGE_SYNC);
+	assert_int_equal(put(st, 5 * CHUNK, CHUNK, &m), 0);
+	check_dev(5 * CHUNK, CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
 /* Halted by another lane with copies in flight: REDO makes them again. */
 static void redo_after_halt(void **state)
 {
@@ -754,6 +800,69 @@ static void landed_other_thread(void **state)
 	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
 
+struct watch_alone {
+	struct gdx_stage *st;
+	uint64_t mark;
+	_Atomic int rc, done;
+};
+
+static void *watch_alone_thread(void *arg)
+{
+	struct watch_alone *w = arg;
+
+	atomic_store(&w->rc, gdx_stage_watch(w->st, w->mark));
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+/*
+ * Another thread's wait ends once the copies landed though the producer does
+ * not look (tcp's receive thread waits so on copies the lock holder posted,
+ * and the holder may be waiting on it): with a done word the watcher reads
+ * it itself.  Bounded: a watch still spinning after 5 s is ended by the
+ * abort word, and fails the test.
+ */
+static void watch_without_producer(void **state)
+{
+	static const enum gdx_stage_mode modes[] = { GDX_STAGE_AGENT, GDX_STAGE_WORD };
+
+	(void)state;
+	for (unsigned k = 0; k < GDX_ARRAY_SIZE(modes); k++) {
+		struct gdx_stage_ctx *ctx = ctx_open(modes[k] == GDX_STAGE_AGENT, 1);
+		struct watch_alone w = { 0 };
+		struct gdx_stage_opts o;
+		uint64_t until, m = 0;
+		int stop = 0;
+		pthread_t t;
+
+		gdx_stage_opts_init(&o, sizeof(o));
+		o.mode = modes[k];
+		o.chunk = CHUNK;
+		o.chunks = 8;
+		o.abort = &stop;
+		assert_int_equal(gdx_stage_open(ctx, &o, &w.st), 0);
+		assert_int_equal(gdx_stage_mode_of(w.st), modes[k]);
+		/* fewer copies than chunks: reserve never waits, so never learns */
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(put(w.st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		w.mark = m;
+		assert_int_equal(pthread_create(&t, NULL, watch_alone_thread, &w), 0);
+		for (until = now_ms() + 5000; !atomic_load(&w.done) && now_ms() < until;)
+			usleep(1000);
+		__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+		pthread_join(t, NULL);
+		assert_int_equal(atomic_load(&w.rc), 0);
+		/* the producer has not learnt it: the watcher read the word */
+		assert_false(gdx_stage_landed(w.st, m));
+		check_dev(0, 4 * CHUNK);
+		stop = 0;
+		assert_int_equal(gdx_stage_drain(w.st, GDX_EDRIVER), 0);
+		assert_true(gdx_stage_landed(w.st, m));
+		gdx_stage_close(w.st);
+		assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	}
+}
+
 /* No memory to queue an effect: it waits for the copies, then runs behind the others. */
 static void defer_nomem(void **state)
 {
@@ -945,12 +1054,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(fault_effects_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(fail_policy, setup, teardown),
 		cmocka_unit_test_setup_teardown(launch_fails_memory_held, setup, teardown),
+		cmocka_unit_test_setup_teardown(fallback_piece_in_hand, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_after_halt, setup, teardown),
 		cmocka_unit_test_setup_teardown(fallback_after_fault, setup, teardown),
 		cmocka_unit_test_setup_teardown(drain_stuck_worker, setup, teardown),
 		cmocka_unit_test_setup_teardown(wait_abort, setup, teardown),
 		cmocka_unit_test_setup_teardown(fail_twice_concurrent, setup, teardown),
 		cmocka_unit_test_setup_teardown(landed_other_thread, setup, teardown),
+		cmocka_unit_test_setup_teardown(watch_without_producer, setup, teardown),
 		cmocka_unit_test_setup_teardown(defer_nomem, setup, teardown),
 		cmocka_unit_test_setup_teardown(adopt_ring_after_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(mark_seq_wrap, setup, teardown),

@@ -618,8 +618,8 @@ static void tcp_destroy(void *priv)
 		gdx_pinned_free(t->rr.dev, t->sr);
 	if (t->rr.ring && !t->rr.leak)
 		gdx_pinned_free(t->rr.dev, t->rr.ring);
-	if (t->kr && !t->rr.leak)
-		gdx_pinned_free(t->rr.dev, t->kr);
+	if (t->kr_mem && !t->rr.leak)
+		gdx_pinned_free(t->rr.dev, t->kr_mem);
 	free(t->rr.pend);
 	free(t->rr.q);
 	gdx_stats_destroy(t->stats);

@@ -40,6 +40,7 @@
 #include <sys/uio.h>
 
 #include "common/stats.h"
+#include "mem/stage.h"
 #include "xport/xport.h"
 
 #define SUBSYS "xport.tcp"
@@ -357,7 +358,7 @@ struct tcp_ep {
 	 * from host memory where the ring has no room, and their completions
 	 * are deferred as a received message's are.  Posters only kick it
 	 * (kept_kick).  Else (kept_rx 0) the poster copies.  Lock held for
-	 * kept_rx; kr_head and kr_tail: bytes taken, bytes free again.
+	 * kept_rx; kr: head and tail, bytes taken and bytes free again.
 	 */
 	int kept_rx;
 	/*
@@ -438,9 +439,8 @@ struct tcp_ep {
 	 */
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp;
-	unsigned char *kr;	/* the kept ring (kept_rx) */
-	size_t kr_size;
-	uint64_t kr_head, kr_tail;
+	unsigned char *kr_mem;	/* the kept ring (kept_rx) */
+	struct gdx_byte_ring kr;
 	int rx_err;		/* an answer could not be queued (fatal) */
 	int ans_said, snap_said;	/* rx_hold_back and ans_snap logged once */
 	/*

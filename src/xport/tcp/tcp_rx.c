@@ -309,7 +309,7 @@ void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail)
 		rst = GDX_EREMOTE;
 	}
 	if (e->kr_end)
-		t->kr_tail = e->kr_end;
+		t->kr.tail = e->kr_end;
 	if (e->k)
 		gdx_xport_rkey_put(e->k);
 	if (e->read_done) {

@@ -275,8 +275,8 @@ static void kr_start(struct tcp_ep *t, struct gdx_device *dev)
 			 gdx_device_name(dev), gdx_strerror(ret));
 		return;
 	}
-	t->kr = kr;
-	t->kr_size = size;
+	t->kr_mem = kr;
+	t->kr.size = size;
 	/* the receive thread reads the ring's fields once it has seen kept_rx */
 	pthread_mutex_lock(&t->lock);
 	t->kept_rx = 1;
@@ -539,17 +539,21 @@ struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev)
 	return st && st->bsz ? st : NULL;
 }
 
-/* Room for a kept message of n bytes in the kept ring, or NULL.  Receive thread. */
+/*
+ * Room for a kept message of n bytes in the kept ring, whole (a message is
+ * one copy), or NULL.  Each takes whole RING_ALIGN units, so the next starts
+ * aligned (sr_room says why).  Receive thread.
+ */
 unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
 {
-	size_t off = (size_t)(t->kr_head % t->kr_size), span = GDX_ALIGN_UP(n, (size_t)RING_ALIGN);
-	size_t skip = off + span > t->kr_size ? t->kr_size - off : 0;
+	size_t span = GDX_ALIGN_UP(n, (size_t)RING_ALIGN), piece = span, skip, off;
 
-	if (span > t->kr_size || t->kr_head + skip + span - t->kr_tail > t->kr_size)
+	off = gdx_byte_ring_place(&t->kr, &piece, RING_ALIGN, &skip);
+	if (piece != span || gdx_byte_ring_used(&t->kr) + skip + span > t->kr.size)
 		return NULL;
-	t->kr_head += skip + span;
-	*end = t->kr_head;
-	return t->kr + (skip ? 0 : off);
+	t->kr.head += skip + span;
+	*end = t->kr.head;
+	return t->kr_mem + off;
 }
 
 /* Whether the receive side halted the failed agent (rr_fail): any thread. */
