@@ -18,8 +18,8 @@
  * once per loop iteration, so completions that arrive together leave in one
  * system call.
  *
- * Lifetime: conn_close ends a connection wherever it is called from; only
- * flush_dirty, at the end of an iteration, frees it (conn_reap).
+ * Lifetime: nvmf_tcp_conn_close ends a connection wherever it is called from; only
+ * flush_dirty, at the end of an iteration, frees it (nvmf_tcp_conn_reap).
  *
  * Limits (docs/reliability.md): connections (max_conns, a spare descriptor
  * to refuse with at the fd limit), the handshake's time, request buffers per
@@ -140,7 +140,7 @@ struct tcp_conn {
 	struct tcp_conn *next, *prev;
 	struct tcp_conn *dirty_next;
 	bool dirty;
-	bool dead;		/* closed: freed by conn_reap once nothing is in flight */
+	bool dead;		/* closed; nvmf_tcp_conn_reap frees it once nothing is in flight */
 	struct tcp_reactor *move_to;	/* after Connect: the reactor for this QID */
 	bool local;
 	bool same_host;		/* the host connected from an address of this machine */
@@ -245,10 +245,10 @@ struct tcp_reactor {
 	struct tgt_lat lat;
 };
 
-static void conn_close(struct tcp_conn *c, const char *why);
-static bool conn_reap(struct tcp_conn *c);
-static void req_done(struct nvmf_req *nr);
-static void aen_kick(void *handle);
+static void nvmf_tcp_conn_close(struct tcp_conn *c, const char *why);
+static bool nvmf_tcp_conn_reap(struct tcp_conn *c);
+static void nvmf_tcp_req_done(struct nvmf_req *nr);
+static void nvmf_tcp_aen_kick(void *handle);
 
 /* Only the reactor writes its sums: no read-modify-write on the bus. */
 static void lat_add(struct tcp_reactor *r, unsigned i, uint64_t v)
@@ -291,7 +291,7 @@ static void mark_dirty(struct tcp_conn *c)
 	c->r->dirty = c;
 }
 
-static void tx_queue(struct tcp_conn *c, struct tx_item *it)
+static void nvmf_tcp_tx_queue(struct tcp_conn *c, struct tx_item *it)
 {
 	if (!c->tx_head)
 		c->tx_moved_ns = conn_now(c);
@@ -303,10 +303,10 @@ static void tx_queue(struct tcp_conn *c, struct tx_item *it)
 	mark_dirty(c);
 }
 
-static bool tgt_over(const struct gdx_nvmf_target *t);
-static void req_buf_drop(struct tcp_req *t);
+static bool nvmf_tcp_tgt_over(const struct gdx_nvmf_target *t);
+static void nvmf_tcp_req_buf_drop(struct tcp_req *t);
 
-static void req_free(struct tcp_req *t)
+static void nvmf_tcp_req_free(struct tcp_req *t)
 {
 	struct tcp_conn *c = t->conn;
 
@@ -315,14 +315,14 @@ static void req_free(struct tcp_req *t)
 	c->free_reqs = t;
 	c->nused--;
 	/* over the target's budget, buffers are not kept for reuse */
-	if (t->own_buf && tgt_over(c->tgt))
-		req_buf_drop(t);
+	if (t->own_buf && nvmf_tcp_tgt_over(c->tgt))
+		nvmf_tcp_req_buf_drop(t);
 	/* waiting commands may go now: the reactor looks after this pass */
 	if (c->wait_head)
 		mark_dirty(c);
 }
 
-static void set_epollout(struct tcp_conn *c, bool on)
+static void nvmf_tcp_set_epollout(struct tcp_conn *c, bool on)
 {
 	struct epoll_event e = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = &c->ev };
 
@@ -339,10 +339,10 @@ static void tx_item_sent(struct tcp_conn *c, struct tx_item *it)
 	case TX_RSP:
 		if (it->req->timed && c->r)
 			lat_read_sent(c->r, it->req);
-		req_free(it->req);
+		nvmf_tcp_req_free(it->req);
 		break;
 	case TX_TERM:
-		conn_close(c, NULL);
+		nvmf_tcp_conn_close(c, NULL);
 		break;
 	case TX_PLAIN:
 		break;
@@ -395,7 +395,7 @@ static int splice_data(struct tcp_conn *c, struct tx_item *it)
 }
 
 /* The PDUs counted on the connection go to the target's shared counters. */
-static void count_pdus(struct tcp_conn *c)
+static void nvmf_tcp_count_pdus(struct tcp_conn *c)
 {
 	if (c->pdus_in)
 		gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_IN], c->pdus_in);
@@ -405,10 +405,10 @@ static void count_pdus(struct tcp_conn *c)
 }
 
 /* Sends as much of the queue as the socket takes. */
-static void conn_flush(struct tcp_conn *c)
+static void nvmf_tcp_conn_flush(struct tcp_conn *c)
 {
 	/* counted before any of them can reach the host */
-	count_pdus(c);
+	nvmf_tcp_count_pdus(c);
 	while (c->tx_head && !c->dead) {
 		struct tx_item *head = c->tx_head;
 		struct iovec iov[IOV_BATCH];
@@ -420,11 +420,11 @@ static void conn_flush(struct tcp_conn *c)
 			int ret = splice_data(c, head);
 
 			if (ret == -EAGAIN) {
-				set_epollout(c, true);
+				nvmf_tcp_set_epollout(c, true);
 				return;
 			}
 			if (ret) {
-				conn_close(c, strerror(-ret));
+				nvmf_tcp_conn_close(c, strerror(-ret));
 				return;
 			}
 		}
@@ -462,10 +462,10 @@ static void conn_flush(struct tcp_conn *c)
 				if (errno == EINTR)
 					continue;
 				if (errno == EAGAIN || errno == EWOULDBLOCK) {
-					set_epollout(c, true);
+					nvmf_tcp_set_epollout(c, true);
 					return;
 				}
-				conn_close(c, strerror(errno));
+				nvmf_tcp_conn_close(c, strerror(errno));
 				return;
 			}
 			gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_OUT], (uint64_t)sent);
@@ -490,13 +490,13 @@ static void conn_flush(struct tcp_conn *c)
 				return;
 		} while (sent > 0 && c->tx_head);
 	}
-	set_epollout(c, false);
+	nvmf_tcp_set_epollout(c, false);
 }
 
 /* ---- fatal errors ------------------------------------------------------------- */
 
 /* Ends the connection with a C2HTermReq carrying FES/FEI and the offending header. */
-static void conn_fatal(struct tcp_conn *c, const struct gdx_tcp_err *err)
+static void nvmf_tcp_conn_fatal(struct tcp_conn *c, const struct gdx_tcp_err *err)
 {
 	struct tx_item *it = &c->conn_tx;
 	uint32_t bad = GDX_MIN(c->hdr_have, (uint32_t)c->hdr.ch.hlen);
@@ -515,17 +515,17 @@ static void conn_fatal(struct tcp_conn *c, const struct gdx_tcp_err *err)
 	/* nothing else may follow the TermReq: drop what was queued */
 	c->tx_head = NULL;
 	c->tx_tail = &c->tx_head;
-	tx_queue(c, it);
-	conn_flush(c);
+	nvmf_tcp_tx_queue(c, it);
+	nvmf_tcp_conn_flush(c);
 	if (!c->dead)
-		conn_close(c, NULL);
+		nvmf_tcp_conn_close(c, NULL);
 }
 
 static void fatal(struct tcp_conn *c, uint16_t fes, uint32_t fei, const char *why)
 {
 	struct gdx_tcp_err e = { .fes = fes, .fei = fei, .why = why };
 
-	conn_fatal(c, &e);
+	nvmf_tcp_conn_fatal(c, &e);
 }
 
 /* ---- requests ------------------------------------------------------------------ */
@@ -557,7 +557,7 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 	t->h2c_done = 0;
 	t->req.buf = NULL;
 	t->req.sq = &c->sq;
-	t->req.done = req_done;
+	t->req.done = nvmf_tcp_req_done;
 	t->req.ns = NULL;
 	t->req.t_start = 0;
 	return t;
@@ -570,7 +570,7 @@ static void buf_account(struct tcp_conn *c, uint32_t freed, uint32_t got)
 	gdx_counter_add(&c->tgt->ctr[TGT_CTR_BUF_BYTES], (uint64_t)got - freed);
 }
 
-static void req_buf_drop(struct tcp_req *t)
+static void nvmf_tcp_req_buf_drop(struct tcp_req *t)
 {
 	buf_account(t->conn, t->own_cap, 0);
 	free(t->own_buf);
@@ -587,7 +587,7 @@ static int req_buf(struct tcp_req *t, uint32_t len)
 
 		if (posix_memalign(&p, 4096, cap))
 			return -ENOMEM;
-		req_buf_drop(t);
+		nvmf_tcp_req_buf_drop(t);
 		t->own_buf = p;
 		t->own_cap = cap;
 		buf_account(t->conn, 0, cap);
@@ -596,17 +596,17 @@ static int req_buf(struct tcp_req *t, uint32_t len)
 	return 0;
 }
 
-static bool tgt_over(const struct gdx_nvmf_target *t)
+static bool nvmf_tcp_tgt_over(const struct gdx_nvmf_target *t)
 {
 	return gdx_counter_get(&t->ctr[TGT_CTR_BUF_BYTES]) >= t->buf_max;
 }
 
 /* Frees the buffers free slots keep for reuse. */
-static void conn_trim(struct tcp_conn *c)
+static void nvmf_tcp_conn_trim(struct tcp_conn *c)
 {
 	for (unsigned i = 0; i < c->nslots; i++)
 		if (c->slots[i]->state == REQ_FREE && c->slots[i]->own_buf)
-			req_buf_drop(c->slots[i]);
+			nvmf_tcp_req_buf_drop(c->slots[i]);
 }
 
 /*
@@ -619,10 +619,10 @@ static bool conn_over(struct tcp_conn *c)
 {
 	const struct gdx_nvmf_target *t = c->tgt;
 
-	if (c->buf_bytes < t->conn_buf_max && !tgt_over(t))
+	if (c->buf_bytes < t->conn_buf_max && !nvmf_tcp_tgt_over(t))
 		return false;
-	conn_trim(c);
-	return c->buf_bytes >= t->conn_buf_max || tgt_over(t);
+	nvmf_tcp_conn_trim(c);
+	return c->buf_bytes >= t->conn_buf_max || nvmf_tcp_tgt_over(t);
 }
 
 static void queue_rsp(struct tcp_conn *c, struct tcp_req *t)
@@ -636,7 +636,7 @@ static void queue_rsp(struct tcp_conn *c, struct tcp_req *t)
 	it->splice = false;
 	it->kind = TX_RSP;
 	it->req = t;
-	tx_queue(c, it);
+	nvmf_tcp_tx_queue(c, it);
 }
 
 /*
@@ -680,7 +680,7 @@ static bool splice_allowed(const struct tcp_conn *c, const struct tcp_req *t, ui
 	       (c->tgt->splice == TGT_SPLICE_AUTO && !c->same_host);
 }
 
-static void req_done(struct nvmf_req *nr)
+static void nvmf_tcp_req_done(struct nvmf_req *nr)
 {
 	struct tcp_req *t = GDX_CONTAINER_OF(nr, struct tcp_req, req);
 	struct tcp_conn *c = t->conn;
@@ -689,7 +689,7 @@ static void req_done(struct nvmf_req *nr)
 	if (t->state == REQ_EXEC && c->inflight)
 		c->inflight--;
 	if (c->dead) {
-		req_free(t);
+		nvmf_tcp_req_free(t);
 		/* the last one: the reactor frees the connection after this iteration */
 		if (!c->inflight)
 			mark_dirty(c);
@@ -740,7 +740,7 @@ static void req_done(struct nvmf_req *nr)
 		}
 		it->kind = success ? TX_C2H_FINAL : TX_PLAIN;
 		it->req = t;
-		tx_queue(c, it);
+		nvmf_tcp_tx_queue(c, it);
 		if (success)
 			return;
 	}
@@ -812,7 +812,7 @@ static void cmd_start(struct tcp_conn *c, struct tcp_req *t)
 		it->splice = false;
 		it->kind = TX_PLAIN;
 		it->req = t;
-		tx_queue(c, it);
+		nvmf_tcp_tx_queue(c, it);
 		return;
 	}
 	req_exec(c, t);
@@ -841,7 +841,7 @@ static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
 }
 
 /* Buffers went: start the commands that waited for them, in order, while they fit. */
-static void conn_unblock(struct tcp_conn *c)
+static void nvmf_tcp_conn_unblock(struct tcp_conn *c)
 {
 	while (c->wait_head && !c->dead && !conn_over(c)) {
 		struct tcp_req *t = c->wait_head;
@@ -858,7 +858,7 @@ static void conn_unblock(struct tcp_conn *c)
 
 /* ---- receive --------------------------------------------------------------------- */
 
-static void rx_expect_hdr(struct tcp_conn *c)
+static void nvmf_tcp_rx_expect_hdr(struct tcp_conn *c)
 {
 	c->rx = RX_HDR;
 	c->hdr_have = 0;
@@ -877,7 +877,7 @@ static void rx_expect_data(struct tcp_conn *c, uint8_t *dst)
 	c->rx = c->pad_left ? RX_PAD : c->data_left ? RX_DATA : RX_DDGST;
 }
 
-static void handle_icreq(struct tcp_conn *c)
+static void nvmf_tcp_handle_icreq(struct tcp_conn *c)
 {
 	struct tx_item *it = &c->conn_tx;
 	uint8_t dgst = c->hdr.icreq.dgst & (GDX_TCP_DGST_HDR | GDX_TCP_DGST_DATA);
@@ -892,10 +892,10 @@ static void handle_icreq(struct tcp_conn *c)
 	it->hdr_len = gdx_tcp_icresp_init((struct gdx_tcp_icresp *)it->hdr, dgst,
 					  c->tgt->maxh2cdata);
 	it->kind = TX_PLAIN;
-	tx_queue(c, it);
+	nvmf_tcp_tx_queue(c, it);
 	GDX_DBG("nvmf", "%s: ICReq digests hdr=%d data=%d", c->peer, c->params.hdgst,
 		c->params.ddgst);
-	rx_expect_hdr(c);
+	nvmf_tcp_rx_expect_hdr(c);
 }
 
 static void handle_cmd(struct tcp_conn *c)
@@ -942,7 +942,7 @@ static void handle_cmd(struct tcp_conn *c)
 		st = nvmf_req_prep(&t->req);
 	t->status = st;
 	if (!c->info.data_len) {
-		rx_expect_hdr(c);
+		nvmf_tcp_rx_expect_hdr(c);
 		cmd_ready(c, t);
 		return;
 	}
@@ -978,7 +978,7 @@ static void handle_term(struct tcp_conn *c)
 	GDX_ERR("nvmf", "%s: host terminated the connection: FES %u (%s)", c->peer,
 		c->hdr.term.fes, gdx_tcp_fes_str(c->hdr.term.fes));
 	gdx_counter_add(&c->tgt->ctr[TGT_CTR_CONN_ERRORS], 1);
-	conn_close(c, NULL);
+	nvmf_tcp_conn_close(c, NULL);
 }
 
 static void handle_hdr(struct tcp_conn *c)
@@ -990,10 +990,10 @@ static void handle_hdr(struct tcp_conn *c)
 	c->pdus_in++;
 	if (gdx_tcp_pdu_check(&c->hdr, GDX_TCP_ROLE_TARGET, c->phase, &c->params, max_data,
 			      &c->info, &err))
-		return conn_fatal(c, &err);
+		return nvmf_tcp_conn_fatal(c, &err);
 	switch (c->hdr.ch.type) {
 	case GDX_TCP_ICREQ:
-		return handle_icreq(c);
+		return nvmf_tcp_handle_icreq(c);
 	case GDX_TCP_CMD:
 		return handle_cmd(c);
 	case GDX_TCP_H2C_DATA:
@@ -1019,7 +1019,7 @@ static void data_done(struct tcp_conn *c)
 				 t ? t->req.cmd.cid : 0);
 	}
 	gdx_counter_add(&c->sq.ctr[SQ_CTR_BYTES_IN], c->info.data_len);
-	rx_expect_hdr(c);
+	nvmf_tcp_rx_expect_hdr(c);
 	if (!t)
 		return;
 	if (c->hdr.ch.type == GDX_TCP_CMD) {
@@ -1060,7 +1060,7 @@ static void data_bytes(struct tcp_conn *c, const uint8_t *p, uint32_t n)
 }
 
 /* Parses staged bytes; returns 0, or -1 once the connection is gone. */
-static int rx_consume(struct tcp_conn *c, const uint8_t *buf, uint32_t len)
+static int nvmf_tcp_rx_consume(struct tcp_conn *c, const uint8_t *buf, uint32_t len)
 {
 	uint32_t off = 0;
 
@@ -1081,7 +1081,7 @@ static int rx_consume(struct tcp_conn *c, const uint8_t *buf, uint32_t len)
 							      c->phase, &c->params, &err);
 
 				if (!hl) {
-					conn_fatal(c, &err);
+					nvmf_tcp_conn_fatal(c, &err);
 					return -1;
 				}
 				c->hdr_need = hl;
@@ -1115,7 +1115,7 @@ static int rx_consume(struct tcp_conn *c, const uint8_t *buf, uint32_t len)
 	return c->dead ? -1 : 0;
 }
 
-static void conn_read(struct tcp_conn *c)
+static void nvmf_tcp_conn_read(struct tcp_conn *c)
 {
 	for (int rounds = 0; rounds < 16 && !c->dead; rounds++) {
 		ssize_t n;
@@ -1130,7 +1130,7 @@ static void conn_read(struct tcp_conn *c)
 		} else {
 			n = recv(c->fd, c->rxbuf, RXBUF_SIZE, MSG_DONTWAIT);
 			if (n > 0) {
-				if (rx_consume(c, c->rxbuf, (uint32_t)n))
+				if (nvmf_tcp_rx_consume(c, c->rxbuf, (uint32_t)n))
 					return;
 				/* drained: epoll says when more comes, no EAGAIN round trip */
 				if (n < RXBUF_SIZE)
@@ -1139,13 +1139,13 @@ static void conn_read(struct tcp_conn *c)
 			}
 		}
 		if (n == 0) {
-			conn_close(c, "closed by peer");
+			nvmf_tcp_conn_close(c, "closed by peer");
 			return;
 		}
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			conn_close(c, strerror(errno));
+			nvmf_tcp_conn_close(c, strerror(errno));
 		return;
 	}
 }
@@ -1170,7 +1170,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 	c->born_ns = gdx_now_ns();
 	c->sq.tgt = &t->core;
 	c->sq.handle = c;
-	c->sq.aen_kick = aen_kick;
+	c->sq.aen_kick = nvmf_tcp_aen_kick;
 	for (unsigned i = 0; i < GDX_ARRAY_SIZE(c->sq.ctr); i++)
 		c->sq.ctr[i].name = names[i];
 	c->phase = GDX_TCP_PHASE_IC;
@@ -1178,15 +1178,15 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 	c->tx_tail = &c->tx_head;
 	c->wait_tail = &c->wait_head;
 	c->pipe[0] = c->pipe[1] = -1;
-	rx_expect_hdr(c);
+	nvmf_tcp_rx_expect_hdr(c);
 	return c;
 }
 
 static void conn_free(struct tcp_conn *c)
 {
-	count_pdus(c);
+	nvmf_tcp_count_pdus(c);
 	for (unsigned i = 0; i < c->nslots; i++) {
-		req_buf_drop(c->slots[i]);
+		nvmf_tcp_req_buf_drop(c->slots[i]);
 		free(c->slots[i]);
 	}
 	gdx_stats_destroy(c->sq_stats);
@@ -1201,7 +1201,7 @@ static void conn_free(struct tcp_conn *c)
 	free(c);
 }
 
-static void conn_link(struct tcp_reactor *r, struct tcp_conn *c)
+static void nvmf_tcp_conn_link(struct tcp_reactor *r, struct tcp_conn *c)
 {
 	c->r = r;
 	c->sq.ioctx = r->ioctx;
@@ -1228,10 +1228,10 @@ static void conn_unlink(struct tcp_conn *c)
  * Ends a connection: the socket closes at once.  The memory is not freed
  * here: whoever called this (a PDU handler deep in the receive loop, a flush,
  * a timer) may still hold the connection.  It goes on the reactor's dirty list,
- * and flush_dirty frees it (conn_reap) once the iteration is done with it and
+ * and flush_dirty frees it (nvmf_tcp_conn_reap) once the iteration is done with it and
  * no backend holds a request of it.  why == NULL: already logged.
  */
-static void conn_close(struct tcp_conn *c, const char *why)
+static void nvmf_tcp_conn_close(struct tcp_conn *c, const char *why)
 {
 	if (c->dead)
 		return;
@@ -1251,7 +1251,7 @@ static void conn_close(struct tcp_conn *c, const char *why)
 		if (t->state == REQ_EXEC && t->req.cmd.opc == GDX_NVME_ADM_ASYNC_EVENT &&
 		    c->sq.qid == 0 && !t->req.ns) {
 			c->inflight--;
-			req_free(t);
+			nvmf_tcp_req_free(t);
 		}
 	}
 	c->tx_head = NULL;
@@ -1265,7 +1265,7 @@ static void conn_close(struct tcp_conn *c, const char *why)
  * The one place a connection is freed: dead, and no request of it with a
  * backend (the last completion marks it dirty again).  Returns true if freed.
  */
-static bool conn_reap(struct tcp_conn *c)
+static bool nvmf_tcp_conn_reap(struct tcp_conn *c)
 {
 	if (!c->dead || c->inflight)
 		return false;
@@ -1327,7 +1327,7 @@ static void conn_attach(struct tcp_reactor *r, int fd, struct nvmf_port *port)
 		close(fd);
 		return;
 	}
-	conn_link(r, c);
+	nvmf_tcp_conn_link(r, c);
 	gdx_counter_add(&t->ctr[TGT_CTR_CONNS], 1);
 	GDX_DBG("nvmf", "%s: accepted on reactor %u", c->peer, r->id);
 }
@@ -1349,7 +1349,7 @@ static int tls_find(void *arg, const char *identity, struct gdx_tls_psk *out)
  * Connect, by nvmf.target.handshake_timeout_ms.  Once done the kernel holds
  * the record layer and the connection goes on as a clear one would.
  */
-static void conn_tls(struct tcp_conn *c)
+static void nvmf_tcp_conn_tls(struct tcp_conn *c)
 {
 	struct nvmf_port *p = c->sq.port;
 	short events = POLLIN;
@@ -1363,45 +1363,46 @@ static void conn_tls(struct tcp_conn *c)
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return;
 		if (n <= 0) {
-			conn_close(c, n ? strerror(errno) : "closed before a byte");
+			nvmf_tcp_conn_close(c, n ? strerror(errno) : "closed before a byte");
 			return;
 		}
 		c->tls_peek = false;
 		if (!gdx_tls_is_hello(b)) {
 			if (p->treq == GDX_NVMF_TREQ_REQUIRED)
-				conn_close(c, "no TLS handshake on a port that requires TLS (addr_treq)");
+				nvmf_tcp_conn_close(c, "no TLS handshake on a port that requires TLS "
+						       "(addr_treq)");
 			else
-				conn_read(c);
+				nvmf_tcp_conn_read(c);
 			return;
 		}
 		ret = gdx_tls_server_start(c->fd, gdx_tls_key_hash(&p->tls_key), tls_find, c,
 					   &c->tls);
 		if (ret) {
-			conn_close(c, "TLS: out of memory");
+			nvmf_tcp_conn_close(c, "TLS: out of memory");
 			return;
 		}
 	}
 	ret = gdx_tls_step(c->tls, &events);
 	if (ret == -EAGAIN) {
-		set_epollout(c, events == POLLOUT);
+		nvmf_tcp_set_epollout(c, events == POLLOUT);
 		return;
 	}
 	if (ret) {
 		snprintf(why, sizeof(why), "TLS handshake: %s", strerror(-ret));
-		conn_close(c, why);
+		nvmf_tcp_conn_close(c, why);
 		return;
 	}
 	GDX_INFO("nvmf", "%s: TLS 1.3, identity %s", c->peer, gdx_tls_identity(c->tls));
 	gdx_tls_free(c->tls);
 	c->tls = NULL;
-	set_epollout(c, false);
+	nvmf_tcp_set_epollout(c, false);
 	c->sq.tls_hostnqn = c->tls_nqn[0];
 	c->sq.tls_subnqn = c->tls_nqn[1];
 }
 
 /* ---- reactors ----------------------------------------------------------------------- */
 
-static void reactor_wake(struct tcp_reactor *r)
+static void nvmf_tcp_reactor_wake(struct tcp_reactor *r)
 {
 	uint64_t one = 1;
 
@@ -1409,12 +1410,12 @@ static void reactor_wake(struct tcp_reactor *r)
 		GDX_WARN("nvmf", "reactor %u wake: %s", r->id, strerror(errno));
 }
 
-static void aen_kick(void *handle)
+static void nvmf_tcp_aen_kick(void *handle)
 {
 	struct tcp_conn *c = handle;
 
 	atomic_store(&c->r->aen, true);
-	reactor_wake(c->r);
+	nvmf_tcp_reactor_wake(c->r);
 }
 
 /* Queues an accepted socket or a moving connection for reactor `to`. */
@@ -1434,7 +1435,7 @@ static int handoff_push(struct tcp_reactor *to, struct handoff h)
 	}
 	to->handoff[to->nhandoff++] = h;
 	pthread_mutex_unlock(&to->lock);
-	reactor_wake(to);
+	nvmf_tcp_reactor_wake(to);
 	return 0;
 }
 
@@ -1500,7 +1501,7 @@ static bool accept_short(struct tcp_reactor *r, struct listener *l, int err)
 }
 
 /* The pause is over: accept again, with a reserve descriptor if one can be had. */
-static void accept_resume(struct tcp_reactor *r)
+static void nvmf_tcp_accept_resume(struct tcp_reactor *r)
 {
 	r->accept_resume_ns = 0;
 	if (r->reserve_fd < 0)
@@ -1508,7 +1509,7 @@ static void accept_resume(struct tcp_reactor *r)
 	listeners_arm(r, true);
 }
 
-static void do_accept(struct tcp_reactor *r, struct listener *l)
+static void nvmf_tcp_accept(struct tcp_reactor *r, struct listener *l)
 {
 	struct gdx_nvmf_target *t = r->tgt;
 
@@ -1548,7 +1549,7 @@ static void do_accept(struct tcp_reactor *r, struct listener *l)
 	}
 }
 
-static void take_handoffs(struct tcp_reactor *r)
+static void nvmf_tcp_take_handoffs(struct tcp_reactor *r)
 {
 	pthread_mutex_lock(&r->lock);
 	for (unsigned i = 0; i < r->nhandoff; i++) {
@@ -1559,10 +1560,10 @@ static void take_handoffs(struct tcp_reactor *r)
 			conn_attach(r, r->handoff[i].fd, r->handoff[i].port);
 			continue;
 		}
-		conn_link(r, c);
+		nvmf_tcp_conn_link(r, c);
 		e.data.ptr = &c->ev;
 		if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, c->fd, &e))
-			conn_close(c, strerror(errno));
+			nvmf_tcp_conn_close(c, strerror(errno));
 	}
 	r->nhandoff = 0;
 	pthread_mutex_unlock(&r->lock);
@@ -1600,26 +1601,26 @@ static void tick(struct tcp_reactor *r)
 					 "taken" : "sent for an R2T",
 				 r->tgt->stall_ns / 1000000);
 			gdx_counter_add(&r->tgt->ctr[TGT_CTR_STALLS], 1);
-			conn_close(c, why);
+			nvmf_tcp_conn_close(c, why);
 			continue;
 		}
 		/* over the target's budget: buffers kept for reuse go; a connection held
 		 * for it looks again (others' buffers may have gone meanwhile) */
-		if (tgt_over(r->tgt))
-			conn_trim(c);
+		if (nvmf_tcp_tgt_over(r->tgt))
+			nvmf_tcp_conn_trim(c);
 		if (c->wait_head)
 			mark_dirty(c);
 		if (c->sq.ctrl) {
 			nvmf_target_sq_stats(&c->sq, &c->sq_stats);
 			if (nvmf_sq_expired(&c->sq, now))
-				conn_close(c, "controller failed or keep-alive expired");
+				nvmf_tcp_conn_close(c, "controller failed or keep-alive expired");
 		} else if (now - c->born_ns > r->tgt->handshake_ns) {
 			char why[80];
 
 			snprintf(why, sizeof(why), "no %sICReq and Connect within %" PRIu64 " ms",
 				 c->tls || c->tls_peek ? "TLS handshake, " : "",
 				 r->tgt->handshake_ns / 1000000);
-			conn_close(c, why);
+			nvmf_tcp_conn_close(c, why);
 		}
 	}
 }
@@ -1629,7 +1630,7 @@ static void tick(struct tcp_reactor *r)
  * nothing of it is in flight here.  With pinned reactors this keeps queue N's
  * target work on the core where the host's queue N runs.
  */
-static void conn_move(struct tcp_conn *c)
+static void nvmf_tcp_conn_move(struct tcp_conn *c)
 {
 	struct tcp_reactor *to = c->move_to;
 	struct epoll_event e = { .events = EPOLLIN, .data.ptr = &c->ev };
@@ -1641,9 +1642,9 @@ static void conn_move(struct tcp_conn *c)
 	GDX_DBG("nvmf", "%s: qid %u moves to reactor %u", c->peer, c->sq.qid, to->id);
 	if (handoff_push(to, (struct handoff){ c->fd, c->sq.port, c })) {
 		/* no memory to hand it over: it stays */
-		conn_link(c->r, c);
+		nvmf_tcp_conn_link(c->r, c);
 		if (epoll_ctl(c->r->epfd, EPOLL_CTL_ADD, c->fd, &e))
-			conn_close(c, strerror(errno));
+			nvmf_tcp_conn_close(c, strerror(errno));
 	}
 }
 
@@ -1655,15 +1656,15 @@ static void flush_dirty(struct tcp_reactor *r)
 		r->dirty = c->dirty_next;
 		c->dirty = false;
 		if (!c->dead)
-			conn_flush(c);
+			nvmf_tcp_conn_flush(c);
 		if (!c->dead && c->wait_head)
-			conn_unblock(c);
+			nvmf_tcp_conn_unblock(c);
 		if (c->dirty)
 			continue;	/* closed or more to send: back on the list */
 		if (c->dead)
-			conn_reap(c);
+			nvmf_tcp_conn_reap(c);
 		else if (c->move_to && !c->tx_head && !c->inflight)
-			conn_move(c);
+			nvmf_tcp_conn_move(c);
 	}
 }
 
@@ -1775,14 +1776,14 @@ static void *reactor_main(void *arg)
 
 			switch (ev->kind) {
 			case EV_LISTEN:
-				do_accept(r, GDX_CONTAINER_OF(ev, struct listener, ev));
+				nvmf_tcp_accept(r, GDX_CONTAINER_OF(ev, struct listener, ev));
 				break;
 			case EV_WAKE: {
 				uint64_t v;
 
 				if (read(r->wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 					GDX_WARN("nvmf", "wake read: %s", strerror(errno));
-				take_handoffs(r);
+				nvmf_tcp_take_handoffs(r);
 				deliver_aens(r);
 				break;
 			}
@@ -1796,18 +1797,18 @@ static void *reactor_main(void *arg)
 					break;
 				if (evs[i].events & (EPOLLERR | EPOLLHUP) &&
 				    !(evs[i].events & EPOLLIN)) {
-					conn_close(c, "socket error");
+					nvmf_tcp_conn_close(c, "socket error");
 					break;
 				}
 				if (c->tls_peek || c->tls) {
-					conn_tls(c);
+					nvmf_tcp_conn_tls(c);
 					break;
 				}
 				if (evs[i].events & EPOLLOUT)
 					mark_dirty(c);
 				if (evs[i].events & EPOLLIN) {
-					conn_read(c);
-					count_pdus(c);
+					nvmf_tcp_conn_read(c);
+					nvmf_tcp_count_pdus(c);
 				}
 				break;
 			}
@@ -1838,7 +1839,7 @@ static void *reactor_main(void *arg)
 			next_place = now + PLACE_NS;
 		}
 		if (r->accept_resume_ns && now >= r->accept_resume_ns)
-			accept_resume(r);
+			nvmf_tcp_accept_resume(r);
 		if (now >= next_tick) {
 			tick(r);
 			flush_dirty(r);
@@ -1925,13 +1926,13 @@ static void reactor_fini(struct tcp_reactor *r)
 {
 	for (unsigned i = 0; i < r->nhandoff; i++) {
 		if (r->handoff[i].conn)
-			conn_link(r, r->handoff[i].conn);
+			nvmf_tcp_conn_link(r, r->handoff[i].conn);
 		else
 			close(r->handoff[i].fd);
 	}
 	r->nhandoff = 0;
 	for (struct tcp_conn *c = r->conns; c; c = c->next)
-		conn_close(c, "target stopping");
+		nvmf_tcp_conn_close(c, "target stopping");
 	flush_dirty(r);
 	/* connections whose requests a backend still holds: wait up to 5 s */
 	for (int i = 0; r->conns && r->ioctx && i < 5000; i++) {
@@ -2039,7 +2040,7 @@ static int nvmf_tcp_start(struct gdx_nvmf_target *t)
 		if (ret) {
 			for (unsigned j = 0; j < i; j++) {
 				atomic_store(&t->reactors[j].stop, true);
-				reactor_wake(&t->reactors[j]);
+				nvmf_tcp_reactor_wake(&t->reactors[j]);
 				pthread_join(t->reactors[j].thread, NULL);
 			}
 			goto fail;
@@ -2062,7 +2063,7 @@ static void nvmf_tcp_stop(struct gdx_nvmf_target *t)
 		return;
 	for (unsigned i = 0; i < t->nreactors; i++) {
 		atomic_store(&t->reactors[i].stop, true);
-		reactor_wake(&t->reactors[i]);
+		nvmf_tcp_reactor_wake(&t->reactors[i]);
 	}
 	for (unsigned i = 0; i < t->nreactors; i++)
 		pthread_join(t->reactors[i].thread, NULL);
@@ -2109,9 +2110,9 @@ int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len)
 
 		/* the staging buffer is what recv() would have filled */
 		memcpy(c->rxbuf, p, n);
-		rx_consume(c, c->rxbuf, n);
+		nvmf_tcp_rx_consume(c, c->rxbuf, n);
 		if (!c->dead)
-			conn_flush(c);
+			nvmf_tcp_conn_flush(c);
 		p += n;
 		len -= n;
 	}
@@ -2119,14 +2120,14 @@ int nvmf_tcp_conn_feed(struct tcp_conn *c, const void *buf, size_t len)
 		return 0;
 	/* as the reactor does after an iteration; a local queue has no backend
 	 * requests in flight once closed (no io_uring, AERs released) */
-	if (!conn_reap(c))
+	if (!nvmf_tcp_conn_reap(c))
 		abort();
 	return -1;
 }
 
 void nvmf_tcp_conn_free_local(struct tcp_conn *c)
 {
-	conn_close(c, NULL);
-	if (!conn_reap(c))
+	nvmf_tcp_conn_close(c, NULL);
+	if (!nvmf_tcp_conn_reap(c))
 		abort();
 }
