@@ -1,12 +1,19 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * NVMe/TCP target: the reactors.  One thread per configured core, each with
+ * an epoll set, an eventfd to be woken and an io_uring (nvmf_ioctx); its
+ * loop polls, then sleeps, dispatches events, runs the once-a-second timers
+ * (stalled sends and data, keep-alive, handshake time, buffer trimming),
+ * flushes the connections an iteration touched and, in follow mode, moves
+ * itself to the CPU its traffic comes from.  Starting and stopping the
+ * transport, its listeners.
+ */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,15 +24,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/crc32c.h"
 #include "common/log.h"
-#include "common/tls.h"
 #include "common/util.h"
-#include "nvmf/proto/tcp.h"
 #include "nvmf/target/tcp/tcp_int.h"
 #include "nvmf/target/transport.h"
-
-/* ---- reactors ----------------------------------------------------------------------- */
 
 void nvmf_tcp_reactor_wake(struct tcp_reactor *r)
 {
