@@ -250,7 +250,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, bool tls, void **priv)
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	t->rx_spin_ns = (uint64_t)gdx_cfg_int("xport.tcp_rx_spin_us") * 1000;
-	/* kTLS encrypts into its own buffers: it refuses MSG_ZEROCOPY */
+	/* kTLS encrypts into its own buffers: MSG_ZEROCOPY would save no copy, only notify */
 	if (!tls && gdx_cfg_bool("xport.tcp_zerocopy") &&
 	    !setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
 		t->zerocopy = 1;
