@@ -74,6 +74,7 @@ struct cfg {
 	uint64_t max_unexpected;	/* the server's (tcp, loop); UINT64_MAX: the default */
 	unsigned rx_depth;	/* receives the server keeps posted for sends (0: twice depth) */
 	uint64_t sr[5];		/* tcp: sr_count's, summed over a size's bandwidth runs */
+	const char *tls_key, *tls_identity;	/* tcp: TLS 1.3 PSK on both ends (NULL: none) */
 };
 
 /*
@@ -268,6 +269,8 @@ static int conn_open(struct cfg *c, struct conn *k)
 	o.dev = c->dst.dev ? c->dst.dev : c->src.dev;
 	if (c->max_unexpected != UINT64_MAX)
 		o.max_unexpected = c->max_unexpected;
+	o.tls_key = c->tls_key;
+	o.tls_identity = c->tls_identity;
 	k->s.c = c;
 	ret = gdx_xport_listen(c->addr, &o, &k->s.l);
 	if (!ret)
@@ -786,7 +789,11 @@ static void usage(FILE *f)
 		"                    waits for one, as on verbs\n"
 		"  --rx-depth N      receives the server keeps posted for sends (default twice\n"
 		"                    the depth); fewer than the depth keeps most messages\n"
-		"                    waiting for their receive (tcp, loop)\n");
+		"                    waiting for their receive (tcp, loop)\n"
+		"  --tls-key KEY     tcp: TLS 1.3 with this PSK (NVMeTLSkey-1:0H:...: or a file\n"
+		"                    holding it) on both ends, the records in kernel TLS; the\n"
+		"                    ceiling stays clear TCP\n"
+		"  --tls-identity ID tcp: the PSK identity (default gdx)\n");
 }
 
 #define MAX_RUNS 31
@@ -851,6 +858,8 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		{ "runs", required_argument, NULL, 'r' }, { "help", no_argument, NULL, 'h' },
 		{ "max-unexpected", required_argument, NULL, 'u' },
 		{ "rx-depth", required_argument, NULL, 'R' },
+		{ "tls-key", required_argument, NULL, 'K' },
+		{ "tls-identity", required_argument, NULL, 'I' },
 		{ 0 } };
 	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0, .runs = 1,
 			 .max_unexpected = UINT64_MAX,
@@ -911,6 +920,8 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 				return 2;
 			c.rx_depth = (unsigned)u;
 			break;
+		case 'K': c.tls_key = optarg; break;
+		case 'I': c.tls_identity = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: return arg_usage_error(prog);
 		}
@@ -921,9 +932,13 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 	}
 	/* An address the transport cannot listen on fails here, once, not once per size. */
 	{
+		struct gdx_xport_opts o;
 		struct gdx_xport_listener *l;
 
-		ret = gdx_xport_listen(c.addr, NULL, &l);
+		gdx_xport_opts_init(&o, sizeof(o));
+		o.tls_key = c.tls_key;
+		o.tls_identity = c.tls_identity;
+		ret = gdx_xport_listen(c.addr, &o, &l);
 		if (ret) {
 			fprintf(stderr, "%s: --addr %s: %s\n", prog, c.addr, gdx_strerror(ret));
 			return ret == -EINVAL ? 2 : 1;
@@ -939,6 +954,9 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 	printf("gdx bench xport: %s op=%s src=%s dst=%s depth=%u secs=%.1f cq=%s runs=%d\n",
 	       c.addr, op_names[c.op], c.src.name, c.dst.name, c.depth, c.secs,
 	       c.busy ? "busy" : "sleep", c.runs);
+	if (c.tls_key)
+		printf("tls: TLS 1.3 PSK, kernel TLS records, identity %s\n",
+		       c.tls_identity ? c.tls_identity : "gdx");
 	printf("ceiling: %s%s\n", c.no_ceiling ? "none" : host[0] ?
 	       "perftest (ib_*_bw / ib_send_lat -R) on the same device" :
 	       "raw TCP socket on the same loopback", (c.src.dev || c.dst.dev) && !c.no_ceiling ?

@@ -64,6 +64,21 @@ struct gdx_xport_opts {
 	 * own (gdx_xport_post_recv then fails with -EINVAL).  NULL: none.
 	 */
 	struct gdx_xport_srq *srq;
+	/*
+	 * tcp: TLS 1.3 with a pre-shared key on the connection, before anything
+	 * else crosses it; the record layer is the kernel's (kTLS): where the
+	 * kernel has none, listen accepts nothing and connect fails with
+	 * -EOPNOTSUPP, never falling back to clear text.  tls_key is a key in
+	 * the NVMe interchange format ("NVMeTLSkey-1:0H:<base64>:", as
+	 * `nvme gen-tls-key` writes it) or the path of a file holding one.  Both
+	 * sides derive the PSK from it and tls_identity (HKDF, the label
+	 * "gdx-xport": one key yields a PSK per identity); a listener refuses any
+	 * other identity and any other key.  tls_identity: printable ASCII,
+	 * NULL: "gdx".  Both strings are read during gdx_xport_listen and
+	 * gdx_xport_connect only.  Other backends fail with -EOPNOTSUPP when set.
+	 */
+	const char *tls_key;
+	const char *tls_identity;
 };
 GDX_API void gdx_xport_opts_init(struct gdx_xport_opts *o, size_t struct_size);
 

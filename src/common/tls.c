@@ -217,6 +217,22 @@ int gdx_tls_nvme_psk(const struct gdx_tls_key *k, int version, const char *hostn
 	return ret;
 }
 
+int gdx_tls_psk_derive(const struct gdx_tls_key *k, const char *label, const char *identity,
+		       struct gdx_tls_psk *out)
+{
+	size_t n = strlen(identity);
+
+	if (!n || n >= sizeof(out->identity) || strlen(label) > 16)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (identity[i] < 0x20 || identity[i] > 0x7e)
+			return -EINVAL;
+	memcpy(out->identity, identity, n + 1);
+	out->hash = (uint8_t)gdx_tls_key_hash(k);
+	out->len = k->len;
+	return hkdf_nvme(out->hash, k->key, k->len, label, identity, NULL, out->key, out->len);
+}
+
 /* Copies the next space-delimited word of *s into out (n bytes); false if none or too long. */
 static bool word(const char **s, char *out, size_t n)
 {

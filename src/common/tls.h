@@ -76,6 +76,17 @@ int gdx_tls_nvme_psk(const struct gdx_tls_key *k, int version, const char *hostn
 int gdx_tls_nvme_lookup(const struct gdx_tls_key *k, const char *identity, struct gdx_tls_psk *out,
 			char *hostnqn, char *subnqn);
 
+/*
+ * A PSK for a protocol other than NVMe: identity as given (printable ASCII),
+ * key HKDF-Expand(HKDF-Extract(0, configured key), info), info laid out as
+ * above (the length as two bytes little-endian, "tls13 ", label, identity),
+ * hash and length the configured key's (its HH transform is not applied).
+ * One configured key thus gives each identity its own PSK.  -EINVAL for an
+ * identity empty, too long or not printable.
+ */
+int gdx_tls_psk_derive(const struct gdx_tls_key *k, const char *label, const char *identity,
+		       struct gdx_tls_psk *out);
+
 /* ---- handshake ---------------------------------------------------------- */
 
 struct gdx_tls_hs;

@@ -838,6 +838,20 @@ static int ep_start(struct gdx_xport_ep *ep, struct gdx_xport_ep **out)
 	return 0;
 }
 
+/* A TLS option only the tcp backend implements: never ignored where it is set. */
+static int tls_check(const struct gdx_xport_ops *ops, const struct gdx_xport_opts *o)
+{
+	if ((o->tls_key || o->tls_identity) && ops != &gdx_xport_tcp_ops) {
+		GDX_ERR(SUBSYS, "%s://: no TLS (opts.tls_key is tcp:// only)", ops->scheme);
+		return -EOPNOTSUPP;
+	}
+	if (o->tls_identity && !o->tls_key) {
+		GDX_ERR(SUBSYS, "opts.tls_identity without opts.tls_key");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 GDX_API int gdx_xport_listen(const char *addr, const struct gdx_xport_opts *o,
 			     struct gdx_xport_listener **out)
 {
@@ -858,8 +872,14 @@ GDX_API int gdx_xport_listen(const char *addr, const struct gdx_xport_opts *o,
 		return -ENOMEM;
 	l->ops = ops;
 	opts_resolve(o, &l->opts);
-	ret = snprintf(l->addr, sizeof(l->addr), "%s://", ops->scheme);
-	ret = ops->listen(l, rest, &l->priv, l->addr + ret, sizeof(l->addr) - (size_t)ret);
+	ret = tls_check(ops, &l->opts);
+	if (!ret) {
+		ret = snprintf(l->addr, sizeof(l->addr), "%s://", ops->scheme);
+		ret = ops->listen(l, rest, &l->priv, l->addr + ret,
+				  sizeof(l->addr) - (size_t)ret);
+	}
+	/* read during the call only: the caller's strings need not outlive it */
+	l->opts.tls_key = l->opts.tls_identity = NULL;
 	if (ret) {
 		GDX_ERR(SUBSYS, "listen on %s: %s", addr, gdx_strerror(ret));
 		free(l);
@@ -924,7 +944,10 @@ GDX_API int gdx_xport_connect(const char *addr, const struct gdx_xport_opts *o,
 	ret = ep_alloc(ops, o, cq, &ep);
 	if (ret)
 		return ret;
-	ret = ops->connect(ep, rest, &ep->priv);
+	ret = tls_check(ops, &ep->opts);
+	if (!ret)
+		ret = ops->connect(ep, rest, &ep->priv);
+	ep->opts.tls_key = ep->opts.tls_identity = NULL;
 	if (ret) {
 		GDX_ERR(SUBSYS, "connect to %s: %s", addr, gdx_strerror(ret));
 		ep_free(ep);

@@ -3,7 +3,8 @@
 hashlib/hmac/zlib alone: the interchange format (base64 of key and CRC-32), the
 retained PSK, the v0 and v1 identities and the TLS PSK (HKDF with libnvme's info
 layout: length little-endian, "tls13 " + label + context, no length bytes), and
-the target's lookup of an identity.  Usage: test_tls_psk.py TOOL"""
+the target's lookup of an identity; and the transport's PSK per identity
+(gdx_tls_psk_derive: HKDF of the configured key as is, label gdx-xport).  Usage: test_tls_psk.py TOOL"""
 import base64, hashlib, hmac, os, subprocess, sys, zlib
 
 TOOL = sys.argv[1]
@@ -91,4 +92,14 @@ check("generated-PSK identity refused", run("lookup", good, f"NVMe0G01 {HOST} {S
 check("SHA-384 identity for a SHA-256 key refused", run("lookup", good, f"NVMe0R02 {HOST} {SUB}"),
       ["error -126"])
 check("trailing word refused", run("lookup", good, f"NVMe0R01 {HOST} {SUB} x"), ["error -126"])
+# the transport's TCP backend: the configured key as is (its HH not applied), per identity
+for hmac_id, key in cases:
+    s = interchange(hmac_id, key)
+    h = hmac_id or (2 if len(key) == 48 else 1)
+    for ident in ("gdx", "rank-0 of job 7"):
+        want = hkdf(h, key, libnvme_info(len(key), b"gdx-xport", ident.encode()), len(key)).hex()
+        check(f"xport PSK, {s[:16]} ({len(key)} bytes), identity '{ident}'",
+              run("derive", s, "gdx-xport", ident), [f"{h} {ident}", want])
+check("xport identity not printable refused", run("derive", good, "gdx-xport", "a\tb"), ["error -22"])
+check("xport identity empty refused", run("derive", good, "gdx-xport", ""), ["error -22"])
 sys.exit(1 if fails else 0)

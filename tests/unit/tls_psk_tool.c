@@ -5,6 +5,7 @@
  *   tls_psk_tool parse KEY                      -> "hmac len keyhex" or "error -N"
  *   tls_psk_tool psk KEY VERSION HOSTNQN SUBNQN -> identity, then the TLS PSK in hex
  *   tls_psk_tool lookup KEY IDENTITY            -> hostnqn, subnqn, TLS PSK, or "error -N"
+ *   tls_psk_tool derive KEY LABEL IDENTITY      -> hash, then the PSK in hex (gdx_tls_psk_derive)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,12 @@ int main(int argc, char **argv)
 		ret = gdx_tls_nvme_lookup(&k, argv[3], &psk, host, sub);
 		if (!ret) {
 			printf("%s\n%s\n", host, sub);
+			hex(psk.key, psk.len);
+		}
+	} else if (!ret && !strcmp(argv[1], "derive") && argc == 5) {
+		ret = gdx_tls_psk_derive(&k, argv[3], argv[4], &psk);
+		if (!ret) {
+			printf("%u %s\n", psk.hash, psk.identity);
 			hex(psk.key, psk.len);
 		}
 	} else if (!ret) {

@@ -21,12 +21,14 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "common/util.h"
 #include "xport/tcp/tcp_int.h"
 
 /* A connection accepted by a listener whose hello is not all in yet. */
 struct hshake {
 	int fd;			/* non-blocking until the hello is in */
+	struct gdx_tls_hs *tls;	/* the TLS handshake before the hello, while it runs */
 	size_t got;		/* bytes of h */
 	uint64_t deadline;	/* gdx_now_ns() past which it is dropped */
 	struct hdr h;
@@ -40,12 +42,16 @@ struct hshake {
  * connection whose hello is in.  A handshake lives opts.timeout_ms; at most
  * hs_max (xport.tcp_handshakes) run at once, and a new connection beyond
  * them drops the oldest.  Handshakes not done when an accept returns go on
- * in the next one.
+ * in the next one.  With opts.tls_key the hello waits for a TLS handshake,
+ * stepped on the same events and bounded by the same deadline: a peer
+ * without the key is dropped before any frame of gdx's crosses.
  */
 struct tcp_listener {
 	int fd, epfd;
 	uint64_t max_unexpected;
 	int hs_ms;
+	bool tls;
+	struct gdx_tls_psk psk;		/* with tls: the one identity and PSK let in */
 	unsigned nhs, hs_max;
 	struct hshake *hs;		/* nhs of hs_max, oldest first */
 	/* since the last log line of them (said_ns): for room; failed, and the last why */
@@ -144,11 +150,10 @@ static int hello_recv(int fd, struct hdr *p, size_t *got)
 	return *got == sizeof(*p);
 }
 
-/* The connecting side's handshake: blocks up to timeout_ms for the hello. */
-static int handshake(int fd, int timeout_ms)
+/* The connecting side's handshake: blocks until end (gdx_now_ns()) for the hello. */
+static int handshake(int fd, uint64_t end)
 {
 	struct pollfd pfd = { .fd = fd, .events = POLLIN };
-	uint64_t end = gdx_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	struct hdr p;
 	size_t got = 0;
 	int ret = hello_send(fd);
@@ -218,7 +223,7 @@ static void ep_stats(struct tcp_ep *t)
 		GDX_DBG(SUBSYS, "%s: no counters (%s)", scope, gdx_strerror(ret));
 }
 
-static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
+static int ep_start(struct gdx_xport_ep *fe, int fd, bool tls, void **priv)
 {
 	struct tcp_ep *t = calloc(1, sizeof(*t));
 	int one = 1, ret;
@@ -245,7 +250,8 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	t->rx_spin_ns = (uint64_t)gdx_cfg_int("xport.tcp_rx_spin_us") * 1000;
-	if (gdx_cfg_bool("xport.tcp_zerocopy") &&
+	/* kTLS encrypts into its own buffers: MSG_ZEROCOPY would save no copy, only notify */
+	if (!tls && gdx_cfg_bool("xport.tcp_zerocopy") &&
 	    !setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
 		t->zerocopy = 1;
 	pthread_mutex_init(&t->lock, NULL);
@@ -283,13 +289,60 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, void **priv)
 	return 0;
 }
 
-/* Handshakes on a fresh connection and starts the endpoint on it; closes fd on failure. */
-static int ep_open(struct gdx_xport_ep *ep, int fd, void **priv)
+/*
+ * The PSK of opts.tls_key (the key, or a file holding it) and
+ * opts.tls_identity (xport.h): the same on both sides.
+ */
+static int tls_psk(const struct gdx_xport_opts *o, struct gdx_tls_psk *out)
 {
-	int ret = handshake(fd, ep->opts.timeout_ms);
+	struct gdx_tls_key k;
+	const char *id = o->tls_identity ? o->tls_identity : "gdx";
+	int ret = !strncmp(o->tls_key, "NVMeTLSkey-", 11) ? gdx_tls_key_parse(o->tls_key, &k)
+							  : gdx_tls_key_load(o->tls_key, &k);
+
+	if (ret)
+		GDX_ERR(SUBSYS, "opts.tls_key: %s", ret == -EINVAL || ret == -EBADMSG ?
+			"not a key in the interchange format (NVMeTLSkey-1:0H:<base64>:)" :
+			strerror(-ret));
+	else if ((ret = gdx_tls_psk_derive(&k, "gdx-xport", id, out)))
+		GDX_ERR(SUBSYS, "opts.tls_identity: empty, too long or not printable ASCII");
+	gdx_tls_wipe(&k, sizeof(k));
+	return ret;
+}
+
+/* The client's TLS handshake on the connected (blocking) socket fd, until end. */
+static int tls_connect(const struct gdx_xport_opts *o, int fd, uint64_t end)
+{
+	struct gdx_tls_psk psk;
+	struct gdx_tls_hs *hs = NULL;
+	uint64_t now = gdx_now_ns();
+	int ret = tls_psk(o, &psk);
 
 	if (!ret)
-		ret = ep_start(ep, fd, priv);
+		ret = gdx_tls_client_start(fd, &psk, &hs);
+	if (!ret)
+		ret = now < end ? gdx_tls_run(hs, (unsigned)((end - now + 999999) / 1000000))
+				: -ETIMEDOUT;
+	gdx_tls_free(hs);
+	gdx_tls_wipe(&psk, sizeof(psk));
+	return ret;
+}
+
+/*
+ * Handshakes on a fresh connection (TLS first with opts.tls_key, then the
+ * hello, within opts.timeout_ms) and starts the endpoint on it; closes fd on
+ * failure.
+ */
+static int ep_open(struct gdx_xport_ep *ep, int fd, void **priv)
+{
+	uint64_t end = gdx_now_ns() + (uint64_t)ep->opts.timeout_ms * 1000000u;
+	bool tls = ep->opts.tls_key;
+	int ret = tls ? tls_connect(&ep->opts, fd, end) : 0;
+
+	if (!ret)
+		ret = handshake(fd, end);
+	if (!ret)
+		ret = ep_start(ep, fd, tls, priv);
 	if (ret)
 		close(fd);
 	return ret;
@@ -303,8 +356,20 @@ static void hs_remove(struct tcp_listener *tl, unsigned i)
 
 static void hs_drop(struct tcp_listener *tl, unsigned i)
 {
+	gdx_tls_free(tl->hs[i].tls);
 	close(tl->hs[i].fd);	/* leaves epfd with it */
 	hs_remove(tl, i);
+}
+
+/* The server's PSK lookup: the listener's one identity, or nothing. */
+static int hs_find(void *arg, const char *identity, struct gdx_tls_psk *out)
+{
+	const struct tcp_listener *tl = arg;
+
+	if (strcmp(identity, tl->psk.identity))
+		return -ENOKEY;
+	*out = tl->psk;
+	return 0;
 }
 
 /*
@@ -354,7 +419,7 @@ static uint64_t hs_expire(struct tcp_listener *tl, uint64_t now)
 
 /*
  * Takes in the connections waiting on the listening socket and sends each the
- * hello.  Beyond hs_max handshakes the oldest goes (the one nearest its
+ * hello, or with TLS starts its handshake (the peer speaks first).  Beyond hs_max handshakes the oldest goes (the one nearest its
  * deadline, and the likeliest to be idle: a peer that speaks gdx answers the
  * hello within a round trip); said once a second at most.  An error the
  * listening socket will go on returning (descriptors out) is the accept's.
@@ -363,6 +428,7 @@ static int hs_take(struct tcp_listener *tl, uint64_t now)
 {
 	for (unsigned n = 0; n < tl->hs_max; n++) {
 		struct epoll_event ev = { .events = EPOLLIN };
+		struct gdx_tls_hs *tls = NULL;
 		int fd = accept4(tl->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 		if (fd < 0) {
@@ -377,20 +443,48 @@ static int hs_take(struct tcp_listener *tl, uint64_t now)
 			hs_said(tl, now);
 		}
 		ev.data.fd = fd;
-		if (hello_send(fd) || epoll_ctl(tl->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		if ((tl->tls ? gdx_tls_server_start(fd, tl->psk.hash, hs_find, tl, &tls)
+			     : hello_send(fd)) ||
+		    epoll_ctl(tl->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			gdx_tls_free(tls);
 			close(fd);
 			continue;
 		}
-		tl->hs[tl->nhs++] = (struct hshake){ .fd = fd,
+		tl->hs[tl->nhs++] = (struct hshake){ .fd = fd, .tls = tls,
 			.deadline = now + (uint64_t)tl->hs_ms * 1000000u };
 	}
 	return 0;
 }
 
 /*
- * Reads the hello of the handshake on fd, if any: 1 with the socket in *out
- * (blocking again, out of epfd) once its hello is in and good, else 0 (more
- * to come, or the connection dropped).
+ * One step of handshake i's TLS: on to the hello when it is done (kTLS holds
+ * the socket; the hello is the first record), else the event to wait for.
+ */
+static int hs_tls(struct tcp_listener *tl, unsigned i)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = tl->hs[i].fd };
+	short events;
+	int ret = gdx_tls_step(tl->hs[i].tls, &events);
+
+	if (ret == -EAGAIN) {
+		if (events == POLLOUT)
+			ev.events = EPOLLOUT;
+		return epoll_ctl(tl->epfd, EPOLL_CTL_MOD, ev.data.fd, &ev) ? -errno : 0;
+	}
+	if (ret)
+		return ret;
+	GDX_DBG(SUBSYS, "listener: TLS 1.3, identity %s", gdx_tls_identity(tl->hs[i].tls));
+	gdx_tls_free(tl->hs[i].tls);
+	tl->hs[i].tls = NULL;
+	if (epoll_ctl(tl->epfd, EPOLL_CTL_MOD, ev.data.fd, &ev))
+		return -errno;
+	return hello_send(ev.data.fd);
+}
+
+/*
+ * Reads the hello of the handshake on fd, if any (or steps its TLS): 1 with
+ * the socket in *out (blocking again, out of epfd) once its hello is in and
+ * good, else 0 (more to come, or the connection dropped).
  */
 static int hs_read(struct tcp_listener *tl, int fd, int *out)
 {
@@ -401,6 +495,12 @@ static int hs_read(struct tcp_listener *tl, int fd, int *out)
 		;
 	if (i == tl->nhs)
 		return 0;	/* dropped earlier in this round */
+	if (tl->hs[i].tls) {
+		ret = hs_tls(tl, i);
+		if (ret)
+			hs_fail(tl, i, ret, gdx_now_ns());
+		return 0;
+	}
 	ret = hello_recv(fd, &tl->hs[i].h, &tl->hs[i].got);
 	if (ret > 0)
 		ret = hello_check(&tl->hs[i].h);
@@ -426,9 +526,15 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 	struct tcp_listener *tl;
 	int fd = -1, one = 1, ret;
 
-	ret = gdx_xport_resolve(hostport, AF_UNSPEC, 1, &ai);
+	tl = calloc(1, sizeof(*tl));
+	if (!tl)
+		return -ENOMEM;
+	tl->tls = l->opts.tls_key;
+	ret = tl->tls ? tls_psk(&l->opts, &tl->psk) : 0;
+	if (!ret)
+		ret = gdx_xport_resolve(hostport, AF_UNSPEC, 1, &ai);
 	if (ret)
-		return ret;
+		goto fail;
 	ret = -EADDRNOTAVAIL;
 	for (a = ai; a; a = a->ai_next) {
 		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -445,12 +551,7 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 	}
 	freeaddrinfo(ai);
 	if (fd < 0)
-		return ret;
-	tl = calloc(1, sizeof(*tl));
-	if (!tl) {
-		close(fd);
-		return -ENOMEM;
-	}
+		goto fail;
 	tl->fd = fd;
 	tl->max_unexpected = l->opts.max_unexpected;
 	tl->hs_ms = l->opts.timeout_ms;
@@ -466,9 +567,8 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 			if (tl->epfd >= 0)
 				close(tl->epfd);
 			free(tl->hs);
-			free(tl);
 			close(fd);
-			return ret;
+			goto fail;
 		}
 	}
 	pthread_mutex_init(&tl->lock, NULL);
@@ -484,6 +584,10 @@ static int tcp_listen(struct gdx_xport_listener *l, const char *hostport, void *
 	}
 	*priv = tl;
 	return 0;
+fail:
+	gdx_tls_wipe(&tl->psk, sizeof(tl->psk));
+	free(tl);
+	return ret;
 }
 
 /* Readable when an accept has something to do (a connection, a hello's bytes). */
@@ -547,7 +651,7 @@ static int tcp_accept(void *lpriv, struct gdx_xport_ep *ep, int timeout_ms, void
 	pthread_mutex_unlock(&tl->lock);
 	if (fd < 0)
 		return ret;
-	ret = ep_start(ep, fd, priv);
+	ret = ep_start(ep, fd, tl->tls, priv);
 	if (ret)
 		close(fd);
 	return ret;
@@ -564,6 +668,7 @@ static void tcp_listener_close(void *lpriv)
 	close(tl->fd);
 	pthread_mutex_destroy(&tl->lock);
 	free(tl->hs);
+	gdx_tls_wipe(&tl->psk, sizeof(tl->psk));
 	free(tl);
 }
 
