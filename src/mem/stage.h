@@ -103,6 +103,15 @@ struct gdx_stage_ctx_opts {
 	unsigned entries;	/* descriptors per ring (a power of two) */
 	unsigned workers;	/* agent workers (0: the agent's default) */
 	unsigned stop_timeout_ms; /* one halt try (0: the agent's default); said per timeout */
+	/*
+	 * The owner's reaction to the halt (tcp: its transmit side leaves the
+	 * agent), once, with the fault: inside the first gdx_stage_ctx_fail,
+	 * once no worker runs and before any lane fails its effects; other
+	 * callers of gdx_stage_ctx_fail wait for it.  It must not call
+	 * gdx_stage_ctx_fail.
+	 */
+	void (*on_halt)(void *owner, int err);
+	void *owner;
 };
 
 struct gdx_stage_opts {
@@ -142,7 +151,8 @@ int gdx_stage_ctx_status(struct gdx_stage_ctx *ctx);
  * Makes err the context's fault unless it has one, and halts the agent once
  * (callers at the same time wait for that halt), as long as its workers
  * take: the memory of copies not landed goes back only once none runs (each
- * stop timeout is said).  Returns the sticky fault.
+ * stop timeout is said), then calls the owner's on_halt the first time.
+ * Returns the sticky fault.
  */
 int gdx_stage_ctx_fail(struct gdx_stage_ctx *ctx, int err);
 /* Faults seen so far (lanes of other owners compare it to react to a halt). */
