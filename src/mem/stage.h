@@ -144,6 +144,12 @@ struct gdx_stage_ctx;
 int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *o,
 		       struct gdx_stage_ctx **out);
 bool gdx_stage_ctx_has_agent(const struct gdx_stage_ctx *ctx);
+/*
+ * The agent itself (NULL: none), for tcp's transmit side, which posts to its
+ * ring directly until it has a lane of its own.  Temporary: issue 18's step
+ * 6 (the transmit side onto a D2H lane) removes it.
+ */
+struct gdx_copy_agent *gdx_stage_ctx_agent(const struct gdx_stage_ctx *ctx);
 struct gdx_device *gdx_stage_ctx_device(const struct gdx_stage_ctx *ctx);
 /* 0, or the sticky fault (the agent's error once it has one); no wait. */
 int gdx_stage_ctx_status(struct gdx_stage_ctx *ctx);
@@ -249,6 +255,12 @@ void gdx_stage_unreserve(struct gdx_stage *st, const struct gdx_stage_span *sp);
  * Copies the reserved piece: H2D from sp->p to devp, D2H from devp to sp->p;
  * its mark is sp->end.  A copy whose post failed keeps its room and memory
  * (a worker may still make it) until the context is halted.
+ *
+ * A mark is a ring position, so a copy of bytes kept elsewhere (tcp's kept
+ * ring, pinned memory of the same device) takes a ticket: a reservation of
+ * align bytes whose span the caller posts with sp->p and sp->n set to those
+ * bytes.  It costs a few bytes of ring per such copy and gives it its own
+ * mark; the caller keeps the bytes until the mark has landed.
  */
 int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *devp);
 /* Enqueues the copies held back for a batch, with one mark behind them. */
