@@ -27,6 +27,8 @@ struct gdx_stage_ctx {
 	int err;			/* sticky fault, atomic */
 	unsigned fault_gen;		/* atomic */
 	bool halted;			/* atomic: no worker runs any more */
+	void (*on_halt)(void *owner, int err);
+	void *owner;
 };
 
 enum { C_COPIES, C_CALLS, C_RECORDS, C_QUERIES, C_WAITS, C_RING_FULL, C_REDONE };
@@ -57,6 +59,10 @@ int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *
 		return -ENOMEM;
 	ctx->dev = dev;
 	pthread_mutex_init(&ctx->lock, NULL);
+	if (o) {
+		ctx->on_halt = o->on_halt;
+		ctx->owner = o->owner;
+	}
 	if (o && o->agent) {
 		struct gdx_copy_agent_opts ao;
 		int rc;
@@ -82,6 +88,11 @@ int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *
 bool gdx_stage_ctx_has_agent(const struct gdx_stage_ctx *ctx)
 {
 	return ctx->agent != NULL;
+}
+
+struct gdx_copy_agent *gdx_stage_ctx_agent(const struct gdx_stage_ctx *ctx)
+{
+	return ctx->agent;
 }
 
 struct gdx_device *gdx_stage_ctx_device(const struct gdx_stage_ctx *ctx)
@@ -110,17 +121,21 @@ int gdx_stage_ctx_fail(struct gdx_stage_ctx *ctx, int err)
 					__ATOMIC_ACQUIRE))
 		__atomic_fetch_add(&ctx->fault_gen, 1, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&ctx->lock);
-	if (ctx->agent && !__atomic_load_n(&ctx->halted, __ATOMIC_ACQUIRE)) {
+	if (!__atomic_load_n(&ctx->halted, __ATOMIC_ACQUIRE)) {
 		/*
 		 * However long it takes: the memory copies in flight may still
 		 * use goes back only once no worker runs (the agent said each
 		 * timeout).
 		 */
-		for (unsigned i = 1; gdx_copy_agent_halt(ctx->agent) == -ETIMEDOUT; i++)
+		for (unsigned i = 1; ctx->agent && gdx_copy_agent_halt(ctx->agent) == -ETIMEDOUT;
+		     i++)
 			GDX_ERR(SUB, "%s: copy agent not stopped (%u tries): the memory of its "
 				"copies stays held", gdx_device_name(ctx->dev), i);
+		__atomic_store_n(&ctx->halted, true, __ATOMIC_RELEASE);
+		/* under the lock: a lane that fails its effects does so after it */
+		if (ctx->on_halt)
+			ctx->on_halt(ctx->owner, __atomic_load_n(&ctx->err, __ATOMIC_ACQUIRE));
 	}
-	__atomic_store_n(&ctx->halted, true, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&ctx->lock);
 	return __atomic_load_n(&ctx->err, __ATOMIC_ACQUIRE);
 }

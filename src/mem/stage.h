@@ -103,6 +103,15 @@ struct gdx_stage_ctx_opts {
 	unsigned entries;	/* descriptors per ring (a power of two) */
 	unsigned workers;	/* agent workers (0: the agent's default) */
 	unsigned stop_timeout_ms; /* one halt try (0: the agent's default); said per timeout */
+	/*
+	 * The owner's reaction to the halt (tcp: its transmit side leaves the
+	 * agent), once, with the fault: inside the first gdx_stage_ctx_fail,
+	 * once no worker runs and before any lane fails its effects; other
+	 * callers of gdx_stage_ctx_fail wait for it.  It must not call
+	 * gdx_stage_ctx_fail.
+	 */
+	void (*on_halt)(void *owner, int err);
+	void *owner;
 };
 
 struct gdx_stage_opts {
@@ -135,6 +144,12 @@ struct gdx_stage_ctx;
 int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *o,
 		       struct gdx_stage_ctx **out);
 bool gdx_stage_ctx_has_agent(const struct gdx_stage_ctx *ctx);
+/*
+ * The agent itself (NULL: none), for tcp's transmit side, which posts to its
+ * ring directly until it has a lane of its own.  Temporary: issue 18's step
+ * 6 (the transmit side onto a D2H lane) removes it.
+ */
+struct gdx_copy_agent *gdx_stage_ctx_agent(const struct gdx_stage_ctx *ctx);
 struct gdx_device *gdx_stage_ctx_device(const struct gdx_stage_ctx *ctx);
 /* 0, or the sticky fault (the agent's error once it has one); no wait. */
 int gdx_stage_ctx_status(struct gdx_stage_ctx *ctx);
@@ -142,7 +157,8 @@ int gdx_stage_ctx_status(struct gdx_stage_ctx *ctx);
  * Makes err the context's fault unless it has one, and halts the agent once
  * (callers at the same time wait for that halt), as long as its workers
  * take: the memory of copies not landed goes back only once none runs (each
- * stop timeout is said).  Returns the sticky fault.
+ * stop timeout is said), then calls the owner's on_halt the first time.
+ * Returns the sticky fault.
  */
 int gdx_stage_ctx_fail(struct gdx_stage_ctx *ctx, int err);
 /* Faults seen so far (lanes of other owners compare it to react to a halt). */
@@ -239,6 +255,12 @@ void gdx_stage_unreserve(struct gdx_stage *st, const struct gdx_stage_span *sp);
  * Copies the reserved piece: H2D from sp->p to devp, D2H from devp to sp->p;
  * its mark is sp->end.  A copy whose post failed keeps its room and memory
  * (a worker may still make it) until the context is halted.
+ *
+ * A mark is a ring position, so a copy of bytes kept elsewhere (tcp's kept
+ * ring, pinned memory of the same device) takes a ticket: a reservation of
+ * align bytes whose span the caller posts with sp->p and sp->n set to those
+ * bytes.  It costs a few bytes of ring per such copy and gives it its own
+ * mark; the caller keeps the bytes until the mark has landed.
  */
 int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *devp);
 /* Enqueues the copies held back for a batch, with one mark behind them. */

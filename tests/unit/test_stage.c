@@ -416,6 +416,68 @@ static void fault_effects_in_order(void **state)
 	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
 
+struct halt_seen {
+	struct rec *r;
+	unsigned calls, failed_before;	/* effects run with an error when it was called */
+	int err;
+};
+
+static void on_halt(void *owner, int err)
+{
+	struct halt_seen *h = owner;
+
+	h->calls++;
+	h->err = err;
+	for (unsigned i = 0; i < h->r->n; i++)
+		h->failed_before += h->r->err[i] != 0;
+}
+
+/*
+ * The owner's halt hook runs once, with the fault, before the lane fails the
+ * effects whose copies did not land (tcp moves its transmit side off the
+ * agent there, before a failed receive is reported).
+ */
+static void on_halt_before_effects(void **state)
+{
+	struct gdx_stage_ctx_opts co;
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	struct halt_seen h = { .r = &r };
+	unsigned failed = 0;
+	uint64_t m = 0;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+	gdx_stage_ctx_opts_init(&co, sizeof(co));
+	co.agent = true;
+	co.workers = 1;
+	co.on_halt = on_halt;
+	co.owner = &h;
+	assert_int_equal(gdx_stage_ctx_open(dev, &co, &ctx), 0);
+	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FALLBACK, 8, &r);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
+	}
+	assert_int_equal(gdx_stage_wait_idle(st, NULL, NULL, 0), 0);
+	assert_int_equal(r.n, 8);
+	for (unsigned i = 0; i < r.n; i++)
+		failed += r.err[i] != 0;
+	assert_true(failed > 0);
+	assert_int_equal(h.calls, 1);
+	assert_int_equal(h.failed_before, 0);
+	assert_int_equal(h.err, gdx_stage_ctx_status(ctx));
+	assert_int_not_equal(h.err, 0);
+	/* a later fail (the teardown's) does not call it again */
+	assert_int_equal(gdx_stage_ctx_fail(ctx, -ESHUTDOWN), h.err);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	assert_int_equal(h.calls, 1);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
 /* FAIL: the error comes back from every call; drain fails what did not land. */
 static void fail_policy(void **state)
 {
@@ -1052,6 +1114,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(one_chunk_ring, setup, teardown),
 		cmocka_unit_test_setup_teardown(modes_cadence, setup, teardown),
 		cmocka_unit_test_setup_teardown(fault_effects_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(on_halt_before_effects, setup, teardown),
 		cmocka_unit_test_setup_teardown(fail_policy, setup, teardown),
 		cmocka_unit_test_setup_teardown(launch_fails_memory_held, setup, teardown),
 		cmocka_unit_test_setup_teardown(fallback_piece_in_hand, setup, teardown),

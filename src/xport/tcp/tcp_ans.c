@@ -152,17 +152,18 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 		if ((uintptr_t)x->data >= hi || (uintptr_t)x->data + x->plen <= lo)
 			continue;
 		if (txi_staged(x) &&
-		    tcp_seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), x->seq)) {
+		    tcp_seq_landed(__atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE), x->seq)) {
 			tcp_ans_unlink(t, x);	/* its bytes are in the ring */
 			continue;
 		}
 		if (x->acopy && noagent) {
-			ret = t->rr.err ? t->rr.err : GDX_EDRIVER;
+			ret = gdx_stage_ctx_status(t->stage);
+			ret = ret ? ret : GDX_EDRIVER;
 			break;
 		}
 		if (x->acopy) {
 			/* copies posted to the agent: let go once they landed, below */
-			a = t->rr.agent;
+			a = gdx_stage_ctx_agent(t->stage);
 			x->settle = 1;
 			if (txi_staged(x))
 				continue;

@@ -255,7 +255,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, bool tls, void **priv)
 	    !setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
 		t->zerocopy = 1;
 	pthread_mutex_init(&t->lock, NULL);
-	pthread_mutex_init(&t->rr_lock, NULL);
+	pthread_mutex_init(&t->stage_lock, NULL);
 	pthread_cond_init(&t->tx_cond, NULL);
 	pthread_cond_init(&t->rx_cond, NULL);
 	pthread_cond_init(&t->flushed_cond, NULL);
@@ -276,7 +276,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, bool tls, void **priv)
 	if (ret) {
 		gdx_stats_destroy(t->stats);
 		pthread_mutex_destroy(&t->lock);
-		pthread_mutex_destroy(&t->rr_lock);
+		pthread_mutex_destroy(&t->stage_lock);
 		pthread_mutex_destroy(&t->ans_lock);
 		pthread_cond_destroy(&t->ans_cond);
 		ep_fds_close(t);
@@ -711,25 +711,26 @@ static void tcp_disconnect(void *priv)
 static void tcp_destroy(void *priv)
 {
 	struct tcp_ep *t = priv;
+	bool leak;
 
 	pthread_join(t->rx, NULL);
 	close(t->fd);
-	/* started by a poster while the receive thread stopped the endpoint's (tcp_rr_stop) */
-	if (t->rr.agent && gdx_copy_agent_stop(t->rr.agent))
-		t->rr.leak = 1;
+	/*
+	 * The receive lane's copies landed or the agent is halted
+	 * (tcp_stage_stop), or a poster set them up while the receive thread
+	 * stopped and nothing went through them: the lane goes, then the agent.
+	 */
+	gdx_stage_close(t->rx_lane);
+	leak = gdx_stage_ctx_close(t->stage) == -ETIMEDOUT;
 	tcp_stagers_free(&t->rxs);
 	tcp_stagers_free(&t->txs);
-	if (t->sr && !t->rr.leak)	/* an agent that did not stop may still write it */
-		gdx_pinned_free(t->rr.dev, t->sr);
-	if (t->rr.ring && !t->rr.leak)
-		gdx_pinned_free(t->rr.dev, t->rr.ring);
-	if (t->kr_mem && !t->rr.leak)
-		gdx_pinned_free(t->rr.dev, t->kr_mem);
-	free(t->rr.pend);
-	free(t->rr.q);
+	if (t->sr && !leak)	/* an agent that did not stop may still write it */
+		gdx_pinned_free(t->stage_dev, t->sr);
+	if (t->kr_mem && !leak)
+		gdx_pinned_free(t->stage_dev, t->kr_mem);
 	gdx_stats_destroy(t->stats);
 	pthread_mutex_destroy(&t->lock);
-	pthread_mutex_destroy(&t->rr_lock);
+	pthread_mutex_destroy(&t->stage_lock);
 	pthread_cond_destroy(&t->tx_cond);
 	pthread_cond_destroy(&t->rx_cond);
 	pthread_cond_destroy(&t->flushed_cond);
@@ -757,9 +758,9 @@ static int tcp_mr_reg(void *priv, struct gdx_xport_region *r)
 	r->addr = (uint64_t)(uintptr_t)r->p;
 	if (tcp_dev_mem(r->kind, r->dev) &&
 	    (r->access & (GDX_XPORT_ACCESS_REMOTE_WRITE | GDX_XPORT_ACCESS_REMOTE_READ))) {
-		int ret = tcp_rr_prepare(priv, r->dev,
-					 !!(r->access & GDX_XPORT_ACCESS_REMOTE_WRITE),
-					 !!(r->access & GDX_XPORT_ACCESS_REMOTE_READ));
+		int ret = tcp_stage_prepare(priv, r->dev,
+					    !!(r->access & GDX_XPORT_ACCESS_REMOTE_WRITE),
+					    !!(r->access & GDX_XPORT_ACCESS_REMOTE_READ));
 
 		if (ret)
 			return ret;
@@ -790,7 +791,7 @@ static void tcp_mr_dereg(void *priv, struct gdx_xport_region *r)
  */
 static void tcp_srq_device(void *priv, struct gdx_device *dev)
 {
-	tcp_rr_prepare(priv, dev, 1, 0);
+	tcp_stage_prepare(priv, dev, 1, 0);
 }
 
 const struct gdx_xport_ops gdx_xport_tcp_ops = {

@@ -92,7 +92,7 @@ _Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire")
 /*
  * Two pinned buffers of bsz bytes and a stream for moving device memory
  * through the socket.  Each side has one per device (tcp_ep.rxs, txs), made
- * by tcp_rr_prepare; the agent's device's gets its buffers only once the agent
+ * by tcp_stage_prepare; the agent's device's gets its buffers only once the agent
  * failed: the halves of its receive ring (tcp_rx_stager) or of its stage ring
  * (tcp_tx_stager), lent.
  */
@@ -248,35 +248,10 @@ struct deff {
 	struct gdx_xport_rkey *k;	/* a region written: held until its copies landed */
 	uint64_t len, resp_id;
 	int st, resp_st;
-	uint32_t imm, mark;		/* mark: the agent's seq that must have landed */
-	uint8_t is_imm, has_resp, read_done, dev;
+	uint32_t imm;
+	uint8_t is_imm, has_resp, read_done;
+	uint8_t dev;			/* it waits for the receive lane's copies posted before it */
 	uint64_t kr_end;		/* a kept message copied on: the kept ring is free to here */
-};
-
-/*
- * Device memory received through a pinned byte ring whose copies a copy agent
- * makes (include/gdx/device.h): pieces go in back to back, each one's copy
- * posted as soon as it is in, and what depends on the bytes having landed
- * waits in a FIFO of deferred effects until the agent's done word passed its
- * mark.  Receive thread only, but for dev, agent and tx_word: the agent's
- * ring RR_TX takes the transmit thread's copies out of device memory.
- */
-struct rxring {
-	struct gdx_device *dev;		/* ring and agent's device; NULL until the first */
-	struct gdx_copy_agent *agent;
-	const uint32_t *word, *tx_word;
-	unsigned char *ring;
-	uint64_t *pend;			/* ring position after each posted copy, by seq & pmask */
-	size_t size, chunk;
-	unsigned pmask;
-	uint64_t head, done;		/* ring bytes taken / known free again */
-	uint32_t seq, landed;		/* last posted, last known landed */
-	int on;				/* the agent takes the copies */
-	int err;			/* why it stopped taking them */
-	int leak;			/* an agent did not stop (tcp_destroy): the rings stay allocated */
-	int stopped;			/* tcp_rr_stop ran: no agent starts any more (atomic) */
-	struct deff *q;			/* circular, qcap entries */
-	unsigned qcap, qhead, qn;
 };
 
 /* The endpoint's counters (stats scope xport.tcp.N): the stage ring's frames. */
@@ -302,7 +277,7 @@ enum {
  * writing, t->sending), the transmit thread (tcp_tx.c), the receive thread
  * (tcp_rx.c, tcp_ans.c), a CQ waiter that takes the socket from a parked
  * receive thread (tcp_wait.c), and the caller that connects, registers and
- * tears down (tcp_conn.c).  Lock order: rr_lock, lock, ans_lock.
+ * tears down (tcp_conn.c).  Lock order: stage_lock, lock, ans_lock.
  */
 struct tcp_ep {
 	/* Set before the threads start (ep_start), read-only after. */
@@ -362,7 +337,7 @@ struct tcp_ep {
 	 */
 	int kept_rx;
 	/*
-	 * The stage ring (the agent's, SR_SIZE bytes of rr.dev's pinned memory;
+	 * The stage ring (the agent's, SR_SIZE bytes of stage_dev's pinned memory;
 	 * see sr_queue) and the last copy posted into it: the lock's holder is
 	 * the one producer of the agent's ring RR_TX.
 	 */
@@ -392,7 +367,7 @@ struct tcp_ep {
 	atomic_int kept_kick;	/* a poster asks the receive thread to match kept messages */
 	atomic_long rx_reads;	/* socket reads of the receive thread while parked */
 	/*
-	 * The receive side halted the failed agent (rr_fail): device payloads
+	 * The receive side halted the failed agent (tcp_on_halt): device payloads
 	 * are sent through the stage stream from here on (tcp_tx_agent).
 	 */
 	int tx_noagent;
@@ -444,14 +419,23 @@ struct tcp_ep {
 	int rx_err;		/* an answer could not be queued (fatal) */
 	int ans_said, snap_said;	/* rx_hold_back and ans_snap logged once */
 	/*
-	 * The receive ring: the receive thread's but for rr.dev, rr.agent and
-	 * rr.tx_word, published with release once the agent started, and
-	 * rr.stopped (atomic).  rr_lock: its start, and additions to rxs and
-	 * txs, the stagers (a device each, tcp_rr_prepare), published with
-	 * release and read without it.
+	 * Staging of the first device's memory posted or registered (mem/stage.h):
+	 * stage_dev, that device, published with release once the rest is set up
+	 * (tcp_stage_prepare); stage, its context with the copy agent (rings
+	 * RR_RX and RR_TX; NULL: none started); rx_lane, the receive lane on
+	 * RR_RX (the receive thread's, its one producer; tcp_rx_lane); tx_word,
+	 * the done word of RR_TX; stage_stopped, tcp_stage_stop ran: nothing
+	 * starts any more (atomic); rx_draining, the teardown fails the effects
+	 * left (receive thread).  stage_lock: the set-up, and additions to rxs
+	 * and txs, the stagers (a device each), published with release and read
+	 * without it.
 	 */
-	struct rxring rr;
-	pthread_mutex_t rr_lock;
+	struct gdx_device *stage_dev;
+	struct gdx_stage_ctx *stage;
+	struct gdx_stage *rx_lane;
+	const uint32_t *tx_word;
+	int stage_stopped, rx_draining;
+	pthread_mutex_t stage_lock;
 	struct stager *rxs, *txs;
 
 	/* The transmit thread's. */
@@ -489,19 +473,39 @@ static inline struct qent *q_pop(struct qent **head, struct qent **tail)
 #define RR_RX 0			/* the agent's ring of the receive thread's copies */
 #define RR_TX 1			/* and of the transmit thread's */
 
+/*
+ * The receive lane, or NULL (no device set up yet, or no agent on it):
+ * receive thread.  Set before stage_dev is published, so read after it.
+ */
+static inline struct gdx_stage *tcp_rx_lane(struct tcp_ep *t)
+{
+	return __atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) ? t->rx_lane : NULL;
+}
+
+/* The receive lane's copies go to the agent (not synchronously since a fault). */
+static inline int tcp_rx_agent(struct gdx_stage *rx)
+{
+	return rx && gdx_stage_mode_of(rx) != GDX_STAGE_SYNC;
+}
+
+/* Effects the receive lane still holds: receive thread. */
+static inline unsigned tcp_rx_deferred(struct tcp_ep *t)
+{
+	struct gdx_stage *rx = tcp_rx_lane(t);
+
+	return rx ? gdx_stage_deferred(rx) : 0;
+}
+
 /* tcp_stage.c: staging, several threads */
 void tcp_stagers_free(struct stager **list);
 int tcp_seq_landed(uint32_t word, uint32_t seq);
-void tcp_defer_release(struct tcp_ep *t);
-int tcp_rr_wait_seq(struct tcp_ep *t, uint32_t seq);
-void tcp_rr_settle(struct tcp_ep *t);
-void tcp_defer_wait(struct tcp_ep *t, int watch);
+int tcp_rx_settle(struct tcp_ep *t);
+void tcp_defer_wait(struct tcp_ep *t);
 int tcp_defer(struct tcp_ep *t, struct deff *e, int dev);
 struct stager *tcp_stager_of(struct stager **list, const struct gdx_device *dev);
-int tcp_rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx);
-int tcp_rr_reserve(struct tcp_ep *t, size_t need);
-int tcp_rr_post(struct tcp_ep *t, char *dst, const void *src, size_t n, uint64_t pend);
-void tcp_rr_stop(struct tcp_ep *t);
+int tcp_stage_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx);
+int tcp_rx_post_kept(struct tcp_ep *t, void *dst, const void *src, size_t n);
+void tcp_stage_stop(struct tcp_ep *t);
 int tcp_rx_idle(struct tcp_ep *t);
 struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev);
 unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end);

@@ -501,7 +501,7 @@ int tcp_post(void *priv, struct gdx_xport_req *req)
 	/* device memory an endpoint thread will write (receives, reads) or read */
 	if (tcp_dev_mem(req->buf.kind, req->buf.dev)) {
 		int rx = req->op == GDX_XPORT_OP_RECV || req->op == GDX_XPORT_OP_READ;
-		int ret = tcp_rr_prepare(t, req->buf.dev, rx, !rx);
+		int ret = tcp_stage_prepare(t, req->buf.dev, rx, !rx);
 
 		if (ret) {
 			free(q);

@@ -114,7 +114,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed)) {
 			kept_match(t, 0);
 			/* Nothing waits on copies while this thread sleeps, socket or not. */
-			tcp_defer_wait(t, 0);
+			tcp_defer_wait(t);
 			gdx_xport_complete_flush();
 			if (t->rx_err)
 				return t->rx_err;
@@ -144,7 +144,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 			 * Parked, this thread may lose the socket to a CQ waiter, which
 			 * completes answers itself: nothing may wait on copies by then.
 			 */
-			if (t->rr.qn || t->nresp) {
+			if (tcp_rx_deferred(t) || t->nresp) {
 				n = tcp_rx_idle(t);
 				if (n)
 					return n;
@@ -339,47 +339,48 @@ static int defer_resp(struct tcp_ep *t, uint64_t id, int st)
 }
 
 /*
- * Receives n bytes for dst, device memory of the ring's device, through the
- * ring: pieces of at most a chunk back to back, each one's copy posted to the
- * agent as soon as it is in, so small messages share the ring and large ones
- * overlap receiving and copying.  Each piece starts at a RING_ALIGN boundary
- * (sr_room says why); one that would run past the ring's end starts over at
- * its beginning (the tail is skipped).  Only ring space is
- * waited for: the caller defers what depends on the bytes having landed.  An
- * agent that fails on the way: the rest of the payload is read and dropped,
- * and its error returned.  src: the bytes are in host memory there instead of
- * on the socket (a kept message).
+ * Receives n bytes for dst, device memory of the lane's device, through the
+ * receive lane: pieces of at most a chunk back to back, each one's copy
+ * posted to the agent as soon as it is in, so small messages share the ring
+ * and large ones overlap receiving and copying.  Only ring space is waited
+ * for: the caller defers what depends on the bytes having landed.  An agent
+ * that fails on the way: the rest of the payload is read and dropped, and
+ * its error returned.  src: the bytes are in host memory there instead of on
+ * the socket (a kept message).
  */
-static int rr_recv(struct tcp_ep *t, char *dst, const unsigned char *src, size_t n)
+static int rx_lane_recv(struct tcp_ep *t, char *dst, const unsigned char *src, size_t n)
 {
-	struct rxring *rr = &t->rr;
+	struct gdx_stage *rx = t->rx_lane;
 	int ret = 0;
 
 	while (n) {
-		size_t off = (size_t)(rr->head % rr->size), piece = GDX_MIN(n, rr->chunk);
-		size_t span = GDX_ALIGN_UP(piece, (size_t)RING_ALIGN);
-		size_t skip = off + span > rr->size ? rr->size - off : 0;
-		unsigned char *p = rr->ring + (skip ? 0 : off);
+		struct gdx_stage_span sp;
 
-		ret = tcp_rr_reserve(t, skip + span);
+		ret = gdx_stage_reserve(rx, n, 0, &sp);
 		if (ret)
 			break;
-		rr->head += skip;
 		if (src) {
-			memcpy(p, src, piece);
-			src += piece;
+			memcpy(sp.p, src, sp.n);
+			src += sp.n;
 		} else {
-			ret = rx_exact(t, p, piece);
-			if (ret)
+			ret = rx_exact(t, sp.p, sp.n);
+			if (ret) {
+				gdx_stage_unreserve(rx, &sp);
 				return ret;
+			}
 		}
-		n -= piece;
-		ret = tcp_rr_post(t, dst, p, piece, rr->head + span);
+		n -= sp.n;
+		/*
+		 * The waits on the way (rx_exact's) may have found the agent
+		 * failed: the pieces posted before are lost, the lane's copies
+		 * synchronous from here on.
+		 */
+		ret = tcp_rx_agent(rx) ? gdx_stage_post(rx, &sp, dst) :
+					 gdx_stage_ctx_status(t->stage);
 		if (ret)
 			break;
-		rr->head += span;
-		dst += piece;
-		tcp_defer_release(t);
+		dst += sp.n;
+		gdx_stage_progress(rx);
 	}
 	if (ret && n && !src) {
 		int r = rx_exact(t, NULL, n);
@@ -407,8 +408,8 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 	*posted = 0;
 	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev)
 		return rx_exact(t, dst, n);
-	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) == dev && t->rr.on) {
-		ret = rr_recv(t, dst, NULL, n);
+	if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) == dev && tcp_rx_agent(t->rx_lane)) {
+		ret = rx_lane_recv(t, dst, NULL, n);
 		*posted = !ret && n;
 		return ret;
 	}
@@ -487,12 +488,13 @@ static void kept_deliver(struct tcp_ep *t, struct gdx_xport_req *req, struct qen
 		gdx_counter_add(&t->ctr[u->kr_end ? C_KEPT_RING : C_KEPT_HOST], 1);
 		if (b->kind == GDX_MEM_HOST || b->kind == GDX_MEM_PINNED || !b->dev) {
 			memcpy(b->p, u->data, u->len);
-		} else if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) == b->dev && t->rr.on) {
+		} else if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) == b->dev &&
+			   tcp_rx_agent(t->rx_lane)) {
 			if (u->kr_end)
-				e.st = tcp_rr_post(t, b->p, u->data, u->len, t->rr.head);
+				e.st = tcp_rx_post_kept(t, b->p, u->data, u->len);
 			else
-				e.st = rr_recv(t, b->p, u->data, u->len);
-			/* a failed agent (rr_fail) copies nothing more: nothing to wait for */
+				e.st = rx_lane_recv(t, b->p, u->data, u->len);
+			/* a failed agent copies nothing more: nothing to wait for */
 			dev = !e.st;
 		} else {
 			e.st = kept_stream(t, b, u);
@@ -632,7 +634,7 @@ static int rx_owed_out(struct tcp_ep *t)
 {
 	int ret;
 
-	tcp_defer_wait(t, 0);
+	tcp_defer_wait(t);
 	gdx_xport_complete_flush();
 	if (t->rx_err)
 		return t->rx_err;
@@ -787,7 +789,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		 * have.  The receive thread defers it behind them instead.
 		 */
 		if (!kept_rx)
-			tcp_defer_wait(t, 0);
+			tcp_defer_wait(t);
 		if (u && h->len && kept_rx)
 			u->data = tcp_kr_take(t, h->len, &u->kr_end);
 		if (!u || (h->len && !u->data && !(u->data = malloc(h->len)))) {
@@ -821,7 +823,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		free(r);
 		/*
 		 * Even when the connection ended in the payload: behind what is
-		 * deferred, which the end carries out or fails first (tcp_rr_stop).
+		 * deferred, which the end carries out or fails first (tcp_stage_stop).
 		 */
 		tcp_defer(t, &e, 0);
 		return ret ? ret : t->rx_err;
@@ -830,7 +832,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	if (ret == -ECONNRESET || ret == -EPIPE) {
 		if (t->fe->opts.srq) {
 			/* A shared receive taken for a message that never arrived whole. */
-			tcp_rr_settle(t);
+			tcp_rx_settle(t);
 			gdx_xport_complete(r->req, GDX_EDISCONNECTED, 0);
 			free(r);
 			return ret;
@@ -909,7 +911,7 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 	}
 	ret = rx_into(t, p, reg.dev, reg.kind, h->len, &posted);
 	if (ret == -ECONNRESET || ret == -EPIPE) {
-		tcp_rr_settle(t);
+		tcp_rx_settle(t);
 		gdx_xport_rkey_put(k);
 		return ret;
 	}
@@ -919,7 +921,7 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 	if (!ret && (h->flags & FL_IMM)) {
 		struct qent *r;
 
-		if (!posted && !t->rr.qn) {
+		if (!posted && !tcp_rx_deferred(t)) {
 			rx_imm(t, h->len, h->imm);
 			return tcp_defer(t, &e, 0);
 		}
@@ -939,8 +941,8 @@ static int rx_write(struct tcp_ep *t, const struct hdr *h)
 		 * receive posted later takes at once, so the data must be in place
 		 * (and what came before carried out) first.
 		 */
-		st = posted ? tcp_rr_wait_seq(t, t->rr.seq) : 0;
-		tcp_defer_wait(t, 0);
+		st = posted ? tcp_rx_settle(t) : 0;
+		tcp_defer_wait(t);
 		if (st)
 			e.resp_st = GDX_EREMOTE;
 		else
@@ -962,8 +964,8 @@ static int rx_read(struct tcp_ep *t, const struct hdr *h)
 	 * It must see what earlier writes put in device memory, and responses go
 	 * in request order: what waits on copies, then what is owed, first.
 	 */
-	if (t->rr.qn) {
-		tcp_defer_wait(t, 0);
+	if (tcp_rx_deferred(t)) {
+		tcp_defer_wait(t);
 		gdx_xport_complete_flush();
 	}
 	st = t->rx_err ? t->rx_err : tcp_resp_flush(t);
@@ -1104,7 +1106,7 @@ void *tcp_rx_main(void *arg)
 	if (kept_rx)
 		kept_match(t, 1);
 	/* Deferred effects are older than what is still queued: they go first. */
-	tcp_rr_stop(t);
+	tcp_stage_stop(t);
 	tcp_tx_free_list(t, t->tx_hold);
 	t->tx_hold = NULL;
 	tcp_flush_all(t);

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tcp://host:port, staging of device memory (tcp_int.h), the code that
- * src/mem/stage replaces: the receive ring and its FIFO of deferred effects
- * (the receive thread's), the kept ring, the stagers, the stage ring's room
- * and copies (whoever holds t->lock), the waits for the copy agent's rings
- * (the thread each function names).
+ * tcp://host:port, staging of device memory (tcp_int.h): the set-up of the
+ * context and the receive lane (mem/stage.h) and the receive thread's use of
+ * them (effects, waits, the teardown), the kept ring, the stagers; and, until
+ * the transmit side has its lane (issue 18, step 6), the stage ring's room
+ * and copies (whoever holds t->lock) and the waits for the agent's ring
+ * RR_TX (the thread each function names).
  */
 
 #include <errno.h>
@@ -64,193 +65,91 @@ int tcp_seq_landed(uint32_t word, uint32_t seq)
 	return (int32_t)(word - seq) >= 0;
 }
 
-/* Learns from the done word how far the copies got: a load, no driver call. */
-static void rr_progress(struct rxring *rr)
+/*
+ * Carries out a deferred effect of the receive lane (effect NULL: a run of
+ * them ended).  err: why its copies did not land, the agent's fault; in the
+ * teardown (tcp_stage_stop) GDX_EDISCONNECTED, for every effect left,
+ * answering nobody: the connection is gone.
+ */
+static void rx_run(void *owner, void *effect, int err)
 {
-	uint32_t w;
+	struct tcp_ep *t = owner;
+	struct deff *e = effect;
 
-	if (!rr->on || rr->landed == rr->seq)
+	if (!e)
 		return;
-	w = __atomic_load_n(rr->word, __ATOMIC_ACQUIRE);
-	if (w != rr->landed) {
-		rr->landed = w;
-		rr->done = rr->pend[w & rr->pmask];
+	if (err && t->rx_draining) {
+		e->dev = 1;
+		e->has_resp = 0;
 	}
-}
-
-static struct deff deff_pop(struct rxring *rr)
-{
-	struct deff e = rr->q[rr->qhead];
-
-	rr->qhead = (rr->qhead + 1) & (rr->qcap - 1);
-	rr->qn--;
-	return e;
-}
-
-/* Carries out the deferred effects whose copies have landed, oldest first. */
-void tcp_defer_release(struct tcp_ep *t)
-{
-	struct rxring *rr = &t->rr;
-
-	if (!rr->qn)
-		return;
-	rr_progress(rr);
-	while (rr->qn && tcp_seq_landed(rr->landed, rr->q[rr->qhead].mark)) {
-		struct deff e = deff_pop(rr);
-
-		tcp_deff_run(t, &e, 0);
-	}
+	tcp_deff_run(t, e, err);
 }
 
 /*
- * Stops the agent's workers, however long that takes: the memory that copies
- * posted to it may still write (receives' buffers, regions) goes back to the
- * user only once none runs.  The agent stays allocated (the transmit thread
- * may still call into it: its posts fail from here on) until tcp_rr_stop frees it.
- * A device that does not let a worker end keeps this thread here, and the
- * memory held; said at every stop timeout.
+ * The agent failed (err) and its context halted it: no worker runs any
+ * more.  Before the receive lane fails the effects whose copies had not
+ * landed (the peer's requests with GDX_EREMOTE) and goes on synchronously,
+ * the transmit side leaves the agent too (tcp_tx_drop_agent).  Called once,
+ * inside the first gdx_stage_ctx_fail; the teardown's halt (-ESHUTDOWN) is
+ * no failure.
  */
-static void rr_halt(struct tcp_ep *t)
+static void tcp_on_halt(void *owner, int err)
 {
-	struct rxring *rr = &t->rr;
+	struct tcp_ep *t = owner;
 
-	for (unsigned i = 1; gdx_copy_agent_halt(rr->agent) == -ETIMEDOUT; i++)
-		GDX_ERR(SUBSYS, "%s: copy agent not stopped (%u tries): %u requests whose data "
-			"it may still place keep their memory until it is", gdx_device_name(rr->dev),
-			i, rr->qn);
-}
-
-/*
- * The agent cannot go on (err): once its workers have stopped (a failed
- * agent's may run on: the other ring's, or one that a launch reported failed
- * started after all, taking a descriptor whose post returned the error), the
- * effects whose copies had not landed fail with its code (the peer's requests
- * with GDX_EREMOTE), the others are carried out, and device memory is received
- * synchronously from here on.
- */
-static void rr_fail(struct tcp_ep *t, int err)
-{
-	struct rxring *rr = &t->rr;
-
+	if (err == -ESHUTDOWN)
+		return;
 	GDX_ERR(SUBSYS, "%s: copy agent failed (%s): requests whose data it had not placed "
 		"fail; device memory is received and sent synchronously from here on",
-		gdx_device_name(rr->dev), gdx_strerror(err));
-	rr_halt(t);
+		gdx_device_name(gdx_stage_ctx_device(t->stage)), gdx_strerror(err));
 	tcp_tx_drop_agent(t);
-	rr_progress(rr);
-	rr->on = 0;
-	rr->err = err;
-	while (rr->qn) {
-		struct deff e = deff_pop(rr);
-
-		tcp_deff_run(t, &e, tcp_seq_landed(rr->landed, e.mark) ? 0 : err);
-	}
-	rr->landed = rr->seq;
 }
 
 /*
- * Spins until the copies up to seq have landed: 0, or the agent's error once
- * it failed (asked every 64 spins, so a dead agent ends the wait; rr_fail).
+ * A payload cut short by the connection's end, or a message that must be in
+ * place before it is kept: waits for the receive lane's copies posted so
+ * far.  0, or why they may not have landed (the agent failed meanwhile:
+ * the lane went on synchronously).  Receive thread.
  */
-int tcp_rr_wait_seq(struct tcp_ep *t, uint32_t seq)
+int tcp_rx_settle(struct tcp_ep *t)
 {
-	struct rxring *rr = &t->rr;
+	struct gdx_stage *rx = tcp_rx_lane(t);
+	int ret;
 
-	for (unsigned spins = 1;; spins++) {
-		int r;
-
-		if (!rr->on)
-			return rr->err;
-		rr_progress(rr);
-		if (tcp_seq_landed(rr->landed, seq))
-			return 0;
-		if (!(spins % 64) && (r = gdx_copy_agent_status(rr->agent))) {
-			rr_fail(t, r);
-			return r;
-		}
-		sched_yield();
-	}
+	if (!tcp_rx_agent(rx))
+		return 0;
+	ret = gdx_stage_wait(rx, gdx_stage_mark(rx));
+	if (!ret && !tcp_rx_agent(rx))
+		ret = gdx_stage_ctx_status(t->stage);
+	return ret;
 }
 
-/*
- * A payload cut short by the connection's end: the copies of it posted so
- * far must land before its memory is let go (a region put, a shared receive
- * completed), or they could write into memory handed back or reused.
- */
-void tcp_rr_settle(struct tcp_ep *t)
+/* Carries out the deferred effects as their copies land.  Receive thread. */
+void tcp_defer_wait(struct tcp_ep *t)
 {
-	if (t->rr.on && t->rr.landed != t->rr.seq)
-		tcp_rr_wait_seq(t, t->rr.seq);
-}
+	struct gdx_stage *rx = tcp_rx_lane(t);
 
-/*
- * Carries out the deferred effects as their copies land.  watch: returns
- * early once the socket has input (or an error, or its end), which comes
- * before the wait; the caller then reads instead of blocking.
- */
-void tcp_defer_wait(struct tcp_ep *t, int watch)
-{
-	struct rxring *rr = &t->rr;
-
-	for (unsigned spins = 1;; spins++) {
-		int r;
-
-		tcp_defer_release(t);
-		if (!rr->qn)
-			return;
-		if (watch) {
-			char c;
-			ssize_t n = recv(t->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-
-			if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-				return;
-		}
-		if (!(spins % 64) && (r = gdx_copy_agent_status(rr->agent))) {
-			rr_fail(t, r);
-			return;
-		}
-		sched_yield();
-	}
+	if (rx)
+		gdx_stage_wait_idle(rx, NULL, NULL, 0);
 }
 
 /*
  * Carries out e now, or queues it behind the effects still waiting (FIFO, so
  * completions and answers keep their order).  dev: e depends on the copies
- * posted so far (its payload went through the ring).  Returns rx_err.
+ * posted so far (its payload went through the lane).  Returns rx_err.
  */
 int tcp_defer(struct tcp_ep *t, struct deff *e, int dev)
 {
-	struct rxring *rr = &t->rr;
+	struct gdx_stage *rx = tcp_rx_lane(t);
 
 	e->dev = (uint8_t)dev;
-	e->mark = rr->seq;
-	/* what landed goes first: host frames alone would not look until the socket ran dry */
-	tcp_defer_release(t);
-	if (!rr->qn && !dev) {
+	if (!rx) {
 		tcp_deff_run(t, e, 0);
 		return t->rx_err;
 	}
-	if (rr->qn == rr->qcap) {
-		unsigned cap = rr->qcap ? rr->qcap * 2 : 64;
-		struct deff *q = malloc(cap * sizeof(*q));
-
-		if (!q) {
-			/* No room to queue it: wait for every copy instead, then carry it out. */
-			int err = dev ? tcp_rr_wait_seq(t, e->mark) : 0;
-
-			tcp_defer_wait(t, 0);
-			tcp_deff_run(t, e, err);
-			return t->rx_err;
-		}
-		for (unsigned i = 0; i < rr->qn; i++)
-			q[i] = rr->q[(rr->qhead + i) & (rr->qcap - 1)];
-		free(rr->q);
-		rr->q = q;
-		rr->qcap = cap;
-		rr->qhead = 0;
-	}
-	rr->q[(rr->qhead + rr->qn) & (rr->qcap - 1)] = *e;
-	rr->qn++;
+	/* what landed goes first: host frames alone would not look until the socket ran dry */
+	gdx_stage_progress(rx);
+	gdx_stage_defer(rx, dev ? gdx_stage_mark(rx) : 0, e);
 	return t->rx_err;
 }
 
@@ -284,15 +183,15 @@ static void kr_start(struct tcp_ep *t, struct gdx_device *dev)
 }
 
 /*
- * The first device memory posted or registered: the ring and an agent of its
- * device, else (no agent on that device, the knob off, out of memory) the
- * stream path, which says so.
+ * The first device memory posted or registered: a context with an agent of
+ * its device, the receive lane and the stage ring, else (no agent on that
+ * device, the knob off, out of memory) the stream path, which says so.
  */
-static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
+static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 {
-	struct rxring *rr = &t->rr;
-	struct gdx_copy_agent_opts o;
-	void *ring = NULL;
+	struct gdx_stage_ctx_opts co;
+	struct gdx_stage_opts o;
+	size_t size;
 	int ret;
 
 	if (!gdx_cfg_bool("xport.tcp_copy_agent")) {
@@ -301,46 +200,49 @@ static void rr_start(struct tcp_ep *t, struct gdx_device *dev)
 			 gdx_device_name(dev));
 		return;
 	}
-	rr->size = gdx_cfg_size("xport.tcp_rx_ring") & ~(size_t)(RING_ALIGN - 1);
-	rr->chunk = rr->size / 8 & ~(size_t)(RING_ALIGN - 1);
-	rr->pmask = 2 * RR_ENTRIES - 1;
-	gdx_copy_agent_opts_init(&o, sizeof(o));
+	gdx_stage_ctx_opts_init(&co, sizeof(co));
+	co.agent = true;
 	/* a worker per direction: a large send's copy does not hold up receives */
-	o.rings = 2;
-	o.workers = 2;
-	o.entries = RR_ENTRIES;
-	ret = gdx_copy_agent_start(dev, &o, &rr->agent);
+	co.lanes = 2;
+	co.workers = 2;
+	co.entries = RR_ENTRIES;
+	co.on_halt = tcp_on_halt;
+	co.owner = t;
+	ret = gdx_stage_ctx_open(dev, &co, &t->stage);
+	if (!ret && !gdx_stage_ctx_has_agent(t->stage))
+		ret = -ENODEV;	/* the context said why */
+	size = gdx_cfg_size("xport.tcp_rx_ring") & ~(size_t)(RING_ALIGN - 1);
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.dir = GDX_STAGE_H2D;
+	o.mode = GDX_STAGE_AGENT;
+	o.fault = GDX_STAGE_FALLBACK;
+	o.chunk = size / 8 & ~(size_t)(RING_ALIGN - 1);
+	o.chunks = 8;
+	o.align = RING_ALIGN;	/* sr_room says why */
+	o.marks = RR_ENTRIES;
+	o.lane = RR_RX;
+	o.effect_size = sizeof(struct deff);
+	o.run = rx_run;
+	o.owner = t;
 	if (!ret)
-		ret = gdx_pinned_alloc(dev, rr->size, &ring);
+		ret = gdx_stage_open(t->stage, &o, &t->rx_lane);
 	if (!ret)
 		ret = gdx_pinned_alloc(dev, SR_SIZE, (void **)&t->sr);
-	if (!ret) {
-		/* twice the descriptors: the entry of the landed seq stays while the ring is full */
-		rr->pend = calloc(2 * RR_ENTRIES, sizeof(*rr->pend));
-		ret = rr->pend ? 0 : -ENOMEM;
-	}
 	if (ret) {
 		GDX_WARN(SUBSYS, "%s: no copy agent (%s): device memory is received and sent "
 			 "through a stream, synchronised per message or burst",
 			 gdx_device_name(dev), gdx_strerror(ret));
-		if (rr->agent && gdx_copy_agent_stop(rr->agent))
-			ring = NULL;	/* the device may still look at its memory: leave it */
-		rr->agent = NULL;
-		if (ring)
-			gdx_pinned_free(dev, ring);
-		if (t->sr)
-			gdx_pinned_free(dev, t->sr);
-		t->sr = NULL;
-		free(rr->pend);
-		rr->pend = NULL;
+		gdx_stage_close(t->rx_lane);
+		t->rx_lane = NULL;
+		/* an agent that did not stop may still look at its memory: then it is left */
+		gdx_stage_ctx_close(t->stage);
+		t->stage = NULL;
 		return;
 	}
-	rr->ring = ring;
-	rr->word = gdx_copy_agent_done_word(rr->agent, RR_RX);
-	rr->tx_word = gdx_copy_agent_done_word(rr->agent, RR_TX);
-	rr->on = 1;
+	t->tx_word = gdx_copy_agent_done_word(gdx_stage_ctx_agent(t->stage), RR_TX);
+	gdx_stage_ring(t->rx_lane, &size);
 	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring and sends through one of %u bytes, "
-		"copies by a copy agent", gdx_device_name(dev), rr->size, SR_SIZE);
+		"copies by a copy agent", gdx_device_name(dev), size, SR_SIZE);
 	kr_start(t, dev);
 }
 
@@ -355,7 +257,7 @@ struct stager *tcp_stager_of(struct stager **list, const struct gdx_device *dev)
 }
 
 /*
- * Adds dev's stager to list (rr_lock held) unless it has one: a stream, and
+ * Adds dev's stager to list (stage_lock held) unless it has one: a stream, and
  * two pinned buffers of STAGE_SIZE bytes unless lend (the agent's device: a
  * ring of the agent lends it buffers once the agent failed).  what: for the
  * error, which the post or registration fails with.
@@ -387,8 +289,8 @@ static int stager_add(struct stager **list, struct gdx_device *dev, int lend, co
  * agent's start loads its module, and a stream's creation or a pinned
  * allocation may synchronise the context on CUDA, while neither thread may
  * wait on a stream whose work waits for a completion only that thread
- * delivers.  The first device gets the receive ring, the stage ring and the
- * agent (rr_start; its fields published by the release store of rr.dev).
+ * delivers.  The first device gets the agent, the receive lane and the
+ * stage ring (stage_start; published by the release store of stage_dev).
  * rx: the receive thread will write dev's memory; tx: the transmit thread
  * will read it (a send's or write's source, a region the peer may read).
  * Each side gets a stager of dev for the stream path (any other device, the
@@ -398,119 +300,94 @@ static int stager_add(struct stager **list, struct gdx_device *dev, int lend, co
  * and side; 0, or why dev's memory cannot be moved (the post or registration
  * fails with it).
  */
-int tcp_rr_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx)
+int tcp_stage_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx)
 {
 	int ret = 0;
 
-	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && (!rx || tcp_stager_of(&t->rxs, dev)) &&
-	    (!tx || tcp_stager_of(&t->txs, dev)))
+	if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) &&
+	    (!rx || tcp_stager_of(&t->rxs, dev)) && (!tx || tcp_stager_of(&t->txs, dev)))
 		return 0;
-	pthread_mutex_lock(&t->rr_lock);
-	/* not after tcp_rr_stop (a registration outlives the connection): see tcp_rr_stop */
-	if (__atomic_load_n(&t->rr.stopped, __ATOMIC_SEQ_CST))
+	pthread_mutex_lock(&t->stage_lock);
+	/* not after tcp_stage_stop (a registration outlives the connection): see there */
+	if (__atomic_load_n(&t->stage_stopped, __ATOMIC_SEQ_CST))
 		goto out;
-	if (!t->rr.dev) {
-		rr_start(t, dev);
-		__atomic_store_n(&t->rr.dev, dev, __ATOMIC_RELEASE);
+	if (!t->stage_dev) {
+		stage_start(t, dev);
+		__atomic_store_n(&t->stage_dev, dev, __ATOMIC_RELEASE);
 	}
 	/* the agent's rings, once set, stay until the endpoint goes */
 	if (rx)
-		ret = stager_add(&t->rxs, dev, t->rr.ring && t->rr.dev == dev, "receiving into");
+		ret = stager_add(&t->rxs, dev, t->rx_lane && t->stage_dev == dev, "receiving into");
 	if (tx && !ret)
-		ret = stager_add(&t->txs, dev, t->sr && t->rr.dev == dev, "sending out of");
+		ret = stager_add(&t->txs, dev, t->sr && t->stage_dev == dev, "sending out of");
 out:
-	pthread_mutex_unlock(&t->rr_lock);
+	pthread_mutex_unlock(&t->stage_lock);
 	return ret;
 }
 
-/* Makes room for need bytes at the head of the ring: the oldest copies must land. */
-int tcp_rr_reserve(struct tcp_ep *t, size_t need)
+/*
+ * Posts the copy of a kept message's n bytes at src, in the kept ring, to
+ * dst through the receive lane.  A mark is a position in the lane's ring:
+ * the copy takes a ticket there, RING_ALIGN bytes, for its own (a few bytes
+ * of the ring per kept message; mem/stage.h).  Receive thread.
+ */
+int tcp_rx_post_kept(struct tcp_ep *t, void *dst, const void *src, size_t n)
 {
-	struct rxring *rr = &t->rr;
+	struct gdx_stage_span sp;
+	int ret = gdx_stage_reserve(t->rx_lane, RING_ALIGN, 0, &sp);
 
-	rr_progress(rr);
-	while (rr->head + need - rr->done > rr->size) {
-		int ret = tcp_rr_wait_seq(t, rr->landed + 1);
-
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-/* Posts the agent's copy of n bytes from src to dst on the receive thread's ring. */
-int tcp_rr_post(struct tcp_ep *t, char *dst, const void *src, size_t n, uint64_t pend)
-{
-	struct rxring *rr = &t->rr;
-	uint32_t seq;
-	int ret;
-
-	/*
-	 * Waits on the way (rx_exact's) may have found the agent dead.  A copy
-	 * over the destination of one in flight needs no wait: one ring's
-	 * overlapping copies land in the order posted.
-	 */
-	ret = rr->on ? 0 : rr->err;
-	for (unsigned i = 1; !ret && (ret = gdx_copy_agent_post(rr->agent, RR_RX, dst, src, n,
-								  &seq)) == -EAGAIN; i++) {
-		ret = 0;
-		if (!(i % 64))
-			ret = gdx_copy_agent_status(rr->agent);
-		sched_yield();
-	}
-	if (ret) {
-		if (rr->on)
-			rr_fail(t, ret);
+	if (ret)
 		return ret;
-	}
-	rr->pend[seq & rr->pmask] = pend;
-	rr->seq = seq;
-	return 0;
+	sp.p = (void *)(uintptr_t)src;
+	sp.n = n;
+	return gdx_stage_post(t->rx_lane, &sp, dst);
 }
 
 /*
  * The connection is gone, both threads' work done: effects whose copies
- * landed are carried out (answers go nowhere now); the agent is stopped,
- * waiting as long as its workers take (rr_halt), so no copy runs once the
- * rest report GDX_EDISCONNECTED (their buffers may be freed then, and the
- * regions written deregistered).
+ * landed are carried out (answers go nowhere now); the agent is halted,
+ * waiting as long as its workers take (gdx_stage_ctx_fail), so no copy runs
+ * once the rest report GDX_EDISCONNECTED (their buffers may be freed then,
+ * and the regions written deregistered).  Those whose copies landed before
+ * the halt are carried out with their result: their data is in place.
  */
-void tcp_rr_stop(struct tcp_ep *t)
+void tcp_stage_stop(struct tcp_ep *t)
 {
-	struct rxring *rr = &t->rr;
-
 	/*
-	 * No agent starts from here on.  One that a poster's tcp_rr_prepare is
-	 * starting right now (dev not published yet: nothing was received or
-	 * deferred through it) is tcp_destroy's to stop: this thread must not
-	 * wait for that start, which on CUDA may synchronise the context while a
-	 * stream waits for a completion that tcp_flush_all delivers.
+	 * Nothing starts from here on.  What a poster's tcp_stage_prepare is
+	 * starting right now (stage_dev not published yet: nothing was
+	 * received or deferred through it) is tcp_destroy's to stop: this
+	 * thread must not wait for that start, which on CUDA may synchronise
+	 * the context while a stream waits for a completion that
+	 * tcp_flush_all delivers.
 	 */
-	__atomic_store_n(&rr->stopped, 1, __ATOMIC_SEQ_CST);
-	if (!__atomic_load_n(&rr->dev, __ATOMIC_SEQ_CST))
+	__atomic_store_n(&t->stage_stopped, 1, __ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&t->stage_dev, __ATOMIC_SEQ_CST) || !t->rx_lane)
 		return;
-	tcp_defer_release(t);
-	if (rr->agent) {
-		rr_halt(t);
-		/* halted: this frees it */
-		gdx_copy_agent_stop(rr->agent);
-		rr->agent = NULL;
-	}
-	rr->on = 0;
-	while (rr->qn) {
-		struct deff e = deff_pop(rr);
+	gdx_stage_progress(t->rx_lane);
+	gdx_stage_ctx_fail(t->stage, -ESHUTDOWN);
+	t->rx_draining = 1;
+	gdx_stage_drain(t->rx_lane, GDX_EDISCONNECTED);
+}
 
-		e.dev = 1;
-		e.has_resp = 0;
-		tcp_deff_run(t, &e, GDX_EDISCONNECTED);
-	}
+/* The socket has input (or an error, or its end): gdx_stage_wait_idle's input. */
+static int rx_input(void *arg)
+{
+	struct tcp_ep *t = arg;
+	char c;
+	ssize_t n = recv(t->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 /* About to block on the socket: nothing may wait on copies meanwhile, nor answers. */
 int tcp_rx_idle(struct tcp_ep *t)
 {
-	if (t->rr.qn) {
-		tcp_defer_wait(t, 1);
+	struct gdx_stage *rx = tcp_rx_lane(t);
+
+	if (rx && gdx_stage_deferred(rx)) {
+		/* returns early once the socket has input: the caller then reads, not blocks */
+		gdx_stage_wait_idle(rx, rx_input, t, 0);
 		gdx_xport_complete_flush();
 		tcp_tx_kick(t);
 	}
@@ -520,22 +397,20 @@ int tcp_rx_idle(struct tcp_ep *t)
 }
 
 /*
- * The stager of dev's memory for the stream path (tcp_rr_prepare made it), or
- * NULL.  Receive thread.  The agent's device's has its stream only: once the
- * agent failed (halted: rr_fail) the halves of its receive ring, idle from
- * then on, are its buffers, so no set-up runs here then either.
+ * The stager of dev's memory for the stream path (tcp_stage_prepare made
+ * it), or NULL.  Receive thread.  The agent's device's has its stream only:
+ * once the agent failed (halted: the receive lane went on synchronously)
+ * the halves of the lane's ring, idle from then on, are its buffers, so no
+ * set-up runs here then either.
  */
 struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev)
 {
-	struct rxring *rr = &t->rr;
+	struct gdx_stage *rx = tcp_rx_lane(t);
 	struct stager *st = tcp_stager_of(&t->rxs, dev);
 
-	if (st && !st->bsz && dev == rr->dev && rr->ring && !rr->on) {
-		st->b[0] = rr->ring;
-		st->b[1] = rr->ring + rr->size / 2;
-		st->bsz = rr->size / 2;
+	if (st && !st->bsz && dev == t->stage_dev && rx && !tcp_rx_agent(rx) &&
+	    !gdx_stage_halves(rx, st->b, &st->bsz))
 		st->lent = 1;
-	}
 	return st && st->bsz ? st : NULL;
 }
 
@@ -556,7 +431,7 @@ unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
 	return t->kr_mem + off;
 }
 
-/* Whether the receive side halted the failed agent (rr_fail): any thread. */
+/* Whether the receive side halted the failed agent (tcp_on_halt): any thread. */
 int tcp_tx_noagent(struct tcp_ep *t)
 {
 	return __atomic_load_n(&t->tx_noagent, __ATOMIC_ACQUIRE);
@@ -565,19 +440,20 @@ int tcp_tx_noagent(struct tcp_ep *t)
 /*
  * The copy agent that takes copies out of dev's memory for sending, or NULL
  * (another device, none started, or it failed on the receive side): then the
- * stage stream does.  rr.agent is set before rr.dev is published and stays
- * until both threads are done (tcp_rr_stop).
+ * stage stream does.  The context is set before stage_dev is published and
+ * stays until the endpoint goes (tcp_destroy).
  */
 struct gdx_copy_agent *tcp_tx_agent(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	if (__atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) != dev || tcp_tx_noagent(t))
+	if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) != dev || !t->stage ||
+	    tcp_tx_noagent(t))
 		return NULL;
-	return t->rr.agent;
+	return gdx_stage_ctx_agent(t->stage);
 }
 
 /*
  * The stream that copies out of dev's memory for sending where no agent
- * does (tcp_tx_agent): that of dev's sending stager, which tcp_rr_prepare made where
+ * does (tcp_tx_agent): that of dev's sending stager, which tcp_stage_prepare made where
  * the memory was posted or registered, or NULL.  Transmit thread, or the
  * receive thread to wait for its copies (tcp_ans_settle).
  */
@@ -612,7 +488,7 @@ struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct stager *st = tcp_stager_of(&t->txs, dev);
 
-	if (st && !st->bsz && dev == __atomic_load_n(&t->rr.dev, __ATOMIC_ACQUIRE) && t->sr &&
+	if (st && !st->bsz && dev == __atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) && t->sr &&
 	    tcp_tx_noagent(t)) {
 		st->b[0] = t->sr;
 		st->b[1] = t->sr + STAGE_SIZE;
@@ -645,13 +521,13 @@ int tcp_tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const voi
  * tcp_ans_settle); the agent's error if it failed.  GDX_EDISCONNECTED once the
  * connection ended: a worker that does not finish (status says nothing of a
  * wedged one) must not keep this thread, and the teardown behind it, here;
- * the memory the copies read stays held (tx_let_go) until tcp_rr_stop has
- * stopped the agent, waiting as long as that takes and saying so.
+ * the memory the copies read stays held (tx_let_go) until tcp_stage_stop has
+ * halted the agent, waiting as long as that takes and saying so.
  */
 int tcp_tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq)
 {
 	for (unsigned spins = 1;
-	     !tcp_seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), seq); spins++) {
+	     !tcp_seq_landed(__atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE), seq); spins++) {
 		int ret;
 
 		if (!(spins % 64)) {

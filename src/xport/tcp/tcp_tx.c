@@ -16,7 +16,7 @@
 #include "xport/tcp/tcp_int.h"
 
 /*
- * The receive side found the agent failed and halted it (rr_fail; its
+ * The receive side found the agent failed and halted it (tcp_on_halt; its
  * workers have stopped, no copy of it runs any more): the endpoint goes on
  * without it.  Device payloads are sent through the stage stream from here
  * on, as with the knob off: queued ring frames whose copies did not land
@@ -35,7 +35,7 @@ void tcp_tx_drop_agent(struct tcp_ep *t)
 
 		if (x->path != TXP_RING ||
 		    (x->state == TXS_STAGED &&
-		     tcp_seq_landed(__atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE), x->seq)))
+		     tcp_seq_landed(__atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE), x->seq)))
 			continue;
 		/* not sent, not going: x->req is there; a read answer not settled (tcp_ans_settle) */
 		tcp_tx_payload(x, &x->pp, &dev, &n);
@@ -66,7 +66,7 @@ static int tx_agent_failed(struct tcp_ep *t, const struct gdx_device *dev, int e
  * copied (x->cnext) and which copies to wait for (the last one posted).
  * *agent: the copy went to the agent (x->seq), else it is made once the
  * stream is synchronised.  An agent that the receive side halted meanwhile
- * (rr_fail): the stream makes it.
+ * (tcp_on_halt): the stream makes it.
  */
 static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void *dst,
 		   const void *src, size_t off, size_t n, int *agent)
@@ -131,7 +131,7 @@ failed:
 /*
  * Waits for the copy tx_copy started of n bytes of x's payload at off (src)
  * into dst.  One the agent did not make because the receive side halted it
- * (rr_fail) is made again through the stream: the bytes at src are as they
+ * (tcp_on_halt) is made again through the stream: the bytes at src are as they
  * were (a write to a read answer's region waits, or is refused, while the
  * agent may owe it copies: tcp_ans_settle).  Else an agent's error ends the
  * connection, and frames whose copies may still be in flight are kept until
@@ -145,7 +145,7 @@ static int tx_chunk_wait(struct tcp_ep *t, struct txi *x, struct gdx_device *dev
 	/* not the agent's: the stream's, or made out of x's own copy (no stream then) */
 	if (!agent)
 		return tcp_tx_sync(t, dev);
-	ret = tcp_tx_seq_landed(t, t->rr.agent, x->seq);
+	ret = tcp_tx_seq_landed(t, gdx_stage_ctx_agent(t->stage), x->seq);
 	if (!ret || ret == GDX_EDISCONNECTED)
 		return ret;
 	if (!tcp_tx_noagent(t))
@@ -279,7 +279,7 @@ void tcp_tx_free_list(struct tcp_ep *t, struct txi *x)
  * Frees list, frames whose device copies may still be in flight after a
  * failure: they must land first (the frames hold the memory they read, a
  * region's key), or, where the agent failed, the frames are kept until it has
- * stopped (tx_hold, freed after tcp_rr_stop).  A failed agent's copies are not
+ * stopped (tx_hold, freed after tcp_stage_stop).  A failed agent's copies are not
  * all below tx_seq: a post that failed to launch the worker has no seq here,
  * yet a worker still running may make its copy.
  */
@@ -579,7 +579,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 }
 
 /*
- * The agent failed and the receive side halted it (rr_fail) while list, ring
+ * The agent failed and the receive side halted it (tcp_on_halt) while list, ring
  * frames taken and not sent, waited for their copies: those it did not make
  * are made through the stream into their room (idle: no worker runs), out of
  * their sources (not sent: x->req is there; a read answer's region is as it
@@ -587,7 +587,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
  */
 static int sr_redo(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
 {
-	uint32_t done = __atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE);
+	uint32_t done = __atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE);
 	int ret = 0, agent;
 
 	for (struct txi *x = list; !ret && x; x = x->next) {
@@ -628,7 +628,7 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
 						  tx_agent_failed(t, dev, ret);
 		if (ret)
 			return ret;
-		done = __atomic_load_n(t->rr.tx_word, __ATOMIC_ACQUIRE);
+		done = __atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE);
 		while (end && (!txi_staged(end) || tcp_seq_landed(done, end->seq)))
 			end = end->next;
 		ret = tx_send_staged(t, list, end);
