@@ -334,7 +334,7 @@ static void conn_refuse(struct tcp_reactor *r, int fd, struct listener *l, const
 
 	close(fd);
 	gdx_counter_add(&t->ctr[TGT_CTR_REFUSED], 1);
-	if (nvmf_log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
+	if (log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
 		GDX_WARN("nvmf", "port %u: connection refused: %s (%" PRIu64 " more since the "
 			 "last line; %" PRIu64 " refused in all)", l->port->portid, why, held,
 			 gdx_counter_get(&t->ctr[TGT_CTR_REFUSED]));
@@ -369,7 +369,7 @@ static bool accept_short(struct tcp_reactor *r, struct listener *l, int err)
 	if (fd < 0) {
 		uint64_t held;
 
-		if (nvmf_log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
+		if (log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
 			GDX_WARN("nvmf", "port %u: %s; not accepting for %" PRIu64 " ms (%" PRIu64
 				 " more since the last line)", l->port->portid, why,
 				 r->accept_pause_ns / 1000000, held);

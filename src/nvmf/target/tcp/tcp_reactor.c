@@ -82,7 +82,7 @@ static void tick(struct tcp_reactor *r)
 		}
 		/* over the target's budget: buffers kept for reuse go; a connection held
 		 * for it looks again (others' buffers may have gone meanwhile) */
-		if (nvmf_target_buf_over(r->tgt))
+		if (nvmf_tcp_tgt_over(r->tgt))
 			nvmf_tcp_conn_trim(c);
 		if (c->wait_head)
 			mark_dirty(c);

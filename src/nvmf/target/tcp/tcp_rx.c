@@ -27,7 +27,7 @@ void nvmf_tcp_req_free(struct tcp_req *t)
 	c->free_reqs = t;
 	c->nused--;
 	/* over the target's budget, buffers are not kept for reuse */
-	if (t->own_buf && nvmf_target_buf_over(c->tgt))
+	if (t->own_buf && nvmf_tcp_tgt_over(c->tgt))
 		nvmf_tcp_req_buf_drop(t);
 	/* waiting commands may go now: the reactor looks after this pass */
 	if (c->wait_head)
@@ -78,7 +78,7 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 static void buf_account(struct tcp_conn *c, uint32_t freed, uint32_t got)
 {
 	c->buf_bytes = c->buf_bytes - freed + got;
-	nvmf_target_buf_add(c->tgt, (uint64_t)got - freed);
+	gdx_counter_add(&c->tgt->ctr[TGT_CTR_BUF_BYTES], (uint64_t)got - freed);
 }
 
 void nvmf_tcp_req_buf_drop(struct tcp_req *t)
@@ -107,6 +107,11 @@ static int req_buf(struct tcp_req *t, uint32_t len)
 	return 0;
 }
 
+bool nvmf_tcp_tgt_over(const struct gdx_nvmf_target *t)
+{
+	return gdx_counter_get(&t->ctr[TGT_CTR_BUF_BYTES]) >= t->buf_max;
+}
+
 /* Frees the buffers free slots keep for reuse. */
 void nvmf_tcp_conn_trim(struct tcp_conn *c)
 {
@@ -125,10 +130,10 @@ static bool conn_over(struct tcp_conn *c)
 {
 	const struct gdx_nvmf_target *t = c->tgt;
 
-	if (c->buf_bytes < t->conn_buf_max && !nvmf_target_buf_over(t))
+	if (c->buf_bytes < t->conn_buf_max && !nvmf_tcp_tgt_over(t))
 		return false;
 	nvmf_tcp_conn_trim(c);
-	return c->buf_bytes >= t->conn_buf_max || nvmf_target_buf_over(t);
+	return c->buf_bytes >= t->conn_buf_max || nvmf_tcp_tgt_over(t);
 }
 
 static void req_exec(struct tcp_conn *c, struct tcp_req *t)
@@ -171,7 +176,7 @@ static void cmd_wait(struct tcp_conn *c, struct tcp_req *t)
 	if (c->wait_head != t)
 		return;
 	gdx_counter_add(&c->tgt->ctr[TGT_CTR_HOLDS], 1);
-	if (c->r && nvmf_log_limit_ok(&c->r->hold_log, gdx_now_ns(), &held))
+	if (c->r && log_limit_ok(&c->r->hold_log, gdx_now_ns(), &held))
 		GDX_WARN("nvmf", "%s: holds %" PRIu64 " bytes of request buffers, the target %"
 			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
 			 "): its commands wait until the host reads (%" PRIu64 " more)", c->peer,
