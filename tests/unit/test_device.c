@@ -640,7 +640,9 @@ static void stream_waits_for_value(void **state)
 	assert_int_equal(gdx_stream_query(s), -EBUSY);
 	assert_int_equal(atomic_load(&log.seq), 0);
 	__atomic_store_n(flag, 0xffffffffu, __ATOMIC_RELEASE);
-	usleep(50000);
+	/* the stream's worker sees the word when it is scheduled: up to 10 s on a loaded machine */
+	for (int i = 0; i < 2000 && atomic_load(&log.seq) < 1; i++)
+		usleep(5000);
 	assert_int_equal(atomic_load(&log.seq), 1);
 	assert_int_equal(gdx_stream_query(s), -EBUSY);
 	__atomic_store_n(flag, 2, __ATOMIC_RELEASE);	/* wrapped past 1 */
