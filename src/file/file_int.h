@@ -155,4 +155,21 @@ int gdx_file_twin_refuse(const struct gdx_file *f, struct gdx_file_io_info *info
 /* True for tmpfs/ramfs: everything is page cache, O_DIRECT buys nothing. */
 bool gdx_file_fd_is_memfs(int fd);
 
+/* file.c: the driver's worker threads, started at the first call that needs them. */
+void gdx_file_wq_start(struct gdx_file_driver *drv);
+/* Fills io from the caller's arguments; checks what can be checked up front. */
+int gdx_file_io_prep(struct gdx_file *f, enum gdx_file_op op, const void *buf, size_t size,
+		     off_t off, struct gdx_file_io *io);
+/* Runs io on the handle's backend (host memory beside cufile: its fallback). */
+ssize_t gdx_file_io_exec(struct gdx_file *f, struct gdx_file_io *io);
+/* Counts io's result and bytes in the driver and the handle's path record. */
+void gdx_file_io_record(struct gdx_file *f, struct gdx_file_io *io);
+
+/* async.c: pinned staging freed at driver close (no stage in use then). */
+void gdx_file_stages_free(struct gdx_file_driver *drv);
+/* Reads ahead made stale by a write to f's file (any_handle), or f's own as it closes. */
+void gdx_file_ahead_drop(struct gdx_file *f, bool any_handle);
+/* Handle close: waits for the handle's reads ahead, then drops them. */
+void gdx_file_ahead_forget(struct gdx_file *f);
+
 #endif

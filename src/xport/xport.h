@@ -59,6 +59,28 @@ int gdx_xport_rkey_get(const struct gdx_xport_ep *domain, uint64_t key, uint64_t
 		       struct gdx_xport_region *r);
 void gdx_xport_rkey_put(struct gdx_xport_rkey *k);
 
+/* Internal request flag: a receive taken from a shared receive queue. */
+#define F_SRQ 0x100u
+
+/* xport.c */
+int gdx_xport_ep_alloc(const struct gdx_xport_ops *ops, const struct gdx_xport_opts *o,
+		       struct gdx_xport_cq *cq, struct gdx_xport_ep **out);
+void gdx_xport_ep_free(struct gdx_xport_ep *ep);
+/* Finds the memory behind req's buffer: kind, registration, path; applies require_direct. */
+int gdx_xport_req_resolve(struct gdx_xport_req *req, void *buf, size_t len);
+
+/* cq.c: a completion queued on cq (-ENOMEM: lost, and logged); waiters woken as armed. */
+int gdx_xport_cq_push(struct gdx_xport_cq *cq, const struct gdx_xport_cqe *e);
+/* An endpoint joins or leaves the CQ's progress and its epoll set. */
+int gdx_xport_cq_attach(struct gdx_xport_cq *cq, struct gdx_xport_ep *ep);
+void gdx_xport_cq_detach(struct gdx_xport_cq *cq, struct gdx_xport_ep *ep);
+
+/* srq.c: a member joins (set up for the queue's devices) or leaves ep->opts.srq. */
+int gdx_xport_srq_join(struct gdx_xport_ep *ep);
+void gdx_xport_srq_leave(struct gdx_xport_ep *ep);
+/* A receive taken from q completed: room for another post. */
+void gdx_xport_srq_done(struct gdx_xport_srq *q);
+
 /* Parses "host:port" (host may be [v6]); port may be 0. */
 int gdx_xport_split_hostport(const char *hp, char *host, size_t hlen, char *port, size_t plen);
 

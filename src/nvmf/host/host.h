@@ -290,14 +290,12 @@ void nh_rdma_kill(struct nh_queue *q);
 void nh_rdma_close(struct nh_queue *q);
 
 /* ctrl.c */
-void nh_req_complete(struct nh_req *r, int result);
+/* One tick of the control thread from now, a CLOCK_REALTIME deadline. */
+void nh_tick_deadline(struct timespec *ts);
+/* Tells the control thread to rebuild the live association (caller holds c->lock). */
+void nh_ctrl_ask_recovery(struct nh_ctrl *c);
 /* q's receiver ended: recovery, if q belongs to the live association. */
 void nh_ctrl_queue_died(struct nh_ctrl *c, struct nh_queue *q);
-/* Sends r now (or parks it while reconnecting); its done callback runs once. */
-void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r);
-/* Submits r and waits for it. */
-int nh_ctrl_exec(struct nh_ctrl *c, struct nh_req *r);
-void nh_req_init(struct nh_req *r, uint8_t opc, uint32_t nsid, bool admin);
 /*
  * The controller's staging context on dev.  The first one opened has the
  * copy agent if p.copy_agent (a ring per I/O queue, ring qid - 1); one opened
@@ -306,13 +304,45 @@ void nh_req_init(struct nh_req *r, uint8_t opc, uint32_t nsid, bool admin);
  */
 int nh_ctrl_stage(struct nh_ctrl *c, struct gdx_device *dev, bool late,
 		  struct gdx_stage_ctx **out);
+/* A connected controller, without the control thread gdx_nvmf_connect starts. */
+int nh_ctrl_create(const char *addr, const char *svc, const char *subnqn,
+		   const struct gdx_nvmf_host_opts *o, struct nh_ctrl **out);
+void nh_ctrl_destroy(struct nh_ctrl *c);
+
+/* submit.c */
+void nh_req_init(struct nh_req *r, uint8_t opc, uint32_t nsid, bool admin);
+void nh_req_complete(struct nh_req *r, int result);
+/* Sends r now (or parks it while reconnecting); its done callback runs once. */
+void nh_ctrl_submit(struct nh_ctrl *c, struct nh_req *r);
+/* Submits r and waits for it. */
+int nh_ctrl_exec(struct nh_ctrl *c, struct nh_req *r);
+/* A request its queue still held when the queue was torn down: parked again or failed. */
+void nh_ctrl_requeue_or_fail(struct nh_ctrl *c, struct nh_req *r, int err);
 /* Status (SCT << 8 | SC, DNR in bit 14) -> 0, -ECANCELED or GDX_E_NVME(status). */
 int nh_status_to_err(uint16_t status);
+/* A caller waiting for its request: r->done = nh_wait_done, r->arg = the nh_wait. */
+struct nh_wait {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	bool done;
+};
+void nh_wait_done(struct nh_req *r);
+int nh_wait_req(struct nh_req *r, struct nh_wait *w);
+
+/* assoc.c */
+/* Builds the association (admin queue, enable, identify, I/O queues) and publishes it. */
+int nh_ctrl_setup(struct nh_ctrl *c);
+/* The normal shutdown notification (CC.SHN) on the admin queue, waited for 2 s at most. */
+void nh_ctrl_shutdown(struct nh_ctrl *c);
+
+/* params.c */
+int nh_params_parse(struct nh_params *p, const char *addr, const char *svc, const char *subnqn,
+		    const struct gdx_nvmf_host_opts *o);
 
 /* io.c */
 void nh_async_stop(struct nh_ctrl *c);
 
-/* auth.c: runs one set-up command on q and waits for it (ctrl.c's queue_exec) */
+/* auth.c: runs one set-up command on q and waits for it (assoc.c's queue_exec) */
 typedef int (*nh_exec_fn)(struct nh_queue *q, struct nh_req *r);
 /*
  * DH-HMAC-CHAP on q, whose Connect asked for it: 0, -EACCES when either

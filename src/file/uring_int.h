@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The uring backend's types, shared by its files: uring.c (the backend's ops,
+ * how an I/O runs: on one context, or split over workers), uring_ctx.c (the
+ * pool of I/O contexts and their fixed-file tables) and uring_engine.c (the
+ * engine loop that runs requests over a context, on the thread holding it).
+ */
+#ifndef GDX_FILE_URING_INT_H
+#define GDX_FILE_URING_INT_H
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "file/file_int.h"
+
+#define UR_FILES 64
+#define PG 4096u
+
+struct ur_ctx;
+
+/* Single I/Os, the workers of split I/Os and batches each tune their own contexts. */
+enum ur_pool { POOL_SEQ, POOL_SPLIT, POOL_BATCH, POOL_COUNT };
+
+struct ur_drv {
+	struct gdx_device *dev;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct ur_ctx *idle[POOL_COUNT];
+	struct ur_ctx *all;
+	unsigned nctx[POOL_COUNT];
+	unsigned max_ctx;
+	struct gdx_tpool *split;	/* runs the parts of large I/Os beside the caller */
+	struct gdx_counter *ctr;	/* the driver's counters */
+};
+
+struct ur_file {
+	uint64_t id;
+	int fd;			/* buffered I/O: the handle's descriptor without O_DIRECT */
+	int fd_direct;		/* -1: no O_DIRECT for this file */
+	bool own_direct;	/* fd_direct was opened here */
+	bool twin;		/* fd is the handle's buffered twin (its own one has O_DIRECT) */
+	/*
+	 * The handle's descriptor has O_DIRECT and its twin could not be opened:
+	 * fd is the O_DIRECT one too, only mapped and asked about the cache;
+	 * every I/O goes O_DIRECT and what cannot is refused (twin_refuse).
+	 */
+	bool no_twin;
+	_Atomic bool direct_ok;
+	bool memfs;
+	char dio_why[96];
+	/* Knobs as they were when the handle opened: read once, not per I/O. */
+	size_t pc_min, pc_chunk, split_min;
+	unsigned pc_depth, threads, pc_threads;
+	size_t split_piece;
+	bool split_pread;
+	_Atomic bool nowait_ok;	/* preadv2(RWF_NOWAIT) works on this file */
+	_Atomic bool cachestat_ok;	/* cachestat(2) works on this file */
+};
+
+enum slot_state { S_FREE, S_KIO, S_COPY };
+
+struct ur_req;
+
+struct ur_slot {
+	unsigned idx;
+	unsigned char *buf;
+	struct gdx_event *ev;
+	struct gdx_stream *st;
+	enum slot_state state;
+	struct ur_req *req;
+	off_t ks;		/* file offset of the kernel I/O */
+	size_t klen, kdone;
+	bool kdirect;
+	bool edge;		/* a write's buffered head or tail (ur_req.edges) */
+	bool kfixed;		/* kbuf lies in the registered bounce ring */
+	unsigned char *kbuf;
+	off_t us;		/* the caller's part of the chunk, in file offsets */
+	size_t ulen;
+	unsigned char *pc;	/* page-cache range to unregister after the copy */
+	size_t pc_len;
+	struct ur_slot *next;	/* free list or copy FIFO */
+	unsigned sidx;		/* index of st in the context's streams */
+	struct gdx_event *wait_ev;	/* the event that covers this slot's copy */
+	struct ur_slot *pend_next;	/* copies on the same stream not yet covered */
+};
+
+struct ur_ctx {
+	struct ur_drv *ud;
+	enum ur_pool pool;
+	struct io_uring ring;
+	unsigned nslots;
+	size_t chunk;
+	struct gdx_bounce_pool *pool_mem;	/* the ring's memory; buffers indexed by slot */
+	bool fixed_bufs, fixed_files;
+	struct ur_slot *slots;
+	struct ur_slot *free_slots;
+	struct gdx_stream **streams;
+	unsigned nstreams;
+	pthread_mutex_t ftab_lock;
+	struct { uint64_t id; bool direct; unsigned refs; } ftab[UR_FILES];
+	struct ur_ctx *next_idle, *next_all;
+};
+
+struct ur_req {
+	struct gdx_file_io *io;
+	struct ur_file *uf;
+	bool dev;		/* the caller's memory is device memory */
+	bool host_direct;	/* host memory, offset and size allow O_DIRECT */
+	off_t off, end, cur, eof;
+	/*
+	 * A write with an O_DIRECT middle between an unaligned head and tail
+	 * (edges_first) issues the head, then the tail (at tail_at, lim then
+	 * stops the cursor there), and the middle only once both are written:
+	 * the direct write then writes back and drops the cached pages it
+	 * overlaps, where a page or large folio spanning a head dirtied at the
+	 * same time would keep stale bytes (as posix does, docs/storage.md).
+	 */
+	off_t lim, tail_at;
+	bool edges_first;
+	unsigned edges;		/* head and tail writes not yet finished */
+	int err;
+	unsigned inflight;
+	int fslot[2];		/* fixed-file index for [buffered, direct], or -1 */
+	/* page-cache state */
+	unsigned char *map;
+	size_t map_len;
+	off_t map_off;
+	off_t fsize;
+	unsigned char *vec;
+	unsigned pc_inflight, pc_depth;
+	size_t pc_chunk;
+	bool pc_on;		/* the range is mapped: mincore tells hot from cold */
+	bool pc_reg;		/* hot ranges may be registered with the device */
+	char pc_why[80];
+	unsigned kdirect_chunks, kbuffered_chunks, kpread_chunks;
+	struct ur_req *next;
+};
+
+struct engine {
+	struct ur_ctx *c;
+	struct ur_req *list, **tailp;	/* requests not yet finished, oldest first */
+	unsigned active, kio;
+	struct ur_slot *fifo_head, *fifo_tail;	/* copies in flight, oldest first */
+	/* Per stream, copies enqueued since its last event record, newest first. */
+	struct ur_slot *pend[64];
+	gdx_file_io_more_fn more;	/* feeds further I/Os while the engine runs */
+	gdx_file_io_done_fn done;
+	void *arg;
+	bool owned;			/* requests were allocated here */
+	bool no_register;		/* hot data goes by CPU copy: see run_split */
+	size_t whole_size;		/* of the I/O the requests are pieces of, or 0 */
+	bool lazy_feed;			/* take I/Os only once every chunk held is issued */
+};
+
+/* uring_ctx.c */
+/* An idle context of the pool, else a new one while under file.contexts, else waits. */
+int ur_ctx_get(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out);
+void ur_ctx_put(struct ur_ctx *c);
+void ur_ctx_destroy(struct ur_ctx *c);
+/* Fixed-file index for one of the file's descriptors, or -1 to use it plainly. */
+int ur_ftab_get(struct ur_ctx *c, struct ur_file *uf, bool direct);
+void ur_ftab_put(struct ur_ctx *c, int i);
+/* A closing file must not stay open through a ring's table. */
+void ur_ftab_forget(struct ur_drv *ud, uint64_t id);
+
+/* uring_engine.c: e->c is held by the calling thread, which runs the engine. */
+void ur_req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io);
+void ur_engine_add(struct engine *e, struct ur_req *r);
+/* Runs until every request added or fed (e->more) has finished. */
+void ur_engine_run(struct engine *e);
+
+/* uring.c: refusals before an I/O runs (they set io's record and result). */
+ssize_t ur_strict_refuse(struct gdx_file_io *io);
+bool ur_twin_refuse(struct gdx_file_io *io);
+
+#endif
