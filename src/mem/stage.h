@@ -15,11 +15,13 @@
  * events, or synchronous copies) and one FIFO of deferred effects.
  *
  * Threads: a context's calls are safe from any thread.  A lane has one
- * producer at a time (reserve, unreserve, post, flush, progress, defer,
- * wait_idle, release, halves, drain), serialised by the caller; effects run
- * on it, in the order deferred.  gdx_stage_landed and gdx_stage_mark may be
- * called from any thread, and see what the producer has learnt;
- * gdx_stage_watch is another thread's wait, which reads a done word itself.
+ * producer at a time (reserve, unreserve, post, flush, progress, wait,
+ * defer, wait_idle, release, halves, drain), serialised by the caller;
+ * effects run on it, in the order deferred.  gdx_stage_landed and
+ * gdx_stage_mark may be called from any thread, and see what the producer
+ * has learnt; gdx_stage_seen (a post's ticket), gdx_stage_watch and
+ * gdx_stage_watch_post are another thread's, which read a done word
+ * themselves.
  *
  * Set-up (ctx_open, open) calls the device: never on a posting path.
  * Nothing in reserve, post, flush, progress or wait creates a stream, an
@@ -93,7 +95,13 @@ enum gdx_stage_fault {
 	GDX_STAGE_FALLBACK,	/* halt, fail the unlanded effects and the piece in hand
 				   (its reserve or post returns the fault), go on
 				   synchronously */
-	GDX_STAGE_REDO,		/* halt, make the unlanded copies again synchronously, go on so */
+	/*
+	 * Once the context is halted (by another lane, or gdx_stage_ctx_fail),
+	 * make the unlanded copies again synchronously and go on so; a fault
+	 * found before the halt is returned as is, the lane unchanged (tcp's
+	 * transmit side ends its connection then, and the teardown halts).
+	 */
+	GDX_STAGE_REDO,
 };
 
 struct gdx_stage_ctx_opts {
@@ -231,6 +239,7 @@ struct gdx_stage {
 	uint64_t wmark;
 	uint32_t wseq;
 	const uint32_t *wword;
+	const uint32_t *tword;	/* AGENT: the word tickets are on (gdx_stage_seen) */
 	struct gdx_counter cnt[7];	/* gdx_stage_stats, in its order */
 };
 
@@ -283,6 +292,28 @@ static inline uint64_t gdx_stage_mark(const struct gdx_stage *st)
 	return __atomic_load_n(&st->posted, __ATOMIC_RELAXED);
 }
 
+/*
+ * AGENT lanes: the last post's ticket, its place on the agent's done word
+ * (producer).  Kept beside the post's mark, it lets another thread see the
+ * copy landed without the producer learning it first (gdx_stage_seen).
+ */
+static inline uint32_t gdx_stage_ticket(const struct gdx_stage *st)
+{
+	return st->seq;
+}
+
+/*
+ * Any thread: whether the copy posted with mark and ticket has landed.  One
+ * acquire load of the done word while the agent runs; after a fault (the
+ * word stops, copies are made again or synchronously) what the producer
+ * learnt.
+ */
+static inline bool gdx_stage_seen(const struct gdx_stage *st, uint64_t mark, uint32_t ticket)
+{
+	return (st->tword && (int32_t)(__atomic_load_n(st->tword, __ATOMIC_ACQUIRE) - ticket) >= 0) ||
+	       gdx_stage_landed(st, mark);
+}
+
 /* Ring bytes whose copies are enqueued (behind a batch: not yet). */
 static inline uint64_t gdx_stage_enqueued(const struct gdx_stage *st)
 {
@@ -307,6 +338,12 @@ int gdx_stage_wait(struct gdx_stage *st, uint64_t mark);
  * sees what the producer has learnt.
  */
 int gdx_stage_watch(const struct gdx_stage *st, uint64_t mark);
+/*
+ * gdx_stage_watch for one post of an AGENT lane, by its ticket: until that
+ * copy has landed, not every copy posted up to its mark's seq when the
+ * watch began.
+ */
+int gdx_stage_watch_post(const struct gdx_stage *st, uint64_t mark, uint32_t ticket);
 /*
  * Waits until no deferred effect is left, running them, or input(arg) > 0
  * (the producer has new input: returns 1); input() < 0 is returned as is.
