@@ -90,11 +90,6 @@ bool gdx_stage_ctx_has_agent(const struct gdx_stage_ctx *ctx)
 	return ctx->agent != NULL;
 }
 
-struct gdx_copy_agent *gdx_stage_ctx_agent(const struct gdx_stage_ctx *ctx)
-{
-	return ctx->agent;
-}
-
 struct gdx_device *gdx_stage_ctx_device(const struct gdx_stage_ctx *ctx)
 {
 	return ctx->dev;

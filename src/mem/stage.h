@@ -152,12 +152,6 @@ struct gdx_stage_ctx;
 int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *o,
 		       struct gdx_stage_ctx **out);
 bool gdx_stage_ctx_has_agent(const struct gdx_stage_ctx *ctx);
-/*
- * The agent itself (NULL: none), for tcp's transmit side, which posts to its
- * ring directly until it has a lane of its own.  Temporary: issue 18's step
- * 6 (the transmit side onto a D2H lane) removes it.
- */
-struct gdx_copy_agent *gdx_stage_ctx_agent(const struct gdx_stage_ctx *ctx);
 struct gdx_device *gdx_stage_ctx_device(const struct gdx_stage_ctx *ctx);
 /* 0, or the sticky fault (the agent's error once it has one); no wait. */
 int gdx_stage_ctx_status(struct gdx_stage_ctx *ctx);
