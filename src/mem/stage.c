@@ -74,6 +74,11 @@ int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *
 		if (o->stop_timeout_ms)
 			ao.stop_timeout_ms = o->stop_timeout_ms;
 		rc = gdx_copy_agent_start(dev, &ao, &ctx->agent);
+		if (rc && o->agent_required) {
+			pthread_mutex_destroy(&ctx->lock);
+			free(ctx);
+			return rc;
+		}
 		if (rc)
 			GDX_WARN(SUB, "no copy agent on %s (%s): copies go through streams",
 				 gdx_device_name(dev), gdx_strerror(rc));

@@ -107,6 +107,14 @@ enum gdx_stage_fault {
 struct gdx_stage_ctx_opts {
 	size_t struct_size;	/* sizeof(struct gdx_stage_ctx_opts) */
 	bool agent;		/* start a copy agent (else: stream-only context) */
+	/*
+	 * With agent, what an agent that cannot start means.  false: a
+	 * stream-only context (said once): the NVMe/TCP host's lanes run as
+	 * well on a stream (WORD, EVENTS), only slower.  true: fail with the
+	 * agent's start error and open nothing: tcp moves device memory
+	 * without a context then (its stream path) and says why.
+	 */
+	bool agent_required;
 	unsigned lanes;		/* agent rings: lanes 0 .. lanes-1 */
 	unsigned entries;	/* descriptors per ring (a power of two) */
 	unsigned workers;	/* agent workers (0: the agent's default) */
@@ -148,7 +156,10 @@ void gdx_stage_opts_init(struct gdx_stage_opts *o, size_t struct_size);
 
 struct gdx_stage_ctx;
 
-/* An agent if o->agent and it can start (else said once, and a stream-only context). */
+/*
+ * An agent if o->agent and it can start; else, with o->agent_required, the
+ * agent's start error (nothing opened), or a stream-only context (said).
+ */
 int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *o,
 		       struct gdx_stage_ctx **out);
 bool gdx_stage_ctx_has_agent(const struct gdx_stage_ctx *ctx);

@@ -37,6 +37,7 @@ static unsigned char *src, *back;
 
 static _Atomic int setup_calls;	/* streams, events, pinned memory, agent starts */
 static _Atomic int fail_launch;	/* worker launches fail */
+static _Atomic int fail_start;	/* agent starts (the module's load) fail */
 
 static int w_stream_create(void *priv, void *stream, void *native)
 {
@@ -58,6 +59,8 @@ static int w_pinned_alloc(void *priv, size_t size, void **p)
 
 static int w_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
 {
+	if (!stream && atomic_load(&fail_start))
+		return -ENOEXEC;
 	if (!stream)
 		atomic_fetch_add(&setup_calls, 1);
 	else if (atomic_load(&fail_launch))
@@ -177,6 +180,7 @@ static int setup(void **state)
 	(void)state;
 	gdx_config_reset();
 	atomic_store(&fail_launch, 0);
+	atomic_store(&fail_start, 0);
 	atomic_store(&fail_malloc, 0);
 	atomic_store(&halt_timeouts, 0);
 	t_fill(src, BIG, 7);
@@ -1073,6 +1077,50 @@ static void d2h_release_order(void **state)
 	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
 
+/*
+ * An agent that cannot start: the caller that requires one gets its start
+ * error and no context (tcp: its stream path, said with that error); one
+ * that does not gets a stream-only context whose lanes run on streams (the
+ * NVMe/TCP host), and an AGENT lane on it is refused.
+ */
+static void ctx_open_agent_error(void **state)
+{
+	struct gdx_stage_ctx_opts o;
+	struct gdx_stage_ctx *ctx = NULL;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	struct gdx_stage_opts lo;
+	uint64_t m = 0;
+
+	(void)state;
+	atomic_store(&fail_start, 1);
+	gdx_stage_ctx_opts_init(&o, sizeof(o));
+	o.agent = true;
+	o.agent_required = true;
+	assert_int_equal(gdx_stage_ctx_open(dev, &o, &ctx), -ENOEXEC);
+	assert_null(ctx);
+	o.agent_required = false;
+	assert_int_equal(gdx_stage_ctx_open(dev, &o, &ctx), 0);
+	assert_false(gdx_stage_ctx_has_agent(ctx));
+	gdx_stage_opts_init(&lo, sizeof(lo));
+	lo.mode = GDX_STAGE_AGENT;
+	lo.chunk = CHUNK;
+	assert_int_equal(gdx_stage_open(ctx, &lo, &st), -EINVAL);
+	st = lane_open(ctx, GDX_STAGE_WORD, GDX_STAGE_FAIL, 2, &r);
+	assert_int_equal(put(st, 0, CHUNK, &m), 0);
+	assert_int_equal(gdx_stage_wait(st, m), 0);
+	check_dev(0, CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	/* the start works again: required or not, the agent */
+	atomic_store(&fail_start, 0);
+	o.agent_required = true;
+	assert_int_equal(gdx_stage_ctx_open(dev, &o, &ctx), 0);
+	assert_true(gdx_stage_ctx_has_agent(ctx));
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
 /* ---- D2H, REDO: tcp's transmit lane ------------------------------------- */
 
 /* A D2H lane on the agent's ring, REDO (tcp's stage ring); abort: its abort word or NULL. */
@@ -1483,6 +1531,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(adopt_ring_after_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(mark_seq_wrap, setup, teardown),
 		cmocka_unit_test_setup_teardown(d2h_release_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(ctx_open_agent_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_waits_for_halt, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_launch_fails_before_halt, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_chunks_after_halt, setup, teardown),

@@ -202,6 +202,8 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 	}
 	gdx_stage_ctx_opts_init(&co, sizeof(co));
 	co.agent = true;
+	/* without it, the stream path: no context (the warning below says why) */
+	co.agent_required = true;
 	/* a worker per direction: a large send's copy does not hold up receives */
 	co.lanes = 2;
 	co.workers = 2;
@@ -209,8 +211,6 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 	co.on_halt = tcp_on_halt;
 	co.owner = t;
 	ret = gdx_stage_ctx_open(dev, &co, &t->stage);
-	if (!ret && !gdx_stage_ctx_has_agent(t->stage))
-		ret = -ENODEV;	/* the context said why */
 	size = gdx_cfg_size("xport.tcp_rx_ring") & ~(size_t)(RING_ALIGN - 1);
 	gdx_stage_opts_init(&o, sizeof(o));
 	o.dir = GDX_STAGE_H2D;
