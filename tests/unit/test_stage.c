@@ -1394,6 +1394,107 @@ static void watch_post_own_copy(void **state)
 }
 
 /*
+ * A copy out of the device that does not land (a wedged worker: 1 s here)
+ * while the connection ends (test_dev_send_copy_stuck): another thread's
+ * wait for it by its ticket ends on the abort word, faulting nothing.
+ */
+static void watch_post_abort(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage_span sp;
+	struct gdx_stage *st;
+	int stop = 0;
+	pthread_t t;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "1000000"), 0);
+	ctx = ctx_open(true, 1);
+	st = tx_open(ctx, 2, 0, &stop);
+	assert_int_equal(get(st, 0, CHUNK, &sp), 0);
+	assert_int_equal(pthread_create(&t, NULL, raise_later, &stop), 0);
+	assert_int_equal(gdx_stage_watch_post(st, sp.end, gdx_stage_ticket(st)),
+			 GDX_EDISCONNECTED);
+	pthread_join(t, NULL);
+	assert_false(gdx_stage_seen(st, sp.end, gdx_stage_ticket(st)));
+	assert_int_equal(gdx_stage_ctx_status(ctx), 0);
+	stop = 0;
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * Copies of bytes kept outside the ring (tcp's kept ring: each takes a
+ * ticket of align bytes in the lane) when the agent faults
+ * (test_dev_kept_agent_fault): their effects run in order, those whose copy
+ * landed without an error and the rest with the fault; then the lane goes
+ * on synchronously and such copies land at once.
+ */
+static void fault_kept_effects(void **state)
+{
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage_opts o;
+	struct gdx_stage_span sp;
+	struct gdx_stage *st;
+	struct rec r = { 0 };
+	unsigned char *kept;
+	unsigned ok = 0;
+
+	(void)state;
+	ctx = ctx_open(true, 1);
+	assert_int_equal(gdx_pinned_alloc(dev, 12 * CHUNK, (void **)&kept), 0);
+	memcpy(kept, src, 12 * CHUNK);
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.mode = GDX_STAGE_AGENT;
+	o.fault = GDX_STAGE_FALLBACK;
+	o.chunk = CHUNK;
+	o.chunks = 2;
+	o.align = 64;
+	o.effect_size = sizeof(int);
+	o.run = run;
+	o.owner = &r;
+	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	/* a worker counts from its launch: none with the knob off, then the knob (fault_after) */
+	assert_int_equal(put(st, 0, 64, &(uint64_t){ 0 }), 0);
+	assert_int_equal(gdx_stage_wait(st, gdx_stage_mark(st)), 0);
+	usleep(20000);
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(gdx_stage_reserve(st, 64, 0, &sp), 0);
+		sp.p = kept + (size_t)i * CHUNK;
+		sp.n = CHUNK;
+		assert_int_equal(gdx_stage_post(st, &sp, (char *)dbuf + (size_t)i * CHUNK), 0);
+		assert_int_equal(gdx_stage_defer(st, sp.end, &i), 0);
+	}
+	assert_int_equal(gdx_stage_wait_idle(st, NULL, NULL, 0), 0);
+	assert_int_equal(r.n, 8);
+	for (unsigned i = 0; i < 8; i++) {
+		assert_int_equal(r.id[i], (int)i);
+		if (!r.err[i]) {
+			assert_int_equal(ok++, i);	/* the landed ones first */
+			check_dev((size_t)i * CHUNK, CHUNK);
+		}
+	}
+	assert_in_range(ok, 0, 3);
+	assert_int_not_equal(r.err[7], 0);
+	for (int i = 8; i < 12; i++) {
+		assert_int_equal(gdx_stage_reserve(st, 64, 0, &sp), 0);
+		sp.p = kept + (size_t)i * CHUNK;
+		sp.n = CHUNK;
+		assert_int_equal(gdx_stage_post(st, &sp, (char *)dbuf + (size_t)i * CHUNK), 0);
+		assert_true(gdx_stage_landed(st, sp.end));
+		assert_int_equal(gdx_stage_defer(st, sp.end, &i), 0);
+		assert_int_equal(r.err[i], 0);
+	}
+	check_dev(8 * CHUNK, 4 * CHUNK);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	assert_int_equal(gdx_pinned_free(dev, kept), 0);
+}
+
+/*
  * The owner's halt hook takes a lock the REDO lane's producer holds (tcp:
  * on_halt takes t->lock, whose holder posts to the transmit lane).  A post
  * that finds the agent halted while the hook waits for that lock makes its
@@ -1537,6 +1638,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(redo_chunks_after_halt, setup, teardown),
 		cmocka_unit_test_setup_teardown(nowait_marks_full, setup, teardown),
 		cmocka_unit_test_setup_teardown(watch_post_own_copy, setup, teardown),
+		cmocka_unit_test_setup_teardown(watch_post_abort, setup, teardown),
+		cmocka_unit_test_setup_teardown(fault_kept_effects, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_post_while_hook_waits, setup, teardown),
 		cmocka_unit_test_setup_teardown(no_setup_on_data_path, setup, teardown),
 	};
