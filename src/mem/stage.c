@@ -74,6 +74,11 @@ int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *
 		if (o->stop_timeout_ms)
 			ao.stop_timeout_ms = o->stop_timeout_ms;
 		rc = gdx_copy_agent_start(dev, &ao, &ctx->agent);
+		if (rc && o->agent_required) {
+			pthread_mutex_destroy(&ctx->lock);
+			free(ctx);
+			return rc;
+		}
 		if (rc)
 			GDX_WARN(SUB, "no copy agent on %s (%s): copies go through streams",
 				 gdx_device_name(dev), gdx_strerror(rc));
@@ -88,11 +93,6 @@ int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *
 bool gdx_stage_ctx_has_agent(const struct gdx_stage_ctx *ctx)
 {
 	return ctx->agent != NULL;
-}
-
-struct gdx_copy_agent *gdx_stage_ctx_agent(const struct gdx_stage_ctx *ctx)
-{
-	return ctx->agent;
 }
 
 struct gdx_device *gdx_stage_ctx_device(const struct gdx_stage_ctx *ctx)
@@ -386,10 +386,20 @@ static int fault(struct gdx_stage *st, int rc)
 			st->err = rc;
 		return st->err;
 	}
+	/*
+	 * REDO before the halt: the caller's to handle (tcp ends the connection;
+	 * its teardown halts the agent).  Nothing changes: a worker may still make
+	 * the copies.  Once halted the context is not failed again here: its
+	 * owner's on_halt may be running, and the producer may hold a lock that
+	 * hook takes (tcp's t->lock).
+	 */
+	if (st->o.fault == GDX_STAGE_REDO && st->agent && !ctx_halted(st->ctx))
+		return rc;
 	GDX_WARN(SUB, "%s: copies failed (%s): the lane goes on with synchronous copies",
 		 gdx_device_name(st->dev), gdx_strerror(rc));
 	if (st->agent) {
-		gdx_stage_ctx_fail(st->ctx, rc);
+		if (st->o.fault != GDX_STAGE_REDO)
+			gdx_stage_ctx_fail(st->ctx, rc);
 		learn_word(st);
 	}
 	if (st->o.fault == GDX_STAGE_REDO) {
@@ -564,6 +574,8 @@ int gdx_stage_open(struct gdx_stage_ctx *ctx, const struct gdx_stage_opts *o,
 		}
 	}
 	st->wword = st->word;
+	if (st->mode == GDX_STAGE_AGENT)
+		st->tword = st->word;
 	for (unsigned i = 0; st->mode == GDX_STAGE_EVENTS && i < st->nmarks; i++) {
 		rc = gdx_event_create(st->dev, 0, &st->marks[i].ev);
 		if (rc)
@@ -640,6 +652,12 @@ int gdx_stage_reserve(struct gdx_stage *st, size_t n, unsigned flags, struct gdx
 				return -EAGAIN;
 			cnt(st, C_RING_FULL);
 		}
+	}
+	/* with a done word every copy takes a mark: none free is as full (AGENT: no descriptor) */
+	if (flags & GDX_STAGE_NOWAIT && st->word && st->nmarked == st->nmarks) {
+		learn_word(st);
+		if (st->nmarked == st->nmarks)
+			return -EAGAIN;
 	}
 	while (st->r.head + need - st->r.tail > st->r.size) {
 		rc = st->nmarked ? wait_mark(st) : wait_all(st);
@@ -853,11 +871,9 @@ int gdx_stage_wait(struct gdx_stage *st, uint64_t mark)
 	return (int)redone;
 }
 
-int gdx_stage_watch(const struct gdx_stage *st, uint64_t mark)
+/* gdx_stage_watch's loop; seen: seq is the mark's (a ticket), else looked up */
+static int watch(const struct gdx_stage *st, uint64_t mark, bool seen, uint32_t seq)
 {
-	bool seen = false;
-	uint32_t seq = 0;
-
 	for (unsigned i = 1; !gdx_stage_landed(st, mark); i++) {
 		/*
 		 * The seq of the last mark at or past this one covers its copies
@@ -881,6 +897,18 @@ int gdx_stage_watch(const struct gdx_stage *st, uint64_t mark)
 		sched_yield();
 	}
 	return 0;
+}
+
+int gdx_stage_watch(const struct gdx_stage *st, uint64_t mark)
+{
+	return watch(st, mark, false, 0);
+}
+
+int gdx_stage_watch_post(const struct gdx_stage *st, uint64_t mark, uint32_t ticket)
+{
+	if (gdx_stage_seen(st, mark, ticket))
+		return 0;
+	return watch(st, mark, st->tword != NULL, ticket);
 }
 
 int gdx_stage_wait_idle(struct gdx_stage *st, int (*input)(void *arg), void *arg,

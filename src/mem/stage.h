@@ -15,11 +15,13 @@
  * events, or synchronous copies) and one FIFO of deferred effects.
  *
  * Threads: a context's calls are safe from any thread.  A lane has one
- * producer at a time (reserve, unreserve, post, flush, progress, defer,
- * wait_idle, release, halves, drain), serialised by the caller; effects run
- * on it, in the order deferred.  gdx_stage_landed and gdx_stage_mark may be
- * called from any thread, and see what the producer has learnt;
- * gdx_stage_watch is another thread's wait, which reads a done word itself.
+ * producer at a time (reserve, unreserve, post, flush, progress, wait,
+ * defer, wait_idle, release, halves, drain), serialised by the caller;
+ * effects run on it, in the order deferred.  gdx_stage_landed and
+ * gdx_stage_mark may be called from any thread, and see what the producer
+ * has learnt; gdx_stage_seen (a post's ticket), gdx_stage_watch and
+ * gdx_stage_watch_post are another thread's, which read a done word
+ * themselves.
  *
  * Set-up (ctx_open, open) calls the device: never on a posting path.
  * Nothing in reserve, post, flush, progress or wait creates a stream, an
@@ -93,12 +95,26 @@ enum gdx_stage_fault {
 	GDX_STAGE_FALLBACK,	/* halt, fail the unlanded effects and the piece in hand
 				   (its reserve or post returns the fault), go on
 				   synchronously */
-	GDX_STAGE_REDO,		/* halt, make the unlanded copies again synchronously, go on so */
+	/*
+	 * Once the context is halted (by another lane, or gdx_stage_ctx_fail),
+	 * make the unlanded copies again synchronously and go on so; a fault
+	 * found before the halt is returned as is, the lane unchanged (tcp's
+	 * transmit side ends its connection then, and the teardown halts).
+	 */
+	GDX_STAGE_REDO,
 };
 
 struct gdx_stage_ctx_opts {
 	size_t struct_size;	/* sizeof(struct gdx_stage_ctx_opts) */
 	bool agent;		/* start a copy agent (else: stream-only context) */
+	/*
+	 * With agent, what an agent that cannot start means.  false: a
+	 * stream-only context (said once): the NVMe/TCP host's lanes run as
+	 * well on a stream (WORD, EVENTS), only slower.  true: fail with the
+	 * agent's start error and open nothing: tcp moves device memory
+	 * without a context then (its stream path) and says why.
+	 */
+	bool agent_required;
 	unsigned lanes;		/* agent rings: lanes 0 .. lanes-1 */
 	unsigned entries;	/* descriptors per ring (a power of two) */
 	unsigned workers;	/* agent workers (0: the agent's default) */
@@ -140,16 +156,13 @@ void gdx_stage_opts_init(struct gdx_stage_opts *o, size_t struct_size);
 
 struct gdx_stage_ctx;
 
-/* An agent if o->agent and it can start (else said once, and a stream-only context). */
+/*
+ * An agent if o->agent and it can start; else, with o->agent_required, the
+ * agent's start error (nothing opened), or a stream-only context (said).
+ */
 int gdx_stage_ctx_open(struct gdx_device *dev, const struct gdx_stage_ctx_opts *o,
 		       struct gdx_stage_ctx **out);
 bool gdx_stage_ctx_has_agent(const struct gdx_stage_ctx *ctx);
-/*
- * The agent itself (NULL: none), for tcp's transmit side, which posts to its
- * ring directly until it has a lane of its own.  Temporary: issue 18's step
- * 6 (the transmit side onto a D2H lane) removes it.
- */
-struct gdx_copy_agent *gdx_stage_ctx_agent(const struct gdx_stage_ctx *ctx);
 struct gdx_device *gdx_stage_ctx_device(const struct gdx_stage_ctx *ctx);
 /* 0, or the sticky fault (the agent's error once it has one); no wait. */
 int gdx_stage_ctx_status(struct gdx_stage_ctx *ctx);
@@ -231,6 +244,7 @@ struct gdx_stage {
 	uint64_t wmark;
 	uint32_t wseq;
 	const uint32_t *wword;
+	const uint32_t *tword;	/* AGENT: the word tickets are on (gdx_stage_seen) */
 	struct gdx_counter cnt[7];	/* gdx_stage_stats, in its order */
 };
 
@@ -283,6 +297,28 @@ static inline uint64_t gdx_stage_mark(const struct gdx_stage *st)
 	return __atomic_load_n(&st->posted, __ATOMIC_RELAXED);
 }
 
+/*
+ * AGENT lanes: the last post's ticket, its place on the agent's done word
+ * (producer).  Kept beside the post's mark, it lets another thread see the
+ * copy landed without the producer learning it first (gdx_stage_seen).
+ */
+static inline uint32_t gdx_stage_ticket(const struct gdx_stage *st)
+{
+	return st->seq;
+}
+
+/*
+ * Any thread: whether the copy posted with mark and ticket has landed.  One
+ * acquire load of the done word while the agent runs; after a fault (the
+ * word stops, copies are made again or synchronously) what the producer
+ * learnt.
+ */
+static inline bool gdx_stage_seen(const struct gdx_stage *st, uint64_t mark, uint32_t ticket)
+{
+	return (st->tword && (int32_t)(__atomic_load_n(st->tword, __ATOMIC_ACQUIRE) - ticket) >= 0) ||
+	       gdx_stage_landed(st, mark);
+}
+
 /* Ring bytes whose copies are enqueued (behind a batch: not yet). */
 static inline uint64_t gdx_stage_enqueued(const struct gdx_stage *st)
 {
@@ -307,6 +343,12 @@ int gdx_stage_wait(struct gdx_stage *st, uint64_t mark);
  * sees what the producer has learnt.
  */
 int gdx_stage_watch(const struct gdx_stage *st, uint64_t mark);
+/*
+ * gdx_stage_watch for one post of an AGENT lane, by its ticket: until that
+ * copy has landed, not every copy posted up to its mark's seq when the
+ * watch began.
+ */
+int gdx_stage_watch_post(const struct gdx_stage *st, uint64_t mark, uint32_t ticket);
 /*
  * Waits until no deferred effect is left, running them, or input(arg) > 0
  * (the producer has new input: returns 1); input() < 0 is returned as is.

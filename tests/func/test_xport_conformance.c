@@ -1033,6 +1033,55 @@ static void test_dev_setup_off_rx_thread(void **state)
 }
 
 /*
+ * An endpoint whose options name its device (opts.dev) has tcp's staging of
+ * that device -- the copy agent, the receive and transmit lanes, the kept
+ * ring, the stagers' streams -- set up by the connect and the accept: a send
+ * out of its memory and a receive into it set nothing up when posted.
+ */
+static atomic_uint post_setup_calls;
+
+static void watch_setup(const char *op)
+{
+	if (strcmp(op, "pointer_query"))
+		atomic_fetch_add(&post_setup_calls, 1);
+}
+
+static void test_dev_staged_at_connect(void **state)
+{
+	enum { SZ = 16384 };
+	struct gdx_xport_opts o;
+	char *dsrc, *ddst;
+	unsigned starts;
+	struct pair p;
+
+	(void)state;
+	if (strcmp(backend, "tcp"))
+		skip();
+	dsrc = kalloc(K_DEV, SZ);
+	ddst = kalloc(K_DEV, SZ);
+	kfill(K_DEV, dsrc, SZ, 31);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	dev_watch_start(dev, watch_setup);
+	pair_open(&p, &o, &o);
+	starts = atomic_load(&dw_agent_starts);
+	atomic_store(&post_setup_calls, 0);
+	assert_int_equal(gdx_xport_post_recv(p.s, ddst, SZ, 1), 0);
+	assert_int_equal(gdx_xport_post_send(p.c, dsrc, SZ, 2, 0), 0);
+	expect(p.cqs, 1, GDX_XPORT_OP_RECV, 0, SZ);
+	expect(p.cqc, 2, GDX_XPORT_OP_SEND, 0, SZ);
+	assert_int_equal(atomic_load(&post_setup_calls), 0);
+	/* one agent per endpoint, by its connect or accept */
+	if (dev->ops->agent_launch)
+		assert_int_equal(starts, 2);
+	pair_close(&p);
+	dev_watch_stop(dev);
+	kcheck(K_DEV, ddst, SZ, 31);
+	kfree(K_DEV, dsrc);
+	kfree(K_DEV, ddst);
+}
+
+/*
  * The same where tcp used to leave the set-up to the receive thread: receives
  * into a second device (its stream path: a stream and pinned buffers of that
  * device, set up when its memory is posted or registered), alternating with
@@ -3961,6 +4010,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_dev_small_ring_and_no_agent),
 		cmocka_unit_test(test_dev_then_host_order),
 		cmocka_unit_test(test_dev_setup_off_rx_thread),
+		cmocka_unit_test(test_dev_staged_at_connect),
 		cmocka_unit_test(test_dev_setup_off_rx_thread_more),
 		cmocka_unit_test(test_dev_agent_fault),
 		cmocka_unit_test(test_dev_sends_through_agent),

@@ -334,6 +334,8 @@ int nh_ctrl_stage(struct nh_ctrl *c, struct gdx_device *dev, bool late,
 	if (!c->agent_tried && c->p.copy_agent && c->p.nr_io_queues) {
 		c->agent_tried = true;
 		o.agent = true;
+		/* one that cannot start leaves the queues on streams (WORD): slower, not broken */
+		o.agent_required = false;
 		o.lanes = c->p.nr_io_queues;
 		o.workers = GDX_MIN(c->p.copy_agent, o.lanes);
 		o.entries = NH_AGENT_ENTRIES;

@@ -141,18 +141,16 @@ static int ans_snap(struct tcp_ep *t, struct txi *x, int sync)
 int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 {
 	const uintptr_t lo = (uintptr_t)p, hi = lo + n;
-	struct gdx_copy_agent *a = NULL;
 	struct txi *orphans = NULL;
-	int ret = 0, sends = 0, noagent = tcp_tx_noagent(t);
-	uint32_t seq = 0;
+	int ret = 0, sends = 0, lane = 0, noagent = tcp_tx_noagent(t);
+	uint64_t mark = 0;
 
 	pthread_mutex_lock(&t->lock);
 	for (struct txi *x = t->ans_head, *next; x && !ret; x = next) {
 		next = x->an_next;
 		if ((uintptr_t)x->data >= hi || (uintptr_t)x->data + x->plen <= lo)
 			continue;
-		if (txi_staged(x) &&
-		    tcp_seq_landed(__atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE), x->seq)) {
+		if (txi_staged(x) && gdx_stage_seen(t->tx_lane, x->sr_end, x->ticket)) {
 			tcp_ans_unlink(t, x);	/* its bytes are in the ring */
 			continue;
 		}
@@ -162,8 +160,8 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 			break;
 		}
 		if (x->acopy) {
-			/* copies posted to the agent: let go once they landed, below */
-			a = gdx_stage_ctx_agent(t->stage);
+			/* copies posted to the transmit lane: let go once they landed, below */
+			lane = 1;
 			x->settle = 1;
 			if (txi_staged(x))
 				continue;
@@ -187,13 +185,15 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 		pthread_cond_wait(&t->rd_cond, &t->lock);
 		t->rd_waiting--;
 	}
-	seq = t->tx_seq;
+	/* the lane's last copy: its producer is the lock's holder */
+	if (lane)
+		mark = gdx_stage_mark(t->tx_lane);
 	pthread_mutex_unlock(&t->lock);
 	tcp_tx_free_list(t, orphans);
-	if (!a)
+	if (!lane)
 		return ret;
 	if (!ret)
-		ret = tcp_tx_seq_landed(t, a, seq);
+		ret = gdx_stage_watch(t->tx_lane, mark);
 	pthread_mutex_lock(&t->lock);
 	for (struct txi *x = t->ans_head, *next; x; x = next) {
 		int settle = x->settle;

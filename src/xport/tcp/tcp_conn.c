@@ -64,7 +64,7 @@ struct tcp_listener {
 void tcp_kill_conn(struct tcp_ep *t, int why)
 {
 	if (!t->dead) {
-		/* read unlocked by the waits for copies (tcp_tx_seq_landed, tx_copy) */
+		/* read unlocked by the waits for copies (the transmit lane's abort word, tx_copy) */
 		__atomic_store_n(&t->dead, 1, __ATOMIC_RELEASE);
 		gdx_xport_ep_set_disconnected(t->fe);
 		if (why)
@@ -285,6 +285,14 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, bool tls, void **priv)
 		return ret;
 	}
 	t->threads = 1;
+	/*
+	 * The endpoint's device is staged here, on the connecting or accepting
+	 * thread, not by its first post (a device named nowhere still is, where
+	 * its memory is first posted or registered).  What fails here fails
+	 * those posts instead, which try again.
+	 */
+	if (fe->opts.dev)
+		tcp_stage_prepare(t, fe->opts.dev, 1, 1);
 	*priv = t;
 	return 0;
 }
@@ -716,17 +724,16 @@ static void tcp_destroy(void *priv)
 	pthread_join(t->rx, NULL);
 	close(t->fd);
 	/*
-	 * The receive lane's copies landed or the agent is halted
-	 * (tcp_stage_stop), or a poster set them up while the receive thread
-	 * stopped and nothing went through them: the lane goes, then the agent.
+	 * The lanes' copies landed or the agent is halted (tcp_stage_stop), or
+	 * a poster set them up while the receive thread stopped and nothing
+	 * went through them: the lanes go, then the agent.
 	 */
 	gdx_stage_close(t->rx_lane);
+	gdx_stage_close(t->tx_lane);
 	leak = gdx_stage_ctx_close(t->stage) == -ETIMEDOUT;
 	tcp_stagers_free(&t->rxs);
 	tcp_stagers_free(&t->txs);
-	if (t->sr && !leak)	/* an agent that did not stop may still write it */
-		gdx_pinned_free(t->stage_dev, t->sr);
-	if (t->kr_mem && !leak)
+	if (t->kr_mem && !leak)	/* an agent that did not stop may still read it */
 		gdx_pinned_free(t->stage_dev, t->kr_mem);
 	gdx_stats_destroy(t->stats);
 	pthread_mutex_destroy(&t->lock);

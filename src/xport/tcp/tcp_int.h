@@ -22,7 +22,8 @@
  * pinned ring whose copies a copy agent makes while the receive thread goes on
  * (what depends on the bytes having landed is deferred until they have, in
  * order), and sent out of a pinned ring the same agent copies each frame into
- * as it is queued, so that the copy runs while the frames ahead are sent.
+ * as it is queued, so that the copy runs while the frames ahead are sent: the
+ * receive and transmit lanes of one staging context (mem/stage.h, tcp_stage.c).
  *
  * The two threads never wait on each other: the receive thread hands read
  * data and responses to the transmit queue, so both peers can stream at once.
@@ -69,9 +70,8 @@ enum {
 #define RBUF_SIZE (64u << 10)
 #define RESP_BATCH 64
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
-#define STAGE_SIZE (1u << 20)
-#define SR_SIZE (2 * STAGE_SIZE)	/* the stage ring: device payloads sent through the agent */
-#define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (sr_room) */
+#define STAGE_SIZE (1u << 20)	/* a stage buffer; the transmit lane's ring is two */
+#define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (stage_start) */
 #define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
 #define TX_TRAIN_BYTES (256u << 10)
 
@@ -93,8 +93,8 @@ _Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire")
  * Two pinned buffers of bsz bytes and a stream for moving device memory
  * through the socket.  Each side has one per device (tcp_ep.rxs, txs), made
  * by tcp_stage_prepare; the agent's device's gets its buffers only once the agent
- * failed: the halves of its receive ring (tcp_rx_stager) or of its stage ring
- * (tcp_tx_stager), lent.
+ * failed: the halves of its receive lane's ring (tcp_rx_stager) or of its
+ * transmit lane's (tcp_tx_stager), lent.
  */
 struct stager {
 	struct gdx_device *dev;
@@ -130,8 +130,8 @@ enum txi_path {
  *   QUEUED, LATE -> GOING       taken, or sent in a train (tcp_tx_going); a
  *                               LATE one goes whole through the ring's halves
  *   STAGED -> GOING_STAGED      taken (sr_take): sr_send waits for its copy
- *   GOING_STAGED -> GOING       the halted agent will not make the copy:
- *                               sr_redo made it through the stream
+ *                               (made again by the transmit lane once the
+ *                               agent is halted: sr_redo)
  *   LATE, STAGED -> QUEUED      the agent was dropped (tcp_tx_drop_agent; a
  *                               STAGED one whose copy did not land), or a
  *                               write gave a LATE answer a host copy (ans_snap)
@@ -142,7 +142,7 @@ enum txi_path {
 enum txi_state {
 	TXS_QUEUED,
 	TXS_LATE,		/* a ring frame without room yet: the first is t->sr_late */
-	TXS_STAGED,		/* a ring frame whose copy is posted (seq) into room ending at sr_end */
+	TXS_STAGED,		/* a ring frame whose copy is posted (ticket) into room ending at sr_end */
 	TXS_GOING,		/* its bytes began to go out (tcp_tx_going) */
 	TXS_GOING_STAGED,	/* and its ring copy is to be waited for (sr_send, sr_redo) */
 	TXS_ORPHAN,
@@ -163,20 +163,20 @@ struct txi {			/* one frame to transmit */
 	enum txi_state state;
 	struct qent *q;			/* request frames: the request's outstanding entry */
 	/*
-	 * Copies of its payload were posted to the agent (staged, or by
-	 * tx_copy): a write over a read answer's region must wait for them, or
-	 * be refused once the agent is halted.  Not a state: a frame whose ring
-	 * copy sr_redo made again is GOING and still had them.
+	 * Copies of its payload were posted to the transmit lane (staged, or
+	 * by tx_copy): a write over a read answer's region must wait for them,
+	 * or be refused once the agent is halted.  Not a state: a frame whose
+	 * ring copy sr_redo made again still had them.
 	 */
 	uint8_t acopy;
-	uint32_t seq;			/* staged: its copy's; else the last one tx_copy posted */
-	uint64_t sr_end;
+	uint32_t ticket;		/* staged: its copy's on the lane (gdx_stage_seen) */
+	uint64_t sr_end;		/* staged: its room's end in the lane's ring, its mark */
 	/*
 	 * Read answers whose bytes still come out of the region (ans: on
 	 * t->ans_head, lock held): a write that overlaps one takes them first
 	 * (tcp_ans_settle, rule 1).  snap: that private copy of the payload's
 	 * bytes from snap_off on; cnext: bytes of a device payload whose copies were
-	 * posted (to the transmit thread's stream or the agent's ring RR_TX).
+	 * posted (to the transmit thread's stream or the transmit lane).
 	 * ans, settle and snapping are the receive thread's to move, beside the
 	 * state the senders move, and not one enum: ans is cleared last and
 	 * read without the lock (tcp_tx_free frees x once it sees it clear; in
@@ -207,7 +207,7 @@ static inline void txi_set(struct txi *x, enum txi_state s)
 		[TXS_LATE] = 1u << TXS_QUEUED | 1u << TXS_STAGED | 1u << TXS_GOING,
 		[TXS_STAGED] = 1u << TXS_QUEUED | 1u << TXS_GOING_STAGED,
 		[TXS_GOING] = 1u << TXS_ORPHAN,
-		[TXS_GOING_STAGED] = 1u << TXS_GOING | 1u << TXS_ORPHAN,
+		[TXS_GOING_STAGED] = 1u << TXS_ORPHAN,
 		[TXS_ORPHAN] = 0,
 	};
 
@@ -263,8 +263,9 @@ enum {
 	C_SR_TX_COPIED,		/* late ones the transmit thread copied when it took them */
 	C_KEPT_RING,		/* kept messages the receive thread copied on from the kept ring */
 	C_KEPT_HOST,		/* and from host memory (the ring had no room) */
-	C_SR_REDONE,		/* frames taken whose copies the halted agent owed: sr_redo */
-	C_TX_RECOPIED,		/* chunks of a large frame so: tx_chunk_wait */
+	C_SR_REDONE,		/* copies the halted agent owed a train taken, made again by
+				   the transmit lane (REDO): sr_redo */
+	C_TX_RECOPIED,		/* and a large frame's chunks so: tx_chunk_wait */
 	C_ANS_PEAK,		/* the most answers queued at once (ans_held) */
 	C_HELD_BACK,		/* times the receive thread stopped reading for them (rx_hold_back) */
 	C_COPIES_PEAK,		/* the most bytes of answers' copies held at once (snap_held) */
@@ -277,7 +278,9 @@ enum {
  * writing, t->sending), the transmit thread (tcp_tx.c), the receive thread
  * (tcp_rx.c, tcp_ans.c), a CQ waiter that takes the socket from a parked
  * receive thread (tcp_wait.c), and the caller that connects, registers and
- * tears down (tcp_conn.c).  Lock order: stage_lock, lock, ans_lock.
+ * tears down (tcp_conn.c).  Lock order: stage_lock, lock, ans_lock (and the
+ * staging context's own, inside gdx_stage_ctx_fail, before lock: its on_halt
+ * takes lock, so no holder of lock fails the context).
  */
 struct tcp_ep {
 	/* Set before the threads start (ep_start), read-only after. */
@@ -337,13 +340,6 @@ struct tcp_ep {
 	 */
 	int kept_rx;
 	/*
-	 * The stage ring (the agent's, SR_SIZE bytes of stage_dev's pinned memory;
-	 * see sr_queue) and the last copy posted into it: the lock's holder is
-	 * the one producer of the agent's ring RR_TX.
-	 */
-	unsigned char *sr;
-	uint64_t sr_head, sr_tail;
-	/*
 	 * The first late ring frame in the queue: none behind it takes room
 	 * meanwhile, so every ring frame behind it is late too.  sr_whole: a
 	 * late frame larger than a stage buffer is being sent through the
@@ -351,7 +347,6 @@ struct tcp_ep {
 	 */
 	struct txi *sr_late;
 	int sr_whole;
-	uint32_t tx_seq;
 	struct txi *tx_hold;	/* frames a failed agent's copies may still read (tx_let_go) */
 	/*
 	 * Read answers still to be read out of their region (txi.ans), and the
@@ -368,7 +363,7 @@ struct tcp_ep {
 	atomic_long rx_reads;	/* socket reads of the receive thread while parked */
 	/*
 	 * The receive side halted the failed agent (tcp_on_halt): device payloads
-	 * are sent through the stage stream from here on (tcp_tx_agent).
+	 * are sent through the stage stream from here on (tcp_tx_lane).
 	 */
 	int tx_noagent;
 	/*
@@ -419,21 +414,25 @@ struct tcp_ep {
 	int rx_err;		/* an answer could not be queued (fatal) */
 	int ans_said, snap_said;	/* rx_hold_back and ans_snap logged once */
 	/*
-	 * Staging of the first device's memory posted or registered (mem/stage.h):
-	 * stage_dev, that device, published with release once the rest is set up
-	 * (tcp_stage_prepare); stage, its context with the copy agent (rings
+	 * Staging of the endpoint's device (opts.dev, at connect or accept) or
+	 * else the first device's memory posted or registered (mem/stage.h):
+	 * stage_dev, that device, published with release once the rest is set
+	 * up (tcp_stage_prepare); stage, its context with the copy agent (rings
 	 * RR_RX and RR_TX; NULL: none started); rx_lane, the receive lane on
-	 * RR_RX (the receive thread's, its one producer; tcp_rx_lane); tx_word,
-	 * the done word of RR_TX; stage_stopped, tcp_stage_stop ran: nothing
-	 * starts any more (atomic); rx_draining, the teardown fails the effects
-	 * left (receive thread).  stage_lock: the set-up, and additions to rxs
-	 * and txs, the stagers (a device each), published with release and read
+	 * RR_RX (H2D; the receive thread's, its one producer; tcp_rx_lane);
+	 * tx_lane, the transmit lane on RR_TX (D2H, the stage ring: a frame's
+	 * room is taken and its copy posted when it is queued; its producer is
+	 * whoever holds lock; other threads see its copies land by their
+	 * tickets, gdx_stage_seen and gdx_stage_watch_post, without the lock;
+	 * tcp_tx_lane); stage_stopped, tcp_stage_stop ran: nothing starts any
+	 * more (atomic); rx_draining, the teardown fails the effects left
+	 * (receive thread).  stage_lock: the set-up, and additions to rxs and
+	 * txs, the stagers (a device each), published with release and read
 	 * without it.
 	 */
 	struct gdx_device *stage_dev;
 	struct gdx_stage_ctx *stage;
-	struct gdx_stage *rx_lane;
-	const uint32_t *tx_word;
+	struct gdx_stage *rx_lane, *tx_lane;
 	int stage_stopped, rx_draining;
 	pthread_mutex_t stage_lock;
 	struct stager *rxs, *txs;
@@ -498,7 +497,6 @@ static inline unsigned tcp_rx_deferred(struct tcp_ep *t)
 
 /* tcp_stage.c: staging, several threads */
 void tcp_stagers_free(struct stager **list);
-int tcp_seq_landed(uint32_t word, uint32_t seq);
 int tcp_rx_settle(struct tcp_ep *t);
 void tcp_defer_wait(struct tcp_ep *t);
 int tcp_defer(struct tcp_ep *t, struct deff *e, int dev);
@@ -510,15 +508,12 @@ int tcp_rx_idle(struct tcp_ep *t);
 struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev);
 unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end);
 int tcp_tx_noagent(struct tcp_ep *t);
-struct gdx_copy_agent *tcp_tx_agent(struct tcp_ep *t, const struct gdx_device *dev);
+struct gdx_stage *tcp_tx_lane(struct tcp_ep *t, const struct gdx_device *dev);
 struct gdx_stream *tcp_tx_stream(struct tcp_ep *t, const struct gdx_device *dev);
 int tcp_tx_sync(struct tcp_ep *t, const struct gdx_device *dev);
 struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev);
-int tcp_tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const void *src,
-		size_t n, uint32_t *seq);
-int tcp_tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq);
 int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev);
-int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a);
+int tcp_sr_stage(struct txi *x, struct gdx_stage *tx);
 
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);

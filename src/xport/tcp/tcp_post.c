@@ -372,16 +372,16 @@ int tcp_tx_train(struct tcp_ep *t, struct txi **done)
 	return ret;
 }
 
-/* x is being queued: a ring frame if the agent copies its device payload.  Lock held. */
+/* x is being queued: a ring frame if the transmit lane copies its device payload.  Lock held. */
 static void sr_queue(struct tcp_ep *t, struct txi *x)
 {
-	struct gdx_copy_agent *a;
+	struct gdx_stage *tx;
 
-	if (!x->dev || !x->plen || t->dead || !(a = tcp_tx_agent(t, x->dev)))
+	if (!x->dev || !x->plen || t->dead || !(tx = tcp_tx_lane(t, x->dev)))
 		return;
 	x->path = TXP_RING;
 	gdx_counter_add(&t->ctr[C_SR_FRAMES], 1);
-	if (t->sr_late || t->sr_whole || !tcp_sr_early(x) || tcp_sr_stage(t, x, a)) {
+	if (t->sr_late || t->sr_whole || !tcp_sr_early(x) || tcp_sr_stage(x, tx)) {
 		txi_set(x, TXS_LATE);
 		if (!t->sr_late)
 			t->sr_late = x;

@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tcp://host:port, staging of device memory (tcp_int.h): the set-up of the
- * context and the receive lane (mem/stage.h) and the receive thread's use of
- * them (effects, waits, the teardown), the kept ring, the stagers; and, until
- * the transmit side has its lane (issue 18, step 6), the stage ring's room
- * and copies (whoever holds t->lock) and the waits for the agent's ring
- * RR_TX (the thread each function names).
+ * context and its two lanes (mem/stage.h), at connect or accept for the
+ * endpoint's device, else where its memory is first posted or registered;
+ * the receive thread's use of the receive lane (effects, waits, the
+ * teardown), the kept ring, the stagers; and the transmit lane, the stage
+ * ring: device payloads copied out (D2H) through the agent's ring RR_TX,
+ * each frame's room taken and its copy posted by whoever holds t->lock (its
+ * one producer) as the frame is queued, its landing seen by its ticket from
+ * any thread without the lock, its room given back once the frame is sent
+ * (gdx_stage_release), and, once the receive side halted the failed agent,
+ * the copies it owed made again synchronously by the lane (REDO).
  */
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -58,11 +62,6 @@ void tcp_stagers_free(struct stager **list)
 		stager_fini(st);
 		free(st);
 	}
-}
-
-int tcp_seq_landed(uint32_t word, uint32_t seq)
-{
-	return (int32_t)(word - seq) >= 0;
 }
 
 /*
@@ -183,15 +182,16 @@ static void kr_start(struct tcp_ep *t, struct gdx_device *dev)
 }
 
 /*
- * The first device memory posted or registered: a context with an agent of
- * its device, the receive lane and the stage ring, else (no agent on that
- * device, the knob off, out of memory) the stream path, which says so.
+ * The endpoint's device, or the first device memory posted or registered: a
+ * context with an agent of its device, the receive lane and the transmit
+ * lane (the stage ring), else (no agent on that device, the knob off, out of
+ * memory) the stream path, which says so.
  */
 static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct gdx_stage_ctx_opts co;
 	struct gdx_stage_opts o;
-	size_t size;
+	size_t size, tx_size;
 	int ret;
 
 	if (!gdx_cfg_bool("xport.tcp_copy_agent")) {
@@ -202,6 +202,8 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 	}
 	gdx_stage_ctx_opts_init(&co, sizeof(co));
 	co.agent = true;
+	/* without it, the stream path: no context (the warning below says why) */
+	co.agent_required = true;
 	/* a worker per direction: a large send's copy does not hold up receives */
 	co.lanes = 2;
 	co.workers = 2;
@@ -209,8 +211,6 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 	co.on_halt = tcp_on_halt;
 	co.owner = t;
 	ret = gdx_stage_ctx_open(dev, &co, &t->stage);
-	if (!ret && !gdx_stage_ctx_has_agent(t->stage))
-		ret = -ENODEV;	/* the context said why */
 	size = gdx_cfg_size("xport.tcp_rx_ring") & ~(size_t)(RING_ALIGN - 1);
 	gdx_stage_opts_init(&o, sizeof(o));
 	o.dir = GDX_STAGE_H2D;
@@ -218,7 +218,12 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 	o.fault = GDX_STAGE_FALLBACK;
 	o.chunk = size / 8 & ~(size_t)(RING_ALIGN - 1);
 	o.chunks = 8;
-	o.align = RING_ALIGN;	/* sr_room says why */
+	/*
+	 * Each piece starts at a RING_ALIGN boundary, whatever the sizes before
+	 * it: the cuda agent copies with 16-byte vectors only where both ends
+	 * are aligned, byte by byte elsewhere.
+	 */
+	o.align = RING_ALIGN;
 	o.marks = RR_ENTRIES;
 	o.lane = RR_RX;
 	o.effect_size = sizeof(struct deff);
@@ -226,8 +231,23 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 	o.owner = t;
 	if (!ret)
 		ret = gdx_stage_open(t->stage, &o, &t->rx_lane);
+	/*
+	 * The stage ring: two stage buffers, room given back as frames are sent;
+	 * once the receive side halted the failed agent, the copies it owed are
+	 * made again (the frames' sources are as they were: tcp_ans_settle).
+	 * A wait ends when the connection does (a wedged worker's copy).
+	 */
+	o.dir = GDX_STAGE_D2H;
+	o.fault = GDX_STAGE_REDO;
+	o.chunk = STAGE_SIZE;
+	o.chunks = 2;
+	o.lane = RR_TX;
+	o.effect_size = 0;
+	o.run = NULL;
+	o.owner = NULL;
+	o.abort = &t->dead;
 	if (!ret)
-		ret = gdx_pinned_alloc(dev, SR_SIZE, (void **)&t->sr);
+		ret = gdx_stage_open(t->stage, &o, &t->tx_lane);
 	if (ret) {
 		GDX_WARN(SUBSYS, "%s: no copy agent (%s): device memory is received and sent "
 			 "through a stream, synchronised per message or burst",
@@ -239,10 +259,10 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 		t->stage = NULL;
 		return;
 	}
-	t->tx_word = gdx_copy_agent_done_word(gdx_stage_ctx_agent(t->stage), RR_TX);
 	gdx_stage_ring(t->rx_lane, &size);
-	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring and sends through one of %u bytes, "
-		"copies by a copy agent", gdx_device_name(dev), size, SR_SIZE);
+	gdx_stage_ring(t->tx_lane, &tx_size);
+	GDX_DBG(SUBSYS, "%s: receives through a %zu-byte ring and sends through one of %zu "
+		"bytes, copies by a copy agent", gdx_device_name(dev), size, tx_size);
 	kr_start(t, dev);
 }
 
@@ -319,7 +339,7 @@ int tcp_stage_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx)
 	if (rx)
 		ret = stager_add(&t->rxs, dev, t->rx_lane && t->stage_dev == dev, "receiving into");
 	if (tx && !ret)
-		ret = stager_add(&t->txs, dev, t->sr && t->stage_dev == dev, "sending out of");
+		ret = stager_add(&t->txs, dev, t->tx_lane && t->stage_dev == dev, "sending out of");
 out:
 	pthread_mutex_unlock(&t->stage_lock);
 	return ret;
@@ -368,6 +388,8 @@ void tcp_stage_stop(struct tcp_ep *t)
 	gdx_stage_ctx_fail(t->stage, -ESHUTDOWN);
 	t->rx_draining = 1;
 	gdx_stage_drain(t->rx_lane, GDX_EDISCONNECTED);
+	/* the transmit thread is gone and posters stage nothing once dead: no producer */
+	gdx_stage_drain(t->tx_lane, GDX_EDISCONNECTED);
 }
 
 /* The socket has input (or an error, or its end): gdx_stage_wait_idle's input. */
@@ -417,7 +439,7 @@ struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev)
 /*
  * Room for a kept message of n bytes in the kept ring, whole (a message is
  * one copy), or NULL.  Each takes whole RING_ALIGN units, so the next starts
- * aligned (sr_room says why).  Receive thread.
+ * aligned (stage_start says why).  Receive thread.
  */
 unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
 {
@@ -438,22 +460,21 @@ int tcp_tx_noagent(struct tcp_ep *t)
 }
 
 /*
- * The copy agent that takes copies out of dev's memory for sending, or NULL
- * (another device, none started, or it failed on the receive side): then the
- * stage stream does.  The context is set before stage_dev is published and
- * stays until the endpoint goes (tcp_destroy).
+ * The transmit lane for dev's memory, or NULL (another device, none set up,
+ * or the receive side halted the failed agent): then the stage stream copies.
+ * The lane is set before stage_dev is published and stays until the endpoint
+ * goes (tcp_destroy).
  */
-struct gdx_copy_agent *tcp_tx_agent(struct tcp_ep *t, const struct gdx_device *dev)
+struct gdx_stage *tcp_tx_lane(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) != dev || !t->stage ||
-	    tcp_tx_noagent(t))
+	if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) != dev || tcp_tx_noagent(t))
 		return NULL;
-	return gdx_stage_ctx_agent(t->stage);
+	return t->tx_lane;
 }
 
 /*
  * The stream that copies out of dev's memory for sending where no agent
- * does (tcp_tx_agent): that of dev's sending stager, which tcp_stage_prepare made where
+ * does (tcp_tx_lane): that of dev's sending stager, which tcp_stage_prepare made where
  * the memory was posted or registered, or NULL.  Transmit thread, or the
  * receive thread to wait for its copies (tcp_ans_settle).
  */
@@ -467,7 +488,7 @@ struct gdx_stream *tcp_tx_stream(struct tcp_ep *t, const struct gdx_device *dev)
 /* Waits for the copies the stream path started out of dev's memory, if it is dev's path. */
 int tcp_tx_sync(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	struct gdx_stream *s = tcp_tx_agent(t, dev) ? NULL : tcp_tx_stream(t, dev);
+	struct gdx_stream *s = tcp_tx_lane(t, dev) ? NULL : tcp_tx_stream(t, dev);
 
 	return s ? gdx_stream_synchronize(s) : 0;
 }
@@ -477,23 +498,23 @@ int tcp_tx_sync(struct tcp_ep *t, const struct gdx_device *dev)
  * path, or NULL (said: its set-up failed where the memory was posted, which
  * failed then).  Transmit thread: no set-up runs here.  The agent's device's
  * has its stream only, and such frames only once the receive side dropped
- * the agent (tcp_tx_drop_agent): then the halves of the stage ring are its
- * buffers.  No frame is staged in the ring from then on, and those that
- * were (their copies landed) are ahead of every frame of the stream path in
- * the queue -- staged frames precede late ones, in the order of their
- * copies, which land in that order -- so they went out before this thread
- * takes one of those.
+ * the agent (tcp_tx_drop_agent): then the halves of the transmit lane's ring
+ * are its buffers (lent under the lock, the lane's producer's).  No frame is
+ * staged in the ring from then on, and those that were (their copies landed,
+ * or were made again: sr_redo) are ahead of every frame of the stream path
+ * in the queue -- staged frames precede late ones -- so they went out before
+ * this thread takes one of those.
  */
 struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct stager *st = tcp_stager_of(&t->txs, dev);
 
-	if (st && !st->bsz && dev == __atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) && t->sr &&
-	    tcp_tx_noagent(t)) {
-		st->b[0] = t->sr;
-		st->b[1] = t->sr + STAGE_SIZE;
-		st->bsz = STAGE_SIZE;
-		st->lent = 1;
+	if (st && !st->bsz && dev == __atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) &&
+	    t->tx_lane && tcp_tx_noagent(t)) {
+		pthread_mutex_lock(&t->lock);
+		/* halted: no worker writes the ring any more */
+		st->lent = !gdx_stage_halves(t->tx_lane, st->b, &st->bsz);
+		pthread_mutex_unlock(&t->lock);
 	}
 	if (st && st->bsz)
 		return st;
@@ -502,109 +523,43 @@ struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev)
 }
 
 /*
- * Posts a copy to the agent's ring RR_TX, whose one producer at a time is the
- * holder of t->lock (held).  -EAGAIN: the ring's descriptors are all in use.
- */
-int tcp_tx_post(struct tcp_ep *t, struct gdx_copy_agent *a, void *dst, const void *src,
-		size_t n, uint32_t *seq)
-{
-	int ret = gdx_copy_agent_post(a, RR_TX, dst, src, n, seq);
-
-	if (!ret)
-		t->tx_seq = *seq;
-	return ret;
-}
-
-/*
- * Spins until the agent's copies out of device memory up to seq have landed
- * (either thread: the receive thread waits for those of read answers, in
- * tcp_ans_settle); the agent's error if it failed.  GDX_EDISCONNECTED once the
- * connection ended: a worker that does not finish (status says nothing of a
- * wedged one) must not keep this thread, and the teardown behind it, here;
- * the memory the copies read stays held (tx_let_go) until tcp_stage_stop has
- * halted the agent, waiting as long as that takes and saying so.
- */
-int tcp_tx_seq_landed(struct tcp_ep *t, struct gdx_copy_agent *a, uint32_t seq)
-{
-	for (unsigned spins = 1;
-	     !tcp_seq_landed(__atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE), seq); spins++) {
-		int ret;
-
-		if (!(spins % 64)) {
-			if (__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE))
-				return GDX_EDISCONNECTED;
-			if ((ret = gdx_copy_agent_status(a)))
-				return ret;
-		}
-		sched_yield();
-	}
-	return 0;
-}
-
-/*
  * Waits until every copy out of dev's memory started for sending has landed,
  * before frames are let go after an error: nonzero (the agent failed, or the
- * connection ended first) keeps them (tx_let_go).
+ * connection ended first: a wedged worker's copy must not keep the transmit
+ * thread, and the teardown behind it, here) keeps them (tx_let_go).
  */
 int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev)
 {
-	struct gdx_copy_agent *a = tcp_tx_agent(t, dev);
-	int ret = 0;
+	struct gdx_stage *tx = tcp_tx_lane(t, dev);
+	uint64_t mark;
 
-	if (a) {
-		uint32_t seq;
-
-		pthread_mutex_lock(&t->lock);
-		seq = t->tx_seq;
-		pthread_mutex_unlock(&t->lock);
-		ret = tcp_tx_seq_landed(t, a, seq);
-	}
-	if (!ret && !a)
-		ret = tcp_tx_sync(t, dev);
-	return ret;
+	if (!tx)
+		return tcp_tx_sync(t, dev);
+	pthread_mutex_lock(&t->lock);
+	mark = gdx_stage_mark(tx);
+	pthread_mutex_unlock(&t->lock);
+	return gdx_stage_watch(tx, mark);
 }
 
 /*
- * Room for n bytes of the ring, not across its end: *pos, or -EAGAIN.  Each
- * frame's room starts at a RING_ALIGN boundary, whatever the sizes before it:
- * the cuda agent copies with 16-byte vectors only where both ends are
- * aligned, byte by byte elsewhere.  Lock held.
+ * Takes room for x's payload in the transmit lane's ring and posts its copy
+ * there.  -EAGAIN: no room, or every copy's mark in use (nothing taken).  A
+ * post that fails keeps its room: a worker may still make the copy.  Lock
+ * held.
  */
-static int sr_room(struct tcp_ep *t, size_t n, uint64_t *pos)
+int tcp_sr_stage(struct txi *x, struct gdx_stage *tx)
 {
-	uint64_t off = t->sr_head % SR_SIZE, skip;
-
-	n = GDX_ALIGN_UP(n, (size_t)RING_ALIGN);
-	skip = off + n > SR_SIZE ? SR_SIZE - off : 0;
-	if (t->sr_head + skip + n - t->sr_tail > SR_SIZE)
-		return -EAGAIN;
-	*pos = t->sr_head + skip;
-	t->sr_head = *pos + n;
-	return 0;
-}
-
-/*
- * Takes room for x's payload and posts its copy there.  -EAGAIN: no room,
- * or no descriptor free (nothing taken).  Lock held.
- */
-int tcp_sr_stage(struct tcp_ep *t, struct txi *x, struct gdx_copy_agent *a)
-{
-	uint64_t head = t->sr_head, pos;
-	uint32_t seq;
-	int ret = sr_room(t, x->plen, &pos);
+	struct gdx_stage_span sp;
+	int ret = gdx_stage_reserve(tx, x->plen, GDX_STAGE_NOWAIT, &sp);
 
 	if (ret)
 		return ret;
-	ret = tcp_tx_post(t, a, t->sr + pos % SR_SIZE, x->pp, x->plen, &seq);
-	if (ret) {
-		/* a failed launch may still be copied: that room stays taken */
-		if (ret == -EAGAIN)
-			t->sr_head = head;
+	ret = gdx_stage_post(tx, &sp, (void *)(uintptr_t)x->pp);
+	if (ret)
 		return ret;
-	}
-	x->pp = t->sr + pos % SR_SIZE;
-	x->sr_end = t->sr_head;
-	x->seq = seq;
+	x->pp = sp.p;
+	x->sr_end = sp.end;
+	x->ticket = gdx_stage_ticket(tx);
 	txi_set(x, TXS_STAGED);
 	x->acopy = 1;
 	return 0;

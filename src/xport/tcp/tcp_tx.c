@@ -7,7 +7,6 @@
  */
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,8 +21,8 @@
  * on, as with the knob off: queued ring frames whose copies did not land
  * (late ones, or staged and never made) become such frames again; those whose
  * copies landed go out of the ring as they are.  Ring frames the transmit
- * thread took already have the copies it does not find landed made through
- * the stream (sr_redo, tx_chunk_wait).  Receive thread.
+ * thread took already have the copies it does not find landed made again by
+ * the transmit lane (sr_redo, tx_chunk_wait).  Receive thread.
  */
 void tcp_tx_drop_agent(struct tcp_ep *t)
 {
@@ -34,8 +33,7 @@ void tcp_tx_drop_agent(struct tcp_ep *t)
 		size_t n;
 
 		if (x->path != TXP_RING ||
-		    (x->state == TXS_STAGED &&
-		     tcp_seq_landed(__atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE), x->seq)))
+		    (x->state == TXS_STAGED && gdx_stage_seen(t->tx_lane, x->sr_end, x->ticket)))
 			continue;
 		/* not sent, not going: x->req is there; a read answer not settled (tcp_ans_settle) */
 		tcp_tx_payload(x, &x->pp, &dev, &n);
@@ -58,147 +56,168 @@ static int tx_agent_failed(struct tcp_ep *t, const struct gdx_device *dev, int e
 }
 
 /*
- * Starts the copy of n bytes of frame x's payload, at off, into dst, pinned
- * memory to send from: out of dev's memory at src (through the agent for a
- * ring frame, else through the stage stream), or out of x's own copy of it
- * where a write to the region made one (tcp_ans_settle; a plain memcpy then).
- * Posted under the lock, so that the receive thread knows which bytes were
- * copied (x->cnext) and which copies to wait for (the last one posted).
- * *agent: the copy went to the agent (x->seq), else it is made once the
- * stream is synchronised.  An agent that the receive side halted meanwhile
- * (tcp_on_halt): the stream makes it.
+ * A chunk of a device payload on its way out: n bytes of frame x's payload
+ * at off, from src, copied into dst, pinned memory to send from (a buffer of
+ * dev's sending stager, or room of the transmit lane for a ring frame: end,
+ * given back once the chunk is sent).  mark, ticket: its copy on the lane (0:
+ * none; the stream's, or made out of x's own copy).
  */
-static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void *dst,
-		   const void *src, size_t off, size_t n, int *agent)
-{
-	struct gdx_copy_agent *a = x->path == TXP_RING ? tcp_tx_agent(t, dev) : NULL;
-	struct gdx_stream *s = NULL;
-	uint32_t seq;
-	int ret;
+struct tx_chunk {
+	void *dst;
+	const void *src;
+	size_t off, n;
+	uint64_t end, mark;
+	uint32_t ticket;
+};
 
-	*agent = 0;
-again:
-	if (!a && !(s = tcp_tx_stream(t, dev))) {
+/*
+ * Starts the copy of chunk c: for a ring frame into room of the transmit
+ * lane (the ring is the frame's alone, t->sr_whole), else through dev's
+ * stage stream into c->dst; or out of x's own copy of the bytes where a
+ * write to the region made one (tcp_ans_settle; a plain memcpy then).
+ * Posted under the lock, so that the receive thread knows which bytes were
+ * copied (x->cnext) and which copies to wait for (the lane's last).  Once
+ * the receive side halted the agent (tcp_on_halt) the lane makes the copy
+ * synchronously, after those the agent owed.
+ */
+static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, struct tx_chunk *c)
+{
+	struct gdx_stage *tx = x->path == TXP_RING ? t->tx_lane : NULL;
+	struct gdx_stream *s = NULL;
+	struct gdx_stage_span sp;
+	int ret = 0;
+
+	c->end = c->mark = 0;
+	if (!tx && !(s = tcp_tx_stream(t, dev))) {
 		GDX_ERR(SUBSYS, "%s: send out of memory not set up for it", gdx_device_name(dev));
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&t->lock);
-	for (unsigned i = 1;; i++) {
-		/* the receive thread is taking the bytes from cnext on: they may come from x->snap */
-		while (x->snapping)
-			pthread_cond_wait(&t->tx_cond, &t->lock);
-		if (x->snap && off >= x->snap_off) {
-			memcpy(dst, x->snap + (off - x->snap_off), n);
-			pthread_mutex_unlock(&t->lock);
-			return 0;
-		}
-		if (!a) {
-			ret = gdx_memcpy_async(dev, dst, src, n, s);
-			break;
-		}
-		ret = tcp_tx_post(t, a, dst, src, n, &seq);
-		if (ret != -EAGAIN)
-			break;
-		pthread_mutex_unlock(&t->lock);
-		if (!(i % 64)) {
-			if (__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE))
-				return GDX_EDISCONNECTED;
-			if ((ret = gdx_copy_agent_status(a)))
-				goto failed;
-		}
-		sched_yield();
-		pthread_mutex_lock(&t->lock);
+	/* the receive thread is taking the bytes from cnext on: they may come from x->snap */
+	while (x->snapping)
+		pthread_cond_wait(&t->tx_cond, &t->lock);
+	/* -EAGAIN: the ring is not empty (a bug); GDX_EDISCONNECTED: the connection ended */
+	if (tx && !(ret = gdx_stage_reserve(tx, c->n, GDX_STAGE_NOWAIT, &sp))) {
+		c->dst = sp.p;
+		c->n = sp.n;
+		c->end = sp.end;
 	}
-	if (!ret) {
-		x->cnext = off + n;
-		if (a) {
+	if (!ret && x->snap && c->off >= x->snap_off) {
+		memcpy(c->dst, x->snap + (c->off - x->snap_off), c->n);
+	} else if (!ret && tx) {
+		ret = gdx_stage_post(tx, &sp, (void *)(uintptr_t)c->src);
+		if (!ret) {
+			c->mark = sp.end;
+			c->ticket = gdx_stage_ticket(tx);
 			x->acopy = 1;
-			x->seq = seq;
-			*agent = 1;
+			x->cnext = c->off + c->n;
 		}
+	} else if (!ret) {
+		ret = gdx_memcpy_async(dev, c->dst, c->src, c->n, s);
+		if (!ret)
+			x->cnext = c->off + c->n;
 	}
 	pthread_mutex_unlock(&t->lock);
-	if (!ret || !a)
-		return ret;
-failed:
-	if (tcp_tx_noagent(t)) {
-		a = NULL;
-		goto again;
-	}
-	return tx_agent_failed(t, dev, ret);
+	if (ret && tx && ret != GDX_EDISCONNECTED)
+		return tx_agent_failed(t, dev, ret);
+	return ret;
 }
 
 /*
- * Waits for the copy tx_copy started of n bytes of x's payload at off (src)
- * into dst.  One the agent did not make because the receive side halted it
- * (tcp_on_halt) is made again through the stream: the bytes at src are as they
- * were (a write to a read answer's region waits, or is refused, while the
- * agent may owe it copies: tcp_ans_settle).  Else an agent's error ends the
- * connection, and frames whose copies may still be in flight are kept until
- * the agent has stopped (tx_let_go).
+ * The receive side halted the failed agent (tcp_on_halt) while this thread
+ * waited for copies of the transmit lane up to mark: the lane makes those
+ * the agent did not make again (REDO), out of their sources (not sent: x->req
+ * is there; a read answer's region is as it was, tcp_ans_settle), as their
+ * producer, under the lock (posters wait meanwhile: a fault's path).
+ * Returns how many it made again, or the error.  Transmit thread.
  */
-static int tx_chunk_wait(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, void *dst,
-			 const void *src, size_t off, size_t n, int agent)
+static int tx_redo(struct tcp_ep *t, uint64_t mark)
 {
 	int ret;
 
-	/* not the agent's: the stream's, or made out of x's own copy (no stream then) */
-	if (!agent)
+	pthread_mutex_lock(&t->lock);
+	ret = gdx_stage_wait(t->tx_lane, mark);
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+/*
+ * Waits for the copy tx_copy started of chunk c: on the lane by its ticket,
+ * without the lock.  One the agent did not make because the receive side
+ * halted it is made again (tx_redo).  Else an agent's error ends the
+ * connection, and frames whose copies may still be in flight are kept until
+ * the agent has stopped (tx_let_go).
+ */
+static int tx_chunk_wait(struct tcp_ep *t, struct gdx_device *dev, const struct tx_chunk *c)
+{
+	int ret;
+
+	/* not the lane's: the stream's, or made out of x's own copy (no stream then) */
+	if (!c->mark)
 		return tcp_tx_sync(t, dev);
-	ret = tcp_tx_seq_landed(t, gdx_stage_ctx_agent(t->stage), x->seq);
+	ret = gdx_stage_watch_post(t->tx_lane, c->mark, c->ticket);
 	if (!ret || ret == GDX_EDISCONNECTED)
 		return ret;
 	if (!tcp_tx_noagent(t))
 		return tx_agent_failed(t, dev, ret);
-	gdx_counter_add(&t->ctr[C_TX_RECOPIED], 1);
-	ret = tx_copy(t, x, dev, dst, src, off, n, &agent);
-	return ret ? ret : tcp_tx_sync(t, dev);
+	ret = tx_redo(t, c->mark);
+	if (ret > 0)
+		gdx_counter_add(&t->ctr[C_TX_RECOPIED], (uint64_t)ret);
+	return ret < 0 ? ret : 0;
+}
+
+/* A ring frame's chunk is sent: its room goes back to the lane. */
+static void tx_chunk_sent(struct tcp_ep *t, const struct tx_chunk *c)
+{
+	if (!c->end)
+		return;
+	pthread_mutex_lock(&t->lock);
+	gdx_stage_release(t->tx_lane, c->end);
+	pthread_mutex_unlock(&t->lock);
 }
 
 /*
- * Sends frame x whose payload is n bytes of device memory, staged through two
- * pinned buffers: the stage ring's halves (the ring is empty: x is a late
- * frame at the head of the queue), or those of dev's sending stager (tcp_tx_stager).
+ * Sends frame x whose payload is n bytes of device memory, staged a stage
+ * buffer at a time: through the transmit lane's ring (x is a late ring frame
+ * and has the ring to itself, t->sr_whole), or the buffers of dev's sending
+ * stager (tcp_tx_stager).
  */
 static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gdx_device *dev,
 		     size_t n)
 {
 	const char *s = src;
-	unsigned char *b[2];
-	struct stager *st;
-	size_t done = 0, c = GDX_MIN((size_t)STAGE_SIZE, n);
-	int i = 0, ret, agent;
+	struct stager *st = NULL;
+	struct tx_chunk c[2];
+	size_t done = 0;
+	int i = 0, ret;
 
 	ret = tcp_tx_host(t, x, NULL, 0, 0);
 	if (ret)
 		return ret;
-	if (x->path == TXP_RING) {
-		b[0] = t->sr;
-		b[1] = t->sr + STAGE_SIZE;
-	} else if ((st = tcp_tx_stager(t, dev))) {
-		b[0] = st->b[0];
-		b[1] = st->b[1];
-	} else {
-		ret = -ENOMEM;
-	}
+	if (x->path != TXP_RING && !(st = tcp_tx_stager(t, dev)))
+		return -ENOMEM;
+	c[0] = (struct tx_chunk){ st ? st->b[0] : NULL, s, 0, GDX_MIN((size_t)STAGE_SIZE, n) };
+	ret = tx_copy(t, x, dev, &c[0]);
 	if (!ret)
-		ret = tx_copy(t, x, dev, b[0], s, 0, c, &agent);
-	if (!ret)
-		ret = tx_chunk_wait(t, x, dev, b[0], s, 0, c, agent);
+		ret = tx_chunk_wait(t, dev, &c[0]);
 	while (!ret && done < n) {
-		size_t next = done + c, sent = 0;
-		struct iovec v = { b[i], c };
+		size_t next = done + c[i].n, sent = 0;
+		struct iovec v = { c[i].dst, c[i].n };
 
-		c = GDX_MIN((size_t)STAGE_SIZE, n - next);
-		if (next < n)
-			ret = tx_copy(t, x, dev, b[i ^ 1], s + next, next, c, &agent);
+		if (next < n) {
+			c[i ^ 1] = (struct tx_chunk){ st ? st->b[i ^ 1] : NULL, s + next, next,
+						      GDX_MIN((size_t)STAGE_SIZE, n - next) };
+			ret = tx_copy(t, x, dev, &c[i ^ 1]);
+		}
 		while (!ret && v.iov_len) {
 			ret = tcp_send_iov(t, &v, 1, 0, &sent);
 			v.iov_base = (char *)v.iov_base + sent;
 			v.iov_len -= sent;
 		}
+		if (!ret)
+			tx_chunk_sent(t, &c[i]);
 		if (!ret && next < n)
-			ret = tx_chunk_wait(t, x, dev, b[i ^ 1], s + next, next, c, agent);
+			ret = tx_chunk_wait(t, dev, &c[i ^ 1]);
 		done = next;
 		i ^= 1;
 	}
@@ -280,8 +299,8 @@ void tcp_tx_free_list(struct tcp_ep *t, struct txi *x)
  * failure: they must land first (the frames hold the memory they read, a
  * region's key), or, where the agent failed, the frames are kept until it has
  * stopped (tx_hold, freed after tcp_stage_stop).  A failed agent's copies are not
- * all below tx_seq: a post that failed to launch the worker has no seq here,
- * yet a worker still running may make its copy.
+ * all below the lane's last mark: a post that failed to launch the worker has
+ * none, yet a worker still running may make its copy.
  */
 static void tx_let_go(struct tcp_ep *t, struct gdx_device *dev, struct txi *list)
 {
@@ -364,16 +383,19 @@ static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, 
 {
 	struct stager *st = NULL;
 	size_t off = 0;
-	int ret = 0, agent;
+	int ret = 0;
 
 	for (struct txi *x = list; !ret && x; x = x->next) {
+		struct tx_chunk c;
+
 		if (!x->dev || !x->plen)
 			continue;
 		if (!st && !(st = tcp_tx_stager(t, dev)))
 			return -ENOMEM;
 		/* not ring frames: through the stream */
-		ret = tx_copy(t, x, dev, (char *)st->b[buf] + off, x->pp, 0, x->plen, &agent);
-		x->pp = (char *)st->b[buf] + off;
+		c = (struct tx_chunk){ (char *)st->b[buf] + off, x->pp, 0, x->plen };
+		ret = tx_copy(t, x, dev, &c);
+		x->pp = c.dst;
 		off += x->plen;
 	}
 	return ret;
@@ -476,9 +498,10 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
  * ---- the stage ring -----------------------------------------------------------
  *
  * With a copy agent, device payloads of up to STAGE_SIZE go out of the stage
- * ring (t->sr, SR_SIZE bytes of pinned memory) that the agent copies them
- * into.  A frame's copy is posted when the frame is queued, by the thread that
- * queues it (a poster; the receive thread, for read data), so it runs while the
+ * ring, the transmit lane's (two stage buffers of pinned memory), that the
+ * agent copies them into.  A frame's copy is posted when the frame is queued,
+ * by the thread that queues it (a poster; the receive thread, for read
+ * data), so it runs while the
  * frames ahead of it are sent, and the transmit thread waits only for the copy
  * of the frame it is about to send.  Room is taken in queue order and given
  * back, in the same order, once frames are sent: a frame that finds none (or
@@ -486,7 +509,8 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
  * while a late frame is queued no other takes room when queued; the transmit
  * thread stages late frames as room comes back (sr_catch_up), and copies
  * itself only those that may not go early (tcp_sr_early), when it takes them.
- * All of it under t->lock, whose holder is thereby the one producer of RR_TX.
+ * All of it under t->lock, whose holder is thereby the lane's one producer;
+ * a frame's copy is waited for without it, by its ticket (gdx_stage_seen).
  */
 
 /*
@@ -516,12 +540,12 @@ struct txi *tcp_sr_late_next(const struct txi *x)
  * once found no room does not leave every frame behind it late until the
  * transmit thread reaches them.  Transmit thread, lock held.
  */
-static void sr_catch_up(struct tcp_ep *t, struct gdx_copy_agent *a)
+static void sr_catch_up(struct tcp_ep *t, struct gdx_stage *tx)
 {
 	struct txi *x;
 
-	while (a && !t->dead && (x = t->sr_late) && tcp_sr_early(x) && !x->snapping &&
-	       !tcp_sr_stage(t, x, a)) {
+	while (tx && !t->dead && (x = t->sr_late) && tcp_sr_early(x) && !x->snapping &&
+	       !tcp_sr_stage(x, tx)) {
 		t->sr_late = tcp_sr_late_next(x);
 		gdx_counter_add(&t->ctr[C_SR_CAUGHT_UP], 1);
 	}
@@ -540,7 +564,7 @@ static int sr_train_frame(const struct txi *x)
  * tx_take_staged), as far as there is room.  *nreq: the requests among them.
  * Lock held.
  */
-static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_copy_agent *a,
+static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_stage *tx,
 			   long *nreq, int *err)
 {
 	struct txi *head = NULL, **tail = &head;
@@ -554,7 +578,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 		if (!sr_train_frame(x) || tcp_tx_blocked(t, x) || (x->path == TXP_TRAIN && x->ans))
 			break;
 		if (x->state == TXS_LATE) {
-			int r = tcp_sr_stage(t, x, a);
+			int r = tcp_sr_stage(x, tx);
 
 			/* no room: the frames taken are sent first, and give theirs back */
 			if (r == -EAGAIN && head)
@@ -570,7 +594,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 			t->sr_late = tcp_sr_late_next(x);
 			gdx_counter_add(&t->ctr[C_SR_TX_COPIED], 1);
 			/* the frames behind it copy while it is sent */
-			sr_catch_up(t, a);
+			sr_catch_up(t, tx);
 		}
 		tx_take_head(t, &tail, nreq);
 		n++;
@@ -578,58 +602,39 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 	return head;
 }
 
-/*
- * The agent failed and the receive side halted it (tcp_on_halt) while list, ring
- * frames taken and not sent, waited for their copies: those it did not make
- * are made through the stream into their room (idle: no worker runs), out of
- * their sources (not sent: x->req is there; a read answer's region is as it
- * was, tcp_ans_settle).  Transmit thread.
- */
-static int sr_redo(struct tcp_ep *t, struct txi *list, struct gdx_device *dev)
+/* sr_send's: the copies the halted agent owed the train, made again (tx_redo). */
+static int sr_redo(struct tcp_ep *t, const struct txi *list)
 {
-	uint32_t done = __atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE);
-	int ret = 0, agent;
+	int ret = tx_redo(t, list->sr_end);
 
-	for (struct txi *x = list; !ret && x; x = x->next) {
-		struct gdx_device *d;
-		const void *src;
-		size_t n;
-
-		if (!txi_staged(x) || tcp_seq_landed(done, x->seq))
-			continue;
-		tcp_tx_payload(x, &src, &d, &n);
-		gdx_counter_add(&t->ctr[C_SR_REDONE], 1);
-		ret = tx_copy(t, x, dev, (void *)x->pp, src, 0, n, &agent);
-		pthread_mutex_lock(&t->lock);
-		txi_set(x, TXS_GOING);
-		pthread_mutex_unlock(&t->lock);
-	}
-	return ret ? ret : tcp_tx_sync(t, dev);
+	if (ret > 0)
+		gdx_counter_add(&t->ctr[C_SR_REDONE], (uint64_t)ret);
+	return ret < 0 ? ret : 0;
 }
 
 /*
  * Sends a train taken by sr_take: each run of it once the copy of the run's
  * first frame has landed, the run reaching as far as the copies that have
- * landed too (done says all up to a seq have).  Once a run is sent the peer
- * has its bytes: its room goes back, and late frames take it (sr_catch_up)
- * while the rest of the train goes out.
+ * landed too (each seen by its ticket, without the lock).  Once a run is
+ * sent the peer has its bytes: its room goes back, and late frames take it
+ * (sr_catch_up) while the rest of the train goes out.  The agent failed and
+ * the receive side halted it (tcp_on_halt) while the train waited: the
+ * copies it did not make are made again into their room (sr_redo).
  */
-static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
+static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_stage *tx,
 		   struct gdx_device *dev)
 {
 	while (list) {
 		struct txi *end = list->next;
 		uint64_t room = 0;
-		uint32_t done;
-		int ret = txi_staged(list) ? tcp_tx_seq_landed(t, a, list->seq) : 0;
+		int ret = txi_staged(list) ?
+			  gdx_stage_watch_post(t->tx_lane, list->sr_end, list->ticket) : 0;
 
 		if (ret && ret != GDX_EDISCONNECTED)
-			ret = tcp_tx_noagent(t) ? sr_redo(t, list, dev) :
-						  tx_agent_failed(t, dev, ret);
+			ret = tcp_tx_noagent(t) ? sr_redo(t, list) : tx_agent_failed(t, dev, ret);
 		if (ret)
 			return ret;
-		done = __atomic_load_n(t->tx_word, __ATOMIC_ACQUIRE);
-		while (end && (!txi_staged(end) || tcp_seq_landed(done, end->seq)))
+		while (end && (!txi_staged(end) || gdx_stage_seen(t->tx_lane, end->sr_end, end->ticket)))
 			end = end->next;
 		ret = tx_send_staged(t, list, end);
 		if (ret)
@@ -639,8 +644,8 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
 				room = list->sr_end;
 		if (room) {
 			pthread_mutex_lock(&t->lock);
-			t->sr_tail = room;
-			sr_catch_up(t, a);
+			gdx_stage_release(t->tx_lane, room);
+			sr_catch_up(t, tx);
 			pthread_mutex_unlock(&t->lock);
 		}
 	}
@@ -654,19 +659,19 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_copy_agent *a,
  */
 static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 {
-	struct gdx_copy_agent *a = tcp_tx_agent(t, dev);
+	struct gdx_stage *tx = tcp_tx_lane(t, dev);
 	int ret = 0;
 
 	while (!ret && !t->dead && t->txq_head && t->txq_head->path == TXP_RING &&
 	       sr_train_frame(t->txq_head) && !tcp_tx_blocked(t, t->txq_head)) {
 		long nreq;
-		struct txi *list = sr_take(t, dev, a, &nreq, &ret);
+		struct txi *list = sr_take(t, dev, tx, &nreq, &ret);
 
 		if (!list)
 			break;
 		pthread_mutex_unlock(&t->lock);
 		if (!ret)
-			ret = sr_send(t, list, a, dev);
+			ret = sr_send(t, list, tx, dev);
 		if (ret) {
 			tx_let_go(t, dev, list);
 			pthread_mutex_lock(&t->lock);
@@ -762,7 +767,7 @@ void *tcp_tx_main(void *arg)
 		if (late) {
 			t->sr_whole = 0;
 			if (!ret)
-				sr_catch_up(t, tcp_tx_agent(t, dev));
+				sr_catch_up(t, tcp_tx_lane(t, dev));
 		}
 		if (ret)
 			tcp_kill_conn(t, ret);
