@@ -5,9 +5,11 @@
 # discovery log's TREQ and SECTYPE, a clear host refused where TLS is required and
 # served where it is not, a wrong key refused, a stalled handshake closed after
 # nvmf.target.handshake_timeout_ms, the host's --tls/--tls-key usage.  With the
-# right key the data goes byte-exact with digests where this kernel has kTLS (the
-# tls module); where it has none, both sides refuse and say so: nothing in clear.
-# (tests/interop/t_tls.sh runs the kTLS path in a guest whose kernel has it.)
+# right key the data goes byte-exact with digests, by kTLS where this kernel has
+# it (the tls module), else by gdx's record relay, said once per process;
+# tls.record=kernel without kTLS refused; a peer reset mid-record ends that
+# connection only.  (tests/interop/t_tls.sh runs the kTLS path in a guest whose
+# kernel has it, and the relay against the kernel host.)
 set -u
 gdx=$(realpath "${1:?usage: test_nvmf_tls.sh path/to/gdx}") || exit 1
 tmp=$(mktemp -d)
@@ -84,19 +86,68 @@ run 2 id-ctrl "${R[@]}" --tls-key "$KEY"
 run 1 id-ctrl "${R[@]}" --tls --tls-key "NVMeTLSkey-1:01:short:"
 grep -q "interchange format" <<<"$err" || fail "a malformed key: $err"
 
-if grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null || modprobe -q tls 2>/dev/null; then
-  head -c 1M /dev/urandom >"$tmp/a"
-  run 0 write "${R[@]}" --tls --tls-key "$KEY" --hdr-digest --data-digest -l 1M --from "$tmp/a"
-  run 0 read "${R[@]}" --tls --tls-key "$tmp/key" --hdr-digest --data-digest --queues 2 -l 1M \
-    --to "$tmp/b"
-  cmp -s "$tmp/a" "$tmp/b" || fail "what was read over TLS differs from what was written"
-  run 0 read "${O[@]}" --tls --tls-key "$KEY" -l 1M --to "$tmp/c"	# allowed: TLS taken too
-  cmp -s "$tmp/a" "$tmp/c" || fail "TLS on the not-required port: data differs"
-else
-  run 1 id-ctrl "${R[@]}" --tls --tls-key "$KEY"
-  grep -q "kernel TLS is not available" <<<"$err" || fail "no kTLS: the host should say so: $err"
-  grep -q "kernel TLS is not available" "$tmp/target.log" || fail "no kTLS: the target should say so"
+# the right key: byte-exact with digests, by kTLS where this kernel has it, else by
+# the record relay (the host's and the target's), said once per process
+head -c 1M /dev/urandom >"$tmp/a"
+run 0 write "${R[@]}" --tls --tls-key "$KEY" --hdr-digest --data-digest -l 1M --from "$tmp/a"
+GDX_LOG_LEVEL=info run 0 read "${R[@]}" --tls --tls-key "$tmp/key" --hdr-digest --data-digest \
+  --queues 2 -l 1M --to "$tmp/b"
+said=$err
+cmp -s "$tmp/a" "$tmp/b" || fail "what was read over TLS differs from what was written"
+run 0 read "${O[@]}" --tls --tls-key "$KEY" -l 1M --to "$tmp/c"	# allowed: TLS taken too
+cmp -s "$tmp/a" "$tmp/c" || fail "TLS on the not-required port: data differs"
+if ! grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null && ! modprobe -q tls 2>/dev/null
+then
+  [ "$(grep -c 'TLS records in userspace: the kernel has no kTLS' <<<"$said")" = 1 ] ||
+    fail "no kTLS: the host (3 queues) should say once that it makes the records: $said"
+  [ "$(grep -c 'TLS records in userspace: the kernel has no kTLS' "$tmp/target.log")" = 1 ] ||
+    fail "no kTLS: the target should say once that it makes the records"
+  GDX_TLS_RECORD=kernel run 1 id-ctrl "${R[@]}" --tls --tls-key "$KEY"
+  grep -q "kernel TLS is not available .* tls.record is kernel" <<<"$err" ||
+    fail "tls.record=kernel without kTLS: the host should refuse and say so: $err"
 fi
+
+# a peer reset in the middle of a record: a proxy passes the handshake and the
+# first records, then half of the next and a RST each way; the target says so and
+# serves the next host, the host fails at once
+python3 - "${ports[0]}" "$gdx" "$KEY" "${R[@]}" <<'PY' || fail "reset mid-record"
+import socket, struct, subprocess, sys, threading
+port, gdx, key, args = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+lst = socket.create_server(("127.0.0.1", 0))
+args[args.index("-s") + 1] = str(lst.getsockname()[1])
+def proxy():
+    h, _ = lst.accept()
+    t = socket.create_connection(("127.0.0.1", port))
+    def back():				# target -> host, as it comes
+        try:
+            while d := t.recv(65536):
+                h.sendall(d)
+        except OSError:
+            pass
+    threading.Thread(target=back, daemon=True).start()
+    seen = 0				# host -> target: whole records, the handshake's and 4 more
+    while True:
+        hdr = h.recv(5, socket.MSG_WAITALL)
+        body = h.recv(struct.unpack(">H", hdr[3:5])[0], socket.MSG_WAITALL)
+        if hdr[0] == 0x17:
+            seen += 1
+        if seen == 5:
+            t.sendall(hdr + body[:len(body) // 2])
+            break
+        t.sendall(hdr + body)
+    for s in (h, t):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+threading.Thread(target=proxy, daemon=True).start()
+p = subprocess.run([gdx, "nvmf", "read", *args, "--tls", "--tls-key", key, "-l", "1M",
+                    "--to", "/dev/null"], capture_output=True, text=True, timeout=20)
+sys.exit(0 if p.returncode == 1 else f"the host exited {p.returncode}: {p.stderr}")
+PY
+for i in $(seq 100); do grep -q "connection ends: Connection reset by peer" "$tmp/target.log" && break
+  sleep 0.05; done
+grep -q "connection ends: Connection reset by peer" "$tmp/target.log" ||
+  fail "the target should say the peer reset the TLS connection"
+run 0 id-ctrl "${R[@]}" --tls --tls-key "$KEY"	# and serves the next one
 
 # a client that starts a handshake and stalls is closed after the handshake timeout
 python3 - "${ports[0]}" <<'PY' || fail "a stalled TLS handshake was not closed within 4 s"
