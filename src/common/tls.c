@@ -593,6 +593,7 @@ struct relay {
 	int net, app;
 	char peer[INET6_ADDRSTRLEN + 8];
 	struct relay *next, **pprev;	/* in relays */
+	bool ending;			/* its thread is on its way out */
 	bool waited;			/* an exiting process waits for it */
 	size_t ulen, uoff;		/* up: from the application, to SSL_write */
 	size_t dlen, doff;		/* down: from SSL_read, to the application */
@@ -620,10 +621,12 @@ static void peer_str(int fd, char *out, size_t n)
 }
 
 /*
- * The live relays.  One whose application has closed its end may still have
- * what it sent on its way to the peer, as a TCP socket's buffer would after
- * close, so a process that exits waits for those (RELAY_LINGER_MS at most);
- * relays whose application never closed end with the process, as its
+ * The relays whose thread runs.  One whose application has closed its end
+ * may still have what it sent on its way to the peer, as a TCP socket's
+ * buffer would after close, so a process that exits waits for those
+ * (RELAY_LINGER_MS at most), and for those already ending: OPENSSL_cleanup
+ * at exit takes away the thread-local keys their OPENSSL_thread_stop needs.
+ * Relays whose application never closed end with the process, as its
  * sockets would.  A child forked since has no relay threads: it waits for none.
  */
 static pthread_mutex_t relays_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -644,7 +647,7 @@ static void relays_exit_wait(void)
 	for (struct relay *r = relays; r; r = r->next) {
 		struct pollfd p = { .fd = r->app };
 
-		if (poll(&p, 1, 0) == 1 && p.revents & POLLHUP) {
+		if (r->ending || (poll(&p, 1, 0) == 1 && p.revents & POLLHUP)) {
 			r->waited = true;
 			relays_waited++;
 		}
@@ -660,15 +663,24 @@ static void relays_at_exit(void)
 	atexit(relays_exit_wait);
 }
 
-static void relay_unlist(struct relay *r)
+static void relay_list(struct relay *r)
 {
 	pthread_mutex_lock(&relays_lock);
+	r->next = relays;
+	r->pprev = &relays;
+	if (relays)
+		relays->pprev = &r->next;
+	relays = r;
+	pthread_mutex_unlock(&relays_lock);
+}
+
+static void relay_unlist(struct relay *r)
+{
 	*r->pprev = r->next;
 	if (r->next)
 		r->next->pprev = r->pprev;
 	if (r->waited && !--relays_waited)
 		pthread_cond_broadcast(&relays_cond);
-	pthread_mutex_unlock(&relays_lock);
 }
 
 static void relay_free(struct relay *r)
@@ -681,6 +693,23 @@ static void relay_free(struct relay *r)
 		close(r->app);
 	gdx_tls_wipe(r, sizeof(*r));
 	free(r);
+}
+
+/* The relay thread's end: OpenSSL's state, this thread's too, then the list. */
+static void relay_end(struct relay *r)
+{
+	pthread_mutex_lock(&relays_lock);
+	r->ending = true;
+	pthread_mutex_unlock(&relays_lock);
+	SSL_free(r->ssl);
+	SSL_CTX_free(r->ctx);
+	r->ssl = NULL;
+	r->ctx = NULL;
+	OPENSSL_thread_stop();	/* this thread's error queue */
+	pthread_mutex_lock(&relays_lock);
+	relay_unlist(r);
+	relay_free(r);		/* app closes under the lock: relays_exit_wait polls it */
+	pthread_mutex_unlock(&relays_lock);
 }
 
 /*
@@ -833,9 +862,7 @@ static void *relay_main(void *arg)
 			app_gone = true;
 	}
 out:
-	relay_unlist(r);
-	relay_free(r);
-	OPENSSL_thread_stop();	/* this thread's error queue */
+	relay_end(r);
 	return NULL;
 }
 
@@ -883,6 +910,7 @@ static int relay_start(struct gdx_tls_hs *hs)
 	SSL_CTX_set_keylog_callback(hs->ctx, NULL);
 	SSL_set_app_data(hs->ssl, NULL);
 	SSL_set_mode(hs->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
+	SSL_set_read_ahead(hs->ssl, 1);
 	r->ssl = hs->ssl;
 	r->ctx = hs->ctx;
 	hs->ssl = NULL;
@@ -895,19 +923,15 @@ static int relay_start(struct gdx_tls_hs *hs)
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&a, RELAY_STACK);
-	pthread_mutex_lock(&relays_lock);
-	r->next = relays;
-	r->pprev = &relays;
-	if (relays)
-		relays->pprev = &r->next;
-	relays = r;
-	pthread_mutex_unlock(&relays_lock);
+	relay_list(r);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	ret = -pthread_create(&th, &a, relay_main, r);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&a);
 	if (ret) {
+		pthread_mutex_lock(&relays_lock);
 		relay_unlist(r);
+		pthread_mutex_unlock(&relays_lock);
 		goto fail;
 	}
 	pthread_setname_np(th, "gdx-tls");
