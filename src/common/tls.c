@@ -720,7 +720,7 @@ static void relay_end(struct relay *r)
  */
 static int relay_ssl(struct relay *r, int n, short *ev)
 {
-	int err = SSL_get_error(r->ssl, n);
+	int sys = errno, err = SSL_get_error(r->ssl, n);
 	unsigned long e = ERR_peek_error();
 	char why[160];
 
@@ -734,9 +734,9 @@ static int relay_ssl(struct relay *r, int n, short *ev)
 	case SSL_ERROR_ZERO_RETURN:
 		return 1;
 	case SSL_ERROR_SYSCALL:
-		if (!errno || errno == EPIPE)
+		if (!sys || sys == EPIPE)
 			return 1;
-		GDX_INFO("tls", "%s: connection ends: %s", r->peer, strerror(errno));
+		GDX_INFO("tls", "%s: connection ends: %s", r->peer, strerror(sys));
 		return -1;
 	default:
 		if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
@@ -772,8 +772,9 @@ static void *relay_main(void *arg)
 			moved = false;
 			p[0] = (struct pollfd){ .fd = r->net };
 			p[1] = (struct pollfd){ .fd = app_gone ? -1 : r->app };
-			ERR_clear_error();
+			/* SSL_get_error reads the error queue: clear before each call */
 			if (net_in && !r->dlen && !app_gone) {
+				ERR_clear_error();
 				errno = 0;
 				n = SSL_read(r->ssl, r->down, sizeof(r->down));
 				if (n > 0) {
@@ -824,6 +825,7 @@ static void *relay_main(void *arg)
 				}
 			}
 			if (r->ulen) {
+				ERR_clear_error();
 				errno = 0;
 				n = SSL_write(r->ssl, r->up + r->uoff, (int)(r->ulen - r->uoff));
 				if (n > 0) {
@@ -836,6 +838,7 @@ static void *relay_main(void *arg)
 				}
 			}
 			if (!app_in && !r->ulen && net_out) {
+				ERR_clear_error();
 				errno = 0;
 				/* close_notify, unless reading failed (EOF without one): OpenSSL then sends nothing */
 				n = SSL_in_init(r->ssl) ? 0 : SSL_shutdown(r->ssl);

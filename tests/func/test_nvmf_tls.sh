@@ -7,8 +7,8 @@
 # nvmf.target.handshake_timeout_ms, the host's --tls/--tls-key usage.  With the
 # right key the data goes byte-exact with digests, by kTLS where this kernel has
 # it (the tls module), else by gdx's record relay, said once per process;
-# tls.record=kernel without kTLS refused; a peer reset mid-record ends that
-# connection only.  (tests/interop/t_tls.sh runs the kTLS path in a guest whose
+# tls.record=kernel without kTLS refused; a peer reset mid-record, or a record
+# altered on the way, ends that connection only, and both sides say why.  (tests/interop/t_tls.sh runs the kTLS path in a guest whose
 # kernel has it, and the relay against the kernel host.)
 set -u
 gdx=$(realpath "${1:?usage: test_nvmf_tls.sh path/to/gdx}") || exit 1
@@ -107,12 +107,14 @@ then
     fail "tls.record=kernel without kTLS: the host should refuse and say so: $err"
 fi
 
-# a peer reset in the middle of a record: a proxy passes the handshake and the
-# first records, then half of the next and a RST each way; the target says so and
-# serves the next host, the host fails at once
-python3 - "${ports[0]}" "$gdx" "$KEY" "${R[@]}" <<'PY' >"$tmp/reset.out" 2>&1 || fail "reset mid-record"
+# a proxy between the host and the target passes the handshake and the host's first
+# records, then (cut) half of the next and a RST each way, or (flip) the next with
+# one byte changed; the target says which, the host fails at once, and the target
+# serves the next host
+tamper() {  # cut|flip
+  python3 - "$1" "${ports[0]}" "$gdx" "$KEY" "${R[@]}" <<'PY' >"$tmp/$1.out" 2>&1 || fail "$1: $(cat "$tmp/$1.out")"
 import socket, struct, subprocess, sys, threading
-port, gdx, key, args = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+how, port, gdx, key, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
 lst = socket.create_server(("127.0.0.1", 0))
 args[args.index("-s") + 1] = str(lst.getsockname()[1])
 def proxy():
@@ -129,8 +131,12 @@ def proxy():
     while True:
         hdr = h.recv(5, socket.MSG_WAITALL)
         body = h.recv(struct.unpack(">H", hdr[3:5])[0], socket.MSG_WAITALL)
-        if hdr[0] == 0x17:
-            seen += 1
+        seen += hdr[0] == 0x17
+        if seen == 5 and how == "flip":
+            t.sendall(hdr + body[:-20] + bytes([body[-20] ^ 1]) + body[-19:])
+            while d := h.recv(65536):	# and on as it comes, till someone closes
+                t.sendall(d)
+            return
         if seen == 5:
             t.sendall(hdr + body[:len(body) // 2])
             break
@@ -140,15 +146,24 @@ def proxy():
         s.close()
 threading.Thread(target=proxy, daemon=True).start()
 p = subprocess.run([gdx, "nvmf", "read", *args, "--tls", "--tls-key", key, "-l", "1M",
-                    "--to", "/dev/null"], capture_output=True, text=True, timeout=20)
+                    "--to", "/dev/null"], capture_output=True, text=True, timeout=20,
+                   env=dict(__import__("os").environ, GDX_LOG_LEVEL="info"))
 print(p.stderr)
 sys.exit(0 if p.returncode == 1 else f"the host exited {p.returncode}")
 PY
-for i in $(seq 100); do grep -q "connection ends: Connection reset by peer" "$tmp/target.log" && break
-  sleep 0.05; done
-grep -q "connection ends: Connection reset by peer" "$tmp/target.log" ||
-  fail "the target should say the peer reset the TLS connection; the host: $(cat "$tmp/reset.out")"
-run 0 id-ctrl "${R[@]}" --tls --tls-key "$KEY"	# and serves the next one
+}
+# want in the target's log (within 5 s), then in the host's
+tampered() {
+  for i in $(seq 100); do grep -q "$2" "$tmp/target.log" && break; sleep 0.05; done
+  grep -q "$2" "$tmp/target.log" || fail "$1: the target should say '$2'; the host: $(cat "$tmp/$1.out")"
+  grep -q "$3" "$tmp/$1.out" || fail "$1: the host should say '$3': $(cat "$tmp/$1.out")"
+  run 0 id-ctrl "${R[@]}" --tls --tls-key "$KEY"
+}
+tamper cut
+tampered cut "connection ends: Connection reset by peer" "Connection reset by peer"
+tamper flip
+tampered flip "connection ends: TLS record layer: .*bad record mac" \
+  "connection ends: TLS record layer: .*alert bad record mac"
 
 # a client that starts a handshake and stalls is closed after the handshake timeout
 python3 - "${ports[0]}" <<'PY' || fail "a stalled TLS handshake was not closed within 4 s"
