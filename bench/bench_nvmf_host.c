@@ -374,6 +374,31 @@ static void *tcp_receiver(void *arg)
 	return NULL;
 }
 
+/*
+ * Who made the TLS records, asked once the queues are up: the kernel where
+ * it has the tls module (the connect loaded it if it could) unless
+ * tls.record says user, else gdx (docs/security.md).
+ */
+static const char *tls_records(void)
+{
+	char mode[16] = "auto", ulp[256] = "";
+	FILE *f = fopen("/proc/sys/net/ipv4/tcp_available_ulp", "re");
+	char *w, *save = NULL;
+
+	if (f) {
+		if (!fgets(ulp, sizeof(ulp), f))
+			ulp[0] = 0;
+		fclose(f);
+	}
+	gdx_config_get("tls.record", mode, sizeof(mode));
+	if (!strcmp(mode, "user"))
+		return "records by gdx, tls.record=user";
+	for (w = strtok_r(ulp, " \n", &save); w; w = strtok_r(NULL, " \n", &save))
+		if (!strcmp(w, "tls"))
+			return "kTLS";
+	return "records by gdx: no kTLS";
+}
+
 static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
@@ -924,11 +949,11 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 	gdx_nvmf_ctrl_info(mems[0].ctrl, &in);
 	if (!c.json)
 		printf("# %s at %s:%s nsid %u: %" PRIu64 " MiB, %u-byte blocks; %u I/O queues x %u, "
-		       "max_xfer %u%s%s%s; %u x %.1f s per point, medians\n", c.nqn, c.addr, c.svc,
-		       c.nsid, ns.nsze * ns.block_size >> 20, ns.block_size, in.nr_io_queues,
+		       "max_xfer %u%s%s%s%s%s; %u x %.1f s per point, medians\n", c.nqn, c.addr,
+		       c.svc, c.nsid, ns.nsze * ns.block_size >> 20, ns.block_size, in.nr_io_queues,
 		       in.queue_depth, in.max_xfer, in.hdr_digest ? ", hdgst" : "",
-		       in.data_digest ? ", ddgst" : "", c.o.tls_key ? ", TLS 1.3 (kTLS)" : "",
-		       c.rounds, c.secs);
+		       in.data_digest ? ", ddgst" : "", c.o.tls_key ? ", TLS 1.3 (" : "",
+		       c.o.tls_key ? tls_records() : "", c.o.tls_key ? ")" : "", c.rounds, c.secs);
 	if (c.tcp_ceiling) {
 		/* one stream, and one per I/O queue: the better is the ceiling */
 		double secs = GDX_MAX(1.0, GDX_MIN(c.secs, 2.0));

@@ -11,8 +11,9 @@
 # default 8), and runs `gdx bench nvmf-host` against each, clear first, reading into
 # host and GPU memory (8 queues; depths 1/32/128 and 128 KiB reads, GDX_BENCH_SECS per
 # point, default 2), each beside the loopback TCP ceiling of its run.  The records are
-# the kernel's (kTLS): the machine's kernel needs the tls module (modprobe tls); the
-# script stops if it has none.  About 2 minutes.  Output: $OUT (or /tmp)/nvmf_host_tls_gpu.*
+# the kernel's (kTLS) where it has the tls module, else gdx's own (a relay thread per
+# connection, OpenSSL); GDX_TLS_RECORD=user forces gdx's (the header says which ran).
+# About 2 minutes.  Output: $OUT (or /tmp)/nvmf_host_tls_gpu.*
 set -u
 
 GDX=${1:-}
@@ -26,8 +27,13 @@ SECS=${GDX_BENCH_SECS:-2}
 tlog=$out/nvmf_host_tls_gpu.target.log
 
 modprobe tls 2>/dev/null
-grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null ||
-	{ echo "this kernel ($(uname -r)) has no kTLS: modprobe tls failed"; exit 2; }
+if [ "${GDX_TLS_RECORD:-auto}" = user ]; then
+	records="gdx's, in userspace (GDX_TLS_RECORD=user)"
+elif grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null; then
+	records="the kernel's (kTLS)"
+else
+	records="gdx's, in userspace (this kernel has no kTLS)"
+fi
 KEY=$(python3 -c 'import base64,os,zlib;k=os.urandom(32);print("NVMeTLSkey-1:01:"+base64.b64encode(k+zlib.crc32(k).to_bytes(4,"little")).decode()+":")')
 cat >"$out/nvmf_host_tls_gpu.json" <<JSON
 { "subsystems": [ { "nqn": "$NQN", "attr": { "allow_any_host": "1" },
@@ -51,6 +57,7 @@ clear_port=$(sed -n 's/.*port 1 listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$tlog
 tls_port=$(sed -n 's/.*port 2 listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$tlog")
 echo "# $(uname -sr); $(nproc) CPUs; $(nvidia-smi --query-gpu=name,pci.bus_id,driver_version --format=csv,noheader 2>/dev/null)"
 echo "# gdx target: $NS, ${GDX_BENCH_REACTORS:-8} reactors; clear on $clear_port, TLS on $tls_port"
+echo "# TLS records: $records"
 for mode in clear tls; do
 	if [ $mode = tls ]; then port=$tls_port; set -- --tls-key "$KEY"; else port=$clear_port; set --; fi
 	echo "=== $mode: gdx bench nvmf-host -m host,gpu:0 --queues 8"

@@ -265,6 +265,12 @@ static struct knob knobs[] = {
 	     "splice (no copy on the way out): auto for hosts on other machines (a host on this "
 	     "one copies the bytes in anyway, and the page references cost more), on, off",
 	     .choices = "auto|on|off"),
+	KNOB("tls.record", K_ENUM, "auto",
+	     "TLS 1.3 (NVMe/TCP, tcp transport): who makes the records after the handshake: "
+	     "auto (the kernel's kTLS where it takes the keys, else a relay thread per "
+	     "connection running OpenSSL's, said once in the log), kernel (kTLS, or the "
+	     "connection fails), user (the relay)",
+	     .choices = "auto|kernel|user"),
 	KNOB("nvmf.host.post_first", K_BOOL, "1",
 	     "NVMe/TCP host: with a done word, a received piece's H2D copy is posted before the "
 	     "device reads held so far complete (their callbacks then cannot delay it)"),

@@ -4,13 +4,18 @@
 #include <fcntl.h>
 #include <isa-l/crc.h>
 #include <linux/tls.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/core_names.h>
@@ -21,6 +26,7 @@
 #include <openssl/kdf.h>
 #include <openssl/ssl.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/tls.h"
 #include "common/util.h"
@@ -504,7 +510,13 @@ out:
 	return ret;
 }
 
-static int ktls_install(struct gdx_tls_hs *hs)
+/*
+ * The record layer to the kernel.  -EOPNOTSUPP where it cannot take it and
+ * nothing was installed (no tls module; or the cipher not offered, TLS_TX
+ * refused: a tls socket without keys passes bytes through as they are), with
+ * what it said in why; once TLS_TX is in there is no way back.
+ */
+static int ktls_install(struct gdx_tls_hs *hs, char *why, size_t n)
 {
 	int me = hs->server, ret;
 
@@ -516,15 +528,19 @@ static int ktls_install(struct gdx_tls_hs *hs)
 	}
 	if (setsockopt(hs->fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls"))) {
 		ret = -errno;
-		GDX_ERR("tls", "kernel TLS is not available (TCP_ULP \"tls\": %s): load the tls "
-			"module; gdx does not run TLS in user space", strerror(errno));
+		snprintf(why, n, "TCP_ULP \"tls\": %s", strerror(errno));
 		return ret == -ENOENT || ret == -ENOPROTOOPT ? -EOPNOTSUPP : ret;
 	}
 	ret = ktls_dir(hs->fd, hs->hash, TLS_TX, hs->secret[me]);
-	if (!ret)
-		ret = ktls_dir(hs->fd, hs->hash, TLS_RX, hs->secret[!me]);
+	if (ret) {
+		snprintf(why, n, "TLS_TX %s: %s", hs->hash == 2 ? "TLS_AES_256_GCM_SHA384" :
+			 "TLS_AES_128_GCM_SHA256", strerror(-ret));
+		return -EOPNOTSUPP;
+	}
+	ret = ktls_dir(hs->fd, hs->hash, TLS_RX, hs->secret[!me]);
 	if (ret)
-		GDX_ERR("tls", "kernel TLS refused the keys: %s", strerror(-ret));
+		GDX_ERR("tls", "kernel TLS took the send key, not the receive key: %s",
+			strerror(-ret));
 	return ret;
 }
 
@@ -537,7 +553,7 @@ int gdx_tls_step(struct gdx_tls_hs *hs, short *events)
 	ERR_clear_error();
 	r = SSL_do_handshake(hs->ssl);
 	if (r == 1)
-		return ktls_install(hs);
+		return 0;
 	err = SSL_get_error(hs->ssl, r);
 	if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
 		*events = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
@@ -558,6 +574,410 @@ int gdx_tls_step(struct gdx_tls_hs *hs, short *events)
 	return -ECONNRESET;
 }
 
+/* ---- the record layer in userspace ------------------------------------------ */
+
+#define RELAY_BUF 16384			/* a TLS record's plaintext at most */
+#define RELAY_LINGER_MS 5000		/* for the peer to take what a closed application sent */
+#define RELAY_STACK (512u << 10)
+
+/*
+ * One connection's relay: OpenSSL's records on the TCP socket (net), plain
+ * bytes on its end of the socketpair (app) whose other end the caller holds.
+ * What it holds is bounded: a record's plaintext each way here, OpenSSL's
+ * record buffers, and the two sockets' kernel buffers; when one side does not
+ * take bytes the relay stops reading the other, so the backpressure is TCP's.
+ */
+struct relay {
+	SSL_CTX *ctx;
+	SSL *ssl;
+	int net, app;
+	char peer[INET6_ADDRSTRLEN + 8];
+	struct relay *next, **pprev;	/* in relays */
+	bool ending;			/* its thread is on its way out */
+	bool waited;			/* an exiting process waits for it */
+	size_t ulen, uoff;		/* up: from the application, to SSL_write */
+	size_t dlen, doff;		/* down: from SSL_read, to the application */
+	uint8_t up[RELAY_BUF], down[RELAY_BUF];
+};
+
+/* The peer's address and port, for the relay's log lines (the caller's own name it after). */
+static void peer_str(int fd, char *out, size_t n)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char a[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl))
+		ss.ss_family = AF_UNSPEC;
+	if (ss.ss_family == AF_INET) {
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, a, sizeof(a));
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	} else if (ss.ss_family == AF_INET6) {
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, a, sizeof(a));
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	snprintf(out, n, ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", a, port);
+}
+
+/*
+ * The relays whose thread runs.  One whose application has closed its end
+ * may still have what it sent on its way to the peer, as a TCP socket's
+ * buffer would after close, so a process that exits waits for those
+ * (RELAY_LINGER_MS at most), and for those already ending: OPENSSL_cleanup
+ * at exit takes away the thread-local keys their OPENSSL_thread_stop needs.
+ * Relays whose application never closed end with the process, as its
+ * sockets would.  A child forked since has no relay threads: it waits for none.
+ */
+static pthread_mutex_t relays_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t relays_cond = PTHREAD_COND_INITIALIZER;
+static struct relay *relays;
+static unsigned relays_waited;
+static pid_t relays_pid;
+
+static void relays_exit_wait(void)
+{
+	struct timespec end;
+
+	if (getpid() != relays_pid)
+		return;
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += RELAY_LINGER_MS / 1000;
+	pthread_mutex_lock(&relays_lock);
+	for (struct relay *r = relays; r; r = r->next) {
+		struct pollfd p = { .fd = r->app };
+
+		if (r->ending || (poll(&p, 1, 0) == 1 && p.revents & POLLHUP)) {
+			r->waited = true;
+			relays_waited++;
+		}
+	}
+	while (relays_waited && !pthread_cond_timedwait(&relays_cond, &relays_lock, &end))
+		;
+	pthread_mutex_unlock(&relays_lock);
+}
+
+static void relays_at_exit(void)
+{
+	relays_pid = getpid();
+	atexit(relays_exit_wait);
+}
+
+static void relay_list(struct relay *r)
+{
+	pthread_mutex_lock(&relays_lock);
+	r->next = relays;
+	r->pprev = &relays;
+	if (relays)
+		relays->pprev = &r->next;
+	relays = r;
+	pthread_mutex_unlock(&relays_lock);
+}
+
+static void relay_unlist(struct relay *r)
+{
+	*r->pprev = r->next;
+	if (r->next)
+		r->next->pprev = r->pprev;
+	if (r->waited && !--relays_waited)
+		pthread_cond_broadcast(&relays_cond);
+}
+
+static void relay_free(struct relay *r)
+{
+	SSL_free(r->ssl);	/* the socket BIO does not close net */
+	SSL_CTX_free(r->ctx);
+	if (r->net >= 0)
+		close(r->net);
+	if (r->app >= 0)
+		close(r->app);
+	gdx_tls_wipe(r, sizeof(*r));
+	free(r);
+}
+
+/* The relay thread's end: OpenSSL's state, this thread's too, then the list. */
+static void relay_end(struct relay *r)
+{
+	pthread_mutex_lock(&relays_lock);
+	r->ending = true;
+	pthread_mutex_unlock(&relays_lock);
+	SSL_free(r->ssl);
+	SSL_CTX_free(r->ctx);
+	r->ssl = NULL;
+	r->ctx = NULL;
+	OPENSSL_thread_stop();	/* this thread's error queue */
+	pthread_mutex_lock(&relays_lock);
+	relay_unlist(r);
+	relay_free(r);		/* app closes under the lock: relays_exit_wait polls it */
+	pthread_mutex_unlock(&relays_lock);
+}
+
+/*
+ * After an SSL_read, SSL_write or SSL_shutdown that returned n <= 0: 0 with
+ * *ev to wait for on net, 1 for the peer's end of the stream (close_notify,
+ * or EOF: a kTLS peer closes without one, and every gdx protocol frames its
+ * messages, so EOF cannot cut one short unseen), -1 for a failure, said.
+ */
+static int relay_ssl(struct relay *r, int n, short *ev)
+{
+	int sys = errno, err = SSL_get_error(r->ssl, n);
+	unsigned long e = ERR_peek_error();
+	char why[160];
+
+	switch (err) {
+	case SSL_ERROR_WANT_READ:
+		*ev |= POLLIN;
+		return 0;
+	case SSL_ERROR_WANT_WRITE:
+		*ev |= POLLOUT;
+		return 0;
+	case SSL_ERROR_ZERO_RETURN:
+		return 1;
+	case SSL_ERROR_SYSCALL:
+		if (!sys || sys == EPIPE)
+			return 1;
+		GDX_INFO("tls", "%s: connection ends: %s", r->peer, strerror(sys));
+		return -1;
+	default:
+		if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+			return 1;
+		ERR_error_string_n(e, why, sizeof(why));
+		/* a bad record (bad_record_mac) or the peer's alert: OpenSSL sent or read the alert */
+		GDX_INFO("tls", "%s: connection ends: TLS record layer: %s", r->peer, why);
+		return -1;
+	}
+}
+
+/*
+ * The relay's loop: each way, read when its buffer is empty, write while it
+ * is not, until neither moves; then poll for what the stalled steps wait on.
+ * The peer's end of stream becomes the application's (SHUT_WR on app), the
+ * application's becomes close_notify and FIN; a failure either side closes
+ * both.  Once the application has closed its end (POLLHUP) what it sent
+ * still goes out, for RELAY_LINGER_MS at most.
+ */
+static void *relay_main(void *arg)
+{
+	struct relay *r = arg;
+	bool net_in = true, app_in = true;	/* the stream from each is not over */
+	bool net_out = true, app_out = true;	/* the stream to each is not over */
+	bool app_gone = false;			/* the application closed its end */
+
+	for (;;) {
+		struct pollfd p[2];
+		bool moved;
+		int n;
+
+		do {
+			moved = false;
+			p[0] = (struct pollfd){ .fd = r->net };
+			p[1] = (struct pollfd){ .fd = app_gone ? -1 : r->app };
+			/* SSL_get_error reads the error queue: clear before each call */
+			if (net_in && !r->dlen && !app_gone) {
+				ERR_clear_error();
+				errno = 0;
+				n = SSL_read(r->ssl, r->down, sizeof(r->down));
+				if (n > 0) {
+					r->dlen = (size_t)n;
+					r->doff = 0;
+					moved = true;
+				} else if ((n = relay_ssl(r, n, &p[0].events)) < 0) {
+					goto out;
+				} else if (n) {
+					net_in = false;
+					moved = true;
+				}
+			}
+			if (r->dlen && !app_gone) {
+				ssize_t w = send(r->app, r->down + r->doff, r->dlen - r->doff,
+						 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+				if (w > 0) {
+					r->doff += (size_t)w;
+					if (r->doff == r->dlen)
+						r->dlen = 0;
+					moved = true;
+				} else if (errno == EAGAIN) {
+					p[1].events |= POLLOUT;
+				} else if (errno != EINTR) {
+					goto out;	/* the application is gone: nothing to say */
+				}
+			}
+			if (!net_in && !r->dlen && app_out) {
+				shutdown(r->app, SHUT_WR);
+				app_out = false;
+				moved = true;
+			}
+			if (app_in && !r->ulen) {
+				ssize_t m = recv(r->app, r->up, sizeof(r->up), MSG_DONTWAIT);
+
+				if (m > 0) {
+					r->ulen = (size_t)m;
+					r->uoff = 0;
+					moved = true;
+				} else if (!m) {
+					app_in = false;
+					moved = true;
+				} else if (errno == EAGAIN) {
+					p[1].events |= POLLIN;
+				} else if (errno != EINTR) {
+					goto out;
+				}
+			}
+			if (r->ulen) {
+				ERR_clear_error();
+				errno = 0;
+				n = SSL_write(r->ssl, r->up + r->uoff, (int)(r->ulen - r->uoff));
+				if (n > 0) {
+					r->uoff += (size_t)n;
+					if (r->uoff == r->ulen)
+						r->ulen = 0;
+					moved = true;
+				} else if (relay_ssl(r, n, &p[0].events)) {
+					goto out;	/* the peer's end: what we send goes nowhere */
+				}
+			}
+			if (!app_in && !r->ulen && net_out) {
+				ERR_clear_error();
+				errno = 0;
+				/* close_notify, unless reading failed (EOF without one): OpenSSL then sends nothing */
+				n = SSL_in_init(r->ssl) ? 0 : SSL_shutdown(r->ssl);
+				if (n >= 0 || relay_ssl(r, n, &p[0].events)) {
+					shutdown(r->net, SHUT_WR);
+					net_out = false;
+					moved = true;
+				}
+			}
+		} while (moved);
+		if (!net_out && (!app_out || app_gone))
+			break;
+		if (!p[0].events)
+			p[0].fd = -1;	/* an event nothing waits on (a reset) would spin */
+		n = poll(p, 2, app_gone ? RELAY_LINGER_MS : -1);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (!n) {
+			GDX_INFO("tls", "%s: the peer took no data for %d ms after the connection "
+				 "was closed here", r->peer, RELAY_LINGER_MS);
+			break;
+		}
+		if (p[1].revents & (POLLHUP | POLLERR))
+			app_gone = true;
+	}
+out:
+	relay_end(r);
+	return NULL;
+}
+
+/* The TCP socket to a relay thread, and fd made the application's end of a socketpair. */
+static int relay_start(struct gdx_tls_hs *hs)
+{
+	struct relay *r = calloc(1, sizeof(*r));
+	struct timeval tmo[2];
+	socklen_t tl = sizeof(tmo[0]);
+	int sp[2], fl = fcntl(hs->fd, F_GETFL), fdfl = fcntl(hs->fd, F_GETFD), one = 1, ret;
+	sigset_t all, old;
+	pthread_attr_t a;
+	pthread_t th;
+
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	if (!r)
+		return -ENOMEM;
+	pthread_once(&once, relays_at_exit);
+	r->net = r->app = -1;
+	if (fl < 0 || fdfl < 0 || getsockopt(hs->fd, SOL_SOCKET, SO_RCVTIMEO, &tmo[0], &tl) ||
+	    getsockopt(hs->fd, SOL_SOCKET, SO_SNDTIMEO, &tmo[1], &tl) ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp)) {
+		ret = -errno;
+		free(r);
+		return ret;
+	}
+	r->app = sp[1];
+	peer_str(hs->fd, r->peer, sizeof(r->peer));
+	/* the relay waits in poll and its sockets never block it; all of its records are whole */
+	if ((r->net = fcntl(hs->fd, F_DUPFD_CLOEXEC, 0)) < 0 ||
+	    fcntl(r->net, F_SETFL, fl | O_NONBLOCK) || fcntl(r->app, F_SETFL, O_NONBLOCK) ||
+	    fcntl(sp[0], F_SETFL, fl & O_NONBLOCK) ||
+	    setsockopt(sp[0], SOL_SOCKET, SO_RCVTIMEO, &tmo[0], sizeof(tmo[0])) ||
+	    setsockopt(sp[0], SOL_SOCKET, SO_SNDTIMEO, &tmo[1], sizeof(tmo[1]))) {
+		ret = -errno;
+		goto fail;
+	}
+	setsockopt(r->net, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (!SSL_set_fd(hs->ssl, r->net)) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	/* the handshake's callbacks point at hs, which the caller frees */
+	SSL_CTX_set_keylog_callback(hs->ctx, NULL);
+	SSL_set_app_data(hs->ssl, NULL);
+	SSL_set_mode(hs->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
+	SSL_set_read_ahead(hs->ssl, 1);
+	r->ssl = hs->ssl;
+	r->ctx = hs->ctx;
+	hs->ssl = NULL;
+	hs->ctx = NULL;
+	/*
+	 * No signal for the relay: the application's handlers run on its own
+	 * threads, and OpenSSL's write() to a reset peer raises SIGPIPE.
+	 */
+	sigfillset(&all);
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&a, RELAY_STACK);
+	relay_list(r);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = -pthread_create(&th, &a, relay_main, r);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&a);
+	if (ret) {
+		pthread_mutex_lock(&relays_lock);
+		relay_unlist(r);
+		pthread_mutex_unlock(&relays_lock);
+		goto fail;
+	}
+	pthread_setname_np(th, "gdx-tls");
+	/* from here the relay owns r; the socket stays open in it (net) */
+	if (dup3(sp[0], hs->fd, fdfl & FD_CLOEXEC ? O_CLOEXEC : 0) < 0) {
+		ret = -errno;
+		close(sp[0]);	/* the relay sees its end closed, and ends */
+		return ret;
+	}
+	close(sp[0]);
+	return 0;
+fail:
+	close(sp[0]);
+	relay_free(r);
+	return ret;
+}
+
+int gdx_tls_records(struct gdx_tls_hs *hs)
+{
+	static atomic_bool said;
+	const char *mode = gdx_cfg_str("tls.record");
+	char why[96] = "tls.record=user";
+	int ret;
+
+	if (strcmp(mode, "user")) {
+		ret = ktls_install(hs, why, sizeof(why));
+		if (ret != -EOPNOTSUPP)
+			return ret;
+		if (!strcmp(mode, "kernel")) {
+			GDX_ERR("tls", "kernel TLS is not available (%s) and tls.record is kernel: "
+				"load the tls module, or let gdx make the records (auto)", why);
+			return ret;
+		}
+	}
+	if (!atomic_exchange(&said, true))
+		GDX_INFO("tls", "TLS records in userspace: %s (%s)",
+			 strcmp(mode, "user") ? "the kernel has no kTLS" : "as configured", why);
+	ret = relay_start(hs);
+	if (ret)
+		GDX_ERR("tls", "fd %d: cannot start the TLS record relay: %s", hs->fd, strerror(-ret));
+	return ret;
+}
+
 int gdx_tls_run(struct gdx_tls_hs *hs, unsigned timeout_ms)
 {
 	uint64_t end = gdx_now_ns() + (uint64_t)timeout_ms * 1000000;
@@ -570,6 +990,8 @@ int gdx_tls_run(struct gdx_tls_hs *hs, unsigned timeout_ms)
 		uint64_t now;
 
 		ret = gdx_tls_step(hs, &p.events);
+		if (!ret)
+			ret = gdx_tls_records(hs);
 		if (ret != -EAGAIN)
 			break;
 		now = gdx_now_ns();

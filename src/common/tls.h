@@ -1,17 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * TLS 1.3 with pre-shared keys over a TCP socket, the record layer handed to
- * the kernel (kTLS), and the NVMe/TCP secure channel's keys on top of it.
+ * the kernel (kTLS) or run in userspace, and the NVMe/TCP secure channel's
+ * keys on top of it.
  *
  * Handshake: OpenSSL 3 runs it on the caller's socket, non-blocking, one
  * step per readiness (gdx_tls_step), so an event loop can drive many and a
- * blocking caller can bound one (gdx_tls_run).  Once it is done the traffic
- * keys go to the kernel (TCP_ULP "tls", TLS_TX, TLS_RX) and OpenSSL lets go
- * of the socket: the caller's send/recv/splice stay as they are, the kernel
- * encrypts and decrypts.  Where the kernel has no kTLS the handshake fails
- * with -EOPNOTSUPP and says so; nothing is ever sent in clear instead.
- * Neither side sends post-handshake messages (no session tickets), so record
- * sequence numbers start at 0 on both directions.
+ * blocking caller can bound one (gdx_tls_run).  Once it is done
+ * gdx_tls_records sets up the record layer, so that the caller's
+ * send/recv/poll on its fd stay as they are:
+ *  - kTLS: the traffic keys go to the kernel (TCP_ULP "tls", TLS_TX,
+ *    TLS_RX) and OpenSSL lets go of the socket.  Neither side sends
+ *    post-handshake messages (no session tickets), so record sequence
+ *    numbers start at 0 on both directions.
+ *  - a relay, where the kernel cannot take the keys (no tls module, cipher
+ *    not offered) or tls.record is "user": the TCP socket moves to a thread
+ *    of the connection's own that runs OpenSSL's record layer, and the
+ *    caller's fd number is made (dup3) one end of a socketpair whose other
+ *    end that thread reads and writes.  The caller's data path is unchanged;
+ *    socket options of TCP's (TCP_NODELAY, TCP_QUICKACK, TCP_INFO) no longer
+ *    apply to its fd, splice and MSG_ZEROCOPY would only copy into the
+ *    socketpair (the callers already keep them off under TLS), and the peer
+ *    address must be read before (getpeername on a socketpair names nobody).
+ * Nothing is ever sent in clear instead of encrypted.
  *
  * NVMe keys (NVMe/TCP transport specification, secure channel, as Linux,
  * nvme-cli and libnvme implement it):
@@ -100,13 +111,23 @@ int gdx_tls_client_start(int fd, const struct gdx_tls_psk *psk, struct gdx_tls_h
 int gdx_tls_server_start(int fd, int hash, gdx_tls_find_fn find, void *arg,
 			 struct gdx_tls_hs **out);
 /*
- * One step: 0 when done (kTLS set on fd), -EAGAIN with *events (POLLIN or
- * POLLOUT) to wait for, else a failure: -EKEYREJECTED (the peer's key or
- * identity was refused, or it refused ours), -EOPNOTSUPP (no kTLS),
+ * One step: 0 when the handshake is done (gdx_tls_records is next), -EAGAIN
+ * with *events (POLLIN or POLLOUT) to wait for, else a failure:
+ * -EKEYREJECTED (the peer's key or identity was refused, or it refused ours),
  * -ECONNRESET, -EPROTO.  The socket may be blocking or not.
  */
 int gdx_tls_step(struct gdx_tls_hs *hs, short *events);
-/* Steps until done, failed or timeout_ms passed (-ETIMEDOUT). */
+/*
+ * After the handshake: the record layer by the kernel or by a relay thread,
+ * as tls.record says (auto: the kernel where it can).  With the relay, fd
+ * names a socketpair's end from here on, with the flags (O_NONBLOCK,
+ * FD_CLOEXEC) and receive/send timeouts the socket had.  An epoll set holding
+ * fd holds the socket, not the number: take fd out before and put it back
+ * after.  0, or -EOPNOTSUPP (tls.record=kernel and no kTLS), -EPROTO, -errno.
+ * The relay's log says, once per process, that records are in userspace.
+ */
+int gdx_tls_records(struct gdx_tls_hs *hs);
+/* Steps until done, failed or timeout_ms passed (-ETIMEDOUT), then gdx_tls_records. */
 int gdx_tls_run(struct gdx_tls_hs *hs, unsigned timeout_ms);
 /* The identity the handshake used (the server learns it from the client). */
 const char *gdx_tls_identity(const struct gdx_tls_hs *hs);

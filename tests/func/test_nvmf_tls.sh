@@ -5,9 +5,11 @@
 # discovery log's TREQ and SECTYPE, a clear host refused where TLS is required and
 # served where it is not, a wrong key refused, a stalled handshake closed after
 # nvmf.target.handshake_timeout_ms, the host's --tls/--tls-key usage.  With the
-# right key the data goes byte-exact with digests where this kernel has kTLS (the
-# tls module); where it has none, both sides refuse and say so: nothing in clear.
-# (tests/interop/t_tls.sh runs the kTLS path in a guest whose kernel has it.)
+# right key the data goes byte-exact with digests, by kTLS where this kernel has
+# it (the tls module), else by gdx's record relay, said once per process;
+# tls.record=kernel without kTLS refused; a peer reset mid-record, or a record
+# altered on the way, ends that connection only, and both sides say why.  (tests/interop/t_tls.sh runs the kTLS path in a guest whose
+# kernel has it, and the relay against the kernel host.)
 set -u
 gdx=$(realpath "${1:?usage: test_nvmf_tls.sh path/to/gdx}") || exit 1
 tmp=$(mktemp -d)
@@ -84,19 +86,84 @@ run 2 id-ctrl "${R[@]}" --tls-key "$KEY"
 run 1 id-ctrl "${R[@]}" --tls --tls-key "NVMeTLSkey-1:01:short:"
 grep -q "interchange format" <<<"$err" || fail "a malformed key: $err"
 
-if grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null || modprobe -q tls 2>/dev/null; then
-  head -c 1M /dev/urandom >"$tmp/a"
-  run 0 write "${R[@]}" --tls --tls-key "$KEY" --hdr-digest --data-digest -l 1M --from "$tmp/a"
-  run 0 read "${R[@]}" --tls --tls-key "$tmp/key" --hdr-digest --data-digest --queues 2 -l 1M \
-    --to "$tmp/b"
-  cmp -s "$tmp/a" "$tmp/b" || fail "what was read over TLS differs from what was written"
-  run 0 read "${O[@]}" --tls --tls-key "$KEY" -l 1M --to "$tmp/c"	# allowed: TLS taken too
-  cmp -s "$tmp/a" "$tmp/c" || fail "TLS on the not-required port: data differs"
-else
-  run 1 id-ctrl "${R[@]}" --tls --tls-key "$KEY"
-  grep -q "kernel TLS is not available" <<<"$err" || fail "no kTLS: the host should say so: $err"
-  grep -q "kernel TLS is not available" "$tmp/target.log" || fail "no kTLS: the target should say so"
+# the right key: byte-exact with digests, by kTLS where this kernel has it, else by
+# the record relay (the host's and the target's), said once per process
+head -c 1M /dev/urandom >"$tmp/a"
+run 0 write "${R[@]}" --tls --tls-key "$KEY" --hdr-digest --data-digest -l 1M --from "$tmp/a"
+GDX_LOG_LEVEL=info run 0 read "${R[@]}" --tls --tls-key "$tmp/key" --hdr-digest --data-digest \
+  --queues 2 -l 1M --to "$tmp/b"
+said=$err
+cmp -s "$tmp/a" "$tmp/b" || fail "what was read over TLS differs from what was written"
+run 0 read "${O[@]}" --tls --tls-key "$KEY" -l 1M --to "$tmp/c"	# allowed: TLS taken too
+cmp -s "$tmp/a" "$tmp/c" || fail "TLS on the not-required port: data differs"
+if ! grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null && ! modprobe -q tls 2>/dev/null
+then
+  [ "$(grep -c 'TLS records in userspace: the kernel has no kTLS' <<<"$said")" = 1 ] ||
+    fail "no kTLS: the host (3 queues) should say once that it makes the records: $said"
+  [ "$(grep -c 'TLS records in userspace: the kernel has no kTLS' "$tmp/target.log")" = 1 ] ||
+    fail "no kTLS: the target should say once that it makes the records"
+  GDX_TLS_RECORD=kernel run 1 id-ctrl "${R[@]}" --tls --tls-key "$KEY"
+  grep -q "kernel TLS is not available .* tls.record is kernel" <<<"$err" ||
+    fail "tls.record=kernel without kTLS: the host should refuse and say so: $err"
 fi
+
+# a proxy between the host and the target passes the handshake and the host's first
+# records, then (cut) half of the next and a RST each way, or (flip) the next with
+# one byte changed; the target says which, the host fails at once, and the target
+# serves the next host
+tamper() {  # cut|flip
+  python3 - "$1" "${ports[0]}" "$gdx" "$KEY" "${R[@]}" <<'PY' >"$tmp/$1.out" 2>&1 || fail "$1: $(cat "$tmp/$1.out")"
+import socket, struct, subprocess, sys, threading
+how, port, gdx, key, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+lst = socket.create_server(("127.0.0.1", 0))
+args[args.index("-s") + 1] = str(lst.getsockname()[1])
+def proxy():
+    h, _ = lst.accept()
+    t = socket.create_connection(("127.0.0.1", port))
+    def back():				# target -> host, as it comes
+        try:
+            while d := t.recv(65536):
+                h.sendall(d)
+        except OSError:
+            pass
+    threading.Thread(target=back, daemon=True).start()
+    seen = 0				# host -> target: whole records, the handshake's and 4 more
+    while True:
+        hdr = h.recv(5, socket.MSG_WAITALL)
+        body = h.recv(struct.unpack(">H", hdr[3:5])[0], socket.MSG_WAITALL)
+        seen += hdr[0] == 0x17
+        if seen == 5 and how == "flip":
+            t.sendall(hdr + body[:-20] + bytes([body[-20] ^ 1]) + body[-19:])
+            while d := h.recv(65536):	# and on as it comes, till someone closes
+                t.sendall(d)
+            return
+        if seen == 5:
+            t.sendall(hdr + body[:len(body) // 2])
+            break
+        t.sendall(hdr + body)
+    for s in (h, t):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+threading.Thread(target=proxy, daemon=True).start()
+p = subprocess.run([gdx, "nvmf", "read", *args, "--tls", "--tls-key", key, "-l", "1M",
+                    "--to", "/dev/null"], capture_output=True, text=True, timeout=20,
+                   env=dict(__import__("os").environ, GDX_LOG_LEVEL="info"))
+print(p.stderr)
+sys.exit(0 if p.returncode == 1 else f"the host exited {p.returncode}")
+PY
+}
+# want in the target's log (within 5 s), then in the host's
+tampered() {
+  for i in $(seq 100); do grep -q "$2" "$tmp/target.log" && break; sleep 0.05; done
+  grep -q "$2" "$tmp/target.log" || fail "$1: the target should say '$2'; the host: $(cat "$tmp/$1.out")"
+  grep -q "$3" "$tmp/$1.out" || fail "$1: the host should say '$3': $(cat "$tmp/$1.out")"
+  run 0 id-ctrl "${R[@]}" --tls --tls-key "$KEY"
+}
+tamper cut
+tampered cut "connection ends: Connection reset by peer" "Connection reset by peer"
+tamper flip
+tampered flip "connection ends: TLS record layer: .*bad record mac" \
+  "connection ends: TLS record layer: .*alert bad record mac"
 
 # a client that starts a handshake and stalls is closed after the handshake timeout
 python3 - "${ports[0]}" <<'PY' || fail "a stalled TLS handshake was not closed within 4 s"

@@ -584,13 +584,69 @@ static void tls_wait(struct gdx_xport_cq *cq, uint64_t wr_id)
 }
 
 /*
+ * A connection with the key and identity, accepted on l: 1 MiB crosses
+ * byte-exact, a send, then a write into device memory the server exposes and
+ * a read of it back (the staged paths).
+ */
+static void tls_data(struct gdx_xport_listener *l, struct gdx_xport_cq *cq)
+{
+	static unsigned char tx[1 << 20], rx[1 << 20];
+	struct acc a = { .l = l, .cq = cq, .ms = 30000 };
+	struct gdx_xport_ep *ep = NULL;
+	struct gdx_xport_cqe e[2];
+	struct gdx_device *dev;
+	struct gdx_xport_mr *mr;
+	pthread_t th;
+	int done = 0;
+	long ms;
+	void *d;
+
+	pthread_create(&th, NULL, accept_main, &a);
+	assert_int_equal(tls_connect(gdx_xport_listener_addr(l), KEY, "rank-0", cq, &ep, &ms), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(a.ret, 0);
+	t_fill(tx, sizeof(tx), 9);
+	assert_int_equal(gdx_xport_post_recv(a.ep, rx, sizeof(rx), 1), 0);
+	assert_int_equal(gdx_xport_post_send(ep, tx, sizeof(tx), 2, 0), 0);
+	while (done < 2) {
+		while (gdx_xport_cq_poll(cq, &e[done], 1) == 0)
+			assert_int_equal(gdx_xport_cq_wait(cq, 30000), 1);
+		assert_int_equal(e[done].status, 0);
+		done++;
+	}
+	assert_int_equal(e[0].wr_id + e[1].wr_id, 3);
+	assert_memory_equal(rx, tx, sizeof(tx));
+
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, sizeof(tx), &d), 0);
+	assert_int_equal(gdx_xport_mr_reg(a.ep, d, sizeof(tx), GDX_XPORT_ACCESS_REMOTE_READ |
+					  GDX_XPORT_ACCESS_REMOTE_WRITE, &mr), 0);
+	t_fill(tx, sizeof(tx), 10);
+	assert_int_equal(gdx_xport_post_write(ep, tx, sizeof(tx), gdx_xport_mr_addr(mr),
+					      gdx_xport_mr_key(mr), 3, 0), 0);
+	tls_wait(cq, 3);
+	memset(rx, 0, sizeof(rx));
+	assert_int_equal(gdx_xport_post_read(ep, rx, sizeof(rx), gdx_xport_mr_addr(mr),
+					     gdx_xport_mr_key(mr), 4, 0), 0);
+	tls_wait(cq, 4);
+	assert_memory_equal(rx, tx, sizeof(tx));
+	assert_int_equal(gdx_memcpy(dev, rx, d, sizeof(rx)), 0);
+	assert_memory_equal(rx, tx, sizeof(tx));
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	gdx_xport_ep_destroy(a.ep);
+	gdx_xport_ep_destroy(ep);
+	gdx_device_free(dev, d);
+	gdx_device_close(dev);
+}
+
+/*
  * A listener with opts.tls_key refuses, before any frame, a clear peer, a
  * peer with another key and one with another identity, each at once (well
- * within the 5 s handshake timeout), and its accept goes on.  With kTLS the
- * peer with the key and identity is the one accepted and 1 MiB crosses
- * byte-exact: a send, then a write into device memory the server exposes
- * and a read of it back (the staged paths); without, both sides fail with -EOPNOTSUPP (the connect's
- * error), nothing in clear, and the accept runs out its own timeout.
+ * within the 5 s handshake timeout), and its accept goes on.  The peer with
+ * the key and identity is the one accepted, and its data crosses (tls_data):
+ * by kTLS where this kernel has it and by the record relay (tls.record=user),
+ * by the relay alone where it has none, and there tls.record=kernel fails
+ * both sides with -EOPNOTSUPP (the connect's error), nothing in clear.
  * GDX_TEST_KTLS=1 (the interop guest, t_xport_tls.sh) requires kTLS.
  */
 static void test_tls_psk(void **state)
@@ -600,7 +656,6 @@ static void test_tls_psk(void **state)
 	struct gdx_xport_cq *cq;
 	struct gdx_xport_ep *ep = NULL;
 	struct acc a = { 0 };
-	static unsigned char tx[1 << 20], rx[1 << 20];
 	const char *addr;
 	pthread_t th;
 	long ms;
@@ -618,7 +673,7 @@ static void test_tls_psk(void **state)
 	assert_int_equal(gdx_xport_cq_create(&cq), 0);
 	a.l = l;
 	a.cq = cq;
-	a.ms = ktls ? 30000 : 3000;
+	a.ms = 3000;
 	pthread_create(&th, NULL, accept_main, &a);
 
 	assert_int_not_equal(tls_connect(addr, NULL, NULL, cq, &ep, &ms), 0);
@@ -630,51 +685,17 @@ static void test_tls_psk(void **state)
 	assert_int_equal(tls_connect(addr, KEY, NULL, cq, &ep, &ms), -EKEYREJECTED);
 	assert_true(ms < 2500);
 	if (!ktls) {
+		assert_int_equal(gdx_config_set("tls.record", "kernel"), 0);
 		assert_int_equal(tls_connect(addr, KEY, "rank-0", cq, &ep, &ms), -EOPNOTSUPP);
-		pthread_join(th, NULL);
-		assert_int_equal(a.ret, -ETIMEDOUT);
-	} else {
-		struct gdx_xport_cqe e[2];
-		struct gdx_device *dev;
-		struct gdx_xport_mr *mr;
-		int done = 0;
-		void *d;
-
-		assert_int_equal(tls_connect(addr, KEY, "rank-0", cq, &ep, &ms), 0);
-		pthread_join(th, NULL);
-		assert_int_equal(a.ret, 0);
-		t_fill(tx, sizeof(tx), 9);
-		assert_int_equal(gdx_xport_post_recv(a.ep, rx, sizeof(rx), 1), 0);
-		assert_int_equal(gdx_xport_post_send(ep, tx, sizeof(tx), 2, 0), 0);
-		while (done < 2) {
-			while (gdx_xport_cq_poll(cq, &e[done], 1) == 0)
-				assert_int_equal(gdx_xport_cq_wait(cq, 30000), 1);
-			assert_int_equal(e[done].status, 0);
-			done++;
-		}
-		assert_int_equal(e[0].wr_id + e[1].wr_id, 3);
-		assert_memory_equal(rx, tx, sizeof(tx));
-
-		assert_int_equal(gdx_device_open(NULL, &dev), 0);
-		assert_int_equal(gdx_device_malloc(dev, sizeof(tx), &d), 0);
-		assert_int_equal(gdx_xport_mr_reg(a.ep, d, sizeof(tx), GDX_XPORT_ACCESS_REMOTE_READ |
-						  GDX_XPORT_ACCESS_REMOTE_WRITE, &mr), 0);
-		t_fill(tx, sizeof(tx), 10);
-		assert_int_equal(gdx_xport_post_write(ep, tx, sizeof(tx), gdx_xport_mr_addr(mr),
-						      gdx_xport_mr_key(mr), 3, 0), 0);
-		tls_wait(cq, 3);
-		memset(rx, 0, sizeof(rx));
-		assert_int_equal(gdx_xport_post_read(ep, rx, sizeof(rx), gdx_xport_mr_addr(mr),
-						     gdx_xport_mr_key(mr), 4, 0), 0);
-		tls_wait(cq, 4);
-		assert_memory_equal(rx, tx, sizeof(tx));
-		assert_int_equal(gdx_memcpy(dev, rx, d, sizeof(rx)), 0);
-		assert_memory_equal(rx, tx, sizeof(tx));
-		assert_int_equal(gdx_xport_mr_dereg(mr), 0);
-		gdx_xport_ep_destroy(a.ep);
-		gdx_xport_ep_destroy(ep);
-		gdx_device_free(dev, d);
-		gdx_device_close(dev);
+		assert_int_equal(gdx_config_set("tls.record", "auto"), 0);
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(a.ret, -ETIMEDOUT);
+	tls_data(l, cq);
+	if (ktls) {
+		assert_int_equal(gdx_config_set("tls.record", "user"), 0);
+		tls_data(l, cq);
+		assert_int_equal(gdx_config_set("tls.record", "auto"), 0);
 	}
 	gdx_xport_listener_close(l);
 

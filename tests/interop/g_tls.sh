@@ -74,6 +74,29 @@ nvme disconnect -n $NQN >/dev/null; wait_gone /dev/nvme0n1
 kill $TGT; wait $TGT
 grep -E 'identity|refused|ends' /tmp/target.log | sed 's/^/  target: /'
 
+# ---- the same with gdx's own records where the kernel has kTLS (tls.record=user) --------------
+GDX_TLS_RECORD=user $G nvmf target -l 127.0.0.1:4420 -n $NQN -N ram:64M --tls /tmp/key \
+  >/tmp/target-user.log 2>&1 &
+TGT=$!
+for i in $(seq 100); do grep -q 'target: ready' /tmp/target-user.log && break; sleep 0.1; done
+check "tls.record=user: kernel connect --tls-key to the gdx target" \
+  nvme connect -t tcp -a 127.0.0.1 -s 4420 -n $NQN --tls --tls-key="$KEY"
+if check "namespace appears" wait_dev /dev/nvme0n1; then
+  check "fio verify over TLS, the target's records made by gdx" fio_verify /dev/nvme0n1 8M
+fi
+nvme disconnect -n $NQN >/dev/null; wait_gone /dev/nvme0n1
+check "  the target said it makes the records" \
+  grep -q 'TLS records in userspace: as configured' /tmp/target-user.log
+check "tls.record=user on both: gdx host writes 3 MiB with digests" env GDX_TLS_RECORD=user \
+  $G nvmf write "${A[@]}" --tls --tls-key "$KEY" --hdr-digest --data-digest -o 1M -l 3M --from a.src
+check "  and reads it back, 2 queues" env GDX_TLS_RECORD=user \
+  $G nvmf read "${A[@]}" --tls --tls-key "$KEY" --hdr-digest --data-digest --queues 2 -o 1M -l 3M --to a.user
+check "  same bytes" cmp a.src a.user
+check "a wrong key is refused (tls.record=user)" refused "Key was rejected" \
+  env GDX_TLS_RECORD=user $G nvmf id-ctrl "${A[@]}" --tls --tls-key "$BAD"
+kill $TGT; wait $TGT
+grep -E 'userspace|ends' /tmp/target-user.log | sed 's/^/  target (user records): /'
+
 # ---- the gdx host -> nvmet-tcp with TLS ------------------------------------------------------
 C=/sys/kernel/config/nvmet
 truncate -s 64M /tmp/nvmet.img

@@ -4,7 +4,7 @@
 export GDX_DEVICE=emulated
 cd /share
 check "kernel TLS module loads" modprobe tls
-check "test_tls_psk with kTLS: refusals, then 1 MiB byte-exact (send, write, read)" \
+check "test_tls_psk with kTLS: refusals, then 1 MiB byte-exact (send, write, read) over kTLS and over gdx's records" \
   env LD_LIBRARY_PATH=/share/lib GDX_TEST_KTLS=1 timeout 300 ./test_xport_tcp_wire test_tls_psk
 key=$(python3 -c 'import base64,os,zlib;k=os.urandom(32);print("NVMeTLSkey-1:01:"+base64.b64encode(k+zlib.crc32(k).to_bytes(4,"little")).decode()+":")')
 echo "$key" >/tmp/xkey; chmod 600 /tmp/xkey

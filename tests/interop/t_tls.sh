@@ -9,6 +9,9 @@
 #    target: the PSK nvme-cli derives and puts in the keyring is the one gdx derives,
 #    for the v0 identity (check-tls-key --insert) and the v1 one (connect --tls-key);
 #    fio verify; a clear kernel connect refused;
+#  - the same with the gdx target making its own records (tls.record=user, as where
+#    the kernel has no kTLS): the kernel host's connect and fio verify, gdx host <->
+#    gdx target both in userspace, a wrong key refused;
 #  - the gdx host -> the kernel's nvmet-tcp with addr_tsas tls1.3 (tlshd serving).
 . "$(dirname "$0")/lib.sh"
 SHARE=$(mktemp -d)

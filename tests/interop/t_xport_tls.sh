@@ -1,11 +1,11 @@
 #!/bin/bash
 # vm: trixie
 # The transport's TCP backend over TLS 1.3 (PSK) in the Debian 13 guest, whose
-# kernel has kTLS (this machine's has none, so the data path runs only there):
+# kernel has kTLS (this machine's has none: here only gdx's own records run):
 #  - test_xport_tcp_wire's test_tls_psk with kTLS required: a clear peer, another
 #    key and another identity refused before any frame, the accept going on, then
 #    1 MiB byte-exact through the kernel's TLS records (a send; a write into
-#    device memory and a read of it back);
+#    device memory and a read of it back), and again through gdx's (tls.record=user);
 #  - gdx bench xport over TLS beside the same run in clear, and device memory both
 #    ends over TLS: every size moves (the bench fails a size that does not), and
 #    the figures say what TLS costs (under TCG: relative only).

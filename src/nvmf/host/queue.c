@@ -181,8 +181,8 @@ next:
 
 /*
  * TLS 1.3 on a connected queue socket, bounded by the connect timeout; the
- * kernel then holds the record layer and the queue sends and receives as in
- * clear.
+ * kernel (kTLS) or a relay thread (tls.h) then holds the record layer and the
+ * queue sends and receives on fd as in clear.
  */
 static int tls_connect(struct nh_ctrl *c, uint16_t qid, int fd)
 {

@@ -250,7 +250,10 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, bool tls, void **priv)
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	t->rx_spin_ns = (uint64_t)gdx_cfg_int("xport.tcp_rx_spin_us") * 1000;
-	/* kTLS encrypts into its own buffers: MSG_ZEROCOPY would save no copy, only notify */
+	/*
+	 * kTLS encrypts into its own buffers, the record relay reads a socketpair:
+	 * MSG_ZEROCOPY would save no copy, only notify
+	 */
 	if (!tls && gdx_cfg_bool("xport.tcp_zerocopy") &&
 	    !setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)))
 		t->zerocopy = 1;
@@ -465,8 +468,9 @@ static int hs_take(struct tcp_listener *tl, uint64_t now)
 }
 
 /*
- * One step of handshake i's TLS: on to the hello when it is done (kTLS holds
- * the socket; the hello is the first record), else the event to wait for.
+ * One step of handshake i's TLS: on to the hello when it is done (kTLS or
+ * the record relay holds the socket; the hello is the first record), else
+ * the event to wait for.
  */
 static int hs_tls(struct tcp_listener *tl, unsigned i)
 {
@@ -481,10 +485,15 @@ static int hs_tls(struct tcp_listener *tl, unsigned i)
 	}
 	if (ret)
 		return ret;
+	/* epoll holds the socket, and the record relay may put another behind the fd */
+	epoll_ctl(tl->epfd, EPOLL_CTL_DEL, ev.data.fd, NULL);
+	ret = gdx_tls_records(tl->hs[i].tls);
+	if (ret)
+		return ret;
 	GDX_DBG(SUBSYS, "listener: TLS 1.3, identity %s", gdx_tls_identity(tl->hs[i].tls));
 	gdx_tls_free(tl->hs[i].tls);
 	tl->hs[i].tls = NULL;
-	if (epoll_ctl(tl->epfd, EPOLL_CTL_MOD, ev.data.fd, &ev))
+	if (epoll_ctl(tl->epfd, EPOLL_CTL_ADD, ev.data.fd, &ev))
 		return -errno;
 	return hello_send(ev.data.fd);
 }

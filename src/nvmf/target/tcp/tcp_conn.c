@@ -239,8 +239,9 @@ static int tls_find(void *arg, const char *identity, struct gdx_tls_psk *out)
  * The host's first byte says whether it starts a TLS handshake or sends an
  * ICReq in clear (refused where TLS is required).  The handshake then runs
  * here, one step per socket event; tick() bounds it, with the ICReq and
- * Connect, by nvmf.target.handshake_timeout_ms.  Once done the kernel holds
- * the record layer and the connection goes on as a clear one would.
+ * Connect, by nvmf.target.handshake_timeout_ms.  Once done the kernel or a
+ * relay thread (tls.h) holds the record layer and the connection goes on as
+ * a clear one would.
  */
 void nvmf_tcp_conn_tls(struct tcp_conn *c)
 {
@@ -285,10 +286,21 @@ void nvmf_tcp_conn_tls(struct tcp_conn *c)
 		nvmf_tcp_conn_close(c, why);
 		return;
 	}
+	/* epoll holds the socket, and the record relay may put another behind c->fd */
+	nvmf_tcp_set_epollout(c, false);
+	epoll_ctl(c->r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	ret = gdx_tls_records(c->tls);
+	if (!ret && epoll_ctl(c->r->epfd, EPOLL_CTL_ADD, c->fd,
+			      &(struct epoll_event){ .events = EPOLLIN, .data.ptr = &c->ev }))
+		ret = -errno;
+	if (ret) {
+		snprintf(why, sizeof(why), "TLS record layer: %s", strerror(-ret));
+		nvmf_tcp_conn_close(c, why);
+		return;
+	}
 	GDX_INFO("nvmf", "%s: TLS 1.3, identity %s", c->peer, gdx_tls_identity(c->tls));
 	gdx_tls_free(c->tls);
 	c->tls = NULL;
-	nvmf_tcp_set_epollout(c, false);
 	c->sq.tls_hostnqn = c->tls_nqn[0];
 	c->sq.tls_subnqn = c->tls_nqn[1];
 }

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TLS records in userspace (src/common/tls.c, tls.record=user): two ends of a
+ * loopback TCP connection, each through its own relay after the handshake.
+ * Bytes cross exact however they are cut, end of stream passes both ways, the
+ * descriptor keeps its flags and timeouts, and a peer that stops reading
+ * stalls its own connection only, with what the writer got rid of bounded.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include <gdx/gdx.h>
+
+#include "common/tls.h"
+
+#define KEY "NVMeTLSkey-1:01:ERERERERERERERERERERERERERERERERERERERERERHYIEm8:"
+
+static struct gdx_tls_psk psk;
+
+static int find(void *arg, const char *identity, struct gdx_tls_psk *out)
+{
+	(void)arg;
+	if (strcmp(identity, psk.identity))
+		return -ENOKEY;
+	*out = psk;
+	return 0;
+}
+
+struct server {
+	int fd, ret;
+};
+
+static void *server_main(void *arg)
+{
+	struct server *s = arg;
+	struct gdx_tls_hs *hs;
+
+	s->ret = gdx_tls_server_start(s->fd, psk.hash, find, NULL, &hs);
+	if (!s->ret)
+		s->ret = gdx_tls_run(hs, 10000);
+	gdx_tls_free(hs);
+	return NULL;
+}
+
+/* A TLS connection on loopback: *c the client's descriptor, *s the server's. */
+static void tls_pair(int *c, int *s)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct timeval tmo = { .tv_sec = 7 }, got;
+	socklen_t sl = sizeof(sin), tl = sizeof(got);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct gdx_tls_hs *hs;
+	struct server srv;
+	pthread_t th;
+
+	assert_int_equal(bind(l, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(l, 1), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&sin, &sl), 0);
+	*c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(*c, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	srv.fd = *s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	close(l);
+	assert_true(*s >= 0);
+	assert_int_equal(setsockopt(*c, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo)), 0);
+	pthread_create(&th, NULL, server_main, &srv);
+	assert_int_equal(gdx_tls_client_start(*c, &psk, &hs), 0);
+	assert_int_equal(gdx_tls_run(hs, 10000), 0);
+	gdx_tls_free(hs);
+	pthread_join(th, NULL);
+	assert_int_equal(srv.ret, 0);
+	/* the relay's end in the socket's place: blocking, close-on-exec, its timeout */
+	assert_int_equal(fcntl(*c, F_GETFL) & O_NONBLOCK, 0);
+	assert_int_equal(fcntl(*c, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+	assert_int_equal(getsockopt(*c, SOL_SOCKET, SO_RCVTIMEO, &got, &tl), 0);
+	assert_int_equal(got.tv_sec, 7);
+}
+
+static int setup(void **state)
+{
+	struct gdx_tls_key k;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("tls.record", "user"), 0);
+	assert_int_equal(gdx_tls_key_parse(KEY, &k), 0);
+	return gdx_tls_psk_derive(&k, "test", "relay", &psk);
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)((i * 2654435761u) >> 13 ^ seed);
+}
+
+struct writer {
+	int fd;
+	const uint8_t *p;
+	size_t n;
+	bool close;		/* close the descriptor at the end, not shutdown(SHUT_WR) */
+};
+
+/* Writes p in pieces of many sizes, then ends the stream. */
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	size_t off = 0, piece = 1;
+
+	while (off < w->n) {
+		size_t len = piece < w->n - off ? piece : w->n - off;
+		ssize_t r = send(w->fd, w->p + off, len, MSG_NOSIGNAL);
+
+		if (r <= 0)
+			break;
+		off += (size_t)r;
+		piece = piece * 7 % 70001 + 1;
+	}
+	if (w->close)
+		close(w->fd);
+	else
+		shutdown(w->fd, SHUT_WR);
+	return NULL;
+}
+
+/* Reads until EOF in pieces of many sizes; the byte count. */
+static size_t read_all(int fd, uint8_t *p, size_t cap)
+{
+	size_t off = 0, piece = 3;
+	ssize_t r;
+
+	while (off < cap && (r = recv(fd, p + off, piece < cap - off ? piece : cap - off, 0)) > 0) {
+		off += (size_t)r;
+		piece = piece * 5 % 40009 + 1;
+	}
+	return off;
+}
+
+/*
+ * 3 MiB each way, written and read in pieces of 1 byte to 70 KiB (records cut
+ * anywhere): the same bytes; a SHUT_WR, then a close, reach the peer as EOF.
+ */
+static void test_bytes(void **state)
+{
+	static uint8_t a[3 << 20], b[3 << 20], in[(3 << 20) + 1];
+	struct writer w;
+	pthread_t th;
+	int c, s;
+
+	(void)state;
+	tls_pair(&c, &s);
+	fill(a, sizeof(a), 1);
+	fill(b, sizeof(b), 2);
+	w = (struct writer){ .fd = c, .p = a, .n = sizeof(a) };
+	pthread_create(&th, NULL, writer_main, &w);
+	assert_int_equal(read_all(s, in, sizeof(in)), sizeof(a));
+	assert_memory_equal(in, a, sizeof(a));
+	pthread_join(th, NULL);
+	w = (struct writer){ .fd = s, .p = b, .n = sizeof(b), .close = true };
+	pthread_create(&th, NULL, writer_main, &w);
+	assert_int_equal(read_all(c, in, sizeof(in)), sizeof(b));
+	assert_memory_equal(in, b, sizeof(b));
+	pthread_join(th, NULL);
+	close(c);
+}
+
+/*
+ * A peer that stops reading: its writer is stopped (EAGAIN) once a bounded
+ * amount is in flight, another connection meanwhile goes on at full speed,
+ * and once the peer reads again every byte arrives.
+ */
+static void test_stalled_peer(void **state)
+{
+	static uint8_t buf[1 << 20], in[(1 << 20) + 1];
+	size_t queued = 0, got = 0;
+	struct pollfd p;
+	struct writer w;
+	pthread_t th;
+	int c, s, c2, s2;
+	ssize_t r;
+
+	(void)state;
+	tls_pair(&c, &s);
+	tls_pair(&c2, &s2);
+	fill(buf, sizeof(buf), 3);
+	fcntl(c, F_SETFL, O_NONBLOCK);
+	/* full once nothing moved for 200 ms */
+	for (;;) {
+		r = send(c, buf, sizeof(buf), MSG_NOSIGNAL);
+		if (r > 0) {
+			queued += (size_t)r;
+			continue;
+		}
+		assert_int_equal(errno, EAGAIN);
+		p = (struct pollfd){ .fd = c, .events = POLLOUT };
+		if (!poll(&p, 1, 200))
+			break;
+		assert_true(queued < (16u << 20));
+	}
+	/* TCP's buffers (autotuned, a few MiB on loopback), the socketpairs', 64 KiB in the relays */
+	assert_true(queued < (16u << 20));
+
+	w = (struct writer){ .fd = c2, .p = buf, .n = sizeof(buf), .close = true };
+	pthread_create(&th, NULL, writer_main, &w);
+	assert_int_equal(read_all(s2, in, sizeof(in)), sizeof(buf));
+	assert_memory_equal(in, buf, sizeof(buf));
+	pthread_join(th, NULL);
+	close(s2);
+
+	close(c);	/* what it sent still leaves */
+	while ((r = recv(s, in, sizeof(in), 0)) > 0)
+		got += (size_t)r;
+	assert_int_equal(r, 0);
+	assert_int_equal(got, queued);
+	close(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bytes),
+		cmocka_unit_test(test_stalled_peer),
+	};
+
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
