@@ -177,7 +177,6 @@ static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, uint32_
 				       GDX_NVME_CMD_WRITE_ZEROES, GDX_NVME_CMD_DSM };
 	enum nh_mem mem = !io->buf ? NH_MEM_NONE : host_only ? NH_MEM_HOST : mem_kind(io->buf);
 	uint64_t lba = bs ? io->offset / bs : 0, left = bs ? io->len / bs : 0;
-
 	/*
 	 * Over RDMA the NIC registers device memory, or (found at connect,
 	 * rdma.c) it bounces through registered host memory

@@ -86,6 +86,7 @@ struct data_reg {
 	struct ibv_mr *mr;
 	struct bounce *b;	/* the lane its bytes are reserved in, NULL: none */
 	unsigned pos;		/* ... its reservation's index in b's FIFO, mod depth */
+	bool answered;		/* ... its response came (the slot is held until done) */
 };
 
 /* A command's reservation in a bounce lane, in reservation order. */
@@ -872,6 +873,13 @@ static int bounce_answer(struct nh_queue *q, unsigned idx, uint16_t status, uint
 	struct bounce_resv *e = &b->fifo[t->data[idx].pos % q->depth];
 	int rc = 0;
 
+	/* its slot is still taken while held or copied: a second response finds it */
+	if (t->data[idx].answered) {
+		GDX_ERR(SUB, "queue %u: a second response for command id %#x", q->qid,
+			q->slots[idx].cid);
+		return GDX_EPROTO;
+	}
+	t->data[idx].answered = true;
 	pthread_mutex_lock(&b->lock);
 	if (e != &b->fifo[b->head])
 		gdx_counter_add(&q->cnt[NH_CNT_HELD], 1);
@@ -884,7 +892,6 @@ static int bounce_answer(struct nh_queue *q, unsigned idx, uint16_t status, uint
 		e = &b->fifo[b->head];
 		d.status = e->status;
 		d.result = e->result;
-		e->answered = false;
 		b->head = (b->head + 1) % q->depth;
 		b->n--;
 		if (b == &t->wr) {
