@@ -329,8 +329,10 @@ enum gdx_nvmf_op {
  * block size; buf may be host, pinned, managed or device memory (over TCP
  * device memory moves through a pinned bounce ring: path "bounce", host memory
  * is received into straight from the socket: path "direct"; over RDMA the NIC
- * registers every kind, device memory included: path "direct").  A request larger than the
- * controller's max_xfer is split into several commands spread over the queues.
+ * registers every kind, device memory included: path "direct", or where it cannot
+ * register the device's memory, that bounces: path "bounce").  A request larger than
+ * the controller's max_xfer (a bounced one over RDMA: bounce_chunk) is split into
+ * several commands spread over the queues.
  */
 struct gdx_nvmf_io {
 	enum gdx_nvmf_op op;

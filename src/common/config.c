@@ -203,16 +203,18 @@ static struct knob knobs[] = {
 	     .min = 4096, .max = 4 << 20),
 	KNOB("nvmf.host.rdma_device_reg", K_ENUM, "auto",
 	     "NVMe/RDMA host: how the NIC may register device memory: auto (a dma-buf, else "
-	     "peer memory), dmabuf, peer, or off",
+	     "peer memory), dmabuf, peer, or off (where none works: the bounce)",
 	     .choices = "auto|dmabuf|peer|off"),
 	KNOB("nvmf.host.rdma_regcache", K_BOOL, "1",
 	     "NVMe/RDMA host: register pinned and device allocations whole, once (0: each "
 	     "command's buffer, for the command)"),
 	KNOB("nvmf.host.bounce_chunk", K_SIZE, "256k",
-	     "NVMe/TCP host: pinned chunk size of each queue's device-memory bounce ring",
+	     "NVMe/TCP and RDMA host: pinned chunk size of each queue's device-memory bounce "
+	     "ring (over RDMA also the largest bounced command)",
 	     .min = 4096, .max = 64 << 20),
 	KNOB("nvmf.host.bounce_chunks", K_INT, "4",
-	     "NVMe/TCP host: chunks per bounce ring (receives overlap H2D copies)",
+	     "NVMe/TCP and RDMA host: chunks per bounce ring (receives overlap H2D copies; "
+	     "over RDMA at least 2, per direction)",
 	     .min = 1, .max = 64),
 	KNOB("nvmf.host.copy_batch", K_INT, "1",
 	     "NVMe/TCP host: H2D copies of PDUs received back to back (one receive burst) "

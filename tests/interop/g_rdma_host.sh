@@ -36,6 +36,13 @@ for _ in $(seq 100); do grep -q 'target: ready' /tmp/target.log && break; sleep 
 head -c 3M /dev/urandom >/tmp/pat
 head -c 4k /dev/urandom >/tmp/page
 G=(./gdx nvmf)
+B=(env GDX_NVMF_HOST_RDMA_DEVICE_REG=off GDX_NVMF_HOST_BOUNCE_CHUNK=16k
+   GDX_NVMF_HOST_BOUNCE_CHUNKS=8 GDX_LOG_LEVEL=info)
+# answers held for earlier ones, summed over the queues' closing lines in $1
+held() {
+  sed -n 's/.* \([0-9]*\) of them answered before an earlier one.*/\1/p' <<<"$1" |
+    awk '{s += $1} END {print s + 0}'
+}
 for side in nvmet gdx; do
   if [ $side = nvmet ]; then P=4420 N=$NQN_K; else P=4421 N=$NQN_G; fi
   R=(-t rdma -a "$A" -s $P -n "$N")
@@ -80,22 +87,64 @@ for side in nvmet gdx; do
     "${G[@]}" read "${R[@]}" -o 1M -l 3M -m gpu:0 --to /tmp/dev1.$side
   check "$side:   same bytes" cmp /tmp/pat /tmp/dev1.$side
   # Debian 12's kernel has no udmabuf, so no dma-buf: with only that way allowed, or
-  # none, the read fails and says why (there is no bounce over RDMA yet)
+  # none, device memory bounces through registered host memory and the log says why
   out=$(GDX_NVMF_HOST_RDMA_DEVICE_REG=dmabuf "${G[@]}" read "${R[@]}" -o 1M -l 64k -m gpu:0 \
     --to /tmp/x 2>&1); rc=$?; echo "$out" | tail -2 | sed 's/^/  /'
-  check "$side: dma-buf only: refused, with each way's answer" \
-    bash -c '[ "$0" != 0 ] && grep -q "dma-buf: " <<<"$1" && grep -q "no bounce" <<<"$1"' \
-    $rc "$out"
-  out=$(GDX_NVMF_HOST_RDMA_DEVICE_REG=off "${G[@]}" read "${R[@]}" -o 1M -l 64k -m gpu:0 \
-    --to /tmp/x 2>&1); rc=$?
-  check "$side: registration off: refused, said why" \
-    bash -c '[ "$0" != 0 ] && grep -q "rdma_device_reg is off.*no bounce" <<<"$1"' \
-    $rc "$out"
+  check "$side: dma-buf only: path bounce, with each way's answer" \
+    bash -c '[ "$0" = 0 ] && grep -q "dma-buf: .*path bounce" <<<"$1"' $rc "$out"
+  check "$side:   same bytes" cmp <(head -c 64k /tmp/pat) /tmp/x
+  # registration off: 16k commands (the bounce chunk) over 3 queues of depth 16 keep up
+  # to 8 in flight per queue (128k rings, which fill: submitters wait for room)
+  out=$("${B[@]}" "${G[@]}" write "${R[@]}" -o 13M -l 3M -m gpu:0 --from /tmp/pat \
+    --queues 3 --depth 16 2>&1); rc=$?; echo "$out" | grep -E "cannot register|path" | \
+    sed 's/^/  /'
+  check "$side: registration off: writes 3 MiB from device memory, path bounce" \
+    bash -c '[ "$0" = 0 ] && grep -q "path bounce" <<<"$1"' $rc "$out"
+  check "$side:   said why" grep -q "rdma_device_reg is off.*path bounce" <<<"$out"
+  check "$side:   host memory reads them back" "${G[@]}" read "${R[@]}" -o 13M -l 3M \
+    --to /tmp/bw.$side
+  check "$side:   same bytes" cmp /tmp/pat /tmp/bw.$side
+  out=$("${B[@]}" "${G[@]}" read "${R[@]}" -o 13M -l 3M -m gpu:0 --to /tmp/br.$side \
+    --queues 3 --depth 16 2>&1); rc=$?; echo "$out" | grep -E "bounced|path" | sed 's/^/  /'
+  check "$side: registration off: reads 3 MiB into device memory, path bounce" \
+    bash -c '[ "$0" = 0 ] && grep -q "path bounce" <<<"$1"' $rc "$out"
+  check "$side:   same bytes" cmp /tmp/pat /tmp/br.$side
   out=$(GDX_REQUIRE_DIRECT=1 GDX_NVMF_HOST_RDMA_DEVICE_REG=off "${G[@]}" read "${R[@]}" -o 1M \
-    -l 64k -m gpu:0 --to /tmp/x 2>&1); rc=$?
-  check "$side: registration off, require_direct: refused" \
-    bash -c '[ "$0" != 0 ] && grep -q "require_direct is set" <<<"$1"' $rc "$out"
+    -l 64k -m gpu:0 --to /tmp/x 2>&1); rc=$?; echo "$out" | tail -2 | sed 's/^/  /'
+  check "$side: registration off, require_direct: refused, naming why" \
+    bash -c '[ "$0" != 0 ] && grep -q "rdma_device_reg is off.*require_direct is set" <<<"$1"' \
+    $rc "$out"
+  check "$side:   host memory still goes" env GDX_REQUIRE_DIRECT=1 \
+    GDX_NVMF_HOST_RDMA_DEVICE_REG=off "${G[@]}" read "${R[@]}" -o 1M -l 64k --to /tmp/x
 done
+# answers out of order, for certain: nvmet's namespace 2 is a scsi_debug disk whose
+# commands each take a random time up to 4 ms, so the bounced commands in flight on a
+# queue are answered out of order and the later ones wait for the earlier ones
+need "scsi_debug disk with random completion times" \
+  modprobe -a sd_mod && modprobe scsi_debug dev_size_mb=8 ndelay=4000000 random=1
+for _ in $(seq 50); do
+  SD=$(grep -l scsi_debug /sys/block/sd*/device/model 2>/dev/null | head -1)
+  [ -n "$SD" ] && break; sleep 0.1
+done
+SD=${SD%/device/model}; SD=/dev/${SD##*/}
+need "  it appears as $SD" wait_dev "$SD"
+mkdir $C/subsystems/$NQN_K/namespaces/2
+echo "$SD" > $C/subsystems/$NQN_K/namespaces/2/device_path
+need "  nvmet serves it as namespace 2" bash -c "echo 1 > $C/subsystems/$NQN_K/namespaces/2/enable"
+R=(-t rdma -a "$A" -s 4420 -n "$NQN_K" -N 2)
+out=$("${B[@]}" "${G[@]}" write "${R[@]}" -o 1M -l 3M -m gpu:0 --from /tmp/pat --queues 3 \
+  --depth 16 2>&1); rc=$?; echo "$out" | grep -E "bounced|path" | sed 's/^/  /'
+check "random latencies: writes 3 MiB from device memory, path bounce" \
+  bash -c '[ "$0" = 0 ] && grep -q "path bounce" <<<"$1"' $rc "$out"
+check "  answers out of order were held for earlier ones ($(held "$out"))" test "$(held "$out")" -gt 0
+check "  host memory reads them back" "${G[@]}" read "${R[@]}" -o 1M -l 3M --to /tmp/sdw
+check "  same bytes" cmp /tmp/pat /tmp/sdw
+out=$("${B[@]}" "${G[@]}" read "${R[@]}" -o 1M -l 3M -m gpu:0 --to /tmp/sdr --queues 3 \
+  --depth 16 2>&1); rc=$?; echo "$out" | grep -E "bounced|path" | sed 's/^/  /'
+check "random latencies: reads 3 MiB into device memory, path bounce" \
+  bash -c '[ "$0" = 0 ] && grep -q "path bounce" <<<"$1"' $rc "$out"
+check "  answers out of order were held for earlier ones ($(held "$out"))" test "$(held "$out")" -gt 0
+check "  same bytes" cmp /tmp/pat /tmp/sdr
 # the gdx target dies in the middle of a read and comes back: the host reconnects over
 # rdma and the read completes with the same bytes
 head -c 12M /dev/urandom >/tmp/big

@@ -4,8 +4,10 @@
 # reads (host and pinned memory), cross-checked by the guest's own kernel host on
 # nvmet's namespace; a page written in-capsule from host and device memory; writes
 # and reads of emulated device memory the NIC registers
-# (path direct, byte-exact), and with registration switched off the clear error
-# (with and without require_direct); a read survives the gdx target's death and
+# (path direct, byte-exact); with registration switched off the same through
+# registered host memory (path bounce, byte-exact, several queues; on a scsi_debug
+# namespace with random latencies answers out of order, held for the earlier ones), and
+# with require_direct the error naming why; a read survives the gdx target's death and
 # restart by reconnecting.  Both ends run in the guest: rxe exists only there.
 . "$(dirname "$0")/lib.sh"
 [ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }

@@ -124,7 +124,7 @@ struct nh_queue {
 	uint64_t lat_seen;		/* held reads completing now: when their landing was seen */
 	bool lat_timed;			/* ... and one of them was timed */
 
-	struct gdx_counter cnt[20];
+	struct gdx_counter cnt[22];
 };
 
 /*
@@ -135,12 +135,14 @@ struct nh_queue {
  * to the copy of that byte posted (POST), to its landing seen by the receiver
  * (LAND), to their completion callback starting (QUEUE: behind the callbacks
  * of reads released before them) and in that callback (CB); REL counts the
- * times timed reads were completed, one or several together.
+ * times timed reads were completed, one or several together.  BOUNCED counts
+ * the commands an RDMA queue bounced, HELD those of them answered before an
+ * earlier one, whose response waited for it (rdma.c, struct bounce).
  */
 enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO, NH_CNT_COPY,
        NH_CNT_COPY_CALL, NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT, NH_CNT_RING_FULL,
        NH_CNT_LAT_N, NH_CNT_LAT_SENT, NH_CNT_LAT_DATA, NH_CNT_LAT_POST, NH_CNT_LAT_LAND,
-       NH_CNT_LAT_QUEUE, NH_CNT_LAT_CB, NH_CNT_LAT_REL };
+       NH_CNT_LAT_QUEUE, NH_CNT_LAT_CB, NH_CNT_LAT_REL, NH_CNT_BOUNCED, NH_CNT_HELD };
 
 struct nh_params {
 	char addr[256];
@@ -234,6 +236,17 @@ struct nh_ctrl {
 	struct nh_stage *stages;
 	bool agent_tried;
 	struct gdx_counter stage_late_opens;
+
+	/*
+	 * NVMe/RDMA with a device named at connect: whether the NIC cannot
+	 * register its memory (found by each I/O queue's connect, rdma.c), why,
+	 * and the largest command that bounces (0: no bounce lanes, as with
+	 * require_direct).  Written under stage_lock; io.c loads the numbers.
+	 */
+	bool rdma_nodirect;
+	bool rdma_bounce_said;
+	uint32_t rdma_bounce_max;
+	char rdma_why[200];
 };
 
 /* queue.c */
@@ -273,6 +286,8 @@ struct nh_slot *nh_queue_find_slot(struct nh_queue *q, uint16_t cid);
 /* Completes the command in s with a response's status and DW0/DW1. */
 void nh_queue_complete_cqe(struct nh_queue *q, struct nh_slot *s, uint16_t status,
 			   uint64_t result);
+/* Completes the command in s with result (0 or why it failed here). */
+void nh_queue_complete(struct nh_queue *q, struct nh_slot *s, int result);
 
 /*
  * The NVMe/RDMA transport of a queue (rdma.c): open connects the queue pair
@@ -282,11 +297,14 @@ void nh_queue_complete_cqe(struct nh_queue *q, struct nh_slot *s, uint16_t statu
  * queue ends; kill makes it end; close frees it all after the loop stopped.
  */
 int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms);
+/* wait: a bounce may wait for ring room (else -ENOBUFS, and nothing was sent) */
 int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sqe,
-		 struct nh_req *r);
+		 struct nh_req *r, bool wait);
 void nh_rdma_slot_done(struct nh_queue *q, unsigned idx);
 int nh_rdma_rx_loop(struct nh_queue *q);
 void nh_rdma_kill(struct nh_queue *q);
+/* After the receiver ended: bounced reads whose copies were posted complete. */
+void nh_rdma_reap(struct nh_queue *q);
 void nh_rdma_close(struct nh_queue *q);
 
 /* ctrl.c */

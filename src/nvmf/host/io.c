@@ -78,6 +78,21 @@ static enum nh_mem mem_kind(const void *p)
 	return NH_MEM_HOST;
 }
 
+/*
+ * The largest command of io: over RDMA a bounced one is one piece of a ring
+ * (rdma.c), at most its chunk.
+ */
+static uint32_t io_max_xfer(struct nh_ctrl *c, const struct gdx_nvmf_io *io, uint32_t max_xfer,
+			    bool host_only)
+{
+	uint32_t bmax = __atomic_load_n(&c->rdma_bounce_max, __ATOMIC_RELAXED);
+
+	if (bmax && bmax < max_xfer && !host_only && io->op <= GDX_NVMF_OP_WRITE && io->buf &&
+	    mem_kind(io->buf) == NH_MEM_DEVICE)
+		return bmax;
+	return max_xfer;
+}
+
 static void finish_cb(struct group *g)
 {
 	gdx_nvmf_io_cb cb = g->cb;
@@ -162,14 +177,25 @@ static int build(struct nh_ctrl *c, struct gdx_nvmf_io *io, uint32_t bs, uint32_
 				       GDX_NVME_CMD_WRITE_ZEROES, GDX_NVME_CMD_DSM };
 	enum nh_mem mem = !io->buf ? NH_MEM_NONE : host_only ? NH_MEM_HOST : mem_kind(io->buf);
 	uint64_t lba = bs ? io->offset / bs : 0, left = bs ? io->len / bs : 0;
+	/*
+	 * Over RDMA the NIC registers device memory, or (found at connect,
+	 * rdma.c) it bounces through registered host memory
+	 */
+	bool bounce = mem == NH_MEM_DEVICE &&
+		      (!c->p.rdma || __atomic_load_n(&c->rdma_nodirect, __ATOMIC_ACQUIRE));
 
-	/* over RDMA the NIC registers device memory, or the command fails (rdma.c) */
-	io->path = io->op > GDX_NVMF_OP_WRITE ? "none" :
-		   mem == NH_MEM_DEVICE && !c->p.rdma ? "bounce" : "direct";
-	if (mem == NH_MEM_DEVICE && !c->p.rdma && io->op <= GDX_NVMF_OP_WRITE &&
-	    c->p.require_direct) {
-		GDX_ERR(SUB, "device memory moves through the bounce ring on NVMe/TCP "
-			"(require_direct is set)");
+	io->path = io->op > GDX_NVMF_OP_WRITE ? "none" : bounce ? "bounce" : "direct";
+	if (bounce && io->op <= GDX_NVMF_OP_WRITE && c->p.require_direct) {
+		if (c->p.rdma) {
+			pthread_mutex_lock(&c->stage_lock);
+			GDX_ERR(SUB, "the NIC cannot register device memory (%s): it would bounce "
+				"through host memory over NVMe/RDMA (require_direct is set)",
+				c->rdma_why);
+			pthread_mutex_unlock(&c->stage_lock);
+		} else {
+			GDX_ERR(SUB, "device memory moves through the bounce ring on NVMe/TCP "
+				"(require_direct is set)");
+		}
 		return GDX_ENOTDIRECT;
 	}
 	for (unsigned i = 0; i < n; i++) {
@@ -233,7 +259,7 @@ static int submit(struct nh_ctrl *c, struct gdx_nvmf_io *ios, unsigned n, bool h
 	struct group g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
 	struct sub *subs = NULL;
 	unsigned total = 0, *counts;
-	uint32_t *bss, max_xfer;
+	uint32_t *bss, *maxs, max_xfer;
 	int rc = 0;
 
 	if (!c || (!ios && n))
@@ -241,7 +267,8 @@ static int submit(struct nh_ctrl *c, struct gdx_nvmf_io *ios, unsigned n, bool h
 	max_xfer = __atomic_load_n(&c->max_xfer, __ATOMIC_RELAXED);
 	counts = calloc(n ? n : 1, sizeof(*counts));
 	bss = calloc(n ? n : 1, sizeof(*bss));
-	if (!counts || !bss) {
+	maxs = calloc(n ? n : 1, sizeof(*maxs));
+	if (!counts || !bss || !maxs) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -251,7 +278,8 @@ static int submit(struct nh_ctrl *c, struct gdx_nvmf_io *ios, unsigned n, bool h
 		ios[i].result = 0;
 		ios[i].nvme_status = 0;
 		ios[i].path = "none";
-		k = count_cmds(c, &ios[i], max_xfer, &bss[i]);
+		maxs[i] = io_max_xfer(c, &ios[i], max_xfer, host_only);
+		k = count_cmds(c, &ios[i], maxs[i], &bss[i]);
 		if (k < 0) {
 			ios[i].result = k;
 			if (!rc)
@@ -269,7 +297,7 @@ static int submit(struct nh_ctrl *c, struct gdx_nvmf_io *ios, unsigned n, bool h
 		goto out;
 	}
 	for (unsigned i = 0, at = 0; i < n; at += counts[i], i++) {
-		int b = build(c, &ios[i], bss[i], max_xfer, subs + at, counts[i], &g, host_only);
+		int b = build(c, &ios[i], bss[i], maxs[i], subs + at, counts[i], &g, host_only);
 
 		if (b) {
 			ios[i].result = b;
@@ -294,6 +322,7 @@ out:
 	free(subs);
 	free(counts);
 	free(bss);
+	free(maxs);
 	return rc;
 }
 
@@ -321,7 +350,7 @@ int gdx_nvmf_submit_cb(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_io *io, gdx_n
 	io->result = 0;
 	io->nvme_status = 0;
 	io->path = "none";
-	max_xfer = __atomic_load_n(&c->max_xfer, __ATOMIC_RELAXED);
+	max_xfer = io_max_xfer(c, io, __atomic_load_n(&c->max_xfer, __ATOMIC_RELAXED), false);
 	n = count_cmds(c, io, max_xfer, &bs);
 	if (n < 0)
 		return io->result = n;

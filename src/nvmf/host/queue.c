@@ -55,7 +55,8 @@ static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "error
 					 "queued_full", "timeouts", "h2d_copies", "copy_calls",
 					 "event_records", "dev_queries", "dev_waits", "ring_full",
 					 "lat_reads", "lat_sent_ns", "lat_data_ns", "lat_post_ns",
-					 "lat_land_ns", "lat_queue_ns", "lat_cb_ns", "lat_releases" };
+					 "lat_land_ns", "lat_queue_ns", "lat_cb_ns", "lat_releases",
+					 "bounced", "bounce_held" };
 
 /* ---- socket helpers ------------------------------------------------------- */
 
@@ -553,25 +554,45 @@ static int queue_send(struct nh_queue *q, struct nh_req *r, bool wait)
 	if (q->rdma) {
 		sqe = r->sqe;
 		sqe.cid = s->cid;
-		gdx_counter_add(&q->cnt[NH_CNT_CMDS], 1);
 		r->t_sent = r->t_sub ? gdx_now_ns() : 0;
 		r->t_data = r->t_post = 0;
-		rc = nh_rdma_send(q, idx, &sqe, r);
+		rc = nh_rdma_send(q, idx, &sqe, r, wait && !no_wait);
+		if (!rc) {
+			gdx_counter_add(&q->cnt[NH_CNT_CMDS], 1);
+			return 0;
+		}
 		if (rc == -EIO) {
 			/* the slot stays taken: tearing the queue down hands r back exactly once */
 			GDX_WARN(SUB, "queue %u: send: %s", q->qid, gdx_strerror(rc));
 			nh_queue_kill(q, rc);
-		} else if (rc) {
-			/* the buffer cannot be registered: this command fails, the queue goes on */
-			pthread_mutex_lock(&q->lock);
-			s->req = NULL;
-			q->free_idx[q->nfree++] = (uint16_t)idx;
-			__atomic_store_n(&q->inflight, q->inflight - 1, __ATOMIC_RELAXED);
-			pthread_cond_signal(&q->slot_cv);
-			pthread_mutex_unlock(&q->lock);
-			return rc;
+			return 0;
 		}
-		return 0;
+		/* not sent: the slot goes back */
+		pthread_mutex_lock(&q->lock);
+		s->req = NULL;
+		q->free_idx[q->nfree++] = (uint16_t)idx;
+		__atomic_store_n(&q->inflight, q->inflight - 1, __ATOMIC_RELAXED);
+		pthread_cond_signal(&q->slot_cv);
+		/*
+		 * No bounce ring room, and this thread may not wait for it: r
+		 * waits in the backlog for a completion to send it, as for a
+		 * slot.  Ring room is held only by commands in slots (a read's
+		 * until its copy landed), so with none in flight the ring is
+		 * empty and r goes again at once.
+		 */
+		if (rc == -ENOBUFS && wait && q->inflight) {
+			r->next = NULL;
+			*q->backlog_tail = r;
+			q->backlog_tail = &r->next;
+			gdx_counter_add(&q->cnt[NH_CNT_FULL], 1);
+			pthread_mutex_unlock(&q->lock);
+			return 0;
+		}
+		pthread_mutex_unlock(&q->lock);
+		if (rc == -ENOBUFS)
+			return wait ? queue_send(q, r, wait) : -EAGAIN;
+		/* the buffer cannot be registered or staged: r fails, the queue goes on */
+		return rc;
 	}
 	inl = r->write && r->len && r->len <= q->inline_max;
 	sqe = r->sqe;
@@ -610,7 +631,7 @@ int nh_queue_submit(struct nh_queue *q, struct nh_req *r, bool wait)
 	 * (NH_SUBMIT_DEFER).  What sits in the backlog was set up before it was
 	 * queued, so sending it later never sets anything up.
 	 */
-	/* over RDMA the NIC moves device memory itself: no device side to set up */
+	/* over RDMA the NIC moves device memory itself, or connect set its bounce up */
 	if (r->mem == NH_MEM_DEVICE && !q->rdma && !__atomic_load_n(&q->dev, __ATOMIC_ACQUIRE)) {
 		if (in_rx)
 			return NH_SUBMIT_DEFER;
@@ -1000,6 +1021,11 @@ void nh_queue_complete_cqe(struct nh_queue *q, struct nh_slot *s, uint16_t statu
 	complete_slot(q, s, nh_status_to_err(status));
 }
 
+void nh_queue_complete(struct nh_queue *q, struct nh_slot *s, int result)
+{
+	complete_slot(q, s, result);
+}
+
 /* R2T: send the requested range of a write as H2CData PDUs of at most MAXH2CDATA. */
 static int handle_r2t(struct nh_queue *q, const union gdx_tcp_pdu *pdu, struct gdx_tcp_err *e)
 {
@@ -1223,6 +1249,7 @@ void nh_queue_reap(struct nh_queue *q, nh_reap_fn fn)
 	 */
 	if (q->rx_st)
 		gdx_stage_drain(q->rx_st, GDX_EDRIVER);
+	nh_rdma_reap(q);
 	err = q->err ? q->err : GDX_EDISCONNECTED;
 	while (q->backlog) {
 		struct nh_req *r = q->backlog;

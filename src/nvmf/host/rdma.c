@@ -24,11 +24,22 @@
  * lands in it with no copy (path "direct"): a dma-buf of it where the device
  * exports one and the NIC takes it, else the device's peer-memory address
  * (nvidia_peermem; the emulated device's copy-engine view).  The keyed SGL
- * names the device address either way (the MR's iova).  Where neither works
- * the command fails with GDX_ENOTDIRECT and the reason: the bounce through
- * host memory is not built yet: a stage lane (mem/stage.h) frees its ring in
- * the order pieces were posted, and RDMA responses come in any order, so a
- * read's piece has to wait for every earlier one before its copy is posted.
+ * names the device address either way (the MR's iova).
+ *
+ * Where neither works (rdma_rxe, no peermem, nvmf.host.rdma_device_reg=off),
+ * found at connect by registering a probe allocation of the device named in
+ * the options, device memory bounces through registered host memory (path
+ * "bounce", the reason logged once; require_direct refuses it in io.c): each
+ * I/O queue opens two stage lanes (mem/stage.h) on the controller's staging
+ * context, whose pinned rings are registered with the PD once.  A read
+ * reserves its bytes in the H2D lane's ring at submit and names them in its
+ * keyed SGL; the controller's RDMA WRITE lands there, and once the response
+ * is in, the ring's H2D copy into the device is posted and the command
+ * completes when it has landed.  A write reserves in the D2H lane's ring,
+ * copies the device bytes into it before the command goes out (the
+ * controller's RDMA READ, or the capsule, takes them from there) and gives
+ * the room back with its response.  See struct bounce for the one catch: a
+ * lane's room comes back in the order it was reserved, responses do not.
  *
  * A write of at most a page (and within the controller's IOCCSZ) travels in
  * the command capsule, as the Linux host sends it: the SEND carries the SQE
@@ -63,13 +74,65 @@
 
 #define SUB "nvmf-host"
 
+/* Bytes of device memory the probe at connect registers. */
+#define PROBE_LEN 65536u
+
 /* Which ways the NIC may reach device memory (nvmf.host.rdma_device_reg). */
 enum dev_reg { DREG_AUTO, DREG_DMABUF, DREG_PEER, DREG_OFF };
 
-/* The registration of a command's data: a cache reference, or its own MR. */
+/* The registration of a command's data: a cache reference, or its own MR; or a bounce. */
 struct data_reg {
 	struct gdx_reg *ref;
 	struct ibv_mr *mr;
+	struct bounce *b;	/* the lane its bytes are reserved in, NULL: none */
+	unsigned pos;		/* ... its reservation's index in b's FIFO, mod depth */
+	bool answered;		/* ... its response came (the slot is held until done) */
+};
+
+/* A command's reservation in a bounce lane, in reservation order. */
+struct bounce_resv {
+	struct gdx_stage_span sp;
+	void *devp;		/* the command's device memory */
+	unsigned idx;		/* its slot */
+	bool answered;		/* its response is in, held until those before it are */
+	uint16_t status;
+	uint64_t result;
+};
+
+/*
+ * One direction of the bounce: a stage lane whose ring is registered once.
+ *
+ * A lane gives its ring back in the order the room was reserved (H2D: as the
+ * copies land, each copy's mark the end of its piece; D2H: up to the end
+ * released), and reservations are made in submission order, while the
+ * controller answers in any order.  So the answers are put back in
+ * reservation order here: a response whose command has reservations before
+ * it still unanswered is held (its slot stays taken) and handled when they
+ * are, a read's copy is posted only then, a write's room released only then.
+ * A late answer holds up the ones behind it by at most its own latency; in
+ * return the lane stays what it is, a FIFO, with no per-piece bookkeeping.
+ *
+ * lock serialises the lane (submitters reserve, the receiver posts, defers,
+ * releases and learns what landed) and the FIFO of reservations; effects run
+ * under it only on the receiver, and only collect (bounce_ran): callbacks, which
+ * may submit again, run after it is dropped.  room wakes submitters that wait
+ * for ring room.
+ */
+struct bounce {
+	struct gdx_stage *st;
+	struct ibv_mr *mr;
+	pthread_mutex_t lock;
+	pthread_cond_t room;
+	struct bounce_resv *fifo;	/* depth entries: a slot holds at most one */
+	unsigned head, n;
+};
+
+/* A bounced command ready to complete: its data is where the caller wants it (or err). */
+struct bounce_done {
+	unsigned idx;
+	uint16_t status;
+	uint64_t result;
+	int err;
 };
 
 /* A cache entry's payload: an allocation registered whole. */
@@ -97,6 +160,11 @@ struct nh_rdma {
 	enum dev_reg dreg;
 	_Atomic bool dev_told;		/* the way device memory is reached was logged */
 	_Atomic bool dev_failed;	/* a registration of device memory failed, logged */
+	/* device memory the NIC cannot register: reads and writes bounce (NULL st: not) */
+	struct bounce rd, wr;
+	_Atomic bool dead;		/* killed: waits for ring room end */
+	struct bounce_done *done;	/* the receiver's: bounced commands to complete */
+	unsigned ndone;
 };
 
 /*
@@ -154,7 +222,19 @@ static void data_put(struct nh_rdma *t, struct data_reg *d)
 		gdx_regcache_put(t->rc, d->ref);
 	if (d->mr)
 		ibv_dereg_mr(d->mr);
+	/* a bounce's room went back in order with its response (bounce_answer) */
 	*d = (struct data_reg){ 0 };
+}
+
+/* After the lane's drain (or before anything was posted): the ring's MR, then the ring. */
+static void bounce_free(struct bounce *b)
+{
+	if (b->mr)
+		ibv_dereg_mr(b->mr);
+	gdx_stage_close(b->st);
+	free(b->fifo);
+	pthread_mutex_destroy(&b->lock);
+	pthread_cond_destroy(&b->room);
 }
 
 static void rdma_free(struct nh_rdma *t, unsigned depth)
@@ -163,6 +243,9 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 		return;
 	for (unsigned i = 0; t->data && i < depth; i++)
 		data_put(t, &t->data[i]);
+	bounce_free(&t->rd);
+	bounce_free(&t->wr);
+	free(t->done);
 	/* its entries' MRs go before their PD */
 	if (t->rc)
 		gdx_regcache_destroy(t->rc);
@@ -193,6 +276,8 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 	free(t);
 }
 
+static int bounce_setup(struct nh_queue *q, struct nh_rdma *t);
+
 int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 {
 	struct nh_params *p = &q->ctrl->p;
@@ -207,6 +292,10 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 		return -ENOMEM;
 	t->killfd = -1;
 	t->nrecv = q->depth + 1;
+	pthread_mutex_init(&t->rd.lock, NULL);
+	pthread_mutex_init(&t->wr.lock, NULL);
+	pthread_cond_init(&t->rd.room, NULL);
+	pthread_cond_init(&t->wr.room, NULL);
 	t->ch = rdma_create_event_channel();
 	if (!t->ch || rdma_create_id(t->ch, &t->id, q, RDMA_PS_TCP)) {
 		rc = errno ? -errno : -ENODEV;
@@ -278,6 +367,11 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 			rc = t->inl ? -errno : -ENOMEM;
 			goto fail;
 		}
+	}
+	if (q->qid && p->dev) {
+		rc = bounce_setup(q, t);
+		if (rc)
+			goto fail;
 	}
 	qa.qp_type = IBV_QPT_RC;
 	qa.send_cq = qa.recv_cq = t->cq;
@@ -389,6 +483,137 @@ static struct ibv_mr *reg_device(struct nh_rdma *t, struct gdx_device *dev, void
 }
 
 /*
+ * Whether the NIC registers the memory of dev, tried on a probe allocation;
+ * where it cannot, why.  At connect: it calls the device.
+ */
+static bool probe_direct(struct nh_rdma *t, struct gdx_device *dev, char *why, size_t whylen)
+{
+	const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	const char *how;
+	struct ibv_mr *mr;
+	void *p;
+	int rc;
+
+	if (t->dreg == DREG_OFF)
+		return reg_device(t, dev, NULL, 0, all, &how, why, whylen) != NULL;
+	rc = gdx_device_malloc(dev, PROBE_LEN, &p);
+	if (rc) {
+		snprintf(why, whylen, "no device memory to try it on: %s", gdx_strerror(rc));
+		return false;
+	}
+	mr = reg_device(t, dev, p, PROBE_LEN, all, &how, why, whylen);
+	if (mr)
+		ibv_dereg_mr(mr);
+	gdx_device_free(dev, p);
+	return mr != NULL;
+}
+
+/*
+ * A read's copy has landed (err 0) or cannot (err): collected for
+ * bounce_finish, which completes it once the lane's lock is dropped.
+ */
+static void bounce_ran(void *owner, void *effect, int err)
+{
+	struct nh_rdma *t = ((struct nh_queue *)owner)->rdma;
+	struct bounce_done *d;
+
+	if (!effect)
+		return;
+	d = &t->done[t->ndone++];
+	memcpy(d, effect, sizeof(*d));
+	d->err = err;
+}
+
+/* A lane of dir on ctx, its ring registered with the PD for the controller's RDMA. */
+static int bounce_open(struct nh_queue *q, struct nh_rdma *t, struct gdx_stage_ctx *ctx,
+		       enum gdx_stage_dir dir, struct bounce *b)
+{
+	const struct nh_params *p = &q->ctrl->p;
+	struct gdx_stage_opts o;
+	size_t size;
+	void *ring;
+	int rc;
+
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.dir = dir;
+	o.fault = GDX_STAGE_FAIL;
+	o.chunk = p->bounce_chunk;
+	/*
+	 * A command is one piece of at most a chunk, placed whole: a ring of two
+	 * chunks or more never shortens it (gdx_byte_ring_place).  Pieces are
+	 * multiples of the block size, so they stay aligned without padding.
+	 */
+	o.chunks = GDX_MAX(2u, p->bounce_chunks);
+	if (dir == GDX_STAGE_H2D) {
+		o.mode = gdx_stage_ctx_has_agent(ctx) ? GDX_STAGE_AGENT :
+			 p->copy_word ? GDX_STAGE_WORD : GDX_STAGE_EVENTS;
+		o.lane = q->qid - 1u;
+		o.effect_size = sizeof(struct bounce_done);
+		o.run = bounce_ran;
+		o.owner = q;
+	} else {
+		/* the submitter copies before its command goes out, as the TCP sender does */
+		o.mode = GDX_STAGE_SYNC;
+	}
+	rc = gdx_stage_open(ctx, &o, &b->st);
+	if (rc)
+		return rc;
+	ring = gdx_stage_ring(b->st, &size);
+	b->mr = ibv_reg_mr(t->pd, ring, size, dir == GDX_STAGE_H2D ?
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE :
+			   IBV_ACCESS_REMOTE_READ);
+	if (!b->mr)
+		return errno ? -errno : -ENOMEM;
+	b->fifo = calloc(q->depth, sizeof(*b->fifo));
+	return b->fifo ? 0 : -ENOMEM;
+}
+
+/*
+ * An I/O queue of a controller given a device: where the NIC cannot register
+ * its memory, the bounce lanes (with require_direct, none: io.c refuses such
+ * I/O naming why).  The controller keeps why and the largest bounced command
+ * for io.c, and says it once.
+ */
+static int bounce_setup(struct nh_queue *q, struct nh_rdma *t)
+{
+	struct nh_ctrl *c = q->ctrl;
+	struct gdx_stage_ctx *ctx;
+	uint32_t max = 0;
+	char why[200];
+	bool direct = probe_direct(t, c->p.dev, why, sizeof(why));
+	int rc = 0;
+
+	if (!direct && !c->p.require_direct) {
+		rc = nh_ctrl_stage(c, c->p.dev, false, &ctx);
+		if (!rc)
+			rc = bounce_open(q, t, ctx, GDX_STAGE_H2D, &t->rd);
+		if (!rc)
+			rc = bounce_open(q, t, ctx, GDX_STAGE_D2H, &t->wr);
+		t->done = rc ? NULL : calloc(q->depth, sizeof(*t->done));
+		if (!rc && !t->done)
+			rc = -ENOMEM;
+		if (rc) {
+			GDX_ERR(SUB, "queue %u: bounce rings on %s: %s", q->qid,
+				gdx_device_name(c->p.dev), gdx_strerror(rc));
+			return rc;
+		}
+		max = (uint32_t)GDX_MIN(t->rd.st->o.chunk, (size_t)UINT32_MAX);
+	}
+	pthread_mutex_lock(&c->stage_lock);
+	if (!direct && !c->rdma_bounce_said)
+		GDX_WARN(SUB, "%s: the NIC cannot register the memory of %s (%s): %s", c->p.subnqn,
+			 gdx_device_name(c->p.dev), why, c->p.require_direct ?
+			 "device memory I/O is refused (require_direct is set)" :
+			 "device memory bounces through registered host memory: path bounce");
+	c->rdma_bounce_said |= !direct;
+	snprintf(c->rdma_why, sizeof(c->rdma_why), "%s", direct ? "" : why);
+	__atomic_store_n(&c->rdma_bounce_max, max, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->rdma_nodirect, !direct, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&c->stage_lock);
+	return 0;
+}
+
+/*
  * Registers [p, p+len) of memory of kind a->kind; device memory through
  * reg_device, which says how.  The error is logged here.
  */
@@ -417,12 +642,19 @@ static int reg(struct nh_queue *q, struct gdx_device *dev, const struct gdx_ptr_
 				 q->qid, how);
 		return 0;
 	}
-	/* the rest of an I/O fails the same way: said once per queue */
+	/*
+	 * The rest of an I/O fails the same way: said once per queue.  A queue
+	 * bounces only where its connect found the device's memory out of the
+	 * NIC's reach, on the device named then.
+	 */
 	if (!atomic_exchange(&t->dev_failed, true))
 		GDX_ERR(SUB, "queue %u: the NIC cannot register device memory at %p (%s); %s",
 			q->qid, p, why,
-			q->ctrl->p.require_direct ? "require_direct is set"
-						  : "no bounce through host memory over RDMA yet");
+			q->ctrl->p.require_direct ? "require_direct is set" :
+			!q->ctrl->p.dev ? "a bounce through host memory needs the device named "
+					  "at connect" :
+			"the NIC registered that device's memory at connect, so this queue has "
+			"no bounce ring");
 	return GDX_ENOTDIRECT;
 }
 
@@ -484,12 +716,44 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
 }
 
 /*
- * 0; -EIO when the send cannot be posted (the queue must end); another
- * negative code when r's buffer cannot be registered (r fails, the queue
+ * Reserves r's bytes in lane b for slot idx, behind every earlier
+ * reservation, and copies a write's out of the device into them.  Waits for
+ * room where the caller may, else -ENOBUFS; -EIO once the queue is killed.
+ */
+static int bounce_reserve(struct nh_queue *q, struct bounce *b, unsigned idx, struct nh_req *r,
+			  bool wait, struct gdx_stage_span *sp)
+{
+	struct nh_rdma *t = q->rdma;
+	int rc;
+
+	pthread_mutex_lock(&b->lock);
+	while ((rc = gdx_stage_reserve(b->st, r->len, GDX_STAGE_NOWAIT, sp)) == -EAGAIN && wait &&
+	       !atomic_load(&t->dead))
+		pthread_cond_wait(&b->room, &b->lock);
+	if (rc == -EAGAIN)
+		rc = atomic_load(&t->dead) ? -EIO : -ENOBUFS;
+	if (!rc && r->write) {
+		rc = gdx_stage_post(b->st, sp, r->buf);
+		if (rc)
+			gdx_stage_unreserve(b->st, sp);
+	}
+	if (!rc) {
+		t->data[idx].pos = b->head + b->n++;
+		b->fifo[t->data[idx].pos % q->depth] =
+			(struct bounce_resv){ .sp = *sp, .devp = r->buf, .idx = idx };
+	}
+	pthread_mutex_unlock(&b->lock);
+	return rc;
+}
+
+/*
+ * 0; -EIO when the send cannot be posted (the queue must end); -ENOBUFS when
+ * a bounce finds no ring room and !wait (nothing was sent); another negative
+ * code when r's buffer cannot be registered or staged (r fails, the queue
  * goes on).
  */
 int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sqe,
-		 struct nh_req *r)
+		 struct nh_req *r, bool wait)
 {
 	struct nh_rdma *t = q->rdma;
 	struct gdx_nvme_sqe *c = &t->cmds[idx];
@@ -499,16 +763,42 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 	struct data_reg *d = &t->data[idx];
 	struct ibv_mr *mr = NULL;
 	size_t len;
+	bool inl;
 	int rc, cnt;
 
 	*c = *sqe;
 	c->flags = GDX_NVME_FLAGS_PSDT_SGL;
+	inl = t->inl && r->write && c->opc != GDX_NVME_OPC_FABRICS &&
+	      r->len <= GDX_MIN(q->inline_max, INLINE_MAX);
 	if (!r->len) {
 		gdx_rdma_sgl_keyed(&c->dptr, 0, 0, 0, false);
 	} else if (r->len > GDX_RDMA_KEYED_MAX_LEN) {
 		return -EMSGSIZE;
-	} else if (t->inl && r->write && c->opc != GDX_NVME_OPC_FABRICS &&
-		   r->len <= GDX_MIN(q->inline_max, INLINE_MAX)) {
+	} else if (r->mem == NH_MEM_DEVICE && t->rd.st) {
+		struct bounce *b = r->write ? &t->wr : &t->rd;
+		struct gdx_stage_span sp;
+
+		/* io.c splits bounced I/O at the chunk: a bigger command was built before */
+		if (r->len > b->st->o.chunk) {
+			GDX_ERR(SUB, "queue %u: a bounced command of %zu bytes, more than the "
+				"ring's chunk (%zu, nvmf.host.bounce_chunk)", q->qid, r->len,
+				b->st->o.chunk);
+			return -EMSGSIZE;
+		}
+		rc = bounce_reserve(q, b, idx, r, wait, &sp);
+		if (rc)
+			return rc;
+		gdx_counter_add(&q->cnt[NH_CNT_BOUNCED], 1);
+		d->b = b;
+		if (inl) {
+			sge[1] = (struct ibv_sge){ (uintptr_t)sp.p, (uint32_t)r->len, b->mr->lkey };
+			wr.num_sge = 2;
+			gdx_rdma_sgl_inline(&c->dptr, (uint32_t)r->len);
+		} else {
+			gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)sp.p, (uint32_t)r->len, b->mr->rkey,
+					   false);
+		}
+	} else if (inl) {
 		uint8_t *page = t->inl + (size_t)idx * INLINE_MAX;
 
 		if (r->mem == NH_MEM_DEVICE) {
@@ -550,13 +840,111 @@ void nh_rdma_slot_done(struct nh_queue *q, unsigned idx)
 
 void nh_rdma_kill(struct nh_queue *q)
 {
+	struct nh_rdma *t = q->rdma;
 	uint64_t one = 1;
 
-	if (!q->rdma)
+	if (!t)
 		return;
-	rdma_disconnect(q->rdma->id);
-	if (write(q->rdma->killfd, &one, sizeof(one)) < 0)
+	rdma_disconnect(t->id);
+	if (write(t->killfd, &one, sizeof(one)) < 0)
 		GDX_DBG(SUB, "queue %u: kill: %s", q->qid, strerror(errno));
+	/* submitters waiting for ring room give up (under the lock: none misses it) */
+	atomic_store(&t->dead, true);
+	for (struct bounce *b = &t->rd; b <= &t->wr; b++) {
+		pthread_mutex_lock(&b->lock);
+		pthread_cond_broadcast(&b->room);
+		pthread_mutex_unlock(&b->lock);
+	}
+}
+
+/*
+ * The response to a bounced command in slot idx: held until every
+ * reservation before its own is answered, then, in reservation order, each
+ * read's copy into the device is posted with its completion deferred on it,
+ * each write's room goes back and it is ready.  A failed read is copied too
+ * (its buffer holds undefined bytes, as after a failed DMA): its room comes
+ * back with its own mark, and one copy per read keeps the lane a FIFO.
+ * 0, or the lane's error (the queue ends).
+ */
+static int bounce_answer(struct nh_queue *q, unsigned idx, uint16_t status, uint64_t result)
+{
+	struct nh_rdma *t = q->rdma;
+	struct bounce *b = t->data[idx].b;
+	struct bounce_resv *e = &b->fifo[t->data[idx].pos % q->depth];
+	int rc = 0;
+
+	/* its slot is still taken while held or copied: a second response finds it */
+	if (t->data[idx].answered) {
+		GDX_ERR(SUB, "queue %u: a second response for command id %#x", q->qid,
+			q->slots[idx].cid);
+		return GDX_EPROTO;
+	}
+	t->data[idx].answered = true;
+	pthread_mutex_lock(&b->lock);
+	if (e != &b->fifo[b->head])
+		gdx_counter_add(&q->cnt[NH_CNT_HELD], 1);
+	e->answered = true;
+	e->status = status;
+	e->result = result;
+	while (!rc && b->n && b->fifo[b->head].answered) {
+		struct bounce_done d = { .idx = b->fifo[b->head].idx };
+
+		e = &b->fifo[b->head];
+		d.status = e->status;
+		d.result = e->result;
+		b->head = (b->head + 1) % q->depth;
+		b->n--;
+		if (b == &t->wr) {
+			gdx_stage_release(b->st, e->sp.end);
+			t->done[t->ndone++] = d;
+			continue;
+		}
+		rc = gdx_stage_post(b->st, &e->sp, e->devp);
+		if (!rc)
+			rc = gdx_stage_defer(b->st, e->sp.end, &d);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return rc;
+}
+
+/*
+ * Completes the bounced commands whose data is in place (t->done), outside
+ * the lanes' locks: their callbacks may submit again.  Their room is back:
+ * submitters waiting for it try again.
+ */
+static void bounce_finish(struct nh_queue *q)
+{
+	struct nh_rdma *t = q->rdma;
+
+	if (!t->ndone)
+		return;
+	for (struct bounce *b = &t->rd; b <= &t->wr; b++) {
+		pthread_mutex_lock(&b->lock);
+		pthread_cond_broadcast(&b->room);
+		pthread_mutex_unlock(&b->lock);
+	}
+	for (unsigned i = 0; i < t->ndone; i++) {
+		const struct bounce_done *d = &t->done[i];
+
+		if (d->err)
+			nh_queue_complete(q, &q->slots[d->idx], d->err);
+		else
+			nh_queue_complete_cqe(q, &q->slots[d->idx], d->status, d->result);
+	}
+	t->ndone = 0;
+}
+
+void nh_rdma_reap(struct nh_queue *q)
+{
+	struct nh_rdma *t = q->rdma;
+
+	if (!t || !t->rd.st)
+		return;
+	/* the copies posted land (or fail) and their reads complete; the rest go back */
+	pthread_mutex_lock(&t->rd.lock);
+	gdx_stage_drain(t->rd.st, GDX_EDRIVER);
+	pthread_mutex_unlock(&t->rd.lock);
+	bounce_finish(q);
 }
 
 /* One work completion; 0 to go on, or why the queue ends. */
@@ -586,6 +974,9 @@ static int handle_wc(struct nh_queue *q, const struct ibv_wc *wc)
 			GDX_ERR(SUB, "queue %u: response for unknown command id %#x", q->qid, cqe.cid);
 			return GDX_EPROTO;
 		}
+		if (t->data[s - q->slots].b)
+			return bounce_answer(q, (unsigned)(s - q->slots),
+					     (uint16_t)(cqe.status >> 1), cqe.result);
 		nh_queue_complete_cqe(q, s, (uint16_t)(cqe.status >> 1), cqe.result);
 	}
 	return 0;
@@ -594,20 +985,28 @@ static int handle_wc(struct nh_queue *q, const struct ibv_wc *wc)
 static int poll_cq(struct nh_queue *q)
 {
 	struct ibv_wc wc[16];
-	int n;
+	int n, rc = 0;
 
 	do {
 		n = ibv_poll_cq(q->rdma->cq, (int)GDX_ARRAY_SIZE(wc), wc);
 		if (n < 0)
 			return GDX_EDISCONNECTED;
-		for (int i = 0; i < n; i++) {
-			int rc = handle_wc(q, &wc[i]);
+		for (int i = 0; i < n && !rc; i++)
+			rc = handle_wc(q, &wc[i]);
+		bounce_finish(q);
+	} while (!rc && n == (int)GDX_ARRAY_SIZE(wc));
+	return rc;
+}
 
-			if (rc)
-				return rc;
-		}
-	} while (n == (int)GDX_ARRAY_SIZE(wc));
-	return 0;
+/* gdx_stage_wait_idle's input: 1 when the receiver has something to handle. */
+static int rx_ready(void *arg)
+{
+	struct pollfd *p = arg;
+	int n = poll(p, 3, 0);
+
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;
+	return n > 0;
 }
 
 int nh_rdma_rx_loop(struct nh_queue *q)
@@ -624,6 +1023,19 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 		void *ctx;
 		int rc;
 
+		/*
+		 * Bounced reads wait for their copies: the lane polls them and the
+		 * queue's descriptors in turn, and the receiver blocks only once
+		 * they landed (or something came in).
+		 */
+		if (t->rd.st && gdx_stage_busy(t->rd.st)) {
+			pthread_mutex_lock(&t->rd.lock);
+			rc = gdx_stage_wait_idle(t->rd.st, rx_ready, p, q->ctrl->p.copy_poll_ns);
+			pthread_mutex_unlock(&t->rd.lock);
+			bounce_finish(q);
+			if (rc < 0)
+				return rc;
+		}
 		if (poll(p, 3, -1) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -660,6 +1072,11 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 
 void nh_rdma_close(struct nh_queue *q)
 {
+	if (q->rdma && q->rdma->rd.st)
+		GDX_INFO(SUB, "queue %u: %llu commands bounced, %llu of them answered before an "
+			 "earlier one", q->qid,
+			 (unsigned long long)gdx_counter_get(&q->cnt[NH_CNT_BOUNCED]),
+			 (unsigned long long)gdx_counter_get(&q->cnt[NH_CNT_HELD]));
 	rdma_free(q->rdma, q->depth);
 	q->rdma = NULL;
 }
