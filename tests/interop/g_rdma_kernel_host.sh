@@ -12,7 +12,7 @@ tpid=
 # start [OPTIONS]: the target, with OPTIONS added
 start() {
   : >/tmp/target.log
-  GDX_LOG_LEVEL=debug ./gdx nvmf target -l "rdma://$GUEST_IP:$P" -n "$NQN" -N /tmp/ns1.img \
+  GDX_LOG_LEVEL=debug GDX_NVMF_TARGET_STALL_TIMEOUT_MS=2000 ./gdx nvmf target -l "rdma://$GUEST_IP:$P" -n "$NQN" -N /tmp/ns1.img \
     -N ram:32M,bs=4096 -n "$NQN2" -N ram:8M -H nqn.2014-08.org.nvmexpress:uuid:someone-else \
     "$@" >>/tmp/target.log 2>&1 &
   tpid=$!
@@ -68,6 +68,8 @@ else
 fi
 if [ -x ./rdma_probe ]; then
   ./rdma_probe "$GUEST_IP" $P "$NQN"; check "bad connect requests and capsules (rdma_probe)" test $? = 0
+  check "  the stalled queue's end is logged" grep -q "not completed by the host for" /tmp/target.log
+  grep -m1 "not completed by the host" /tmp/target.log | sed 's/^/  target: /'
 else
   bad "rdma_probe was not built"
 fi

@@ -5,7 +5,8 @@
 # nvmet's namespace; a page written in-capsule from host and device memory; writes
 # and reads of emulated device memory the NIC registers
 # (path direct, byte-exact), and with registration switched off the clear error
-# (with and without require_direct); a read survives the gdx target's death and
+# (with and without require_direct); the gdx target's request buffers bounded per
+# queue and in all (commands wait, bytes exact, RSS bounded); a read survives the gdx target's death and
 # restart by reconnecting.  Both ends run in the guest: rxe exists only there.
 . "$(dirname "$0")/lib.sh"
 [ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }

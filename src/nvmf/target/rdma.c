@@ -19,6 +19,23 @@
  * is copied through that buffer rather than registered: a RAM namespace hands
  * pages back to the kernel on deallocate, which a registration would not see.
  *
+ * Request buffers are counted per queue and in the target's total against
+ * nvmf.target.conn_buf_max and buf_max, as on TCP.  Over either, a command
+ * that needs one (keyed data either way) waits, in order, holding its SQ
+ * slot: the host can have no more commands out than the queue has entries,
+ * which bounds what waits.  Commands under way go on and free theirs.
+ * In-capsule data is not held back: the receives bound it already.
+ *
+ * Nothing waits for the host's CPU to take data: a WRITE lands in its memory
+ * and a READ is answered by its NIC, and the reliable connection retries
+ * either a bounded number of times (retry_count) before the completion fails
+ * and ends the queue.  What does wait on the host's software is a response
+ * SEND when the host has no receive posted: receiver-not-ready is retried
+ * without end (RNR retry 7, as hosts ask and nvmet-rdma accepts), and every
+ * work request behind it on the queue pair waits too, buffers held, while the
+ * host's commands (Keep Alive too) still come in.  A queue whose READs and
+ * SENDs see no completion for nvmf.target.stall_timeout_ms is ended.
+ *
  * A queue ends (the host disconnects, a completion fails, the host breaks the
  * protocol, keep-alive expires, the target stops) by rdma_disconnect, which
  * moves the queue pair to the error state, and one drain RECV and one drain
@@ -83,7 +100,7 @@ struct rdma_recv {
 	struct ibv_recv_wr wr;
 };
 
-enum rreq_state { RR_FREE, RR_DATA_IN, RR_EXEC, RR_RESPOND };
+enum rreq_state { RR_FREE, RR_WAIT_BUF, RR_DATA_IN, RR_EXEC, RR_RESPOND };
 
 struct rdma_req {
 	struct nvmf_req req;
@@ -99,7 +116,7 @@ struct rdma_req {
 	uint32_t cap;
 	struct ibv_mr *mr;
 	struct gdx_nvme_cqe *rsp;	/* in the queue's registered responses */
-	struct rdma_req *next_free;
+	struct rdma_req *next_free;	/* on the free list, or the wait list */
 };
 
 enum q_state { Q_LIVE, Q_DRAINING, Q_DEAD };
@@ -130,6 +147,13 @@ struct rdma_queue {
 	struct rdma_req *free_reqs;
 	unsigned nused;		/* requests not free: data, namespace or response outstanding */
 	struct wr_ctx drain_recv, drain_send;
+	/* over its share of request buffers, commands that need one wait here, in order */
+	struct rdma_req *wait_head, **wait_tail;
+	uint64_t buf_bytes;	/* request buffers allocated (in use or kept for reuse) */
+	/* the stall timer: READs and SENDs posted and not back, and how many came back */
+	unsigned nposted;
+	uint64_t ncompleted, tick_completed;
+	uint64_t stuck_ns;	/* when a tick first saw work posted and none back; 0: moving */
 };
 
 /* A completion channel of one device, on one reactor. */
@@ -168,6 +192,7 @@ struct rdma_reactor {
 	bool polling;		/* inside a --poll-us window: completion queues left unarmed */
 	struct rdma_queue **reap;
 	unsigned nreap, reap_cap;
+	struct nvmf_log_limit hold_log;
 };
 
 struct rdma_listener {
@@ -317,6 +342,25 @@ static void queue_maybe_reap(struct rdma_queue *q)
 		reap_later(q);
 }
 
+/* Request buffers, counted per queue and in the target's buffered_bytes. */
+static void buf_account(struct rdma_queue *q, uint32_t freed, uint32_t got)
+{
+	q->buf_bytes = q->buf_bytes - freed + got;
+	nvmf_target_buf_add(q->tgt, (uint64_t)got - freed);
+}
+
+static void req_buf_drop(struct rdma_req *rr)
+{
+	if (!rr->buf)
+		return;
+	buf_account(rr->q, rr->cap, 0);
+	ibv_dereg_mr(rr->mr);
+	free(rr->buf);
+	rr->buf = NULL;
+	rr->mr = NULL;
+	rr->cap = 0;
+}
+
 static void req_put(struct rdma_req *rr)
 {
 	struct rdma_queue *q = rr->q;
@@ -325,6 +369,9 @@ static void req_put(struct rdma_req *rr)
 	rr->next_free = q->free_reqs;
 	q->free_reqs = rr;
 	q->nused--;
+	/* over the target's budget, buffers are not kept for reuse */
+	if (nvmf_target_buf_over(q->tgt))
+		req_buf_drop(rr);
 	queue_maybe_reap(q);
 }
 
@@ -345,15 +392,70 @@ static int req_buf(struct rdma_req *rr, uint32_t len)
 			free(p);
 			return err;
 		}
-		if (rr->mr)
-			ibv_dereg_mr(rr->mr);
-		free(rr->buf);
+		req_buf_drop(rr);
 		rr->buf = p;
 		rr->cap = cap;
 		rr->mr = mr;
+		buf_account(rr->q, 0, cap);
 	}
 	rr->req.buf = rr->buf;
 	return 0;
+}
+
+/* Frees the buffers free requests keep for reuse. */
+static void queue_trim(struct rdma_queue *q)
+{
+	for (unsigned i = 0; i < q->depth; i++)
+		if (q->reqs[i].state == RR_FREE)
+			req_buf_drop(&q->reqs[i]);
+}
+
+/*
+ * True while the queue may start no command that needs a buffer: it holds
+ * nvmf.target.conn_buf_max of request buffers, or the target
+ * nvmf.target.buf_max in all.  Checked before each such command, so one (at
+ * most MDTS) may take it over.  Buffers kept for reuse go first.
+ */
+static bool queue_over(struct rdma_queue *q)
+{
+	const struct gdx_nvmf_target *t = q->tgt;
+
+	if (q->buf_bytes < t->conn_buf_max && !nvmf_target_buf_over(t))
+		return false;
+	queue_trim(q);
+	return q->buf_bytes >= t->conn_buf_max || nvmf_target_buf_over(t);
+}
+
+/* Over its share of buffers: the command waits, behind any that wait already. */
+static void req_wait(struct rdma_queue *q, struct rdma_req *rr)
+{
+	uint64_t held;
+
+	rr->state = RR_WAIT_BUF;
+	rr->next_free = NULL;
+	*q->wait_tail = rr;
+	q->wait_tail = &rr->next_free;
+	if (q->wait_head != rr)
+		return;
+	gdx_counter_add(&q->tgt->ctr[TGT_CTR_HOLDS], 1);
+	if (nvmf_log_limit_ok(&q->r->hold_log, gdx_now_ns(), &held))
+		GDX_WARN(SUBSYS, "%s qid %u: holds %" PRIu64 " bytes of request buffers, the target %"
+			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
+			 "): its commands wait for buffers (%" PRIu64 " more)", q->peer, q->sq.qid,
+			 q->buf_bytes, gdx_counter_get(&q->tgt->ctr[TGT_CTR_BUF_BYTES]),
+			 q->tgt->conn_buf_max, q->tgt->buf_max, held);
+}
+
+/* Ends the waits of an ended queue: those commands never started. */
+static void queue_unwait(struct rdma_queue *q)
+{
+	while (q->wait_head) {
+		struct rdma_req *rr = q->wait_head;
+
+		q->wait_head = rr->next_free;
+		req_put(rr);
+	}
+	q->wait_tail = &q->wait_head;
 }
 
 static int post_send(struct rdma_queue *q, struct ibv_send_wr *wr)
@@ -397,6 +499,8 @@ static void respond(struct rdma_queue *q, struct rdma_req *rr, uint32_t c2h)
 	}
 	if (post_send(q, c2h ? &write : &send))
 		req_put(rr);
+	else
+		q->nposted++;
 }
 
 static void req_done(struct nvmf_req *nr)
@@ -443,6 +547,17 @@ static void req_fetch(struct rdma_queue *q, struct rdma_req *rr)
 	gdx_counter_add(&q->sq.ctr[SQ_CTR_BYTES_IN], rr->req.len);
 	if (post_send(q, &wr))
 		req_put(rr);
+	else
+		q->nposted++;
+}
+
+/* The command's buffer is there: fetch its data or run it. */
+static void req_start(struct rdma_queue *q, struct rdma_req *rr)
+{
+	if (rr->sgl.kind == GDX_RDMA_DATA_KEYED && rr->dir == GDX_NVME_XFER_H2C)
+		req_fetch(q, rr);
+	else
+		req_exec(rr);
 }
 
 static int post_recv(struct rdma_queue *q, struct rdma_recv *rv)
@@ -476,10 +591,12 @@ static void handle_capsule(struct rdma_queue *q, struct rdma_recv *rv, uint32_t 
 		st = nvmf_req_prep(&rr->req);
 	if (!st && rr->req.len) {
 		rr->mapped = rr->req.buf;
-		if (req_buf(rr, rr->req.len))
-			st = GDX_NVME_SC_INTERNAL;
-		else if (rr->sgl.kind == GDX_RDMA_DATA_INLINE)
-			memcpy(rr->buf, rv->buf + sizeof(struct gdx_nvme_sqe), rr->req.len);
+		if (rr->sgl.kind == GDX_RDMA_DATA_INLINE) {
+			if (req_buf(rr, rr->req.len))
+				st = GDX_NVME_SC_INTERNAL;
+			else
+				memcpy(rr->buf, rv->buf + sizeof(struct gdx_nvme_sqe), rr->req.len);
+		}
 	}
 	/* the command is out of the receive: it can take the next one */
 	if (post_recv(q, rv)) {
@@ -491,10 +608,34 @@ static void handle_capsule(struct rdma_queue *q, struct rdma_recv *rv, uint32_t 
 		nvmf_req_complete(&rr->req, st);
 		return;
 	}
-	if (rr->sgl.kind == GDX_RDMA_DATA_KEYED && rr->dir == GDX_NVME_XFER_H2C)
-		req_fetch(q, rr);
-	else
-		req_exec(rr);
+	if (rr->req.len && rr->sgl.kind == GDX_RDMA_DATA_KEYED) {
+		if (q->wait_head || queue_over(q)) {
+			req_wait(q, rr);
+			return;
+		}
+		if (req_buf(rr, rr->req.len)) {
+			nvmf_req_complete(&rr->req, GDX_NVME_SC_INTERNAL);
+			return;
+		}
+	}
+	req_start(q, rr);
+}
+
+/* Buffers went: start the commands that waited for them, in order, while they fit. */
+static void queue_unblock(struct rdma_queue *q)
+{
+	while (q->wait_head && q->state == Q_LIVE && !queue_over(q)) {
+		struct rdma_req *rr = q->wait_head;
+
+		q->wait_head = rr->next_free;
+		if (!q->wait_head)
+			q->wait_tail = &q->wait_head;
+		rr->state = RR_EXEC;
+		if (req_buf(rr, rr->req.len))
+			nvmf_req_complete(&rr->req, GDX_NVME_SC_INTERNAL);
+		else
+			req_start(q, rr);
+	}
 }
 
 /* ---- completions ------------------------------------------------------------------- */
@@ -518,6 +659,8 @@ static void handle_wc(struct rdma_queue *q, const struct ibv_wc *wc)
 	case WR_READ: {
 		struct rdma_req *rr = GDX_CONTAINER_OF(ctx, struct rdma_req, read_ctx);
 
+		q->nposted--;
+		q->ncompleted++;
 		if (wc->status == IBV_WC_SUCCESS && q->state == Q_LIVE)
 			req_exec(rr);
 		else
@@ -527,6 +670,8 @@ static void handle_wc(struct rdma_queue *q, const struct ibv_wc *wc)
 	case WR_WRITE:
 		break;	/* a failed WRITE ended the queue above; its SEND comes back flushed */
 	case WR_SEND:
+		q->nposted--;
+		q->ncompleted++;
 		req_put(GDX_CONTAINER_OF(ctx, struct rdma_req, send_ctx));
 		break;
 	case WR_DRAIN_RECV:
@@ -597,11 +742,8 @@ static void queue_free(struct rdma_queue *q)
 		rdma_destroy_qp(q->id);
 	if (q->cq)
 		ibv_destroy_cq(q->cq);
-	for (unsigned i = 0; q->reqs && i < q->depth; i++) {
-		if (q->reqs[i].mr)
-			ibv_dereg_mr(q->reqs[i].mr);
-		free(q->reqs[i].buf);
-	}
+	for (unsigned i = 0; q->reqs && i < q->depth; i++)
+		req_buf_drop(&q->reqs[i]);
 	if (q->recv_mr)
 		ibv_dereg_mr(q->recv_mr);
 	if (q->rsp_mr)
@@ -635,6 +777,7 @@ static void queue_end(struct rdma_queue *q, const char *why)
 	if (why)
 		GDX_INFO(SUBSYS, "%s qid %u: queue ends (%s)", q->peer, q->sq.qid, why);
 	nvmf_sq_destroy(&q->sq);
+	queue_unwait(q);
 	/* held AERs are with no namespace: they end with the queue */
 	for (unsigned i = 0; i < q->depth; i++) {
 		struct rdma_req *rr = &q->reqs[i];
@@ -710,6 +853,7 @@ static void queue_accept(struct rdma_reactor *r, const struct handoff *h)
 	q->state = Q_LIVE;
 	q->drain_recv.kind = WR_DRAIN_RECV;
 	q->drain_send.kind = WR_DRAIN_SEND;
+	q->wait_tail = &q->wait_head;
 	q->sq.tgt = &t->core;
 	q->sq.ioctx = r->ioctx;
 	q->sq.port = h->port;
@@ -976,15 +1120,47 @@ static void reap_overdue(struct rdma_reactor *r, uint64_t now)
 	}
 }
 
-/* Once a second: keep-alive expiry, queues that never sent Connect, overdue drains. */
+/*
+ * Whether the queue's READs and SENDs have seen no completion for
+ * nvmf.target.stall_timeout_ms, as far as ticks a second apart can tell.
+ */
+static bool queue_stalled(struct rdma_queue *q, uint64_t now)
+{
+	if (!q->nposted || q->ncompleted != q->tick_completed) {
+		q->tick_completed = q->ncompleted;
+		q->stuck_ns = 0;
+		return false;
+	}
+	if (!q->stuck_ns)
+		q->stuck_ns = now;
+	return now - q->stuck_ns >= q->tgt->stall_ns;
+}
+
+/*
+ * Once a second: stalled queues, keep-alive expiry, queues that never sent
+ * Connect, overdue drains; over the target's budget, buffers kept for reuse go.
+ */
 static void tick(struct rdma_reactor *r)
 {
 	uint64_t now = gdx_now_ns();
+	bool over = nvmf_target_buf_over(r->rt->t);
 
 	reap_overdue(r, now);
 	for (struct rdma_queue *q = r->queues; q; q = q->next) {
 		if (q->state != Q_LIVE)
 			continue;
+		if (queue_stalled(q, now)) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "%u READs and SENDs not completed by the host for %"
+				 PRIu64 " ms: nvmf.target.stall_timeout_ms", q->nposted,
+				 (now - q->stuck_ns) / 1000000);
+			gdx_counter_add(&r->rt->t->ctr[TGT_CTR_STALLS], 1);
+			queue_end(q, why);
+			continue;
+		}
+		if (over)
+			queue_trim(q);
 		if (q->sq.ctrl) {
 			nvmf_target_sq_stats(&q->sq, &q->sq_stats);
 			if (nvmf_sq_expired(&q->sq, now))
@@ -1004,6 +1180,18 @@ static void reap(struct rdma_reactor *r)
 	for (unsigned i = 0; i < r->nreap; i++)
 		queue_free(r->reap[i]);
 	r->nreap = 0;
+}
+
+/*
+ * Starts what waits for buffers where they fit now: after each iteration for
+ * the buffers its completions freed, and after each tick for those other
+ * reactors freed meanwhile.
+ */
+static void unblock_all(struct rdma_reactor *r)
+{
+	for (struct rdma_queue *q = r->queues; q; q = q->next)
+		if (q->wait_head)
+			queue_unblock(q);
 }
 
 /* Serves what epoll reports within timeout_ms; how many events there were. */
@@ -1039,6 +1227,7 @@ static int handle_events(struct rdma_reactor *r, int timeout_ms)
 			break;
 		}
 	}
+	unblock_all(r);
 	if (r->ioctx)
 		nvmf_ioctx_flush(r->ioctx);
 	reap(r);
@@ -1124,6 +1313,7 @@ static void *reactor_main(void *arg)
 			last_event = gdx_now_ns();
 		if (gdx_now_ns() >= next_tick) {
 			tick(r);
+			unblock_all(r);
 			reap(r);
 			next_tick = gdx_now_ns() + 1000000000ull;
 		}

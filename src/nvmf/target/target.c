@@ -370,6 +370,18 @@ int nvmf_target_reactor_thread(pthread_t *th, int cpu, void *(*fn)(void *), void
 	return ret;
 }
 
+bool nvmf_log_limit_ok(struct nvmf_log_limit *l, uint64_t now, uint64_t *held)
+{
+	if (now < l->next_ns) {
+		l->held++;
+		return false;
+	}
+	*held = l->held;
+	l->held = 0;
+	l->next_ns = now + 1000000000ull;
+	return true;
+}
+
 unsigned nvmf_target_nports(const struct gdx_nvmf_target *t, uint8_t trtype)
 {
 	unsigned n = 0;

@@ -95,6 +95,30 @@ int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i);
  */
 int nvmf_target_reactor_thread(pthread_t *th, int cpu, void *(*fn)(void *), void *arg,
 			       const char *name);
+/*
+ * Request buffers held for hosts' data, by every queue of every transport:
+ * TGT_CTR_BUF_BYTES against nvmf.target.buf_max.  delta wraps for a release.
+ */
+static inline void nvmf_target_buf_add(struct gdx_nvmf_target *t, uint64_t delta)
+{
+	gdx_counter_add(&t->ctr[TGT_CTR_BUF_BYTES], delta);
+}
+
+/* True while the target holds nvmf.target.buf_max of request buffers or more. */
+static inline bool nvmf_target_buf_over(const struct gdx_nvmf_target *t)
+{
+	return gdx_counter_get(&t->ctr[TGT_CTR_BUF_BYTES]) >= t->buf_max;
+}
+
+/* At most one log line a second per cause; the ones held back are counted. */
+struct nvmf_log_limit {
+	uint64_t next_ns;
+	uint64_t held;
+};
+
+/* True if a line may go out now; *held gets how many were held back since the last. */
+bool nvmf_log_limit_ok(struct nvmf_log_limit *l, uint64_t now, uint64_t *held);
+
 /* How many of the target's ports are of trtype. */
 unsigned nvmf_target_nports(const struct gdx_nvmf_target *t, uint8_t trtype);
 /* "192.0.2.1:4420", "[::1]:4420": a peer as the logs name it. */
