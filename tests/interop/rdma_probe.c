@@ -23,6 +23,7 @@
 #include "nvmf/proto/rdma.h"
 
 #define TIMEOUT_MS 20000
+#define DISCONNECT_MS 60000
 
 struct conn {
 	struct rdma_event_channel *ch;
@@ -180,12 +181,19 @@ static int wait_response(struct conn *c)
 	}
 }
 
-/* Whether the target ended the connection: a DISCONNECTED event comes within TIMEOUT_MS. */
+/*
+ * Whether the target ended the connection: a DISCONNECTED event comes within
+ * DISCONNECT_MS (the CM's DREQ is slow in a loaded TCG guest).
+ */
 static int wait_disconnect(struct conn *c)
 {
 	struct pollfd pfd = { .fd = c->ch->fd, .events = POLLIN };
-	struct rdma_cm_event *ev = poll(&pfd, 1, TIMEOUT_MS) == 1 ? wait_event(c) : NULL;
+	struct rdma_cm_event *ev = poll(&pfd, 1, DISCONNECT_MS) == 1 ? wait_event(c) : NULL;
 	int ok = ev && ev->event == RDMA_CM_EVENT_DISCONNECTED;
+
+	if (!ok)
+		printf("  (%s%s)\n", ev ? "CM event " : "no CM event in 60 s",
+		       ev ? rdma_event_str(ev->event) : "");
 
 	if (ev)
 		rdma_ack_cm_event(ev);

@@ -1152,7 +1152,7 @@ static void tick(struct rdma_reactor *r)
 		if (queue_stalled(q, now)) {
 			char why[128];
 
-			snprintf(why, sizeof(why), "%u READs and SENDs not completed by the host for %"
+			snprintf(why, sizeof(why), "%u READ/SEND work requests not completed by the host for %"
 				 PRIu64 " ms: nvmf.target.stall_timeout_ms", q->nposted,
 				 (now - q->stuck_ns) / 1000000);
 			gdx_counter_add(&r->rt->t->ctr[TGT_CTR_STALLS], 1);
