@@ -20,11 +20,13 @@
  * pages back to the kernel on deallocate, which a registration would not see.
  *
  * Request buffers are counted per queue and in the target's total against
- * nvmf.target.conn_buf_max and buf_max, as on TCP.  Over either, a command
- * that needs one (keyed data either way) waits, in order, holding its SQ
- * slot: the host can have no more commands out than the queue has entries,
- * which bounds what waits.  Commands under way go on and free theirs.
- * In-capsule data is not held back: the receives bound it already.
+ * nvmf.target.conn_buf_max and buf_max by the helpers TCP uses too
+ * (nvmf_bufs_*).  Over either, a command that needs one (keyed data either
+ * way) waits, in order, holding its SQ slot and no buffer: the host can have
+ * no more commands out than the queue has entries, which bounds what waits.
+ * Commands under way go on and free theirs; the reactor starts waiting ones
+ * at the end of the iteration whose completions freed buffers.  In-capsule
+ * data is not held back: the receives bound it already.
  *
  * Nothing waits for the host's CPU to take data: a WRITE lands in its memory
  * and a READ is answered by its NIC, and the reliable connection retries
@@ -53,6 +55,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -116,7 +119,8 @@ struct rdma_req {
 	uint32_t cap;
 	struct ibv_mr *mr;
 	struct gdx_nvme_cqe *rsp;	/* in the queue's registered responses */
-	struct rdma_req *next_free;	/* on the free list, or the wait list */
+	struct rdma_req *next_free;
+	struct nvmf_buf_wait wait;	/* RR_WAIT_BUF: in the queue's wait list */
 };
 
 enum q_state { Q_LIVE, Q_DRAINING, Q_DEAD };
@@ -147,9 +151,7 @@ struct rdma_queue {
 	struct rdma_req *free_reqs;
 	unsigned nused;		/* requests not free: data, namespace or response outstanding */
 	struct wr_ctx drain_recv, drain_send;
-	/* over its share of request buffers, commands that need one wait here, in order */
-	struct rdma_req *wait_head, **wait_tail;
-	uint64_t buf_bytes;	/* request buffers allocated (in use or kept for reuse) */
+	struct nvmf_bufs bufs;	/* request buffers held, and the commands waiting for them */
 	/* the stall timer: READs and SENDs posted and not back, and how many came back */
 	unsigned nposted;
 	uint64_t ncompleted, tick_completed;
@@ -342,20 +344,13 @@ static void queue_maybe_reap(struct rdma_queue *q)
 		reap_later(q);
 }
 
-/* Request buffers, counted per queue and in the target's buffered_bytes. */
-static void buf_account(struct rdma_queue *q, uint32_t freed, uint32_t got)
-{
-	q->buf_bytes = q->buf_bytes - freed + got;
-	nvmf_target_buf_add(q->tgt, (uint64_t)got - freed);
-}
-
 static void req_buf_drop(struct rdma_req *rr)
 {
 	if (!rr->buf)
 		return;
-	buf_account(rr->q, rr->cap, 0);
+	nvmf_bufs_account(&rr->q->bufs, rr->cap, 0);
 	ibv_dereg_mr(rr->mr);
-	free(rr->buf);
+	munmap(rr->buf, rr->cap);
 	rr->buf = NULL;
 	rr->mr = NULL;
 	rr->cap = 0;
@@ -375,28 +370,33 @@ static void req_put(struct rdma_req *rr)
 	queue_maybe_reap(q);
 }
 
-/* A registered buffer of at least len bytes, page aligned for O_DIRECT namespaces. */
+/*
+ * A registered buffer of at least len bytes, page aligned for O_DIRECT
+ * namespaces.  Mapped rather than allocated: a dropped buffer goes back to the
+ * kernel at once, so the budget bounds what the process holds (from the heap,
+ * freed buffers stayed resident and the peak grew with the churn).
+ */
 static int req_buf(struct rdma_req *rr, uint32_t len)
 {
 	if (rr->cap < len) {
 		uint32_t cap = GDX_ALIGN_UP(GDX_MAX(len, 4096u), 4096u);
 		struct ibv_mr *mr;
-		void *p = NULL;
+		void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
-		if (posix_memalign(&p, 4096, cap))
+		if (p == MAP_FAILED)
 			return -ENOMEM;
 		mr = ibv_reg_mr(rr->q->dev->pd, p, cap, IBV_ACCESS_LOCAL_WRITE);
 		if (!mr) {
 			int err = errno ? -errno : -ENOMEM;
 
-			free(p);
+			munmap(p, cap);
 			return err;
 		}
 		req_buf_drop(rr);
 		rr->buf = p;
 		rr->cap = cap;
 		rr->mr = mr;
-		buf_account(rr->q, 0, cap);
+		nvmf_bufs_account(&rr->q->bufs, 0, cap);
 	}
 	rr->req.buf = rr->buf;
 	return 0;
@@ -411,51 +411,34 @@ static void queue_trim(struct rdma_queue *q)
 }
 
 /*
- * True while the queue may start no command that needs a buffer: it holds
- * nvmf.target.conn_buf_max of request buffers, or the target
- * nvmf.target.buf_max in all.  Checked before each such command, so one (at
- * most MDTS) may take it over.  Buffers kept for reuse go first.
+ * Whether rr's command may take a buffer now.  Over a limit, the buffers no
+ * command uses go first: those free requests keep, and rr's own (a request
+ * that waits holds none).
  */
-static bool queue_over(struct rdma_queue *q)
+static bool queue_fits(struct rdma_queue *q, struct rdma_req *rr)
 {
-	const struct gdx_nvmf_target *t = q->tgt;
-
-	if (q->buf_bytes < t->conn_buf_max && !nvmf_target_buf_over(t))
-		return false;
+	if (nvmf_bufs_fit(&q->bufs))
+		return true;
 	queue_trim(q);
-	return q->buf_bytes >= t->conn_buf_max || nvmf_target_buf_over(t);
+	req_buf_drop(rr);
+	return nvmf_bufs_fit(&q->bufs);
 }
 
-/* Over its share of buffers: the command waits, behind any that wait already. */
+/* Over its share of buffers: the command waits, behind any that wait already, with none. */
 static void req_wait(struct rdma_queue *q, struct rdma_req *rr)
 {
-	uint64_t held;
-
+	req_buf_drop(rr);
 	rr->state = RR_WAIT_BUF;
-	rr->next_free = NULL;
-	*q->wait_tail = rr;
-	q->wait_tail = &rr->next_free;
-	if (q->wait_head != rr)
-		return;
-	gdx_counter_add(&q->tgt->ctr[TGT_CTR_HOLDS], 1);
-	if (nvmf_log_limit_ok(&q->r->hold_log, gdx_now_ns(), &held))
-		GDX_WARN(SUBSYS, "%s qid %u: holds %" PRIu64 " bytes of request buffers, the target %"
-			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
-			 "): its commands wait for buffers (%" PRIu64 " more)", q->peer, q->sq.qid,
-			 q->buf_bytes, gdx_counter_get(&q->tgt->ctr[TGT_CTR_BUF_BYTES]),
-			 q->tgt->conn_buf_max, q->tgt->buf_max, held);
+	nvmf_bufs_wait(&q->bufs, &rr->wait, &q->r->hold_log);
 }
 
 /* Ends the waits of an ended queue: those commands never started. */
 static void queue_unwait(struct rdma_queue *q)
 {
-	while (q->wait_head) {
-		struct rdma_req *rr = q->wait_head;
+	struct nvmf_buf_wait *w;
 
-		q->wait_head = rr->next_free;
-		req_put(rr);
-	}
-	q->wait_tail = &q->wait_head;
+	while ((w = nvmf_bufs_pop(&q->bufs)))
+		req_put(GDX_CONTAINER_OF(w, struct rdma_req, wait));
 }
 
 static int post_send(struct rdma_queue *q, struct ibv_send_wr *wr)
@@ -609,7 +592,7 @@ static void handle_capsule(struct rdma_queue *q, struct rdma_recv *rv, uint32_t 
 		return;
 	}
 	if (rr->req.len && rr->sgl.kind == GDX_RDMA_DATA_KEYED) {
-		if (q->wait_head || queue_over(q)) {
+		if (q->bufs.wait_head || !queue_fits(q, rr)) {
 			req_wait(q, rr);
 			return;
 		}
@@ -624,12 +607,12 @@ static void handle_capsule(struct rdma_queue *q, struct rdma_recv *rv, uint32_t 
 /* Buffers went: start the commands that waited for them, in order, while they fit. */
 static void queue_unblock(struct rdma_queue *q)
 {
-	while (q->wait_head && q->state == Q_LIVE && !queue_over(q)) {
-		struct rdma_req *rr = q->wait_head;
+	while (q->bufs.wait_head && q->state == Q_LIVE) {
+		struct rdma_req *rr = GDX_CONTAINER_OF(q->bufs.wait_head, struct rdma_req, wait);
 
-		q->wait_head = rr->next_free;
-		if (!q->wait_head)
-			q->wait_tail = &q->wait_head;
+		if (!queue_fits(q, rr))
+			break;
+		nvmf_bufs_pop(&q->bufs);
 		rr->state = RR_EXEC;
 		if (req_buf(rr, rr->req.len))
 			nvmf_req_complete(&rr->req, GDX_NVME_SC_INTERNAL);
@@ -853,7 +836,7 @@ static void queue_accept(struct rdma_reactor *r, const struct handoff *h)
 	q->state = Q_LIVE;
 	q->drain_recv.kind = WR_DRAIN_RECV;
 	q->drain_send.kind = WR_DRAIN_SEND;
-	q->wait_tail = &q->wait_head;
+	nvmf_bufs_init(&q->bufs, t, &q->sq, q->peer);
 	q->sq.tgt = &t->core;
 	q->sq.ioctx = r->ioctx;
 	q->sq.port = h->port;
@@ -1190,7 +1173,7 @@ static void reap(struct rdma_reactor *r)
 static void unblock_all(struct rdma_reactor *r)
 {
 	for (struct rdma_queue *q = r->queues; q; q = q->next)
-		if (q->wait_head)
+		if (q->bufs.wait_head)
 			queue_unblock(q);
 }
 
