@@ -255,8 +255,9 @@ static struct knob knobs[] = {
 	     .min = 65536, .max = 1ll << 40),
 	KNOB("nvmf.target.buf_max", K_SIZE, "512M",
 	     "NVMe-oF target (TCP and RDMA): request buffers all queues of both transports "
-	     "together may hold; beyond it such commands wait on every queue (buffers kept "
-	     "for reuse go first)",
+	     "together may hold; beyond it such commands wait on every queue that holds "
+	     "some (buffers kept for reuse go first); a queue that holds none may start "
+	     "one, so each queue may take it one command over",
 	     .min = 65536, .max = 1ll << 40),
 	KNOB("nvmf.target.stall_timeout_ms", K_INT, "30000",
 	     "NVMe-oF target: a TCP connection with PDUs to send of which the host has taken "
