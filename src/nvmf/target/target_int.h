@@ -5,7 +5,7 @@
 /*
  * The target object behind gdx/nvmf.h: the transport-free core, the limits
  * and counters every transport applies, and each transport's own state
- * (transport.h is the seam; tcp/ and rdma.c fill it).
+ * (transport.h is the seam; tcp/ and rdma/ fill it).
  */
 
 #include <pthread.h>
