@@ -266,6 +266,12 @@ static struct knob knobs[] = {
 	     "retried without end), for this long is closed, keep-alive or not (checked once "
 	     "a second)",
 	     .min = 1, .max = 3600000),
+	KNOB("nvmf.target.rdma_srq", K_INT, "0",
+	     "NVMe/RDMA target: receives in the shared receive queue each reactor keeps on a "
+	     "device where the device has one, which all its queue pairs there take commands "
+	     "from (each as large as the largest capsule: 64 bytes and --inline; 256 is "
+	     "plenty); 0: a receive queue per queue pair, one receive per entry",
+	     .min = 0, .max = 65536),
 	KNOB("nvmf.target.splice", K_ENUM, "auto",
 	     "NVMe/TCP target: reads of 64 KiB and more from RAM namespaces leave by vmsplice + "
 	     "splice (no copy on the way out): auto for hosts on other machines (a host on this "

@@ -126,12 +126,13 @@ bounded() {
 bounded "1 MiB a queue" GDX_NVMF_TARGET_CONN_BUF_MAX=1M
 bounded "1 MiB in all" GDX_NVMF_TARGET_BUF_MAX=1M
 # One command at a time a queue (64 KiB allowed, 256 KiB commands), 8 queues of 32 on the
-# target's one reactor, 3 rounds of reads: a response's completion and the host's next
-# command often come in one poll, and a command that waited while holding the buffer of
-# the request it took once kept the queue stuck with nothing running.  A stuck read fails
-# in 10 s here (the host's I/O timeout; it would then reconnect and resend).
-GDX_NVMF_TARGET_CONN_BUF_MAX=64K ./gdx nvmf target -l "rdma://$A:4422" -n $NQN_G \
-  -N /tmp/bnd.img >/tmp/bnd.log 2>&1 &
+# target's one reactor and its shared receive queue of 256, 3 rounds of reads: a
+# response's completion and the host's next command often come in one poll, and a command
+# that waited while holding the buffer of the request it took once kept the queue stuck
+# with nothing running.  A stuck read fails in 10 s here (the host's I/O timeout; it
+# would then reconnect and resend).
+GDX_NVMF_TARGET_CONN_BUF_MAX=64K GDX_NVMF_TARGET_RDMA_SRQ=256 ./gdx nvmf target \
+  -l "rdma://$A:4422" -n $NQN_G -N /tmp/bnd.img >/tmp/bnd.log 2>&1 &
 bpid=$!
 for _ in $(seq 100); do grep -q 'target: ready' /tmp/bnd.log && break; sleep 0.1; done
 B=(-t rdma -a "$A" -s 4422 -n "$NQN_G" --queues 8 --depth 32 -l 16M --quiet)

@@ -119,6 +119,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t->conn_buf_max = gdx_cfg_size("nvmf.target.conn_buf_max");
 	t->buf_max = gdx_cfg_size("nvmf.target.buf_max");
 	t->stall_ns = (uint64_t)gdx_cfg_int("nvmf.target.stall_timeout_ms") * 1000000;
+	t->rdma_srq = (unsigned)gdx_cfg_int("nvmf.target.rdma_srq");
 	t->core.auth_tmo_ns = (uint64_t)gdx_cfg_int("nvmf.target.auth_timeout_ms") * 1000000;
 	sp = gdx_cfg_str("nvmf.target.splice");
 	t->splice = !strcmp(sp, "on") ? TGT_SPLICE_ON : !strcmp(sp, "off") ? TGT_SPLICE_OFF :

@@ -74,6 +74,7 @@ struct gdx_nvmf_target {
 	uint64_t conn_buf_max;		/* nvmf.target.conn_buf_max */
 	uint64_t buf_max;		/* nvmf.target.buf_max */
 	uint64_t stall_ns;		/* nvmf.target.stall_timeout_ms */
+	unsigned rdma_srq;		/* nvmf.target.rdma_srq */
 	enum { TGT_SPLICE_AUTO, TGT_SPLICE_ON, TGT_SPLICE_OFF } splice;	/* nvmf.target.splice */
 	bool running;
 	struct gdx_counter ctr[TGT_CTR_NR];

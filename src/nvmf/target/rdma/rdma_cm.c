@@ -32,8 +32,12 @@ static struct rdma_dev *dev_get(struct rdma_tgt *rt, struct ibv_context *verbs)
 		if (d) {
 			d->verbs = verbs;
 			d->pd = ibv_alloc_pd(verbs);
-			d->max_rd_atom = ibv_query_device(verbs, &a) ? 1 :
-					 GDX_MIN(a.max_qp_rd_atom, a.max_qp_init_rd_atom);
+			if (ibv_query_device(verbs, &a)) {
+				d->max_rd_atom = 1;
+			} else {
+				d->max_rd_atom = GDX_MIN(a.max_qp_rd_atom, a.max_qp_init_rd_atom);
+				d->max_srq_wr = a.max_srq ? a.max_srq_wr : 0;
+			}
 			if (!d->pd) {
 				free(d);
 				d = NULL;
@@ -66,23 +70,92 @@ void nvmf_rdma_dev_put(struct rdma_tgt *rt, struct rdma_dev *d)
 	pthread_mutex_unlock(&rt->dev_lock);
 }
 
-/* The reactor's completion channel for a device, made on first use. */
-static struct ibv_comp_channel *reactor_cc(struct rdma_reactor *r, struct ibv_context *verbs)
+void nvmf_rdma_srq_destroy(struct rdma_tgt *rt, struct rdma_cc *c)
+{
+	if (c->srq)
+		ibv_destroy_srq(c->srq);
+	if (c->srq_mr)
+		ibv_dereg_mr(c->srq_mr);
+	free(c->srq_mem);
+	free(c->srq_recvs);
+	nvmf_rdma_dev_put(rt, c->dev);
+	c->srq = NULL;
+	c->srq_mr = NULL;
+	c->srq_mem = NULL;
+	c->srq_recvs = NULL;
+	c->dev = NULL;
+}
+
+/*
+ * The reactor's shared receive queue on d: nvmf.target.rdma_srq receives (as
+ * many as the device takes), each as large as the largest capsule a queue may
+ * send.  None where the device has none or the knob is 0: then each queue pair
+ * keeps a receive per entry.
+ */
+static void srq_create(struct rdma_reactor *r, struct rdma_cc *c, struct rdma_dev *d)
+{
+	const struct gdx_nvmf_target *t = r->rt->t;
+	size_t slot = sizeof(struct gdx_nvme_sqe) + GDX_MAX((uint32_t)ADMIN_INLINE,
+							     t->core.inline_data);
+	unsigned n = GDX_MIN(t->rdma_srq, (unsigned)d->max_srq_wr);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = n, .max_sge = 1 } };
+
+	if (!n)
+		return;
+	c->srq = ibv_create_srq(d->pd, &sa);
+	if (!c->srq) {
+		GDX_INFO(SUBSYS, "rdma reactor %u: no shared receive queue on %s (%s): a receive "
+			 "queue per queue pair", r->id, ibv_get_device_name(d->verbs->device),
+			 strerror(errno));
+		return;
+	}
+	c->dev = dev_get(r->rt, d->verbs);
+	c->srq_mem = aligned_alloc(4096, GDX_ALIGN_UP(slot * n, 4096u));
+	c->srq_recvs = calloc(n, sizeof(*c->srq_recvs));
+	if (c->srq_mem)
+		c->srq_mr = ibv_reg_mr(d->pd, c->srq_mem, slot * n, IBV_ACCESS_LOCAL_WRITE);
+	if (!c->dev || !c->srq_recvs || !c->srq_mr)
+		goto fail;
+	for (unsigned i = 0; i < n; i++) {
+		struct rdma_recv *rv = &c->srq_recvs[i];
+		struct ibv_recv_wr *bad;
+
+		rv->ctx.kind = WR_RECV;
+		rv->buf = c->srq_mem + i * slot;
+		rv->sge = (struct ibv_sge){ (uintptr_t)rv->buf, (uint32_t)slot, c->srq_mr->lkey };
+		rv->wr = (struct ibv_recv_wr){ .wr_id = (uintptr_t)&rv->ctx, .sg_list = &rv->sge,
+					       .num_sge = 1 };
+		rv->srq = c->srq;
+		if (ibv_post_srq_recv(c->srq, &rv->wr, &bad))
+			goto fail;
+	}
+	GDX_DBG(SUBSYS, "rdma reactor %u: a shared receive queue of %u receives of %zu bytes on %s",
+		r->id, n, slot, ibv_get_device_name(d->verbs->device));
+	return;
+fail:
+	GDX_WARN(SUBSYS, "rdma reactor %u: setting up a shared receive queue on %s failed (%s): a "
+		 "receive queue per queue pair", r->id, ibv_get_device_name(d->verbs->device),
+		 strerror(errno));
+	nvmf_rdma_srq_destroy(r->rt, c);
+}
+
+/* What the reactor keeps for a device: a completion channel and a shared receive queue. */
+static struct rdma_cc *reactor_dev(struct rdma_reactor *r, struct rdma_dev *d)
 {
 	struct epoll_event e = { .events = EPOLLIN };
 	struct rdma_cc *c;
 
 	for (unsigned i = 0; i < r->ncc; i++)
-		if (r->ccs[i].verbs == verbs)
-			return r->ccs[i].cc;
+		if (r->ccs[i].verbs == d->verbs)
+			return &r->ccs[i];
 	if (r->ncc == MAX_DEVS)
 		return NULL;
 	c = &r->ccs[r->ncc];
-	c->cc = ibv_create_comp_channel(verbs);
+	c->cc = ibv_create_comp_channel(d->verbs);
 	if (!c->cc)
 		return NULL;
 	fcntl(c->cc->fd, F_SETFL, fcntl(c->cc->fd, F_GETFL) | O_NONBLOCK);
-	c->verbs = verbs;
+	c->verbs = d->verbs;
 	c->ev.kind = EV_CQ;
 	e.data.ptr = &c->ev;
 	if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, c->cc->fd, &e)) {
@@ -90,7 +163,8 @@ static struct ibv_comp_channel *reactor_cc(struct rdma_reactor *r, struct ibv_co
 		return NULL;
 	}
 	r->ncc++;
-	return c->cc;
+	srq_create(r, c, d);
+	return c;
 }
 
 void nvmf_rdma_reject(struct rdma_cm_id *id, uint16_t sts)
@@ -135,7 +209,7 @@ static void queue_accept(struct rdma_reactor *r, const struct handoff *h)
 	struct ibv_qp_init_attr qa = { 0 };
 	struct rdma_conn_param p = { 0 };
 	struct gdx_rdma_cm_rep rep;
-	struct ibv_comp_channel *cc;
+	struct rdma_cc *cc;
 	size_t slot;
 
 	if (!q) {
@@ -170,45 +244,60 @@ static void queue_accept(struct rdma_reactor *r, const struct handoff *h)
 	r->queues = q;
 
 	q->dev = dev_get(r->rt, q->id->verbs);
-	cc = q->dev ? reactor_cc(r, q->id->verbs) : NULL;
+	cc = q->dev ? reactor_dev(r, q->dev) : NULL;
 	if (!cc)
 		goto no_rsc;
+	q->srq = cc->srq;
 	/* per request: one READ or one WRITE, and the response; a receive each */
-	q->cq = ibv_create_cq(q->id->verbs, 3 * q->depth + 2, q, cc, 0);
+	q->cq = ibv_create_cq(q->id->verbs, 3 * q->depth + 2, q, cc->cc, 0);
 	if (!q->cq || ibv_req_notify_cq(q->cq, 0))
 		goto no_rsc;
 	qa.qp_type = IBV_QPT_RC;
 	qa.send_cq = q->cq;
 	qa.recv_cq = q->cq;
 	qa.cap.max_send_wr = 2u * q->depth + 1;
-	qa.cap.max_recv_wr = q->depth + 1u;
 	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_sge = 1;
+	qa.srq = q->srq;
+	if (!q->srq) {
+		qa.cap.max_recv_wr = q->depth + 1u;
+		qa.cap.max_recv_sge = 1;
+	}
 	if (rdma_create_qp(q->id, q->dev->pd, &qa))
 		goto no_rsc;
 
-	slot = sizeof(struct gdx_nvme_sqe) + q->inline_max;
-	q->recv_mem = aligned_alloc(4096, GDX_ALIGN_UP(slot * q->depth, 4096u));
-	q->recvs = calloc(q->depth, sizeof(*q->recvs));
 	q->rsps = calloc(q->depth, sizeof(*q->rsps));
 	q->reqs = calloc(q->depth, sizeof(*q->reqs));
-	if (!q->recv_mem || !q->recvs || !q->rsps || !q->reqs)
+	if (!q->rsps || !q->reqs)
 		goto no_rsc;
-	q->recv_mr = ibv_reg_mr(q->dev->pd, q->recv_mem, slot * q->depth, IBV_ACCESS_LOCAL_WRITE);
 	q->rsp_mr = ibv_reg_mr(q->dev->pd, q->rsps, q->depth * sizeof(*q->rsps), 0);
-	if (!q->recv_mr || !q->rsp_mr)
+	if (!q->rsp_mr)
 		goto no_rsc;
+	slot = sizeof(struct gdx_nvme_sqe) + q->inline_max;
+	if (!q->srq) {
+		q->recv_mem = aligned_alloc(4096, GDX_ALIGN_UP(slot * q->depth, 4096u));
+		q->recvs = calloc(q->depth, sizeof(*q->recvs));
+		if (!q->recv_mem || !q->recvs)
+			goto no_rsc;
+		q->recv_mr = ibv_reg_mr(q->dev->pd, q->recv_mem, slot * q->depth,
+					IBV_ACCESS_LOCAL_WRITE);
+		if (!q->recv_mr)
+			goto no_rsc;
+	}
 	for (unsigned i = 0; i < q->depth; i++) {
-		struct rdma_recv *rv = &q->recvs[i];
 		struct rdma_req *rr = &q->reqs[i];
 
-		rv->ctx.kind = WR_RECV;
-		rv->buf = q->recv_mem + i * slot;
-		rv->sge = (struct ibv_sge){ (uintptr_t)rv->buf, (uint32_t)slot, q->recv_mr->lkey };
-		rv->wr = (struct ibv_recv_wr){ .wr_id = (uintptr_t)&rv->ctx, .sg_list = &rv->sge,
-					       .num_sge = 1 };
-		if (nvmf_rdma_post_recv(q, rv))
-			goto no_rsc;
+		if (!q->srq) {
+			struct rdma_recv *rv = &q->recvs[i];
+
+			rv->ctx.kind = WR_RECV;
+			rv->buf = q->recv_mem + i * slot;
+			rv->sge = (struct ibv_sge){ (uintptr_t)rv->buf, (uint32_t)slot,
+						    q->recv_mr->lkey };
+			rv->wr = (struct ibv_recv_wr){ .wr_id = (uintptr_t)&rv->ctx,
+						       .sg_list = &rv->sge, .num_sge = 1 };
+			if (nvmf_rdma_post_recv(q, rv))
+				goto no_rsc;
+		}
 		rr->q = q;
 		rr->read_ctx.kind = WR_READ;
 		rr->write_ctx.kind = WR_WRITE;

@@ -93,6 +93,7 @@ struct rdma_dev {
 	struct ibv_pd *pd;
 	unsigned refs;
 	int max_rd_atom;	/* RDMA READs a queue pair may have in flight */
+	int max_srq_wr;		/* receives a shared receive queue may hold; 0: none */
 };
 
 struct rdma_recv {
@@ -100,6 +101,8 @@ struct rdma_recv {
 	uint8_t *buf;		/* SQE, then in-capsule data */
 	struct ibv_sge sge;
 	struct ibv_recv_wr wr;
+	struct ibv_srq *srq;	/* the reactor's shared receive queue it is posted to; NULL:
+				 * the queue pair's own */
 };
 
 enum rreq_state { RR_FREE, RR_WAIT_BUF, RR_DATA_IN, RR_EXEC, RR_RESPOND };
@@ -141,6 +144,7 @@ struct rdma_queue {
 	uint64_t born_ns;
 	uint16_t depth;		/* SQ entries: receives posted, requests */
 	uint32_t inline_max;	/* in-capsule data bytes a receive holds */
+	struct ibv_srq *srq;	/* the reactor's that its commands come from; NULL: its own */
 	uint8_t *recv_mem;
 	struct ibv_mr *recv_mr;
 	struct rdma_recv *recvs;
@@ -162,6 +166,17 @@ struct rdma_cc {
 	struct ev ev;
 	struct ibv_comp_channel *cc;
 	struct ibv_context *verbs;
+	/*
+	 * The shared receive queue its queue pairs take commands from (NULL where
+	 * the device has none, or nvmf.target.rdma_srq is 0): capsules are copied
+	 * out of a receive as it completes and the receive is posted again, so it
+	 * only has to cover what arrives between two polls, not every queue's depth.
+	 */
+	struct ibv_srq *srq;
+	struct rdma_dev *dev;	/* held while the shared receive queue lives */
+	uint8_t *srq_mem;
+	struct ibv_mr *srq_mr;
+	struct rdma_recv *srq_recvs;
 };
 
 /* A connect request on its way from reactor 0 to the queue's reactor. */
@@ -233,6 +248,8 @@ void nvmf_rdma_queue_free(struct rdma_queue *q);
 
 /* rdma_cm.c: devices, listeners, connecting */
 void nvmf_rdma_dev_put(struct rdma_tgt *rt, struct rdma_dev *d);
+/* Frees the reactor's shared receive queue on c's device, once no queue pair uses it. */
+void nvmf_rdma_srq_destroy(struct rdma_tgt *rt, struct rdma_cc *c);
 void nvmf_rdma_reject(struct rdma_cm_id *id, uint16_t sts);
 void nvmf_rdma_reactor_wake(struct rdma_reactor *r);
 int nvmf_rdma_listen_on(struct rdma_tgt *rt, struct nvmf_port *p, int *bound);

@@ -266,7 +266,21 @@ int nvmf_rdma_post_recv(struct rdma_queue *q, struct rdma_recv *rv)
 {
 	struct ibv_recv_wr *bad;
 
+	if (rv->srq)
+		return ibv_post_srq_recv(rv->srq, &rv->wr, &bad);
 	return ibv_post_recv(q->id->qp, &rv->wr, &bad);
+}
+
+/*
+ * A receive of the reactor's shared queue whose capsule this queue does not
+ * take (it is ending, or the capsule ended it) goes back for the others; a
+ * queue pair's own receive goes with its queue.
+ */
+static void recv_unused(struct rdma_queue *q, struct rdma_recv *rv)
+{
+	if (rv->srq && nvmf_rdma_post_recv(q, rv))
+		GDX_WARN(SUBSYS, "rdma reactor %u: a receive could not go back to the shared "
+			 "receive queue", q->r->id);
 }
 
 static void handle_capsule(struct rdma_queue *q, struct rdma_recv *rv, uint32_t byte_len)
@@ -276,11 +290,13 @@ static void handle_capsule(struct rdma_queue *q, struct rdma_recv *rv, uint32_t 
 
 	if (byte_len < sizeof(struct gdx_nvme_sqe)) {
 		nvmf_rdma_queue_end(q, "a capsule shorter than a command");
+		recv_unused(q, rv);
 		return;
 	}
 	rr = req_get(q);
 	if (!rr) {
 		nvmf_rdma_queue_end(q, "more commands than the queue holds");
+		recv_unused(q, rv);
 		return;
 	}
 	memcpy(&rr->req.cmd, rv->buf, sizeof(rr->req.cmd));
@@ -352,10 +368,15 @@ static void handle_wc(struct rdma_queue *q, const struct ibv_wc *wc)
 		nvmf_rdma_queue_end(q, why);
 	}
 	switch (ctx->kind) {
-	case WR_RECV:
+	case WR_RECV: {
+		struct rdma_recv *rv = GDX_CONTAINER_OF(ctx, struct rdma_recv, ctx);
+
 		if (wc->status == IBV_WC_SUCCESS && q->state == Q_LIVE)
-			handle_capsule(q, GDX_CONTAINER_OF(ctx, struct rdma_recv, ctx), wc->byte_len);
+			handle_capsule(q, rv, wc->byte_len);
+		else
+			recv_unused(q, rv);
 		break;
+	}
 	case WR_READ: {
 		struct rdma_req *rr = GDX_CONTAINER_OF(ctx, struct rdma_req, read_ctx);
 
@@ -426,6 +447,25 @@ void nvmf_rdma_cq_events(struct rdma_reactor *r, struct rdma_cc *c)
 	}
 }
 
+/*
+ * Receives of the shared queue that the queue pair took and whose completions
+ * were not read yet (flushed, or capsules that came as the queue ended) go
+ * back before the completion queue goes.  One a device took and never
+ * completed is lost to it (rdma_rxe of Linux 6.1 does not flush): the host's
+ * SENDs then wait a little longer for a free receive, retried by the NIC.
+ */
+static void srq_reclaim(struct rdma_queue *q)
+{
+	struct ibv_wc wc;
+
+	while (ibv_poll_cq(q->cq, 1, &wc) > 0) {
+		struct wr_ctx *ctx = (struct wr_ctx *)(uintptr_t)wc.wr_id;
+
+		if (ctx->kind == WR_RECV)
+			recv_unused(q, GDX_CONTAINER_OF(ctx, struct rdma_recv, ctx));
+	}
+}
+
 void nvmf_rdma_queue_free(struct rdma_queue *q)
 {
 	struct rdma_reactor *r = q->r;
@@ -438,6 +478,8 @@ void nvmf_rdma_queue_free(struct rdma_queue *q)
 		q->next->prev = q->prev;
 	if (q->id && q->id->qp)
 		rdma_destroy_qp(q->id);
+	if (q->srq && q->cq)
+		srq_reclaim(q);
 	if (q->cq)
 		ibv_destroy_cq(q->cq);
 	for (unsigned i = 0; q->reqs && i < q->depth; i++)
@@ -493,7 +535,8 @@ void nvmf_rdma_queue_end(struct rdma_queue *q, const char *why)
 	}
 	swr.opcode = IBV_WR_SEND;
 	swr.send_flags = IBV_SEND_SIGNALED;
-	if (ibv_post_recv(q->id->qp, &rwr, &rbad))
+	/* a queue pair on the shared receive queue has no receives of its own to drain */
+	if (q->srq || ibv_post_recv(q->id->qp, &rwr, &rbad))
 		q->drained_recv = true;
 	if (ibv_post_send(q->id->qp, &swr, &sbad))
 		q->drained_send = true;

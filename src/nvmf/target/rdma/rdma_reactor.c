@@ -302,8 +302,11 @@ static void reactor_fini(struct rdma_reactor *r)
 		nvmf_rdma_reject(r->handoff[i].id, GDX_RDMA_CM_NO_RSC);
 		rdma_destroy_id(r->handoff[i].id);
 	}
-	for (unsigned i = 0; i < r->ncc; i++)
+	/* every queue pair is gone: nothing takes from the shared receive queues */
+	for (unsigned i = 0; i < r->ncc; i++) {
+		nvmf_rdma_srq_destroy(r->rt, &r->ccs[i]);
 		ibv_destroy_comp_channel(r->ccs[i].cc);
+	}
 	if (r->cm_ch)
 		rdma_destroy_event_channel(r->cm_ch);
 	nvmf_ioctx_destroy(r->ioctx);
