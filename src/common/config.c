@@ -249,19 +249,31 @@ static struct knob knobs[] = {
 	     "controller is failed and its connections closed (checked once a second)",
 	     .min = 100, .max = 3600000),
 	KNOB("nvmf.target.conn_buf_max", K_SIZE, "32M",
-	     "NVMe/TCP target: request buffers (file namespaces' data, in-capsule and R2T "
-	     "data) one connection may hold; beyond it its reads and R2T writes wait until the "
-	     "host reads (one command, at most MDTS, may go over)",
+	     "NVMe-oF target (TCP and RDMA): request buffers one queue may hold (TCP: file "
+	     "namespaces' data, in-capsule and R2T data; RDMA: the buffers its RDMA READs "
+	     "and WRITEs use); beyond it its commands that need one (TCP: reads and R2T "
+	     "writes; RDMA: keyed data either way) wait until its buffers free (one command, "
+	     "at most MDTS, may go over)",
 	     .min = 65536, .max = 1ll << 40),
 	KNOB("nvmf.target.buf_max", K_SIZE, "512M",
-	     "NVMe/TCP target: request buffers all connections together may hold; beyond it "
-	     "reads and R2T writes wait on every connection (buffers kept for reuse go first)",
+	     "NVMe-oF target (TCP and RDMA): request buffers all queues of both transports "
+	     "together may hold; beyond it such commands wait on every queue that holds "
+	     "some (buffers kept for reuse go first); a queue that holds none may start "
+	     "one, so each queue may take it one command over",
 	     .min = 65536, .max = 1ll << 40),
 	KNOB("nvmf.target.stall_timeout_ms", K_INT, "30000",
-	     "NVMe/TCP target: a connection with PDUs to send of which the host has taken none, "
-	     "or with an R2T whose data has not come, for this long is closed, keep-alive or "
-	     "not (checked once a second)",
+	     "NVMe-oF target: a TCP connection with PDUs to send of which the host has taken "
+	     "none, or with an R2T whose data has not come, or an RDMA queue whose RDMA "
+	     "READs and response SENDs see no completion (a host that posts no receive is "
+	     "retried without end), for this long is closed, keep-alive or not (checked once "
+	     "a second)",
 	     .min = 1, .max = 3600000),
+	KNOB("nvmf.target.rdma_srq", K_INT, "0",
+	     "NVMe/RDMA target: receives in the shared receive queue each reactor keeps on a "
+	     "device where the device has one, which all its queue pairs there take commands "
+	     "from (each as large as the largest capsule: 64 bytes and --inline; 256 is "
+	     "plenty); 0: a receive queue per queue pair, one receive per entry",
+	     .min = 0, .max = 65536),
 	KNOB("nvmf.target.splice", K_ENUM, "auto",
 	     "NVMe/TCP target: reads of 64 KiB and more from RAM namespaces leave by vmsplice + "
 	     "splice (no copy on the way out): auto for hosts on other machines (a host on this "

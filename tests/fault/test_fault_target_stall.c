@@ -110,7 +110,7 @@ static void test_stalled_reader(void **state)
 		      (rss - rss0) / 1024, CONN_BUF_MAX_MIB);
 	/* conn_buf_max, one command over it, and slack for the allocator */
 	assert_true(rss - rss0 < (CONN_BUF_MAX_MIB + 1 + 16) * 1024);
-	assert_true(ft_log_count(&ft, "commands wait until the host reads") >= 1);
+	assert_true(ft_log_count(&ft, "commands wait for buffers") >= 1);
 
 	/* ended once it made no progress for the stall timeout (KATO 0 notwithstanding) */
 	while (!ft_log_count(&ft, "no data taken") && ft_now_ms() - t0 < 15000)
@@ -129,6 +129,64 @@ static void test_stalled_reader(void **state)
 		break;
 	}
 	read_ok(io2, 3, buf);
+	close(io);
+	close(adm);
+	close(io2);
+	close(adm2);
+	ft_stop(&ft);
+	free(buf);
+}
+
+/*
+ * The target's total, kept full by a host that stops reading, starves no other
+ * host: at buf_max 8 MiB, a queue with 64 reads of 1 MiB never read holds it,
+ * and another host's reads, one at a time on a queue that holds no buffer,
+ * are served at once, not when the stall timeout ends the first queue.
+ */
+static void test_total_starves_none(void **state)
+{
+	static char buf_max[16], stall[16];
+	static const char *knobs[] = { "nvmf.target.buf_max", buf_max,
+				       "nvmf.target.stall_timeout_ms", stall, NULL };
+	static struct ft_target ft;
+	enum { N = 64, OTHER = 4, STALL_LONG_MS = 20000 };
+	int adm, io, adm2, io2, small = 16384;
+	uint16_t cntlid, cntlid2;
+	uint64_t t0, took;
+	char *buf = malloc(READ_BYTES);
+
+	(void)state;
+	assert_non_null(buf);
+	snprintf(buf_max, sizeof(buf_max), "%uM", CONN_BUF_MAX_MIB);
+	snprintf(stall, sizeof(stall), "%u", STALL_LONG_MS);
+	start_on_file(&ft, "total", NULL, 0, knobs);
+	adm2 = ft_connect(&ft, 5000);
+	cntlid2 = ft_admin_up(adm2, 0, 1);
+	io2 = ft_connect(&ft, 5000);
+	ft_icreq(io2);
+	assert_int_equal(ft_connect_q(io2, 1, 31, &cntlid2, 0), 0);
+
+	adm = ft_connect(&ft, 5000);
+	cntlid = ft_admin_up(adm, 0, 1);
+	io = ft_connect(&ft, 5000);
+	setsockopt(io, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	ft_icreq(io);
+	assert_int_equal(ft_connect_q(io, 1, 127, &cntlid, 0), 0);
+	for (unsigned i = 0; i < N; i++)
+		read_cmd(io, (uint16_t)(100 + i), (uint64_t)(i % (NS_BYTES / READ_BYTES)) *
+							  (READ_BYTES / 512));
+	usleep(1000 * 1000);
+	assert_true(ft_log_count(&ft, "commands wait for buffers") >= 1);
+
+	t0 = ft_now_ms();
+	for (unsigned i = 0; i < OTHER; i++)
+		read_ok(io2, (uint16_t)(1 + i), buf);
+	took = ft_now_ms() - t0;
+	print_message("buf_max %u MiB held by an unread queue: %u reads of 1 MiB on another "
+		      "queue in %" PRIu64 " ms\n", CONN_BUF_MAX_MIB, OTHER, took);
+	/* before, they waited for the stall timeout to end the other queue */
+	assert_true(took < STALL_LONG_MS / 4);
+	assert_int_equal(ft_log_count(&ft, "no data taken"), 0);
 	close(io);
 	close(adm);
 	close(io2);
@@ -168,7 +226,7 @@ static void test_slow_reader(void **state)
 		read_cmd(io, (uint16_t)(100 + i), (uint64_t)(i % (PATTERN / READ_BYTES)) *
 							  (READ_BYTES / 512));
 	usleep(1000 * 1000);
-	assert_true(ft_log_count(&ft, "commands wait until the host reads") >= 1);
+	assert_true(ft_log_count(&ft, "commands wait for buffers") >= 1);
 	while (ndone < N) {
 		union gdx_tcp_pdu pdu;
 		unsigned i;
@@ -272,7 +330,7 @@ static void test_many_writes(void **state)
 		ndone++;
 	}
 	assert_int_equal(nr2t, N);
-	assert_true(ft_log_count(&ft, "commands wait until the host reads") >= 1);
+	assert_true(ft_log_count(&ft, "commands wait for buffers") >= 1);
 	for (unsigned i = 0; i < SPAN / READ_BYTES; i++) {
 		union gdx_tcp_pdu pdu;
 
@@ -331,6 +389,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_stalled_reader, ft_teardown),
+		cmocka_unit_test_teardown(test_total_starves_none, ft_teardown),
 		cmocka_unit_test_teardown(test_slow_reader, ft_teardown),
 		cmocka_unit_test_teardown(test_many_writes, ft_teardown),
 		cmocka_unit_test_teardown(test_r2t_stall, ft_teardown),

@@ -145,6 +145,57 @@ check "random latencies: reads 3 MiB into device memory, path bounce" \
   bash -c '[ "$0" = 0 ] && grep -q "path bounce" <<<"$1"' $rc "$out"
 check "  answers out of order were held for earlier ones ($(held "$out"))" test "$(held "$out")" -gt 0
 check "  same bytes" cmp /tmp/pat /tmp/sdr
+# Request buffers are bounded.  The host keeps 32 commands of 256 KiB in flight on each
+# of 2 queues (16 MiB of buffers a target without limits holds); a target allowed 1 MiB
+# a queue, then one allowed 1 MiB in all, makes the rest wait and still serves every
+# byte, and its peak RSS shows what it held (+7 and +3 MiB, of which ~2 are queues and
+# threads; +26 MiB before the limits covered RDMA).
+head -c 16M /dev/urandom >/tmp/b16
+truncate -s 16M /tmp/bnd.img
+bounded() {
+  local what=$1 bpid rss0 hwm; shift
+  env "$@" ./gdx nvmf target -l "rdma://$A:4422" -n $NQN_G -N /tmp/bnd.img >/tmp/bnd.log 2>&1 &
+  bpid=$!
+  for _ in $(seq 100); do grep -q 'target: ready' /tmp/bnd.log && break; sleep 0.1; done
+  rss0=$(awk '/VmRSS/{print $2}' /proc/$bpid/status)
+  local L=(-t rdma -a "$A" -s 4422 -n "$NQN_G" --queues 2 --depth 32 -l 16M --quiet)
+  check "$what: 64 writes of 256 KiB on 2 queues" env GDX_NVMF_HOST_MAX_IO=256K \
+    "${G[@]}" write "${L[@]}" --from /tmp/b16
+  check "$what: 64 reads of 256 KiB back" env GDX_NVMF_HOST_MAX_IO=256K \
+    "${G[@]}" read "${L[@]}" --to /tmp/b16.back
+  check "$what:   same bytes" cmp /tmp/b16 /tmp/b16.back
+  hwm=$(awk '/VmHWM/{print $2}' /proc/$bpid/status)
+  echo "  $what: target RSS $rss0 KiB before, peak $hwm KiB"
+  check "$what: commands waited for buffers" grep -q "its commands wait for buffers" /tmp/bnd.log
+  grep -m1 "its commands wait" /tmp/bnd.log | sed 's/^/  target: /'
+  check "$what: the target's peak RSS grew by less than 12 MiB" test $((hwm - rss0)) -lt 12288
+  kill $bpid; wait $bpid
+  check "$what: the target stops cleanly" test $? = 0
+}
+bounded "1 MiB a queue" GDX_NVMF_TARGET_CONN_BUF_MAX=1M
+bounded "1 MiB in all" GDX_NVMF_TARGET_BUF_MAX=1M
+# One command at a time a queue (64 KiB allowed, 256 KiB commands), 8 queues of 32 on the
+# target's one reactor and its shared receive queue of 256, 3 rounds of reads: a
+# response's completion and the host's next command often come in one poll, and a command
+# that waited while holding the buffer of the request it took once kept the queue stuck
+# with nothing running.  A stuck read fails in 10 s here (the host's I/O timeout; it
+# would then reconnect and resend).
+GDX_NVMF_TARGET_CONN_BUF_MAX=64K GDX_NVMF_TARGET_RDMA_SRQ=256 ./gdx nvmf target \
+  -l "rdma://$A:4422" -n $NQN_G -N /tmp/bnd.img >/tmp/bnd.log 2>&1 &
+bpid=$!
+for _ in $(seq 100); do grep -q 'target: ready' /tmp/bnd.log && break; sleep 0.1; done
+O=(-t rdma -a "$A" -s 4422 -n "$NQN_G" --queues 8 --depth 32 -l 16M --quiet)
+export GDX_NVMF_HOST_MAX_IO=256K GDX_NVMF_HOST_IO_TIMEOUT_MS=10000
+for round in 1 2 3; do
+  check "one at a time: round $round: 64 reads of 256 KiB on 8 queues" \
+    "${G[@]}" read "${O[@]}" --to /tmp/b16.back 2>/tmp/one.log
+  check "one at a time: round $round:   same bytes" cmp /tmp/b16 /tmp/b16.back
+  check "one at a time: round $round:   no command timed out" \
+    bash -c '! grep -m3 "timed out\|reconnect" /tmp/one.log'
+done
+unset GDX_NVMF_HOST_MAX_IO GDX_NVMF_HOST_IO_TIMEOUT_MS
+kill $bpid; wait $bpid
+check "one at a time: the target stops cleanly" test $? = 0
 # the gdx target dies in the middle of a read and comes back: the host reconnects over
 # rdma and the read completes with the same bytes
 head -c 12M /dev/urandom >/tmp/big

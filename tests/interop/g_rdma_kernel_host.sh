@@ -12,7 +12,7 @@ tpid=
 # start [OPTIONS]: the target, with OPTIONS added
 start() {
   : >/tmp/target.log
-  GDX_LOG_LEVEL=debug ./gdx nvmf target -l "rdma://$GUEST_IP:$P" -n "$NQN" -N /tmp/ns1.img \
+  GDX_LOG_LEVEL=debug GDX_NVMF_TARGET_STALL_TIMEOUT_MS=2000 ./gdx nvmf target -l "rdma://$GUEST_IP:$P" -n "$NQN" -N /tmp/ns1.img \
     -N ram:32M,bs=4096 -n "$NQN2" -N ram:8M -H nqn.2014-08.org.nvmexpress:uuid:someone-else \
     "$@" >>/tmp/target.log 2>&1 &
   tpid=$!
@@ -28,7 +28,8 @@ need() {
   dmesg | grep -iE 'nvme|rdma|rxe' | tail -20 | sed 's/^/  dmesg: /'
   exit 1
 }
-start
+# the first life's queue pairs take their commands from the reactor's shared receive queue
+GDX_NVMF_TARGET_RDMA_SRQ=256 start
 need "target listens on rdma" grep -q "listening on rdma $GUEST_IP:$P" /tmp/target.log
 out=$(nvme discover -t rdma -a "$GUEST_IP" -s $P 2>&1); echo "$out" | sed 's/^/  /' | head -30
 need "discover lists $NQN" grep -q "subnqn: *$NQN\$" <<<"$out"
@@ -48,17 +49,21 @@ check "smart-log" sh -c 'nvme smart-log /dev/nvme0 -o json >/dev/null'
 check "flush" nvme flush /dev/nvme0n1 -n 1
 check "fio verify on the file namespace" fio_verify /dev/nvme0n1 24M
 check "fio verify on the RAM namespace" fio_verify /dev/nvme0n2 16M
+check "its queues took commands from a shared receive queue" \
+  grep -q "a shared receive queue of 256 receives" /tmp/target.log
 head -c 3M /dev/urandom >/tmp/pat
 check "write a pattern" dd if=/tmp/pat of=/dev/nvme0n2 bs=1M oflag=direct status=none
 # the target restarts under the connected host: it reconnects and the RAM is new
 kill "$tpid"; wait "$tpid"
 check "target stops cleanly" test $? = 0
-# the second life polls its completion queues (--poll-us) instead of sleeping on them
-need "target restarts (polling)" start --poll-us 500
+# the second life polls its completion queues (--poll-us) instead of sleeping on them, and
+# gives each queue pair its own receives (the default)
+need "target restarts (polling, no shared receive queue)" start --poll-us 500
 for _ in $(seq 300); do grep -q live /sys/class/nvme/nvme0/state 2>/dev/null && \
   grep -q 'connect: host' /tmp/target.log && break; sleep 0.1; done
 check "the host reconnects" grep -q live /sys/class/nvme/nvme0/state
 check "I/O after the reconnect" dd if=/tmp/pat of=/dev/nvme0n2 bs=1M oflag=direct status=none
+check "  on receive queues of its own" bash -c '! grep -q "shared receive queue of" /tmp/target.log'
 check "disconnect" nvme disconnect -n "$NQN"
 check "device gone" wait_gone /dev/nvme0n1
 if ! nvme connect -t rdma -a "$GUEST_IP" -s $P -n "$NQN2" >/tmp/closed.out 2>&1; then
@@ -68,6 +73,8 @@ else
 fi
 if [ -x ./rdma_probe ]; then
   ./rdma_probe "$GUEST_IP" $P "$NQN"; check "bad connect requests and capsules (rdma_probe)" test $? = 0
+  check "  the stalled queue's end is logged" grep -q "not completed by the host for" /tmp/target.log
+  grep -m1 "not completed by the host" /tmp/target.log | sed 's/^/  target: /'
 else
   bad "rdma_probe was not built"
 fi

@@ -1,9 +1,11 @@
 #!/bin/bash
 # NVMe/RDMA: the gdx target listens on rdma:// over Soft-RoCE (rdma_rxe) inside the
 # guest, and the guest's kernel host (nvme-rdma, nvme-cli) discovers it, connects,
-# verifies I/O on a file and a RAM namespace, is refused where its NQN is not
-# allowed, reconnects across a target restart; a raw host (rdma_probe) sends bad
-# connect requests and capsules, and the target carries on.  Both ends run in the
+# verifies I/O on a file and a RAM namespace (through the reactor's shared receive
+# queue), is refused where its NQN is not allowed, reconnects across a target restart
+# (to receive queues per queue pair); a raw host (rdma_probe) sends bad
+# connect requests and capsules and posts no receive for a response (the stall
+# timeout ends that queue), and the target carries on.  Both ends run in the
 # guest: rxe exists only there.  The host-built binary runs there (both bookworm),
 # with the libraries the guest image lacks carried beside it.
 . "$(dirname "$0")/lib.sh"

@@ -5,7 +5,7 @@
 /*
  * Transport-independent NVMe-oF target: subsystems, namespaces, ports,
  * controllers, the admin/fabrics/NVM command sets and the discovery service.
- * A transport (target/tcp/, target/rdma.c) owns queues and requests; it hands each command
+ * A transport (target/tcp/, target/rdma/) owns queues and requests; it hands each command
  * with its data buffer to nvmf_req_exec() and gets the completion back through
  * req->done, possibly later (file I/O, AER).
  *

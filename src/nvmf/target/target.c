@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Public target API: construction, nvmetcli JSON, start/stop, statistics. */
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <sched.h>
 #include <stdio.h>
@@ -118,6 +119,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t->conn_buf_max = gdx_cfg_size("nvmf.target.conn_buf_max");
 	t->buf_max = gdx_cfg_size("nvmf.target.buf_max");
 	t->stall_ns = (uint64_t)gdx_cfg_int("nvmf.target.stall_timeout_ms") * 1000000;
+	t->rdma_srq = (unsigned)gdx_cfg_int("nvmf.target.rdma_srq");
 	t->core.auth_tmo_ns = (uint64_t)gdx_cfg_int("nvmf.target.auth_timeout_ms") * 1000000;
 	sp = gdx_cfg_str("nvmf.target.splice");
 	t->splice = !strcmp(sp, "on") ? TGT_SPLICE_ON : !strcmp(sp, "off") ? TGT_SPLICE_OFF :
@@ -368,6 +370,66 @@ int nvmf_target_reactor_thread(pthread_t *th, int cpu, void *(*fn)(void *), void
 	if (!ret)
 		pthread_setname_np(*th, name);
 	return ret;
+}
+
+bool nvmf_log_limit_ok(struct nvmf_log_limit *l, uint64_t now, uint64_t *held)
+{
+	if (now < l->next_ns) {
+		l->held++;
+		return false;
+	}
+	*held = l->held;
+	l->held = 0;
+	l->next_ns = now + 1000000000ull;
+	return true;
+}
+
+void nvmf_bufs_init(struct nvmf_bufs *b, struct gdx_nvmf_target *t, const struct nvmf_sq *sq,
+		    const char *peer)
+{
+	b->tgt = t;
+	b->bytes = 0;
+	b->wait_head = NULL;
+	b->wait_tail = &b->wait_head;
+	b->sq = sq;
+	b->peer = peer;
+}
+
+void nvmf_bufs_account(struct nvmf_bufs *b, uint32_t freed, uint32_t got)
+{
+	b->bytes = b->bytes - freed + got;
+	/* the counter wraps back for a release */
+	gdx_counter_add(&b->tgt->ctr[TGT_CTR_BUF_BYTES], (uint64_t)got - freed);
+}
+
+void nvmf_bufs_wait(struct nvmf_bufs *b, struct nvmf_buf_wait *w, struct nvmf_log_limit *log)
+{
+	uint64_t held;
+
+	w->next = NULL;
+	*b->wait_tail = w;
+	b->wait_tail = &w->next;
+	if (b->wait_head != w)
+		return;
+	gdx_counter_add(&b->tgt->ctr[TGT_CTR_HOLDS], 1);
+	if (log && nvmf_log_limit_ok(log, gdx_now_ns(), &held))
+		GDX_WARN("nvmf", "%s qid %u: holds %" PRIu64 " bytes of request buffers, the target %"
+			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
+			 "): its commands wait for buffers (%" PRIu64 " more)", b->peer, b->sq->qid,
+			 b->bytes, gdx_counter_get(&b->tgt->ctr[TGT_CTR_BUF_BYTES]),
+			 b->tgt->conn_buf_max, b->tgt->buf_max, held);
+}
+
+struct nvmf_buf_wait *nvmf_bufs_pop(struct nvmf_bufs *b)
+{
+	struct nvmf_buf_wait *w = b->wait_head;
+
+	if (!w)
+		return NULL;
+	b->wait_head = w->next;
+	if (!b->wait_head)
+		b->wait_tail = &b->wait_head;
+	return w;
 }
 
 unsigned nvmf_target_nports(const struct gdx_nvmf_target *t, uint8_t trtype)

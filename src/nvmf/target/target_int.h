@@ -5,7 +5,7 @@
 /*
  * The target object behind gdx/nvmf.h: the transport-free core, the limits
  * and counters every transport applies, and each transport's own state
- * (transport.h is the seam; tcp/ and rdma.c fill it).
+ * (transport.h is the seam; tcp/ and rdma/ fill it).
  */
 
 #include <pthread.h>
@@ -74,6 +74,7 @@ struct gdx_nvmf_target {
 	uint64_t conn_buf_max;		/* nvmf.target.conn_buf_max */
 	uint64_t buf_max;		/* nvmf.target.buf_max */
 	uint64_t stall_ns;		/* nvmf.target.stall_timeout_ms */
+	unsigned rdma_srq;		/* nvmf.target.rdma_srq */
 	enum { TGT_SPLICE_AUTO, TGT_SPLICE_ON, TGT_SPLICE_OFF } splice;	/* nvmf.target.splice */
 	bool running;
 	struct gdx_counter ctr[TGT_CTR_NR];
@@ -95,6 +96,75 @@ int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i);
  */
 int nvmf_target_reactor_thread(pthread_t *th, int cpu, void *(*fn)(void *), void *arg,
 			       const char *name);
+/* True while the target holds nvmf.target.buf_max of request buffers or more. */
+static inline bool nvmf_target_buf_over(const struct gdx_nvmf_target *t)
+{
+	return gdx_counter_get(&t->ctr[TGT_CTR_BUF_BYTES]) >= t->buf_max;
+}
+
+/* At most one log line a second per cause; the ones held back are counted. */
+struct nvmf_log_limit {
+	uint64_t next_ns;
+	uint64_t held;
+};
+
+/* True if a line may go out now; *held gets how many were held back since the last. */
+bool nvmf_log_limit_ok(struct nvmf_log_limit *l, uint64_t now, uint64_t *held);
+
+/*
+ * Request buffers: what one queue (a TCP connection, an RDMA queue pair) holds
+ * for hosts' data, counted there and in the target's TGT_CTR_BUF_BYTES against
+ * nvmf.target.conn_buf_max and buf_max, the same for both transports.
+ *
+ * A command that needs a buffer starts while nothing waits and the queue
+ * fits (nvmf_bufs_fit); otherwise it waits, in order, and holds no buffer
+ * while it waits: the transport drops the one its request kept for reuse
+ * first.  Then what a queue holds is its running commands' buffers and those
+ * its free requests keep, which the transport drops before it decides that a
+ * command waits.  So a queue with commands waiting has one running that holds
+ * a buffer, and the end of that command, on the queue's own reactor, is where
+ * the next one starts: no wake-up has to cross reactors, and a waiting command
+ * holding a buffer can never leave a queue with nothing running to end.  A
+ * queue that holds nothing fits whatever the target's total, so queues that
+ * keep the total at buf_max cannot starve another one.  Each queue may go one
+ * command (at most MDTS) past either limit.
+ */
+struct nvmf_buf_wait {
+	struct nvmf_buf_wait *next;
+};
+
+struct nvmf_bufs {
+	struct gdx_nvmf_target *tgt;
+	uint64_t bytes;		/* held: in use, or kept for reuse by free requests */
+	struct nvmf_buf_wait *wait_head, **wait_tail;	/* commands waiting, in order */
+	const struct nvmf_sq *sq;	/* the log names the queue by its peer and QID */
+	const char *peer;
+};
+
+void nvmf_bufs_init(struct nvmf_bufs *b, struct gdx_nvmf_target *t, const struct nvmf_sq *sq,
+		    const char *peer);
+/* freed bytes went back, got bytes were taken (either may be 0). */
+void nvmf_bufs_account(struct nvmf_bufs *b, uint32_t freed, uint32_t got);
+
+/*
+ * Whether a command may take a buffer now: the queue holds nothing, or less
+ * than conn_buf_max while the target holds less than buf_max.
+ */
+static inline bool nvmf_bufs_fit(const struct nvmf_bufs *b)
+{
+	return !b->bytes || (b->bytes < b->tgt->conn_buf_max && !nvmf_target_buf_over(b->tgt));
+}
+
+/*
+ * The command of w waits, behind any that wait already; its request holds no
+ * buffer.  The first to wait is counted in TGT_CTR_HOLDS and logged, through
+ * log (NULL: not logged).
+ */
+void nvmf_bufs_wait(struct nvmf_bufs *b, struct nvmf_buf_wait *w, struct nvmf_log_limit *log);
+
+/* Takes the first waiting command off the list; NULL if none waits. */
+struct nvmf_buf_wait *nvmf_bufs_pop(struct nvmf_bufs *b);
+
 /* How many of the target's ports are of trtype. */
 unsigned nvmf_target_nports(const struct gdx_nvmf_target *t, uint8_t trtype);
 /* "192.0.2.1:4420", "[::1]:4420": a peer as the logs name it. */

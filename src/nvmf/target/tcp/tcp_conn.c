@@ -69,7 +69,7 @@ static struct tcp_conn *conn_alloc(struct gdx_nvmf_target *t, int fd)
 	c->phase = GDX_TCP_PHASE_IC;
 	c->params.maxh2cdata = t->maxh2cdata;
 	c->tx_tail = &c->tx_head;
-	c->wait_tail = &c->wait_head;
+	nvmf_bufs_init(&c->bufs, t, &c->sq, c->peer);
 	c->pipe[0] = c->pipe[1] = -1;
 	nvmf_tcp_rx_expect_hdr(c);
 	return c;
@@ -149,8 +149,9 @@ void nvmf_tcp_conn_close(struct tcp_conn *c, const char *why)
 	}
 	c->tx_head = NULL;
 	c->tx_tail = &c->tx_head;
-	c->wait_head = NULL;
-	c->wait_tail = &c->wait_head;
+	/* commands waiting for buffers never started: their slots go with the connection */
+	while (nvmf_bufs_pop(&c->bufs))
+		;
 	mark_dirty(c);
 }
 
@@ -346,7 +347,7 @@ static void conn_refuse(struct tcp_reactor *r, int fd, struct listener *l, const
 
 	close(fd);
 	gdx_counter_add(&t->ctr[TGT_CTR_REFUSED], 1);
-	if (log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
+	if (nvmf_log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
 		GDX_WARN("nvmf", "port %u: connection refused: %s (%" PRIu64 " more since the "
 			 "last line; %" PRIu64 " refused in all)", l->port->portid, why, held,
 			 gdx_counter_get(&t->ctr[TGT_CTR_REFUSED]));
@@ -381,7 +382,7 @@ static bool accept_short(struct tcp_reactor *r, struct listener *l, int err)
 	if (fd < 0) {
 		uint64_t held;
 
-		if (log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
+		if (nvmf_log_limit_ok(&r->accept_log, gdx_now_ns(), &held))
 			GDX_WARN("nvmf", "port %u: %s; not accepting for %" PRIu64 " ms (%" PRIu64
 				 " more since the last line)", l->port->portid, why,
 				 r->accept_pause_ns / 1000000, held);

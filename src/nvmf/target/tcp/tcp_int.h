@@ -47,7 +47,6 @@
 #define MAX_SLOTS 512		/* 2 x the deepest queue: CIDs recycle before we free */
 #define PRE_CONNECT_SLOTS 4
 #define IOV_BATCH 64
-#define LOG_INTERVAL_NS 1000000000ull	/* a limit's log line: at most once a second */
 #define ACCEPT_PAUSE_MIN_NS (10ull * 1000000)	/* accept that cannot refuse: paused, */
 #define ACCEPT_PAUSE_MAX_NS 1000000000ull	/* doubling up to this */
 #define SPLICE_MIN (64 * 1024)	/* reads this large leave namespace memory without a copy */
@@ -67,25 +66,6 @@ struct listener {
 	int fd;
 	struct nvmf_port *port;
 };
-
-/* At most one log line a second per cause; the ones held back are counted. */
-struct log_limit {
-	uint64_t next_ns;
-	uint64_t held;
-};
-
-/* True if a line may go out now; *held gets how many were held back since the last. */
-static inline bool log_limit_ok(struct log_limit *l, uint64_t now, uint64_t *held)
-{
-	if (now < l->next_ns) {
-		l->held++;
-		return false;
-	}
-	*held = l->held;
-	l->held = 0;
-	l->next_ns = now + LOG_INTERVAL_NS;
-	return true;
-}
 
 struct tx_item {
 	struct tx_item *next;
@@ -114,7 +94,8 @@ struct tcp_req {
 	uint32_t own_cap;
 	uint32_t h2c_done;
 	struct tx_item tx_data, tx_rsp;
-	struct tcp_req *next_free;	/* on the free list, or the wait list */
+	struct tcp_req *next_free;
+	struct nvmf_buf_wait wait;	/* REQ_WAIT_BUF: in the connection's wait list */
 	bool timed;		/* an I/O read whose stages are summed */
 	uint64_t t_wake, t_sub, t_done;
 };
@@ -168,13 +149,12 @@ struct tcp_conn {
 	uint32_t rx_off, rx_len;
 	/*
 	 * Back-pressure: while the connection holds its share of request buffers
-	 * (conn_over), commands that need one (reads through a bounce buffer,
-	 * writes through R2T) wait here, in order, neither run nor asked data for.
-	 * The socket is still read: H2CData for writes already under way must get
-	 * in, and the command slots (2 x SQ size) bound what can wait.
+	 * (conn_fits), commands that need one (reads through a bounce buffer,
+	 * writes through R2T) wait in bufs, in order, neither run nor asked data
+	 * for.  The socket is still read: H2CData for writes already under way
+	 * must get in, and the command slots (2 x SQ size) bound what can wait.
 	 */
-	struct tcp_req *wait_head, **wait_tail;
-	uint64_t buf_bytes;	/* request buffers allocated (in use or cached) */
+	struct nvmf_bufs bufs;
 	unsigned nr2t;		/* requests waiting for H2CData */
 	uint64_t rx_moved_ns;	/* the first of them was asked for, or data came */
 
@@ -217,8 +197,8 @@ struct tcp_reactor {
 	int reserve_fd;
 	uint64_t accept_pause_ns;	/* current pause; 0: none since the last accept */
 	uint64_t accept_resume_ns;	/* listeners paused until then; 0: not paused */
-	struct log_limit accept_log;
-	struct log_limit hold_log;
+	struct nvmf_log_limit accept_log;
+	struct nvmf_log_limit hold_log;
 	pthread_mutex_t lock;	/* handoff of accepted sockets */
 	struct handoff {
 		int fd;
@@ -276,7 +256,6 @@ void nvmf_tcp_conn_move(struct tcp_conn *c);
 /* tcp_rx.c: receive */
 void nvmf_tcp_req_free(struct tcp_req *t);
 void nvmf_tcp_req_buf_drop(struct tcp_req *t);
-bool nvmf_tcp_tgt_over(const struct gdx_nvmf_target *t);
 void nvmf_tcp_conn_trim(struct tcp_conn *c);
 void nvmf_tcp_conn_unblock(struct tcp_conn *c);
 void nvmf_tcp_rx_expect_hdr(struct tcp_conn *c);

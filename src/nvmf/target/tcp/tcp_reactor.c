@@ -82,9 +82,9 @@ static void tick(struct tcp_reactor *r)
 		}
 		/* over the target's budget: buffers kept for reuse go; a connection held
 		 * for it looks again (others' buffers may have gone meanwhile) */
-		if (nvmf_tcp_tgt_over(r->tgt))
+		if (nvmf_target_buf_over(r->tgt))
 			nvmf_tcp_conn_trim(c);
-		if (c->wait_head)
+		if (c->bufs.wait_head)
 			mark_dirty(c);
 		if (c->sq.ctrl) {
 			nvmf_target_sq_stats(&c->sq, &c->sq_stats);
@@ -110,7 +110,7 @@ static void flush_dirty(struct tcp_reactor *r)
 		c->dirty = false;
 		if (!c->dead)
 			nvmf_tcp_conn_flush(c);
-		if (!c->dead && c->wait_head)
+		if (!c->dead && c->bufs.wait_head)
 			nvmf_tcp_conn_unblock(c);
 		if (c->dirty)
 			continue;	/* closed or more to send: back on the list */

@@ -9,7 +9,6 @@
  * connection's commands wait, in order, until buffers are freed.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -27,10 +26,10 @@ void nvmf_tcp_req_free(struct tcp_req *t)
 	c->free_reqs = t;
 	c->nused--;
 	/* over the target's budget, buffers are not kept for reuse */
-	if (t->own_buf && nvmf_tcp_tgt_over(c->tgt))
+	if (t->own_buf && nvmf_target_buf_over(c->tgt))
 		nvmf_tcp_req_buf_drop(t);
 	/* waiting commands may go now: the reactor looks after this pass */
-	if (c->wait_head)
+	if (c->bufs.wait_head)
 		mark_dirty(c);
 }
 
@@ -74,16 +73,9 @@ static struct tcp_req *req_get(struct tcp_conn *c)
 	return t;
 }
 
-/* Request buffers, counted per connection and in the target's buffered_bytes. */
-static void buf_account(struct tcp_conn *c, uint32_t freed, uint32_t got)
-{
-	c->buf_bytes = c->buf_bytes - freed + got;
-	gdx_counter_add(&c->tgt->ctr[TGT_CTR_BUF_BYTES], (uint64_t)got - freed);
-}
-
 void nvmf_tcp_req_buf_drop(struct tcp_req *t)
 {
-	buf_account(t->conn, t->own_cap, 0);
+	nvmf_bufs_account(&t->conn->bufs, t->own_cap, 0);
 	free(t->own_buf);
 	t->own_buf = NULL;
 	t->own_cap = 0;
@@ -101,15 +93,10 @@ static int req_buf(struct tcp_req *t, uint32_t len)
 		nvmf_tcp_req_buf_drop(t);
 		t->own_buf = p;
 		t->own_cap = cap;
-		buf_account(t->conn, 0, cap);
+		nvmf_bufs_account(&t->conn->bufs, 0, cap);
 	}
 	t->req.buf = t->own_buf;
 	return 0;
-}
-
-bool nvmf_tcp_tgt_over(const struct gdx_nvmf_target *t)
-{
-	return gdx_counter_get(&t->ctr[TGT_CTR_BUF_BYTES]) >= t->buf_max;
 }
 
 /* Frees the buffers free slots keep for reuse. */
@@ -121,19 +108,18 @@ void nvmf_tcp_conn_trim(struct tcp_conn *c)
 }
 
 /*
- * True while the connection may start no command that needs a buffer: it
- * holds nvmf.target.conn_buf_max of request buffers, or the target
- * nvmf.target.buf_max in all.  Checked before each such command, so one (at
- * most MDTS) may take it over.  Cached buffers go first.
+ * Whether t's command may take a buffer now.  Over a limit, the buffers no
+ * command uses go first: those free slots keep, and t's own (a command that
+ * waits holds none).
  */
-static bool conn_over(struct tcp_conn *c)
+static bool conn_fits(struct tcp_conn *c, struct tcp_req *t)
 {
-	const struct gdx_nvmf_target *t = c->tgt;
-
-	if (c->buf_bytes < t->conn_buf_max && !nvmf_tcp_tgt_over(t))
-		return false;
+	if (nvmf_bufs_fit(&c->bufs))
+		return true;
 	nvmf_tcp_conn_trim(c);
-	return c->buf_bytes >= t->conn_buf_max || nvmf_tcp_tgt_over(t);
+	if (t->own_buf)
+		nvmf_tcp_req_buf_drop(t);
+	return nvmf_bufs_fit(&c->bufs);
 }
 
 static void req_exec(struct tcp_conn *c, struct tcp_req *t)
@@ -164,24 +150,13 @@ static bool needs_h2c(const struct tcp_req *t)
 	       gdx_nvme_opc_xfer(opc) == GDX_NVME_XFER_H2C;
 }
 
-/* Over its share of buffers: the command waits, behind any that wait already. */
+/* Over its share of buffers: the command waits, behind any that wait already, with none. */
 static void cmd_wait(struct tcp_conn *c, struct tcp_req *t)
 {
-	uint64_t held;
-
+	if (t->own_buf)
+		nvmf_tcp_req_buf_drop(t);
 	t->state = REQ_WAIT_BUF;
-	t->next_free = NULL;
-	*c->wait_tail = t;
-	c->wait_tail = &t->next_free;
-	if (c->wait_head != t)
-		return;
-	gdx_counter_add(&c->tgt->ctr[TGT_CTR_HOLDS], 1);
-	if (c->r && log_limit_ok(&c->r->hold_log, gdx_now_ns(), &held))
-		GDX_WARN("nvmf", "%s: holds %" PRIu64 " bytes of request buffers, the target %"
-			 PRIu64 " (limits nvmf.target.conn_buf_max %" PRIu64 ", buf_max %" PRIu64
-			 "): its commands wait until the host reads (%" PRIu64 " more)", c->peer,
-			 c->buf_bytes, gdx_counter_get(&c->tgt->ctr[TGT_CTR_BUF_BYTES]),
-			 c->tgt->conn_buf_max, c->tgt->buf_max, held);
+	nvmf_bufs_wait(&c->bufs, &t->wait, c->r ? &c->r->hold_log : NULL);
 }
 
 static void cmd_start(struct tcp_conn *c, struct tcp_req *t)
@@ -217,7 +192,7 @@ static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
 		return;
 	}
 	if (!t->req.buf && t->req.len) {
-		if (c->wait_head || conn_over(c)) {
+		if (c->bufs.wait_head || !conn_fits(c, t)) {
 			cmd_wait(c, t);
 			return;
 		}
@@ -232,12 +207,12 @@ static void cmd_ready(struct tcp_conn *c, struct tcp_req *t)
 /* Buffers went: start the commands that waited for them, in order, while they fit. */
 void nvmf_tcp_conn_unblock(struct tcp_conn *c)
 {
-	while (c->wait_head && !c->dead && !conn_over(c)) {
-		struct tcp_req *t = c->wait_head;
+	while (c->bufs.wait_head && !c->dead) {
+		struct tcp_req *t = GDX_CONTAINER_OF(c->bufs.wait_head, struct tcp_req, wait);
 
-		c->wait_head = t->next_free;
-		if (!c->wait_head)
-			c->wait_tail = &c->wait_head;
+		if (!conn_fits(c, t))
+			break;
+		nvmf_bufs_pop(&c->bufs);
 		if (req_buf(t, t->req.len))
 			req_fail(c, t, GDX_NVME_SC_INTERNAL);
 		else
