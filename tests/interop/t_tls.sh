@@ -9,6 +9,9 @@
 #    target: the PSK nvme-cli derives and puts in the keyring is the one gdx derives,
 #    for the v0 identity (check-tls-key --insert) and the v1 one (connect --tls-key);
 #    fio verify; a clear kernel connect refused;
+#  - PSKs per host (host entries' tls_key, no port key): the kernel host connects with
+#    its own, a second host NQN with the first one's key is refused and with its own
+#    connects; the gdx host likewise;
 #  - the gdx host -> the kernel's nvmet-tcp with addr_tsas tls1.3 (tlshd serving).
 . "$(dirname "$0")/lib.sh"
 SHARE=$(mktemp -d)
