@@ -100,6 +100,17 @@ GDX_API int gdx_nvmf_target_allow_host(struct gdx_nvmf_target *t, const char *nq
 GDX_API int gdx_nvmf_target_set_host_auth(struct gdx_nvmf_target *t, const char *hostnqn,
 					  const char *key, const char *ctrl_key,
 					  const char *hashes, const char *dhgroups);
+/*
+ * Host hostnqn's own TLS PSK (docs/security.md): key, a configured PSK in the
+ * interchange format ("NVMeTLSkey-1:01:...:" as `nvme gen-tls-key` writes it)
+ * or the path of a file holding one.  On every TLS port the host is let in
+ * only under identities naming its NQN made from this key (not the port's);
+ * as nvmet with `nvme check-tls-key --hostnqn H --insert`.  Replaces an
+ * earlier key of the host, for handshakes after it.  -EINVAL for a malformed
+ * key (not logged), -EBADMSG for a bad CRC-32.
+ */
+GDX_API int gdx_nvmf_target_set_host_tls_key(struct gdx_nvmf_target *t, const char *hostnqn,
+					     const char *key);
 /* Adds namespace nsid (0: the next free one) backed by spec; block_size 512 or 4096. */
 GDX_API int gdx_nvmf_target_add_ns(struct gdx_nvmf_target *t, const char *nqn, uint32_t nsid,
 				   const char *spec, uint32_t block_size);
@@ -117,10 +128,12 @@ GDX_API int gdx_nvmf_target_add_port_tr(struct gdx_nvmf_target *t, uint16_t port
 GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, const char *nqn);
 /*
  * TLS 1.3 on TCP port portid, the NVMe/TCP secure channel: PSKs derived from
- * key, a configured PSK in the interchange format ("NVMeTLSkey-1:01:...:" as
- * `nvme gen-tls-key` writes it) or the path of a file holding one, for any
- * host and subsystem the identity names (v0 "NVMe0R01 <hostnqn> <subnqn>" or
- * v1 with the PSK digest).  required: a host starting in clear is refused
+ * the key of the host the identity names (v0 "NVMe0R01 <hostnqn> <subnqn>" or
+ * v1 with the PSK digest; gdx_nvmf_target_set_host_tls_key), else from key, the
+ * port's default for hosts without their own: a configured PSK in the
+ * interchange format ("NVMeTLSkey-1:01:...:" as `nvme gen-tls-key` writes it)
+ * or the path of a file holding one; NULL: none, only hosts with a key of
+ * their own get in.  required: a host starting in clear is refused
  * (configfs addr_treq "required"); 0: it may ("not required").  The kernel
  * encrypts the records (kTLS); where it cannot, handshakes fail and say so.
  */

@@ -254,21 +254,33 @@ static bool word(const char **s, char *out, size_t n)
 	return true;
 }
 
-int gdx_tls_nvme_lookup(const struct gdx_tls_key *k, const char *identity, struct gdx_tls_psk *out,
-			char *hostnqn, char *subnqn)
+int gdx_tls_nvme_identity(const char *identity, int *hash, char *hostnqn, char *subnqn)
 {
-	char digest[DIGEST_B64_MAX] = "";
+	char digest[DIGEST_B64_MAX];
 	const char *s = identity + 9;
-	int version, hash = gdx_tls_key_hash(k), ret;
+	int version;
 
 	/* "NVMe<v>R<hh> ": retained PSKs only; gdx keeps no generated (DH-HMAC-CHAP) PSK */
 	if (strncmp(identity, "NVMe", 4) || (identity[4] != '0' && identity[4] != '1') ||
-	    identity[5] != 'R' || identity[6] != '0' || identity[7] - '0' != hash ||
+	    identity[5] != 'R' || identity[6] != '0' || (identity[7] != '1' && identity[7] != '2') ||
 	    identity[8] != ' ')
 		return -ENOKEY;
 	version = identity[4] - '0';
 	if (!word(&s, hostnqn, NQN_MAX) || !word(&s, subnqn, NQN_MAX) ||
 	    (version == 1 && !word(&s, digest, sizeof(digest))) || *s)
+		return -ENOKEY;
+	*hash = identity[7] - '0';
+	return version;
+}
+
+int gdx_tls_nvme_lookup(const struct gdx_tls_key *k, const char *identity, struct gdx_tls_psk *out,
+			char *hostnqn, char *subnqn)
+{
+	int hash, version = gdx_tls_nvme_identity(identity, &hash, hostnqn, subnqn), ret;
+
+	if (version < 0)
+		return version;
+	if (hash != gdx_tls_key_hash(k))
 		return -ENOKEY;
 	ret = gdx_tls_nvme_psk(k, version, hostnqn, subnqn, out);
 	if (ret)
@@ -327,26 +339,84 @@ static int use_psk(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t 
 	return *sess != NULL;
 }
 
+/* TLS 1.3's cipher suites of a hash: 1 SHA-256, 2 SHA-384, 0 either */
+static const char *suites(int hash)
+{
+	return hash == 1 ? "TLS_AES_128_GCM_SHA256" : hash == 2 ? "TLS_AES_256_GCM_SHA384" :
+	       "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
+}
+
+/* True if find() has a PSK for an offered identity (of the server's hash, if it has one). */
+static bool find_offered(struct gdx_tls_hs *hs, const unsigned char *id, size_t idlen)
+{
+	char identity[GDX_TLS_IDENTITY_MAX];
+	bool ok;
+
+	/* identities are NQNs and base64: printable ASCII, safe to log */
+	for (size_t i = 0; i < idlen; i++)
+		if (id[i] < 0x20 || id[i] > 0x7e)
+			idlen = sizeof(identity);
+	if (idlen >= sizeof(identity)) {
+		snprintf(hs->psk.identity, sizeof(hs->psk.identity), "(not printable or too long)");
+		return false;
+	}
+	/* a copy: find() fills psk.identity with the identity it rebuilt, to compare with this */
+	memcpy(identity, id, idlen);
+	identity[idlen] = 0;
+	ok = !hs->find(hs->arg, identity, &hs->psk) && (!hs->hash || hs->psk.hash == hs->hash);
+	if (!ok) {
+		gdx_tls_wipe(&hs->psk, sizeof(hs->psk));
+		memcpy(hs->psk.identity, identity, idlen + 1);
+	}
+	return ok;
+}
+
+/*
+ * The server's PSK, found before OpenSSL picks the cipher suite: TLS 1.3 uses
+ * a PSK only with a suite of its hash, and a server whose keys differ in hash
+ * (one host's SHA-384 key beside another's SHA-256 one) learns which suite
+ * from the identity alone.  The first offered identity find() takes wins;
+ * none: the handshake goes on without a PSK and fails (no certificate).
+ */
+static int hello_cb(SSL *ssl, int *alert, void *arg)
+{
+	struct gdx_tls_hs *hs = SSL_get_app_data(ssl);
+	const unsigned char *p;
+	size_t n, len;
+
+	(void)arg;
+	hs->refused = true;
+	snprintf(hs->psk.identity, sizeof(hs->psk.identity), "(none offered)");
+	/* pre_shared_key: identities<7..2^16-1> of { opaque identity<1..2^16-1>; uint32 age; }, binders */
+	if (!SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_psk, &p, &n) || n < 2 ||
+	    ((size_t)p[0] << 8 | p[1]) > n - 2)
+		return SSL_CLIENT_HELLO_SUCCESS;
+	n = (size_t)p[0] << 8 | p[1];
+	for (p += 2; n >= 2; p += len + 6, n -= len + 6) {
+		len = (size_t)p[0] << 8 | p[1];
+		if (!len || len + 6 > n)
+			break;
+		if (!find_offered(hs, p + 2, len))
+			continue;
+		if (!SSL_set_ciphersuites(ssl, suites(hs->psk.hash))) {
+			*alert = SSL_AD_INTERNAL_ERROR;
+			return SSL_CLIENT_HELLO_ERROR;
+		}
+		hs->hash = hs->psk.hash;
+		hs->refused = false;
+		break;
+	}
+	return SSL_CLIENT_HELLO_SUCCESS;
+}
+
+/* OpenSSL asks for each offered identity in turn: the one hello_cb found a PSK for gets it. */
 static int find_psk(SSL *ssl, const unsigned char *id, size_t idlen, SSL_SESSION **sess)
 {
 	struct gdx_tls_hs *hs = SSL_get_app_data(ssl);
 
 	*sess = NULL;
-	/* identities are NQNs and base64: printable ASCII, safe to log */
-	for (size_t i = 0; i < idlen; i++)
-		if (id[i] < 0x20 || id[i] > 0x7e)
-			idlen = sizeof(hs->psk.identity);
-	if (idlen >= sizeof(hs->psk.identity)) {
-		hs->refused = true;
-		snprintf(hs->psk.identity, sizeof(hs->psk.identity), "(not printable or too long)");
+	if (hs->refused || idlen != strlen(hs->psk.identity) || memcmp(id, hs->psk.identity, idlen))
 		return 1;
-	}
-	memcpy(hs->psk.identity, id, idlen);
-	hs->psk.identity[idlen] = 0;
-	if (hs->find(hs->arg, hs->psk.identity, &hs->psk) || hs->psk.hash != hs->hash) {
-		hs->refused = true;
-		return 1;
-	}
 	*sess = psk_session(ssl, &hs->psk);
 	return *sess != NULL;
 }
@@ -387,8 +457,7 @@ static int hs_new(int fd, int hash, bool server, struct gdx_tls_hs **out)
 	hs->server = server;
 	hs->ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
 	if (!hs->ctx || !SSL_CTX_set_min_proto_version(hs->ctx, TLS1_3_VERSION) ||
-	    !SSL_CTX_set_ciphersuites(hs->ctx, hash == 2 ? "TLS_AES_256_GCM_SHA384" :
-							   "TLS_AES_128_GCM_SHA256") ||
+	    !SSL_CTX_set_ciphersuites(hs->ctx, suites(hash)) ||
 	    !SSL_CTX_set_num_tickets(hs->ctx, 0))
 		goto fail;
 	SSL_CTX_set_options(hs->ctx, SSL_OP_NO_TICKET);
@@ -423,13 +492,14 @@ int gdx_tls_server_start(int fd, int hash, gdx_tls_find_fn find, void *arg,
 {
 	int ret;
 
-	if (!hash_len(hash))
+	if (hash && !hash_len(hash))
 		return -EINVAL;
 	ret = hs_new(fd, hash, true, out);
 	if (ret)
 		return ret;
 	(*out)->find = find;
 	(*out)->arg = arg;
+	SSL_CTX_set_client_hello_cb((*out)->ctx, hello_cb, NULL);
 	SSL_set_psk_find_session_callback((*out)->ssl, find_psk);
 	SSL_set_accept_state((*out)->ssl);
 	return 0;

@@ -80,6 +80,12 @@ int gdx_tls_retained(const struct gdx_tls_key *k, const char *hostnqn, uint8_t *
 int gdx_tls_nvme_psk(const struct gdx_tls_key *k, int version, const char *hostnqn,
 		     const char *subnqn, struct gdx_tls_psk *out);
 /*
+ * Splits an NVMe retained-PSK identity (v0 or v1) into its hash (1 or 2) and
+ * NQNs (256 bytes each): its version, or -ENOKEY if it is not one.  It says
+ * whose key to look the PSK up with; gdx_tls_nvme_lookup() then checks it.
+ */
+int gdx_tls_nvme_identity(const char *identity, int *hash, char *hostnqn, char *subnqn);
+/*
  * The target's side: the TLS PSK for an identity a host offered, if it is an
  * NVMe identity (v0 or v1, hash matching the key's) made with key k; the
  * identity's NQNs go to hostnqn and subnqn (256 bytes each).  -ENOKEY if not.
@@ -107,7 +113,11 @@ typedef int (*gdx_tls_find_fn)(void *arg, const char *identity, struct gdx_tls_p
 
 /* Client: offers psk (copied) on the connected socket fd. */
 int gdx_tls_client_start(int fd, const struct gdx_tls_psk *psk, struct gdx_tls_hs **out);
-/* Server: hash picks the cipher suite; find is called during the handshake. */
+/*
+ * Server: find is called with the client's identities before the cipher
+ * suite is chosen, and the suite follows the PSK it gives (hash 0), or only
+ * PSKs of hash (1 or 2) are taken.
+ */
 int gdx_tls_server_start(int fd, int hash, gdx_tls_find_fn find, void *arg,
 			 struct gdx_tls_hs **out);
 /*

@@ -4,12 +4,15 @@
 # ports' addr_tsas/addr_treq and tls_key in the JSON config (and its errors), the
 # discovery log's TREQ and SECTYPE, a clear host refused where TLS is required and
 # served where it is not, a wrong key refused, a stalled handshake closed after
-# nvmf.target.handshake_timeout_ms, the host's --tls/--tls-key usage.  With the
-# right key the data goes byte-exact with digests, by kTLS where this kernel has
+# nvmf.target.handshake_timeout_ms, the host's --tls/--tls-key usage; hosts with
+# PSKs of their own (a host entry's tls_key, --allow-host NQN,tls-key=KEY): each
+# gets in with its own key only, other hosts with the port's key if it has one.  With
+# the right key the data goes byte-exact with digests, by kTLS where this kernel has
 # it (the tls module), else by gdx's record relay, said once per process;
 # tls.record=kernel without kTLS refused; a peer reset mid-record, or a record
-# altered on the way, ends that connection only, and both sides say why.  (tests/interop/t_tls.sh runs the kTLS path in a guest whose
-# kernel has it, and the relay against the kernel host.)
+# altered on the way, ends that connection only, and both sides say why.
+# (tests/interop/t_tls.sh runs the kTLS path in a guest whose kernel has it, and the
+# relay against the kernel host.)
 set -u
 gdx=$(realpath "${1:?usage: test_nvmf_tls.sh path/to/gdx}") || exit 1
 tmp=$(mktemp -d)
@@ -182,6 +185,85 @@ grep -q "no TLS handshake, ICReq and Connect within 1000 ms" "$tmp/target.log" |
   fail "the target should name the handshake timeout"
 
 kill $tpid; wait $tpid 2>/dev/null; tpid=
+
+# ---- PSKs per host ---------------------------------------------------------------------
+# Where this kernel has no kTLS a handshake the target accepts ends in "kernel TLS is not
+# available" on both sides, one it refuses in "Key was rejected": the PSK choice shows either way.
+HA=nqn.2026-11.io.gdx:host-a HB=nqn.2026-11.io.gdx:host-b HC=nqn.2026-11.io.gdx:host-c
+HD=nqn.2026-11.io.gdx:host-d
+KA=$(key 32 1) KB=$(key 32 1) KC=$(key 48 2) KD=$(key 32 1)
+echo "$KB" >"$tmp/kb"
+ktls=0
+grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null && ktls=1
+accepted() {  # what, then gdx nvmf arguments
+  local what=$1; shift
+  if [ $ktls = 1 ]; then run 0 "$@"; else
+    run 1 "$@"; grep -q "kernel TLS is not available" <<<"$err" || fail "$what: $err"; fi
+}
+refused() {
+  local what=$1; shift
+  run 1 "$@"; grep -q "Key was rejected" <<<"$err" || fail "$what should be refused: $err"
+}
+start() {  # the target with these arguments; its TCP ports in ${ports[@]}
+  rm -f "$tmp/target.log"	# not the last target's "ready" before this one's shell truncates it
+  "$gdx" nvmf target "$@" -v >"$tmp/target.log" 2>&1 &
+  tpid=$!
+  for i in $(seq 200); do grep -qs 'target: ready' "$tmp/target.log" && break; sleep 0.05; done
+  ports=($(grep -o 'listening on 127.0.0.1:[0-9]*' "$tmp/target.log" | cut -d: -f2))
+}
+# port 1: TLS with the hosts' keys only; port 2: and KD for hosts without their own
+cat >"$tmp/hosts.json" <<JSON
+{ "hosts": [ { "nqn": "$HA", "tls_key": "$KA" }, { "nqn": "$HB", "tls_key": "$tmp/kb" },
+             { "nqn": "$HC", "dhchap_key": "", "tls_key": "$KC" } ],
+  "subsystems": [ { "nqn": "$NQN", "attr": { "allow_any_host": "1" },
+    "namespaces": [ { "nsid": 1, "enable": 1, "device": { "path": "ram:16M" } } ] } ],
+  "ports": [
+    { "portid": 1, "addr": { "trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "0",
+        "treq": "required", "tsas": "tls1.3" }, "subsystems": [ "$NQN" ] },
+    { "portid": 2, "addr": { "trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "0",
+        "treq": "required", "tsas": "tls1.3" }, "tls_key": "$KD", "subsystems": [ "$NQN" ] } ] }
+JSON
+sed "s|\"tls_key\": \"$KA\"|\"tls_key\": \"$BADCRC\"|" "$tmp/hosts.json" >"$tmp/bad.json"
+out=$(timeout 10 "$gdx" nvmf target -c "$tmp/bad.json" 2>&1)
+[ $? != 0 ] && grep -q "hosts\[0\]: its tls_key is not valid" <<<"$out" &&
+  grep -q "CRC-32 does not match" <<<"$out" || fail "a host's bad tls_key: $out"
+grep -q "$BADCRC" <<<"$out" && fail "the target logged a host's TLS key"
+start -c "$tmp/hosts.json"
+[ ${#ports[@]} = 2 ] || { cat "$tmp/target.log"; fail "the per-host target did not start"; }
+P1=(id-ctrl -a 127.0.0.1 -s "${ports[0]}" -n $NQN --tls) P2=(id-ctrl -a 127.0.0.1 -s "${ports[1]}" -n $NQN --tls)
+accepted "host A with its key" "${P1[@]}" -q $HA --tls-key "$KA"
+accepted "host B with its key (a file on the target)" "${P1[@]}" -q $HB --tls-key "$tmp/kb"
+accepted "host C with its SHA-384 key beside SHA-256 ones" "${P1[@]}" -q $HC --tls-key "$KC"
+refused "host A with host B's key" "${P1[@]}" -q $HA --tls-key "$KB"
+refused "host B with host A's key" "${P1[@]}" -q $HB --tls-key "$KA"
+refused "host A with host C's key" "${P1[@]}" -q $HA --tls-key "$KC"
+refused "host D (no key of its own, no port key) with A's key" "${P1[@]}" -q $HD --tls-key "$KA"
+refused "host D with the other port's key" "${P1[@]}" -q $HD --tls-key "$KD"
+grep -q "no PSK for identity NVMe0R01 $HD $NQN" "$tmp/target.log" ||
+  fail "the target should name the identity it has no PSK for"
+accepted "host D with the port's key" "${P2[@]}" -q $HD --tls-key "$KD"
+refused "host A with the port's key (it has its own)" "${P2[@]}" -q $HA --tls-key "$KD"
+accepted "host A with its own key on the port with a default" "${P2[@]}" -q $HA --tls-key "$KA"
+for k in "$KA" "$KB" "$KC" "$KD"; do
+  grep -q "${k:16:20}" "$tmp/target.log" && fail "the target logged a key"
+done
+kill $tpid; wait $tpid 2>/dev/null; tpid=
+
+# quick flags: -H NQN,tls-key=KEY; without --tls the ports require TLS, hosts' keys only
+start -l 127.0.0.1:0 -n $NQN -N ram:16M -H "$HA,tls-key=$KA" -H "$HB,tls-key=$tmp/kb" -H $HD
+[ ${#ports[@]} = 1 ] || { cat "$tmp/target.log"; fail "the quick-flag target did not start"; }
+P1=(id-ctrl -a 127.0.0.1 -s "${ports[0]}" -n $NQN --tls)
+accepted "quick flags: host A with its key" "${P1[@]}" -q $HA --tls-key "$KA"
+accepted "quick flags: host B with its key file" "${P1[@]}" -q $HB --tls-key "$KB"
+refused "quick flags: host B with A's key" "${P1[@]}" -q $HB --tls-key "$KA"
+refused "quick flags: host D, no key anywhere" "${P1[@]}" -q $HD --tls-key "$KA"
+run 1 id-ctrl -a 127.0.0.1 -s "${ports[0]}" -n $NQN -q $HA
+grep -q "no TLS handshake on a port that requires TLS" "$tmp/target.log" ||
+  fail "quick flags: a host's tls-key should make the port require TLS"
+kill $tpid; wait $tpid 2>/dev/null; tpid=
+out=$(timeout 10 "$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N ram:1M -H "$HA,tls-key=NVMeTLSkey-1:01:x:" 2>&1)
+[ $? = 2 ] && grep -q "interchange format" <<<"$out" || fail "quick flags: a malformed tls-key: $out"
+
 [ $fails = 0 ] || { echo "--- target log"; tail -30 "$tmp/target.log"; }
 echo "$fails failure(s)"
 [ $fails = 0 ]

@@ -97,6 +97,50 @@ check "a wrong key is refused (tls.record=user)" refused "Key was rejected" \
 kill $TGT; wait $TGT
 grep -E 'userspace|ends' /tmp/target-user.log | sed 's/^/  target (user records): /'
 
+# ---- PSKs per host: the kernel host with a key of its own, another host NQN with another --
+# (a subsystem of its own: the keyring still holds the v1 PSK `connect --tls-key` put
+# there for $NQN, and the kernel would offer it first)
+KK=$(key) K2=$(key)
+H2=nqn.2024-01.io.gdx:tls-host2 NQN3=nqn.2024-01.io.gdx:tls-hosts
+H2ID=$(cat /proc/sys/kernel/random/uuid)
+cat >/tmp/hosts.json <<JSON
+{ "hosts": [ { "nqn": "$KHOST", "tls_key": "$KK" }, { "nqn": "$H2", "tls_key": "$K2" } ],
+  "subsystems": [ { "nqn": "$NQN3", "attr": { "allow_any_host": "1" },
+    "namespaces": [ { "nsid": 1, "enable": 1, "device": { "path": "ram:64M" } } ] } ],
+  "ports": [ { "portid": 1, "addr": { "trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1",
+      "trsvcid": "4422", "treq": "required", "tsas": "tls1.3" }, "subsystems": [ "$NQN3" ] } ] }
+JSON
+$G nvmf target -c /tmp/hosts.json >/tmp/target2.log 2>&1 &
+TGT=$!
+for i in $(seq 300); do grep -q 'target: ready' /tmp/target2.log && break; sleep 0.1; done
+if grep -q 'target: ready' /tmp/target2.log; then
+  P=(-t tcp -a 127.0.0.1 -s 4422 -n $NQN3 --tls)
+  nvme check-tls-key --hostnqn="$KHOST" --subsysnqn=$NQN3 --keydata="$KK" --insert >/dev/null
+  check "kernel host connects with its own PSK (check-tls-key --insert for its NQN)" nvme connect "${P[@]}"
+  if check "namespace appears" wait_dev /dev/nvme0n1; then
+    check "  and reads" dd if=/dev/nvme0n1 of=/dev/null bs=1M count=4 iflag=direct status=none
+  fi
+  nvme disconnect -n $NQN3 >/dev/null; wait_gone /dev/nvme0n1
+  # a second host NQN whose retained PSK is made from the first host's key: the target has another
+  nvme check-tls-key --hostnqn=$H2 --subsysnqn=$NQN3 --keydata="$KK" --insert >/dev/null
+  check "a second host NQN with the first host's key is refused" \
+    bash -c '! nvme connect "$@" --hostnqn='$H2' --hostid='$H2ID' && ! [ -e /dev/nvme0n1 ]' _ "${P[@]}"
+  nvme check-tls-key --hostnqn=$H2 --subsysnqn=$NQN3 --keydata="$K2" --insert >/dev/null
+  check "the second host NQN with its own key connects" nvme connect "${P[@]}" --hostnqn=$H2 --hostid=$H2ID
+  check "namespace appears" wait_dev /dev/nvme0n1
+  nvme disconnect -n $NQN3 >/dev/null; wait_gone /dev/nvme0n1
+  A=(-a 127.0.0.1 -s 4422 -n $NQN3 -q $H2)
+  check "gdx host as the second host, its own key: 3 MiB byte-exact" \
+    bash -c "$G nvmf write ${A[*]} --tls --tls-key $K2 -o 0 -l 3M --from a.src &&
+      $G nvmf read ${A[*]} --tls --tls-key $K2 -o 0 -l 3M --to a.h2 && cmp a.src a.h2"
+  check "gdx host as the second host with the kernel host's key is refused" \
+    refused "Key was rejected" $G nvmf id-ctrl "${A[@]}" --tls --tls-key "$KK"
+else
+  bad "the gdx target with per-host keys did not start"; sed 's/^/    /' /tmp/target2.log
+fi
+kill $TGT 2>/dev/null; wait $TGT
+grep -E 'identity|no PSK' /tmp/target2.log | sed 's/^/  target: /'
+
 # ---- the gdx host -> nvmet-tcp with TLS ------------------------------------------------------
 C=/sys/kernel/config/nvmet
 truncate -s 64M /tmp/nvmet.img

@@ -12,6 +12,9 @@
 #  - the same with the gdx target making its own records (tls.record=user, as where
 #    the kernel has no kTLS): the kernel host's connect and fio verify, gdx host <->
 #    gdx target both in userspace, a wrong key refused;
+#  - PSKs per host (host entries' tls_key, no port key): the kernel host connects with
+#    its own, a second host NQN with the first one's key is refused and with its own
+#    connects; the gdx host likewise;
 #  - the gdx host -> the kernel's nvmet-tcp with addr_tsas tls1.3 (tlshd serving).
 . "$(dirname "$0")/lib.sh"
 SHARE=$(mktemp -d)

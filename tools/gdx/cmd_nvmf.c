@@ -40,7 +40,11 @@ static void target_usage(FILE *f)
 		"                         --allow-host after it belong to it\n"
 		"  -N, --ns SPEC[,bs=N]   namespace: file, block device, ram:SIZE, null:SIZE;\n"
 		"                         bs 512 (default) or 4096\n"
-		"  -H, --allow-host NQN   admit only the named hosts (default: any host)\n"
+		"  -H, --allow-host NQN[,tls-key=KEY]\n"
+		"                         admit only the named hosts (default: any host); with\n"
+		"                         tls-key, the host's own TLS PSK (NVMeTLSkey-1:...: or a\n"
+		"                         file of it): on every TLS port it gets in with this\n"
+		"                         key only, not the port's\n"
 		"      --dhchap-key SECRET\n"
 		"                         every --allow-host host must prove it holds SECRET\n"
 		"                         (DH-HMAC-CHAP; DHHC-1:... or a file holding it)\n"
@@ -66,7 +70,9 @@ static void target_usage(FILE *f)
 		"                         serve the counters to Prometheus (GET /metrics)\n"
 		"      --tls KEY          the --listen ports require TLS 1.3 with PSKs made from\n"
 		"                         KEY, NVMeTLSkey-1:01:...: (nvme gen-tls-key) or a file\n"
-		"                         of it; the kernel encrypts (tls module)\n"
+		"                         of it, for hosts without a tls-key of their own; the\n"
+		"                         kernel encrypts (tls module).  Without --tls, a\n"
+		"                         tls-key on any --allow-host makes the ports require TLS\n"
 		"  -v, --verbose          debug log (default: info)\n");
 }
 
@@ -355,7 +361,7 @@ static int cmd_target(int argc, char **argv)
 	const char *nqns[MAX_NQNS];
 	unsigned nlisten = 0, nargs = 0, nnqn = 0;
 	const char *config = NULL, *nqn = NULL, *stats = NULL, *control = NULL, *tls = NULL;
-	bool want_metrics = false;
+	bool want_metrics = false, host_tls = false;
 	int interval = 0, c, ret, rc = 1;
 	uint32_t n;
 
@@ -535,22 +541,34 @@ static int cmd_target(int argc, char **argv)
 		uint32_t bs;
 
 		if (args[i].kind == 'H') {
-			ret = *key ? gdx_nvmf_target_set_host_auth(t, args[i].val, key,
+			const char *tls_key = strstr(args[i].val, ",tls-key=");
+			char host[256];
+
+			snprintf(host, sizeof(host), "%.*s", tls_key ? (int)(tls_key - args[i].val) :
+				 (int)strlen(args[i].val), args[i].val);
+			ret = tls_key ? gdx_nvmf_target_set_host_tls_key(t, host, tls_key + 9) : 0;
+			if (ret) {
+				fprintf(stderr, "gdx nvmf target: --allow-host '%s': its tls-key: %s\n",
+					host, gdx_strerror(ret));
+				rc = 2;
+				goto out;
+			}
+			ret = *key ? gdx_nvmf_target_set_host_auth(t, host, key,
 								   *ctrl_key ? ctrl_key : NULL,
 								   hashes, dhgroups) : 0;
 			if (ret) {
 				fprintf(stderr, "gdx nvmf target: --allow-host '%s': its "
-					"DH-HMAC-CHAP settings: %s\n", args[i].val,
-					gdx_strerror(ret));
+					"DH-HMAC-CHAP settings: %s\n", host, gdx_strerror(ret));
 				rc = 2;
 				goto out;
 			}
-			ret = gdx_nvmf_target_allow_host(t, args[i].nqn, args[i].val);
+			ret = gdx_nvmf_target_allow_host(t, args[i].nqn, host);
 			if (ret) {
 				fprintf(stderr, "gdx nvmf target: --allow-host '%s' on %s: %s\n",
-					args[i].val, args[i].nqn, gdx_strerror(ret));
+					host, args[i].nqn, gdx_strerror(ret));
 				goto out;
 			}
+			host_tls |= tls_key != NULL;
 			continue;
 		}
 		if (!split_ns(args[i].val, spec, sizeof(spec), &bs)) {
@@ -571,7 +589,7 @@ static int cmd_target(int argc, char **argv)
 
 		ret = gdx_nvmf_target_add_port_tr(t, portid, listens[i].trtype, listens[i].addr,
 						  listens[i].port);
-		if (!ret && tls)
+		if (!ret && (tls || host_tls))
 			ret = gdx_nvmf_target_port_tls(t, portid, tls, 1);
 		for (unsigned k = 0; !ret && k < nnqn; k++)
 			ret = gdx_nvmf_target_link(t, portid, nqns[k]);

@@ -143,10 +143,19 @@ struct nvmf_port {
 	char trsvcid[32];
 	unsigned nsubsys;
 	struct nvmf_subsys *subsys[NVMF_MAX_SUBSYS];
-	/* TCP secure channel (addr_tsas, addr_treq): TLS 1.3 with PSKs made from tls_key */
+	/*
+	 * TCP secure channel (addr_tsas, addr_treq): TLS 1.3 with PSKs made from
+	 * a host's own key (nvmf_tgt.hpsk), else from tls_key (len 0: none)
+	 */
 	uint8_t sectype;	/* GDX_NVMF_TCP_SECTYPE_NONE or _TLS13 */
 	uint8_t treq;		/* GDX_NVMF_TREQ_REQUIRED or _NOT_REQUIRED with TLS */
 	struct gdx_tls_key tls_key;
+};
+
+/* A host's own configured TLS PSK (its host entry's tls_key), in place of any port's. */
+struct nvmf_host_psk {
+	char nqn[GDX_NVME_NQN_SIZE];
+	struct gdx_tls_key key;
 };
 
 /*
@@ -168,6 +177,8 @@ struct nvmf_tgt {
 	struct nvmf_subsys disc;
 	unsigned nhauth;
 	struct nvmf_host_auth *hauth[NVMF_MAX_HOSTS];
+	unsigned nhpsk;
+	struct nvmf_host_psk *hpsk[NVMF_MAX_HOSTS];
 	unsigned nsubsys;
 	struct nvmf_subsys *subsys[NVMF_MAX_SUBSYS];
 	unsigned nports;
@@ -195,6 +206,17 @@ int nvmf_subsys_add_ns(struct nvmf_tgt *t, struct nvmf_subsys *s, uint32_t nsid,
 bool nvmf_host_allowed(const struct nvmf_subsys *s, const char *hostnqn);
 /* Sets (replaces) the authentication of host a->nqn; the target keeps a copy. */
 int nvmf_tgt_set_host_auth(struct nvmf_tgt *t, const struct nvmf_host_auth *a);
+/* Sets (replaces) host nqn's own TLS PSK; the target keeps a copy. */
+int nvmf_tgt_set_host_psk(struct nvmf_tgt *t, const char *nqn, const struct gdx_tls_key *k);
+/*
+ * The TLS PSK for an identity a host offered on TLS port p: made from the key
+ * of the host its identity names, or p's for a host without one; the
+ * identity's NQNs go to hostnqn and subnqn (GDX_NVME_NQN_SIZE each).
+ * -ENOKEY if it is not an NVMe retained-PSK identity, that host has no key
+ * (and p none), or the key's hash or (v1) digest is not the identity's.
+ */
+int nvmf_tls_psk_find(struct nvmf_tgt *t, const struct nvmf_port *p, const char *identity,
+		      struct gdx_tls_psk *out, char *hostnqn, char *subnqn);
 int nvmf_port_add(struct nvmf_tgt *t, uint16_t portid, uint8_t trtype, const char *traddr,
 		  const char *trsvcid, struct nvmf_port **out);
 int nvmf_port_link(struct nvmf_tgt *t, struct nvmf_port *p, struct nvmf_subsys *s);

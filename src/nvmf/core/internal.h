@@ -28,6 +28,8 @@ bool nvmf_auth_sq_expired(struct nvmf_sq *sq, uint64_t now_ns);
 uint16_t nvmf_auth_send(struct nvmf_req *req);
 uint16_t nvmf_auth_recv(struct nvmf_req *req);
 void nvmf_host_auth_free(struct nvmf_host_auth *a);
+/* Wipes and frees every host's own TLS PSK (nvmf_tgt_fini). */
+void nvmf_host_psk_free_all(struct nvmf_tgt *t);
 
 uint16_t nvmf_admin_prep(struct nvmf_req *req);
 uint16_t nvmf_admin_exec(struct nvmf_req *req);

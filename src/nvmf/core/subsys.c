@@ -61,6 +61,7 @@ void nvmf_tgt_fini(struct nvmf_tgt *t)
 	for (unsigned i = 0; i < t->nhauth; i++)
 		nvmf_host_auth_free(t->hauth[i]);
 	t->nhauth = 0;
+	nvmf_host_psk_free_all(t);
 	for (unsigned i = 0; i < t->nports; i++)
 		gdx_tls_wipe(&t->ports[i].tls_key, sizeof(t->ports[i].tls_key));
 	pthread_mutex_destroy(&t->lock);

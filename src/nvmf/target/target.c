@@ -304,25 +304,51 @@ GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, con
 	return nvmf_port_link(&t->core, p, s);
 }
 
+/* A TLS key given as the key or as a file of it; what is wrong said without the key. */
+static int tls_key_read(const char *what, const char *key, struct gdx_tls_key *k)
+{
+	bool inline_key = !strncmp(key, "NVMeTLSkey-", 11);
+	int ret = inline_key ? gdx_tls_key_parse(key, k) : gdx_tls_key_load(key, k);
+
+	if (ret)
+		GDX_ERR("nvmf", "%s: TLS key%s%s: %s", what, inline_key ? "" : " file ",
+			inline_key ? "" : key, ret == -EBADMSG ? "CRC-32 does not match" :
+			ret == -EINVAL ? "not in the interchange format NVMeTLSkey-1:0[012]:<base64>:" :
+			strerror(-ret));
+	return ret;
+}
+
+GDX_API int gdx_nvmf_target_set_host_tls_key(struct gdx_nvmf_target *t, const char *hostnqn,
+					     const char *key)
+{
+	struct gdx_tls_key k;
+	char what[GDX_NVME_NQN_SIZE + 8];
+	int ret;
+
+	if (!hostnqn || !key)
+		return -EINVAL;
+	snprintf(what, sizeof(what), "host %s", hostnqn);
+	ret = tls_key_read(what, key, &k);
+	if (!ret)
+		ret = nvmf_tgt_set_host_psk(&t->core, hostnqn, &k);
+	gdx_tls_wipe(&k, sizeof(k));
+	return ret;
+}
+
 GDX_API int gdx_nvmf_target_port_tls(struct gdx_nvmf_target *t, uint16_t portid, const char *key,
 				     int required)
 {
 	struct nvmf_port *p = nvmf_port_find(&t->core, portid);
+	char what[16];
 	int ret;
 
 	if (!p)
 		return -ENOENT;
-	if (p->trtype != GDX_NVMF_TRTYPE_TCP || !key)
+	if (p->trtype != GDX_NVMF_TRTYPE_TCP)
 		return -EINVAL;
-	ret = !strncmp(key, "NVMeTLSkey-", 11) ? gdx_tls_key_parse(key, &p->tls_key) :
-						  gdx_tls_key_load(key, &p->tls_key);
-	if (ret) {
-		GDX_ERR("nvmf", "port %u: TLS key%s%s: %s", portid, key[0] == 'N' ? "" : " file ",
-			key[0] == 'N' ? "" : key, ret == -EBADMSG ? "CRC-32 does not match" :
-			ret == -EINVAL ? "not in the interchange format NVMeTLSkey-1:0[012]:<base64>:" :
-			strerror(-ret));
+	snprintf(what, sizeof(what), "port %u", portid);
+	if (key && (ret = tls_key_read(what, key, &p->tls_key)))
 		return ret;
-	}
 	p->sectype = GDX_NVMF_TCP_SECTYPE_TLS13;
 	p->treq = required ? GDX_NVMF_TREQ_REQUIRED : GDX_NVMF_TREQ_NOT_REQUIRED;
 	return 0;
@@ -864,9 +890,11 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const ch
 		return GDX_ECONFIG;
 	}
 	if (tsas && !strcmp(tsas, "tls1.3")) {
-		if (!tls_key || tr->trtype != GDX_NVMF_TRTYPE_TCP) {
+		/* without a port key only hosts with their own (host entries' tls_key) get in */
+		if ((!tls_key && !t->core.nhpsk) || tr->trtype != GDX_NVMF_TRTYPE_TCP) {
 			GDX_ERR("nvmf", "config %s: %s has tsas tls1.3 but %s", cfg, where,
-				tls_key ? "is not a TCP port" : "no tls_key (a key or a key file)");
+				tr->trtype != GDX_NVMF_TRTYPE_TCP ? "is not a TCP port" :
+				"no tls_key (a key or a key file), and no host has one");
 			return GDX_ECONFIG;
 		}
 		ret = gdx_nvmf_target_port_tls(t, portid, tls_key, !treq || strcmp(treq, "not required"));
@@ -896,31 +924,41 @@ static int load_port(struct gdx_nvmf_target *t, struct json_object *jp, const ch
 	return 0;
 }
 
-/* A host entry: its DH-HMAC-CHAP settings under configfs's names (nvmetcli writes "" for unset). */
+/*
+ * A host entry: its DH-HMAC-CHAP settings under configfs's names (nvmetcli
+ * writes "" for unset), and its own TLS PSK, tls_key (configfs has none: nvmet
+ * finds it in the keyring), the name nvme-cli's config.json gives it.
+ */
 static int load_host(struct gdx_nvmf_target *t, struct json_object *jh, const char *cfg,
 		     const char *where)
 {
 	const char *nqn = jstr(jh, "nqn"), *key = jstr(jh, "dhchap_key");
 	const char *ctrl = jstr(jh, "dhchap_ctrl_key"), *hash = jstr(jh, "dhchap_hash");
-	const char *dh = jstr(jh, "dhchap_dhgroup");
+	const char *dh = jstr(jh, "dhchap_dhgroup"), *tls_key = jstr(jh, "tls_key");
 	int ret;
 
-	if (!key || !*key) {
-		if ((ctrl && *ctrl) || (hash && *hash) || (dh && *dh)) {
-			GDX_ERR("nvmf", "config %s: %s has dhchap settings but no dhchap_key", cfg,
-				where);
-			return GDX_ECONFIG;
-		}
-		return 0;
+	if ((!key || !*key) && ((ctrl && *ctrl) || (hash && *hash) || (dh && *dh))) {
+		GDX_ERR("nvmf", "config %s: %s has dhchap settings but no dhchap_key", cfg, where);
+		return GDX_ECONFIG;
 	}
+	if ((!key || !*key) && (!tls_key || !*tls_key))
+		return 0;
 	if (!nqn) {
 		GDX_ERR("nvmf", "config %s: %s has no nqn", cfg, where);
 		return GDX_ECONFIG;
 	}
-	ret = gdx_nvmf_target_set_host_auth(t, nqn, key, ctrl && *ctrl ? ctrl : NULL,
-					    hash && *hash ? hash : NULL, dh && *dh ? dh : NULL);
-	if (ret) {
-		GDX_ERR("nvmf", "config %s: %s: its dhchap settings are not valid", cfg, where);
+	if (key && *key) {
+		ret = gdx_nvmf_target_set_host_auth(t, nqn, key, ctrl && *ctrl ? ctrl : NULL,
+						    hash && *hash ? hash : NULL,
+						    dh && *dh ? dh : NULL);
+		if (ret) {
+			GDX_ERR("nvmf", "config %s: %s: its dhchap settings are not valid", cfg,
+				where);
+			return GDX_ECONFIG;
+		}
+	}
+	if (tls_key && *tls_key && gdx_nvmf_target_set_host_tls_key(t, nqn, tls_key)) {
+		GDX_ERR("nvmf", "config %s: %s: its tls_key is not valid", cfg, where);
 		return GDX_ECONFIG;
 	}
 	return 0;
@@ -930,7 +968,7 @@ GDX_API int gdx_nvmf_target_load_json(struct gdx_nvmf_target *t, const char *pat
 {
 	static const char *const root_keys[] = { "hosts", "ports", "subsystems", NULL };
 	static const char *const host_keys[] = { "nqn", "dhchap_key", "dhchap_ctrl_key",
-						 "dhchap_hash", "dhchap_dhgroup", NULL };
+						 "dhchap_hash", "dhchap_dhgroup", "tls_key", NULL };
 	struct json_object *root = json_object_from_file(path), *arr = NULL;
 	int ret = 0;
 

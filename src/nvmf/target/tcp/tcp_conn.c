@@ -232,8 +232,8 @@ static int tls_find(void *arg, const char *identity, struct gdx_tls_psk *out)
 {
 	struct tcp_conn *c = arg;
 
-	return gdx_tls_nvme_lookup(&c->sq.port->tls_key, identity, out, c->tls_nqn[0],
-				   c->tls_nqn[1]);
+	return nvmf_tls_psk_find(c->sq.tgt, c->sq.port, identity, out, c->tls_nqn[0],
+				 c->tls_nqn[1]);
 }
 
 /*
@@ -270,8 +270,8 @@ void nvmf_tcp_conn_tls(struct tcp_conn *c)
 				nvmf_tcp_conn_read(c);
 			return;
 		}
-		ret = gdx_tls_server_start(c->fd, gdx_tls_key_hash(&p->tls_key), tls_find, c,
-					   &c->tls);
+		/* hash 0: the suite follows the key of the host the identity names */
+		ret = gdx_tls_server_start(c->fd, 0, tls_find, c, &c->tls);
 		if (ret) {
 			nvmf_tcp_conn_close(c, "TLS: out of memory");
 			return;
