@@ -41,6 +41,7 @@
 
 #include "bench_nvmf_host.h"
 #include "ceiling.h"
+#include "tcp_rr.h"
 #include "common/config.h"
 #include "common/util.h"
 #include "gpu/device.h"
@@ -454,100 +455,6 @@ out:
 	free(tx);
 	free(t);
 	return gbps;
-}
-
-/* ---- the latency ceiling: raw TCP request/response ---------------------------- */
-
-/*
- * A 4 KiB read at depth 1 is one exchange: a CapsuleCmd of 72 bytes out, a
- * C2HData of 24 + 4096 bytes back (SQ flow control off: no CapsuleResp),
- * each end a thread that sleeps in recv() until its message is complete, as
- * the host's receiver and the target's reactor do.  The same exchange on a
- * bare loopback socket is what a read cannot beat.
- */
-struct rr {
-	int fd;
-	size_t req, rsp;
-};
-
-static bool xfer(int fd, void *buf, size_t len, bool out)
-{
-	for (size_t done = 0; done < len;) {
-		ssize_t n = out ? send(fd, (char *)buf + done, len - done, MSG_NOSIGNAL)
-				: recv(fd, (char *)buf + done, len - done, 0);
-
-		if (n <= 0)
-			return false;
-		done += (size_t)n;
-	}
-	return true;
-}
-
-static void *rr_server(void *arg)
-{
-	struct rr *s = arg;
-	char *buf = calloc(1, GDX_MAX(s->req, s->rsp));
-
-	while (buf && xfer(s->fd, buf, s->req, false) && xfer(s->fd, buf, s->rsp, true))
-		;
-	free(buf);
-	return NULL;
-}
-
-/* Mean microseconds of a req-byte request answered by a rsp-byte response; <0: failed. */
-static double tcp_rr(size_t req, size_t rsp, double secs)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t al = sizeof(a);
-	int lfd = socket(AF_INET, SOCK_STREAM, 0), cfd = -1, one = 1;
-	struct rr s = { .fd = -1, .req = req, .rsp = rsp };
-	char *buf = calloc(1, GDX_MAX(req, rsp));
-	uint64_t t0 = 0, n = 0, end;
-	double us = -1;
-	pthread_t th;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (!buf || lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 1) ||
-	    getsockname(lfd, (struct sockaddr *)&a, &al))
-		goto out;
-	cfd = socket(AF_INET, SOCK_STREAM, 0);
-	if (cfd < 0 || connect(cfd, (struct sockaddr *)&a, sizeof(a)))
-		goto out;
-	s.fd = accept(lfd, NULL, NULL);
-	if (s.fd < 0)
-		goto out;
-	setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (pthread_create(&th, NULL, rr_server, &s))
-		goto out;
-	/* 0.2 s of warm-up (both threads placed, the socket's buffers grown), then timed */
-	end = gdx_now_ns() + 200000000ull;
-	for (int phase = 0; phase < 2; phase++) {
-		while (gdx_now_ns() < end) {
-			if (!xfer(cfd, buf, req, true) || !xfer(cfd, buf, rsp, false))
-				break;
-			n++;
-		}
-		if (!phase) {
-			t0 = gdx_now_ns();
-			end = t0 + (uint64_t)(secs * 1e9);
-			n = 0;
-		}
-	}
-	if (n)
-		us = (double)(gdx_now_ns() - t0) / 1e3 / (double)n;
-	shutdown(cfd, SHUT_RDWR);
-	shutdown(s.fd, SHUT_RDWR);
-	pthread_join(th, NULL);
-out:
-	if (s.fd >= 0)
-		close(s.fd);
-	if (cfd >= 0)
-		close(cfd);
-	if (lfd >= 0)
-		close(lfd);
-	free(buf);
-	return us;
 }
 
 /* ---- the kernel host: fio on its block device ------------------------------- */
@@ -972,7 +879,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 
 		if (c.qds[p] != 1)
 			continue;
-		c.rr_us = tcp_rr(72 + hd, 24 + hd + 4096 + dd, secs);
+		c.rr_us = bench_tcp_rr(72 + hd, 24 + hd + 4096 + dd, secs);
 		if (c.rr_us < 0)
 			c.rr_us = 0;
 		else if (!c.json)

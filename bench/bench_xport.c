@@ -5,8 +5,9 @@
  * with the same sizes:
  *
  *   tcp://   raw TCP sockets on the same loopback: one stream of size-byte
- *            writes read with MSG_WAITALL (bandwidth), size-byte ping-pong
- *            (latency)
+ *            writes read with MSG_WAITALL (bandwidth), and the raw
+ *            request/response of tcp_rr.c with size bytes each way, half of
+ *            it (latency; `gdx bench nvmf-host` uses the same)
  *   rdma://  perftest on the same device through rdma_cm: ib_write_bw /
  *            ib_read_bw / ib_send_bw, and ib_send_lat (needs them in PATH)
  *   device memory on either side: also pinned host <-> device copies of the
@@ -43,6 +44,7 @@
 #include "args.h"
 #include "bench_xport.h"
 #include "ceiling.h"
+#include "tcp_rr.h"
 #include "common/config.h"
 #include "common/stats.h"
 #include "common/util.h"
@@ -537,7 +539,7 @@ static char *raw_tcp_open(struct sockpair *p, size_t size, int fill)
 
 static double raw_tcp_bw(struct cfg *c, size_t size)
 {
-	struct sockpair p;
+	struct sockpair p = { -1, -1 };
 	struct sink s;
 	pthread_t th;
 	char *buf = raw_tcp_open(&p, size, 1);
@@ -558,51 +560,6 @@ static double raw_tcp_bw(struct cfg *c, size_t size)
 	close(p.b);
 	free(buf);
 	return (double)s.got / ((double)(gdx_now_ns() - t0) / 1e9);
-}
-
-struct echo {
-	int fd;
-	size_t size;
-};
-
-static void *echo_main(void *arg)
-{
-	struct echo *e = arg;
-	char *buf = malloc(e->size);
-
-	while (recv(e->fd, buf, e->size, MSG_WAITALL) == (ssize_t)e->size)
-		if (write_all(e->fd, buf, e->size))
-			break;
-	free(buf);
-	return NULL;
-}
-
-static double raw_tcp_lat(struct cfg *c, size_t size)
-{
-	struct sockpair p;
-	struct echo e;
-	pthread_t th;
-	char *buf = raw_tcp_open(&p, size, 2);
-	uint64_t t0, deadline, iters = 0;
-
-	if (!buf)
-		return -EIO;
-	e = (struct echo){ .fd = p.b, .size = size };
-	pthread_create(&th, NULL, echo_main, &e);
-	t0 = gdx_now_ns();
-	deadline = t0 + (uint64_t)(c->secs * 1e9);
-	while (gdx_now_ns() < deadline) {
-		if (write_all(p.a, buf, size) ||
-		    recv(p.a, buf, size, MSG_WAITALL) != (ssize_t)size)
-			break;
-		iters++;
-	}
-	shutdown(p.a, SHUT_RDWR);
-	pthread_join(th, NULL);
-	close(p.a);
-	close(p.b);
-	free(buf);
-	return iters ? (double)(gdx_now_ns() - t0) / 1e3 / (double)iters / 2 : -EIO;
 }
 
 /* ---- ceilings: perftest -------------------------------------------------------- */
@@ -832,7 +789,7 @@ static double ceil_bw(struct cfg *c, const char *host, size_t n)
 
 static double ceil_lat(struct cfg *c, const char *host, size_t n)
 {
-	double clat = host[0] ? perftest("ib_send_lat", host, n, c->secs) : raw_tcp_lat(c, n);
+	double clat = host[0] ? perftest("ib_send_lat", host, n, c->secs) : bench_tcp_rr(n, n, c->secs) / 2;
 
 	return clat > 0 ? clat : 0;
 }

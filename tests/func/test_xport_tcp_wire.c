@@ -24,7 +24,10 @@
 #include <gdx/gdx.h>
 #include <gdx/xport.h>
 
+#include <json-c/json.h>
+
 #include "common/config.h"
+#include "common/stats.h"
 #include "tcp_frame.h"
 #include "test.h"
 
@@ -738,6 +741,189 @@ static void test_tls_opts(void **state)
 	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), -ENOENT);
 }
 
+/* Counter `name` of the tcp endpoints alive (stats scopes xport.tcp.N), summed. */
+static uint64_t tcp_counter(const char *name)
+{
+	struct json_object *root = gdx_stats_json(), *v;
+	uint64_t sum = 0;
+
+	assert_non_null(root);
+	json_object_object_foreach(root, scope, set) {
+		if (!strncmp(scope, "xport.tcp.", 10) && json_object_object_get_ex(set, name, &v))
+			sum += json_object_get_uint64(v);
+	}
+	json_object_put(root);
+	return sum;
+}
+
+/* Reads a frame of the endpoint and its n-byte payload, which must be fill `seed`. */
+static struct frame recv_frame(int fd, size_t n, unsigned seed)
+{
+	unsigned char *got = malloc(n), *want = malloc(n);
+	struct frame f;
+
+	assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	assert_int_equal(f.len, n);
+	assert_int_equal(recv(fd, got, n, MSG_WAITALL), (ssize_t)n);
+	t_fill(want, n, seed);
+	assert_memory_equal(got, want, n);
+	free(got);
+	free(want);
+	return f;
+}
+
+/* Answers request frame f and waits for its completion. */
+static void answer(int fd, struct gdx_xport_cq *cq, const struct frame *f, uint64_t wr_id)
+{
+	struct gdx_xport_cqe e;
+
+	send_frame(fd, TF_RESP, f->id, 0, 0);
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	assert_int_equal(e.wr_id, wr_id);
+	assert_int_equal(e.status, 0);
+}
+
+/*
+ * A post at an idle transmit side writes the socket from the posting thread:
+ * a 4 KiB send at depth 1, and (zero-copy off) a 128 KiB one, which a
+ * loopback socket's default buffers take unread, are counted as written by
+ * the poster, none by the transmit thread.  A 16 MiB send the unread socket
+ * cannot take is begun by the poster and finished by the transmit thread
+ * (counted once, handed), in one piece.
+ */
+static void test_post_writes_socket(void **state)
+{
+	enum { MID = 128 << 10, BIG = 16 << 20 };
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	unsigned char *buf = malloc(BIG);
+	struct frame f;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_zerocopy", "0"), 0);
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+
+	t_fill(buf, 4096, 1);
+	assert_int_equal(gdx_xport_post_send(ep, buf, 4096, 1, 0), 0);
+	assert_int_equal(tcp_counter("tx_direct"), 1);
+	assert_int_equal(tcp_counter("tx_handed"), 0);
+	f = recv_frame(fd, 4096, 1);
+	assert_int_equal(f.type, TF_SEND);
+	answer(fd, cq, &f, 1);
+
+	t_fill(buf, MID, 2);
+	assert_int_equal(gdx_xport_post_send(ep, buf, MID, 2, 0), 0);
+	assert_int_equal(tcp_counter("tx_direct"), 2);
+	assert_int_equal(tcp_counter("tx_handed"), 0);
+	f = recv_frame(fd, MID, 2);
+	answer(fd, cq, &f, 2);
+
+	t_fill(buf, BIG, 3);
+	assert_int_equal(gdx_xport_post_send(ep, buf, BIG, 3, 0), 0);
+	/* the socket took what it could: the rest is the transmit thread's */
+	f = recv_frame(fd, BIG, 3);
+	answer(fd, cq, &f, 3);
+	assert_int_equal(tcp_counter("tx_direct"), 2);
+	assert_int_equal(tcp_counter("tx_handed"), 1);
+
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	assert_int_equal(gdx_config_set("xport.tcp_zerocopy", "1"), 0);
+	free(buf);
+}
+
+struct late_send {
+	int fd;
+	uint64_t id;
+	size_t n, first;	/* payload bytes, and those sent with the header */
+	unsigned seed;
+	int ms;			/* before the header, and again before the rest */
+};
+
+static void *late_send_main(void *arg)
+{
+	struct late_send *ls = arg;
+	unsigned char *p = malloc(ls->n);
+
+	t_fill(p, ls->n, ls->seed);
+	usleep((useconds_t)ls->ms * 1000);
+	send_frame(ls->fd, TF_SEND, ls->id, ls->n, 0);
+	assert_int_equal(send(ls->fd, p, ls->first, MSG_NOSIGNAL), (ssize_t)ls->first);
+	if (ls->first < ls->n) {
+		usleep((useconds_t)ls->ms * 1000);
+		assert_int_equal(send(ls->fd, p + ls->first, ls->n - ls->first, MSG_NOSIGNAL),
+				 (ssize_t)(ls->n - ls->first));
+	}
+	free(p);
+	return NULL;
+}
+
+/*
+ * A caller asleep in gdx_xport_cq_wait with a host receive posted reads the
+ * peer's send itself: the message completes without the receive thread
+ * (counted rx_waiter).  One whose payload stops half-way for longer than the
+ * waiter waits is finished by the receive thread (rx_part), in one piece,
+ * answered once.  The waiter takes the socket only from a receive thread
+ * parked between frames, so each kind gets a few tries.
+ */
+static void test_waiter_receives(void **state)
+{
+	enum { N = 5, SZ = 64 << 10 };
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	unsigned char *rx = malloc(SZ), *want = malloc(SZ);
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (int part = 0; part < 2; part++) {
+		const char *ctr = part ? "rx_part" : "rx_waiter";
+		uint64_t base = tcp_counter(ctr);
+
+		for (int i = 0; i < N && tcp_counter(ctr) == base; i++) {
+			unsigned seed = 10 * (unsigned)part + (unsigned)i;
+			struct late_send ls = { .fd = fd, .id = seed + 1, .n = SZ,
+						.first = part ? SZ / 2 : SZ, .seed = seed, .ms = 30 };
+			struct frame f;
+			pthread_t th;
+
+			memset(rx, 0, SZ);
+			assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, seed), 0);
+			pthread_create(&th, NULL, late_send_main, &ls);
+			while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+				assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+			pthread_join(th, NULL);
+			assert_int_equal(e.wr_id, seed);
+			assert_int_equal(e.status, 0);
+			assert_int_equal(e.len, SZ);
+			t_fill(want, SZ, seed);
+			assert_memory_equal(rx, want, SZ);
+			assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+			assert_int_equal(f.type, TF_RESP);
+			assert_int_equal(f.id, seed + 1);
+			assert_int_equal(f.status, 0);
+		}
+		assert_true(tcp_counter(ctr) > base);
+	}
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	free(rx);
+	free(want);
+}
+
 /* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */
 int main(int argc, char **argv)
 {
@@ -751,6 +937,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_kept_then_cut),
 		cmocka_unit_test(test_tls_psk),
 		cmocka_unit_test(test_tls_opts),
+		cmocka_unit_test(test_post_writes_socket),
+		cmocka_unit_test(test_waiter_receives),
 	};
 
 	if (argc > 1)

@@ -210,6 +210,10 @@ static void ep_stats(struct tcp_ep *t)
 		[C_ANS_PEAK] = "answers_peak",
 		[C_HELD_BACK] = "held_back",
 		[C_COPIES_PEAK] = "answer_copies_peak",
+		[C_TX_DIRECT] = "tx_direct",
+		[C_TX_HANDED] = "tx_handed",
+		[C_RX_WAITER] = "rx_waiter",
+		[C_RX_PART] = "rx_part",
 	};
 	static atomic_uint next;
 	char scope[32];

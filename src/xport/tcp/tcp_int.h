@@ -6,8 +6,9 @@
  * tcp://host:port — RDMA semantics over one TCP connection per endpoint.
  *
  * Every request is a frame (48-byte header, then payload).  The requester
- * sends frames in post order (small ones in trains, from whichever thread
- * holds the socket; large ones from a transmit thread); the peer's receive thread
+ * sends frames in post order (small ones in trains and large host ones as far
+ * as the socket takes them, from whichever thread holds the socket; the rest,
+ * and device ones, from a transmit thread); the peer's receive thread
  * executes them in that order, serving one-sided reads and writes against its
  * key table (key, access and bounds checked before a byte is touched; a bad
  * one is answered with GDX_EREMOTE and any payload is read and dropped), and
@@ -115,7 +116,8 @@ struct stager {
  */
 enum txi_path {
 	TXP_TRAIN,	/* host payload of at most DIRECT_MAX: goes in trains, from any sender */
-	TXP_HOST,	/* larger host payload: the transmit thread's */
+	TXP_HOST,	/* larger host payload: its poster sends what the socket takes
+			   (tx_direct), the transmit thread the rest */
 	TXP_RING,	/* device payload the agent copies into the stage ring (sr_queue) */
 	TXP_STREAM,	/* device payload copied through a stream by the transmit thread */
 };
@@ -269,6 +271,11 @@ enum {
 	C_ANS_PEAK,		/* the most answers queued at once (ans_held) */
 	C_HELD_BACK,		/* times the receive thread stopped reading for them (rx_hold_back) */
 	C_COPIES_PEAK,		/* the most bytes of answers' copies held at once (snap_held) */
+	C_TX_DIRECT,		/* request frames a posting thread (or the receive thread's kick)
+				   wrote whole itself: no hand-off to the transmit thread */
+	C_TX_HANDED,		/* request frames the transmit thread wrote, or finished (tx_direct) */
+	C_RX_WAITER,		/* messages and answers a CQ waiter read and completed itself */
+	C_RX_PART,		/* messages a CQ waiter began and the receive thread finished */
 	C_NR
 };
 
@@ -286,6 +293,10 @@ struct tcp_ep {
 	/* Set before the threads start (ep_start), read-only after. */
 	struct gdx_xport_ep *fe;
 	int fd;
+	/*
+	 * MSG_ZEROCOPY for large requests: set before the threads start, cleared
+	 * once the kernel reports it copied (tcp_zc_reap); read atomically.
+	 */
 	int zerocopy;
 	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
 	uint64_t max_unexpected;
@@ -385,18 +396,20 @@ struct tcp_ep {
 	_Atomic size_t snap_held;
 
 	/*
-	 * The receive thread's; rbuf, rpos and rlen the CQ waiter's while it
-	 * holds the socket (w_reader).
+	 * The receive thread's; rbuf, rpos, rlen, resp and nresp the CQ
+	 * waiter's while it holds the socket (w_reader).
 	 *
 	 * Who reads the socket (and rbuf): the receive thread, except while a
-	 * caller sleeps in gdx_xport_cq_wait with answers due and the receive
-	 * thread is parked between frames with nothing buffered.  Then the
+	 * caller sleeps in gdx_xport_cq_wait with answers or messages due and
+	 * the receive thread is parked between frames with nothing buffered.  Then the
 	 * sleeper takes the socket (w_reader): the socket leaves the receive
 	 * thread's epoll set (rx_epfd) for the sleeper's (w_epfd, in the CQ's
-	 * set), the answers wake the sleeper alone, and it completes them itself.
-	 * On waking it hands the socket back; what it cannot handle (a frame with
-	 * a payload, a request of the peer, a partial frame) stays in rbuf and
-	 * wakes the receive thread (rx_wake), as does a dying connection.
+	 * set), the answers and messages wake the sleeper alone, and it completes
+	 * them itself (answers without payload, sends into host receives: w_send).
+	 * On waking it hands the socket back; what it cannot handle (a read
+	 * answer with data, another request of the peer, a partial frame) stays
+	 * in rbuf and wakes the receive thread (rx_wake), as does a dying
+	 * connection or a message it began (w_part).
 	 */
 	unsigned char *rbuf;
 	size_t rpos, rlen;
@@ -405,7 +418,8 @@ struct tcp_ep {
 	/*
 	 * Responses the receive thread owes, sent together when it next waits for
 	 * input (or before anything else it sends), so a burst of requests is
-	 * answered with one write instead of one each.
+	 * answered with one write instead of one each.  A CQ waiter holding
+	 * the socket owes its own here and sends them before it hands it back.
 	 */
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp;
@@ -439,6 +453,18 @@ struct tcp_ep {
 
 	/* The transmit thread's. */
 	int tx_agent_err;	/* the agent failed it (said once) */
+
+	/*
+	 * A message the CQ waiter began to receive and left to the receive
+	 * thread (its payload did not come in time, w_send): the receive, the
+	 * frame and the bytes of it already in the buffer.  Set by the waiter
+	 * with the lock held before it hands the socket back; the receive thread
+	 * finishes it before it reads anything else (rx_part).
+	 */
+	struct {
+		struct qent *r;
+		uint64_t id, len, got;
+	} w_part;
 
 	/* The CQ waiter's, with the lock held (w_take). */
 	long w_mark;		/* rx_reads when a waiter last took the socket */
@@ -527,6 +553,7 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n);
 void tcp_rx_wakeup(struct tcp_ep *t);
 void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
 int tcp_resp_flush(struct tcp_ep *t);
+int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
 void tcp_match(void *priv);
 int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out);
 void *tcp_rx_main(void *arg);
@@ -543,6 +570,7 @@ void *tcp_tx_main(void *arg);
 /* tcp_post.c: the posting threads */
 void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u);
 void tcp_kept_kick_locked(struct tcp_ep *t);
+void tcp_zc_reap(struct tcp_ep *t);
 int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent);
 int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock);
 int tcp_tx_answer(struct tcp_ep *t, struct txi *x, size_t n);
@@ -550,7 +578,7 @@ int tcp_tx_blocked(struct tcp_ep *t, struct txi *x);
 void tcp_tx_going(struct tcp_ep *t, struct txi *x);
 void tcp_tx_begin(struct tcp_ep *t, struct txi *x);
 void tcp_tx_wait_out(struct tcp_ep *t);
-int tcp_tx_train(struct tcp_ep *t, struct txi **done);
+int tcp_tx_train(struct tcp_ep *t, struct txi **done, int by_tx);
 void tcp_tx_kick(struct tcp_ep *t);
 int tcp_progress(void *priv);
 int tcp_ans_submit(struct tcp_ep *t, struct txi *x, unsigned n);

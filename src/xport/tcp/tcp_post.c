@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tcp://host:port, the posting threads (tcp_int.h): a post queues its frame
- * and, when nobody is sending (t->sending), sends small ones itself in trains,
- * as do the CQ poll and the receive thread's answers.
+ * and, when nobody is sending (t->sending), sends it itself: small ones in
+ * trains, as do the CQ poll and the receive thread's answers, and large host
+ * ones as far as the socket takes them (tx_direct).
  */
 
 #include <errno.h>
@@ -47,7 +48,7 @@ void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u)
  * the buffer is no longer needed by the time the user may reuse it.  Where
  * the kernel reports it copied anyway (loopback), zero-copy is switched off.
  */
-static void zc_reap(struct tcp_ep *t)
+void tcp_zc_reap(struct tcp_ep *t)
 {
 	for (;;) {
 		char ctl[128];
@@ -63,9 +64,10 @@ static void zc_reap(struct tcp_ep *t)
 				continue;
 			memcpy(&ee, CMSG_DATA(c), sizeof(ee));
 			if (ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY &&
-			    (ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) && t->zerocopy) {
+			    (ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) &&
+			    __atomic_load_n(&t->zerocopy, __ATOMIC_RELAXED)) {
 				GDX_DBG(SUBSYS, "kernel copied a MSG_ZEROCOPY send; sending copied");
-				t->zerocopy = 0;
+				__atomic_store_n(&t->zerocopy, 0, __ATOMIC_RELAXED);
 			}
 		}
 	}
@@ -144,7 +146,8 @@ int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t
 int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock)
 {
 	const size_t hl = sizeof(x->h), total = hl + n;
-	int zc = !nonblock && t->zerocopy && n >= ZC_MIN, used_zc = 0;
+	int zc = !nonblock && __atomic_load_n(&t->zerocopy, __ATOMIC_RELAXED) && n >= ZC_MIN;
+	int used_zc = 0;
 
 	while (x->off < total) {
 		struct iovec iov[2];
@@ -170,7 +173,7 @@ int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int no
 		x->off += sent;
 	}
 	if (used_zc)
-		zc_reap(t);
+		tcp_zc_reap(t);
 	return 0;
 }
 
@@ -299,7 +302,7 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region)
  * are unlinked onto *done (their requests may complete, and be freed, as soon
  * as the peer has them: nothing here looks at x->req).  Lock held.
  */
-static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done)
+static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done, int by_tx)
 {
 	while (sent) {
 		struct txi *x = t->txq_head;
@@ -314,8 +317,10 @@ static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done)
 		if (!t->txq_head)
 			t->txq_tail = NULL;
 		tcp_ans_unlink(t, x);
-		if (x->req)
+		if (x->req) {
 			t->on_wire++;
+			gdx_counter_add(&t->ctr[by_tx ? C_TX_HANDED : C_TX_DIRECT], 1);
+		}
 		t->qlen--;
 		x->next = *done;
 		*done = x;
@@ -339,7 +344,7 @@ void tcp_tx_wait_out(struct tcp_ep *t)
 
 	pthread_mutex_unlock(&t->lock);
 	if (poll(&pf, 1, -1) > 0 && (pf.revents & POLLERR))
-		zc_reap(t);
+		tcp_zc_reap(t);
 	pthread_mutex_lock(&t->lock);
 }
 
@@ -348,9 +353,9 @@ void tcp_tx_wait_out(struct tcp_ep *t)
  * thread waits for room with tcp_tx_wait_out: a send never blocks while it reads
  * a region for a read answer, tcp_ans_settle).  Lock held (dropped around the
  * sendmsg); -EAGAIN when the socket was full, 1 when the head is not a small
- * frame (or is fenced).
+ * frame (or is fenced).  by_tx: the caller is the transmit thread (counters).
  */
-int tcp_tx_train(struct tcp_ep *t, struct txi **done)
+int tcp_tx_train(struct tcp_ep *t, struct txi **done, int by_tx)
 {
 	struct iovec iov[TX_TRAIN_IOV];
 	size_t sent = 0;
@@ -368,7 +373,7 @@ int tcp_tx_train(struct tcp_ep *t, struct txi **done)
 	if (ret && ret != -EAGAIN)
 		tcp_kill_conn(t, ret);
 	else
-		tx_retire(t, sent, done);
+		tx_retire(t, sent, done, by_tx);
 	return ret;
 }
 
@@ -390,19 +395,77 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
 }
 
 /*
+ * Sends the large host request at the head of the queue from the calling
+ * thread, as far as the socket takes it without blocking: a post finds the
+ * transmit side idle and writes the socket itself, as the small frames' trains
+ * do.  What does not fit stays at the head, x->off saying how much went, for
+ * the transmit thread (tcp_tx_host picks up there), so nothing overtakes it.
+ * Not while zero-copy is on: the transmit thread's blocking sends use it, and
+ * a zero-copy send's bytes leave after the call returns anyway.  Lock held,
+ * dropped around the sends; 0 when it went whole.
+ */
+static int tx_direct(struct tcp_ep *t, struct txi **done)
+{
+	struct txi *x = t->txq_head;
+	const void *p = x->pp;
+	size_t n = x->plen;
+	int ret;
+
+	if (x->path != TXP_HOST || !x->req || __atomic_load_n(&t->zerocopy, __ATOMIC_RELAXED) ||
+	    tcp_tx_blocked(t, x))
+		return 1;
+	t->txq_head = x->next;
+	if (!t->txq_head)
+		t->txq_tail = NULL;
+	t->qlen--;
+	tcp_tx_begin(t, x);
+	pthread_mutex_unlock(&t->lock);
+	/* Nothing of x->req past here: once the bytes are out, the peer may answer. */
+	ret = tcp_tx_host(t, x, p, n, 1);
+	pthread_mutex_lock(&t->lock);
+	t->sending = 0;
+	if (t->dead)
+		pthread_cond_broadcast(&t->tx_cond);	/* tcp_flush_all may wait for the queue */
+	if (ret == -EAGAIN && !t->dead) {
+		x->next = t->txq_head;
+		t->txq_head = x;
+		if (!t->txq_tail)
+			t->txq_tail = x;
+		t->qlen++;
+		return ret;
+	}
+	x->next = *done;
+	*done = x;
+	if (ret) {
+		tcp_kill_conn(t, ret);
+		return ret;
+	}
+	t->on_wire++;
+	gdx_counter_add(&t->ctr[C_TX_DIRECT], 1);
+	return 0;
+}
+
+/*
  * Unless another thread holds the socket (it sends what is queued before
- * letting go), sends the queue from the calling thread as trains of small
- * frames, one sendmsg each, without blocking.  Only a large or device-memory
- * frame, a fenced one, or what did not fit in the socket wakes the transmit
- * thread: a burst of small posts costs no thread hand-off.  Called with the
+ * letting go), sends the queue from the calling thread: trains of small
+ * frames, one sendmsg each, and large host requests (tx_direct), without
+ * blocking.  Only a device-memory frame, a read answer over DIRECT_MAX, a
+ * fenced frame, or what did not fit in the socket wakes the transmit thread:
+ * a post at an idle transmit side costs no thread hand-off.  Called with the
  * lock held; returns with it released.
  */
 static void tx_push_locked(struct tcp_ep *t)
 {
 	struct txi *done = NULL;
 
-	while (!t->dead && !t->sending && t->txq_head && !tcp_tx_train(t, &done))
-		;
+	while (!t->dead && !t->sending && t->txq_head) {
+		int ret = tcp_tx_train(t, &done, 0);
+
+		if (ret == 1)
+			ret = tx_direct(t, &done);
+		if (ret)
+			break;
+	}
 	if (!t->dead && !t->sending && t->txq_head)
 		pthread_cond_broadcast(&t->tx_cond);
 	pthread_mutex_unlock(&t->lock);

@@ -97,10 +97,53 @@ static ssize_t rx_spin(struct tcp_ep *t)
 	return n;
 }
 
+static int rx_exact(struct tcp_ep *t, void *dst, size_t n);
+
+/*
+ * Finishes the message a CQ waiter began and left (t->w_part): the rest of
+ * its payload into the receive's buffer, then its completion and response,
+ * as rx_send would have.  Between frames, before anything else is read.
+ */
+static int rx_part(struct tcp_ep *t)
+{
+	struct qent *r;
+	uint64_t id, len, got;
+	struct deff e;
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	r = t->w_part.r;
+	id = t->w_part.id;
+	len = t->w_part.len;
+	got = t->w_part.got;
+	t->w_part.r = NULL;
+	pthread_mutex_unlock(&t->lock);
+	t->rx_boundary = 0;
+	ret = rx_exact(t, (char *)r->req->buf.p + got, len - got);
+	t->rx_boundary = 1;
+	if (ret) {
+		/* Back on the queue so the flush reports it. */
+		pthread_mutex_lock(&t->lock);
+		r->next = t->recv_head;
+		t->recv_head = r;
+		if (!t->recv_tail)
+			t->recv_tail = r;
+		pthread_mutex_unlock(&t->lock);
+		return ret;
+	}
+	gdx_counter_add(&t->ctr[C_RX_PART], 1);
+	e = (struct deff){ .req = r->req, .len = len, .has_resp = 1, .resp_id = id };
+	free(r);
+	ret = tcp_defer(t, &e, 0);
+	/* Parked next, maybe: the completion's wake-up goes now, not with the next read. */
+	gdx_xport_complete_flush();
+	return ret;
+}
+
 /*
  * Waits between frames, rbuf empty, for input: from the socket, or left in
- * rbuf by a CQ waiter that read the socket meanwhile.  Returns the bytes now
- * in rbuf.
+ * rbuf by a CQ waiter that read the socket meanwhile (or a message it began,
+ * rx_part).  Returns the bytes now in rbuf.
  */
 static ssize_t rx_park(struct tcp_ep *t)
 {
@@ -110,8 +153,17 @@ static ssize_t rx_park(struct tcp_ep *t)
 		struct epoll_event ev[2];
 		uint64_t v;
 		int waiter, kick;
+		struct qent *part;
 
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed)) {
+			/*
+			 * Not parked while kept messages go to receives: a CQ waiter
+			 * holding the socket completes no message meanwhile (w_send),
+			 * so none overtakes the completions deferred here.
+			 */
+			pthread_mutex_lock(&t->lock);
+			t->rx_parked = 0;
+			pthread_mutex_unlock(&t->lock);
 			kept_match(t, 0);
 			/* Nothing waits on copies while this thread sleeps, socket or not. */
 			tcp_defer_wait(t);
@@ -121,6 +173,15 @@ static ssize_t rx_park(struct tcp_ep *t)
 		}
 		pthread_mutex_lock(&t->lock);
 		waiter = t->w_reader;
+		part = t->w_part.r;
+		if (part && !waiter) {
+			t->rx_parked = 0;
+			pthread_mutex_unlock(&t->lock);
+			n = rx_part(t);
+			if (n)
+				return n;
+			continue;
+		}
 		if (t->dead) {
 			t->rx_parked = 0;
 			pthread_mutex_unlock(&t->lock);
@@ -293,8 +354,6 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 	return 0;
 }
 
-static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
-
 /*
  * Carries out effect e; fail: why its copies did not land (the agent's error,
  * or GDX_EDISCONNECTED), for an effect that depends on them.  An error of the
@@ -323,7 +382,7 @@ void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail)
 	else if (e->req)
 		gdx_xport_complete(e->req, st, st ? 0 : e->len);
 	if (e->has_resp) {
-		int r = tx_resp(t, F_RESP, e->resp_id, rst);
+		int r = tcp_resp_owe(t, F_RESP, e->resp_id, rst);
 
 		if (r && !t->rx_err)
 			t->rx_err = r;
@@ -568,8 +627,8 @@ int tcp_resp_flush(struct tcp_ep *t)
 	return tcp_ans_submit(t, x, n);
 }
 
-/* Owes the peer a response (receive thread only). */
-static int tx_resp(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
+/* Owes the peer a response (the receive thread, or a CQ waiter holding the socket). */
+int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
 {
 	t->resp[t->nresp++] = (struct hdr){ .type = type, .id = id, .status = status };
 	return t->nresp == RESP_BATCH ? tcp_resp_flush(t) : 0;

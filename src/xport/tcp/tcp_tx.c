@@ -711,7 +711,7 @@ void *tcp_tx_main(void *arg)
 		if (t->dead)
 			break;
 		if (t->txq_head->path == TXP_TRAIN) {
-			if (tcp_tx_train(t, &done) == -EAGAIN)
+			if (tcp_tx_train(t, &done, 1) == -EAGAIN)
 				tcp_tx_wait_out(t);
 			continue;
 		}
@@ -764,6 +764,8 @@ void *tcp_tx_main(void *arg)
 		pthread_mutex_lock(&t->lock);
 		t->sending = 0;
 		t->on_wire += is_req;
+		if (is_req && !ret)
+			gdx_counter_add(&t->ctr[C_TX_HANDED], 1);
 		if (late) {
 			t->sr_whole = 0;
 			if (!ret)

@@ -2,10 +2,11 @@
 /*
  * tcp://host:port, the CQ waiter (tcp_int.h): a caller sleeping in
  * gdx_xport_cq_wait takes the socket from a parked receive thread and
- * completes the answers it reads itself.
+ * completes the answers and the peer's sends it reads itself.
  */
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -16,9 +17,135 @@
 #include "xport/tcp/tcp_int.h"
 
 /*
+ * How long a CQ waiter waits for more of a message's payload before it leaves
+ * the rest to the receive thread: the peer sends a frame whole, so the rest
+ * is normally on its way; a stalled peer must not hold the caller's wait.
+ */
+#define W_PART_MS 2
+
+/*
+ * Gives the receive r of a message the waiter took back: at the head of the
+ * receive queue (rule 2: it is the oldest), or completed with
+ * GDX_EDISCONNECTED if the endpoint was flushed meanwhile.  Lock held.
+ */
+static void w_unpop(struct tcp_ep *t, struct qent *r)
+{
+	if (t->flushed) {
+		gdx_xport_complete(r->req, GDX_EDISCONNECTED, 0);
+		free(r);
+		return;
+	}
+	r->next = t->recv_head;
+	t->recv_head = r;
+	if (!t->recv_tail)
+		t->recv_tail = r;
+}
+
+/* Owes the peer the response to its send id; -1 when that ended the connection. */
+static int w_owe(struct tcp_ep *t, uint64_t id)
+{
+	int ret = tcp_resp_owe(t, F_RESP, id, 0);
+
+	if (!ret)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	tcp_kill_conn(t, ret);
+	pthread_mutex_unlock(&t->lock);
+	return -1;
+}
+
+/*
+ * A send of the peer whose header is at rpos, for the oldest receive: the
+ * waiter receives it itself when that receive is the endpoint's own (not a
+ * shared queue's), of host memory and large enough, with no kept message
+ * before it, none being handed over (the receive thread, parked, defers no
+ * completion), and the answers owed to the peer under their bound.  The payload
+ * goes straight into the receive's buffer.  1: left to the receive thread,
+ * nothing read; 0: received and completed, its response owed (t->resp);
+ * -1: begun and handed to the receive thread (t->w_part), or the connection
+ * ended.
+ */
+static int w_send(struct tcp_ep *t, const struct hdr *h)
+{
+	struct gdx_xport_buf *b;
+	struct qent *r;
+	size_t have;
+	uint64_t got;
+
+	pthread_mutex_lock(&t->lock);
+	r = t->recv_head;
+	if (t->dead || !t->rx_parked || t->fe->opts.srq || !r || t->unexp_head ||
+	    (r->req->buf.kind != GDX_MEM_HOST && r->req->buf.kind != GDX_MEM_PINNED &&
+	     r->req->buf.dev) || h->len > r->req->buf.len ||
+	    atomic_load_explicit(&t->ans_held, memory_order_relaxed) + t->nresp + 1 >= t->ans_max) {
+		pthread_mutex_unlock(&t->lock);
+		return 1;
+	}
+	q_pop(&t->recv_head, &t->recv_tail);
+	pthread_mutex_unlock(&t->lock);
+	b = &r->req->buf;
+	t->rpos += sizeof(*h);
+	have = GDX_MIN(h->len, t->rlen - t->rpos);
+	if (have)
+		memcpy(b->p, t->rbuf + t->rpos, have);
+	t->rpos += have;
+	for (got = have; got < h->len;) {
+		struct pollfd pf = { .fd = t->fd, .events = POLLIN };
+		ssize_t n = recv(t->fd, (char *)b->p + got, h->len - got, MSG_DONTWAIT);
+
+		if (n > 0) {
+			got += (uint64_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int ready = poll(&pf, 1, W_PART_MS);
+
+			/* the zero-copy notifications of this socket's sends raise POLLERR too */
+			if (ready > 0 && (pf.revents & POLLERR))
+				tcp_zc_reap(t);
+			if (ready > 0 && !(pf.revents & POLLHUP))
+				continue;
+		}
+		/*
+		 * The rest is late, or the socket has an error or its end, which
+		 * is the receive thread's to see: it finishes the message.
+		 */
+		pthread_mutex_lock(&t->lock);
+		if (t->dead) {
+			/* the receive thread may be gone already: the flush reports it */
+			w_unpop(t, r);
+		} else {
+			t->w_part.r = r;
+			t->w_part.id = h->id;
+			t->w_part.len = h->len;
+			t->w_part.got = got;
+		}
+		pthread_mutex_unlock(&t->lock);
+		return -1;
+	}
+	/*
+	 * In order with the flush of a connection that ended meanwhile, which
+	 * completes the receives after this one (rule 2).
+	 */
+	pthread_mutex_lock(&t->lock);
+	if (t->flushed)
+		gdx_xport_complete(r->req, GDX_EDISCONNECTED, 0);
+	else
+		gdx_xport_complete(r->req, 0, h->len);
+	pthread_mutex_unlock(&t->lock);
+	free(r);
+	gdx_counter_add(&t->ctr[C_RX_WAITER], 1);
+	return w_owe(t, h->id);
+}
+
+/*
  * A CQ waiter holding the socket: reads what is there without blocking and
- * completes the answers that carry no payload, in order, up to the first
- * frame it leaves to the receive thread.
+ * completes the answers that carry no payload and the peer's sends into host
+ * receives (w_send), in order, up to the first frame it leaves to the receive
+ * thread.  The responses it owes for the sends go out before it hands the
+ * socket back (tcp_wait), ahead of any the receive thread will owe.
  */
 static void w_read(struct tcp_ep *t)
 {
@@ -31,6 +158,11 @@ static void w_read(struct tcp_ep *t)
 			int st;
 
 			memcpy(&h, t->rbuf + t->rpos, sizeof(h));
+			if (h.type == F_SEND && h.len <= MAX_PAYLOAD) {
+				if (w_send(t, &h))
+					return;
+				continue;
+			}
 			if (h.len || (h.type != F_RESP && h.type != F_READ_RESP))
 				return;
 			pthread_mutex_lock(&t->lock);
@@ -49,6 +181,7 @@ static void w_read(struct tcp_ep *t)
 			t->rpos += sizeof(h);
 			gdx_xport_complete(q->req, h.status, h.status ? 0 : q->req->buf.len);
 			free(q);
+			gdx_counter_add(&t->ctr[C_RX_WAITER], 1);
 		}
 		if (!more)
 			return;
@@ -124,25 +257,35 @@ static void w_take(struct tcp_ep *t)
 }
 
 /*
+ * Whether a sleeper has something to read on the socket: answers due, or a
+ * message for a receive of its own posted (w_send's, whose other conditions
+ * it checks per frame).  Not while a request awaiting an answer may raise
+ * MSG_ZEROCOPY notifications, each a spurious wake-up of the sleeper: one
+ * that went out of the small trains with zero-copy on.  Lock held.
+ */
+static int w_worth(struct tcp_ep *t)
+{
+	if (__atomic_load_n(&t->zerocopy, __ATOMIC_RELAXED) && t->outst_head &&
+	    (uint64_t)(uintptr_t)t->outst_head->data <= t->big_id)
+		return 0;
+	return t->on_wire > 0 || (t->recv_head && !t->unexp_head && !t->fe->opts.srq);
+}
+
+/*
  * A caller of gdx_xport_cq_wait goes to sleep (sleeping) or has woken.  While
- * answers are due and the receive thread is parked between frames, the
- * sleeper takes the socket: the answers then wake it alone, not the receive
- * thread and, through it, the sleeper.
+ * answers or messages are due and the receive thread is parked between
+ * frames, the sleeper takes the socket: they then wake it alone, not the
+ * receive thread and, through it, the sleeper.
  */
 void tcp_wait(void *priv, int sleeping)
 {
 	struct tcp_ep *t = priv;
-	int dead;
+	int dead, ret;
 
 	pthread_mutex_lock(&t->lock);
 	if (sleeping) {
-		/*
-		 * Only while every request awaiting an answer went in small trains:
-		 * large ones may raise MSG_ZEROCOPY notifications, each a spurious
-		 * wake-up of the sleeper, and their transfer time dwarfs a wake-up.
-		 */
 		if (!t->w_reader && !t->dead && t->rx_parked && t->rpos == t->rlen &&
-		    t->on_wire > 0 && (uint64_t)(uintptr_t)t->outst_head->data > t->big_id)
+		    !t->w_part.r && w_worth(t))
 			w_take(t);
 		pthread_mutex_unlock(&t->lock);
 		return;
@@ -156,10 +299,14 @@ void tcp_wait(void *priv, int sleeping)
 	/* rbuf and the socket are this thread's until it hands them back. */
 	if (!dead)
 		w_read(t);
+	/* Responses to the sends it received go before any the receive thread will owe. */
+	ret = tcp_resp_flush(t);
 	pthread_mutex_lock(&t->lock);
+	if (ret)
+		tcp_kill_conn(t, ret);
 	t->w_reader = 0;
 	w_move(t, t->w_epfd, t->rx_epfd);
-	if (t->rlen > t->rpos)
+	if (t->rlen > t->rpos || t->w_part.r)
 		tcp_rx_wakeup(t);
 	pthread_mutex_unlock(&t->lock);
 }
