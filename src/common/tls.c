@@ -753,8 +753,12 @@ static int relay_ssl(struct relay *r, int n, short *ev)
  * is not, until neither moves; then poll for what the stalled steps wait on.
  * The peer's end of stream becomes the application's (SHUT_WR on app), the
  * application's becomes close_notify and FIN; a failure either side closes
- * both.  Once the application has closed its end (POLLHUP) what it sent
- * still goes out, for RELAY_LINGER_MS at most.
+ * both.  Once the application has closed its end (POLLHUP, or EPIPE or
+ * ECONNRESET on app: it closed with bytes of ours unread) what it sent still
+ * goes out, then close_notify, and what the peer sends is read and dropped
+ * until its end of stream: closing net with bytes unread would reset the
+ * connection, and a reset throws away what is still on its way to the peer.
+ * RELAY_LINGER_MS bounds all of that.
  */
 static void *relay_main(void *arg)
 {
@@ -762,6 +766,7 @@ static void *relay_main(void *arg)
 	bool net_in = true, app_in = true;	/* the stream from each is not over */
 	bool net_out = true, app_out = true;	/* the stream to each is not over */
 	bool app_gone = false;			/* the application closed its end */
+	uint64_t linger_end = 0;		/* once it has: when the relay stops */
 
 	for (;;) {
 		struct pollfd p[2];
@@ -773,7 +778,7 @@ static void *relay_main(void *arg)
 			p[0] = (struct pollfd){ .fd = r->net };
 			p[1] = (struct pollfd){ .fd = app_gone ? -1 : r->app };
 			/* SSL_get_error reads the error queue: clear before each call */
-			if (net_in && !r->dlen && !app_gone) {
+			if (net_in && !r->dlen) {
 				ERR_clear_error();
 				errno = 0;
 				n = SSL_read(r->ssl, r->down, sizeof(r->down));
@@ -788,7 +793,9 @@ static void *relay_main(void *arg)
 					moved = true;
 				}
 			}
-			if (r->dlen && !app_gone) {
+			if (r->dlen && app_gone) {
+				r->dlen = 0;	/* for nobody */
+			} else if (r->dlen) {
 				ssize_t w = send(r->app, r->down + r->doff, r->dlen - r->doff,
 						 MSG_DONTWAIT | MSG_NOSIGNAL);
 
@@ -799,8 +806,12 @@ static void *relay_main(void *arg)
 					moved = true;
 				} else if (errno == EAGAIN) {
 					p[1].events |= POLLOUT;
+				} else if (errno == EPIPE || errno == ECONNRESET) {
+					/* closed: what it sent is still to read, and leaves */
+					app_gone = true;
+					moved = true;
 				} else if (errno != EINTR) {
-					goto out;	/* the application is gone: nothing to say */
+					goto out;
 				}
 			}
 			if (!net_in && !r->dlen && app_out) {
@@ -817,6 +828,11 @@ static void *relay_main(void *arg)
 					moved = true;
 				} else if (!m) {
 					app_in = false;
+					moved = true;
+				} else if (errno == ECONNRESET) {
+					/* closed with bytes of ours unread: it comes after all it sent */
+					app_in = false;
+					app_gone = true;
 					moved = true;
 				} else if (errno == EAGAIN) {
 					p[1].events |= POLLIN;
@@ -849,16 +865,24 @@ static void *relay_main(void *arg)
 				}
 			}
 		} while (moved);
-		if (!net_out && (!app_out || app_gone))
+		if (!net_out && !net_in && (!app_out || app_gone))
 			break;
 		if (!p[0].events)
 			p[0].fd = -1;	/* an event nothing waits on (a reset) would spin */
-		n = poll(p, 2, app_gone ? RELAY_LINGER_MS : -1);
+		if (app_gone && !linger_end)
+			linger_end = gdx_now_ns() + RELAY_LINGER_MS * 1000000ull;
+		if (app_gone) {
+			uint64_t now = gdx_now_ns();
+
+			n = now < linger_end ? poll(p, 2, (int)((linger_end - now + 999999) / 1000000)) : 0;
+		} else {
+			n = poll(p, 2, -1);
+		}
 		if (n < 0 && errno != EINTR)
 			break;
 		if (!n) {
-			GDX_INFO("tls", "%s: the peer took no data for %d ms after the connection "
-				 "was closed here", r->peer, RELAY_LINGER_MS);
+			GDX_INFO("tls", "%s: the peer did not end the connection within %d ms "
+				 "of its close here", r->peer, RELAY_LINGER_MS);
 			break;
 		}
 		if (p[1].revents & (POLLHUP | POLLERR))

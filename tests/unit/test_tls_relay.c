@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -221,11 +222,56 @@ static void test_stalled_peer(void **state)
 	close(s);
 }
 
+/*
+ * An application that writes and closes while the peer is still sending to
+ * it, never reading (a target's last responses, then its termination PDU):
+ * its relay holds a record for it that it cannot take, and sees EPIPE or
+ * ECONNRESET on its end, mid-loop or after poll; yet the peer gets every byte
+ * the application wrote, then a clean end of stream.
+ */
+static void test_app_closes_unread(void **state)
+{
+	static uint8_t buf[256 << 10], last[4 << 20], in[(4 << 20) + 1];
+	struct writer w, wl;
+	pthread_t th, tl;
+	size_t got = 0;
+	int c, s, q = -1, was;
+	ssize_t r;
+
+	(void)state;
+	tls_pair(&c, &s);
+	fill(buf, sizeof(buf), 4);
+	fill(last, sizeof(last), 5);
+	w = (struct writer){ .fd = s, .p = buf, .n = sizeof(buf) };
+	pthread_create(&th, NULL, writer_main, &w);
+	/* c's end full and its relay holding a record: nothing more arrives for 200 ms */
+	do {
+		struct pollfd p = { .fd = -1 };
+
+		was = q;
+		poll(&p, 0, 200);
+		assert_int_equal(ioctl(c, FIONREAD, &q), 0);
+	} while (q != was || q <= 0);
+	assert_true((size_t)q < sizeof(buf));
+	/* the relay busy with these when the close comes */
+	wl = (struct writer){ .fd = c, .p = last, .n = sizeof(last), .close = true };
+	pthread_create(&tl, NULL, writer_main, &wl);
+	while ((r = recv(s, in + got, sizeof(in) - got, 0)) > 0)
+		got += (size_t)r;
+	assert_int_equal(r, 0);
+	assert_int_equal(got, sizeof(last));
+	assert_memory_equal(in, last, sizeof(last));
+	pthread_join(tl, NULL);
+	pthread_join(th, NULL);
+	close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bytes),
 		cmocka_unit_test(test_stalled_peer),
+		cmocka_unit_test(test_app_closes_unread),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);
