@@ -593,8 +593,6 @@ struct relay {
 	int net, app;
 	char peer[INET6_ADDRSTRLEN + 8];
 	struct relay *next, **pprev;	/* in relays */
-	bool ending;			/* its thread is on its way out */
-	bool waited;			/* an exiting process waits for it */
 	size_t ulen, uoff;		/* up: from the application, to SSL_write */
 	size_t dlen, doff;		/* down: from SSL_read, to the application */
 	uint8_t up[RELAY_BUF], down[RELAY_BUF];
@@ -621,40 +619,57 @@ static void peer_str(int fd, char *out, size_t n)
 }
 
 /*
- * The relays whose thread runs.  One whose application has closed its end
- * may still have what it sent on its way to the peer, as a TCP socket's
- * buffer would after close, so a process that exits waits for those
- * (RELAY_LINGER_MS at most), and for those already ending: OPENSSL_cleanup
- * at exit takes away the thread-local keys their OPENSSL_thread_stop needs.
- * Relays whose application never closed end with the process, as its
- * sockets would.  A child forked since has no relay threads: it waits for none.
+ * The relays whose thread runs.  None may outlive the process's exit
+ * handlers: OPENSSL_cleanup, which runs after ours, frees what a running
+ * SSL uses and the thread-local keys OPENSSL_thread_stop needs.  So an
+ * exiting process ends them as its exit would close its sockets: each
+ * relay's application end is shut, as if the application had closed it, so
+ * what it wrote still goes out, then close_notify (RELAY_LINGER_MS at most
+ * for all of them, as the kernel sends what is left in a closed TCP
+ * socket); those still running then have their TCP socket shut, which ends
+ * them at once.  A child forked since has no relay threads: it waits for none.
  */
+#define RELAY_EXIT_FORCE_MS 1000
+
 static pthread_mutex_t relays_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t relays_cond = PTHREAD_COND_INITIALIZER;
 static struct relay *relays;
-static unsigned relays_waited;
 static pid_t relays_pid;
 
-static void relays_exit_wait(void)
+/* Waits until no relay is listed, for ms at most; relays_lock held. */
+static void relays_wait(unsigned ms)
 {
 	struct timespec end;
 
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += ms / 1000;
+	end.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (end.tv_nsec >= 1000000000) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000;
+	}
+	while (relays && !pthread_cond_timedwait(&relays_cond, &relays_lock, &end))
+		;
+}
+
+static void relays_exit_wait(void)
+{
+	unsigned left = 0;
+
 	if (getpid() != relays_pid)
 		return;
-	clock_gettime(CLOCK_REALTIME, &end);
-	end.tv_sec += RELAY_LINGER_MS / 1000;
 	pthread_mutex_lock(&relays_lock);
-	for (struct relay *r = relays; r; r = r->next) {
-		struct pollfd p = { .fd = r->app };
-
-		if (r->ending || (poll(&p, 1, 0) == 1 && p.revents & POLLHUP)) {
-			r->waited = true;
-			relays_waited++;
-		}
-	}
-	while (relays_waited && !pthread_cond_timedwait(&relays_cond, &relays_lock, &end))
-		;
+	for (struct relay *r = relays; r; r = r->next)
+		shutdown(r->app, SHUT_RDWR);
+	relays_wait(RELAY_LINGER_MS);
+	for (struct relay *r = relays; r; r = r->next)
+		shutdown(r->net, SHUT_RDWR);
+	relays_wait(RELAY_EXIT_FORCE_MS);
+	for (struct relay *r = relays; r; r = r->next)
+		left++;
 	pthread_mutex_unlock(&relays_lock);
+	if (left)
+		GDX_WARN("tls", "%u TLS record relays still run at exit", left);
 }
 
 static void relays_at_exit(void)
@@ -679,7 +694,7 @@ static void relay_unlist(struct relay *r)
 	*r->pprev = r->next;
 	if (r->next)
 		r->next->pprev = r->pprev;
-	if (r->waited && !--relays_waited)
+	if (!relays)
 		pthread_cond_broadcast(&relays_cond);
 }
 
@@ -698,9 +713,6 @@ static void relay_free(struct relay *r)
 /* The relay thread's end: OpenSSL's state, this thread's too, then the list. */
 static void relay_end(struct relay *r)
 {
-	pthread_mutex_lock(&relays_lock);
-	r->ending = true;
-	pthread_mutex_unlock(&relays_lock);
 	SSL_free(r->ssl);
 	SSL_CTX_free(r->ctx);
 	r->ssl = NULL;
@@ -708,7 +720,7 @@ static void relay_end(struct relay *r)
 	OPENSSL_thread_stop();	/* this thread's error queue */
 	pthread_mutex_lock(&relays_lock);
 	relay_unlist(r);
-	relay_free(r);		/* app closes under the lock: relays_exit_wait polls it */
+	relay_free(r);		/* its sockets close under the lock: relays_exit_wait shuts them */
 	pthread_mutex_unlock(&relays_lock);
 }
 
