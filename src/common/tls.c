@@ -663,8 +663,6 @@ struct relay {
 	int net, app;
 	char peer[INET6_ADDRSTRLEN + 8];
 	struct relay *next, **pprev;	/* in relays */
-	bool ending;			/* its thread is on its way out */
-	bool waited;			/* an exiting process waits for it */
 	size_t ulen, uoff;		/* up: from the application, to SSL_write */
 	size_t dlen, doff;		/* down: from SSL_read, to the application */
 	uint8_t up[RELAY_BUF], down[RELAY_BUF];
@@ -691,40 +689,57 @@ static void peer_str(int fd, char *out, size_t n)
 }
 
 /*
- * The relays whose thread runs.  One whose application has closed its end
- * may still have what it sent on its way to the peer, as a TCP socket's
- * buffer would after close, so a process that exits waits for those
- * (RELAY_LINGER_MS at most), and for those already ending: OPENSSL_cleanup
- * at exit takes away the thread-local keys their OPENSSL_thread_stop needs.
- * Relays whose application never closed end with the process, as its
- * sockets would.  A child forked since has no relay threads: it waits for none.
+ * The relays whose thread runs.  None may outlive the process's exit
+ * handlers: OPENSSL_cleanup, which runs after ours, frees what a running
+ * SSL uses and the thread-local keys OPENSSL_thread_stop needs.  So an
+ * exiting process ends them as its exit would close its sockets: each
+ * relay's application end is shut, as if the application had closed it, so
+ * what it wrote still goes out, then close_notify (RELAY_LINGER_MS at most
+ * for all of them, as the kernel sends what is left in a closed TCP
+ * socket); those still running then have their TCP socket shut, which ends
+ * them at once.  A child forked since has no relay threads: it waits for none.
  */
+#define RELAY_EXIT_FORCE_MS 1000
+
 static pthread_mutex_t relays_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t relays_cond = PTHREAD_COND_INITIALIZER;
 static struct relay *relays;
-static unsigned relays_waited;
 static pid_t relays_pid;
 
-static void relays_exit_wait(void)
+/* Waits until no relay is listed, for ms at most; relays_lock held. */
+static void relays_wait(unsigned ms)
 {
 	struct timespec end;
 
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += ms / 1000;
+	end.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (end.tv_nsec >= 1000000000) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000;
+	}
+	while (relays && !pthread_cond_timedwait(&relays_cond, &relays_lock, &end))
+		;
+}
+
+static void relays_exit_wait(void)
+{
+	unsigned left = 0;
+
 	if (getpid() != relays_pid)
 		return;
-	clock_gettime(CLOCK_REALTIME, &end);
-	end.tv_sec += RELAY_LINGER_MS / 1000;
 	pthread_mutex_lock(&relays_lock);
-	for (struct relay *r = relays; r; r = r->next) {
-		struct pollfd p = { .fd = r->app };
-
-		if (r->ending || (poll(&p, 1, 0) == 1 && p.revents & POLLHUP)) {
-			r->waited = true;
-			relays_waited++;
-		}
-	}
-	while (relays_waited && !pthread_cond_timedwait(&relays_cond, &relays_lock, &end))
-		;
+	for (struct relay *r = relays; r; r = r->next)
+		shutdown(r->app, SHUT_RDWR);
+	relays_wait(RELAY_LINGER_MS);
+	for (struct relay *r = relays; r; r = r->next)
+		shutdown(r->net, SHUT_RDWR);
+	relays_wait(RELAY_EXIT_FORCE_MS);
+	for (struct relay *r = relays; r; r = r->next)
+		left++;
 	pthread_mutex_unlock(&relays_lock);
+	if (left)
+		GDX_WARN("tls", "%u TLS record relays still run at exit", left);
 }
 
 static void relays_at_exit(void)
@@ -749,7 +764,7 @@ static void relay_unlist(struct relay *r)
 	*r->pprev = r->next;
 	if (r->next)
 		r->next->pprev = r->pprev;
-	if (r->waited && !--relays_waited)
+	if (!relays)
 		pthread_cond_broadcast(&relays_cond);
 }
 
@@ -768,9 +783,6 @@ static void relay_free(struct relay *r)
 /* The relay thread's end: OpenSSL's state, this thread's too, then the list. */
 static void relay_end(struct relay *r)
 {
-	pthread_mutex_lock(&relays_lock);
-	r->ending = true;
-	pthread_mutex_unlock(&relays_lock);
 	SSL_free(r->ssl);
 	SSL_CTX_free(r->ctx);
 	r->ssl = NULL;
@@ -778,7 +790,7 @@ static void relay_end(struct relay *r)
 	OPENSSL_thread_stop();	/* this thread's error queue */
 	pthread_mutex_lock(&relays_lock);
 	relay_unlist(r);
-	relay_free(r);		/* app closes under the lock: relays_exit_wait polls it */
+	relay_free(r);		/* its sockets close under the lock: relays_exit_wait shuts them */
 	pthread_mutex_unlock(&relays_lock);
 }
 
@@ -823,8 +835,12 @@ static int relay_ssl(struct relay *r, int n, short *ev)
  * is not, until neither moves; then poll for what the stalled steps wait on.
  * The peer's end of stream becomes the application's (SHUT_WR on app), the
  * application's becomes close_notify and FIN; a failure either side closes
- * both.  Once the application has closed its end (POLLHUP) what it sent
- * still goes out, for RELAY_LINGER_MS at most.
+ * both.  Once the application has closed its end (POLLHUP, or EPIPE or
+ * ECONNRESET on app: it closed with bytes of ours unread) what it sent still
+ * goes out, then close_notify, and what the peer sends is read and dropped
+ * until its end of stream: closing net with bytes unread would reset the
+ * connection, and a reset throws away what is still on its way to the peer.
+ * RELAY_LINGER_MS bounds all of that.
  */
 static void *relay_main(void *arg)
 {
@@ -832,6 +848,7 @@ static void *relay_main(void *arg)
 	bool net_in = true, app_in = true;	/* the stream from each is not over */
 	bool net_out = true, app_out = true;	/* the stream to each is not over */
 	bool app_gone = false;			/* the application closed its end */
+	uint64_t linger_end = 0;		/* once it has: when the relay stops */
 
 	for (;;) {
 		struct pollfd p[2];
@@ -843,7 +860,7 @@ static void *relay_main(void *arg)
 			p[0] = (struct pollfd){ .fd = r->net };
 			p[1] = (struct pollfd){ .fd = app_gone ? -1 : r->app };
 			/* SSL_get_error reads the error queue: clear before each call */
-			if (net_in && !r->dlen && !app_gone) {
+			if (net_in && !r->dlen) {
 				ERR_clear_error();
 				errno = 0;
 				n = SSL_read(r->ssl, r->down, sizeof(r->down));
@@ -858,7 +875,9 @@ static void *relay_main(void *arg)
 					moved = true;
 				}
 			}
-			if (r->dlen && !app_gone) {
+			if (r->dlen && app_gone) {
+				r->dlen = 0;	/* for nobody */
+			} else if (r->dlen) {
 				ssize_t w = send(r->app, r->down + r->doff, r->dlen - r->doff,
 						 MSG_DONTWAIT | MSG_NOSIGNAL);
 
@@ -869,8 +888,12 @@ static void *relay_main(void *arg)
 					moved = true;
 				} else if (errno == EAGAIN) {
 					p[1].events |= POLLOUT;
+				} else if (errno == EPIPE || errno == ECONNRESET) {
+					/* closed: what it sent is still to read, and leaves */
+					app_gone = true;
+					moved = true;
 				} else if (errno != EINTR) {
-					goto out;	/* the application is gone: nothing to say */
+					goto out;
 				}
 			}
 			if (!net_in && !r->dlen && app_out) {
@@ -887,6 +910,11 @@ static void *relay_main(void *arg)
 					moved = true;
 				} else if (!m) {
 					app_in = false;
+					moved = true;
+				} else if (errno == ECONNRESET) {
+					/* closed with bytes of ours unread: it comes after all it sent */
+					app_in = false;
+					app_gone = true;
 					moved = true;
 				} else if (errno == EAGAIN) {
 					p[1].events |= POLLIN;
@@ -919,16 +947,24 @@ static void *relay_main(void *arg)
 				}
 			}
 		} while (moved);
-		if (!net_out && (!app_out || app_gone))
+		if (!net_out && !net_in && (!app_out || app_gone))
 			break;
 		if (!p[0].events)
 			p[0].fd = -1;	/* an event nothing waits on (a reset) would spin */
-		n = poll(p, 2, app_gone ? RELAY_LINGER_MS : -1);
+		if (app_gone && !linger_end)
+			linger_end = gdx_now_ns() + RELAY_LINGER_MS * 1000000ull;
+		if (app_gone) {
+			uint64_t now = gdx_now_ns();
+
+			n = now < linger_end ? poll(p, 2, (int)((linger_end - now + 999999) / 1000000)) : 0;
+		} else {
+			n = poll(p, 2, -1);
+		}
 		if (n < 0 && errno != EINTR)
 			break;
 		if (!n) {
-			GDX_INFO("tls", "%s: the peer took no data for %d ms after the connection "
-				 "was closed here", r->peer, RELAY_LINGER_MS);
+			GDX_INFO("tls", "%s: the peer did not end the connection within %d ms "
+				 "of its close here", r->peer, RELAY_LINGER_MS);
 			break;
 		}
 		if (p[1].revents & (POLLHUP | POLLERR))

@@ -799,6 +799,12 @@ int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *
 	}
 	cnt(st, C_CALLS);
 	rc = gdx_memcpy(st->dev, dst, src, sp->n);
+	/*
+	 * A lane synchronous from the start has nothing in flight: the failed
+	 * copy (a bad device pointer) is this piece's, not the lane's.
+	 */
+	if (rc && st->o.mode == GDX_STAGE_SYNC)
+		return rc;
 	if (rc)
 		return piece_fault(st, rc);
 	__atomic_store_n(&st->posted, sp->end, __ATOMIC_RELAXED);

@@ -83,7 +83,12 @@ enum gdx_stage_mode {
 	GDX_STAGE_AGENT,	/* copies are descriptors on the context's agent ring `lane` */
 	GDX_STAGE_WORD,		/* stream copies; the stream stores a seq in a pinned word */
 	GDX_STAGE_EVENTS,	/* stream copies; events every mark_every bytes */
-	GDX_STAGE_SYNC,		/* synchronous copies (gdx_memcpy): landed on return */
+	/*
+	 * Synchronous copies (gdx_memcpy): landed on return.  A lane opened so
+	 * fails only the piece whose copy fails, whatever its fault policy: no
+	 * other copy is in flight (its caller unreserves or releases the span).
+	 */
+	GDX_STAGE_SYNC,
 };
 
 /* H2D: room comes back as copies land; D2H: on gdx_stage_release. */

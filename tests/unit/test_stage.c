@@ -1034,6 +1034,52 @@ static void mark_seq_wrap(void **state)
 	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
 
+/*
+ * A lane synchronous from the start (the NVMe/RDMA host's write side): a
+ * copy that fails (a span past its device allocation) fails its piece
+ * only; the next reservation and copy succeed, each direction.
+ */
+static void sync_copy_fault_piece(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	char *bad = (char *)dbuf + BIG - CHUNK / 2;	/* runs past the allocation */
+	struct gdx_stage_span sp;
+	struct gdx_stage_opts o;
+	struct gdx_stage *st;
+
+	(void)state;
+	assert_int_equal(gdx_memcpy(dev, dbuf, src, CHUNK), 0);
+	for (int dir = GDX_STAGE_H2D; dir <= GDX_STAGE_D2H; dir++) {
+		gdx_stage_opts_init(&o, sizeof(o));
+		o.dir = dir;
+		o.mode = GDX_STAGE_SYNC;
+		o.fault = GDX_STAGE_FAIL;
+		o.chunk = CHUNK;
+		o.chunks = 2;
+		assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &sp), 0);
+			assert_int_equal(gdx_stage_post(st, &sp, bad), GDX_EBADPTR);
+			gdx_stage_unreserve(st, &sp);
+		}
+		assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &sp), 0);
+		if (dir == GDX_STAGE_H2D)
+			memcpy(sp.p, src + CHUNK, CHUNK);
+		assert_int_equal(gdx_stage_post(st, &sp, dir == GDX_STAGE_H2D ?
+					       (char *)dbuf + CHUNK : dbuf), 0);
+		assert_true(gdx_stage_landed(st, sp.end));
+		if (dir == GDX_STAGE_D2H) {
+			assert_memory_equal(sp.p, src, CHUNK);
+			gdx_stage_release(st, sp.end);
+		}
+		assert_int_equal(gdx_stage_progress(st), 0);
+		assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+		gdx_stage_close(st);
+	}
+	check_dev(CHUNK, CHUNK);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
 /* D2H: room comes back when the consumer releases it, in order. */
 static void d2h_release_order(void **state)
 {
@@ -1655,6 +1701,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(fault_kept_effects, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_post_while_hook_waits, setup, teardown),
 		cmocka_unit_test_setup_teardown(no_setup_on_data_path, setup, teardown),
+		cmocka_unit_test_setup_teardown(sync_copy_fault_piece, setup, teardown),
 	};
 	int ret;
 

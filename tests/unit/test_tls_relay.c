@@ -11,9 +11,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -221,12 +225,165 @@ static void test_stalled_peer(void **state)
 	close(s);
 }
 
-int main(void)
+/*
+ * An application that writes and closes while the peer is still sending to
+ * it, never reading (a target's last responses, then its termination PDU):
+ * its relay holds a record for it that it cannot take, and sees EPIPE or
+ * ECONNRESET on its end, mid-loop or after poll; yet the peer gets every byte
+ * the application wrote, then a clean end of stream.
+ */
+static void test_app_closes_unread(void **state)
+{
+	static uint8_t buf[256 << 10], last[4 << 20], in[(4 << 20) + 1];
+	struct writer w, wl;
+	pthread_t th, tl;
+	size_t got = 0;
+	int c, s, q = -1, was;
+	ssize_t r;
+
+	(void)state;
+	tls_pair(&c, &s);
+	fill(buf, sizeof(buf), 4);
+	fill(last, sizeof(last), 5);
+	w = (struct writer){ .fd = s, .p = buf, .n = sizeof(buf) };
+	pthread_create(&th, NULL, writer_main, &w);
+	/* c's end full and its relay holding a record: nothing more arrives for 200 ms */
+	do {
+		struct pollfd p = { .fd = -1 };
+
+		was = q;
+		poll(&p, 0, 200);
+		assert_int_equal(ioctl(c, FIONREAD, &q), 0);
+	} while (q != was || q <= 0);
+	assert_true((size_t)q < sizeof(buf));
+	/* the relay busy with these when the close comes */
+	wl = (struct writer){ .fd = c, .p = last, .n = sizeof(last), .close = true };
+	pthread_create(&tl, NULL, writer_main, &wl);
+	while ((r = recv(s, in + got, sizeof(in) - got, 0)) > 0)
+		got += (size_t)r;
+	assert_int_equal(r, 0);
+	assert_int_equal(got, sizeof(last));
+	assert_memory_equal(in, last, sizeof(last));
+	pthread_join(tl, NULL);
+	pthread_join(th, NULL);
+	close(s);
+}
+
+/*
+ * More than the buffers past the writer's socketpair hold (TCP's, made
+ * small, the relays', the reader's socketpair: about 300 KiB), less than
+ * those and the writer's socketpair (about 200 KiB more).
+ */
+#define EXIT_BYTES (400u << 10)
+#define SMALL_BUF (16 << 10)	/* TCP's buffers, which would otherwise grow to MiBs */
+
+/*
+ * The other process of test_exit_live: two TLS connections to port,
+ * EXIT_BYTES written on the first, then exit with both open.  0 once all
+ * was written.
+ */
+static int exit_child(unsigned short port)
+{
+	static uint8_t buf[EXIT_BYTES];
+	int small = SMALL_BUF;
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port),
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd[2];
+
+	if (setup(NULL))
+		return 2;
+	for (int i = 0; i < 2; i++) {
+		struct gdx_tls_hs *hs;
+		int rc;
+
+		fd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (setsockopt(fd[i], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) ||
+		    connect(fd[i], (struct sockaddr *)&sin, sizeof(sin)) ||
+		    gdx_tls_client_start(fd[i], &psk, &hs))
+			return 3;
+		rc = gdx_tls_run(hs, 10000);
+		gdx_tls_free(hs);
+		if (rc)
+			return 4;
+	}
+	fill(buf, sizeof(buf), 6);
+	for (size_t off = 0; off < sizeof(buf);) {
+		ssize_t r = send(fd[0], buf + off, sizeof(buf) - off, MSG_NOSIGNAL);
+
+		if (r <= 0)
+			return 5;
+		off += (size_t)r;
+	}
+	return 0;	/* exit, both connections open, their relays running */
+}
+
+/*
+ * A process that exits with its TLS connections open, one just written to,
+ * one idle: as its exit would close its sockets, the peer gets every byte
+ * written, then the end of stream, on both; and the exit is clean (no relay
+ * runs while OpenSSL's exit cleanup does).  The peer reads nothing for a
+ * second, while the writer writes all and exits: tens of KiB are still in
+ * the writer's socketpair when exit comes.
+ */
+static void test_exit_live(void **state)
+{
+	static uint8_t want[EXIT_BYTES], in[EXIT_BYTES + 1];
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sin);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), s[2], status, small = SMALL_BUF;
+	struct pollfd none = { .fd = -1 };
+	char port[8];
+	size_t got = 0;
+	ssize_t r;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	assert_int_equal(bind(l, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(l, 2), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&sin, &sl), 0);
+	snprintf(port, sizeof(port), "%u", ntohs(sin.sin_port));
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		/* a process of its own: this one's relays and exit handlers are not its */
+		execl("/proc/self/exe", "test_tls_relay", "exit-child", port, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct server srv;
+
+		srv.fd = s[i] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+		assert_true(s[i] >= 0);
+		server_main(&srv);
+		assert_int_equal(srv.ret, 0);
+	}
+	close(l);
+	fill(want, sizeof(want), 6);
+	poll(&none, 0, 1000);
+	while ((r = recv(s[0], in + got, sizeof(in) - got, 0)) > 0)
+		got += (size_t)r;
+	assert_int_equal(r, 0);
+	assert_int_equal(got, sizeof(want));
+	assert_memory_equal(in, want, sizeof(want));
+	assert_int_equal(recv(s[1], in, 1, 0), 0);
+	close(s[0]);
+	close(s[1]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bytes),
 		cmocka_unit_test(test_stalled_peer),
+		cmocka_unit_test(test_app_closes_unread),
+		cmocka_unit_test(test_exit_live),
 	};
 
+	if (argc == 3 && !strcmp(argv[1], "exit-child"))
+		return exit_child((unsigned short)atoi(argv[2]));
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -364,6 +364,11 @@ out:
 	return rc;
 }
 
+bool nh_ctrl_stage_agent(struct gdx_stage_ctx *ctx)
+{
+	return gdx_stage_ctx_has_agent(ctx) && !gdx_stage_ctx_status(ctx);
+}
+
 static void ctrl_free(struct nh_ctrl *c)
 {
 	/* the queues are closed: every copy they posted has landed or failed */

@@ -322,6 +322,12 @@ void nh_ctrl_queue_died(struct nh_ctrl *c, struct nh_queue *q);
  */
 int nh_ctrl_stage(struct nh_ctrl *c, struct gdx_device *dev, bool late,
 		  struct gdx_stage_ctx **out);
+/*
+ * Whether a queue's receive lane on ctx takes the agent: it has one that has
+ * not failed.  The context outlives reconnects; once its agent has failed,
+ * the queues of later associations copy on streams.
+ */
+bool nh_ctrl_stage_agent(struct gdx_stage_ctx *ctx);
 /* A connected controller, without the control thread gdx_nvmf_connect starts. */
 int nh_ctrl_create(const char *addr, const char *svc, const char *subnqn,
 		   const struct gdx_nvmf_host_opts *o, struct nh_ctrl **out);

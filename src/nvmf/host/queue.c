@@ -280,7 +280,7 @@ int nh_queue_init_dev(struct nh_queue *q, struct gdx_device *dev)
 		goto fail;
 	gdx_stage_opts_init(&o, sizeof(o));
 	o.dir = GDX_STAGE_H2D;
-	o.mode = q->qid && gdx_stage_ctx_has_agent(ctx) ? GDX_STAGE_AGENT :
+	o.mode = q->qid && nh_ctrl_stage_agent(ctx) ? GDX_STAGE_AGENT :
 		 p->copy_word ? GDX_STAGE_WORD : GDX_STAGE_EVENTS;
 	o.fault = GDX_STAGE_FAIL;
 	o.chunk = p->bounce_chunk;

@@ -545,7 +545,7 @@ static int bounce_open(struct nh_queue *q, struct nh_rdma *t, struct gdx_stage_c
 	 */
 	o.chunks = GDX_MAX(2u, p->bounce_chunks);
 	if (dir == GDX_STAGE_H2D) {
-		o.mode = gdx_stage_ctx_has_agent(ctx) ? GDX_STAGE_AGENT :
+		o.mode = nh_ctrl_stage_agent(ctx) ? GDX_STAGE_AGENT :
 			 p->copy_word ? GDX_STAGE_WORD : GDX_STAGE_EVENTS;
 		o.lane = q->qid - 1u;
 		o.effect_size = sizeof(struct bounce_done);
