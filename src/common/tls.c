@@ -835,12 +835,13 @@ static int relay_ssl(struct relay *r, int n, short *ev)
  * is not, until neither moves; then poll for what the stalled steps wait on.
  * The peer's end of stream becomes the application's (SHUT_WR on app), the
  * application's becomes close_notify and FIN; a failure either side closes
- * both.  Once the application has closed its end (POLLHUP, or EPIPE or
- * ECONNRESET on app: it closed with bytes of ours unread) what it sent still
- * goes out, then close_notify, and what the peer sends is read and dropped
- * until its end of stream: closing net with bytes unread would reset the
- * connection, and a reset throws away what is still on its way to the peer.
- * RELAY_LINGER_MS bounds all of that.
+ * both, except a write to the peer's: what the peer sent before is still
+ * read and passed on, then its end of stream.  Once the application has
+ * closed its end (POLLHUP, or EPIPE or ECONNRESET on app: it closed with
+ * bytes of ours unread) what it sent still goes out, then close_notify, and
+ * what the peer sends is read and dropped until its end of stream: closing
+ * net with bytes unread would reset the connection, and a reset throws away
+ * what is still on its way to the peer.  RELAY_LINGER_MS bounds all of that.
  */
 static void *relay_main(void *arg)
 {
@@ -932,7 +933,19 @@ static void *relay_main(void *arg)
 						r->ulen = 0;
 					moved = true;
 				} else if (relay_ssl(r, n, &p[0].events)) {
-					goto out;	/* the peer's end: what we send goes nowhere */
+					/*
+					 * The peer reset or closed: what we send goes
+					 * nowhere, but records it sent before may still
+					 * be in the socket (a target's termination PDU
+					 * just before its reset), and go to the
+					 * application first.  Its sends fail with EPIPE
+					 * from here, as on the reset socket itself.
+					 */
+					r->ulen = 0;
+					app_in = false;
+					net_out = false;
+					shutdown(r->app, SHUT_RD);
+					moved = true;
 				}
 			}
 			if (!app_in && !r->ulen && net_out) {

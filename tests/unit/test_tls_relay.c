@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -55,8 +56,11 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
-/* A TLS connection on loopback: *c the client's descriptor, *s the server's. */
-static void tls_pair(int *c, int *s)
+/*
+ * A TLS connection on loopback: *c the client's descriptor, *s the server's;
+ * *tc and *ts, unless NULL, copies of the TCP sockets under them.
+ */
+static void tls_pair_tcp(int *c, int *s, int *tc, int *ts)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct timeval tmo = { .tv_sec = 7 }, got;
@@ -74,6 +78,10 @@ static void tls_pair(int *c, int *s)
 	srv.fd = *s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
 	close(l);
 	assert_true(*s >= 0);
+	if (tc)
+		assert_true((*tc = fcntl(*c, F_DUPFD_CLOEXEC, 0)) >= 0);
+	if (ts)
+		assert_true((*ts = fcntl(*s, F_DUPFD_CLOEXEC, 0)) >= 0);
 	assert_int_equal(setsockopt(*c, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo)), 0);
 	pthread_create(&th, NULL, server_main, &srv);
 	assert_int_equal(gdx_tls_client_start(*c, &psk, &hs), 0);
@@ -86,6 +94,11 @@ static void tls_pair(int *c, int *s)
 	assert_int_equal(fcntl(*c, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
 	assert_int_equal(getsockopt(*c, SOL_SOCKET, SO_RCVTIMEO, &got, &tl), 0);
 	assert_int_equal(got.tv_sec, 7);
+}
+
+static void tls_pair(int *c, int *s)
+{
+	tls_pair_tcp(c, s, NULL, NULL);
 }
 
 static int setup(void **state)
@@ -109,6 +122,7 @@ struct writer {
 	const uint8_t *p;
 	size_t n;
 	bool close;		/* close the descriptor at the end, not shutdown(SHUT_WR) */
+	bool open;		/* neither: leave the stream open */
 };
 
 /* Writes p in pieces of many sizes, then ends the stream. */
@@ -128,7 +142,7 @@ static void *writer_main(void *arg)
 	}
 	if (w->close)
 		close(w->fd);
-	else
+	else if (!w->open)
 		shutdown(w->fd, SHUT_WR);
 	return NULL;
 }
@@ -270,6 +284,62 @@ static void test_app_closes_unread(void **state)
 }
 
 /*
+ * More than the application's socketpair and its relay hold (about 230 KiB),
+ * less than those and its TCP socket with RESET_RCVBUF.
+ */
+#define RESET_BYTES (320u << 10)
+#define RESET_RCVBUF (1 << 20)
+
+/*
+ * A peer that sends, then resets the connection (a target's termination
+ * PDU, then its close with bytes unread) while the application writes to
+ * it: the relay's write fails, yet the application reads every byte the
+ * peer sent, those still in the TCP socket too, then the end of stream, and
+ * its sends fail from there.
+ */
+static void test_peer_resets(void **state)
+{
+	static uint8_t buf[RESET_BYTES], in[RESET_BYTES + 1];
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	int c, s, tc, ts, rcvbuf = RESET_RCVBUF, q = -1, was, outq, tries = 0;
+	struct writer w;
+	pthread_t th;
+	size_t got = 0;
+	ssize_t r;
+
+	(void)state;
+	tls_pair_tcp(&c, &s, &tc, &ts);
+	assert_int_equal(setsockopt(tc, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+	fill(buf, sizeof(buf), 7);
+	w = (struct writer){ .fd = s, .p = buf, .n = sizeof(buf), .open = true };
+	pthread_create(&th, NULL, writer_main, &w);
+	pthread_join(th, NULL);
+	/* all of it past the peer's socket, some still in ours: nothing moves for 200 ms */
+	do {
+		struct pollfd p = { .fd = -1 };
+
+		assert_true(++tries < 50);
+		was = q;
+		poll(&p, 0, 200);
+		assert_int_equal(ioctl(tc, FIONREAD, &q), 0);
+		assert_int_equal(ioctl(ts, SIOCOUTQ, &outq), 0);
+	} while (q != was || q <= 0 || outq);
+	/* the peer's kernel resets the connection, as a close with bytes unread does */
+	assert_int_equal(connect(ts, &unspec, sizeof(unspec)), 0);
+	assert_int_equal(send(c, buf, 4096, MSG_NOSIGNAL), 4096);
+	while ((r = recv(c, in + got, sizeof(in) - got, 0)) > 0)
+		got += (size_t)r;
+	assert_true(!r || errno == ECONNRESET);
+	assert_int_equal(got, sizeof(buf));
+	assert_memory_equal(in, buf, sizeof(buf));
+	assert_int_equal(send(c, buf, 1, MSG_NOSIGNAL), -1);
+	close(c);
+	close(s);
+	close(tc);
+	close(ts);
+}
+
+/*
  * More than the buffers past the writer's socketpair hold (TCP's, made
  * small, the relays', the reader's socketpair: about 300 KiB), less than
  * those and the writer's socketpair (about 200 KiB more).
@@ -380,6 +450,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_bytes),
 		cmocka_unit_test(test_stalled_peer),
 		cmocka_unit_test(test_app_closes_unread),
+		cmocka_unit_test(test_peer_resets),
 		cmocka_unit_test(test_exit_live),
 	};
 
