@@ -697,14 +697,21 @@ static void peer_str(int fd, char *out, size_t n)
  * what it wrote still goes out, then close_notify (RELAY_LINGER_MS at most
  * for all of them, as the kernel sends what is left in a closed TCP
  * socket); those still running then have their TCP socket shut, which ends
- * them at once.  A child forked since has no relay threads: it waits for none.
+ * them at once.
+ *
+ * A forked child has copies of its parent's relays and of their sockets,
+ * but none of their threads: it closes its copies of the sockets (a shutdown
+ * would end the parent's connections) and sets the relays aside in
+ * relays_forked, never to touch their OpenSSL state again (a thread of the
+ * parent may have been mid-call in it).  Its exit then waits for its own
+ * relays only.
  */
 #define RELAY_EXIT_FORCE_MS 1000
 
 static pthread_mutex_t relays_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t relays_cond = PTHREAD_COND_INITIALIZER;
 static struct relay *relays;
-static pid_t relays_pid;
+static struct relay *relays_forked;	/* in a forked child: kept, never run nor freed */
 
 /* Waits until no relay is listed, for ms at most; relays_lock held. */
 static void relays_wait(unsigned ms)
@@ -726,8 +733,6 @@ static void relays_exit_wait(void)
 {
 	unsigned left = 0;
 
-	if (getpid() != relays_pid)
-		return;
 	pthread_mutex_lock(&relays_lock);
 	for (struct relay *r = relays; r; r = r->next)
 		shutdown(r->app, SHUT_RDWR);
@@ -742,9 +747,35 @@ static void relays_exit_wait(void)
 		GDX_WARN("tls", "%u TLS record relays still run at exit", left);
 }
 
-static void relays_at_exit(void)
+static void relays_fork_prepare(void)
 {
-	relays_pid = getpid();
+	pthread_mutex_lock(&relays_lock);	/* the list whole, a listed relay's sockets open */
+}
+
+static void relays_fork_parent(void)
+{
+	pthread_mutex_unlock(&relays_lock);
+}
+
+static void relays_fork_child(void)
+{
+	struct relay *r, *next;
+
+	for (r = relays; r; r = next) {
+		next = r->next;
+		close(r->net);
+		close(r->app);
+		r->net = r->app = -1;
+		r->next = relays_forked;
+		relays_forked = r;
+	}
+	relays = NULL;
+	pthread_mutex_unlock(&relays_lock);
+}
+
+static void relays_once(void)
+{
+	pthread_atfork(relays_fork_prepare, relays_fork_parent, relays_fork_child);
 	atexit(relays_exit_wait);
 }
 
@@ -1003,7 +1034,7 @@ static int relay_start(struct gdx_tls_hs *hs)
 
 	if (!r)
 		return -ENOMEM;
-	pthread_once(&once, relays_at_exit);
+	pthread_once(&once, relays_once);
 	r->net = r->app = -1;
 	if (fl < 0 || fdfl < 0 || getsockopt(hs->fd, SOL_SOCKET, SO_RCVTIMEO, &tmo[0], &tl) ||
 	    getsockopt(hs->fd, SOL_SOCKET, SO_SNDTIMEO, &tmo[1], &tl) ||
