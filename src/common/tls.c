@@ -697,14 +697,21 @@ static void peer_str(int fd, char *out, size_t n)
  * what it wrote still goes out, then close_notify (RELAY_LINGER_MS at most
  * for all of them, as the kernel sends what is left in a closed TCP
  * socket); those still running then have their TCP socket shut, which ends
- * them at once.  A child forked since has no relay threads: it waits for none.
+ * them at once.
+ *
+ * A forked child has copies of its parent's relays and of their sockets,
+ * but none of their threads: it closes its copies of the sockets (a shutdown
+ * would end the parent's connections) and sets the relays aside in
+ * relays_forked, never to touch their OpenSSL state again (a thread of the
+ * parent may have been mid-call in it).  Its exit then waits for its own
+ * relays only.
  */
 #define RELAY_EXIT_FORCE_MS 1000
 
 static pthread_mutex_t relays_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t relays_cond = PTHREAD_COND_INITIALIZER;
 static struct relay *relays;
-static pid_t relays_pid;
+static struct relay *relays_forked;	/* in a forked child: kept, never run nor freed */
 
 /* Waits until no relay is listed, for ms at most; relays_lock held. */
 static void relays_wait(unsigned ms)
@@ -726,8 +733,6 @@ static void relays_exit_wait(void)
 {
 	unsigned left = 0;
 
-	if (getpid() != relays_pid)
-		return;
 	pthread_mutex_lock(&relays_lock);
 	for (struct relay *r = relays; r; r = r->next)
 		shutdown(r->app, SHUT_RDWR);
@@ -742,9 +747,35 @@ static void relays_exit_wait(void)
 		GDX_WARN("tls", "%u TLS record relays still run at exit", left);
 }
 
-static void relays_at_exit(void)
+static void relays_fork_prepare(void)
 {
-	relays_pid = getpid();
+	pthread_mutex_lock(&relays_lock);	/* the list whole, a listed relay's sockets open */
+}
+
+static void relays_fork_parent(void)
+{
+	pthread_mutex_unlock(&relays_lock);
+}
+
+static void relays_fork_child(void)
+{
+	struct relay *r, *next;
+
+	for (r = relays; r; r = next) {
+		next = r->next;
+		close(r->net);
+		close(r->app);
+		r->net = r->app = -1;
+		r->next = relays_forked;
+		relays_forked = r;
+	}
+	relays = NULL;
+	pthread_mutex_unlock(&relays_lock);
+}
+
+static void relays_once(void)
+{
+	pthread_atfork(relays_fork_prepare, relays_fork_parent, relays_fork_child);
 	atexit(relays_exit_wait);
 }
 
@@ -835,12 +866,13 @@ static int relay_ssl(struct relay *r, int n, short *ev)
  * is not, until neither moves; then poll for what the stalled steps wait on.
  * The peer's end of stream becomes the application's (SHUT_WR on app), the
  * application's becomes close_notify and FIN; a failure either side closes
- * both.  Once the application has closed its end (POLLHUP, or EPIPE or
- * ECONNRESET on app: it closed with bytes of ours unread) what it sent still
- * goes out, then close_notify, and what the peer sends is read and dropped
- * until its end of stream: closing net with bytes unread would reset the
- * connection, and a reset throws away what is still on its way to the peer.
- * RELAY_LINGER_MS bounds all of that.
+ * both, except a write to the peer's: what the peer sent before is still
+ * read and passed on, then its end of stream.  Once the application has
+ * closed its end (POLLHUP, or EPIPE or ECONNRESET on app: it closed with
+ * bytes of ours unread) what it sent still goes out, then close_notify, and
+ * what the peer sends is read and dropped until its end of stream: closing
+ * net with bytes unread would reset the connection, and a reset throws away
+ * what is still on its way to the peer.  RELAY_LINGER_MS bounds all of that.
  */
 static void *relay_main(void *arg)
 {
@@ -932,7 +964,19 @@ static void *relay_main(void *arg)
 						r->ulen = 0;
 					moved = true;
 				} else if (relay_ssl(r, n, &p[0].events)) {
-					goto out;	/* the peer's end: what we send goes nowhere */
+					/*
+					 * The peer reset or closed: what we send goes
+					 * nowhere, but records it sent before may still
+					 * be in the socket (a target's termination PDU
+					 * just before its reset), and go to the
+					 * application first.  Its sends fail with EPIPE
+					 * from here, as on the reset socket itself.
+					 */
+					r->ulen = 0;
+					app_in = false;
+					net_out = false;
+					shutdown(r->app, SHUT_RD);
+					moved = true;
 				}
 			}
 			if (!app_in && !r->ulen && net_out) {
@@ -990,7 +1034,7 @@ static int relay_start(struct gdx_tls_hs *hs)
 
 	if (!r)
 		return -ENOMEM;
-	pthread_once(&once, relays_at_exit);
+	pthread_once(&once, relays_once);
 	r->net = r->app = -1;
 	if (fl < 0 || fdfl < 0 || getsockopt(hs->fd, SOL_SOCKET, SO_RCVTIMEO, &tmo[0], &tl) ||
 	    getsockopt(hs->fd, SOL_SOCKET, SO_SNDTIMEO, &tmo[1], &tl) ||

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -29,6 +31,19 @@
 #define KEY "NVMeTLSkey-1:01:ERERERERERERERERERERERERERERERERERERERERERHYIEm8:"
 
 static struct gdx_tls_psk psk;
+static pid_t test_pid;
+
+/*
+ * LeakSanitizer's hook: no leak check at the exit of a child forked here
+ * (test_fork_live).  What OpenSSL holds for each relay thread of the parent
+ * (its error queue) is reachable only from that thread, which the child
+ * does not have.
+ */
+int __lsan_is_turned_off(void);
+__attribute__((visibility("default"))) int __lsan_is_turned_off(void)
+{
+	return getpid() != test_pid;
+}
 
 static int find(void *arg, const char *identity, struct gdx_tls_psk *out)
 {
@@ -55,8 +70,11 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
-/* A TLS connection on loopback: *c the client's descriptor, *s the server's. */
-static void tls_pair(int *c, int *s)
+/*
+ * A TLS connection on loopback: *c the client's descriptor, *s the server's;
+ * *tc and *ts, unless NULL, copies of the TCP sockets under them.
+ */
+static void tls_pair_tcp(int *c, int *s, int *tc, int *ts)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct timeval tmo = { .tv_sec = 7 }, got;
@@ -74,6 +92,10 @@ static void tls_pair(int *c, int *s)
 	srv.fd = *s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
 	close(l);
 	assert_true(*s >= 0);
+	if (tc)
+		assert_true((*tc = fcntl(*c, F_DUPFD_CLOEXEC, 0)) >= 0);
+	if (ts)
+		assert_true((*ts = fcntl(*s, F_DUPFD_CLOEXEC, 0)) >= 0);
 	assert_int_equal(setsockopt(*c, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo)), 0);
 	pthread_create(&th, NULL, server_main, &srv);
 	assert_int_equal(gdx_tls_client_start(*c, &psk, &hs), 0);
@@ -86,6 +108,11 @@ static void tls_pair(int *c, int *s)
 	assert_int_equal(fcntl(*c, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
 	assert_int_equal(getsockopt(*c, SOL_SOCKET, SO_RCVTIMEO, &got, &tl), 0);
 	assert_int_equal(got.tv_sec, 7);
+}
+
+static void tls_pair(int *c, int *s)
+{
+	tls_pair_tcp(c, s, NULL, NULL);
 }
 
 static int setup(void **state)
@@ -109,6 +136,7 @@ struct writer {
 	const uint8_t *p;
 	size_t n;
 	bool close;		/* close the descriptor at the end, not shutdown(SHUT_WR) */
+	bool open;		/* neither: leave the stream open */
 };
 
 /* Writes p in pieces of many sizes, then ends the stream. */
@@ -128,7 +156,7 @@ static void *writer_main(void *arg)
 	}
 	if (w->close)
 		close(w->fd);
-	else
+	else if (!w->open)
 		shutdown(w->fd, SHUT_WR);
 	return NULL;
 }
@@ -270,6 +298,62 @@ static void test_app_closes_unread(void **state)
 }
 
 /*
+ * More than the application's socketpair and its relay hold (about 230 KiB),
+ * less than those and its TCP socket with RESET_RCVBUF.
+ */
+#define RESET_BYTES (320u << 10)
+#define RESET_RCVBUF (1 << 20)
+
+/*
+ * A peer that sends, then resets the connection (a target's termination
+ * PDU, then its close with bytes unread) while the application writes to
+ * it: the relay's write fails, yet the application reads every byte the
+ * peer sent, those still in the TCP socket too, then the end of stream, and
+ * its sends fail from there.
+ */
+static void test_peer_resets(void **state)
+{
+	static uint8_t buf[RESET_BYTES], in[RESET_BYTES + 1];
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	int c, s, tc, ts, rcvbuf = RESET_RCVBUF, q = -1, was, outq, tries = 0;
+	struct writer w;
+	pthread_t th;
+	size_t got = 0;
+	ssize_t r;
+
+	(void)state;
+	tls_pair_tcp(&c, &s, &tc, &ts);
+	assert_int_equal(setsockopt(tc, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+	fill(buf, sizeof(buf), 7);
+	w = (struct writer){ .fd = s, .p = buf, .n = sizeof(buf), .open = true };
+	pthread_create(&th, NULL, writer_main, &w);
+	pthread_join(th, NULL);
+	/* all of it past the peer's socket, some still in ours: nothing moves for 200 ms */
+	do {
+		struct pollfd p = { .fd = -1 };
+
+		assert_true(++tries < 50);
+		was = q;
+		poll(&p, 0, 200);
+		assert_int_equal(ioctl(tc, FIONREAD, &q), 0);
+		assert_int_equal(ioctl(ts, SIOCOUTQ, &outq), 0);
+	} while (q != was || q <= 0 || outq);
+	/* the peer's kernel resets the connection, as a close with bytes unread does */
+	assert_int_equal(connect(ts, &unspec, sizeof(unspec)), 0);
+	assert_int_equal(send(c, buf, 4096, MSG_NOSIGNAL), 4096);
+	while ((r = recv(c, in + got, sizeof(in) - got, 0)) > 0)
+		got += (size_t)r;
+	assert_true(!r || errno == ECONNRESET);
+	assert_int_equal(got, sizeof(buf));
+	assert_memory_equal(in, buf, sizeof(buf));
+	assert_int_equal(send(c, buf, 1, MSG_NOSIGNAL), -1);
+	close(c);
+	close(s);
+	close(tc);
+	close(ts);
+}
+
+/*
  * More than the buffers past the writer's socketpair hold (TCP's, made
  * small, the relays', the reader's socketpair: about 300 KiB), less than
  * those and the writer's socketpair (about 200 KiB more).
@@ -323,9 +407,10 @@ static int exit_child(unsigned short port)
  * written, then the end of stream, on both; and the exit is clean (no relay
  * runs while OpenSSL's exit cleanup does).  The peer reads nothing for a
  * second, while the writer writes all and exits: tens of KiB are still in
- * the writer's socketpair when exit comes.
+ * the writer's socketpair when exit comes.  The writer is a process of its
+ * own (exec), or a child forked from this one, whose relays it then has copies of.
  */
-static void test_exit_live(void **state)
+static void exit_live(bool exec)
 {
 	static uint8_t want[EXIT_BYTES], in[EXIT_BYTES + 1];
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -337,7 +422,6 @@ static void test_exit_live(void **state)
 	ssize_t r;
 	pid_t pid;
 
-	(void)state;
 	assert_int_equal(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
 	assert_int_equal(bind(l, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	assert_int_equal(listen(l, 2), 0);
@@ -345,11 +429,13 @@ static void test_exit_live(void **state)
 	snprintf(port, sizeof(port), "%u", ntohs(sin.sin_port));
 	pid = fork();
 	assert_true(pid >= 0);
-	if (!pid) {
+	if (!pid && exec) {
 		/* a process of its own: this one's relays and exit handlers are not its */
 		execl("/proc/self/exe", "test_tls_relay", "exit-child", port, (char *)NULL);
 		_exit(127);
 	}
+	if (!pid)
+		exit(exit_child(ntohs(sin.sin_port)));
 	for (int i = 0; i < 2; i++) {
 		struct server srv;
 
@@ -374,15 +460,78 @@ static void test_exit_live(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+static void test_exit_live(void **state)
+{
+	(void)state;
+	exit_live(true);
+}
+
+/* A byte each way on a TLS connection. */
+static void ping(int c, int s)
+{
+	uint8_t b = 0x5a;
+
+	assert_int_equal(send(c, &b, 1, MSG_NOSIGNAL), 1);
+	assert_int_equal(recv(s, &b, 1, 0), 1);
+	assert_int_equal(b, 0x5a);
+	b = 0xa5;
+	assert_int_equal(send(s, &b, 1, MSG_NOSIGNAL), 1);
+	assert_int_equal(recv(c, &b, 1, 0), 1);
+	assert_int_equal(b, 0xa5);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/*
+ * A process with live relays forks.  A child that exits at once neither
+ * waits for its parent's relays (the exit wait is 5 s) nor touches their
+ * connections, which go on both ways; a child that makes relays of its own
+ * ends them at its exit as test_exit_live has it, and again the parent's
+ * connection goes on.
+ */
+static void test_fork_live(void **state)
+{
+	uint64_t t;
+	int c, s, status;
+	pid_t pid;
+
+	(void)state;
+	tls_pair(&c, &s);
+	ping(c, s);
+	t = now_ms();
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid)
+		exit(0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(now_ms() - t < 2000);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	ping(c, s);
+	exit_live(false);
+	ping(c, s);
+	close(c);
+	close(s);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bytes),
 		cmocka_unit_test(test_stalled_peer),
 		cmocka_unit_test(test_app_closes_unread),
+		cmocka_unit_test(test_peer_resets),
 		cmocka_unit_test(test_exit_live),
+		cmocka_unit_test(test_fork_live),
 	};
 
+	test_pid = getpid();
 	if (argc == 3 && !strcmp(argv[1], "exit-child"))
 		return exit_child((unsigned short)atoi(argv[2]));
 	return cmocka_run_group_tests(tests, setup, NULL);
