@@ -156,8 +156,8 @@ check "  same bytes" cmp /tmp/pat /tmp/sdr
 # Request buffers are bounded.  The host keeps 32 commands of 256 KiB in flight on each
 # of 2 queues (16 MiB of buffers a target without limits holds); a target allowed 1 MiB
 # a queue, then one allowed 1 MiB in all, makes the rest wait and still serves every
-# byte, and its peak RSS shows what it held (+7 and +3 MiB, of which ~2 are queues and
-# threads; +26 MiB before the limits covered RDMA).
+# byte, and its peak RSS shows what it held (+6 and +5 MiB, of which ~2 are queues and
+# threads and up to 4 the shared receive queue's; +26 MiB before the limits covered RDMA).
 head -c 16M /dev/urandom >/tmp/b16
 truncate -s 16M /tmp/bnd.img
 bounded() {
