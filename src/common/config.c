@@ -268,7 +268,7 @@ static struct knob knobs[] = {
 	     "retried without end), for this long is closed, keep-alive or not (checked once "
 	     "a second)",
 	     .min = 1, .max = 3600000),
-	KNOB("nvmf.target.rdma_srq", K_INT, "0",
+	KNOB("nvmf.target.rdma_srq", K_INT, "256",
 	     "NVMe/RDMA target: receives in the shared receive queue each reactor keeps on a "
 	     "device where the device has one, which all its queue pairs there take commands "
 	     "from (each as large as the largest capsule: 64 bytes and --inline; 256 is "

@@ -29,7 +29,8 @@ need() {
   exit 1
 }
 # the first life's queue pairs take their commands from the reactor's shared receive queue
-GDX_NVMF_TARGET_RDMA_SRQ=256 start
+# (the default)
+start
 need "target listens on rdma" grep -q "listening on rdma $GUEST_IP:$P" /tmp/target.log
 out=$(nvme discover -t rdma -a "$GUEST_IP" -s $P 2>&1); echo "$out" | sed 's/^/  /' | head -30
 need "discover lists $NQN" grep -q "subnqn: *$NQN\$" <<<"$out"
@@ -57,8 +58,9 @@ check "write a pattern" dd if=/tmp/pat of=/dev/nvme0n2 bs=1M oflag=direct status
 kill "$tpid"; wait "$tpid"
 check "target stops cleanly" test $? = 0
 # the second life polls its completion queues (--poll-us) instead of sleeping on them, and
-# gives each queue pair its own receives (the default)
-need "target restarts (polling, no shared receive queue)" start --poll-us 500
+# gives each queue pair its own receives
+GDX_NVMF_TARGET_RDMA_SRQ=0 need "target restarts (polling, no shared receive queue)" \
+  start --poll-us 500
 for _ in $(seq 300); do grep -q live /sys/class/nvme/nvme0/state 2>/dev/null && \
   grep -q 'connect: host' /tmp/target.log && break; sleep 0.1; done
 check "the host reconnects" grep -q live /sys/class/nvme/nvme0/state

@@ -368,6 +368,12 @@ static void connect_request(struct rdma_tgt *rt, struct rdma_cm_event *ev)
 	}
 	h.initiator_depth = cp->initiator_depth;
 	h.responder_resources = cp->responder_resources;
+	/*
+	 * The new id inherited the listener as its context.  Until its queue
+	 * exists, an event for it on the reactor (the host gave up: REJECTED,
+	 * DISCONNECTED) must find no queue there, not the listener read as one.
+	 */
+	h.id->context = NULL;
 	rdma_ack_cm_event(ev);
 	/* I/O queue N on reactor (N-1) % reactors, as the TCP transport does */
 	to = &rt->reactors[h.qr.qid ? (h.qr.qid - 1u) % rt->nreactors :
