@@ -111,9 +111,10 @@ struct gdx_xport_ops {
 	int (*event_fd)(void *priv);	/* readable once armed and something completed */
 	/*
 	 * Optional: a caller of gdx_xport_cq_wait is about to sleep in the CQ's
-	 * epoll set (sleeping 1), and has woken (0), in that thread.  tcp lets the
-	 * sleeper read the answers to its requests from the socket itself, so
-	 * its receive thread need not wake to hand them over.
+	 * epoll set (sleeping 1), has woken (0), and returns after having slept
+	 * (-1), in that thread.  tcp lets the sleeper read the answers to its
+	 * requests and the peer's messages from the socket itself, so its
+	 * receive thread need not wake to hand them over.
 	 */
 	void (*wait)(void *priv, int sleeping);
 	/*

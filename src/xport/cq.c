@@ -309,6 +309,7 @@ GDX_API int gdx_xport_cq_arm(struct gdx_xport_cq *cq)
 GDX_API int gdx_xport_cq_wait(struct gdx_xport_cq *cq, int timeout_ms)
 {
 	uint64_t deadline = timeout_ms >= 0 ? gdx_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+	int slept = 0, ret;
 
 	if (!cq)
 		return -EINVAL;
@@ -317,20 +318,27 @@ GDX_API int gdx_xport_cq_wait(struct gdx_xport_cq *cq, int timeout_ms)
 		int left = -1, r;
 
 		cq_progress(cq);
-		if (cq_pending(cq))
-			return 1;
+		if (cq_pending(cq)) {
+			ret = 1;
+			break;
+		}
 		if (timeout_ms >= 0) {
 			uint64_t now = gdx_now_ns();
 
-			if (now >= deadline)
-				return 0;
+			if (now >= deadline) {
+				ret = 0;
+				break;
+			}
 			left = (int)((deadline - now + 999999) / 1000000);
 		}
 		/* Armed and counted a sleeper in one step: a poller's drain then re-arms for us. */
 		r = cq_arm(cq, 0);
-		if (r)
-			return r < 0 ? r : 1;
+		if (r) {
+			ret = r < 0 ? r : 1;
+			break;
+		}
 		cq_sleep(cq, 1);
+		slept = 1;
 		r = epoll_wait(cq->epfd, ev, 8, left);
 		if (r < 0)
 			r = -errno;
@@ -343,9 +351,15 @@ GDX_API int gdx_xport_cq_wait(struct gdx_xport_cq *cq, int timeout_ms)
 		pthread_mutex_lock(&cq->lock);
 		cq->sleepers--;
 		pthread_mutex_unlock(&cq->lock);
-		if (r < 0 && r != -EINTR)
-			return r;
+		if (r < 0 && r != -EINTR) {
+			ret = r;
+			break;
+		}
 	}
+	/* What a sleeper kept between its sleeps (tcp: an endpoint's socket) goes back. */
+	if (slept)
+		cq_sleep(cq, -1);
+	return ret;
 }
 
 int gdx_xport_cq_attach(struct gdx_xport_cq *cq, struct gdx_xport_ep *ep)

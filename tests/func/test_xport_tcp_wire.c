@@ -924,6 +924,82 @@ static void test_waiter_receives(void **state)
 	free(want);
 }
 
+struct answer_then_echo {
+	int fd;
+	unsigned seed;
+};
+
+/* Reads a 4 KiB send, answers it, and 30 ms later sends it back. */
+static void *answer_then_echo_main(void *arg)
+{
+	struct answer_then_echo *ae = arg;
+	unsigned char p[4096];
+	struct frame f = recv_frame(ae->fd, sizeof(p), ae->seed);
+
+	usleep(30000);
+	send_frame(ae->fd, TF_RESP, f.id, 0, 0);
+	usleep(30000);
+	t_fill(p, sizeof(p), ae->seed);
+	send_frame(ae->fd, TF_SEND, 100 + ae->seed, sizeof(p), 0);
+	assert_int_equal(send(ae->fd, p, sizeof(p), MSG_NOSIGNAL), (ssize_t)sizeof(p));
+	return NULL;
+}
+
+/*
+ * A send ping-pong's wait: the answer to an unsignaled send wakes the caller
+ * for no completion, then the echo comes.  The waiter keeps the socket
+ * between the two sleeps of its one gdx_xport_cq_wait: both frames completed
+ * by it (rx_waiter + 2) for one take of the socket (rx_takes + 1), not one per
+ * sleep.  A take needs a parked receive thread, so a few tries.
+ */
+static void test_waiter_keeps_socket(void **state)
+{
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	unsigned char tx[4096], rx[4096], want[4096];
+	uint64_t done = 0, takes = 0;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 5 && done != 2; i++) {
+		struct answer_then_echo ae = { .fd = fd, .seed = 40 + i };
+		uint64_t w0 = tcp_counter("rx_waiter"), t0 = tcp_counter("rx_takes");
+		struct frame f;
+		pthread_t th;
+
+		assert_int_equal(gdx_xport_post_recv(ep, rx, sizeof(rx), i), 0);
+		t_fill(tx, sizeof(tx), ae.seed);
+		assert_int_equal(gdx_xport_post_send(ep, tx, sizeof(tx), 100 + i,
+						     GDX_XPORT_UNSIGNALED), 0);
+		pthread_create(&th, NULL, answer_then_echo_main, &ae);
+		/* one wait: nothing completes before the echo */
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		t_fill(want, sizeof(want), ae.seed);
+		assert_memory_equal(rx, want, sizeof(want));
+		done = tcp_counter("rx_waiter") - w0;
+		takes = tcp_counter("rx_takes") - t0;
+		/* the response the waiter owed the echo */
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(f.type, TF_RESP);
+		assert_int_equal(f.id, 100 + ae.seed);
+	}
+	assert_int_equal(done, 2);
+	assert_int_equal(takes, 1);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
 /* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */
 int main(int argc, char **argv)
 {
@@ -939,6 +1015,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_tls_opts),
 		cmocka_unit_test(test_post_writes_socket),
 		cmocka_unit_test(test_waiter_receives),
+		cmocka_unit_test(test_waiter_keeps_socket),
 	};
 
 	if (argc > 1)

@@ -214,6 +214,7 @@ static void ep_stats(struct tcp_ep *t)
 		[C_TX_HANDED] = "tx_handed",
 		[C_RX_WAITER] = "rx_waiter",
 		[C_RX_PART] = "rx_part",
+		[C_RX_TAKES] = "rx_takes",
 	};
 	static atomic_uint next;
 	char scope[32];

@@ -276,6 +276,7 @@ enum {
 	C_TX_HANDED,		/* request frames the transmit thread wrote, or finished (tx_direct) */
 	C_RX_WAITER,		/* messages and answers a CQ waiter read and completed itself */
 	C_RX_PART,		/* messages a CQ waiter began and the receive thread finished */
+	C_RX_TAKES,		/* times a CQ waiter took the socket from the receive thread */
 	C_NR
 };
 
@@ -468,6 +469,7 @@ struct tcp_ep {
 
 	/* The CQ waiter's, with the lock held (w_take). */
 	long w_mark;		/* rx_reads when a waiter last took the socket */
+	unsigned long w_done, w_done_mark;	/* frames waiters completed; at the last take */
 	int w_took, w_exp;	/* the last chance was taken; failures in a row (capped) */
 	unsigned w_skip;	/* chances left out before the next try */
 };

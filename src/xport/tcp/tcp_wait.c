@@ -137,6 +137,7 @@ static int w_send(struct tcp_ep *t, const struct hdr *h)
 	pthread_mutex_unlock(&t->lock);
 	free(r);
 	gdx_counter_add(&t->ctr[C_RX_WAITER], 1);
+	t->w_done++;
 	return w_owe(t, h->id);
 }
 
@@ -145,9 +146,11 @@ static int w_send(struct tcp_ep *t, const struct hdr *h)
  * completes the answers that carry no payload and the peer's sends into host
  * receives (w_send), in order, up to the first frame it leaves to the receive
  * thread.  The responses it owes for the sends go out before it hands the
- * socket back (tcp_wait), ahead of any the receive thread will owe.
+ * socket back (tcp_wait), ahead of any the receive thread will owe.  1: it
+ * read the end of the stream, which the receive thread must see (the socket's
+ * edge is spent).
  */
-static void w_read(struct tcp_ep *t)
+static int w_read(struct tcp_ep *t)
 {
 	for (int more = 1;; ) {
 		ssize_t n;
@@ -160,11 +163,11 @@ static void w_read(struct tcp_ep *t)
 			memcpy(&h, t->rbuf + t->rpos, sizeof(h));
 			if (h.type == F_SEND && h.len <= MAX_PAYLOAD) {
 				if (w_send(t, &h))
-					return;
+					return 0;
 				continue;
 			}
 			if (h.len || (h.type != F_RESP && h.type != F_READ_RESP))
-				return;
+				return 0;
 			pthread_mutex_lock(&t->lock);
 			/*
 			 * Not for a frame whose sender has yet to account it (it may
@@ -177,14 +180,15 @@ static void w_read(struct tcp_ep *t)
 			}
 			pthread_mutex_unlock(&t->lock);
 			if (st)
-				return;
+				return 0;
 			t->rpos += sizeof(h);
 			gdx_xport_complete(q->req, h.status, h.status ? 0 : q->req->buf.len);
 			free(q);
 			gdx_counter_add(&t->ctr[C_RX_WAITER], 1);
+			t->w_done++;
 		}
 		if (!more)
-			return;
+			return 0;
 		if (t->rpos == t->rlen) {
 			t->rpos = t->rlen = 0;
 		} else if (t->rpos) {
@@ -205,7 +209,7 @@ static void w_read(struct tcp_ep *t)
 		}
 		/* The end of the stream is the receive thread's to see. */
 		if (n <= 0)
-			return;
+			return n == 0;
 		t->rlen += (size_t)n;
 		/* Less than asked for: the socket was empty, no need to ask again. */
 		more = t->rlen == RBUF_SIZE;
@@ -241,7 +245,8 @@ static void w_take(struct tcp_ep *t)
 	long r = atomic_load_explicit(&t->rx_reads, memory_order_relaxed);
 
 	if (t->w_took) {
-		t->w_exp = r != t->w_mark ? GDX_MIN(t->w_exp + 1, 6) : 0;
+		t->w_exp = r != t->w_mark && t->w_done == t->w_done_mark ?
+			   GDX_MIN(t->w_exp + 1, 6) : 0;
 		t->w_skip = (1u << t->w_exp) - 1;
 	}
 	t->w_took = 0;
@@ -251,9 +256,11 @@ static void w_take(struct tcp_ep *t)
 	}
 	t->w_took = 1;
 	t->w_mark = r;
+	t->w_done_mark = t->w_done;
 	t->w_reader = 1;
 	t->w_tid = pthread_self();
 	w_move(t, t->rx_epfd, t->w_epfd);
+	gdx_counter_add(&t->ctr[C_RX_TAKES], 1);
 }
 
 /*
@@ -271,42 +278,57 @@ static int w_worth(struct tcp_ep *t)
 	return t->on_wire > 0 || (t->recv_head && !t->unexp_head && !t->fe->opts.srq);
 }
 
+/* The holder hands the socket back to the receive thread.  Lock held. */
+static void w_give_back(struct tcp_ep *t)
+{
+	t->w_reader = 0;
+	w_move(t, t->w_epfd, t->rx_epfd);
+	if (t->rlen > t->rpos || t->w_part.r)
+		tcp_rx_wakeup(t);
+}
+
 /*
- * A caller of gdx_xport_cq_wait goes to sleep (sleeping) or has woken.  While
- * answers or messages are due and the receive thread is parked between
- * frames, the sleeper takes the socket: they then wake it alone, not the
- * receive thread and, through it, the sleeper.
+ * A caller of gdx_xport_cq_wait goes to sleep (sleeping 1), has woken (0), or
+ * returns (-1).  While answers or messages are due and the receive thread is
+ * parked between frames, the sleeper takes the socket: they then wake it
+ * alone, not the receive thread and, through it, the sleeper.  On waking it
+ * reads what came; it keeps the socket for its next sleep in the same wait
+ * unless it leaves the receive thread something (a frame it does not take,
+ * a message begun, the end of the stream) or the connection is ending, and
+ * hands it back when the wait returns or nothing is due any more: moving
+ * the socket costs two epoll_ctl each way, and a wake that completed nothing
+ * (an answer to an unsignaled send) is followed by another sleep.
  */
 void tcp_wait(void *priv, int sleeping)
 {
 	struct tcp_ep *t = priv;
-	int dead, ret;
+	int dead, ret, end = 0;
 
 	pthread_mutex_lock(&t->lock);
-	if (sleeping) {
-		if (!t->w_reader && !t->dead && t->rx_parked && t->rpos == t->rlen &&
-		    !t->w_part.r && w_worth(t))
+	if (t->w_reader && pthread_equal(t->w_tid, pthread_self())) {
+		/* kept for a sleep only while it would take it (w_worth) */
+		if (sleeping < 0 || (sleeping > 0 && !w_worth(t)))
+			w_give_back(t);
+		if (sleeping)
+			goto out;
+	} else {
+		if (sleeping > 0 && !t->w_reader && !t->dead && t->rx_parked &&
+		    t->rpos == t->rlen && !t->w_part.r && w_worth(t))
 			w_take(t);
-		pthread_mutex_unlock(&t->lock);
-		return;
-	}
-	if (!t->w_reader || !pthread_equal(t->w_tid, pthread_self())) {
-		pthread_mutex_unlock(&t->lock);
-		return;
+		goto out;
 	}
 	dead = t->dead;
 	pthread_mutex_unlock(&t->lock);
 	/* rbuf and the socket are this thread's until it hands them back. */
 	if (!dead)
-		w_read(t);
+		end = w_read(t);
 	/* Responses to the sends it received go before any the receive thread will owe. */
 	ret = tcp_resp_flush(t);
 	pthread_mutex_lock(&t->lock);
 	if (ret)
 		tcp_kill_conn(t, ret);
-	t->w_reader = 0;
-	w_move(t, t->w_epfd, t->rx_epfd);
-	if (t->rlen > t->rpos || t->w_part.r)
-		tcp_rx_wakeup(t);
+	if (end || t->dead || t->rlen > t->rpos || t->w_part.r)
+		w_give_back(t);
+out:
 	pthread_mutex_unlock(&t->lock);
 }
