@@ -209,9 +209,19 @@ stops "one at a time: the target stops cleanly" $bpid /tmp/bnd.log
 # when the target dies, on any machine, however fast.
 stops "the gdx target on RAM stops cleanly" $tpid /tmp/target.log
 head -c 40M /dev/urandom >/tmp/big
+# ready_on PID: the target's "ready" line within 60 s (a loaded machine starts it slowly)
+ready_on() {
+  local i
+  for i in $(seq 600); do
+    grep -q 'target: ready' /tmp/target.log && return 0
+    kill -0 "$1" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
 ./gdx nvmf target -l "rdma://$A:4421" -n $NQN_G -N /tmp/big >/tmp/target.log 2>&1 &
 tpid=$!
-for _ in $(seq 100); do grep -q 'target: ready' /tmp/target.log && break; sleep 0.1; done
+need "the gdx target on a 40 MiB file is ready" ready_on $tpid
 R=(-t rdma -a "$A" -s 4421 -n "$NQN_G")
 rm -f /tmp/big.fifo; mkfifo /tmp/big.fifo
 GDX_NVMF_HOST_RECONNECT_DELAY_MS=500 "${G[@]}" read "${R[@]}" -l 40M --quiet --to - \
@@ -224,7 +234,7 @@ check "  the read is under way, held by its reader" kill -0 $rpid
 kill -9 $tpid; wait $tpid 2>/dev/null
 ./gdx nvmf target -l "rdma://$A:4421" -n $NQN_G -N /tmp/big >/tmp/target.log 2>&1 &
 tpid=$!
-for _ in $(seq 100); do grep -q 'target: ready' /tmp/target.log && break; sleep 0.1; done
+check "the restarted target is ready" ready_on $tpid
 # the reader goes on once the host is back (or has given up: the checks below say which)
 for _ in $(seq 300); do grep -q 'reconnected\|gave up' /tmp/reread.log && break; sleep 0.1; done
 timeout 120 cat <&3 >>/tmp/big.back
