@@ -897,6 +897,17 @@ static int watch(const struct gdx_stage *st, uint64_t mark, bool seen, uint32_t 
 
 			if (!rc && st->o.abort && __atomic_load_n(st->o.abort, __ATOMIC_ACQUIRE))
 				rc = GDX_EDISCONNECTED;
+			/*
+			 * A stream lane's copies do not depend on the context: its
+			 * stream says whether they failed, or all landed (the mark's
+			 * was enqueued before the watch began).
+			 */
+			if (!rc && st->stream) {
+				rc = gdx_stream_query(st->stream);
+				if (rc != -EBUSY)
+					return rc;
+				rc = 0;
+			}
 			if (rc)
 				return rc;
 		}

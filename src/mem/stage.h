@@ -345,7 +345,8 @@ int gdx_stage_wait(struct gdx_stage *st, uint64_t mark);
  * landed (0), the context faults or *abort is set (the error).  With a done
  * word it reads the word itself, so it ends without the producer's progress
  * (a producer that waits on this thread, or posts no more); with events it
- * sees what the producer has learnt.
+ * sees what the producer has learnt.  A stream lane's watch asks the stream
+ * every 64 spins too: idle, every copy landed; its error ends the watch.
  */
 int gdx_stage_watch(const struct gdx_stage *st, uint64_t mark);
 /*

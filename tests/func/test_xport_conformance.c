@@ -2008,15 +2008,16 @@ static void test_dev_setup_off_tx_thread(void **state)
 /*
  * A write over a read answer still queued makes the receive thread take the
  * bytes the answer has yet to take out of the region (rule 1): out of device
- * memory, a copy of the device, after a wait for the transmit thread's stream
- * copies of the answer.  It does so without the endpoint's lock, which posters
- * and the transmit thread need: while that copy or wait runs (the device's
- * memcpy or stream wait is wrapped) another thread posts a receive on the
- * endpoint, which must get through within 5 s, and the copy or wait then
- * lingers 600 ms, while the transmit thread goes on with the answer.  The
- * transmit thread is held 300 ms in its first stream wait (no agent), or by
- * the agent's slowed copies; the write is posted once it is (it has taken the
- * answer), or at once.  The read returns the bytes from before the write, the
+ * memory, a copy of the device, after a wait for the transmit thread's
+ * copies of the answer on its lane.  It does so without the endpoint's lock,
+ * which posters and the transmit thread need: while that copy or wait runs
+ * (the device's memcpy, or the stream query the wait makes every 64 spins,
+ * is wrapped) another thread posts a receive on the endpoint, which must get
+ * through within 5 s, and the copy or wait then lingers 600 ms, while the
+ * transmit thread goes on with the answer.  The transmit thread's first copy
+ * lands 300 ms late (no agent: a host function that sleeps goes on its lane's
+ * stream first), or the agent's copies are slowed; the write is posted once
+ * that copy is under way (the answer is taken), or at once.  The read returns the bytes from before the write, the
  * region has the write's.
  */
 static atomic_int sn_copy_armed, sn_sync_armed, sn_slow, sn_probes, sn_blocked, sn_post_ret;
@@ -2066,23 +2067,32 @@ static void sn_probe(void)
 	usleep(600000);
 }
 
+static void sn_sleep(void *arg)
+{
+	(void)arg;
+	usleep(300000);
+}
+
 static int sn_memcpy(void *priv, void *dst, const void *src, size_t n, void *stream)
 {
 	if (!stream && (uintptr_t)src >= sn_lo && (uintptr_t)src < sn_hi &&
 	    sn_thread_is("gdx-tcp-rx") && atomic_exchange(&sn_copy_armed, 0))
 		sn_probe();
+	if (stream && sn_thread_is("gdx-tcp-tx") && atomic_exchange(&sn_slow, 0)) {
+		int ret = lf_real->launch_host_func(priv, stream, sn_sleep, NULL);
+
+		sem_post(&sn_busy);
+		if (ret)
+			return ret;
+	}
 	return lf_real->memcpy(priv, dst, src, n, stream);
 }
 
-static int sn_stream_synchronize(void *priv, void *stream)
+static int sn_stream_query(void *priv, void *stream)
 {
-	if (sn_thread_is("gdx-tcp-tx") && atomic_exchange(&sn_slow, 0)) {
-		sem_post(&sn_busy);
-		usleep(300000);
-	} else if (sn_thread_is("gdx-tcp-rx") && atomic_exchange(&sn_sync_armed, 0)) {
+	if (sn_thread_is("gdx-tcp-rx") && atomic_exchange(&sn_sync_armed, 0))
 		sn_probe();
-	}
-	return lf_real->stream_synchronize(priv, stream);
+	return lf_real->stream_query(priv, stream);
 }
 
 /* the transmit thread's first copy of the agent launches its worker */
@@ -2126,7 +2136,7 @@ static void test_dev_snap_unlocked(void **state)
 	t_fill(neu, WLEN, 301);
 	lf_wrap(sn_agent_launch);
 	lf_ops.memcpy = sn_memcpy;
-	lf_ops.stream_synchronize = sn_stream_synchronize;
+	lf_ops.stream_query = sn_stream_query;
 	dev->ops = &lf_ops;
 	for (size_t i = 0; i < GDX_ARRAY_SIZE(v); i++) {
 		/* the write lands past the bytes of the answer's first copy (1 MiB) */

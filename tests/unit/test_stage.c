@@ -38,6 +38,8 @@ static unsigned char *src, *back;
 static _Atomic int setup_calls;	/* streams, events, pinned memory, agent starts */
 static _Atomic int fail_launch;	/* worker launches fail */
 static _Atomic int fail_start;	/* agent starts (the module's load) fail */
+static _Atomic int drop_words;	/* stream stores of a done word are dropped */
+static _Atomic int query_err;	/* nonzero: stream queries report it */
 
 static int w_stream_create(void *priv, void *stream, void *native)
 {
@@ -66,6 +68,20 @@ static int w_agent_launch(void *priv, void *stream, const struct gdx_agent_args 
 	else if (atomic_load(&fail_launch))
 		return GDX_EDRIVER;
 	return real->agent_launch(priv, stream, a);
+}
+
+static int w_stream_write_value32(void *priv, void *stream, uint32_t *addr, uint32_t value)
+{
+	if (atomic_load(&drop_words))
+		return 0;
+	return real->stream_write_value32(priv, stream, addr, value);
+}
+
+static int w_stream_query(void *priv, void *stream)
+{
+	int err = atomic_load(&query_err);
+
+	return err ? err : real->stream_query(priv, stream);
 }
 
 /* ---- malloc that fails on demand ---------------------------------------- */
@@ -181,6 +197,8 @@ static int setup(void **state)
 	gdx_config_reset();
 	atomic_store(&fail_launch, 0);
 	atomic_store(&fail_start, 0);
+	atomic_store(&drop_words, 0);
+	atomic_store(&query_err, 0);
 	atomic_store(&fail_malloc, 0);
 	atomic_store(&halt_timeouts, 0);
 	t_fill(src, BIG, 7);
@@ -924,6 +942,56 @@ static void watch_without_producer(void **state)
 		stop = 0;
 		assert_int_equal(gdx_stage_drain(w.st, GDX_EDRIVER), 0);
 		assert_true(gdx_stage_landed(w.st, m));
+		gdx_stage_close(w.st);
+		assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	}
+}
+
+/*
+ * A stream lane's watcher asks the stream itself: one whose done word never
+ * comes (the stores dropped here) ends once the stream is idle, every copy
+ * landed (0), or with the stream's error; it does not spin until the abort
+ * word (tcp's connection end) for copies that landed or never will.
+ * Bounded: a watch still spinning after 5 s is ended by the abort word, and
+ * fails the test.
+ */
+static void watch_stream_asked(void **state)
+{
+	static const int errs[] = { 0, GDX_EDRIVER };
+
+	(void)state;
+	for (unsigned k = 0; k < GDX_ARRAY_SIZE(errs); k++) {
+		struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+		struct watch_alone w = { 0 };
+		struct gdx_stage_opts o;
+		uint64_t until, m = 0;
+		int stop = 0;
+		pthread_t t;
+
+		gdx_stage_opts_init(&o, sizeof(o));
+		o.mode = GDX_STAGE_WORD;
+		o.chunk = CHUNK;
+		o.chunks = 8;
+		o.abort = &stop;
+		assert_int_equal(gdx_stage_open(ctx, &o, &w.st), 0);
+		assert_int_equal(gdx_stage_mode_of(w.st), GDX_STAGE_WORD);
+		atomic_store(&drop_words, 1);
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(put(w.st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		atomic_store(&query_err, errs[k]);
+		w.mark = m;
+		assert_int_equal(pthread_create(&t, NULL, watch_alone_thread, &w), 0);
+		for (until = now_ms() + 5000; !atomic_load(&w.done) && now_ms() < until;)
+			usleep(1000);
+		__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+		pthread_join(t, NULL);
+		assert_int_equal(atomic_load(&w.rc), errs[k]);
+		atomic_store(&query_err, 0);
+		atomic_store(&drop_words, 0);
+		stop = 0;
+		/* no word came: the drain waits for the stream */
+		assert_int_equal(gdx_stage_drain(w.st, GDX_EDRIVER), 0);
+		check_dev(0, 4 * CHUNK);
 		gdx_stage_close(w.st);
 		assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 	}
@@ -1687,6 +1755,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(fail_twice_concurrent, setup, teardown),
 		cmocka_unit_test_setup_teardown(landed_other_thread, setup, teardown),
 		cmocka_unit_test_setup_teardown(watch_without_producer, setup, teardown),
+		cmocka_unit_test_setup_teardown(watch_stream_asked, setup, teardown),
 		cmocka_unit_test_setup_teardown(defer_nomem, setup, teardown),
 		cmocka_unit_test_setup_teardown(adopt_ring_after_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(mark_seq_wrap, setup, teardown),
@@ -1716,6 +1785,8 @@ int main(void)
 	wrapped.event_create = w_event_create;
 	wrapped.pinned_alloc = w_pinned_alloc;
 	wrapped.agent_launch = w_agent_launch;
+	wrapped.stream_write_value32 = w_stream_write_value32;
+	wrapped.stream_query = w_stream_query;
 	dev->ops = &wrapped;
 	src = malloc(BIG);
 	back = malloc(BIG);

@@ -167,7 +167,7 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n)
 				continue;
 		}
 		sends |= !x->dev && txi_going(x);
-		/* not the agent's copies: the transmit thread's, through its stream */
+		/* not the agent's copies: the transmit thread's, on the stream path's lane */
 		ret = ans_snap(t, x, x->dev && x->cnext && !x->acopy);
 		/* x stayed on the list; those after it may have left it */
 		next = x->an_next;

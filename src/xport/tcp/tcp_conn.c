@@ -745,8 +745,8 @@ static void tcp_destroy(void *priv)
 	gdx_stage_close(t->rx_lane);
 	gdx_stage_close(t->tx_lane);
 	leak = gdx_stage_ctx_close(t->stage) == -ETIMEDOUT;
-	tcp_stagers_free(&t->rxs);
-	tcp_stagers_free(&t->txs);
+	tcp_dlanes_free(&t->rxs);
+	tcp_dlanes_free(&t->txs);
 	if (t->kr_mem && !leak)	/* an agent that did not stop may still read it */
 		gdx_pinned_free(t->stage_dev, t->kr_mem);
 	gdx_stats_destroy(t->stats);

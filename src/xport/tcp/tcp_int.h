@@ -91,19 +91,17 @@ struct hdr {
 _Static_assert(sizeof(struct hdr) == 48, "frame header is 48 bytes on the wire");
 
 /*
- * Two pinned buffers of bsz bytes and a stream for moving device memory
- * through the socket.  Each side has one per device (tcp_ep.rxs, txs), made
- * by tcp_stage_prepare; the agent's device's gets its buffers only once the agent
- * failed: the halves of its receive lane's ring (tcp_rx_stager) or of its
- * transmit lane's (tcp_tx_stager), lent.
+ * A lane (mem/stage.h) for moving the memory of a device other than the
+ * agent's through the socket, on a context of its own without an agent.
+ * Each side has one per such device (tcp_ep.rxs, txs), made by
+ * tcp_stage_prepare (dlane_add says which mode); the agent's device has
+ * none: its receive and transmit lanes go on synchronously once the agent
+ * failed (tcp_rx_sync_lane, tcp_tx_sync_lane).
  */
-struct stager {
-	struct gdx_device *dev;
-	struct gdx_stream *s;
-	void *b[2];
-	size_t bsz;
-	int lent;			/* b is the receive ring's, not this stager's to free */
-	struct stager *next;
+struct tcp_dlane {
+	struct gdx_stage_ctx *ctx;
+	struct gdx_stage *st;
+	struct tcp_dlane *next;
 };
 
 /*
@@ -119,7 +117,7 @@ enum txi_path {
 	TXP_HOST,	/* larger host payload: its poster sends what the socket takes
 			   (tx_direct), the transmit thread the rest */
 	TXP_RING,	/* device payload the agent copies into the stage ring (sr_queue) */
-	TXP_STREAM,	/* device payload copied through a stream by the transmit thread */
+	TXP_STREAM,	/* device payload copied by the transmit thread (tcp_tx_sync_lane) */
 };
 
 /*
@@ -375,7 +373,7 @@ struct tcp_ep {
 	atomic_long rx_reads;	/* socket reads of the receive thread while parked */
 	/*
 	 * The receive side halted the failed agent (tcp_on_halt): device payloads
-	 * are sent through the stage stream from here on (tcp_tx_lane).
+	 * are sent the stream path's way from here on (tcp_tx_sync_lane).
 	 */
 	int tx_noagent;
 	/*
@@ -442,15 +440,16 @@ struct tcp_ep {
 	 * tcp_tx_lane); stage_stopped, tcp_stage_stop ran: nothing starts any
 	 * more (atomic); rx_draining, the teardown fails the effects left
 	 * (receive thread).  stage_lock: the set-up, and additions to rxs and
-	 * txs, the stagers (a device each), published with release and read
-	 * without it.
+	 * txs, the lanes of other devices (a device each), published with
+	 * release and read without it; an rxs lane's producer is the receive
+	 * thread, a txs lane's whoever holds lock (the transmit thread).
 	 */
 	struct gdx_device *stage_dev;
 	struct gdx_stage_ctx *stage;
 	struct gdx_stage *rx_lane, *tx_lane;
 	int stage_stopped, rx_draining;
 	pthread_mutex_t stage_lock;
-	struct stager *rxs, *txs;
+	struct tcp_dlane *rxs, *txs;
 
 	/* The transmit thread's. */
 	int tx_agent_err;	/* the agent failed it (said once) */
@@ -524,22 +523,21 @@ static inline unsigned tcp_rx_deferred(struct tcp_ep *t)
 }
 
 /* tcp_stage.c: staging, several threads */
-void tcp_stagers_free(struct stager **list);
+void tcp_dlanes_free(struct tcp_dlane **list);
 int tcp_rx_settle(struct tcp_ep *t);
 void tcp_defer_wait(struct tcp_ep *t);
 int tcp_defer(struct tcp_ep *t, struct deff *e, int dev);
-struct stager *tcp_stager_of(struct stager **list, const struct gdx_device *dev);
+struct gdx_stage *tcp_dlane_of(struct tcp_dlane **list, const struct gdx_device *dev);
 int tcp_stage_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx);
 int tcp_rx_post_kept(struct tcp_ep *t, void *dst, const void *src, size_t n);
 void tcp_stage_stop(struct tcp_ep *t);
 int tcp_rx_idle(struct tcp_ep *t);
-struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev);
+struct gdx_stage *tcp_rx_sync_lane(struct tcp_ep *t, struct gdx_device *dev);
 unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end);
 int tcp_tx_noagent(struct tcp_ep *t);
 struct gdx_stage *tcp_tx_lane(struct tcp_ep *t, const struct gdx_device *dev);
-struct gdx_stream *tcp_tx_stream(struct tcp_ep *t, const struct gdx_device *dev);
+struct gdx_stage *tcp_tx_sync_lane(struct tcp_ep *t, const struct gdx_device *dev);
 int tcp_tx_sync(struct tcp_ep *t, const struct gdx_device *dev);
-struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev);
 int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev);
 int tcp_sr_stage(struct txi *x, struct gdx_stage *tx);
 

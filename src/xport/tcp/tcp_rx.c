@@ -451,18 +451,56 @@ static int rx_lane_recv(struct tcp_ep *t, char *dst, const unsigned char *src, s
 }
 
 /*
+ * Receives n bytes for dst, device memory of dev, through a synchronous
+ * lane (tcp_rx_sync_lane): a piece read into its ring is copied before the
+ * next is read.  A failed copy fails this message only: the rest of it is
+ * read and dropped.  src: the bytes are in host memory there instead of on
+ * the socket (a kept message), copied straight from it.
+ */
+static int rx_sync(struct tcp_ep *t, struct gdx_stage *lane, char *dst, const void *src,
+		   size_t n)
+{
+	struct gdx_stage_span sp;
+	int ret = 0;
+
+	while (n && !ret) {
+		ret = gdx_stage_reserve(lane, src ? RING_ALIGN : n, 0, &sp);
+		if (ret)
+			break;
+		if (src) {
+			/* a ticket: the bytes are copied from where they are kept */
+			sp.p = (void *)(uintptr_t)src;
+			sp.n = n;
+		} else if ((ret = rx_exact(t, sp.p, sp.n))) {
+			gdx_stage_unreserve(lane, &sp);
+			return ret;
+		}
+		ret = gdx_stage_post(lane, &sp, dst);
+		if (ret)
+			gdx_stage_unreserve(lane, &sp);
+		dst += sp.n;
+		n -= sp.n;
+	}
+	if (ret && n && !src) {
+		int r = rx_exact(t, NULL, n);
+
+		if (r)
+			return r;
+	}
+	return ret;
+}
+
+/*
  * Receives n bytes into dst of any memory kind.  *posted: they went to device
  * memory through the ring, and may not have landed yet (defer what depends on
  * them); else they are in place on return.  Other devices than the ring's,
- * and any device without an agent, go through a stream, synchronised per
- * message.
+ * and any device without an agent, go through a synchronous lane.
  */
 static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx_mem_kind kind,
 		   size_t n, int *posted)
 {
-	struct stager *st;
-	size_t done = 0;
-	int i = 0, ret;
+	struct gdx_stage *lane;
+	int ret;
 
 	*posted = 0;
 	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev)
@@ -472,54 +510,30 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 		*posted = !ret && n;
 		return ret;
 	}
-	st = tcp_rx_stager(t, dev);
-	if (!st) {
+	lane = tcp_rx_sync_lane(t, dev);
+	if (!lane) {
 		/* its set-up failed (and was reported) where it was posted */
 		GDX_ERR(SUBSYS, "%s: receive into memory not set up for it", gdx_device_name(dev));
 		ret = rx_exact(t, NULL, n);
 		return ret ? ret : -ENOMEM;
 	}
-	while (done < n) {
-		size_t c = GDX_MIN(st->bsz, n - done);
-
-		ret = rx_exact(t, st->b[i], c);
-		if (ret)
-			break;
-		/* The copy out of the other buffer must be done before it is refilled. */
-		ret = gdx_stream_synchronize(st->s);
-		if (!ret)
-			ret = gdx_memcpy_async(dev, (char *)dst + done, st->b[i], c, st->s);
-		if (ret) {
-			rx_exact(t, NULL, n - done - c);
-			break;
-		}
-		done += c;
-		i ^= 1;
-	}
-	if (!ret)
-		ret = gdx_stream_synchronize(st->s);
-	else
-		gdx_stream_synchronize(st->s);
-	return ret;
+	return rx_sync(t, lane, dst, NULL, n);
 }
 
 /*
- * Copies kept message u into device memory b through a stream, synchronised:
- * a device other than the agent's, or the agent's once it failed.
+ * Copies kept message u into device memory b through a synchronous lane: a
+ * device other than the agent's, or the agent's once it failed.
  */
 static int kept_stream(struct tcp_ep *t, const struct gdx_xport_buf *b, const struct qent *u)
 {
-	struct stager *st = tcp_stager_of(&t->rxs, b->dev);
-	int ret, sync;
+	struct gdx_stage *lane = tcp_rx_sync_lane(t, b->dev);
 
-	if (!st) {
+	if (!lane) {
 		/* its set-up failed (and was reported) where it was posted */
 		GDX_ERR(SUBSYS, "%s: receive into memory not set up for it", gdx_device_name(b->dev));
 		return -ENOMEM;
 	}
-	ret = gdx_memcpy_async(b->dev, b->p, u->data, u->len, st->s);
-	sync = gdx_stream_synchronize(st->s);
-	return ret ? ret : sync;
+	return rx_sync(t, lane, b->p, u->data, u->len);
 }
 
 /*

@@ -4,7 +4,8 @@
  * context and its two lanes (mem/stage.h), at connect or accept for the
  * endpoint's device, else where its memory is first posted or registered;
  * the receive thread's use of the receive lane (effects, waits, the
- * teardown), the kept ring, the stagers; and the transmit lane, the stage
+ * teardown), the kept ring, the lanes of other devices (tcp_tx_sync_lane,
+ * tcp_rx_sync_lane); and the transmit lane, the stage
  * ring: device payloads copied out (D2H) through the agent's ring RR_TX,
  * each frame's room taken and its copy posted by whoever holds t->lock (its
  * one producer) as the frame is queued, its landing seen by its ticket from
@@ -23,44 +24,17 @@
 #include "common/util.h"
 #include "xport/tcp/tcp_int.h"
 
-static void stager_fini(struct stager *st)
-{
-	if (!st->dev)
-		return;
-	gdx_stream_destroy(st->s);
-	for (int i = 0; i < 2 && !st->lent; i++)
-		if (st->b[i])
-			gdx_pinned_free(st->dev, st->b[i]);
-	memset(st, 0, sizeof(*st));
-}
-
-/* Sets st up for dev: a stream, and two buffers of bsz bytes unless bsz is 0. */
-static int stager_init(struct stager *st, struct gdx_device *dev, size_t bsz)
-{
-	int ret = gdx_stream_create(dev, &st->s);
-
-	if (ret)
-		return ret;
-	st->dev = dev;
-	for (int i = 0; i < 2 && bsz; i++) {
-		ret = gdx_pinned_alloc(dev, bsz, &st->b[i]);
-		if (ret) {
-			stager_fini(st);
-			return ret;
-		}
-	}
-	st->bsz = bsz;
-	return 0;
-}
-
-void tcp_stagers_free(struct stager **list)
+void tcp_dlanes_free(struct tcp_dlane **list)
 {
 	while (*list) {
-		struct stager *st = *list;
+		struct tcp_dlane *d = *list;
 
-		*list = st->next;
-		stager_fini(st);
-		free(st);
+		*list = d->next;
+		/* synchronous, or the stream's copies waited for by its teardown */
+		gdx_stage_drain(d->st, GDX_EDISCONNECTED);
+		gdx_stage_close(d->st);
+		gdx_stage_ctx_close(d->ctx);
+		free(d);
 	}
 }
 
@@ -266,40 +240,80 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 	kr_start(t, dev);
 }
 
-/* dev's stager in list (t->rxs, t->txs), or NULL: any thread. */
-struct stager *tcp_stager_of(struct stager **list, const struct gdx_device *dev)
+/* dev's lane in list (t->rxs, t->txs), or NULL: any thread. */
+struct gdx_stage *tcp_dlane_of(struct tcp_dlane **list, const struct gdx_device *dev)
 {
-	struct stager *st = __atomic_load_n(list, __ATOMIC_ACQUIRE);
+	struct tcp_dlane *d = __atomic_load_n(list, __ATOMIC_ACQUIRE);
 
-	while (st && st->dev != dev)
-		st = st->next;
-	return st;
+	while (d && gdx_stage_ctx_device(d->ctx) != dev)
+		d = d->next;
+	return d ? d->st : NULL;
 }
 
 /*
- * Adds dev's stager to list (stage_lock held) unless it has one: a stream, and
- * two pinned buffers of STAGE_SIZE bytes unless lend (the agent's device: a
- * ring of the agent lends it buffers once the agent failed).  what: for the
- * error, which the post or registration fails with.
+ * Adds dev's lane to list (stage_lock held) unless it has one: a context of
+ * its own without an agent, and a lane of STAGE_SIZE chunks.  Receiving, a
+ * synchronous one of two chunks: a piece is read into the ring and copied
+ * before the next is read, and a failed copy fails its message only (the
+ * stream's error is the piece's, not sticky).  Sending, one whose stream
+ * stores a done word: the transmit thread stages the copies of a run of
+ * frames and sends the run before it waits, and the receive thread waits
+ * for them by the word (tcp_tx_sync from tcp_ans_settle) while the
+ * transmit thread may wait for it; three chunks hold two runs (each at most
+ * STAGE_SIZE, tx_take_staged) with the tail one skips.  A device that
+ * cannot store the word gets a synchronous lane: with events only the
+ * producer learns that copies landed, and this thread could then wait on
+ * one that waits on it.  A failed copy ends the connection either way (the
+ * header promised the bytes).  what: for the error, which the post or
+ * registration fails with.
  */
-static int stager_add(struct stager **list, struct gdx_device *dev, int lend, const char *what)
+static int dlane_add(struct tcp_ep *t, struct tcp_dlane **list, struct gdx_device *dev,
+		     enum gdx_stage_dir dir, const char *what)
 {
-	struct stager *st;
+	struct gdx_stage_opts o;
+	struct tcp_dlane *d;
 	int ret;
 
-	if (tcp_stager_of(list, dev))
+	if (tcp_dlane_of(list, dev))
 		return 0;
-	st = calloc(1, sizeof(*st));
-	ret = st ? stager_init(st, dev, lend ? 0 : STAGE_SIZE) : -ENOMEM;
+	d = calloc(1, sizeof(*d));
+	ret = d ? gdx_stage_ctx_open(dev, NULL, &d->ctx) : -ENOMEM;
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.dir = dir;
+	o.mode = dir == GDX_STAGE_H2D ? GDX_STAGE_SYNC : GDX_STAGE_WORD;
+	o.fault = GDX_STAGE_FAIL;
+	o.chunk = STAGE_SIZE;
+	o.chunks = dir == GDX_STAGE_H2D ? 2 : 3;
+	o.abort = &t->dead;
+	if (!ret)
+		ret = gdx_stage_open(d->ctx, &o, &d->st);
+	if (!ret && gdx_stage_mode_of(d->st) != o.mode) {
+		gdx_stage_close(d->st);
+		d->st = NULL;
+		o.mode = GDX_STAGE_SYNC;
+		ret = gdx_stage_open(d->ctx, &o, &d->st);
+	}
 	if (ret) {
 		GDX_ERR(SUBSYS, "%s: cannot set up %s its memory: %s", gdx_device_name(dev), what,
 			gdx_strerror(ret));
-		free(st);
+		if (d)
+			gdx_stage_ctx_close(d->ctx);
+		free(d);
 		return ret;
 	}
-	st->next = *list;
-	__atomic_store_n(list, st, __ATOMIC_RELEASE);
+	d->next = *list;
+	__atomic_store_n(list, d, __ATOMIC_RELEASE);
 	return 0;
+}
+
+/* Whether dev's memory has its way on the receive (rx) or send side: any thread. */
+static int stage_ready(struct tcp_ep *t, struct gdx_device *dev, int rx)
+{
+	struct gdx_device *sd = __atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE);
+
+	if (sd == dev && (rx ? t->rx_lane : t->tx_lane))
+		return 1;
+	return tcp_dlane_of(rx ? &t->rxs : &t->txs, dev) != NULL;
 }
 
 /*
@@ -313,19 +327,21 @@ static int stager_add(struct stager **list, struct gdx_device *dev, int lend, co
  * stage ring (stage_start; published by the release store of stage_dev).
  * rx: the receive thread will write dev's memory; tx: the transmit thread
  * will read it (a send's or write's source, a region the peer may read).
- * Each side gets a stager of dev for the stream path (any other device, the
- * first without an agent, or the agent's once it failed): a stream and two
- * pinned buffers, the agent's device's its stream alone (the agent's rings
- * lend it buffers if the agent fails: tcp_rx_stager, tcp_tx_stager).  Once per device
- * and side; 0, or why dev's memory cannot be moved (the post or registration
+ * Each side gets a lane of dev for the stream path (any other device, or
+ * the first without an agent: dlane_add); the agent's device needs none,
+ * its lanes go on synchronously once the agent failed (tcp_rx_sync_lane,
+ * tcp_tx_sync_lane).  Lanes of the devices named at connect or accept open
+ * there (tcp_conn.c); a device first seen on a post or a registration opens
+ * its lane on that thread, never an endpoint thread's.  Once per device and
+ * side; 0, or why dev's memory cannot be moved (the post or registration
  * fails with it).
  */
 int tcp_stage_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx)
 {
 	int ret = 0;
 
-	if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) &&
-	    (!rx || tcp_stager_of(&t->rxs, dev)) && (!tx || tcp_stager_of(&t->txs, dev)))
+	if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) && (!rx || stage_ready(t, dev, 1)) &&
+	    (!tx || stage_ready(t, dev, 0)))
 		return 0;
 	pthread_mutex_lock(&t->stage_lock);
 	/* not after tcp_stage_stop (a registration outlives the connection): see there */
@@ -335,11 +351,11 @@ int tcp_stage_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx)
 		stage_start(t, dev);
 		__atomic_store_n(&t->stage_dev, dev, __ATOMIC_RELEASE);
 	}
-	/* the agent's rings, once set, stay until the endpoint goes */
-	if (rx)
-		ret = stager_add(&t->rxs, dev, t->rx_lane && t->stage_dev == dev, "receiving into");
-	if (tx && !ret)
-		ret = stager_add(&t->txs, dev, t->tx_lane && t->stage_dev == dev, "sending out of");
+	/* the agent's lanes, once set, stay until the endpoint goes */
+	if (rx && !stage_ready(t, dev, 1))
+		ret = dlane_add(t, &t->rxs, dev, GDX_STAGE_H2D, "receiving into");
+	if (tx && !ret && !stage_ready(t, dev, 0))
+		ret = dlane_add(t, &t->txs, dev, GDX_STAGE_D2H, "sending out of");
 out:
 	pthread_mutex_unlock(&t->stage_lock);
 	return ret;
@@ -419,21 +435,18 @@ int tcp_rx_idle(struct tcp_ep *t)
 }
 
 /*
- * The stager of dev's memory for the stream path (tcp_stage_prepare made
- * it), or NULL.  Receive thread.  The agent's device's has its stream only:
- * once the agent failed (halted: the receive lane went on synchronously)
- * the halves of the lane's ring, idle from then on, are its buffers, so no
- * set-up runs here then either.
+ * The synchronous lane for dev's memory (tcp_stage_prepare made it), or NULL:
+ * dev's own, or once the agent failed (halted: the receive lane went on
+ * synchronously) the receive lane, whose ring is idle from then on.  No
+ * set-up runs here.  Receive thread.
  */
-struct stager *tcp_rx_stager(struct tcp_ep *t, struct gdx_device *dev)
+struct gdx_stage *tcp_rx_sync_lane(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct gdx_stage *rx = tcp_rx_lane(t);
-	struct stager *st = tcp_stager_of(&t->rxs, dev);
 
-	if (st && !st->bsz && dev == t->stage_dev && rx && !tcp_rx_agent(rx) &&
-	    !gdx_stage_halves(rx, st->b, &st->bsz))
-		st->lent = 1;
-	return st && st->bsz ? st : NULL;
+	if (rx && dev == __atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE))
+		return tcp_rx_agent(rx) ? NULL : rx;
+	return tcp_dlane_of(&t->rxs, dev);
 }
 
 /*
@@ -461,7 +474,7 @@ int tcp_tx_noagent(struct tcp_ep *t)
 
 /*
  * The transmit lane for dev's memory, or NULL (another device, none set up,
- * or the receive side halted the failed agent): then the stage stream copies.
+ * or the receive side halted the failed agent): then tcp_tx_sync_lane's copies.
  * The lane is set before stage_dev is published and stays until the endpoint
  * goes (tcp_destroy).
  */
@@ -473,53 +486,46 @@ struct gdx_stage *tcp_tx_lane(struct tcp_ep *t, const struct gdx_device *dev)
 }
 
 /*
- * The stream that copies out of dev's memory for sending where no agent
- * does (tcp_tx_lane): that of dev's sending stager, which tcp_stage_prepare made where
- * the memory was posted or registered, or NULL.  Transmit thread, or the
- * receive thread to wait for its copies (tcp_ans_settle).
+ * The lane that copies out of dev's memory for frames of the stream path
+ * (not tcp_tx_lane's), or NULL (its set-up failed where the memory was
+ * posted, and said so): dev's own, or the agent's device's transmit lane
+ * once the receive side dropped the agent (tcp_tx_drop_agent), synchronous
+ * from then on.  No frame is staged in its ring from then on, and those
+ * that were (their copies landed, or were made again: the lane's REDO) are
+ * ahead of every frame of the stream path in the queue -- staged frames
+ * precede late ones -- so their room is given back before the transmit
+ * thread stages one of those.  Its producer is whoever holds t->lock, as
+ * for every transmit lane.  Any thread.
  */
-struct gdx_stream *tcp_tx_stream(struct tcp_ep *t, const struct gdx_device *dev)
+struct gdx_stage *tcp_tx_sync_lane(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	struct stager *st = tcp_stager_of(&t->txs, dev);
+	if (t->tx_lane && dev == __atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE))
+		return tcp_tx_noagent(t) ? t->tx_lane : NULL;
+	return tcp_dlane_of(&t->txs, dev);
+}
 
-	return st ? st->s : NULL;
+/*
+ * Waits until the copies lane has started so far have landed, from any
+ * thread (the transmit thread before it sends a run, the receive thread
+ * before it copies a read answer's region itself: tcp_ans_settle); ends
+ * early when the connection does.
+ */
+static int tx_lane_wait(struct tcp_ep *t, struct gdx_stage *lane)
+{
+	uint64_t mark;
+
+	pthread_mutex_lock(&t->lock);
+	mark = gdx_stage_mark(lane);
+	pthread_mutex_unlock(&t->lock);
+	return gdx_stage_watch(lane, mark);
 }
 
 /* Waits for the copies the stream path started out of dev's memory, if it is dev's path. */
 int tcp_tx_sync(struct tcp_ep *t, const struct gdx_device *dev)
 {
-	struct gdx_stream *s = tcp_tx_lane(t, dev) ? NULL : tcp_tx_stream(t, dev);
+	struct gdx_stage *lane = tcp_tx_lane(t, dev) ? NULL : tcp_tx_sync_lane(t, dev);
 
-	return s ? gdx_stream_synchronize(s) : 0;
-}
-
-/*
- * dev's sending stager with its buffers, for frames of dev that go the stream
- * path, or NULL (said: its set-up failed where the memory was posted, which
- * failed then).  Transmit thread: no set-up runs here.  The agent's device's
- * has its stream only, and such frames only once the receive side dropped
- * the agent (tcp_tx_drop_agent): then the halves of the transmit lane's ring
- * are its buffers (lent under the lock, the lane's producer's).  No frame is
- * staged in the ring from then on, and those that were (their copies landed,
- * or were made again: sr_redo) are ahead of every frame of the stream path
- * in the queue -- staged frames precede late ones -- so they went out before
- * this thread takes one of those.
- */
-struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev)
-{
-	struct stager *st = tcp_stager_of(&t->txs, dev);
-
-	if (st && !st->bsz && dev == __atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) &&
-	    t->tx_lane && tcp_tx_noagent(t)) {
-		pthread_mutex_lock(&t->lock);
-		/* halted: no worker writes the ring any more */
-		st->lent = !gdx_stage_halves(t->tx_lane, st->b, &st->bsz);
-		pthread_mutex_unlock(&t->lock);
-	}
-	if (st && st->bsz)
-		return st;
-	GDX_ERR(SUBSYS, "%s: send out of memory not set up for it", gdx_device_name(dev));
-	return NULL;
+	return lane ? tx_lane_wait(t, lane) : 0;
 }
 
 /*
@@ -531,14 +537,8 @@ struct stager *tcp_tx_stager(struct tcp_ep *t, struct gdx_device *dev)
 int tcp_tx_copies_wait(struct tcp_ep *t, struct gdx_device *dev)
 {
 	struct gdx_stage *tx = tcp_tx_lane(t, dev);
-	uint64_t mark;
 
-	if (!tx)
-		return tcp_tx_sync(t, dev);
-	pthread_mutex_lock(&t->lock);
-	mark = gdx_stage_mark(tx);
-	pthread_mutex_unlock(&t->lock);
-	return gdx_stage_watch(tx, mark);
+	return tx ? tx_lane_wait(t, tx) : tcp_tx_sync(t, dev);
 }
 
 /*

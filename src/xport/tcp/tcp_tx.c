@@ -17,8 +17,9 @@
 /*
  * The receive side found the agent failed and halted it (tcp_on_halt; its
  * workers have stopped, no copy of it runs any more): the endpoint goes on
- * without it.  Device payloads are sent through the stage stream from here
- * on, as with the knob off: queued ring frames whose copies did not land
+ * without it.  Device payloads are sent the stream path's way from here on
+ * (the transmit lane, synchronous now: tcp_tx_sync_lane), as with the knob
+ * off: queued ring frames whose copies did not land
  * (late ones, or staged and never made) become such frames again; those whose
  * copies landed go out of the ring as they are.  Ring frames the transmit
  * thread took already have the copies it does not find landed made again by
@@ -57,12 +58,13 @@ static int tx_agent_failed(struct tcp_ep *t, const struct gdx_device *dev, int e
 
 /*
  * A chunk of a device payload on its way out: n bytes of frame x's payload
- * at off, from src, copied into dst, pinned memory to send from (a buffer of
- * dev's sending stager, or room of the transmit lane for a ring frame: end,
- * given back once the chunk is sent).  mark, ticket: its copy on the lane (0:
- * none; the stream's, or made out of x's own copy).
+ * at off, from src, copied into dst, room of lane to send from (the
+ * transmit lane for a ring frame, else tcp_tx_sync_lane's; end: given back
+ * once the chunk is sent).  mark, ticket: its copy on the lane (0: none, made
+ * out of x's own copy).
  */
 struct tx_chunk {
+	struct gdx_stage *lane;
 	void *dst;
 	const void *src;
 	size_t off, n;
@@ -71,24 +73,26 @@ struct tx_chunk {
 };
 
 /*
- * Starts the copy of chunk c: for a ring frame into room of the transmit
- * lane (the ring is the frame's alone, t->sr_whole), else through dev's
- * stage stream into c->dst; or out of x's own copy of the bytes where a
- * write to the region made one (tcp_ans_settle; a plain memcpy then).
- * Posted under the lock, so that the receive thread knows which bytes were
- * copied (x->cnext) and which copies to wait for (the lane's last).  Once
- * the receive side halted the agent (tcp_on_halt) the lane makes the copy
- * synchronously, after those the agent owed.
+ * Starts the copy of chunk c into room of its lane: for a ring frame the
+ * transmit lane (the ring is the frame's alone, t->sr_whole), else the
+ * stream path's (tcp_tx_sync_lane); or out of x's own copy of the bytes
+ * where a write to the region made one (tcp_ans_settle; a plain memcpy
+ * then).  Posted under the lock, the lanes' producer's, so that the receive
+ * thread knows which bytes were copied (x->cnext) and which copies to wait
+ * for (the lane's last).  Once the receive side halted the agent
+ * (tcp_on_halt) the transmit lane makes the copy synchronously, after those
+ * the agent owed.  -EAGAIN: no room (nothing taken; tx_staged_runs waits
+ * for the run before to go out).
  */
 static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, struct tx_chunk *c)
 {
-	struct gdx_stage *tx = x->path == TXP_RING ? t->tx_lane : NULL;
-	struct gdx_stream *s = NULL;
+	struct gdx_stage *lane = x->path == TXP_RING ? t->tx_lane : tcp_tx_sync_lane(t, dev);
 	struct gdx_stage_span sp;
-	int ret = 0;
+	int ret;
 
+	c->lane = lane;
 	c->end = c->mark = 0;
-	if (!tx && !(s = tcp_tx_stream(t, dev))) {
+	if (!lane) {
 		GDX_ERR(SUBSYS, "%s: send out of memory not set up for it", gdx_device_name(dev));
 		return -ENOMEM;
 	}
@@ -96,29 +100,29 @@ static int tx_copy(struct tcp_ep *t, struct txi *x, struct gdx_device *dev, stru
 	/* the receive thread is taking the bytes from cnext on: they may come from x->snap */
 	while (x->snapping)
 		pthread_cond_wait(&t->tx_cond, &t->lock);
-	/* -EAGAIN: the ring is not empty (a bug); GDX_EDISCONNECTED: the connection ended */
-	if (tx && !(ret = gdx_stage_reserve(tx, c->n, GDX_STAGE_NOWAIT, &sp))) {
+	/* a device lane learns which copies landed: marks come back */
+	if (lane != t->tx_lane)
+		gdx_stage_progress(lane);
+	/* GDX_EDISCONNECTED: the connection ended */
+	ret = gdx_stage_reserve(lane, c->n, GDX_STAGE_NOWAIT, &sp);
+	if (!ret) {
 		c->dst = sp.p;
 		c->n = sp.n;
 		c->end = sp.end;
 	}
 	if (!ret && x->snap && c->off >= x->snap_off) {
 		memcpy(c->dst, x->snap + (c->off - x->snap_off), c->n);
-	} else if (!ret && tx) {
-		ret = gdx_stage_post(tx, &sp, (void *)(uintptr_t)c->src);
+	} else if (!ret) {
+		ret = gdx_stage_post(lane, &sp, (void *)(uintptr_t)c->src);
 		if (!ret) {
 			c->mark = sp.end;
-			c->ticket = gdx_stage_ticket(tx);
-			x->acopy = 1;
+			c->ticket = gdx_stage_ticket(lane);
+			x->acopy |= x->path == TXP_RING;
 			x->cnext = c->off + c->n;
 		}
-	} else if (!ret) {
-		ret = gdx_memcpy_async(dev, c->dst, c->src, c->n, s);
-		if (!ret)
-			x->cnext = c->off + c->n;
 	}
 	pthread_mutex_unlock(&t->lock);
-	if (ret && tx && ret != GDX_EDISCONNECTED)
+	if (ret && x->path == TXP_RING && ret != GDX_EDISCONNECTED)
 		return tx_agent_failed(t, dev, ret);
 	return ret;
 }
@@ -152,11 +156,11 @@ static int tx_chunk_wait(struct tcp_ep *t, struct gdx_device *dev, const struct 
 {
 	int ret;
 
-	/* not the lane's: the stream's, or made out of x's own copy (no stream then) */
+	/* made out of x's own copy */
 	if (!c->mark)
-		return tcp_tx_sync(t, dev);
-	ret = gdx_stage_watch_post(t->tx_lane, c->mark, c->ticket);
-	if (!ret || ret == GDX_EDISCONNECTED)
+		return 0;
+	ret = gdx_stage_watch_post(c->lane, c->mark, c->ticket);
+	if (!ret || ret == GDX_EDISCONNECTED || c->lane != t->tx_lane)
 		return ret;
 	if (!tcp_tx_noagent(t))
 		return tx_agent_failed(t, dev, ret);
@@ -166,27 +170,27 @@ static int tx_chunk_wait(struct tcp_ep *t, struct gdx_device *dev, const struct 
 	return ret < 0 ? ret : 0;
 }
 
-/* A ring frame's chunk is sent: its room goes back to the lane. */
-static void tx_chunk_sent(struct tcp_ep *t, const struct tx_chunk *c)
+/* Room of lane up to end is sent: it goes back to the lane. */
+static void tx_sent(struct tcp_ep *t, struct gdx_stage *lane, uint64_t end)
 {
-	if (!c->end)
+	if (!end)
 		return;
 	pthread_mutex_lock(&t->lock);
-	gdx_stage_release(t->tx_lane, c->end);
+	gdx_stage_release(lane, end);
 	pthread_mutex_unlock(&t->lock);
 }
 
 /*
  * Sends frame x whose payload is n bytes of device memory, staged a stage
- * buffer at a time: through the transmit lane's ring (x is a late ring frame
- * and has the ring to itself, t->sr_whole), or the buffers of dev's sending
- * stager (tcp_tx_stager).
+ * buffer at a time, two in flight: through the transmit lane's ring (x is a
+ * late ring frame and has the ring to itself, t->sr_whole), or the stream
+ * path's lane (tcp_tx_sync_lane), whose ring is empty when a frame is
+ * taken (tx_staged_runs gave back its room).
  */
 static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gdx_device *dev,
 		     size_t n)
 {
 	const char *s = src;
-	struct stager *st = NULL;
 	struct tx_chunk c[2];
 	size_t done = 0;
 	int i = 0, ret;
@@ -194,9 +198,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 	ret = tcp_tx_host(t, x, NULL, 0, 0);
 	if (ret)
 		return ret;
-	if (x->path != TXP_RING && !(st = tcp_tx_stager(t, dev)))
-		return -ENOMEM;
-	c[0] = (struct tx_chunk){ st ? st->b[0] : NULL, s, 0, GDX_MIN((size_t)STAGE_SIZE, n) };
+	c[0] = (struct tx_chunk){ .src = s, .n = GDX_MIN((size_t)STAGE_SIZE, n) };
 	ret = tx_copy(t, x, dev, &c[0]);
 	if (!ret)
 		ret = tx_chunk_wait(t, dev, &c[0]);
@@ -205,8 +207,8 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 		struct iovec v = { c[i].dst, c[i].n };
 
 		if (next < n) {
-			c[i ^ 1] = (struct tx_chunk){ st ? st->b[i ^ 1] : NULL, s + next, next,
-						      GDX_MIN((size_t)STAGE_SIZE, n - next) };
+			c[i ^ 1] = (struct tx_chunk){ .src = s + next, .off = next,
+						      .n = GDX_MIN((size_t)STAGE_SIZE, n - next) };
 			ret = tx_copy(t, x, dev, &c[i ^ 1]);
 		}
 		while (!ret && v.iov_len) {
@@ -215,7 +217,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 			v.iov_len -= sent;
 		}
 		if (!ret)
-			tx_chunk_sent(t, &c[i]);
+			tx_sent(t, c[i].lane, c[i].end);
 		if (!ret && next < n)
 			ret = tx_chunk_wait(t, dev, &c[i ^ 1]);
 		done = next;
@@ -375,30 +377,33 @@ static struct txi *tx_take_staged(struct tcp_ep *t, struct gdx_device *dev, long
 }
 
 /*
- * Enqueues the device copies of a run of frames taken by tx_take_staged into
- * stage buffer buf (no wait): a burst of small reads, sends or writes of
- * device memory costs one stream wait, not one each.
+ * Posts the device copies of a run of frames taken by tx_take_staged, from
+ * *from on, into room of the stream path's lane (no wait): a burst of small
+ * reads, sends or writes of device memory costs one wait, not one each.
+ * *lane, *end: the lane and the end of the room taken, given back once the
+ * run is sent.  -EAGAIN: no room for *from, which the run before holds
+ * (tx_staged_runs posts the rest once that one is out).
  */
-static int tx_stage(struct tcp_ep *t, struct txi *list, struct gdx_device *dev, int buf)
+static int tx_stage(struct tcp_ep *t, struct txi **from, struct gdx_device *dev,
+		    struct gdx_stage **lane, uint64_t *end)
 {
-	struct stager *st = NULL;
-	size_t off = 0;
-	int ret = 0;
-
-	for (struct txi *x = list; !ret && x; x = x->next) {
+	for (; *from; *from = (*from)->next) {
+		struct txi *x = *from;
 		struct tx_chunk c;
+		int ret;
 
 		if (!x->dev || !x->plen)
 			continue;
-		if (!st && !(st = tcp_tx_stager(t, dev)))
-			return -ENOMEM;
-		/* not ring frames: through the stream */
-		c = (struct tx_chunk){ (char *)st->b[buf] + off, x->pp, 0, x->plen };
+		/* not ring frames: through the stream path's lane */
+		c = (struct tx_chunk){ .src = x->pp, .n = x->plen };
 		ret = tx_copy(t, x, dev, &c);
+		if (ret)
+			return ret;
 		x->pp = c.dst;
-		off += x->plen;
+		*lane = c.lane;
+		*end = c.end;
 	}
-	return ret;
+	return 0;
 }
 
 /*
@@ -450,20 +455,25 @@ static int staged_next(struct tcp_ep *t, struct gdx_device *dev)
 }
 
 /*
- * Sends staged runs of dev's while the queue starts with one, on the two
- * stage buffers in turn: the copies of the next run are enqueued before the
+ * Sends staged runs of dev's while the queue starts with one, two in the
+ * lane's ring at a time: the copies of the next run are enqueued before the
  * current one goes out, so they run while it is on the socket, and the wait
- * before a run is sent is for its own copies only.  Called with the lock
- * held and t->sending set; returns with the lock held.
+ * before a run is sent is for its own copies only.  A run's room goes back
+ * once it is sent; copies of the next run that found none (the transmit
+ * lane's ring, two stage buffers, lent once the agent was dropped) are
+ * posted then.  Called with the lock held and t->sending set; returns with
+ * the lock held.
  */
 static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 {
 	long nreq, nnext = 0;
-	struct txi *cur = tx_take_staged(t, dev, &nreq), *next = NULL;
-	int buf = 0, ret;
+	struct txi *cur = tx_take_staged(t, dev, &nreq), *next = NULL, *rest = cur;
+	struct gdx_stage *lane = NULL;
+	uint64_t end = 0, nend = 0;
+	int owed = 0, ret;
 
 	pthread_mutex_unlock(&t->lock);
-	ret = tx_stage(t, cur, dev, buf);
+	ret = tx_stage(t, &rest, dev, &lane, &end);
 	while (cur) {
 		if (!ret)
 			ret = tcp_tx_sync(t, dev);
@@ -471,8 +481,12 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 			pthread_mutex_lock(&t->lock);
 			next = staged_next(t, dev) ? tx_take_staged(t, dev, &nnext) : NULL;
 			pthread_mutex_unlock(&t->lock);
-			if (next)
-				ret = tx_stage(t, next, dev, buf ^ 1);
+			rest = next;
+			nend = 0;
+			ret = next ? tx_stage(t, &rest, dev, &lane, &nend) : 0;
+			owed = ret == -EAGAIN;
+			if (owed)
+				ret = 0;
 		}
 		if (!ret)
 			ret = tx_send_staged(t, cur, NULL);
@@ -484,11 +498,14 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
 			tx_let_go(t, dev, next);
 			break;
 		}
+		tx_sent(t, lane, end);
 		tcp_tx_free_list(t, cur);
 		cur = next;
 		nreq = nnext;
 		next = NULL;
-		buf ^= 1;
+		end = nend;
+		if (owed)
+			ret = tx_stage(t, &rest, dev, &lane, &end);
 	}
 	pthread_mutex_lock(&t->lock);
 	return ret;
@@ -716,7 +733,7 @@ void *tcp_tx_main(void *arg)
 			continue;
 		}
 		x = t->txq_head;
-		/* device payloads of a stage buffer at most: the stage ring, else the stream's buffers */
+		/* device payloads of a stage buffer at most: the stage ring, else the stream path's lane */
 		if ((x->path == TXP_RING && sr_train_frame(x)) ||
 		    (x->dev && staged_frame(x, x->dev))) {
 			t->sending = 1;
