@@ -495,6 +495,15 @@ static inline struct qent *q_pop(struct qent **head, struct qent **tail)
 	return e;
 }
 
+/* Puts e back at the head of a queue q_pop took it from (it is the oldest again). */
+static inline void q_unpop(struct qent *e, struct qent **head, struct qent **tail)
+{
+	e->next = *head;
+	*head = e;
+	if (!*tail)
+		*tail = e;
+}
+
 #define RR_ENTRIES 1024u	/* agent descriptors per ring: copies in flight */
 #define RR_RX 0			/* the agent's ring of the receive thread's copies */
 #define RR_TX 1			/* and of the transmit thread's */

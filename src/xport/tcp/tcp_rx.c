@@ -124,10 +124,7 @@ static int rx_part(struct tcp_ep *t)
 	if (ret) {
 		/* Back on the queue so the flush reports it. */
 		pthread_mutex_lock(&t->lock);
-		r->next = t->recv_head;
-		t->recv_head = r;
-		if (!t->recv_tail)
-			t->recv_tail = r;
+		q_unpop(r, &t->recv_head, &t->recv_tail);
 		pthread_mutex_unlock(&t->lock);
 		return ret;
 	}
@@ -912,10 +909,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		}
 		/* Back on the queue so the flush reports it. */
 		pthread_mutex_lock(&t->lock);
-		r->next = t->recv_head;
-		t->recv_head = r;
-		if (!t->recv_tail)
-			t->recv_tail = r;
+		q_unpop(r, &t->recv_head, &t->recv_tail);
 		pthread_mutex_unlock(&t->lock);
 		return ret;
 	}
@@ -1113,10 +1107,7 @@ static int rx_resp(struct tcp_ep *t, const struct hdr *h)
 				      &posted);
 			if (ret == -ECONNRESET || ret == -EPIPE) {
 				pthread_mutex_lock(&t->lock);
-				q->next = t->outst_head;
-				t->outst_head = q;
-				if (!t->outst_tail)
-					t->outst_tail = q;
+				q_unpop(q, &t->outst_head, &t->outst_tail);
 				pthread_mutex_unlock(&t->lock);
 				return ret;
 			}

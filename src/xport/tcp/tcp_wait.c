@@ -35,10 +35,7 @@ static void w_unpop(struct tcp_ep *t, struct qent *r)
 		free(r);
 		return;
 	}
-	r->next = t->recv_head;
-	t->recv_head = r;
-	if (!t->recv_tail)
-		t->recv_tail = r;
+	q_unpop(r, &t->recv_head, &t->recv_tail);
 }
 
 /* Owes the peer the response to its send id; -1 when that ended the connection. */
