@@ -165,6 +165,18 @@ struct nh_rdma {
 	_Atomic bool dead;		/* killed: waits for ring room end */
 	struct bounce_done *done;	/* the receiver's: bounced commands to complete */
 	unsigned ndone;
+	/*
+	 * Each slot's send, built in place.  The commands the receiver submits
+	 * from its completion callbacks are chained and posted together at the
+	 * end of the pass (flush_sends): on rdma_rxe every ibv_post_send rings
+	 * its doorbell with a system call, a trap under a TCG guest.
+	 */
+	struct ibv_send_wr *wrs;
+	struct ibv_sge *sges;		/* 2 per slot: the SQE and in-capsule data */
+	struct ibv_send_wr *chain, **chain_tail;
+	struct ibv_recv_wr *rwrs;	/* one per receive buffer, re-posted as a chain */
+	struct ibv_sge *rsges;
+	bool armed;			/* the receiver asked for the CQ's next event */
 };
 
 /*
@@ -199,12 +211,24 @@ static int wait_cm(struct nh_rdma *t, enum rdma_cm_event_type want, unsigned tim
 	return rc;
 }
 
-static int post_recv(struct nh_rdma *t, unsigned i)
+/*
+ * Posts the sends the receiver chained in its pass, with one doorbell.  A
+ * failed post ends the queue: the commands in the chain keep their slots,
+ * and tearing the queue down hands them back as it does those in flight.
+ */
+static int flush_sends(struct nh_queue *q)
 {
-	struct ibv_sge sge = { (uintptr_t)&t->rsps[i], sizeof(t->rsps[i]), t->rsp_mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = WR_RECV | i, .sg_list = &sge, .num_sge = 1 }, *bad;
+	struct nh_rdma *t = q->rdma;
+	struct ibv_send_wr *head = t->chain, *bad;
 
-	return ibv_post_recv(t->id->qp, &wr, &bad) ? -EIO : 0;
+	if (!head)
+		return 0;
+	t->chain = NULL;
+	t->chain_tail = &t->chain;
+	if (!ibv_post_send(t->id->qp, head, &bad))
+		return 0;
+	GDX_WARN(SUB, "queue %u: send: %s", q->qid, strerror(errno));
+	return GDX_EDISCONNECTED;
 }
 
 static void cached_release(struct gdx_reg *g, void *arg)
@@ -272,6 +296,10 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 	free(t->rsps);
 	free(t->cmds);
 	free(t->data);
+	free(t->wrs);
+	free(t->sges);
+	free(t->rwrs);
+	free(t->rsges);
 	free(t->inl);
 	free(t);
 }
@@ -332,8 +360,14 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 	t->rsps = calloc(t->nrecv, sizeof(*t->rsps));
 	t->cmds = calloc(q->depth, sizeof(*t->cmds));
 	t->data = calloc(q->depth, sizeof(*t->data));
+	t->wrs = calloc(q->depth, sizeof(*t->wrs));
+	t->sges = calloc(2 * (size_t)q->depth, sizeof(*t->sges));
+	t->rwrs = calloc(t->nrecv, sizeof(*t->rwrs));
+	t->rsges = calloc(t->nrecv, sizeof(*t->rsges));
+	t->chain_tail = &t->chain;
 	t->killfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (!t->cq || !t->rsps || !t->cmds || !t->data || t->killfd < 0) {
+	if (!t->cq || !t->rsps || !t->cmds || !t->data || !t->wrs || !t->sges || !t->rwrs ||
+	    !t->rsges || t->killfd < 0) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -384,13 +418,19 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 		goto fail;
 	}
 	for (unsigned i = 0; i < t->nrecv; i++) {
-		rc = post_recv(t, i);
-		if (rc)
-			goto fail;
+		t->rsges[i] = (struct ibv_sge){ (uintptr_t)&t->rsps[i], sizeof(t->rsps[i]),
+						t->rsp_mr->lkey };
+		t->rwrs[i] = (struct ibv_recv_wr){ .wr_id = WR_RECV | i, .sg_list = &t->rsges[i],
+						   .num_sge = 1,
+						   .next = i + 1 < t->nrecv ? &t->rwrs[i + 1] : NULL };
 	}
-	if (ibv_req_notify_cq(t->cq, 0)) {
-		rc = -EIO;
-		goto fail;
+	{
+		struct ibv_recv_wr *bad;
+
+		if (ibv_post_recv(t->id->qp, t->rwrs, &bad)) {
+			rc = -EIO;
+			goto fail;
+		}
 	}
 	/* the queue's Connect says sqsize = depth (0's based): the same entries here */
 	gdx_rdma_cm_req_init(&req, q->qid, (uint16_t)(q->depth + 1), 0);
@@ -757,17 +797,18 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 {
 	struct nh_rdma *t = q->rdma;
 	struct gdx_nvme_sqe *c = &t->cmds[idx];
-	struct ibv_sge sge[2] = { { (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey } };
-	struct ibv_send_wr wr = { .wr_id = idx, .sg_list = sge, .num_sge = 1,
-				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_sge *sge = &t->sges[2 * idx];
+	struct ibv_send_wr *wr = &t->wrs[idx], *bad;
 	struct data_reg *d = &t->data[idx];
 	struct ibv_mr *mr = NULL;
-	size_t len;
 	bool inl;
-	int rc, cnt;
+	int rc;
 
 	*c = *sqe;
 	c->flags = GDX_NVME_FLAGS_PSDT_SGL;
+	sge[0] = (struct ibv_sge){ (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey };
+	*wr = (struct ibv_send_wr){ .wr_id = idx, .sg_list = sge, .num_sge = 1,
+				    .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
 	inl = t->inl && r->write && c->opc != GDX_NVME_OPC_FABRICS &&
 	      r->len <= GDX_MIN(q->inline_max, INLINE_MAX);
 	if (!r->len) {
@@ -792,7 +833,7 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 		d->b = b;
 		if (inl) {
 			sge[1] = (struct ibv_sge){ (uintptr_t)sp.p, (uint32_t)r->len, b->mr->lkey };
-			wr.num_sge = 2;
+			wr->num_sge = 2;
 			gdx_rdma_sgl_inline(&c->dptr, (uint32_t)r->len);
 		} else {
 			gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)sp.p, (uint32_t)r->len, b->mr->rkey,
@@ -811,7 +852,7 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 			memcpy(page, r->buf, r->len);
 			sge[1] = (struct ibv_sge){ (uintptr_t)page, (uint32_t)r->len, t->inl_mr->lkey };
 		}
-		wr.num_sge = 2;
+		wr->num_sge = 2;
 		gdx_rdma_sgl_inline(&c->dptr, (uint32_t)r->len);
 	} else {
 		rc = data_get(q, r, d, &mr);
@@ -819,14 +860,17 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 			return rc;
 		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
 	}
-	/* read before the post: once posted, r may complete and be gone */
-	cnt = r->write ? NH_CNT_OUT : NH_CNT_IN;
-	len = r->len;
-	if (ibv_post_send(t->id->qp, &wr, &bad)) {
+	gdx_counter_add(&q->cnt[r->write ? NH_CNT_OUT : NH_CNT_IN], r->len);
+	/* the receiver's own, from its completion callbacks: posted together after its pass */
+	if (nh_queue_rx_self() == q) {
+		*t->chain_tail = wr;
+		t->chain_tail = &wr->next;
+		return 0;
+	}
+	if (ibv_post_send(t->id->qp, wr, &bad)) {
 		data_put(t, d);
 		return -EIO;
 	}
-	gdx_counter_add(&q->cnt[cnt], len);
 	return 0;
 }
 
@@ -947,53 +991,79 @@ void nh_rdma_reap(struct nh_queue *q)
 	bounce_finish(q);
 }
 
-/* One work completion; 0 to go on, or why the queue ends. */
-static int handle_wc(struct nh_queue *q, const struct ibv_wc *wc)
+/*
+ * One work completion, a response's copied out to cqe; 0 to go on, or why
+ * the queue ends.
+ */
+static int handle_wc(struct nh_queue *q, const struct ibv_wc *wc, const struct gdx_nvme_cqe *cqe)
 {
 	struct nh_rdma *t = q->rdma;
+	struct nh_slot *s;
 
 	if (wc->status != IBV_WC_SUCCESS) {
 		if (wc->status != IBV_WC_WR_FLUSH_ERR)
 			GDX_WARN(SUB, "queue %u: %s", q->qid, ibv_wc_status_str(wc->status));
 		return GDX_EDISCONNECTED;
 	}
-	if (wc->wr_id & WR_RECV) {
-		unsigned i = (unsigned)(wc->wr_id & 0xffffffffu);
-		struct gdx_nvme_cqe cqe = t->rsps[i];
-		struct nh_slot *s;
-
-		if (wc->byte_len < sizeof(cqe)) {
-			GDX_ERR(SUB, "queue %u: a response of %u bytes", q->qid, wc->byte_len);
-			return GDX_EPROTO;
-		}
-		/* the receive goes back before the command completes: the next may follow */
-		if (post_recv(t, i))
-			return GDX_EDISCONNECTED;
-		s = nh_queue_find_slot(q, cqe.cid);
-		if (!s) {
-			GDX_ERR(SUB, "queue %u: response for unknown command id %#x", q->qid, cqe.cid);
-			return GDX_EPROTO;
-		}
-		if (t->data[s - q->slots].b)
-			return bounce_answer(q, (unsigned)(s - q->slots),
-					     (uint16_t)(cqe.status >> 1), cqe.result);
-		nh_queue_complete_cqe(q, s, (uint16_t)(cqe.status >> 1), cqe.result);
+	if (!(wc->wr_id & WR_RECV))
+		return 0;
+	if (wc->byte_len < sizeof(*cqe)) {
+		GDX_ERR(SUB, "queue %u: a response of %u bytes", q->qid, wc->byte_len);
+		return GDX_EPROTO;
 	}
+	s = nh_queue_find_slot(q, cqe->cid);
+	if (!s) {
+		GDX_ERR(SUB, "queue %u: response for unknown command id %#x", q->qid, cqe->cid);
+		return GDX_EPROTO;
+	}
+	if (t->data[s - q->slots].b)
+		return bounce_answer(q, (unsigned)(s - q->slots), (uint16_t)(cqe->status >> 1),
+				     cqe->result);
+	nh_queue_complete_cqe(q, s, (uint16_t)(cqe->status >> 1), cqe->result);
 	return 0;
 }
 
-static int poll_cq(struct nh_queue *q)
+/*
+ * Handles what the CQ holds, 16 completions at a time, and posts the sends
+ * their callbacks made after each 16; *found: how many there were.
+ */
+static int poll_cq(struct nh_queue *q, unsigned *found)
 {
+	struct nh_rdma *t = q->rdma;
 	struct ibv_wc wc[16];
+	struct gdx_nvme_cqe cqe[16];
 	int n, rc = 0;
 
+	*found = 0;
 	do {
-		n = ibv_poll_cq(q->rdma->cq, (int)GDX_ARRAY_SIZE(wc), wc);
+		struct ibv_recv_wr *head = NULL, **tail = &head, *bad;
+
+		n = ibv_poll_cq(t->cq, (int)GDX_ARRAY_SIZE(wc), wc);
 		if (n < 0)
 			return GDX_EDISCONNECTED;
+		*found += (unsigned)n;
+		/*
+		 * The responses are copied out and their buffers posted again, in
+		 * one chain, before any command completes: there is a receive for
+		 * every command its callback sends.
+		 */
+		for (int i = 0; i < n; i++) {
+			unsigned k = (unsigned)(wc[i].wr_id & 0xffffffffu);
+
+			if (wc[i].status != IBV_WC_SUCCESS || !(wc[i].wr_id & WR_RECV))
+				continue;
+			cqe[i] = t->rsps[k];
+			*tail = &t->rwrs[k];
+			tail = &t->rwrs[k].next;
+		}
+		*tail = NULL;
+		if (head && ibv_post_recv(t->id->qp, head, &bad))
+			return GDX_EDISCONNECTED;
 		for (int i = 0; i < n && !rc; i++)
-			rc = handle_wc(q, &wc[i]);
+			rc = handle_wc(q, &wc[i], &cqe[i]);
 		bounce_finish(q);
+		if (!rc)
+			rc = flush_sends(q);
 	} while (!rc && n == (int)GDX_ARRAY_SIZE(wc));
 	return rc;
 }
@@ -1020,9 +1090,41 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 
 	for (;;) {
 		struct ibv_cq *cq;
+		unsigned found;
 		void *ctx;
 		int rc;
 
+		if (atomic_load(&t->dead))
+			return GDX_EDISCONNECTED;
+		rc = poll_cq(q, &found);
+		if (rc)
+			return rc;
+		/*
+		 * Completions came: the CQ is looked at again before the receiver
+		 * asks for its next event (a system call on rxe) and sleeps.  Once
+		 * asked, it is looked at once more, for a completion that came
+		 * before the asking and raised no event.
+		 */
+		if (found) {
+			/* and the bounced reads whose copies landed meanwhile complete */
+			if (t->rd.st && gdx_stage_busy(t->rd.st)) {
+				pthread_mutex_lock(&t->rd.lock);
+				rc = gdx_stage_progress(t->rd.st);
+				pthread_mutex_unlock(&t->rd.lock);
+				bounce_finish(q);
+				if (!rc)
+					rc = flush_sends(q);
+				if (rc)
+					return rc;
+			}
+			continue;
+		}
+		if (!t->armed) {
+			if (ibv_req_notify_cq(t->cq, 0))
+				return GDX_EDISCONNECTED;
+			t->armed = true;
+			continue;
+		}
 		/*
 		 * Bounced reads wait for their copies: the lane polls them and the
 		 * queue's descriptors in turn, and the receiver blocks only once
@@ -1033,6 +1135,8 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 			rc = gdx_stage_wait_idle(t->rd.st, rx_ready, p, q->ctrl->p.copy_poll_ns);
 			pthread_mutex_unlock(&t->rd.lock);
 			bounce_finish(q);
+			if (rc >= 0)
+				rc = flush_sends(q);
 			if (rc < 0)
 				return rc;
 		}
@@ -1057,16 +1161,11 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 				}
 			}
 		}
-		while (!ibv_get_cq_event(t->cc, &cq, &ctx))
+		/* the CQ raises one event per asking */
+		if ((p[0].revents & POLLIN) && !ibv_get_cq_event(t->cc, &cq, &ctx)) {
 			ibv_ack_cq_events(cq, 1);
-		rc = poll_cq(q);
-		/* re-armed, then polled again: a completion between the two is not lost */
-		if (!rc && ibv_req_notify_cq(t->cq, 0))
-			rc = GDX_EDISCONNECTED;
-		if (!rc)
-			rc = poll_cq(q);
-		if (rc)
-			return rc;
+			t->armed = false;
+		}
 	}
 }
 
