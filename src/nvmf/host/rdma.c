@@ -8,14 +8,15 @@
  * sizes.  A command goes out as a SEND of its 64-byte SQE from a registered
  * slot; its data is described by a keyed SGL over the caller's buffer, so
  * the controller moves the data itself (RDMA WRITE into a read's buffer, RDMA
- * READ from a write's) and no byte passes through this process.  Responses
- * come back as RECVs of 16-byte CQEs.
+ * READ from a write's) and, but for a page of host memory (below), no byte
+ * passes through this process.  Responses come back as RECVs of 16-byte
+ * CQEs.
  *
  * Pinned and device allocations, whose lifetime gdx knows, are registered
  * whole once and kept in the queue's registration cache (dropped when gdx
  * frees them, or when the allocation at the address is a new one); plain
  * host memory, which may be unmapped behind gdx's back, is registered for the
- * command and deregistered when it completes.  A cached registration lets
+ * command and deregistered when it completes (or copied, at most a page).  A cached registration lets
  * the controller reach the whole allocation for as long as it lives, not
  * only a command's bytes while it runs: nvmf.host.rdma_regcache=0 trades the
  * speed back for the narrower exposure.
@@ -46,6 +47,9 @@
  * and the data, so the controller needs no RDMA READ and answers a round trip
  * sooner.  Host and pinned data is copied into the slot's page of a
  * registered area; device data is gathered by the NIC from its registration.
+ * A read of at most a page of plain host memory lands in that page and is
+ * copied out with its response: cheaper than registering the caller's page
+ * for the command and deregistering it after.
  *
  * Keys are never handed to the controller to invalidate (plain keyed data
  * blocks, subtype 0): a memory region from ibv_reg_mr cannot be invalidated
@@ -84,6 +88,7 @@ enum dev_reg { DREG_AUTO, DREG_DMABUF, DREG_PEER, DREG_OFF };
 struct data_reg {
 	struct gdx_reg *ref;
 	struct ibv_mr *mr;
+	bool page;		/* a read landing in the slot's page, copied out with its response */
 	struct bounce *b;	/* the lane its bytes are reserved in, NULL: none */
 	unsigned pos;		/* ... its reservation's index in b's FIFO, mod depth */
 	bool answered;		/* ... its response came (the slot is held until done) */
@@ -154,7 +159,7 @@ struct nh_rdma {
 	struct gdx_nvme_sqe *cmds;	/* one per slot */
 	struct ibv_mr *cmd_mr;
 	struct data_reg *data;		/* the data of the command in each slot */
-	uint8_t *inl;			/* I/O queues: INLINE_MAX bytes per slot, or NULL */
+	uint8_t *inl;			/* I/O queues: a page per slot (INLINE_MAX), or NULL */
 	struct ibv_mr *inl_mr;
 	struct gdx_regcache *rc;	/* pinned and device allocations; NULL: all one-shot */
 	enum dev_reg dreg;
@@ -395,8 +400,8 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 	/* the admin queue's writes (Connect's data among them) are few: they stay keyed */
 	if (q->qid) {
 		t->inl = aligned_alloc(INLINE_MAX, (size_t)q->depth * INLINE_MAX);
-		t->inl_mr = t->inl ? ibv_reg_mr(t->pd, t->inl, (size_t)q->depth * INLINE_MAX, 0)
-				   : NULL;
+		t->inl_mr = t->inl ? ibv_reg_mr(t->pd, t->inl, (size_t)q->depth * INLINE_MAX,
+						IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) : NULL;
 		if (!t->inl_mr) {
 			rc = t->inl ? -errno : -ENOMEM;
 			goto fail;
@@ -699,12 +704,14 @@ static int reg(struct nh_queue *q, struct gdx_device *dev, const struct gdx_ptr_
 }
 
 /*
- * The registration covering r's buffer: the cache's for a pinned or device
- * allocation (registered whole on its first use, for either direction), a
- * one-shot for plain host memory or where the cache cannot hold it.
+ * The registration covering r's buffer, and the address the keyed SGL
+ * names: the cache's for a pinned or device allocation (registered whole on
+ * its first use, for either direction), a one-shot for plain host memory or
+ * where the cache cannot hold it.  A read of at most a page of plain host
+ * memory lands in the slot's page instead.
  */
 static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
-		    struct ibv_mr **mr)
+		    struct ibv_mr **mr, uint64_t *addr)
 {
 	struct nh_rdma *t = q->rdma;
 	const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -716,6 +723,18 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
 
 	if (!dev)
 		a.kind = GDX_MEM_HOST;
+	*addr = (uintptr_t)r->buf;
+	/*
+	 * Registering a page and deregistering it again costs two system
+	 * calls and a pin; copying it out of a page registered for good costs
+	 * a memcpy.  Its response copies it (handle_wc).
+	 */
+	if (a.kind == GDX_MEM_HOST && t->inl && !r->write && r->len <= INLINE_MAX) {
+		d->page = true;
+		*mr = t->inl_mr;
+		*addr = (uintptr_t)(t->inl + (size_t)(d - t->data) * INLINE_MAX);
+		return 0;
+	}
 	if (t->rc && a.kind != GDX_MEM_HOST && a.base && a.size) {
 		if (!gdx_regcache_lookup(t->rc, r->buf, r->len, &g)) {
 			c = g->payload;
@@ -843,8 +862,10 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 		uint8_t *page = t->inl + (size_t)idx * INLINE_MAX;
 
 		if (r->mem == NH_MEM_DEVICE) {
+			uint64_t addr;
+
 			/* the NIC gathers it: the CPU does not read device memory */
-			rc = data_get(q, r, d, &mr);
+			rc = data_get(q, r, d, &mr, &addr);
 			if (rc)
 				return rc;
 			sge[1] = (struct ibv_sge){ (uintptr_t)r->buf, (uint32_t)r->len, mr->lkey };
@@ -855,10 +876,12 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 		wr->num_sge = 2;
 		gdx_rdma_sgl_inline(&c->dptr, (uint32_t)r->len);
 	} else {
-		rc = data_get(q, r, d, &mr);
+		uint64_t addr;
+
+		rc = data_get(q, r, d, &mr, &addr);
 		if (rc)
 			return rc;
-		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
+		gdx_rdma_sgl_keyed(&c->dptr, addr, (uint32_t)r->len, mr->rkey, false);
 	}
 	gdx_counter_add(&q->cnt[r->write ? NH_CNT_OUT : NH_CNT_IN], r->len);
 	/* the receiver's own, from its completion callbacks: posted together after its pass */
@@ -1019,6 +1042,9 @@ static int handle_wc(struct nh_queue *q, const struct ibv_wc *wc, const struct g
 	if (t->data[s - q->slots].b)
 		return bounce_answer(q, (unsigned)(s - q->slots), (uint16_t)(cqe->status >> 1),
 				     cqe->result);
+	/* a failed read's bytes are undefined, as after a failed DMA: copied all the same */
+	if (t->data[s - q->slots].page)
+		memcpy(s->req->buf, t->inl + (size_t)(s - q->slots) * INLINE_MAX, s->req->len);
 	nh_queue_complete_cqe(q, s, (uint16_t)(cqe->status >> 1), cqe->result);
 	return 0;
 }
