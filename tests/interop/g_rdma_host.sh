@@ -83,6 +83,8 @@ for side in nvmet gdx; do
     bash -c '[ "$0" = 0 ] && grep -q "path direct" <<<"$1"' $rc "$out"
   check "$side:   the NIC reached it as peer memory (no dma-buf here)" \
     grep -q "reaches device memory through peer memory" <<<"$out"
+  check "$side:   one probe of device memory for both queues" \
+    test "$(grep -c 'probed whether' <<<"$out")" = 1
   check "$side:   host memory reads them back" "${G[@]}" read "${R[@]}" -o 5M -l 3M \
     --to /tmp/dwr.$side
   check "$side:   same bytes" cmp /tmp/pat /tmp/dwr.$side
@@ -202,8 +204,8 @@ for round in 1 2 3; do
 done
 unset GDX_NVMF_HOST_MAX_IO GDX_NVMF_HOST_IO_TIMEOUT_MS
 stops "one at a time: the target stops cleanly" $bpid /tmp/bnd.log
-# the gdx target dies in the middle of a read and comes back: the host reconnects over
-# rdma and the read completes with the same bytes.  The read goes to a reader that stops
+# the gdx target dies in the middle of a read into device memory and comes back: the
+# host reconnects over rdma and the read completes with the same bytes.  The read goes to a reader that stops
 # after its first MiB: the host's window (4 pieces of 8 MiB) then fills and its fifth
 # piece cannot be asked for until the reader goes on, so the 40 MiB read is under way
 # when the target dies, on any machine, however fast.
@@ -224,8 +226,8 @@ tpid=$!
 need "the gdx target on a 40 MiB file is ready" ready_on $tpid
 R=(-t rdma -a "$A" -s 4421 -n "$NQN_G")
 rm -f /tmp/big.fifo; mkfifo /tmp/big.fifo
-GDX_NVMF_HOST_RECONNECT_DELAY_MS=500 "${G[@]}" read "${R[@]}" -l 40M --quiet --to - \
-  >/tmp/big.fifo 2>/tmp/reread.log &
+GDX_LOG_LEVEL=info GDX_NVMF_HOST_RECONNECT_DELAY_MS=500 "${G[@]}" read "${R[@]}" -l 40M \
+  -m gpu:0 --quiet --to - >/tmp/big.fifo 2>/tmp/reread.log &
 rpid=$!
 exec 3</tmp/big.fifo
 timeout 60 dd bs=1M count=1 iflag=fullblock status=none <&3 >/tmp/big.back
@@ -243,6 +245,8 @@ wait $rpid; rc=$?
 sed 's/^/  read: /' /tmp/reread.log | tail -6
 check "the read survives the target's restart" test $rc = 0
 check "  it reconnected" grep -q reconnected /tmp/reread.log
+check "  into device memory, probed once: the reconnect kept the answer" \
+  test "$(grep -c 'probed whether' /tmp/reread.log)" = 1
 check "  same bytes" cmp /tmp/big /tmp/big.back
 # the kernel host reads what gdx wrote to nvmet's namespace
 need "kernel host connects to nvmet-rdma" nvme connect -t rdma -a "$A" -s 4420 -n $NQN_K

@@ -622,11 +622,24 @@ static int bounce_open(struct nh_queue *q, struct nh_rdma *t, struct gdx_stage_c
 static int bounce_setup(struct nh_queue *q, struct nh_rdma *t)
 {
 	struct nh_ctrl *c = q->ctrl;
+	const char *nic = ibv_get_device_name(t->id->verbs->device);
 	struct gdx_stage_ctx *ctx;
 	uint32_t max = 0;
 	char why[200];
-	bool direct = probe_direct(t, c->p.dev, why, sizeof(why));
+	bool direct, known;
 	int rc = 0;
+
+	/* the probe allocates device memory: once per controller and NIC */
+	pthread_mutex_lock(&c->stage_lock);
+	known = nic && !strcmp(c->rdma_probed, nic);
+	direct = !c->rdma_nodirect;
+	snprintf(why, sizeof(why), "%s", c->rdma_why);
+	pthread_mutex_unlock(&c->stage_lock);
+	if (!known) {
+		direct = probe_direct(t, c->p.dev, why, sizeof(why));
+		GDX_INFO(SUB, "queue %u: probed whether %s registers the memory of %s: %s", q->qid,
+			 nic ? nic : "the NIC", gdx_device_name(c->p.dev), direct ? "it does" : why);
+	}
 
 	if (!direct && !c->p.require_direct) {
 		rc = nh_ctrl_stage(c, c->p.dev, false, &ctx);
@@ -652,6 +665,7 @@ static int bounce_setup(struct nh_queue *q, struct nh_rdma *t)
 			 "device memory bounces through registered host memory: path bounce");
 	c->rdma_bounce_said |= !direct;
 	snprintf(c->rdma_why, sizeof(c->rdma_why), "%s", direct ? "" : why);
+	snprintf(c->rdma_probed, sizeof(c->rdma_probed), "%s", nic ? nic : "");
 	__atomic_store_n(&c->rdma_bounce_max, max, __ATOMIC_RELAXED);
 	__atomic_store_n(&c->rdma_nodirect, !direct, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&c->stage_lock);
