@@ -102,6 +102,7 @@ struct bounce_resv {
 	bool answered;		/* its response is in, held until those before it are */
 	uint16_t status;
 	uint64_t result;
+	int err;		/* a write never sent: its copy out of the device failed */
 };
 
 /*
@@ -118,10 +119,10 @@ struct bounce_resv {
  * return the lane stays what it is, a FIFO, with no per-piece bookkeeping.
  *
  * lock serialises the lane (submitters reserve, the receiver posts, defers,
- * releases and learns what landed) and the FIFO of reservations; effects run
- * under it only on the receiver, and only collect (bounce_ran): callbacks, which
- * may submit again, run after it is dropped.  room wakes submitters that wait
- * for ring room.
+ * releases and learns what landed) and the FIFO of reservations; a write's
+ * copy into its piece runs outside it.  Effects run under it only on the
+ * receiver, and only collect (bounce_ran): callbacks, which may submit again,
+ * run after it is dropped.  room wakes submitters that wait for ring room.
  */
 struct bounce {
 	struct gdx_stage *st;
@@ -597,7 +598,10 @@ static int bounce_open(struct nh_queue *q, struct nh_rdma *t, struct gdx_stage_c
 		o.run = bounce_ran;
 		o.owner = q;
 	} else {
-		/* the submitter copies before its command goes out, as the TCP sender does */
+		/*
+		 * A ring only: each submitter copies into its own piece before its
+		 * command goes out, outside the lane's lock (nh_rdma_send)
+		 */
 		o.mode = GDX_STAGE_SYNC;
 	}
 	rc = gdx_stage_open(ctx, &o, &b->st);
@@ -789,9 +793,80 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
 }
 
 /*
+ * Takes the answered reservations at b's head off the FIFO, in order, at
+ * most max of them: a write's room goes back and it is ready (done[*n++]);
+ * a read's copy into the device is posted with its completion deferred on
+ * it.  Caller holds b->lock.  0, or the lane's error (the queue ends).
+ */
+static int bounce_pop(struct nh_queue *q, struct bounce *b, struct bounce_done *done,
+		      unsigned *n, unsigned max)
+{
+	struct nh_rdma *t = q->rdma;
+	int rc = 0;
+
+	while (!rc && *n < max && b->n && b->fifo[b->head].answered) {
+		struct bounce_resv *e = &b->fifo[b->head];
+		struct bounce_done d = { .idx = e->idx, .status = e->status, .result = e->result,
+					 .err = e->err };
+
+		b->head = (b->head + 1) % q->depth;
+		b->n--;
+		if (b == &t->wr) {
+			gdx_stage_release(b->st, e->sp.end);
+			done[(*n)++] = d;
+			continue;
+		}
+		rc = gdx_stage_post(b->st, &e->sp, e->devp);
+		if (!rc)
+			rc = gdx_stage_defer(b->st, e->sp.end, &d);
+	}
+	return rc;
+}
+
+/*
+ * A write in slot idx whose copy out of the device failed: never sent, but
+ * its room was reserved in turn, so it is answered here with the error and
+ * completes as its room goes back, once every earlier reservation's has.
+ * With earlier ones outstanding the receiver does that when it reaches it;
+ * at the head, this thread does, with the writes answered and held behind
+ * it (their callbacks run here).
+ */
+static void bounce_fail(struct nh_queue *q, unsigned idx, int err)
+{
+	struct nh_rdma *t = q->rdma;
+	struct bounce *b = &t->wr;
+	struct bounce_resv *e = &b->fifo[t->data[idx].pos % q->depth];
+	struct bounce_done done[16];
+	unsigned n;
+	bool head;
+
+	pthread_mutex_lock(&b->lock);
+	t->data[idx].answered = true;
+	e->answered = true;
+	e->err = err;
+	head = e == &b->fifo[b->head];
+	do {
+		n = 0;
+		if (head)
+			bounce_pop(q, b, done, &n, GDX_ARRAY_SIZE(done));
+		pthread_cond_broadcast(&b->room);
+		pthread_mutex_unlock(&b->lock);
+		for (unsigned i = 0; i < n; i++) {
+			if (done[i].err)
+				nh_queue_complete(q, &q->slots[done[i].idx], done[i].err);
+			else
+				nh_queue_complete_cqe(q, &q->slots[done[i].idx], done[i].status,
+						      done[i].result);
+		}
+		if (n == GDX_ARRAY_SIZE(done))
+			pthread_mutex_lock(&b->lock);
+	} while (n == GDX_ARRAY_SIZE(done));
+}
+
+/*
  * Reserves r's bytes in lane b for slot idx, behind every earlier
- * reservation, and copies a write's out of the device into them.  Waits for
- * room where the caller may, else -ENOBUFS; -EIO once the queue is killed.
+ * reservation.  Waits for room where the caller may, else -ENOBUFS; -EIO
+ * once the queue is killed.
  */
 static int bounce_reserve(struct nh_queue *q, struct bounce *b, unsigned idx, struct nh_req *r,
 			  bool wait, struct gdx_stage_span *sp)
@@ -805,12 +880,8 @@ static int bounce_reserve(struct nh_queue *q, struct bounce *b, unsigned idx, st
 		pthread_cond_wait(&b->room, &b->lock);
 	if (rc == -EAGAIN)
 		rc = atomic_load(&t->dead) ? -EIO : -ENOBUFS;
-	if (!rc && r->write) {
-		rc = gdx_stage_post(b->st, sp, r->buf);
-		if (rc)
-			gdx_stage_unreserve(b->st, sp);
-	}
 	if (!rc) {
+		t->data[idx].b = b;
 		t->data[idx].pos = b->head + b->n++;
 		b->fifo[t->data[idx].pos % q->depth] =
 			(struct bounce_resv){ .sp = *sp, .devp = r->buf, .idx = idx };
@@ -863,7 +934,18 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 		if (rc)
 			return rc;
 		gdx_counter_add(&q->cnt[NH_CNT_BOUNCED], 1);
-		d->b = b;
+		/*
+		 * A write's bytes, out of the device into its own piece: outside
+		 * the lane's lock, so that other submitters reserve and copy
+		 * meanwhile; the room still goes back in reservation order.
+		 */
+		if (r->write) {
+			rc = gdx_memcpy(q->ctrl->p.dev, sp.p, r->buf, r->len);
+			if (rc) {
+				bounce_fail(q, idx, rc);
+				return 0;
+			}
+		}
 		if (inl) {
 			sge[1] = (struct ibv_sge){ (uintptr_t)sp.p, (uint32_t)r->len, b->mr->lkey };
 			wr->num_sge = 2;
@@ -954,36 +1036,21 @@ static int bounce_answer(struct nh_queue *q, unsigned idx, uint16_t status, uint
 	struct bounce_resv *e = &b->fifo[t->data[idx].pos % q->depth];
 	int rc = 0;
 
+	pthread_mutex_lock(&b->lock);
 	/* its slot is still taken while held or copied: a second response finds it */
 	if (t->data[idx].answered) {
+		pthread_mutex_unlock(&b->lock);
 		GDX_ERR(SUB, "queue %u: a second response for command id %#x", q->qid,
 			q->slots[idx].cid);
 		return GDX_EPROTO;
 	}
 	t->data[idx].answered = true;
-	pthread_mutex_lock(&b->lock);
 	if (e != &b->fifo[b->head])
 		gdx_counter_add(&q->cnt[NH_CNT_HELD], 1);
 	e->answered = true;
 	e->status = status;
 	e->result = result;
-	while (!rc && b->n && b->fifo[b->head].answered) {
-		struct bounce_done d = { .idx = b->fifo[b->head].idx };
-
-		e = &b->fifo[b->head];
-		d.status = e->status;
-		d.result = e->result;
-		b->head = (b->head + 1) % q->depth;
-		b->n--;
-		if (b == &t->wr) {
-			gdx_stage_release(b->st, e->sp.end);
-			t->done[t->ndone++] = d;
-			continue;
-		}
-		rc = gdx_stage_post(b->st, &e->sp, e->devp);
-		if (!rc)
-			rc = gdx_stage_defer(b->st, e->sp.end, &d);
-	}
+	rc = bounce_pop(q, b, t->done, &t->ndone, q->depth);
 	pthread_mutex_unlock(&b->lock);
 	return rc;
 }
