@@ -155,6 +155,38 @@ check "random latencies: reads 3 MiB into device memory, path bounce" \
   bash -c '[ "$0" = 0 ] && grep -q "path bounce" <<<"$1"' $rc "$out"
 check "  answers out of order were held for earlier ones ($(held "$out"))" test "$(held "$out")" -gt 0
 check "  same bytes" cmp /tmp/pat /tmp/sdr
+# Timeouts as on TCP: nvmet serves the same subsystem over TCP too, and scsi_debug now
+# holds each command 1250 jiffies (5 s at Debian's HZ 250), past a 1 s I/O timeout.  On
+# either transport the read fails as timed out, soon after the timeout: the teardown of
+# the queue it held, the reconnect and the disconnect do not wait for nvmet's answer.
+modprobe nvmet-tcp
+mkdir $C/ports/2
+echo tcp > $C/ports/2/addr_trtype; echo ipv4 > $C/ports/2/addr_adrfam
+echo $A > $C/ports/2/addr_traddr; echo 4425 > $C/ports/2/addr_trsvcid
+ln -s $C/subsystems/$NQN_K $C/ports/2/subsystems/$NQN_K
+need "scsi_debug holds each command 5 s" \
+  bash -c 'echo 1250 > /sys/bus/pseudo/drivers/scsi_debug/delay'
+# ms_of CMD...: how long CMD took, in ms ($ms), its status ($rc) and output ($out)
+ms_of() {
+  local t0=$(date +%s%N)
+  out=$("$@" 2>&1); rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+}
+for tr in rdma tcp; do
+  P=4420; [ $tr = tcp ] && P=4425
+  # the same read of namespace 1, answered at once: what connecting and going cost here
+  ms_of "${G[@]}" read -t $tr -a "$A" -s $P -n "$NQN_K" -l 4k --to /tmp/x; base=$ms
+  ms_of env GDX_NVMF_HOST_IO_TIMEOUT_MS=1000 "${G[@]}" read -t $tr -a "$A" -s $P -n "$NQN_K" \
+    -N 2 -l 4k --to /tmp/x
+  echo "$out" | grep -E "timed out|reconnect" | tail -3 | sed 's/^/  /'
+  check "$tr: a read held past the 1 s I/O timeout fails, timed out ($ms ms, $base answered)" \
+    bash -c '[ "$0" != 0 ] && grep -q "timed out after 1000 ms" <<<"$1"' $rc "$out"
+  check "$tr:   the host did not wait for the answer" test $ms -lt $((base + 3500))
+done
+# back to a jiffy once the held commands are answered (busy until then)
+for _ in $(seq 150); do
+  echo 1 2>/dev/null > /sys/bus/pseudo/drivers/scsi_debug/delay && break; sleep 0.1
+done
 # Request buffers are bounded.  The host keeps 32 commands of 256 KiB in flight on each
 # of 2 queues (16 MiB of buffers a target without limits holds); a target allowed 1 MiB
 # a queue, then one allowed 1 MiB in all, makes the rest wait and still serves every
