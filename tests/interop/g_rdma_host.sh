@@ -83,6 +83,8 @@ for side in nvmet gdx; do
     bash -c '[ "$0" = 0 ] && grep -q "path direct" <<<"$1"' $rc "$out"
   check "$side:   the NIC reached it as peer memory (no dma-buf here)" \
     grep -q "reaches device memory through peer memory" <<<"$out"
+  check "$side:   one probe of device memory for both queues" \
+    test "$(grep -c 'probed whether' <<<"$out")" = 1
   check "$side:   host memory reads them back" "${G[@]}" read "${R[@]}" -o 5M -l 3M \
     --to /tmp/dwr.$side
   check "$side:   same bytes" cmp /tmp/pat /tmp/dwr.$side
@@ -153,6 +155,38 @@ check "random latencies: reads 3 MiB into device memory, path bounce" \
   bash -c '[ "$0" = 0 ] && grep -q "path bounce" <<<"$1"' $rc "$out"
 check "  answers out of order were held for earlier ones ($(held "$out"))" test "$(held "$out")" -gt 0
 check "  same bytes" cmp /tmp/pat /tmp/sdr
+# Timeouts as on TCP: nvmet serves the same subsystem over TCP too, and scsi_debug now
+# holds each command 1250 jiffies (5 s at Debian's HZ 250), past a 1 s I/O timeout.  On
+# either transport the read fails as timed out, soon after the timeout: the teardown of
+# the queue it held, the reconnect and the disconnect do not wait for nvmet's answer.
+modprobe nvmet-tcp
+mkdir $C/ports/2
+echo tcp > $C/ports/2/addr_trtype; echo ipv4 > $C/ports/2/addr_adrfam
+echo $A > $C/ports/2/addr_traddr; echo 4425 > $C/ports/2/addr_trsvcid
+ln -s $C/subsystems/$NQN_K $C/ports/2/subsystems/$NQN_K
+need "scsi_debug holds each command 5 s" \
+  bash -c 'echo 1250 > /sys/bus/pseudo/drivers/scsi_debug/delay'
+# ms_of CMD...: how long CMD took, in ms ($ms), its status ($rc) and output ($out)
+ms_of() {
+  local t0=$(date +%s%N)
+  out=$("$@" 2>&1); rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+}
+for tr in rdma tcp; do
+  P=4420; [ $tr = tcp ] && P=4425
+  # the same read of namespace 1, answered at once: what connecting and going cost here
+  ms_of "${G[@]}" read -t $tr -a "$A" -s $P -n "$NQN_K" -l 4k --to /tmp/x; base=$ms
+  ms_of env GDX_NVMF_HOST_IO_TIMEOUT_MS=1000 "${G[@]}" read -t $tr -a "$A" -s $P -n "$NQN_K" \
+    -N 2 -l 4k --to /tmp/x
+  echo "$out" | grep -E "timed out|reconnect" | tail -3 | sed 's/^/  /'
+  check "$tr: a read held past the 1 s I/O timeout fails, timed out ($ms ms, $base answered)" \
+    bash -c '[ "$0" != 0 ] && grep -q "timed out after 1000 ms" <<<"$1"' $rc "$out"
+  check "$tr:   the host did not wait for the answer" test $ms -lt $((base + 3500))
+done
+# back to a jiffy once the held commands are answered (busy until then)
+for _ in $(seq 150); do
+  echo 1 2>/dev/null > /sys/bus/pseudo/drivers/scsi_debug/delay && break; sleep 0.1
+done
 # Request buffers are bounded.  The host keeps 32 commands of 256 KiB in flight on each
 # of 2 queues (16 MiB of buffers a target without limits holds); a target allowed 1 MiB
 # a queue, then one allowed 1 MiB in all, makes the rest wait and still serves every
@@ -202,8 +236,8 @@ for round in 1 2 3; do
 done
 unset GDX_NVMF_HOST_MAX_IO GDX_NVMF_HOST_IO_TIMEOUT_MS
 stops "one at a time: the target stops cleanly" $bpid /tmp/bnd.log
-# the gdx target dies in the middle of a read and comes back: the host reconnects over
-# rdma and the read completes with the same bytes.  The read goes to a reader that stops
+# the gdx target dies in the middle of a read into device memory and comes back: the
+# host reconnects over rdma and the read completes with the same bytes.  The read goes to a reader that stops
 # after its first MiB: the host's window (4 pieces of 8 MiB) then fills and its fifth
 # piece cannot be asked for until the reader goes on, so the 40 MiB read is under way
 # when the target dies, on any machine, however fast.
@@ -224,8 +258,8 @@ tpid=$!
 need "the gdx target on a 40 MiB file is ready" ready_on $tpid
 R=(-t rdma -a "$A" -s 4421 -n "$NQN_G")
 rm -f /tmp/big.fifo; mkfifo /tmp/big.fifo
-GDX_NVMF_HOST_RECONNECT_DELAY_MS=500 "${G[@]}" read "${R[@]}" -l 40M --quiet --to - \
-  >/tmp/big.fifo 2>/tmp/reread.log &
+GDX_LOG_LEVEL=info GDX_NVMF_HOST_RECONNECT_DELAY_MS=500 "${G[@]}" read "${R[@]}" -l 40M \
+  -m gpu:0 --quiet --to - >/tmp/big.fifo 2>/tmp/reread.log &
 rpid=$!
 exec 3</tmp/big.fifo
 timeout 60 dd bs=1M count=1 iflag=fullblock status=none <&3 >/tmp/big.back
@@ -243,6 +277,8 @@ wait $rpid; rc=$?
 sed 's/^/  read: /' /tmp/reread.log | tail -6
 check "the read survives the target's restart" test $rc = 0
 check "  it reconnected" grep -q reconnected /tmp/reread.log
+check "  into device memory, probed once: the reconnect kept the answer" \
+  test "$(grep -c 'probed whether' /tmp/reread.log)" = 1
 check "  same bytes" cmp /tmp/big /tmp/big.back
 # the kernel host reads what gdx wrote to nvmet's namespace
 need "kernel host connects to nvmet-rdma" nvme connect -t rdma -a "$A" -s 4420 -n $NQN_K

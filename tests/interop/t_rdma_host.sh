@@ -8,9 +8,9 @@
 # registered host memory (path bounce, byte-exact, several queues; on a scsi_debug
 # namespace with random latencies answers out of order, held for the earlier ones), and
 # with require_direct the error naming why; the gdx target's request buffers bounded per
-# queue and in all (commands wait, bytes exact, RSS bounded); a read held in flight by
-# a stopped reader survives the gdx target's death and restart by reconnecting, every
-# run.  Both ends run in the guest: rxe exists only there.
+# queue and in all (commands wait, bytes exact, RSS bounded); a read into device memory
+# held in flight by a stopped reader survives the gdx target's death and restart by
+# reconnecting, every run, with device memory probed once per controller.  Both ends run in the guest: rxe exists only there.
 . "$(dirname "$0")/lib.sh"
 [ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT

@@ -247,6 +247,11 @@ struct nh_ctrl {
 	bool rdma_bounce_said;
 	uint32_t rdma_bounce_max;
 	char rdma_why[200];
+	/*
+	 * The NIC the probe ran on (empty: none yet): the queues after the
+	 * first, and those of every reconnect through that NIC, keep its answer.
+	 */
+	char rdma_probed[64];
 };
 
 /* queue.c */

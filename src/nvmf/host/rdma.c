@@ -8,14 +8,15 @@
  * sizes.  A command goes out as a SEND of its 64-byte SQE from a registered
  * slot; its data is described by a keyed SGL over the caller's buffer, so
  * the controller moves the data itself (RDMA WRITE into a read's buffer, RDMA
- * READ from a write's) and no byte passes through this process.  Responses
- * come back as RECVs of 16-byte CQEs.
+ * READ from a write's) and, but for a page of host memory (below), no byte
+ * passes through this process.  Responses come back as RECVs of 16-byte
+ * CQEs.
  *
  * Pinned and device allocations, whose lifetime gdx knows, are registered
  * whole once and kept in the queue's registration cache (dropped when gdx
  * frees them, or when the allocation at the address is a new one); plain
  * host memory, which may be unmapped behind gdx's back, is registered for the
- * command and deregistered when it completes.  A cached registration lets
+ * command and deregistered when it completes (or copied, at most a page).  A cached registration lets
  * the controller reach the whole allocation for as long as it lives, not
  * only a command's bytes while it runs: nvmf.host.rdma_regcache=0 trades the
  * speed back for the narrower exposure.
@@ -46,6 +47,9 @@
  * and the data, so the controller needs no RDMA READ and answers a round trip
  * sooner.  Host and pinned data is copied into the slot's page of a
  * registered area; device data is gathered by the NIC from its registration.
+ * A read of at most a page of plain host memory lands in that page and is
+ * copied out with its response: cheaper than registering the caller's page
+ * for the command and deregistering it after.
  *
  * Keys are never handed to the controller to invalidate (plain keyed data
  * blocks, subtype 0): a memory region from ibv_reg_mr cannot be invalidated
@@ -84,6 +88,7 @@ enum dev_reg { DREG_AUTO, DREG_DMABUF, DREG_PEER, DREG_OFF };
 struct data_reg {
 	struct gdx_reg *ref;
 	struct ibv_mr *mr;
+	bool page;		/* a read landing in the slot's page, copied out with its response */
 	struct bounce *b;	/* the lane its bytes are reserved in, NULL: none */
 	unsigned pos;		/* ... its reservation's index in b's FIFO, mod depth */
 	bool answered;		/* ... its response came (the slot is held until done) */
@@ -97,6 +102,7 @@ struct bounce_resv {
 	bool answered;		/* its response is in, held until those before it are */
 	uint16_t status;
 	uint64_t result;
+	int err;		/* a write never sent: its copy out of the device failed */
 };
 
 /*
@@ -113,10 +119,10 @@ struct bounce_resv {
  * return the lane stays what it is, a FIFO, with no per-piece bookkeeping.
  *
  * lock serialises the lane (submitters reserve, the receiver posts, defers,
- * releases and learns what landed) and the FIFO of reservations; effects run
- * under it only on the receiver, and only collect (bounce_ran): callbacks, which
- * may submit again, run after it is dropped.  room wakes submitters that wait
- * for ring room.
+ * releases and learns what landed) and the FIFO of reservations; a write's
+ * copy into its piece runs outside it.  Effects run under it only on the
+ * receiver, and only collect (bounce_ran): callbacks, which may submit again,
+ * run after it is dropped.  room wakes submitters that wait for ring room.
  */
 struct bounce {
 	struct gdx_stage *st;
@@ -154,7 +160,7 @@ struct nh_rdma {
 	struct gdx_nvme_sqe *cmds;	/* one per slot */
 	struct ibv_mr *cmd_mr;
 	struct data_reg *data;		/* the data of the command in each slot */
-	uint8_t *inl;			/* I/O queues: INLINE_MAX bytes per slot, or NULL */
+	uint8_t *inl;			/* I/O queues: a page per slot (INLINE_MAX), or NULL */
 	struct ibv_mr *inl_mr;
 	struct gdx_regcache *rc;	/* pinned and device allocations; NULL: all one-shot */
 	enum dev_reg dreg;
@@ -165,6 +171,18 @@ struct nh_rdma {
 	_Atomic bool dead;		/* killed: waits for ring room end */
 	struct bounce_done *done;	/* the receiver's: bounced commands to complete */
 	unsigned ndone;
+	/*
+	 * Each slot's send, built in place.  The commands the receiver submits
+	 * from its completion callbacks are chained and posted together at the
+	 * end of the pass (flush_sends): on rdma_rxe every ibv_post_send rings
+	 * its doorbell with a system call, a trap under a TCG guest.
+	 */
+	struct ibv_send_wr *wrs;
+	struct ibv_sge *sges;		/* 2 per slot: the SQE and in-capsule data */
+	struct ibv_send_wr *chain, **chain_tail;
+	struct ibv_recv_wr *rwrs;	/* one per receive buffer, re-posted as a chain */
+	struct ibv_sge *rsges;
+	bool armed;			/* the receiver asked for the CQ's next event */
 };
 
 /*
@@ -199,12 +217,24 @@ static int wait_cm(struct nh_rdma *t, enum rdma_cm_event_type want, unsigned tim
 	return rc;
 }
 
-static int post_recv(struct nh_rdma *t, unsigned i)
+/*
+ * Posts the sends the receiver chained in its pass, with one doorbell.  A
+ * failed post ends the queue: the commands in the chain keep their slots,
+ * and tearing the queue down hands them back as it does those in flight.
+ */
+static int flush_sends(struct nh_queue *q)
 {
-	struct ibv_sge sge = { (uintptr_t)&t->rsps[i], sizeof(t->rsps[i]), t->rsp_mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = WR_RECV | i, .sg_list = &sge, .num_sge = 1 }, *bad;
+	struct nh_rdma *t = q->rdma;
+	struct ibv_send_wr *head = t->chain, *bad;
 
-	return ibv_post_recv(t->id->qp, &wr, &bad) ? -EIO : 0;
+	if (!head)
+		return 0;
+	t->chain = NULL;
+	t->chain_tail = &t->chain;
+	if (!ibv_post_send(t->id->qp, head, &bad))
+		return 0;
+	GDX_WARN(SUB, "queue %u: send: %s", q->qid, strerror(errno));
+	return GDX_EDISCONNECTED;
 }
 
 static void cached_release(struct gdx_reg *g, void *arg)
@@ -272,6 +302,10 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 	free(t->rsps);
 	free(t->cmds);
 	free(t->data);
+	free(t->wrs);
+	free(t->sges);
+	free(t->rwrs);
+	free(t->rsges);
 	free(t->inl);
 	free(t);
 }
@@ -332,8 +366,14 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 	t->rsps = calloc(t->nrecv, sizeof(*t->rsps));
 	t->cmds = calloc(q->depth, sizeof(*t->cmds));
 	t->data = calloc(q->depth, sizeof(*t->data));
+	t->wrs = calloc(q->depth, sizeof(*t->wrs));
+	t->sges = calloc(2 * (size_t)q->depth, sizeof(*t->sges));
+	t->rwrs = calloc(t->nrecv, sizeof(*t->rwrs));
+	t->rsges = calloc(t->nrecv, sizeof(*t->rsges));
+	t->chain_tail = &t->chain;
 	t->killfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (!t->cq || !t->rsps || !t->cmds || !t->data || t->killfd < 0) {
+	if (!t->cq || !t->rsps || !t->cmds || !t->data || !t->wrs || !t->sges || !t->rwrs ||
+	    !t->rsges || t->killfd < 0) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -361,8 +401,8 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 	/* the admin queue's writes (Connect's data among them) are few: they stay keyed */
 	if (q->qid) {
 		t->inl = aligned_alloc(INLINE_MAX, (size_t)q->depth * INLINE_MAX);
-		t->inl_mr = t->inl ? ibv_reg_mr(t->pd, t->inl, (size_t)q->depth * INLINE_MAX, 0)
-				   : NULL;
+		t->inl_mr = t->inl ? ibv_reg_mr(t->pd, t->inl, (size_t)q->depth * INLINE_MAX,
+						IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) : NULL;
 		if (!t->inl_mr) {
 			rc = t->inl ? -errno : -ENOMEM;
 			goto fail;
@@ -384,13 +424,19 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 		goto fail;
 	}
 	for (unsigned i = 0; i < t->nrecv; i++) {
-		rc = post_recv(t, i);
-		if (rc)
-			goto fail;
+		t->rsges[i] = (struct ibv_sge){ (uintptr_t)&t->rsps[i], sizeof(t->rsps[i]),
+						t->rsp_mr->lkey };
+		t->rwrs[i] = (struct ibv_recv_wr){ .wr_id = WR_RECV | i, .sg_list = &t->rsges[i],
+						   .num_sge = 1,
+						   .next = i + 1 < t->nrecv ? &t->rwrs[i + 1] : NULL };
 	}
-	if (ibv_req_notify_cq(t->cq, 0)) {
-		rc = -EIO;
-		goto fail;
+	{
+		struct ibv_recv_wr *bad;
+
+		if (ibv_post_recv(t->id->qp, t->rwrs, &bad)) {
+			rc = -EIO;
+			goto fail;
+		}
 	}
 	/* the queue's Connect says sqsize = depth (0's based): the same entries here */
 	gdx_rdma_cm_req_init(&req, q->qid, (uint16_t)(q->depth + 1), 0);
@@ -552,7 +598,10 @@ static int bounce_open(struct nh_queue *q, struct nh_rdma *t, struct gdx_stage_c
 		o.run = bounce_ran;
 		o.owner = q;
 	} else {
-		/* the submitter copies before its command goes out, as the TCP sender does */
+		/*
+		 * A ring only: each submitter copies into its own piece before its
+		 * command goes out, outside the lane's lock (nh_rdma_send)
+		 */
 		o.mode = GDX_STAGE_SYNC;
 	}
 	rc = gdx_stage_open(ctx, &o, &b->st);
@@ -577,11 +626,24 @@ static int bounce_open(struct nh_queue *q, struct nh_rdma *t, struct gdx_stage_c
 static int bounce_setup(struct nh_queue *q, struct nh_rdma *t)
 {
 	struct nh_ctrl *c = q->ctrl;
+	const char *nic = ibv_get_device_name(t->id->verbs->device);
 	struct gdx_stage_ctx *ctx;
 	uint32_t max = 0;
 	char why[200];
-	bool direct = probe_direct(t, c->p.dev, why, sizeof(why));
+	bool direct, known;
 	int rc = 0;
+
+	/* the probe allocates device memory: once per controller and NIC */
+	pthread_mutex_lock(&c->stage_lock);
+	known = nic && !strcmp(c->rdma_probed, nic);
+	direct = !c->rdma_nodirect;
+	snprintf(why, sizeof(why), "%s", c->rdma_why);
+	pthread_mutex_unlock(&c->stage_lock);
+	if (!known) {
+		direct = probe_direct(t, c->p.dev, why, sizeof(why));
+		GDX_INFO(SUB, "queue %u: probed whether %s registers the memory of %s: %s", q->qid,
+			 nic ? nic : "the NIC", gdx_device_name(c->p.dev), direct ? "it does" : why);
+	}
 
 	if (!direct && !c->p.require_direct) {
 		rc = nh_ctrl_stage(c, c->p.dev, false, &ctx);
@@ -607,6 +669,7 @@ static int bounce_setup(struct nh_queue *q, struct nh_rdma *t)
 			 "device memory bounces through registered host memory: path bounce");
 	c->rdma_bounce_said |= !direct;
 	snprintf(c->rdma_why, sizeof(c->rdma_why), "%s", direct ? "" : why);
+	snprintf(c->rdma_probed, sizeof(c->rdma_probed), "%s", nic ? nic : "");
 	__atomic_store_n(&c->rdma_bounce_max, max, __ATOMIC_RELAXED);
 	__atomic_store_n(&c->rdma_nodirect, !direct, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&c->stage_lock);
@@ -659,12 +722,14 @@ static int reg(struct nh_queue *q, struct gdx_device *dev, const struct gdx_ptr_
 }
 
 /*
- * The registration covering r's buffer: the cache's for a pinned or device
- * allocation (registered whole on its first use, for either direction), a
- * one-shot for plain host memory or where the cache cannot hold it.
+ * The registration covering r's buffer, and the address the keyed SGL
+ * names: the cache's for a pinned or device allocation (registered whole on
+ * its first use, for either direction), a one-shot for plain host memory or
+ * where the cache cannot hold it.  A read of at most a page of plain host
+ * memory lands in the slot's page instead.
  */
 static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
-		    struct ibv_mr **mr)
+		    struct ibv_mr **mr, uint64_t *addr)
 {
 	struct nh_rdma *t = q->rdma;
 	const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -676,6 +741,18 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
 
 	if (!dev)
 		a.kind = GDX_MEM_HOST;
+	*addr = (uintptr_t)r->buf;
+	/*
+	 * Registering a page and deregistering it again costs two system
+	 * calls and a pin; copying it out of a page registered for good costs
+	 * a memcpy.  Its response copies it (handle_wc).
+	 */
+	if (a.kind == GDX_MEM_HOST && t->inl && !r->write && r->len <= INLINE_MAX) {
+		d->page = true;
+		*mr = t->inl_mr;
+		*addr = (uintptr_t)(t->inl + (size_t)(d - t->data) * INLINE_MAX);
+		return 0;
+	}
 	if (t->rc && a.kind != GDX_MEM_HOST && a.base && a.size) {
 		if (!gdx_regcache_lookup(t->rc, r->buf, r->len, &g)) {
 			c = g->payload;
@@ -716,9 +793,80 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
 }
 
 /*
+ * Takes the answered reservations at b's head off the FIFO, in order, at
+ * most max of them: a write's room goes back and it is ready (done[*n++]);
+ * a read's copy into the device is posted with its completion deferred on
+ * it.  Caller holds b->lock.  0, or the lane's error (the queue ends).
+ */
+static int bounce_pop(struct nh_queue *q, struct bounce *b, struct bounce_done *done,
+		      unsigned *n, unsigned max)
+{
+	struct nh_rdma *t = q->rdma;
+	int rc = 0;
+
+	while (!rc && *n < max && b->n && b->fifo[b->head].answered) {
+		struct bounce_resv *e = &b->fifo[b->head];
+		struct bounce_done d = { .idx = e->idx, .status = e->status, .result = e->result,
+					 .err = e->err };
+
+		b->head = (b->head + 1) % q->depth;
+		b->n--;
+		if (b == &t->wr) {
+			gdx_stage_release(b->st, e->sp.end);
+			done[(*n)++] = d;
+			continue;
+		}
+		rc = gdx_stage_post(b->st, &e->sp, e->devp);
+		if (!rc)
+			rc = gdx_stage_defer(b->st, e->sp.end, &d);
+	}
+	return rc;
+}
+
+/*
+ * A write in slot idx whose copy out of the device failed: never sent, but
+ * its room was reserved in turn, so it is answered here with the error and
+ * completes as its room goes back, once every earlier reservation's has.
+ * With earlier ones outstanding the receiver does that when it reaches it;
+ * at the head, this thread does, with the writes answered and held behind
+ * it (their callbacks run here).
+ */
+static void bounce_fail(struct nh_queue *q, unsigned idx, int err)
+{
+	struct nh_rdma *t = q->rdma;
+	struct bounce *b = &t->wr;
+	struct bounce_resv *e = &b->fifo[t->data[idx].pos % q->depth];
+	struct bounce_done done[16];
+	unsigned n;
+	bool head;
+
+	pthread_mutex_lock(&b->lock);
+	t->data[idx].answered = true;
+	e->answered = true;
+	e->err = err;
+	head = e == &b->fifo[b->head];
+	do {
+		n = 0;
+		if (head)
+			bounce_pop(q, b, done, &n, GDX_ARRAY_SIZE(done));
+		pthread_cond_broadcast(&b->room);
+		pthread_mutex_unlock(&b->lock);
+		for (unsigned i = 0; i < n; i++) {
+			if (done[i].err)
+				nh_queue_complete(q, &q->slots[done[i].idx], done[i].err);
+			else
+				nh_queue_complete_cqe(q, &q->slots[done[i].idx], done[i].status,
+						      done[i].result);
+		}
+		if (n == GDX_ARRAY_SIZE(done))
+			pthread_mutex_lock(&b->lock);
+	} while (n == GDX_ARRAY_SIZE(done));
+}
+
+/*
  * Reserves r's bytes in lane b for slot idx, behind every earlier
- * reservation, and copies a write's out of the device into them.  Waits for
- * room where the caller may, else -ENOBUFS; -EIO once the queue is killed.
+ * reservation.  Waits for room where the caller may, else -ENOBUFS; -EIO
+ * once the queue is killed.
  */
 static int bounce_reserve(struct nh_queue *q, struct bounce *b, unsigned idx, struct nh_req *r,
 			  bool wait, struct gdx_stage_span *sp)
@@ -732,12 +880,8 @@ static int bounce_reserve(struct nh_queue *q, struct bounce *b, unsigned idx, st
 		pthread_cond_wait(&b->room, &b->lock);
 	if (rc == -EAGAIN)
 		rc = atomic_load(&t->dead) ? -EIO : -ENOBUFS;
-	if (!rc && r->write) {
-		rc = gdx_stage_post(b->st, sp, r->buf);
-		if (rc)
-			gdx_stage_unreserve(b->st, sp);
-	}
 	if (!rc) {
+		t->data[idx].b = b;
 		t->data[idx].pos = b->head + b->n++;
 		b->fifo[t->data[idx].pos % q->depth] =
 			(struct bounce_resv){ .sp = *sp, .devp = r->buf, .idx = idx };
@@ -757,17 +901,18 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 {
 	struct nh_rdma *t = q->rdma;
 	struct gdx_nvme_sqe *c = &t->cmds[idx];
-	struct ibv_sge sge[2] = { { (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey } };
-	struct ibv_send_wr wr = { .wr_id = idx, .sg_list = sge, .num_sge = 1,
-				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_sge *sge = &t->sges[2 * idx];
+	struct ibv_send_wr *wr = &t->wrs[idx], *bad;
 	struct data_reg *d = &t->data[idx];
 	struct ibv_mr *mr = NULL;
-	size_t len;
 	bool inl;
-	int rc, cnt;
+	int rc;
 
 	*c = *sqe;
 	c->flags = GDX_NVME_FLAGS_PSDT_SGL;
+	sge[0] = (struct ibv_sge){ (uintptr_t)c, sizeof(*c), t->cmd_mr->lkey };
+	*wr = (struct ibv_send_wr){ .wr_id = idx, .sg_list = sge, .num_sge = 1,
+				    .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
 	inl = t->inl && r->write && c->opc != GDX_NVME_OPC_FABRICS &&
 	      r->len <= GDX_MIN(q->inline_max, INLINE_MAX);
 	if (!r->len) {
@@ -789,10 +934,21 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 		if (rc)
 			return rc;
 		gdx_counter_add(&q->cnt[NH_CNT_BOUNCED], 1);
-		d->b = b;
+		/*
+		 * A write's bytes, out of the device into its own piece: outside
+		 * the lane's lock, so that other submitters reserve and copy
+		 * meanwhile; the room still goes back in reservation order.
+		 */
+		if (r->write) {
+			rc = gdx_memcpy(q->ctrl->p.dev, sp.p, r->buf, r->len);
+			if (rc) {
+				bounce_fail(q, idx, rc);
+				return 0;
+			}
+		}
 		if (inl) {
 			sge[1] = (struct ibv_sge){ (uintptr_t)sp.p, (uint32_t)r->len, b->mr->lkey };
-			wr.num_sge = 2;
+			wr->num_sge = 2;
 			gdx_rdma_sgl_inline(&c->dptr, (uint32_t)r->len);
 		} else {
 			gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)sp.p, (uint32_t)r->len, b->mr->rkey,
@@ -802,8 +958,10 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 		uint8_t *page = t->inl + (size_t)idx * INLINE_MAX;
 
 		if (r->mem == NH_MEM_DEVICE) {
+			uint64_t addr;
+
 			/* the NIC gathers it: the CPU does not read device memory */
-			rc = data_get(q, r, d, &mr);
+			rc = data_get(q, r, d, &mr, &addr);
 			if (rc)
 				return rc;
 			sge[1] = (struct ibv_sge){ (uintptr_t)r->buf, (uint32_t)r->len, mr->lkey };
@@ -811,22 +969,27 @@ int nh_rdma_send(struct nh_queue *q, unsigned idx, const struct gdx_nvme_sqe *sq
 			memcpy(page, r->buf, r->len);
 			sge[1] = (struct ibv_sge){ (uintptr_t)page, (uint32_t)r->len, t->inl_mr->lkey };
 		}
-		wr.num_sge = 2;
+		wr->num_sge = 2;
 		gdx_rdma_sgl_inline(&c->dptr, (uint32_t)r->len);
 	} else {
-		rc = data_get(q, r, d, &mr);
+		uint64_t addr;
+
+		rc = data_get(q, r, d, &mr, &addr);
 		if (rc)
 			return rc;
-		gdx_rdma_sgl_keyed(&c->dptr, (uintptr_t)r->buf, (uint32_t)r->len, mr->rkey, false);
+		gdx_rdma_sgl_keyed(&c->dptr, addr, (uint32_t)r->len, mr->rkey, false);
 	}
-	/* read before the post: once posted, r may complete and be gone */
-	cnt = r->write ? NH_CNT_OUT : NH_CNT_IN;
-	len = r->len;
-	if (ibv_post_send(t->id->qp, &wr, &bad)) {
+	gdx_counter_add(&q->cnt[r->write ? NH_CNT_OUT : NH_CNT_IN], r->len);
+	/* the receiver's own, from its completion callbacks: posted together after its pass */
+	if (nh_queue_rx_self() == q) {
+		*t->chain_tail = wr;
+		t->chain_tail = &wr->next;
+		return 0;
+	}
+	if (ibv_post_send(t->id->qp, wr, &bad)) {
 		data_put(t, d);
 		return -EIO;
 	}
-	gdx_counter_add(&q->cnt[cnt], len);
 	return 0;
 }
 
@@ -873,36 +1036,21 @@ static int bounce_answer(struct nh_queue *q, unsigned idx, uint16_t status, uint
 	struct bounce_resv *e = &b->fifo[t->data[idx].pos % q->depth];
 	int rc = 0;
 
+	pthread_mutex_lock(&b->lock);
 	/* its slot is still taken while held or copied: a second response finds it */
 	if (t->data[idx].answered) {
+		pthread_mutex_unlock(&b->lock);
 		GDX_ERR(SUB, "queue %u: a second response for command id %#x", q->qid,
 			q->slots[idx].cid);
 		return GDX_EPROTO;
 	}
 	t->data[idx].answered = true;
-	pthread_mutex_lock(&b->lock);
 	if (e != &b->fifo[b->head])
 		gdx_counter_add(&q->cnt[NH_CNT_HELD], 1);
 	e->answered = true;
 	e->status = status;
 	e->result = result;
-	while (!rc && b->n && b->fifo[b->head].answered) {
-		struct bounce_done d = { .idx = b->fifo[b->head].idx };
-
-		e = &b->fifo[b->head];
-		d.status = e->status;
-		d.result = e->result;
-		b->head = (b->head + 1) % q->depth;
-		b->n--;
-		if (b == &t->wr) {
-			gdx_stage_release(b->st, e->sp.end);
-			t->done[t->ndone++] = d;
-			continue;
-		}
-		rc = gdx_stage_post(b->st, &e->sp, e->devp);
-		if (!rc)
-			rc = gdx_stage_defer(b->st, e->sp.end, &d);
-	}
+	rc = bounce_pop(q, b, t->done, &t->ndone, q->depth);
 	pthread_mutex_unlock(&b->lock);
 	return rc;
 }
@@ -947,53 +1095,82 @@ void nh_rdma_reap(struct nh_queue *q)
 	bounce_finish(q);
 }
 
-/* One work completion; 0 to go on, or why the queue ends. */
-static int handle_wc(struct nh_queue *q, const struct ibv_wc *wc)
+/*
+ * One work completion, a response's copied out to cqe; 0 to go on, or why
+ * the queue ends.
+ */
+static int handle_wc(struct nh_queue *q, const struct ibv_wc *wc, const struct gdx_nvme_cqe *cqe)
 {
 	struct nh_rdma *t = q->rdma;
+	struct nh_slot *s;
 
 	if (wc->status != IBV_WC_SUCCESS) {
 		if (wc->status != IBV_WC_WR_FLUSH_ERR)
 			GDX_WARN(SUB, "queue %u: %s", q->qid, ibv_wc_status_str(wc->status));
 		return GDX_EDISCONNECTED;
 	}
-	if (wc->wr_id & WR_RECV) {
-		unsigned i = (unsigned)(wc->wr_id & 0xffffffffu);
-		struct gdx_nvme_cqe cqe = t->rsps[i];
-		struct nh_slot *s;
-
-		if (wc->byte_len < sizeof(cqe)) {
-			GDX_ERR(SUB, "queue %u: a response of %u bytes", q->qid, wc->byte_len);
-			return GDX_EPROTO;
-		}
-		/* the receive goes back before the command completes: the next may follow */
-		if (post_recv(t, i))
-			return GDX_EDISCONNECTED;
-		s = nh_queue_find_slot(q, cqe.cid);
-		if (!s) {
-			GDX_ERR(SUB, "queue %u: response for unknown command id %#x", q->qid, cqe.cid);
-			return GDX_EPROTO;
-		}
-		if (t->data[s - q->slots].b)
-			return bounce_answer(q, (unsigned)(s - q->slots),
-					     (uint16_t)(cqe.status >> 1), cqe.result);
-		nh_queue_complete_cqe(q, s, (uint16_t)(cqe.status >> 1), cqe.result);
+	if (!(wc->wr_id & WR_RECV))
+		return 0;
+	if (wc->byte_len < sizeof(*cqe)) {
+		GDX_ERR(SUB, "queue %u: a response of %u bytes", q->qid, wc->byte_len);
+		return GDX_EPROTO;
 	}
+	s = nh_queue_find_slot(q, cqe->cid);
+	if (!s) {
+		GDX_ERR(SUB, "queue %u: response for unknown command id %#x", q->qid, cqe->cid);
+		return GDX_EPROTO;
+	}
+	if (t->data[s - q->slots].b)
+		return bounce_answer(q, (unsigned)(s - q->slots), (uint16_t)(cqe->status >> 1),
+				     cqe->result);
+	/* a failed read's bytes are undefined, as after a failed DMA: copied all the same */
+	if (t->data[s - q->slots].page)
+		memcpy(s->req->buf, t->inl + (size_t)(s - q->slots) * INLINE_MAX, s->req->len);
+	nh_queue_complete_cqe(q, s, (uint16_t)(cqe->status >> 1), cqe->result);
 	return 0;
 }
 
-static int poll_cq(struct nh_queue *q)
+/*
+ * Handles what the CQ holds, 16 completions at a time, and posts the sends
+ * their callbacks made after each 16; *found: how many there were.
+ */
+static int poll_cq(struct nh_queue *q, unsigned *found)
 {
+	struct nh_rdma *t = q->rdma;
 	struct ibv_wc wc[16];
+	struct gdx_nvme_cqe cqe[16];
 	int n, rc = 0;
 
+	*found = 0;
 	do {
-		n = ibv_poll_cq(q->rdma->cq, (int)GDX_ARRAY_SIZE(wc), wc);
+		struct ibv_recv_wr *head = NULL, **tail = &head, *bad;
+
+		n = ibv_poll_cq(t->cq, (int)GDX_ARRAY_SIZE(wc), wc);
 		if (n < 0)
 			return GDX_EDISCONNECTED;
+		*found += (unsigned)n;
+		/*
+		 * The responses are copied out and their buffers posted again, in
+		 * one chain, before any command completes: there is a receive for
+		 * every command its callback sends.
+		 */
+		for (int i = 0; i < n; i++) {
+			unsigned k = (unsigned)(wc[i].wr_id & 0xffffffffu);
+
+			if (wc[i].status != IBV_WC_SUCCESS || !(wc[i].wr_id & WR_RECV))
+				continue;
+			cqe[i] = t->rsps[k];
+			*tail = &t->rwrs[k];
+			tail = &t->rwrs[k].next;
+		}
+		*tail = NULL;
+		if (head && ibv_post_recv(t->id->qp, head, &bad))
+			return GDX_EDISCONNECTED;
 		for (int i = 0; i < n && !rc; i++)
-			rc = handle_wc(q, &wc[i]);
+			rc = handle_wc(q, &wc[i], &cqe[i]);
 		bounce_finish(q);
+		if (!rc)
+			rc = flush_sends(q);
 	} while (!rc && n == (int)GDX_ARRAY_SIZE(wc));
 	return rc;
 }
@@ -1020,9 +1197,41 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 
 	for (;;) {
 		struct ibv_cq *cq;
+		unsigned found;
 		void *ctx;
 		int rc;
 
+		if (atomic_load(&t->dead))
+			return GDX_EDISCONNECTED;
+		rc = poll_cq(q, &found);
+		if (rc)
+			return rc;
+		/*
+		 * Completions came: the CQ is looked at again before the receiver
+		 * asks for its next event (a system call on rxe) and sleeps.  Once
+		 * asked, it is looked at once more, for a completion that came
+		 * before the asking and raised no event.
+		 */
+		if (found) {
+			/* and the bounced reads whose copies landed meanwhile complete */
+			if (t->rd.st && gdx_stage_busy(t->rd.st)) {
+				pthread_mutex_lock(&t->rd.lock);
+				rc = gdx_stage_progress(t->rd.st);
+				pthread_mutex_unlock(&t->rd.lock);
+				bounce_finish(q);
+				if (!rc)
+					rc = flush_sends(q);
+				if (rc)
+					return rc;
+			}
+			continue;
+		}
+		if (!t->armed) {
+			if (ibv_req_notify_cq(t->cq, 0))
+				return GDX_EDISCONNECTED;
+			t->armed = true;
+			continue;
+		}
 		/*
 		 * Bounced reads wait for their copies: the lane polls them and the
 		 * queue's descriptors in turn, and the receiver blocks only once
@@ -1033,6 +1242,8 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 			rc = gdx_stage_wait_idle(t->rd.st, rx_ready, p, q->ctrl->p.copy_poll_ns);
 			pthread_mutex_unlock(&t->rd.lock);
 			bounce_finish(q);
+			if (rc >= 0)
+				rc = flush_sends(q);
 			if (rc < 0)
 				return rc;
 		}
@@ -1057,16 +1268,11 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 				}
 			}
 		}
-		while (!ibv_get_cq_event(t->cc, &cq, &ctx))
+		/* the CQ raises one event per asking */
+		if ((p[0].revents & POLLIN) && !ibv_get_cq_event(t->cc, &cq, &ctx)) {
 			ibv_ack_cq_events(cq, 1);
-		rc = poll_cq(q);
-		/* re-armed, then polled again: a completion between the two is not lost */
-		if (!rc && ibv_req_notify_cq(t->cq, 0))
-			rc = GDX_EDISCONNECTED;
-		if (!rc)
-			rc = poll_cq(q);
-		if (rc)
-			return rc;
+			t->armed = false;
+		}
 	}
 }
 
