@@ -68,6 +68,10 @@ static struct knob knobs[] = {
 	     "for tests: copies a copy agent's workers make before they fault, as a kernel "
 	     "would on a bad address (0: never; setting it to 0 restarts the count)",
 	     .min = 0, .max = INT32_MAX),
+	KNOB("emulated.copy_fault_after", K_INT, "0",
+	     "for tests: copies enqueued on streams before the rest are refused with EIO, as "
+	     "by a device that has faulted (0: never; setting it to 0 restarts the count)",
+	     .min = 0, .max = INT32_MAX),
 	KNOB("emulated.agent_copy_us", K_INT, "0",
 	     "for tests: microseconds each copy of a copy agent's workers takes (a slow device; "
 	     "read when a worker is launched)", .min = 0, .max = 10000000),
