@@ -751,6 +751,9 @@ int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *
 
 	if (st->err)
 		return st->err;
+	/* in reservation order: a mark behind the last post's would give back room in use */
+	if (sp->end <= st->posted)
+		return -EINVAL;
 	cnt(st, C_COPIES);
 	switch (st->mode) {
 	case GDX_STAGE_AGENT:

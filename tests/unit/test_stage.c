@@ -1776,6 +1776,38 @@ static void stream_enqueue_fault_drain(void **state)
 }
 
 /*
+ * Pieces are posted in the order reserved: the later one posted first is
+ * copied, the earlier one then refused (its room was given back with the
+ * later one's mark).  An empty piece (nothing to copy) gives its room back
+ * in turn.
+ */
+static void post_in_reservation_order(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct gdx_stage_span a, b, c;
+	struct rec r = { 0 };
+	struct gdx_stage *st = lane_open(ctx, GDX_STAGE_WORD, GDX_STAGE_FAIL, 4, &r);
+
+	(void)state;
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &a), 0);
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &b), 0);
+	memcpy(b.p, src + CHUNK, CHUNK);
+	assert_int_equal(gdx_stage_post(st, &b, (char *)dbuf + CHUNK), 0);
+	assert_int_equal(gdx_stage_post(st, &a, dbuf), -EINVAL);
+	assert_int_equal(gdx_stage_wait(st, b.end), 0);
+	check_dev(CHUNK, CHUNK);
+	/* an empty piece: posted, its mark lands, the ring is empty again */
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &c), 0);
+	c.n = 0;
+	assert_int_equal(gdx_stage_post(st, &c, dbuf), 0);
+	assert_int_equal(gdx_stage_wait(st, c.end), 0);
+	assert_int_equal(gdx_byte_ring_used(&st->r), 0);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
  * The same with copies held back for batches: a batch that fails to enqueue
  * (its third copy refused) may be in part or not at all, so its effects
  * fail with the error; the batch before it landed, and its effects run
@@ -1862,6 +1894,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(sync_copy_fault_piece, setup, teardown),
 		cmocka_unit_test_setup_teardown(stream_enqueue_fault_drain, setup, teardown),
 		cmocka_unit_test_setup_teardown(stream_batch_fault_drain, setup, teardown),
+		cmocka_unit_test_setup_teardown(post_in_reservation_order, setup, teardown),
 	};
 	int ret;
 
