@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The uring file driver's device-memory path under faults (issue 18): its
+ * chunks stage through stage lanes whose rings give room back in the order
+ * it was reserved, while storage reads complete in any order.  A read that
+ * completes before an earlier one has its copy held until that one is in; a
+ * storage read that fails between good ones fails its request alone; a
+ * device copy that fails mid-batch fails the requests behind it, those
+ * before it complete, and the next I/O runs on a fresh context.
+ *
+ * Each case opens its own driver, with one read lane (file.streams=1), so
+ * that every chunk of it goes through the same ring in the order issued.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include "common/config.h"
+
+#include <gdx/gdx.h>
+
+#define CHUNK (64u << 10)
+
+static struct gdx_device *dev;
+
+static int setup(void **state)
+{
+	(void)state;
+	/* the emulated device: its stream copies fail on demand */
+	return gdx_device_open("emulated", &dev);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	gdx_device_close(dev);
+	return 0;
+}
+
+/* A driver whose contexts have one read lane of depth chunks of CHUNK bytes. */
+static struct gdx_file_driver *driver(const char *depth)
+{
+	struct gdx_file_driver *drv;
+
+	assert_int_equal(gdx_config_set("file.streams", "1"), 0);
+	assert_int_equal(gdx_config_set("file.chunk_size", "64k"), 0);
+	assert_int_equal(gdx_config_set("file.depth", depth), 0);
+	assert_int_equal(gdx_config_set("file.batch_depth", depth), 0);
+	assert_int_equal(gdx_config_set("file.batch_chunk", "64k"), 0);
+	assert_int_equal(gdx_config_set("file.split_min", "1G"), 0);
+	assert_int_equal(gdx_file_driver_open(dev, NULL, &drv), 0);
+	return drv;
+}
+
+static void driver_close(struct gdx_file_driver *drv)
+{
+	gdx_file_driver_close(drv);
+	gdx_config_reset();
+}
+
+static struct gdx_file *open_uring(struct gdx_file_driver *drv, const char *path, unsigned flags)
+{
+	struct gdx_file_opts o;
+	struct gdx_file *f;
+
+	gdx_file_opts_init(&o, sizeof(o));
+	o.backend = "uring";
+	o.flags = flags;
+	assert_int_equal(gdx_file_open(drv, path, &o, &f), 0);
+	return f;
+}
+
+static uint64_t counter(struct gdx_file_driver *drv, const char *want)
+{
+	const char *name;
+	uint64_t v;
+
+	for (unsigned i = 0; !gdx_file_driver_counter(drv, i, &name, &v); i++)
+		if (!strcmp(name, want))
+			return v;
+	fail_msg("no counter %s", want);
+	return 0;
+}
+
+static void check_dev(const void *d, const unsigned char *want, size_t n)
+{
+	unsigned char *h = malloc(n);
+
+	assert_non_null(h);
+	memset(h, 0xee, n);
+	assert_int_equal(gdx_memcpy(dev, h, d, n), 0);
+	assert_memory_equal(h, want, n);
+	free(h);
+}
+
+/*
+ * Runs n reads of sizes[i] bytes at offs[i] of f into d + i * CHUNK as one
+ * batch; results in res[i].
+ */
+static void batch_reads(struct gdx_file_driver *drv, struct gdx_file *f, void *d,
+			const off_t *offs, const size_t *sizes, unsigned n, ssize_t *res)
+{
+	struct gdx_file_batch_io ios[32];
+	struct gdx_file_batch_event ev[32];
+	struct gdx_file_batch *b;
+	unsigned got = 0;
+
+	assert_true(n <= 32);
+	assert_int_equal(gdx_file_batch_create(drv, n, &b), 0);
+	for (unsigned i = 0; i < n; i++)
+		ios[i] = (struct gdx_file_batch_io){
+			.file = f, .op = GDX_FILE_READ, .buf = (char *)d + (size_t)i * CHUNK,
+			.size = sizes[i], .off = offs[i], .cookie = (void *)(uintptr_t)(i + 1),
+		};
+	assert_int_equal(gdx_file_batch_submit(b, ios, n), 0);
+	while (got < n) {
+		int k = gdx_file_batch_wait(b, 1, ev, n, 10000);
+
+		assert_true(k > 0);
+		for (int j = 0; j < k; j++) {
+			unsigned i = (unsigned)(uintptr_t)ev[j].cookie - 1;
+
+			assert_true(i < n);
+			res[i] = ev[j].result;
+		}
+		got += (unsigned)k;
+	}
+	gdx_file_batch_destroy(b);
+}
+
+/*
+ * Out of order: a disk file whose even chunks are cold (read O_DIRECT) and
+ * odd ones hot (read buffered, completed as they are submitted).  Each odd
+ * chunk's read completes before the even one ahead of it in the ring; its
+ * copy is held until that one is in (copies_held), and every byte lands
+ * where it belongs.  Posting it at once would give the lane's room back up
+ * to its end while the cold read still fills the room before it.
+ */
+static void out_of_order(void **state)
+{
+	enum { N = 16 };
+	const char *b = getenv("GDX_BUILDDIR");
+	unsigned char *ref = malloc(N * CHUNK), tmp[CHUNK];
+	struct gdx_file_io_info info;
+	struct gdx_file_driver *drv;
+	struct gdx_file *f;
+	char path[512];
+	void *d;
+	int fd;
+
+	(void)state;
+	assert_non_null(ref);
+	snprintf(path, sizeof(path), "%s/test_file_fault.%d.dat", b ? b : "/var/tmp", getpid());
+	t_fill(ref, N * CHUNK, 11);
+	fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, ref, N * CHUNK, 0), (ssize_t)(N * CHUNK));
+	assert_int_equal(fdatasync(fd), 0);
+	fd = (close(fd), open(path, O_RDONLY | O_DIRECT));
+	if (fd < 0) {
+		unlink(path);
+		free(ref);
+		skip();		/* no O_DIRECT here: every chunk would go buffered, in order */
+	}
+	close(fd);
+	drv = driver("4");
+	/* registration off: the mapping still sends hot chunks buffered, cold ones O_DIRECT */
+	f = open_uring(drv, path, GDX_FILE_NO_PAGECACHE);
+	fd = open(path, O_RDONLY);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	for (unsigned i = 1; i < N; i += 2)
+		assert_int_equal(pread(fd, tmp, CHUNK, (off_t)i * CHUNK), (ssize_t)CHUNK);
+	close(fd);
+	assert_int_equal(gdx_device_malloc(dev, N * CHUNK, &d), 0);
+	assert_int_equal(gdx_file_read_ex(f, d, N * CHUNK, 0, &info), (ssize_t)(N * CHUNK));
+	assert_non_null(strstr(info.why, "O_DIRECT and buffered"));
+	check_dev(d, ref, N * CHUNK);
+	assert_true(counter(drv, "copies_held") > 0);
+	gdx_file_close(f);
+	driver_close(drv);
+	gdx_device_free(dev, d);
+	unlink(path);
+	free(ref);
+}
+
+/*
+ * A storage read that fails between good ones: /proc/self/mem over six
+ * chunks of this process's memory, the four in the middle an empty file's
+ * (EIO: their pages lie past its end).
+ * A read across them fails with EIO, and so does one of the four alone: a
+ * failed chunk's room goes back in turn all the same (an empty copy marks
+ * it), or the ring would stay full of it.  As a batch of one read a chunk,
+ * the first and last complete, byte-exact, and only the middle one fails.
+ */
+static void eio_between(void **state)
+{
+	unsigned char *mem = mmap(NULL, 6 * CHUNK, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char *ref = malloc(6 * CHUNK);
+	struct gdx_file_driver *drv;
+	struct gdx_file *f;
+	off_t offs[3];
+	size_t sizes[3] = { CHUNK, CHUNK, CHUNK };
+	ssize_t res[3];
+	void *d;
+	int hole;
+
+	(void)state;
+	assert_true(mem != MAP_FAILED && ref);
+	t_fill(ref, 6 * CHUNK, 12);
+	memcpy(mem, ref, 6 * CHUNK);
+	/* an empty file's pages: no other mapping takes their place, and reads fault */
+	hole = memfd_create("hole", MFD_CLOEXEC);
+	assert_true(hole >= 0);
+	assert_true(mmap(mem + CHUNK, 4 * CHUNK, PROT_READ, MAP_SHARED | MAP_FIXED, hole, 0) ==
+		    mem + CHUNK);
+	close(hole);
+	offs[0] = (off_t)(uintptr_t)mem;
+	offs[1] = offs[0] + CHUNK;
+	offs[2] = offs[0] + 5 * CHUNK;
+	drv = driver("4");
+	f = open_uring(drv, "/proc/self/mem", 0);
+	assert_int_equal(gdx_device_malloc(dev, 6 * CHUNK, &d), 0);
+	assert_int_equal(gdx_file_read(f, d, 6 * CHUNK, offs[0]), -EIO);
+	assert_int_equal(gdx_file_read(f, d, 4 * CHUNK, offs[1]), -EIO);
+	for (int round = 0; round < 3; round++) {
+		assert_int_equal(gdx_memset(dev, d, 0, 3 * CHUNK), 0);
+		batch_reads(drv, f, d, offs, sizes, 3, res);
+		assert_int_equal(res[0], (ssize_t)CHUNK);
+		assert_int_equal(res[1], -EIO);
+		assert_int_equal(res[2], (ssize_t)CHUNK);
+		check_dev(d, ref, CHUNK);
+		check_dev((char *)d + 2 * CHUNK, ref + 5 * CHUNK, CHUNK);
+	}
+	assert_int_equal(gdx_file_read(f, d, CHUNK, offs[2]), (ssize_t)CHUNK);
+	check_dev(d, ref + 5 * CHUNK, CHUNK);
+	gdx_file_close(f);
+	driver_close(drv);
+	gdx_device_free(dev, d);
+	munmap(mem, 6 * CHUNK);
+	free(ref);
+}
+
+/*
+ * A device copy that fails mid-batch (emulated.copy_fault_after: the
+ * seventh copy and those after it are refused): the six reads whose copies
+ * were enqueued before it complete, byte-exact; the rest fail with EIO,
+ * none lost.  The broken context is replaced: the next read succeeds.
+ */
+static void copy_fault_mid_batch(void **state)
+{
+	enum { N = 16, K = 6 };
+	unsigned char *ref = malloc(N * CHUNK);
+	char path[64];
+	struct gdx_file_driver *drv;
+	struct gdx_file *f;
+	off_t offs[N];
+	size_t sizes[N];
+	ssize_t res[N];
+	void *d;
+	int fd;
+
+	(void)state;
+	assert_non_null(ref);
+	snprintf(path, sizeof(path), "/dev/shm/gdx_test_file_fault.%d.dat", getpid());
+	t_fill(ref, N * CHUNK, 13);
+	fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, ref, N * CHUNK, 0), (ssize_t)(N * CHUNK));
+	close(fd);
+	drv = driver("32");
+	f = open_uring(drv, path, GDX_FILE_NO_PAGECACHE);
+	assert_int_equal(gdx_device_malloc(dev, N * CHUNK, &d), 0);
+	/* a copy with the knob at 0 restarts its count */
+	assert_int_equal(gdx_file_read(f, d, CHUNK, 0), (ssize_t)CHUNK);
+	assert_int_equal(gdx_config_set("emulated.copy_fault_after", "6"), 0);
+	for (unsigned i = 0; i < N; i++) {
+		offs[i] = (off_t)i * CHUNK;
+		sizes[i] = CHUNK;
+	}
+	assert_int_equal(gdx_memset(dev, d, 0, N * CHUNK), 0);
+	batch_reads(drv, f, d, offs, sizes, N, res);
+	for (unsigned i = 0; i < N; i++)
+		assert_int_equal(res[i], i < K ? (ssize_t)CHUNK : -EIO);
+	check_dev(d, ref, K * CHUNK);
+	assert_int_equal(gdx_config_set("emulated.copy_fault_after", "0"), 0);
+	assert_int_equal(gdx_file_read(f, d, 2 * CHUNK, 0), (ssize_t)(2 * CHUNK));
+	check_dev(d, ref, 2 * CHUNK);
+	gdx_file_close(f);
+	driver_close(drv);
+	gdx_device_free(dev, d);
+	unlink(path);
+	free(ref);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(out_of_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(eio_between, setup, teardown),
+		cmocka_unit_test_setup_teardown(copy_fault_mid_batch, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
