@@ -41,8 +41,9 @@ void ur_ctx_destroy(struct ur_ctx *c)
 
 /*
  * A lane of chunks x c->chunk bytes on its own stream, a done word marking
- * each copy (file.copy_word; else events, a chunk of ring bytes apart).  Pieces start at O_DIRECT's alignment; at two chunks or more a
- * piece of at most a chunk is never shortened (gdx_byte_ring_place).
+ * each copy (file.copy_word; else events, a chunk of ring bytes apart).
+ * Pieces start at O_DIRECT's alignment; at two chunks or more a piece of at
+ * most a chunk is never shortened (gdx_byte_ring_place).
  */
 static int lane_open(struct ur_ctx *c, struct ur_lane *l, enum gdx_stage_dir dir,
 		     unsigned chunks, unsigned buf)
