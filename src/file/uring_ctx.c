@@ -46,7 +46,7 @@ void ur_ctx_destroy(struct ur_ctx *c)
  * most a chunk is never shortened (gdx_byte_ring_place).
  */
 static int lane_open(struct ur_ctx *c, struct ur_lane *l, enum gdx_stage_dir dir,
-		     unsigned chunks, unsigned buf)
+		     unsigned chunks)
 {
 	struct gdx_stage_opts o;
 
@@ -63,18 +63,37 @@ static int lane_open(struct ur_ctx *c, struct ur_lane *l, enum gdx_stage_dir dir
 	o.run = dir == GDX_STAGE_H2D ? ur_read_landed : ur_write_landed;
 	o.owner = l;
 	l->c = c;
-	l->buf = buf;
 	l->fifo = calloc(c->nslots, sizeof(*l->fifo));
 	if (!l->fifo)
 		return -ENOMEM;
 	return gdx_stage_open(c->ud->stage, &o, &l->st);
 }
 
+/*
+ * The lane's ring as io_uring fixed buffers from index l->buf, into iov
+ * (NULL: counts them).  io_uring refuses a buffer over UR_FIXED_MAX, so a
+ * larger ring goes as buffers l->seg bytes apart that overlap by a chunk:
+ * a piece (at most a chunk, never across the ring's end) lies whole in the
+ * one its start falls in (kio_submit).
+ */
+static unsigned lane_fixed(struct ur_lane *l, size_t chunk, struct iovec *iov)
+{
+	size_t size, at;
+	unsigned n = 0;
+
+	l->base = gdx_stage_ring(l->st, &size);
+	l->seg = size <= UR_FIXED_MAX ? size : GDX_ALIGN_DOWN(UR_FIXED_MAX - chunk, (size_t)PG);
+	for (at = 0; at < size; at += l->seg, n++)
+		if (iov)
+			iov[n] = (struct iovec){ l->base + at, GDX_MIN(size - at, UR_FIXED_MAX) };
+	return n;
+}
+
 static int ctx_create(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 {
 	struct ur_ctx *c = calloc(1, sizeof(*c));
 	struct iovec *iov = NULL;
-	unsigned entries = 1, nstreams, per;
+	unsigned entries = 1, nstreams, per, nbufs = 0;
 	int ret;
 
 	if (!c)
@@ -112,26 +131,38 @@ static int ctx_create(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out)
 	ret = -ENOMEM;
 	c->slots = calloc(c->nslots, sizeof(*c->slots));
 	c->rd = calloc(c->nrd, sizeof(*c->rd));
-	iov = calloc(c->nrd + 1, sizeof(*iov));
-	if (!c->slots || !c->rd || !iov)
+	if (!c->slots || !c->rd)
+		goto fail;
+	for (unsigned i = 0; i <= c->nrd; i++) {
+		ret = lane_open(c, i < c->nrd ? &c->rd[i] : &c->wr,
+				i < c->nrd ? GDX_STAGE_H2D : GDX_STAGE_D2H,
+				i < c->nrd ? per : c->nslots);
+		if (ret)
+			goto fail;
+	}
+	/* the bounce pool rounds a chunk up (huge pages): the lanes' chunk is the one */
+	c->chunk = c->wr.st->o.chunk;
+	for (unsigned i = 0; i <= c->nrd; i++) {
+		struct ur_lane *l = i < c->nrd ? &c->rd[i] : &c->wr;
+
+		l->buf = nbufs;
+		nbufs += lane_fixed(l, c->chunk, NULL);
+	}
+	ret = -ENOMEM;
+	iov = calloc(nbufs, sizeof(*iov));
+	if (!iov)
 		goto fail;
 	for (unsigned i = 0; i <= c->nrd; i++) {
 		struct ur_lane *l = i < c->nrd ? &c->rd[i] : &c->wr;
 
-		ret = lane_open(c, l, i < c->nrd ? GDX_STAGE_H2D : GDX_STAGE_D2H,
-				i < c->nrd ? per : c->nslots, i);
-		if (ret)
-			goto fail;
-		iov[i].iov_base = gdx_stage_ring(l->st, &iov[i].iov_len);
+		lane_fixed(l, c->chunk, iov + l->buf);
 	}
-	/* the bounce pool rounds a chunk up (huge pages): the lanes' chunk is the one */
-	c->chunk = c->wr.st->o.chunk;
 	for (unsigned i = c->nslots; i-- > 0;) {
 		c->slots[i].next = c->free_slots;
 		c->free_slots = &c->slots[i];
 	}
 	/* Fixed buffers and files save a page walk and an fget per I/O; optional. */
-	ret = io_uring_register_buffers(&c->ring, iov, c->nrd + 1);
+	ret = io_uring_register_buffers(&c->ring, iov, nbufs);
 	c->fixed_bufs = !ret;
 	if (ret)
 		GDX_DBG("file", "io_uring fixed buffers refused: %s", strerror(-ret));

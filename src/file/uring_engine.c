@@ -78,6 +78,9 @@ static void kio_submit(struct engine *e, struct ur_slot *s)
 	struct ur_req *r = s->req;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->c->ring);
 	int fi = r->fslot[s->kdirect], fd = s->kdirect ? r->uf->fd_direct : r->uf->fd;
+	bool fixed = s->kfixed && e->c->fixed_bufs;
+	/* the fixed buffer the chunk's room starts in holds all of it (lane_fixed) */
+	int buf = fixed ? (int)(s->lane->buf + (size_t)(s->kbuf - s->lane->base) / s->lane->seg) : 0;
 	unsigned char *p = s->kbuf + s->kdone;
 	unsigned len = (unsigned)(s->klen - s->kdone);
 	off_t at = s->ks + (off_t)s->kdone;
@@ -89,16 +92,18 @@ static void kio_submit(struct engine *e, struct ur_slot *s)
 	if (fi >= 0)
 		fd = fi;
 	if (r->io->op == GDX_FILE_READ) {
-		if (s->kfixed && e->c->fixed_bufs)
-			io_uring_prep_read_fixed(sqe, fd, p, len, (uint64_t)at, (int)s->lane->buf);
+		if (fixed)
+			io_uring_prep_read_fixed(sqe, fd, p, len, (uint64_t)at, buf);
 		else
 			io_uring_prep_read(sqe, fd, p, len, (uint64_t)at);
 	} else {
-		if (s->kfixed && e->c->fixed_bufs)
-			io_uring_prep_write_fixed(sqe, fd, p, len, (uint64_t)at, (int)s->lane->buf);
+		if (fixed)
+			io_uring_prep_write_fixed(sqe, fd, p, len, (uint64_t)at, buf);
 		else
 			io_uring_prep_write(sqe, fd, p, len, (uint64_t)at);
 	}
+	if (fixed)
+		ctr_add(e->c, GDX_FILE_CTR_FIXED, 1);
 	if (fi >= 0)
 		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, s);

@@ -18,6 +18,7 @@
 
 #define UR_FILES 64
 #define PG 4096u
+#define UR_FIXED_MAX ((size_t)1 << 30)	/* io_uring's largest fixed buffer */
 
 struct ur_ctx;
 struct engine;
@@ -88,10 +89,10 @@ struct ur_slot {
 };
 
 /*
- * A stage lane (mem/stage.h) of a context, its ring one fixed buffer of the
- * io_uring.  Its room comes back in the order it was reserved, storage I/O
- * completes in any order: the slots holding room are kept here in
- * reservation order.  Read lanes (H2D) post a slot's copy only once every
+ * A stage lane (mem/stage.h) of a context, its ring fixed buffers of the
+ * io_uring (one, or over 1 GiB several: lane_fixed).  Its room comes back
+ * in the order it was reserved, storage I/O completes in any order: the
+ * slots holding room are kept here in reservation order.  Read lanes (H2D) post a slot's copy only once every
  * slot before it has been posted; a slot leaves when its copy has landed
  * (its effect).  The write lane (D2H) posts each copy at once, and gives
  * room back only up to the oldest slot whose storage write is still out.
@@ -99,7 +100,9 @@ struct ur_slot {
 struct ur_lane {
 	struct ur_ctx *c;
 	struct gdx_stage *st;
-	unsigned buf;		/* its ring's fixed-buffer index */
+	unsigned char *base;	/* its ring */
+	unsigned buf;		/* its ring's first fixed-buffer index */
+	size_t seg;		/* ring bytes from one of its fixed buffers to the next */
 	struct ur_slot **fifo;	/* nslots entries */
 	unsigned head, n;
 	unsigned posted;	/* read lanes: fifo[head, head + posted) are posted */
