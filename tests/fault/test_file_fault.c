@@ -6,7 +6,9 @@
  * completes before an earlier one has its copy held until that one is in; a
  * storage read that fails between good ones fails its request alone; a
  * device copy that fails mid-batch fails the requests behind it, those
- * before it complete, and the next I/O runs on a fresh context.
+ * before it complete, and the next I/O runs on a fresh context.  Writes the
+ * same: a storage write failing after its copy landed, a copy out of the
+ * device failing mid-batch.
  *
  * Each case opens its own driver, with one read lane (file.streams=1), so
  * that every chunk of it goes through the same ring in the order issued.
@@ -100,11 +102,11 @@ static void check_dev(const void *d, const unsigned char *want, size_t n)
 }
 
 /*
- * Runs n reads of sizes[i] bytes at offs[i] of f into d + i * CHUNK as one
- * batch; results in res[i].
+ * Runs n reads (or writes) of sizes[i] bytes at offs[i] of f into (from)
+ * d + i * CHUNK as one batch; results in res[i].
  */
-static void batch_reads(struct gdx_file_driver *drv, struct gdx_file *f, void *d,
-			const off_t *offs, const size_t *sizes, unsigned n, ssize_t *res)
+static void batch_io(struct gdx_file_driver *drv, struct gdx_file *f, enum gdx_file_op op, void *d,
+		     const off_t *offs, const size_t *sizes, unsigned n, ssize_t *res)
 {
 	struct gdx_file_batch_io ios[32];
 	struct gdx_file_batch_event ev[32];
@@ -115,7 +117,7 @@ static void batch_reads(struct gdx_file_driver *drv, struct gdx_file *f, void *d
 	assert_int_equal(gdx_file_batch_create(drv, n, &b), 0);
 	for (unsigned i = 0; i < n; i++)
 		ios[i] = (struct gdx_file_batch_io){
-			.file = f, .op = GDX_FILE_READ, .buf = (char *)d + (size_t)i * CHUNK,
+			.file = f, .op = op, .buf = (char *)d + (size_t)i * CHUNK,
 			.size = sizes[i], .off = offs[i], .cookie = (void *)(uintptr_t)(i + 1),
 		};
 	assert_int_equal(gdx_file_batch_submit(b, ios, n), 0);
@@ -190,37 +192,45 @@ static void out_of_order(void **state)
 }
 
 /*
- * A storage read that fails between good ones: /proc/self/mem over six
- * chunks of this process's memory, the four in the middle an empty file's
- * (EIO: their pages lie past its end).
- * A read across them fails with EIO, and so does one of the four alone: a
+ * Six chunks of this process's memory whose four in the middle are an empty
+ * file's pages: no other mapping takes their place, and /proc/self/mem
+ * reads and writes of them fail with EIO (they lie past the file's end).
+ */
+static unsigned char *mem_with_hole(void)
+{
+	unsigned char *mem = mmap(NULL, 6 * CHUNK, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int hole = memfd_create("hole", MFD_CLOEXEC);
+
+	assert_true(mem != MAP_FAILED && hole >= 0);
+	assert_true(mmap(mem + CHUNK, 4 * CHUNK, PROT_READ, MAP_SHARED | MAP_FIXED, hole, 0) ==
+		    mem + CHUNK);
+	close(hole);
+	return mem;
+}
+
+/*
+ * A storage read that fails between good ones: /proc/self/mem over
+ * mem_with_hole.  A read across them fails with EIO, and so does one of the four alone: a
  * failed chunk's room goes back in turn all the same (an empty copy marks
  * it), or the ring would stay full of it.  As a batch of one read a chunk,
  * the first and last complete, byte-exact, and only the middle one fails.
  */
 static void eio_between(void **state)
 {
-	unsigned char *mem = mmap(NULL, 6 * CHUNK, PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	unsigned char *ref = malloc(6 * CHUNK);
+	unsigned char *mem = mem_with_hole(), *ref = malloc(6 * CHUNK);
 	struct gdx_file_driver *drv;
 	struct gdx_file *f;
 	off_t offs[3];
 	size_t sizes[3] = { CHUNK, CHUNK, CHUNK };
 	ssize_t res[3];
 	void *d;
-	int hole;
 
 	(void)state;
-	assert_true(mem != MAP_FAILED && ref);
+	assert_non_null(ref);
 	t_fill(ref, 6 * CHUNK, 12);
-	memcpy(mem, ref, 6 * CHUNK);
-	/* an empty file's pages: no other mapping takes their place, and reads fault */
-	hole = memfd_create("hole", MFD_CLOEXEC);
-	assert_true(hole >= 0);
-	assert_true(mmap(mem + CHUNK, 4 * CHUNK, PROT_READ, MAP_SHARED | MAP_FIXED, hole, 0) ==
-		    mem + CHUNK);
-	close(hole);
+	memcpy(mem, ref, CHUNK);
+	memcpy(mem + 5 * CHUNK, ref + 5 * CHUNK, CHUNK);
 	offs[0] = (off_t)(uintptr_t)mem;
 	offs[1] = offs[0] + CHUNK;
 	offs[2] = offs[0] + 5 * CHUNK;
@@ -231,7 +241,7 @@ static void eio_between(void **state)
 	assert_int_equal(gdx_file_read(f, d, 4 * CHUNK, offs[1]), -EIO);
 	for (int round = 0; round < 3; round++) {
 		assert_int_equal(gdx_memset(dev, d, 0, 3 * CHUNK), 0);
-		batch_reads(drv, f, d, offs, sizes, 3, res);
+		batch_io(drv, f, GDX_FILE_READ, d, offs, sizes, 3, res);
 		assert_int_equal(res[0], (ssize_t)CHUNK);
 		assert_int_equal(res[1], -EIO);
 		assert_int_equal(res[2], (ssize_t)CHUNK);
@@ -285,7 +295,7 @@ static void copy_fault_mid_batch(void **state)
 		sizes[i] = CHUNK;
 	}
 	assert_int_equal(gdx_memset(dev, d, 0, N * CHUNK), 0);
-	batch_reads(drv, f, d, offs, sizes, N, res);
+	batch_io(drv, f, GDX_FILE_READ, d, offs, sizes, N, res);
 	for (unsigned i = 0; i < N; i++)
 		assert_int_equal(res[i], i < K ? (ssize_t)CHUNK : -EIO);
 	check_dev(d, ref, K * CHUNK);
@@ -299,12 +309,125 @@ static void copy_fault_mid_batch(void **state)
 	free(ref);
 }
 
+/*
+ * Writes: a storage write that fails after its chunk's copy out of the
+ * device landed, between good ones (/proc/self/mem over mem_with_hole).  As a batch of one write a
+ * chunk, the first and last land byte-exact and only the middle one fails;
+ * its room in the write lane still comes back in turn (the rounds go round
+ * the lane's ring), and a write across good and failing chunks fails.
+ */
+static void write_eio_between(void **state)
+{
+	unsigned char *mem = mem_with_hole(), *ref = malloc(3 * CHUNK);
+	size_t sizes[3] = { CHUNK, CHUNK, CHUNK };
+	struct gdx_file_driver *drv;
+	struct gdx_file_opts o;
+	struct gdx_file *f;
+	off_t offs[3];
+	ssize_t res[3];
+	void *d;
+
+	(void)state;
+	assert_non_null(ref);
+	offs[0] = (off_t)(uintptr_t)mem;
+	offs[1] = offs[0] + CHUNK;
+	offs[2] = offs[0] + 5 * CHUNK;
+	drv = driver("4");
+	gdx_file_opts_init(&o, sizeof(o));
+	o.backend = "uring";
+	o.oflags = O_RDWR;
+	assert_int_equal(gdx_file_open(drv, "/proc/self/mem", &o, &f), 0);
+	assert_int_equal(gdx_device_malloc(dev, 3 * CHUNK, &d), 0);
+	for (int round = 0; round < 4; round++) {
+		t_fill(ref, 3 * CHUNK, 20 + round);
+		assert_int_equal(gdx_memcpy(dev, d, ref, 3 * CHUNK), 0);
+		memset(mem, 0, CHUNK);
+		memset(mem + 5 * CHUNK, 0, CHUNK);
+		batch_io(drv, f, GDX_FILE_WRITE, d, offs, sizes, 3, res);
+		assert_int_equal(res[0], (ssize_t)CHUNK);
+		assert_int_equal(res[1], -EIO);
+		assert_int_equal(res[2], (ssize_t)CHUNK);
+		assert_memory_equal(mem, ref, CHUNK);
+		assert_memory_equal(mem + 5 * CHUNK, ref + 2 * CHUNK, CHUNK);
+	}
+	assert_int_equal(gdx_file_write(f, d, 2 * CHUNK, offs[0]), -EIO);
+	memset(mem + 5 * CHUNK, 0, CHUNK);
+	assert_int_equal(gdx_file_write(f, d, CHUNK, offs[2]), (ssize_t)CHUNK);
+	assert_memory_equal(mem + 5 * CHUNK, ref, CHUNK);
+	gdx_file_close(f);
+	driver_close(drv);
+	gdx_device_free(dev, d);
+	munmap(mem, 6 * CHUNK);
+	free(ref);
+}
+
+/*
+ * A copy out of the device that fails mid-batch of writes (the seventh
+ * refused): the six writes whose copies were enqueued before it reach the
+ * file byte-exact, the rest fail with EIO and write nothing, and the next
+ * write runs on a fresh context.
+ */
+static void write_copy_fault_mid_batch(void **state)
+{
+	enum { N = 16, K = 6 };
+	unsigned char *ref = malloc(N * CHUNK), *back = malloc(N * CHUNK);
+	struct gdx_file_driver *drv;
+	struct gdx_file_opts o;
+	struct gdx_file *f;
+	char path[64];
+	off_t offs[N];
+	size_t sizes[N];
+	ssize_t res[N];
+	void *d;
+	int fd;
+
+	(void)state;
+	assert_true(ref && back);
+	snprintf(path, sizeof(path), "/dev/shm/gdx_test_file_fault_w.%d.dat", getpid());
+	t_fill(ref, N * CHUNK, 14);
+	drv = driver("32");
+	gdx_file_opts_init(&o, sizeof(o));
+	o.backend = "uring";
+	o.oflags = O_RDWR | O_CREAT | O_TRUNC;
+	assert_int_equal(gdx_file_open(drv, path, &o, &f), 0);
+	assert_int_equal(gdx_device_malloc(dev, N * CHUNK, &d), 0);
+	assert_int_equal(gdx_memcpy(dev, d, ref, N * CHUNK), 0);
+	/* a copy with the knob at 0 restarts its count */
+	assert_int_equal(gdx_file_write(f, d, CHUNK, 0), (ssize_t)CHUNK);
+	assert_int_equal(gdx_config_set("emulated.copy_fault_after", "6"), 0);
+	for (unsigned i = 0; i < N; i++) {
+		offs[i] = (off_t)i * CHUNK;
+		sizes[i] = CHUNK;
+	}
+	batch_io(drv, f, GDX_FILE_WRITE, d, offs, sizes, N, res);
+	for (unsigned i = 0; i < N; i++)
+		assert_int_equal(res[i], i < K ? (ssize_t)CHUNK : -EIO);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, back, N * CHUNK, 0), (ssize_t)(K * CHUNK));
+	assert_memory_equal(back, ref, K * CHUNK);
+	assert_int_equal(gdx_config_set("emulated.copy_fault_after", "0"), 0);
+	assert_int_equal(gdx_file_write(f, (char *)d + K * CHUNK, 2 * CHUNK, K * CHUNK),
+			 (ssize_t)(2 * CHUNK));
+	assert_int_equal(pread(fd, back, N * CHUNK, 0), (ssize_t)((K + 2) * CHUNK));
+	assert_memory_equal(back, ref, (K + 2) * CHUNK);
+	close(fd);
+	gdx_file_close(f);
+	driver_close(drv);
+	gdx_device_free(dev, d);
+	unlink(path);
+	free(ref);
+	free(back);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(out_of_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(eio_between, setup, teardown),
 		cmocka_unit_test_setup_teardown(copy_fault_mid_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(write_eio_between, setup, teardown),
+		cmocka_unit_test_setup_teardown(write_copy_fault_mid_batch, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
