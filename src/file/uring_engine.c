@@ -949,6 +949,14 @@ static void engine_feed(struct engine *e)
 	struct gdx_file_io *ios[32];
 	unsigned n;
 
+	/*
+	 * A lane of this context failed: what it has taken runs out here, and
+	 * what comes after waits for the engine to end, so that the caller's
+	 * next engine (a batch's runner goes on while I/Os are queued) runs it
+	 * on a new context rather than failing it on a broken lane.
+	 */
+	if (e->c->broken)
+		return;
 	if (e->lazy_feed)
 		for (struct ur_req *r = e->list; r; r = r->next)
 			if (req_more(r))

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -420,6 +421,116 @@ static void write_copy_fault_mid_batch(void **state)
 	free(back);
 }
 
+/*
+ * A batch kept busy past a copy fault: a read of an empty FIFO holds its
+ * engine open while sixteen writes go in, the seventh copy refused (the
+ * six before it land, the rest fail).  Eight more writes queued after the
+ * fault, the device working again, wait for that engine to end (the FIFO
+ * fed) and run on a new context: they succeed.  Fed to the broken context,
+ * they failed on its write lane for as long as the batch kept it busy.
+ */
+static void batch_after_copy_fault(void **state)
+{
+	enum { N = 16, K = 6, M = 8 };
+	unsigned char *ref = malloc((N + M) * CHUNK), *back = malloc((N + M) * CHUNK);
+	struct gdx_file_batch_event ev[N + 1];
+	struct gdx_file_batch_io ios[N + 1];
+	struct gdx_file *f, *fifo;
+	struct gdx_file_driver *drv;
+	struct gdx_file_batch *b;
+	struct gdx_file_opts o;
+	char path[64], fpath[64], byte = 0;
+	unsigned got = 0, ok = 0;
+	int fd, wfd;
+	void *d;
+
+	(void)state;
+	assert_true(ref && back);
+	snprintf(path, sizeof(path), "/dev/shm/gdx_test_file_fault_b.%d.dat", getpid());
+	snprintf(fpath, sizeof(fpath), "/dev/shm/gdx_test_file_fault_b.%d.fifo", getpid());
+	t_fill(ref, (N + M) * CHUNK, 15);
+	assert_int_equal(mkfifo(fpath, 0600), 0);
+	drv = driver("32");
+	gdx_file_opts_init(&o, sizeof(o));
+	o.backend = "uring";
+	o.oflags = O_RDWR;	/* a FIFO opened read-write does not wait for a writer */
+	assert_int_equal(gdx_file_open(drv, fpath, &o, &fifo), 0);
+	o.oflags = O_RDWR | O_CREAT | O_TRUNC;
+	assert_int_equal(gdx_file_open(drv, path, &o, &f), 0);
+	assert_int_equal(gdx_device_malloc(dev, (N + M) * CHUNK, &d), 0);
+	assert_int_equal(gdx_memcpy(dev, d, ref, (N + M) * CHUNK), 0);
+	/* a copy with the knob at 0 restarts its count */
+	assert_int_equal(gdx_file_write(f, d, CHUNK, 0), (ssize_t)CHUNK);
+	assert_int_equal(gdx_config_set("emulated.copy_fault_after", "6"), 0);
+	assert_int_equal(gdx_file_batch_create(drv, N + M + 1, &b), 0);
+	ios[0] = (struct gdx_file_batch_io){ .file = fifo, .op = GDX_FILE_READ, .buf = back,
+					     .size = 1, .cookie = NULL };
+	for (unsigned i = 0; i < N; i++)
+		ios[i + 1] = (struct gdx_file_batch_io){
+			.file = f, .op = GDX_FILE_WRITE, .buf = (char *)d + (size_t)i * CHUNK,
+			.size = CHUNK, .off = (off_t)i * CHUNK, .cookie = (void *)(uintptr_t)(i + 1),
+		};
+	assert_int_equal(gdx_file_batch_submit(b, ios, N + 1), 0);
+	while (got < N) {
+		int k = gdx_file_batch_wait(b, 1, ev, N, 10000);
+
+		assert_true(k > 0);
+		for (int j = 0; j < k; j++) {
+			unsigned i = (unsigned)(uintptr_t)ev[j].cookie - 1;
+
+			assert_true(i < N);
+			assert_int_equal(ev[j].result, i < K ? (ssize_t)CHUNK : -EIO);
+		}
+		got += (unsigned)k;
+	}
+	/* the FIFO's read still holds the broken engine: the next writes queue behind it */
+	assert_int_equal(gdx_config_set("emulated.copy_fault_after", "0"), 0);
+	for (unsigned i = 0; i < M; i++)
+		ios[i] = (struct gdx_file_batch_io){
+			.file = f, .op = GDX_FILE_WRITE, .buf = (char *)d + (size_t)(N + i) * CHUNK,
+			.size = CHUNK, .off = (off_t)(N + i) * CHUNK,
+			.cookie = (void *)(uintptr_t)(N + i + 1),
+		};
+	assert_int_equal(gdx_file_batch_submit(b, ios, M), 0);
+	wfd = open(fpath, O_WRONLY);
+	assert_true(wfd >= 0);
+	assert_int_equal(write(wfd, &byte, 1), 1);
+	close(wfd);
+	for (got = 0; got < M + 1;) {
+		int k = gdx_file_batch_wait(b, 1, ev, M + 1, 10000);
+
+		assert_true(k > 0);
+		for (int j = 0; j < k; j++) {
+			unsigned i = (unsigned)(uintptr_t)ev[j].cookie;
+
+			if (!i) {
+				assert_int_equal(ev[j].result, 1);
+				continue;
+			}
+			assert_true(i > N && i <= N + M);
+			ok += ev[j].result == (ssize_t)CHUNK;
+		}
+		got += (unsigned)k;
+	}
+	assert_int_equal(ok, M);
+	gdx_file_batch_destroy(b);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, back, CHUNK * M, (off_t)N * CHUNK), (ssize_t)(M * CHUNK));
+	assert_memory_equal(back, ref + (size_t)N * CHUNK, M * CHUNK);
+	assert_int_equal(pread(fd, back, K * CHUNK, 0), (ssize_t)(K * CHUNK));
+	assert_memory_equal(back, ref, K * CHUNK);
+	close(fd);
+	gdx_file_close(fifo);
+	gdx_file_close(f);
+	driver_close(drv);
+	gdx_device_free(dev, d);
+	unlink(path);
+	unlink(fpath);
+	free(ref);
+	free(back);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -428,6 +539,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(copy_fault_mid_batch, setup, teardown),
 		cmocka_unit_test_setup_teardown(write_eio_between, setup, teardown),
 		cmocka_unit_test_setup_teardown(write_copy_fault_mid_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(batch_after_copy_fault, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
