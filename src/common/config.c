@@ -68,6 +68,10 @@ static struct knob knobs[] = {
 	     "for tests: copies a copy agent's workers make before they fault, as a kernel "
 	     "would on a bad address (0: never; setting it to 0 restarts the count)",
 	     .min = 0, .max = INT32_MAX),
+	KNOB("emulated.copy_fault_after", K_INT, "0",
+	     "for tests: copies enqueued on streams before the rest are refused with EIO, as "
+	     "by a device that has faulted (0: never; setting it to 0 restarts the count)",
+	     .min = 0, .max = INT32_MAX),
 	KNOB("emulated.agent_copy_us", K_INT, "0",
 	     "for tests: microseconds each copy of a copy agent's workers takes (a slow device; "
 	     "read when a worker is launched)", .min = 0, .max = 10000000),
@@ -80,7 +84,11 @@ static struct knob knobs[] = {
 	KNOB("file.depth", K_INT, "16",
 	     "bounce buffers (and storage I/Os) in flight per I/O context", .min = 1, .max = 1024),
 	KNOB("file.streams", K_INT, "4",
-	     "device streams each I/O context spreads its copies over", .min = 1, .max = 64),
+	     "read lanes (a device stream and a share of the bounce ring each) of each I/O "
+	     "context, taken in turn", .min = 1, .max = 64),
+	KNOB("file.copy_word", K_BOOL, "1",
+	     "uring: each lane's stream stores how far its copies got in a pinned word the engine "
+	     "reads (0: event records and queries, and blocking waits)"),
 	KNOB("file.contexts", K_INT, "16",
 	     "I/O contexts per driver (threads doing I/O at once before one waits)",
 	     .min = 1, .max = 1024),
@@ -105,7 +113,7 @@ static struct knob knobs[] = {
 	     "bounce buffers (and storage I/Os) in flight per split-I/O worker",
 	     .min = 1, .max = 1024),
 	KNOB("file.split_streams", K_INT, "1",
-	     "device streams of each split-I/O worker's context", .min = 1, .max = 64),
+	     "read lanes (device streams) of each split-I/O worker's context", .min = 1, .max = 64),
 	KNOB("file.split_pread", K_BOOL, "1",
 	     "split-I/O workers read cached chunks with pread on their own thread (not io_uring)"),
 	KNOB("file.odirect", K_BOOL, "1",

@@ -148,7 +148,8 @@ GDX_API int gdx_file_driver_open(struct gdx_device *dev, const struct gdx_file_d
 			"pc_ranges", "pc_refused", "pc_map_ns", "pc_register_ns",
 			"pc_unregister_ns", "copies", "copy_submit_ns", "engine_ns",
 			"engine_cpu_ns", "engine_wait_ns", "storage_ios", "storage_depth_sum",
-			"engine_active_sum", "preads", "pread_ns",
+			"engine_active_sum", "preads", "pread_ns", "copies_held",
+			"fixed_ios",
 		};
 		_Static_assert(sizeof(names) / sizeof(names[0]) == GDX_FILE_CTR_COUNT,
 			       "a name for every file counter");

@@ -28,14 +28,16 @@ enum {
 	 * loops' wall, CPU and blocked time, and storage I/Os completed with the
 	 * sums, at each, of the storage I/Os in flight (their mean queue depth)
 	 * and of the requests the engine held (the rest of a batch's depth was
-	 * with the caller or queued for the engine).
+	 * with the caller or queued for the engine); chunks read whose copy
+	 * waited for an earlier chunk's read (a lane posts in order); storage
+	 * I/Os into the lanes' rings as io_uring fixed buffers.
 	 */
 	GDX_FILE_CTR_PC_RANGES = GDX_FILE_CTR_BYTES + GDX_FILE_PATH_COUNT - 1,
 	GDX_FILE_CTR_PC_REFUSED, GDX_FILE_CTR_PC_MAP_NS, GDX_FILE_CTR_PC_REG_NS,
 	GDX_FILE_CTR_PC_UNREG_NS, GDX_FILE_CTR_COPIES, GDX_FILE_CTR_COPY_NS,
 	GDX_FILE_CTR_ENGINE_NS, GDX_FILE_CTR_ENGINE_CPU_NS, GDX_FILE_CTR_ENGINE_WAIT_NS,
 	GDX_FILE_CTR_KIOS, GDX_FILE_CTR_KIO_DEPTH, GDX_FILE_CTR_KIO_ACTIVE,
-	GDX_FILE_CTR_PREADS, GDX_FILE_CTR_PREAD_NS,
+	GDX_FILE_CTR_PREADS, GDX_FILE_CTR_PREAD_NS, GDX_FILE_CTR_HELD, GDX_FILE_CTR_FIXED,
 	GDX_FILE_CTR_COUNT,
 };
 

@@ -2,19 +2,23 @@
 /*
  * The uring backend: the fallback that has to run at hardware speed.
  *
- * An I/O context owns an io_uring, a ring of page-aligned pinned bounce
- * buffers on the GPU's NUMA node (registered with io_uring as fixed buffers),
- * a few device streams and one event per buffer.  One engine loop runs any
- * number of requests over it: each request is cut into chunks at
- * chunk-size boundaries, k chunks are in flight at once, and
+ * An I/O context owns an io_uring and stage lanes (mem/stage.h), opened with
+ * it: read lanes, a device stream each, and a write lane, whose pinned
+ * rings (on the GPU's NUMA node) are the io_uring's fixed buffers.  One
+ * engine loop runs any number of requests over it: each request is cut into
+ * chunks at chunk-size boundaries, k chunks are in flight at once, and
  *
  *   device read   hot chunk:  the page-cache range is mapped and registered
- *                             with the device, which copies straight out of it;
- *                             unregistered as soon as the copy's event fires
- *                 cold chunk: storage -> bounce (O_DIRECT where allowed), then
- *                             an async H2D copy; the buffer comes back when the
- *                             copy's event fires, while the next reads proceed
- *   device write  async D2H copy into a bounce buffer, then the storage write
+ *                             with the device, which copies straight out of it
+ *                             (its place in a read lane's order a ticket);
+ *                             unregistered once the copy has landed
+ *                 cold chunk: storage -> room in a read lane (O_DIRECT where
+ *                             allowed), then an async H2D copy, posted once
+ *                             every chunk reserved before it in the lane is;
+ *                             the room comes back when the copy has landed,
+ *                             while the next reads proceed
+ *   device write  async D2H copy into room in the write lane, then the
+ *                 storage write; the room comes back in the order reserved
  *   host memory   the kernel reads or writes the caller's memory itself
  *                 (O_DIRECT where buffer, offset and size are aligned)
  *
@@ -67,6 +71,12 @@ static int ur_init(struct gdx_file_driver *drv, void **priv, char *why, size_t w
 	ud->max_ctx = (unsigned)gdx_cfg_int("file.contexts");
 	pthread_mutex_init(&ud->lock, NULL);
 	pthread_cond_init(&ud->cond, NULL);
+	/* streams only: the contexts' lanes copy on their own streams, no agent */
+	ret = gdx_stage_ctx_open(ud->dev, NULL, &ud->stage);
+	if (ret) {
+		ur_fini(ud);
+		return ret;
+	}
 	if ((unsigned)gdx_cfg_int("file.threads") > 1) {
 		ret = gdx_tpool_create((unsigned)gdx_cfg_int("file.threads") - 1, "gdx-split",
 				       &ud->split);
@@ -90,6 +100,7 @@ static void ur_fini(void *priv)
 		ur_ctx_destroy(c);
 	}
 	gdx_tpool_destroy(ud->split);
+	gdx_stage_ctx_close(ud->stage);
 	pthread_mutex_destroy(&ud->lock);
 	pthread_cond_destroy(&ud->cond);
 	free(ud);

@@ -2,10 +2,11 @@
 /*
  * The uring backend's engine: one loop, on the thread that holds an I/O
  * context, runs any number of requests over it (uring.c says how): chunks
- * cut at chunk-size boundaries, storage I/O through the ring into bounce
- * buffers or the caller's memory, copies to and from device memory on the
- * context's streams, hot page-cache ranges registered with the device, and
- * each request finished once its last chunk has landed.
+ * cut at chunk-size boundaries, storage I/O through the ring into room in
+ * the context's stage lanes or the caller's memory, copies to and from
+ * device memory posted on the lanes in the order their room was reserved,
+ * hot page-cache ranges registered with the device, and each request
+ * finished once its last chunk has landed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,8 +60,9 @@ static void slot_release(struct engine *e, struct ur_slot *s)
 	if (s->edge)
 		s->req->edges--;
 	s->edge = false;
-	s->state = S_FREE;
 	s->req = NULL;
+	s->lane = NULL;
+	s->ready = false;
 	s->next = e->c->free_slots;
 	e->c->free_slots = s;
 }
@@ -76,6 +78,9 @@ static void kio_submit(struct engine *e, struct ur_slot *s)
 	struct ur_req *r = s->req;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->c->ring);
 	int fi = r->fslot[s->kdirect], fd = s->kdirect ? r->uf->fd_direct : r->uf->fd;
+	bool fixed = s->kfixed && e->c->fixed_bufs;
+	/* the fixed buffer the chunk's room starts in holds all of it (lane_fixed) */
+	int buf = fixed ? (int)(s->lane->buf + (size_t)(s->kbuf - s->lane->base) / s->lane->seg) : 0;
 	unsigned char *p = s->kbuf + s->kdone;
 	unsigned len = (unsigned)(s->klen - s->kdone);
 	off_t at = s->ks + (off_t)s->kdone;
@@ -87,79 +92,264 @@ static void kio_submit(struct engine *e, struct ur_slot *s)
 	if (fi >= 0)
 		fd = fi;
 	if (r->io->op == GDX_FILE_READ) {
-		if (s->kfixed && e->c->fixed_bufs)
-			io_uring_prep_read_fixed(sqe, fd, p, len, (uint64_t)at, (int)s->idx);
+		if (fixed)
+			io_uring_prep_read_fixed(sqe, fd, p, len, (uint64_t)at, buf);
 		else
 			io_uring_prep_read(sqe, fd, p, len, (uint64_t)at);
 	} else {
-		if (s->kfixed && e->c->fixed_bufs)
-			io_uring_prep_write_fixed(sqe, fd, p, len, (uint64_t)at, (int)s->idx);
+		if (fixed)
+			io_uring_prep_write_fixed(sqe, fd, p, len, (uint64_t)at, buf);
 		else
 			io_uring_prep_write(sqe, fd, p, len, (uint64_t)at);
 	}
+	if (fixed)
+		ctr_add(e->c, GDX_FILE_CTR_FIXED, 1);
 	if (fi >= 0)
 		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, s);
-	s->state = S_KIO;
 	e->kio++;
 }
 
-static void fifo_push(struct engine *e, struct ur_slot *s)
-{
-	s->state = S_COPY;
-	s->next = NULL;
-	if (e->fifo_tail)
-		e->fifo_tail->next = s;
-	else
-		e->fifo_head = s;
-	e->fifo_tail = s;
-}
+/* ---- lanes: device memory through the stage rings ------------------------ */
 
-/* Enqueues the slot's device copy and its event; on failure the request fails. */
-static int copy_start(struct engine *e, struct ur_slot *s, void *dst, const void *src, size_t n)
+static struct ur_slot *lane_at(const struct ur_lane *l, unsigned i)
 {
-	struct gdx_device *dev = e->c->ud->dev;
-	uint64_t t0 = gdx_now_ns();
-	int ret = gdx_memcpy_async(dev, dst, src, n, s->st);
-
-	ctr_add(e->c, GDX_FILE_CTR_COPY_NS, gdx_now_ns() - t0);
-	ctr_add(e->c, GDX_FILE_CTR_COPIES, 1);
-	if (ret) {
-		/* An enqueued copy may still run: wait for the stream before reuse. */
-		gdx_stream_synchronize(s->st);
-		req_fail(s->req, ret);
-		return ret;
-	}
-	s->pend_next = e->pend[s->sidx];
-	e->pend[s->sidx] = s;
-	fifo_push(e, s);
-	return 0;
+	return l->fifo[(l->head + i) % l->c->nslots];
 }
 
 /*
- * One event record per stream covers every copy enqueued on it since the last
- * flush: the newest copy's slot records its own event and the older ones wait
- * on it.  Those sit ahead of it in the FIFO, so they retire before that slot
- * (and its event) can be used again.  Saves a record per chunk on small I/O.
+ * The lane's copies cannot land (a copy could not be enqueued, or the
+ * stream failed): the copies enqueued before land or fail with it (the
+ * drain runs their effects), the slots left go out with err as they come,
+ * and the context is not used again.
  */
-static void engine_flush(struct engine *e)
+static void lane_break(struct ur_lane *l, int err)
 {
-	for (unsigned i = 0; i < e->c->nstreams; i++) {
-		struct ur_slot *last = e->pend[i];
-		int ret;
+	if (l->err)
+		return;
+	GDX_ERR("file", "a device copy failed (%s): the I/O context's reads and writes behind "
+		"it fail, and the context is replaced", gdx_strerror(err));
+	l->err = err;
+	l->c->broken = true;
+	gdx_stage_drain(l->st, err);
+}
 
-		if (!last)
-			continue;
-		e->pend[i] = NULL;
-		ret = gdx_event_record(last->ev, last->st);
-		if (ret)
-			gdx_stream_synchronize(last->st);
-		for (struct ur_slot *x = last; x; x = x->pend_next) {
-			x->wait_ev = last->ev;
-			if (ret)
-				req_fail(x->req, ret);
+/* Room for a chunk of n bytes in lane l, in reservation order: 0, -EAGAIN or the lane's error. */
+static int lane_reserve(struct ur_lane *l, struct ur_slot *s, size_t n)
+{
+	int rc = l->err ? l->err : gdx_stage_reserve(l->st, n, GDX_STAGE_NOWAIT, &s->sp);
+
+	if (rc)
+		return rc;
+	/* a lane of two chunks or more places a chunk whole */
+	s->lane = l;
+	s->ready = false;
+	l->fifo[(l->head + l->n++) % l->c->nslots] = s;
+	return 0;
+}
+
+/* Gives back s's reservation, the lane's last, not posted. */
+static void lane_unreserve(struct ur_slot *s)
+{
+	s->lane->n--;
+	gdx_stage_unreserve(s->lane->st, &s->sp);
+	s->lane = NULL;
+}
+
+/* Room in the next read lane that has it (they take turns): 0, -EAGAIN, or an error. */
+static int rd_reserve(struct engine *e, struct ur_slot *s, size_t n)
+{
+	struct ur_ctx *c = e->c;
+	bool full = false;
+	int rc = 0;
+
+	for (unsigned i = 0; i < c->nrd; i++) {
+		unsigned k = (c->next_rd + i) % c->nrd;
+		int ret = lane_reserve(&c->rd[k], s, n);
+
+		if (!ret) {
+			c->next_rd = (k + 1) % c->nrd;
+			return 0;
 		}
+		full |= ret == -EAGAIN;
+		rc = ret;
 	}
+	/* a broken lane is skipped while another may have room */
+	return full ? -EAGAIN : rc;
+}
+
+/* The read in the lane's head slot is done with: out of the lane, then finished. */
+static void rd_pop(struct engine *e, struct ur_lane *l, int err)
+{
+	struct ur_slot *s = lane_at(l, 0);
+	struct ur_req *r = s->req;
+
+	l->head = (l->head + 1) % e->c->nslots;
+	l->n--;
+	l->posted--;
+	e->retired++;
+	if (err)
+		req_fail(r, err);
+	if (s->pc) {
+		uint64_t t0 = gdx_now_ns();
+
+		gdx_host_unregister(e->c->ud->dev, s->pc);
+		ctr_add(e->c, GDX_FILE_CTR_PC_UNREG_NS, gdx_now_ns() - t0);
+		s->pc = NULL;
+		r->pc_inflight--;
+	}
+	slot_release(e, s);
+}
+
+/* Effects run in the order deferred, which is the lane's: the slot is its head. */
+void ur_read_landed(void *lane, void *effect, int err)
+{
+	struct ur_lane *l = lane;
+
+	if (effect)
+		rd_pop(l->c->eng, l, err);
+}
+
+/*
+ * Posts the copies of the lane's ready slots that every earlier slot's
+ * precedes, in reservation order: a copy's mark is the end of its room, and
+ * the lane gives room back up to the marks that have landed, so a later
+ * chunk's copy posted first would free room an earlier read still fills.
+ * A slot with nothing to copy (a failed read, past EOF) posts an empty copy
+ * all the same: its mark gives its room back in turn.
+ */
+static void rd_advance(struct engine *e, struct ur_lane *l)
+{
+	while (l->posted < l->n) {
+		struct ur_slot *s = lane_at(l, l->posted);
+		struct ur_req *r = s->req;
+		struct gdx_stage_span sp = s->sp;
+		uint64_t t0;
+		int rc;
+
+		if (!s->ready)
+			return;
+		l->posted++;
+		if (l->err) {
+			rd_pop(e, l, l->err);
+			continue;
+		}
+		sp.p = (void *)(uintptr_t)s->cp;
+		sp.n = s->cn;
+		t0 = gdx_now_ns();
+		rc = gdx_stage_post(l->st, &sp, (char *)r->io->buf + (s->us - r->off));
+		ctr_add(e->c, GDX_FILE_CTR_COPY_NS, gdx_now_ns() - t0);
+		ctr_add(e->c, GDX_FILE_CTR_COPIES, s->cn != 0);
+		if (!rc) {
+			/* s retires once its copy lands (without memory to queue it: now) */
+			rc = gdx_stage_defer(l->st, s->sp.end, &s);
+			if (rc)
+				lane_break(l, rc);
+			continue;
+		}
+		/* the slots posted before it go first: s is then the head */
+		lane_break(l, rc);
+		rd_pop(e, l, rc);
+	}
+}
+
+/* A read slot's storage part is over: its copy (cn bytes from cp, maybe none) may go. */
+static void rd_ready(struct engine *e, struct ur_slot *s, const unsigned char *cp, size_t cn)
+{
+	struct ur_lane *l = s->lane;
+
+	s->cp = cp;
+	s->cn = cn;
+	s->ready = true;
+	if (lane_at(l, l->posted) != s)
+		ctr_add(e->c, GDX_FILE_CTR_HELD, 1);
+	rd_advance(e, l);
+}
+
+/* Gives the write lane's room back up to the oldest slot whose storage write is out. */
+static void wr_advance(struct engine *e, struct ur_lane *l)
+{
+	while (l->n && lane_at(l, 0)->ready) {
+		struct ur_slot *s = lane_at(l, 0);
+
+		l->head = (l->head + 1) % e->c->nslots;
+		l->n--;
+		gdx_stage_release(l->st, s->sp.end);
+		slot_release(e, s);
+	}
+}
+
+/* A write's bytes are in its room (or err): to storage, or out of the lane. */
+void ur_write_landed(void *lane, void *effect, int err)
+{
+	struct ur_lane *l = lane;
+	struct engine *e = l->c->eng;
+	struct ur_slot *s;
+
+	if (!effect)
+		return;
+	memcpy(&s, effect, sizeof(s));
+	e->retired++;
+	if (err)
+		req_fail(s->req, err);
+	if (!s->req->err) {
+		kio_submit(e, s);
+		return;
+	}
+	s->ready = true;
+	wr_advance(e, l);
+}
+
+/* A device write's chunk: its bytes copied out of the device into its room, then written. */
+static void wr_start(struct engine *e, struct ur_slot *s, const void *devp)
+{
+	struct ur_lane *l = s->lane;
+	uint64_t t0 = gdx_now_ns();
+	int rc = gdx_stage_post(l->st, &s->sp, (void *)(uintptr_t)devp);
+
+	ctr_add(e->c, GDX_FILE_CTR_COPY_NS, gdx_now_ns() - t0);
+	ctr_add(e->c, GDX_FILE_CTR_COPIES, 1);
+	if (!rc) {
+		/* written once its copy lands (without memory to queue it: now) */
+		rc = gdx_stage_defer(l->st, s->sp.end, &s);
+		if (rc)
+			lane_break(l, rc);
+		return;
+	}
+	/* not posted: its room stays taken, the lane is done */
+	lane_break(l, rc);
+	req_fail(s->req, rc);
+	s->ready = true;
+	wr_advance(e, l);
+}
+
+/* Learns what the lanes' copies did; their effects retire slots. */
+static void lanes_progress(struct engine *e)
+{
+	struct ur_ctx *c = e->c;
+
+	for (unsigned i = 0; i <= c->nrd; i++) {
+		struct ur_lane *l = i < c->nrd ? &c->rd[i] : &c->wr;
+		int rc;
+
+		if (l->err || !gdx_stage_deferred(l->st))
+			continue;
+		rc = gdx_stage_progress(l->st);
+		if (rc)
+			lane_break(l, rc);
+	}
+}
+
+/* A lane with copies posted and not landed, or NULL. */
+static struct ur_lane *lanes_busy(struct ur_ctx *c)
+{
+	for (unsigned i = 0; i <= c->nrd; i++) {
+		struct ur_lane *l = i < c->nrd ? &c->rd[i] : &c->wr;
+
+		if (!l->err && gdx_stage_deferred(l->st))
+			return l;
+	}
+	return NULL;
 }
 
 /* Bytes of [ps, ps+len) in the page cache, counted from ps up to the first miss. */
@@ -207,6 +397,13 @@ static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	}
 	if (r->pc_inflight >= r->pc_depth)
 		return -EAGAIN;
+	/* the copy's place in a read lane's order: a ticket of the alignment (stage.h) */
+	ret = rd_reserve(e, s, GDX_FILE_DIO_ALIGN);
+	if (ret) {
+		if (ret != -EAGAIN)
+			req_fail(r, ret);
+		return -EAGAIN;
+	}
 	if (r->uf->pc_threads > 1) {
 		/*
 		 * The driver serialises registration across threads, and faulting
@@ -228,6 +425,7 @@ static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 		snprintf(r->pc_why, sizeof(r->pc_why), "registering the mapping failed: %s",
 			 gdx_strerror(ret));
 		r->pc_reg = false;
+		lane_unreserve(s);
 		return 0;
 	}
 	s->req = r;
@@ -238,15 +436,8 @@ static int pc_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	s->ulen = (size_t)(pe - r->cur);
 	r->pc_inflight++;
 	r->cur = pe;
-	if (copy_start(e, s, (char *)r->io->buf + (s->us - r->off), r->map + (s->us - r->map_off),
-		       s->ulen)) {
-		gdx_host_unregister(dev, p);
-		s->pc = NULL;
-		r->pc_inflight--;
-		slot_release(e, s);
-		return 1;
-	}
 	r->io->info.bytes[GDX_FILE_PATH_PAGECACHE] += s->ulen;
+	rd_ready(e, s, r->map + (s->us - r->map_off), s->ulen);
 	return 1;
 }
 
@@ -334,7 +525,12 @@ static int chunk_cached(struct engine *e, struct ur_req *r, off_t c, size_t chun
 	return -1;
 }
 
-/* Lays out the next chunk of r into slot s and starts it. */
+/*
+ * Lays out the next chunk of r into slot s and starts it.  Returns 1 if it
+ * did, -EAGAIN if the chunk waits (for a page-cache copy, the head and tail
+ * of a write, or room in the lanes; a lane's error fails r) and r is as it
+ * was.
+ */
 static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 {
 	size_t chunk = e->c->chunk;
@@ -346,7 +542,6 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 		/* The head is issued: the tail next, then the middle once both are done. */
 		if (r->lim > r->tail_at) {
 			c = r->tail_at;
-			r->lim = r->tail_at;
 			tail = true;
 		} else if (r->edges) {
 			return -EAGAIN;
@@ -408,19 +603,29 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	s->ks = ks;
 	s->klen = (size_t)(ke - ks);
 	s->kdirect = direct;
-	s->req = r;
-	s->edge = edge;
-	r->edges += edge;
-	r->inflight++;
-	if (!tail)
-		r->cur = s->us + (off_t)s->ulen;
 	if (r->dev) {
-		s->kbuf = s->buf;
+		/* device memory: the chunk's room in a lane, in the order chunks are issued */
+		ret = r->io->op == GDX_FILE_READ ? rd_reserve(e, s, s->klen) :
+		      lane_reserve(&e->c->wr, s, s->klen);
+		if (ret) {
+			if (ret != -EAGAIN)
+				req_fail(r, ret);
+			return -EAGAIN;
+		}
+		s->kbuf = s->sp.p;
 		s->kfixed = true;
 	} else {
 		s->kbuf = (unsigned char *)r->io->buf + (ks - r->off);
 		s->kfixed = false;
 	}
+	s->req = r;
+	s->edge = edge;
+	r->edges += edge;
+	r->inflight++;
+	if (tail)
+		r->lim = r->tail_at;
+	else
+		r->cur = s->us + (off_t)s->ulen;
 	if (hot && split_pread(e, r) && hot_read(e, s))
 		return 1;
 	if (direct)
@@ -428,12 +633,28 @@ static int chunk_issue(struct engine *e, struct ur_req *r, struct ur_slot *s)
 	else
 		r->kbuffered_chunks++;
 	if (r->dev && r->io->op == GDX_FILE_WRITE) {
-		if (copy_start(e, s, s->buf, (char *)r->io->buf + (ks - r->off), s->klen))
-			slot_release(e, s);
+		wr_start(e, s, (char *)r->io->buf + (ks - r->off));
 		return 1;
 	}
 	kio_submit(e, s);
 	return 1;
+}
+
+/*
+ * A slot whose storage I/O is over with nothing (more) to copy: a read that
+ * failed (r holds why), a write written or failed.  Out of its lane in
+ * turn, or free.
+ */
+static void kio_over(struct engine *e, struct ur_slot *s)
+{
+	if (!s->lane) {
+		slot_release(e, s);
+	} else if (s->req->io->op == GDX_FILE_READ) {
+		rd_ready(e, s, NULL, 0);
+	} else {
+		s->ready = true;
+		wr_advance(e, s->lane);
+	}
 }
 
 /* The storage part of a slot finished (all of it, or at end of file). */
@@ -444,7 +665,7 @@ static void kio_finished(struct engine *e, struct ur_slot *s)
 
 	if (r->io->op == GDX_FILE_WRITE) {
 		r->io->info.bytes[r->dev ? GDX_FILE_PATH_BOUNCE : hp] += s->klen;
-		slot_release(e, s);
+		kio_over(e, s);
 		return;
 	}
 	/* Bytes of the caller's range that the kernel delivered. */
@@ -454,15 +675,14 @@ static void kio_finished(struct engine *e, struct ur_slot *s)
 
 	if (s->kdone < s->klen)
 		r->eof = GDX_MIN(r->eof, got_end);
-	if (r->dev && n && !r->err) {
-		if (!copy_start(e, s, (char *)r->io->buf + (s->us - r->off),
-				s->buf + (s->us - s->ks), n)) {
-			r->io->info.bytes[GDX_FILE_PATH_BOUNCE] += n;
-			return;
-		}
-	} else if (!r->dev) {
-		r->io->info.bytes[hp] += n;
+	if (r->dev) {
+		/* a failed request copies no more: its slots still leave the lane in turn */
+		n = r->err ? 0 : n;
+		r->io->info.bytes[GDX_FILE_PATH_BOUNCE] += n;
+		rd_ready(e, s, s->kbuf + (s->us - s->ks), n);
+		return;
 	}
+	r->io->info.bytes[hp] += n;
 	slot_release(e, s);
 }
 
@@ -508,7 +728,7 @@ static bool hot_read(struct engine *e, struct ur_slot *s)
 		r->kbuffered_chunks++;
 		if (!nowait || (errno != EAGAIN && errno != EOPNOTSUPP)) {
 			req_fail(r, -errno);
-			slot_release(e, s);
+			kio_over(e, s);
 			return true;
 		}
 		if (errno == EOPNOTSUPP)
@@ -521,7 +741,6 @@ static bool hot_read(struct engine *e, struct ur_slot *s)
 	r->kbuffered_chunks++;
 	r->kpread_chunks++;
 	kio_finished(e, s);
-	engine_flush(e);
 	return true;
 }
 
@@ -548,13 +767,13 @@ static void cqe_handle(struct engine *e, struct ur_slot *s, int res)
 	}
 	if (res < 0) {
 		req_fail(r, res);
-		slot_release(e, s);
+		kio_over(e, s);
 		return;
 	}
 	s->kdone += (size_t)res;
 	if (res == 0 && r->io->op == GDX_FILE_WRITE) {
 		req_fail(r, -EIO);
-		slot_release(e, s);
+		kio_over(e, s);
 		return;
 	}
 	if (res > 0 && s->kdone < s->klen && !r->err) {
@@ -572,26 +791,6 @@ static void cqe_handle(struct engine *e, struct ur_slot *s, int res)
 		}
 	}
 	kio_finished(e, s);
-}
-
-/* A copy retired: free the page-cache pin, or send a bounce buffer to storage. */
-static void copy_retired(struct engine *e, struct ur_slot *s)
-{
-	struct ur_req *r = s->req;
-
-	if (s->pc) {
-		uint64_t t0 = gdx_now_ns();
-
-		gdx_host_unregister(e->c->ud->dev, s->pc);
-		ctr_add(e->c, GDX_FILE_CTR_PC_UNREG_NS, gdx_now_ns() - t0);
-		s->pc = NULL;
-		r->pc_inflight--;
-		slot_release(e, s);
-	} else if (r->io->op == GDX_FILE_WRITE && !r->err) {
-		kio_submit(e, s);
-	} else {
-		slot_release(e, s);
-	}
 }
 
 static bool req_more(const struct ur_req *r)
@@ -750,6 +949,14 @@ static void engine_feed(struct engine *e)
 	struct gdx_file_io *ios[32];
 	unsigned n;
 
+	/*
+	 * A lane of this context failed: what it has taken runs out here, and
+	 * what comes after waits for the engine to end, so that the caller's
+	 * next engine (a batch's runner goes on while I/Os are queued) runs it
+	 * on a new context rather than failing it on a broken lane.
+	 */
+	if (e->c->broken)
+		return;
 	if (e->lazy_feed)
 		for (struct ur_req *r = e->list; r; r = r->next)
 			if (req_more(r))
@@ -802,32 +1009,19 @@ void ur_engine_run(struct engine *e)
 {
 	uint64_t t0 = gdx_now_ns(), cpu0 = thread_cpu_ns(), tw;
 	struct io_uring_cqe *cqe;
+	struct ur_lane *busy;
 
+	e->c->eng = e;
 	for (;;) {
-		struct gdx_event *fired = NULL;
-		bool progress = false;
+		bool progress;
 
 		engine_feed(e);
 		if (!e->active)
 			break;
-		while (e->fifo_head) {
-			struct ur_slot *s = e->fifo_head;
-			/* Slots of one flush share an event: one query answers for all. */
-			int q = s->wait_ev == fired ? 0 : gdx_event_query(s->wait_ev);
-
-			if (q == -EBUSY)
-				break;
-			if (!q)
-				fired = s->wait_ev;
-			/* A failed copy (or query) fails its request; the buffer still returns. */
-			if (q)
-				req_fail(s->req, q);
-			e->fifo_head = s->next;
-			if (!e->fifo_head)
-				e->fifo_tail = NULL;
-			copy_retired(e, s);
-			progress = true;
-		}
+		/* copies that landed retire their slots (lanes' effects count them) */
+		e->retired = 0;
+		lanes_progress(e);
+		progress = e->retired;
 		/* Oldest request first: a batch of small I/Os completes in order of arrival. */
 		for (struct ur_req *r = e->list; r && e->c->free_slots;) {
 			struct ur_slot *s;
@@ -838,7 +1032,7 @@ void ur_engine_run(struct engine *e)
 			}
 			s = slot_take(e->c);
 			if (chunk_issue(e, r, s) == -EAGAIN) {
-				/* Page-cache window full: the slot goes back, another request may use it. */
+				/* It waits (page cache, edges, room): another request may use the slot. */
 				s->next = e->c->free_slots;
 				e->c->free_slots = s;
 				r = r->next;
@@ -846,17 +1040,17 @@ void ur_engine_run(struct engine *e)
 			}
 			progress = true;
 		}
-		engine_flush(e);
 		engine_sweep(e);
 		if (!e->active)
 			continue;	/* one more look for fed I/O before leaving */
+		busy = lanes_busy(e->c);
 		if (e->kio) {
 			unsigned head, seen = 0;
 
 			io_uring_submit(&e->c->ring);
 			if (!progress) {
 				tw = gdx_now_ns();
-				if (e->fifo_head || e->more) {
+				if (busy || e->more) {
 					struct __kernel_timespec ts = { .tv_nsec = 50000 };
 
 					io_uring_wait_cqe_timeout(&e->c->ring, &cqe, &ts);
@@ -881,17 +1075,19 @@ void ur_engine_run(struct engine *e)
 					break;
 			}
 			io_uring_cq_advance(&e->c->ring, seen);
-			engine_flush(e);
-		} else if (e->fifo_head && !progress) {
-			int q;
+		} else if (busy && !progress) {
+			/* only copies out: wait for the oldest of a lane's (the next to retire) */
+			struct ur_slot *s = busy == &e->c->wr ? NULL : lane_at(busy, 0);
+			int rc;
 
 			tw = gdx_now_ns();
-			q = gdx_event_synchronize(e->fifo_head->wait_ev);
+			rc = gdx_stage_wait(busy->st, s ? s->sp.end : gdx_stage_mark(busy->st));
 			ctr_add(e->c, GDX_FILE_CTR_ENGINE_WAIT_NS, gdx_now_ns() - tw);
-			if (q)
-				req_fail(e->fifo_head->req, q);
+			if (rc)
+				lane_break(busy, rc);
 		}
 	}
+	e->c->eng = NULL;
 	ctr_add(e->c, GDX_FILE_CTR_ENGINE_NS, gdx_now_ns() - t0);
 	ctr_add(e->c, GDX_FILE_CTR_ENGINE_CPU_NS, thread_cpu_ns() - cpu0);
 }

@@ -14,11 +14,14 @@
 #include <stdbool.h>
 
 #include "file/file_int.h"
+#include "mem/stage.h"
 
 #define UR_FILES 64
 #define PG 4096u
+#define UR_FIXED_MAX ((size_t)1 << 30)	/* io_uring's largest fixed buffer */
 
 struct ur_ctx;
+struct engine;
 
 /* Single I/Os, the workers of split I/Os and batches each tune their own contexts. */
 enum ur_pool { POOL_SEQ, POOL_SPLIT, POOL_BATCH, POOL_COUNT };
@@ -32,6 +35,7 @@ struct ur_drv {
 	unsigned nctx[POOL_COUNT];
 	unsigned max_ctx;
 	struct gdx_tpool *split;	/* runs the parts of large I/Os beside the caller */
+	struct gdx_stage_ctx *stage;	/* the contexts' lanes (stream-only) */
 	struct gdx_counter *ctr;	/* the driver's counters */
 };
 
@@ -59,31 +63,50 @@ struct ur_file {
 	_Atomic bool cachestat_ok;	/* cachestat(2) works on this file */
 };
 
-enum slot_state { S_FREE, S_KIO, S_COPY };
-
 struct ur_req;
+struct ur_lane;
 
+/* One chunk in flight: its storage I/O, and its place in a lane's ring. */
 struct ur_slot {
-	unsigned idx;
-	unsigned char *buf;
-	struct gdx_event *ev;
-	struct gdx_stream *st;
-	enum slot_state state;
 	struct ur_req *req;
 	off_t ks;		/* file offset of the kernel I/O */
 	size_t klen, kdone;
 	bool kdirect;
 	bool edge;		/* a write's buffered head or tail (ur_req.edges) */
-	bool kfixed;		/* kbuf lies in the registered bounce ring */
+	bool kfixed;		/* kbuf lies in a lane's ring (registered with io_uring) */
 	unsigned char *kbuf;
 	off_t us;		/* the caller's part of the chunk, in file offsets */
 	size_t ulen;
 	unsigned char *pc;	/* page-cache range to unregister after the copy */
 	size_t pc_len;
-	struct ur_slot *next;	/* free list or copy FIFO */
-	unsigned sidx;		/* index of st in the context's streams */
-	struct gdx_event *wait_ev;	/* the event that covers this slot's copy */
-	struct ur_slot *pend_next;	/* copies on the same stream not yet covered */
+	struct ur_slot *next;	/* free list */
+	/* device memory: the lane, the reservation and the copy */
+	struct ur_lane *lane;
+	struct gdx_stage_span sp;
+	const unsigned char *cp;	/* a read's bytes to copy (ring or page cache) */
+	size_t cn;		/* ... how many (0: none, the chunk failed or is past EOF) */
+	bool ready;		/* read: its copy may be posted; write: its storage write is done */
+};
+
+/*
+ * A stage lane (mem/stage.h) of a context, its ring fixed buffers of the
+ * io_uring (one, or over 1 GiB several: lane_fixed).  Its room comes back
+ * in the order it was reserved, storage I/O completes in any order: the
+ * slots holding room are kept here in reservation order.  Read lanes (H2D) post a slot's copy only once every
+ * slot before it has been posted; a slot leaves when its copy has landed
+ * (its effect).  The write lane (D2H) posts each copy at once, and gives
+ * room back only up to the oldest slot whose storage write is still out.
+ */
+struct ur_lane {
+	struct ur_ctx *c;
+	struct gdx_stage *st;
+	unsigned char *base;	/* its ring */
+	unsigned buf;		/* its ring's first fixed-buffer index */
+	size_t seg;		/* ring bytes from one of its fixed buffers to the next */
+	struct ur_slot **fifo;	/* nslots entries */
+	unsigned head, n;
+	unsigned posted;	/* read lanes: fifo[head, head + posted) are posted */
+	int err;		/* a copy failed: the lane is done (its context too) */
 };
 
 struct ur_ctx {
@@ -92,12 +115,14 @@ struct ur_ctx {
 	struct io_uring ring;
 	unsigned nslots;
 	size_t chunk;
-	struct gdx_bounce_pool *pool_mem;	/* the ring's memory; buffers indexed by slot */
 	bool fixed_bufs, fixed_files;
 	struct ur_slot *slots;
 	struct ur_slot *free_slots;
-	struct gdx_stream **streams;
-	unsigned nstreams;
+	struct ur_lane *rd;	/* device reads, one stream each, taken in turn */
+	unsigned nrd, next_rd;
+	struct ur_lane wr;	/* device writes */
+	bool broken;		/* a lane failed: destroyed when given back, not pooled */
+	struct engine *eng;	/* the engine running on it (lanes' effects) */
 	pthread_mutex_t ftab_lock;
 	struct { uint64_t id; bool direct; unsigned refs; } ftab[UR_FILES];
 	struct ur_ctx *next_idle, *next_all;
@@ -142,9 +167,7 @@ struct engine {
 	struct ur_ctx *c;
 	struct ur_req *list, **tailp;	/* requests not yet finished, oldest first */
 	unsigned active, kio;
-	struct ur_slot *fifo_head, *fifo_tail;	/* copies in flight, oldest first */
-	/* Per stream, copies enqueued since its last event record, newest first. */
-	struct ur_slot *pend[64];
+	unsigned retired;		/* copies landed (lanes' effects run) this pass */
 	gdx_file_io_more_fn more;	/* feeds further I/Os while the engine runs */
 	gdx_file_io_done_fn done;
 	void *arg;
@@ -157,6 +180,7 @@ struct engine {
 /* uring_ctx.c */
 /* An idle context of the pool, else a new one while under file.contexts, else waits. */
 int ur_ctx_get(struct ur_drv *ud, enum ur_pool pool, struct ur_ctx **out);
+/* Back to the pool; a broken one is destroyed (the next ur_ctx_get makes another). */
 void ur_ctx_put(struct ur_ctx *c);
 void ur_ctx_destroy(struct ur_ctx *c);
 /* Fixed-file index for one of the file's descriptors, or -1 to use it plainly. */
@@ -166,6 +190,9 @@ void ur_ftab_put(struct ur_ctx *c, int i);
 void ur_ftab_forget(struct ur_drv *ud, uint64_t id);
 
 /* uring_engine.c: e->c is held by the calling thread, which runs the engine. */
+/* The lanes' effects: a read's copy landed (or err), a write's copy landed (or err). */
+void ur_read_landed(void *lane, void *effect, int err);
+void ur_write_landed(void *lane, void *effect, int err);
 void ur_req_setup(struct engine *e, struct ur_req *r, struct gdx_file_io *io);
 void ur_engine_add(struct engine *e, struct ur_req *r);
 /* Runs until every request added or fed (e->more) has finished. */

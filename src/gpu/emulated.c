@@ -67,6 +67,8 @@ struct emu_dev {
 	_Atomic long regs_counted;
 	/* Copy agent descriptors copied while emulated.agent_fault_after is set. */
 	_Atomic long agent_copies;
+	/* Stream copies enqueued while emulated.copy_fault_after is set. */
+	_Atomic long stream_copies;
 	bool udmabuf;		/* /dev/udmabuf opens: allocations keep their memfd */
 };
 
@@ -947,9 +949,9 @@ static int emu_memcpy(void *priv, void *dst, const void *src, size_t n, void *st
 {
 	struct emu_dev *d = priv;
 	void *rd, *rs;
-	int ret;
-
+	long fault_after;
 	bool pg_dst, pg_src;
+	int ret;
 
 	ret = resolve(d, dst, n, &rd, &pg_dst);
 	if (!ret)
@@ -960,6 +962,12 @@ static int emu_memcpy(void *priv, void *dst, const void *src, size_t n, void *st
 		memmove(rd, rs, n);
 		return 0;
 	}
+	/* Fault injection: the copies behind a fault mid-batch, for the stagers' tests. */
+	fault_after = (long)gdx_cfg_int("emulated.copy_fault_after");
+	if (!fault_after)
+		atomic_store(&d->stream_copies, 0);
+	else if (atomic_fetch_add(&d->stream_copies, 1) >= fault_after)
+		return -EIO;
 	ret = enqueue(stream, &(struct op){ .type = OP_COPY, .copy = { rd, rs, n } });
 	/*
 	 * CUDA stages pageable memory: an async copy into pageable memory returns

@@ -693,13 +693,15 @@ int gdx_stage_flush(struct gdx_stage *st)
 				    st->stream);
 	st->npend = 0;
 	st->pend_bytes = 0;
-	st->enq = st->posted;
-	if (st->o.enqueued)
-		for (unsigned i = 0; i < st->fn; i++)
-			if (*fifo_at(st, i) <= st->enq)
-				st->o.enqueued(st->o.owner, fifo_at(st, i) + 1);
-	if (!rc)
+	/* a batch that failed may be in part or not at all: enq stays before it */
+	if (!rc) {
+		st->enq = st->posted;
+		if (st->o.enqueued)
+			for (unsigned i = 0; i < st->fn; i++)
+				if (*fifo_at(st, i) <= st->enq)
+					st->o.enqueued(st->o.owner, fifo_at(st, i) + 1);
 		rc = place_mark(st);
+	}
 	return rc ? fault(st, rc) : 0;
 }
 
@@ -749,6 +751,9 @@ int gdx_stage_post(struct gdx_stage *st, const struct gdx_stage_span *sp, void *
 
 	if (st->err)
 		return st->err;
+	/* in reservation order: a mark behind the last post's would give back room in use */
+	if (sp->end <= st->posted)
+		return -EINVAL;
 	cnt(st, C_COPIES);
 	switch (st->mode) {
 	case GDX_STAGE_AGENT:
@@ -1073,6 +1078,14 @@ int gdx_stage_drain(struct gdx_stage *st, int err)
 		run_effects(st, 0);
 		return 0;
 	}
+	/*
+	 * A stream lane failed by a copy it could not enqueue (FAIL) still has
+	 * the copies enqueued before it on a working stream: they land, and
+	 * their effects run without the error (a file read whose chunks were
+	 * all copied completes; only those behind the fault fail).
+	 */
+	if (rc == st->err && st->stream && !gdx_stream_synchronize(st->stream))
+		landed(st, st->enq);
 	/* the copies cannot land, or are given up: none may run once the ring goes back */
 	if (st->agent) {
 		gdx_stage_ctx_fail(st->ctx, aborted(st, rc) ? -ESHUTDOWN : rc);

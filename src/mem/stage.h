@@ -273,7 +273,13 @@ void gdx_stage_unreserve(struct gdx_stage *st, const struct gdx_stage_span *sp);
 /*
  * Copies the reserved piece: H2D from sp->p to devp, D2H from devp to sp->p;
  * its mark is sp->end.  A copy whose post failed keeps its room and memory
- * (a worker may still make it) until the context is halted.
+ * (a worker may still make it) until the context is halted.  Pieces are
+ * posted in the order they were reserved (-EINVAL otherwise): the room
+ * comes back up to the marks that landed, so a piece posted ahead of an
+ * earlier one would give that one's room back while it is still filled.  A
+ * producer whose pieces fill in any order (storage reads, RDMA responses)
+ * holds the later ones until the earlier are posted; a piece with nothing
+ * to copy posts sp->n = 0, its mark giving its room back in turn.
  *
  * A mark is a ring position, so a copy of bytes kept elsewhere (tcp's kept
  * ring, pinned memory of the same device) takes a ticket: a reservation of

@@ -2057,6 +2057,99 @@ static void split_pieces_on_grid(void **state)
 	free(host);
 }
 
+static struct gdx_file *open_uring_on(struct gdx_file_driver *d, const char *path, int oflags,
+				      unsigned flags)
+{
+	struct gdx_file_opts o;
+	struct gdx_file *f;
+
+	gdx_file_opts_init(&o, sizeof(o));
+	o.oflags = oflags;
+	o.flags = flags;
+	o.backend = "uring";
+	assert_int_equal(gdx_file_open(d, path, &o, &f), 0);
+	return f;
+}
+
+/*
+ * Rings over io_uring's 1 GiB fixed-buffer limit (lanes of 17 chunks of
+ * 64 MiB) still go in as fixed buffers, a lane's ring as several that
+ * overlap by a chunk: every storage I/O into them is fixed (fixed_ios), also
+ * once the read lane's pieces have moved past its first buffer and across
+ * the boundary of the second, and the bytes land where they belong.  As one
+ * buffer a lane the kernel refused them all (EFAULT), and every I/O went
+ * through a page walk.  Skipped where fixed buffers are refused anyway (no
+ * CAP_IPC_LOCK and a small memlock limit).
+ */
+static void fixed_bufs_over_1g(void **state)
+{
+	unsigned char *host = malloc(FSIZE);
+	struct gdx_file_io_info info;
+	struct gdx_file_driver *d2;
+	struct gdx_file *f, *w;
+	char out[64];
+	uint64_t fixed;
+	void *d;
+	int fd;
+
+	(void)state;
+	assert_non_null(host);
+	assert_int_equal(gdx_device_malloc(dev, FSIZE, &d), 0);
+	assert_int_equal(gdx_config_set("file.split_min", "1G"), 0);
+	f = open_uring_on(drv, shm_path, O_RDONLY, GDX_FILE_NO_PAGECACHE);
+	fixed = counter(drv, "fixed_ios");
+	check_dev_read(f, d, host, 0, FSIZE, &info);
+	gdx_file_close(f);
+	if (counter(drv, "fixed_ios") == fixed) {
+		assert_int_equal(gdx_config_set("file.split_min", "2M"), 0);
+		gdx_device_free(dev, d);
+		free(host);
+		skip();
+	}
+	assert_int_equal(gdx_config_set("file.streams", "1"), 0);
+	assert_int_equal(gdx_config_set("file.chunk_size", "64M"), 0);
+	assert_int_equal(gdx_config_set("file.depth", "17"), 0);
+	assert_int_equal(gdx_file_driver_open(dev, NULL, &d2), 0);
+	f = open_uring_on(d2, shm_path, O_RDONLY, GDX_FILE_NO_PAGECACHE);
+	/*
+	 * ~8 MiB a read from odd offsets: 140 take the 1088 MiB read ring round
+	 * once, the last 30 across and past its second buffer's start (960 MiB)
+	 */
+	for (unsigned i = 0; i < 140; i++) {
+		size_t off = (size_t)i * 4196 % (1u << 20);
+
+		if (i < 110)
+			assert_int_equal(gdx_file_read(f, d, FSIZE - off, (off_t)off),
+					 (ssize_t)(FSIZE - off));
+		else
+			check_dev_read(f, d, host, off, FSIZE - off, &info);
+	}
+	/* the write lane's ring too: the whole file back out of the device */
+	check_dev_read(f, d, host, 0, FSIZE, &info);
+	snprintf(out, sizeof(out), "/dev/shm/gdx_test_file.%d.out", getpid());
+	w = open_uring_on(d2, out, O_RDWR | O_CREAT | O_TRUNC, 0);
+	assert_int_equal(gdx_file_write(w, d, FSIZE, 0), (ssize_t)FSIZE);
+	gdx_file_close(w);
+	fd = open(out, O_RDONLY);
+	assert_true(fd >= 0);
+	memset(host, 0xee, FSIZE);
+	assert_int_equal(pread(fd, host, FSIZE, 0), (ssize_t)FSIZE);
+	assert_memory_equal(host, ref, FSIZE);
+	close(fd);
+	unlink(out);
+	fixed = counter(d2, "fixed_ios");
+	assert_true(fixed > 140);
+	assert_int_equal(fixed, counter(d2, "storage_ios"));
+	gdx_file_close(f);
+	gdx_file_driver_close(d2);
+	assert_int_equal(gdx_config_set("file.streams", NULL), 0);
+	assert_int_equal(gdx_config_set("file.chunk_size", NULL), 0);
+	assert_int_equal(gdx_config_set("file.depth", NULL), 0);
+	assert_int_equal(gdx_config_set("file.split_min", "2M"), 0);
+	gdx_device_free(dev, d);
+	free(host);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2067,6 +2160,7 @@ int main(void)
 		cmocka_unit_test(path_reporting),
 		cmocka_unit_test(driver_counters),
 		cmocka_unit_test(split_pieces_on_grid),
+		cmocka_unit_test(fixed_bufs_over_1g),
 		cmocka_unit_test(register_refused),
 		cmocka_unit_test(strict_mode),
 		cmocka_unit_test(writes),

@@ -1736,6 +1736,127 @@ static void no_setup_on_data_path(void **state)
 	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
 
+/*
+ * A stream lane (the uring file driver's) whose fourth copy cannot be
+ * enqueued (emulated.copy_fault_after), FAIL: the post says so, and the
+ * drain runs the three effects deferred before it without the error, their
+ * bytes in place: only what lies behind a fault mid-batch fails.
+ */
+static void stream_enqueue_fault_drain(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct rec r = { 0 };
+	struct gdx_stage *st;
+	uint64_t mark;
+
+	(void)state;
+	for (int mode = GDX_STAGE_WORD; mode <= GDX_STAGE_EVENTS; mode++) {
+		memset(&r, 0, sizeof(r));
+		st = lane_open(ctx, mode, GDX_STAGE_FAIL, 8, &r);
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &mark), 0);
+			assert_int_equal(gdx_stage_defer(st, mark, &i), 0);
+			/* the first copy, with the knob at 0, restarts the count */
+			if (!i)
+				assert_int_equal(gdx_config_set("emulated.copy_fault_after", "2"), 0);
+		}
+		assert_int_equal(put(st, 3 * CHUNK, CHUNK, &mark), -EIO);
+		assert_int_equal(gdx_stage_progress(st), -EIO);
+		assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), -EIO);
+		assert_int_equal(r.n, 3);
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(r.id[i], i);
+			assert_int_equal(r.err[i], 0);
+		}
+		check_dev(0, 3 * CHUNK);
+		gdx_stage_close(st);
+		assert_int_equal(gdx_config_set("emulated.copy_fault_after", "0"), 0);
+	}
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * Pieces are posted in the order reserved: the later one posted first is
+ * copied, the earlier one then refused (its room was given back with the
+ * later one's mark).  An empty piece (nothing to copy) gives its room back
+ * in turn.
+ */
+static void post_in_reservation_order(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct gdx_stage_span a, b, c;
+	struct rec r = { 0 };
+	struct gdx_stage *st = lane_open(ctx, GDX_STAGE_WORD, GDX_STAGE_FAIL, 4, &r);
+
+	(void)state;
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &a), 0);
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &b), 0);
+	memcpy(b.p, src + CHUNK, CHUNK);
+	assert_int_equal(gdx_stage_post(st, &b, (char *)dbuf + CHUNK), 0);
+	assert_int_equal(gdx_stage_post(st, &a, dbuf), -EINVAL);
+	assert_int_equal(gdx_stage_wait(st, b.end), 0);
+	check_dev(CHUNK, CHUNK);
+	/* an empty piece: posted, its mark lands, the ring is empty again */
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &c), 0);
+	c.n = 0;
+	assert_int_equal(gdx_stage_post(st, &c, dbuf), 0);
+	assert_int_equal(gdx_stage_wait(st, c.end), 0);
+	assert_int_equal(gdx_byte_ring_used(&st->r), 0);
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
+/*
+ * The same with copies held back for batches: a batch that fails to enqueue
+ * (its third copy refused) may be in part or not at all, so its effects
+ * fail with the error; the batch before it landed, and its effects run
+ * without it.
+ */
+static void stream_batch_fault_drain(void **state)
+{
+	enum { PIECE = CHUNK / 8 };	/* four of them a batch, well under a chunk */
+	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
+	struct gdx_stage_opts o;
+	struct rec r = { 0 };
+	struct gdx_stage *st;
+	uint64_t mark;
+
+	(void)state;
+	gdx_stage_opts_init(&o, sizeof(o));
+	o.mode = GDX_STAGE_WORD;
+	o.fault = GDX_STAGE_FAIL;
+	o.chunk = CHUNK;
+	o.chunks = 16;
+	o.batch = 4;
+	o.effect_size = sizeof(int);
+	o.run = run;
+	o.owner = &r;
+	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	for (int i = 0; i < 8; i++) {
+		int rc = put(st, (size_t)i * PIECE, PIECE, &mark);
+
+		/* the fourth post sends the batch (the knob at 0 restarts the count) */
+		if (i == 3)
+			assert_int_equal(gdx_config_set("emulated.copy_fault_after", "2"), 0);
+		if (i == 7) {
+			assert_int_equal(rc, -EIO);
+			break;
+		}
+		assert_int_equal(rc, 0);
+		assert_int_equal(gdx_stage_defer(st, mark, &i), 0);
+	}
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), -EIO);
+	assert_int_equal(r.n, 7);
+	for (int i = 0; i < 7; i++) {
+		assert_int_equal(r.id[i], i);
+		assert_int_equal(r.err[i], i < 4 ? 0 : GDX_EDRIVER);
+	}
+	check_dev(0, 4 * PIECE);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1771,6 +1892,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(redo_post_while_hook_waits, setup, teardown),
 		cmocka_unit_test_setup_teardown(no_setup_on_data_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(sync_copy_fault_piece, setup, teardown),
+		cmocka_unit_test_setup_teardown(stream_enqueue_fault_drain, setup, teardown),
+		cmocka_unit_test_setup_teardown(stream_batch_fault_drain, setup, teardown),
+		cmocka_unit_test_setup_teardown(post_in_reservation_order, setup, teardown),
 	};
 	int ret;
 
