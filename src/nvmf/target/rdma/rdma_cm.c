@@ -228,6 +228,7 @@ static void queue_accept(struct rdma_reactor *r, const struct handoff *h)
 	q->state = Q_LIVE;
 	q->drain_recv.kind = WR_DRAIN_RECV;
 	q->drain_send.kind = WR_DRAIN_SEND;
+	q->post_tail = &q->post_head;
 	nvmf_bufs_init(&q->bufs, t, &q->sq, q->peer);
 	q->sq.tgt = &t->core;
 	q->sq.ioctx = r->ioctx;

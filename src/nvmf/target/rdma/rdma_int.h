@@ -18,7 +18,11 @@
  * buffer before the command runs (host to controller), or by RDMA WRITE from
  * it, posted unsignaled right ahead of the response SEND (controller to
  * host): the reliable connection delivers the WRITE before the SEND, so the
- * response's completion is the request's end.  Namespace memory (RAM, null)
+ * response's completion is the request's end.  Work requests are not posted
+ * one command at a time: a queue collects those of one pass (a poll of its
+ * completion queue, or what else an iteration of the reactor started) in
+ * order and posts them at the end with one ibv_post_send, one doorbell (on
+ * rdma_rxe a system call) for the pass.  Namespace memory (RAM, null)
  * is copied through that buffer rather than registered: a RAM namespace hands
  * pages back to the kernel on deallocate, which a registration would not see.
  *
@@ -121,6 +125,9 @@ struct rdma_req {
 	uint32_t cap;
 	struct ibv_mr *mr;
 	struct gdx_nvme_cqe *rsp;	/* in the queue's registered responses */
+	/* queued on the queue's pass until posted: the data WR (READ, or WRITE ahead of send_wr) */
+	struct ibv_sge data_sge, rsp_sge;
+	struct ibv_send_wr data_wr, send_wr;
 	struct rdma_req *next_free;
 	struct nvmf_buf_wait wait;	/* RR_WAIT_BUF: in the queue's wait list */
 };
@@ -154,6 +161,12 @@ struct rdma_queue {
 	struct rdma_req *free_reqs;
 	unsigned nused;		/* requests not free: data, namespace or response outstanding */
 	struct wr_ctx drain_recv, drain_send;
+	/*
+	 * Send-queue work requests of this pass, in order, not yet posted: one
+	 * ibv_post_send at the end of the pass takes them all (one doorbell, a
+	 * system call on rdma_rxe, for every command the pass answered).
+	 */
+	struct ibv_send_wr *post_head, **post_tail;
 	struct nvmf_bufs bufs;	/* request buffers held, and the commands waiting for them */
 	/* the stall timer: READs and SENDs posted and not back, and how many came back */
 	unsigned nposted;
@@ -235,7 +248,10 @@ int nvmf_rdma_post_recv(struct rdma_queue *q, struct rdma_recv *rv);
 void nvmf_rdma_queue_unblock(struct rdma_queue *q);
 /* Frees the buffers free requests keep for reuse. */
 void nvmf_rdma_queue_trim(struct rdma_queue *q);
-/* Handles what the queue's completion queue holds; how many completions. */
+/* Posts the work requests queued since the last post, with one ibv_post_send. */
+void nvmf_rdma_post_queued(struct rdma_queue *q);
+/* Handles what the queue's completion queue holds and posts what that queued; how many
+ * completions. */
 unsigned nvmf_rdma_poll_cq(struct rdma_queue *q);
 /* Asks for an event at the next completion, then looks once more. */
 void nvmf_rdma_arm_cq(struct rdma_queue *q);

@@ -121,13 +121,16 @@ static void reap(struct rdma_reactor *r)
 /*
  * Starts what waits for buffers where they fit now: after each iteration for
  * the buffers its completions freed, and after each tick for those other
- * reactors freed meanwhile.
+ * reactors freed meanwhile.  Then posts what the iteration queued outside a
+ * completion queue's poll (those started here, file I/O and AERs completed).
  */
 static void unblock_all(struct rdma_reactor *r)
 {
-	for (struct rdma_queue *q = r->queues; q; q = q->next)
+	for (struct rdma_queue *q = r->queues; q; q = q->next) {
 		if (q->bufs.wait_head)
 			nvmf_rdma_queue_unblock(q);
+		nvmf_rdma_post_queued(q);
+	}
 }
 
 /* Serves what epoll reports within timeout_ms; how many events there were. */
