@@ -57,6 +57,11 @@ check "write a pattern" dd if=/tmp/pat of=/dev/nvme0n2 bs=1M oflag=direct status
 # the target restarts under the connected host: it reconnects and the RAM is new
 kill "$tpid"; wait "$tpid"
 check "target stops cleanly" test $? = 0
+# a queue pair on the shared receive queue goes once the device said it took its last
+# receive, or, from a device that never says so, 2 s after the queue's end
+check "  its queue pairs went after Last WQE Reached (or without, counted)" \
+  grep -qE "last WQE reached|no Last WQE Reached" /tmp/target.log
+grep -m2 -E "last WQE reached|no Last WQE Reached" /tmp/target.log | sed 's/^/  target: /'
 # the second life polls its completion queues (--poll-us) instead of sleeping on them, and
 # gives each queue pair its own receives
 GDX_NVMF_TARGET_RDMA_SRQ=0 need "target restarts (polling, no shared receive queue)" \

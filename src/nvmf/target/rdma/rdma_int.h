@@ -73,11 +73,13 @@
 #define SUBSYS "nvmf"
 #define ADMIN_INLINE 4096	/* in-capsule data an admin queue takes (Connect data fits) */
 #define STOP_DRAIN_MS 5000	/* how long stopping waits for queues to drain */
-#define DRAIN_NS (2ull * 1000000000)	/* how long a queue's drain requests may take */
+/* how long a device may take to give an ended queue's work requests back: its drain
+ * requests and, on a shared receive queue, Last WQE Reached */
+#define DRAIN_NS (2ull * 1000000000)
 #define MAX_DEVS 8		/* RDMA devices a reactor serves */
 #define LISTEN_BACKLOG 128
 
-enum ev_kind { EV_LISTEN_CM, EV_CM, EV_CQ, EV_WAKE, EV_IOCTX };
+enum ev_kind { EV_LISTEN_CM, EV_CM, EV_CQ, EV_WAKE, EV_IOCTX, EV_ASYNC };
 
 struct ev {
 	enum ev_kind kind;
@@ -146,6 +148,13 @@ struct rdma_queue {
 	enum q_state state;
 	uint64_t ended_ns;
 	bool drained_recv, drained_send;
+	/*
+	 * The device took the last receive it will of the shared receive queue
+	 * (IBV_EVENT_QP_LAST_WQE_REACHED, read on reactor 0): only then may the
+	 * queue pair go, or a receive it holds would be lost to the shared queue.
+	 * True from the start on a queue pair with receives of its own.
+	 */
+	_Atomic bool last_wqe;
 	bool reaped;
 	char peer[64];
 	uint64_t born_ns;
@@ -224,6 +233,12 @@ struct rdma_reactor {
 	struct nvmf_log_limit hold_log;
 };
 
+/* A device's asynchronous event queue, read by reactor 0. */
+struct rdma_async {
+	struct ev ev;
+	struct ibv_context *verbs;
+};
+
 struct rdma_listener {
 	struct rdma_cm_id *id;
 	struct nvmf_port *port;
@@ -240,6 +255,10 @@ struct rdma_tgt {
 	_Atomic unsigned next_reactor;
 	pthread_mutex_t dev_lock;
 	struct rdma_dev *devs;
+	/* every device a queue was set up on, for as long as the transport runs (dev_lock) */
+	struct rdma_async async[MAX_DEVS];
+	unsigned nasync;
+	_Atomic bool no_last_wqe_logged;
 };
 
 /* rdma_queue.c: the data path */
@@ -260,6 +279,8 @@ void nvmf_rdma_cq_events(struct rdma_reactor *r, struct rdma_cc *c);
 void nvmf_rdma_queue_end(struct rdma_queue *q, const char *why);
 /* Frees the queue at the end of the reactor's iteration. */
 void nvmf_rdma_reap_later(struct rdma_queue *q);
+/* An ended queue: freed once nothing of it is left in flight. */
+void nvmf_rdma_queue_maybe_reap(struct rdma_queue *q);
 void nvmf_rdma_queue_free(struct rdma_queue *q);
 
 /* rdma_cm.c: devices, listeners, connecting */
@@ -274,5 +295,7 @@ void nvmf_rdma_listen_events(struct rdma_tgt *rt);
 /* The queue's reactor: connect requests handed over, then its queues' CM events. */
 void nvmf_rdma_take_handoffs(struct rdma_reactor *r);
 void nvmf_rdma_queue_events(struct rdma_reactor *r);
+/* Reactor 0: a device's asynchronous events. */
+void nvmf_rdma_async_events(struct rdma_tgt *rt, struct rdma_async *a);
 
 #endif

@@ -56,10 +56,10 @@ void nvmf_rdma_reap_later(struct rdma_queue *q)
 	r->reap[r->nreap++] = q;
 }
 
-/* Frees the queue once nothing of it is left in flight. */
-static void queue_maybe_reap(struct rdma_queue *q)
+void nvmf_rdma_queue_maybe_reap(struct rdma_queue *q)
 {
-	if (q->state != Q_LIVE && q->drained_recv && q->drained_send && !q->nused)
+	if (q->state != Q_LIVE && q->drained_recv && q->drained_send && !q->nused &&
+	    atomic_load(&q->last_wqe))
 		nvmf_rdma_reap_later(q);
 }
 
@@ -86,7 +86,7 @@ static void req_put(struct rdma_req *rr)
 	/* over the target's budget, buffers are not kept for reuse */
 	if (nvmf_target_buf_over(q->tgt))
 		req_buf_drop(rr);
-	queue_maybe_reap(q);
+	nvmf_rdma_queue_maybe_reap(q);
 }
 
 /*
@@ -423,11 +423,11 @@ static void handle_wc(struct rdma_queue *q, const struct ibv_wc *wc)
 		break;
 	case WR_DRAIN_RECV:
 		q->drained_recv = true;
-		queue_maybe_reap(q);
+		nvmf_rdma_queue_maybe_reap(q);
 		break;
 	case WR_DRAIN_SEND:
 		q->drained_send = true;
-		queue_maybe_reap(q);
+		nvmf_rdma_queue_maybe_reap(q);
 		break;
 	}
 }
@@ -576,5 +576,5 @@ void nvmf_rdma_queue_end(struct rdma_queue *q, const char *why)
 		/* nothing could be posted: nothing is in flight that the device still owns */
 		GDX_WARN(SUBSYS, "%s qid %u: could not post drain requests", q->peer, q->sq.qid);
 	}
-	queue_maybe_reap(q);
+	nvmf_rdma_queue_maybe_reap(q);
 }
