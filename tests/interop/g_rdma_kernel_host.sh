@@ -81,6 +81,10 @@ fi
 if [ -x ./rdma_probe ]; then
   ./rdma_probe "$GUEST_IP" $P "$NQN"; check "bad connect requests and capsules (rdma_probe)" test $? = 0
   check "  the stalled queue's end is logged" grep -q "not completed by the host for" /tmp/target.log
+  # the queue that ended before its RTU: its disconnect went out once the CM had the
+  # connection established (by the RTU, or earlier by the capsule's COMM_EST)
+  check "  the queue ended before its RTU is disconnected" \
+    grep -qE "ended before established: disconnect sent now|a capsule before the RTU" /tmp/target.log
   grep -m1 "not completed by the host" /tmp/target.log | sed 's/^/  target: /'
 else
   bad "rdma_probe was not built"

@@ -465,6 +465,16 @@ void nvmf_rdma_queue_events(struct rdma_reactor *r)
 		switch (type) {
 		case RDMA_CM_EVENT_ESTABLISHED:
 			GDX_DBG(SUBSYS, "%s: queue established", q->peer);
+			/*
+			 * It ended before: its disconnect found the connection not
+			 * established yet and sent nothing, and the host would learn
+			 * only when the queue is freed.  Now the request goes out.
+			 */
+			if (q->state != Q_LIVE) {
+				GDX_DBG(SUBSYS, "%s qid %u: ended before established: disconnect sent "
+					"now", q->peer, q->sq.qid);
+				rdma_disconnect(q->id);
+			}
 			break;
 		case RDMA_CM_EVENT_DISCONNECTED:
 			nvmf_rdma_queue_end(q, "host disconnected");
@@ -520,13 +530,22 @@ void nvmf_rdma_async_events(struct rdma_tgt *rt, struct rdma_async *a)
 	struct ibv_async_event e;
 
 	while (!ibv_get_async_event(a->verbs, &e)) {
-		struct rdma_queue *q = e.event_type == IBV_EVENT_QP_LAST_WQE_REACHED ?
-					       qp_queue(rt, e.element.qp) : NULL;
+		bool qp_event = e.event_type == IBV_EVENT_QP_LAST_WQE_REACHED ||
+				e.event_type == IBV_EVENT_COMM_EST;
+		struct rdma_queue *q = qp_event ? qp_queue(rt, e.element.qp) : NULL;
 
-		if (q) {
+		if (q && e.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
 			GDX_DBG(SUBSYS, "%s qid %u: last WQE reached", q->peer, q->sq.qid);
 			atomic_store(&q->last_wqe, true);
 			nvmf_rdma_reactor_wake(q->r);
+		} else if (q) {
+			/*
+			 * The host's first capsule came before the CM's RTU: the
+			 * connection is established, as the CM learns here (as
+			 * nvmet-rdma tells it), so that a disconnect is sent.
+			 */
+			GDX_DBG(SUBSYS, "%s qid %u: a capsule before the RTU", q->peer, q->sq.qid);
+			rdma_notify(q->id, IBV_EVENT_COMM_EST);
 		} else if (event_fatal(e.event_type)) {
 			/* a queue pair's error ends its queue through its completions */
 			GDX_WARN(SUBSYS, "rdma: %s: %s", ibv_get_device_name(a->verbs->device),
