@@ -19,10 +19,10 @@
  * it, posted unsignaled right ahead of the response SEND (controller to
  * host): the reliable connection delivers the WRITE before the SEND, so the
  * response's completion is the request's end.  Work requests are not posted
- * one command at a time: a queue collects those of one pass (a poll of its
- * completion queue, or what else an iteration of the reactor started) in
- * order and posts them at the end with one ibv_post_send, one doorbell (on
- * rdma_rxe a system call) for the pass.  Namespace memory (RAM, null)
+ * one command at a time: a queue collects those of one pass (a batch of up
+ * to 32 completions polled from its completion queue, or what else an
+ * iteration of the reactor started) in order and posts them at the end with
+ * one ibv_post_send, one doorbell (on rdma_rxe a system call) for the pass.  Namespace memory (RAM, null)
  * is copied through that buffer rather than registered: a RAM namespace hands
  * pages back to the kernel on deallocate, which a registration would not see.
  *
@@ -176,6 +176,7 @@ struct rdma_queue {
 	 * system call on rdma_rxe, for every command the pass answered).
 	 */
 	struct ibv_send_wr *post_head, **post_tail;
+	uint64_t ncmds, nposts;	/* capsules taken, ibv_post_send calls for them: logged at the end */
 	struct nvmf_bufs bufs;	/* request buffers held, and the commands waiting for them */
 	/* the stall timer: READs and SENDs posted and not back, and how many came back */
 	unsigned nposted;

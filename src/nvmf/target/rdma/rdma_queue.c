@@ -199,6 +199,7 @@ void nvmf_rdma_post_queued(struct rdma_queue *q)
 		return;
 	q->post_head = NULL;
 	q->post_tail = &q->post_head;
+	q->nposts++;
 	if (!ibv_post_send(q->id->qp, wr, &bad))
 		return;
 	/* those ahead of bad are the device's (with no bad, all are: only the doorbell failed) */
@@ -319,6 +320,7 @@ static void handle_capsule(struct rdma_queue *q, struct rdma_recv *rv, uint32_t 
 		recv_unused(q, rv);
 		return;
 	}
+	q->ncmds++;
 	rr = req_get(q);
 	if (!rr) {
 		nvmf_rdma_queue_end(q, "more commands than the queue holds");
@@ -432,7 +434,11 @@ static void handle_wc(struct rdma_queue *q, const struct ibv_wc *wc)
 	}
 }
 
-/* Handles what the queue's completion queue holds; how many completions. */
+/*
+ * Handles what the queue's completion queue holds, posting what each batch
+ * of completions queued: the device starts on a batch's responses while the
+ * next batch is handled.  How many completions.
+ */
 unsigned nvmf_rdma_poll_cq(struct rdma_queue *q)
 {
 	struct ibv_wc wc[32];
@@ -443,9 +449,9 @@ unsigned nvmf_rdma_poll_cq(struct rdma_queue *q)
 		n = ibv_poll_cq(q->cq, (int)GDX_ARRAY_SIZE(wc), wc);
 		for (int i = 0; i < n; i++)
 			handle_wc(q, &wc[i]);
+		nvmf_rdma_post_queued(q);
 		total += n > 0 ? (unsigned)n : 0;
 	} while (n == (int)GDX_ARRAY_SIZE(wc));
-	nvmf_rdma_post_queued(q);
 	return total;
 }
 
@@ -542,7 +548,8 @@ void nvmf_rdma_queue_end(struct rdma_queue *q, const char *why)
 	q->state = Q_DRAINING;
 	q->ended_ns = gdx_now_ns();
 	if (why)
-		GDX_INFO(SUBSYS, "%s qid %u: queue ends (%s)", q->peer, q->sq.qid, why);
+		GDX_INFO(SUBSYS, "%s qid %u: queue ends (%s): %" PRIu64 " commands, %" PRIu64
+			 " send posts", q->peer, q->sq.qid, why, q->ncmds, q->nposts);
 	nvmf_sq_destroy(&q->sq);
 	queue_unwait(q);
 	/* posted now, they would follow the queue pair into the error state, which some
