@@ -79,4 +79,6 @@ for r in $(seq "$ROUNDS"); do
 done
 nvme disconnect -n $NQN_K >/dev/null
 nvme disconnect -n $NQN_G >/dev/null
+# how many commands each of the gdx target's queues took per ibv_post_send (RDMA)
+grep -o 'qid [0-9]*: queue ends.*send posts' /tmp/gdx.log | sed 's/^/gdx posts: /'
 kill $T; wait $T

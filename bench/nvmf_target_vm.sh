@@ -33,7 +33,7 @@ VM_SHARE=$share VM_CPUS=$cpus VM_TIMEOUT=${VM_TIMEOUT:-600} \
   "$top/tests/interop/vm.sh" run "$share/nvmf_target_guest.sh" "${RUNTIME:-4}" \
   "${ROUNDS:-3}" "${JOBS:-qd1 qd32 qd128 bw}" "$fio_cpus" "${TRANSPORT:-tcp}" \
   ${GDX_OPTS:--r 1 --cpus $last --follow --poll-us 1000} |
-  tee "$share/out.log" | grep -E 'nvmet:|rror|vm.sh\]'
+  tee "$share/out.log" | grep -E 'nvmet:|rror|vm.sh\]|gdx posts:'
 python3 - "$share/out.log" "${TRANSPORT:-tcp}" <<'PY'
 import statistics, sys
 runs = {}

@@ -57,6 +57,11 @@ check "write a pattern" dd if=/tmp/pat of=/dev/nvme0n2 bs=1M oflag=direct status
 # the target restarts under the connected host: it reconnects and the RAM is new
 kill "$tpid"; wait "$tpid"
 check "target stops cleanly" test $? = 0
+# a queue pair on the shared receive queue goes once the device said it took its last
+# receive, or, from a device that never says so, 2 s after the queue's end
+check "  its queue pairs went after Last WQE Reached (or without, counted)" \
+  grep -qE "last WQE reached|no Last WQE Reached" /tmp/target.log
+grep -m2 -E "last WQE reached|no Last WQE Reached" /tmp/target.log | sed 's/^/  target: /'
 # the second life polls its completion queues (--poll-us) instead of sleeping on them, and
 # gives each queue pair its own receives
 GDX_NVMF_TARGET_RDMA_SRQ=0 need "target restarts (polling, no shared receive queue)" \
@@ -76,6 +81,10 @@ fi
 if [ -x ./rdma_probe ]; then
   ./rdma_probe "$GUEST_IP" $P "$NQN"; check "bad connect requests and capsules (rdma_probe)" test $? = 0
   check "  the stalled queue's end is logged" grep -q "not completed by the host for" /tmp/target.log
+  # the queue that ended before its RTU: its disconnect went out once the CM had the
+  # connection established (by the RTU, or earlier by the capsule's COMM_EST)
+  check "  the queue ended before its RTU is disconnected" \
+    grep -qE "ended before established: disconnect sent now|a capsule before the RTU" /tmp/target.log
   grep -m1 "not completed by the host" /tmp/target.log | sed 's/^/  target: /'
 else
   bad "rdma_probe was not built"

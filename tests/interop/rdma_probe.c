@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,8 @@ struct conn {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_mr *mr;
+	struct ibv_qp *qp;
+	bool own_qp;		/* created here, not by rdma_cm: the RTU waits for rdma_establish */
 	uint8_t *buf;		/* [0, 4096): receive, [4096, 8192): send, [8192, ..): data */
 };
 
@@ -54,7 +57,9 @@ static struct rdma_cm_event *wait_event(struct conn *c)
 
 static void conn_free(struct conn *c)
 {
-	if (c->id && c->id->qp)
+	if (c->own_qp && c->qp)
+		ibv_destroy_qp(c->qp);
+	else if (c->id && c->id->qp)
 		rdma_destroy_qp(c->id);
 	if (c->mr)
 		ibv_dereg_mr(c->mr);
@@ -70,11 +75,22 @@ static void conn_free(struct conn *c)
 	memset(c, 0, sizeof(*c));
 }
 
+/* Moves a queue pair of our own to state s, with the attributes the CM has for it. */
+static int qp_to(struct conn *c, enum ibv_qp_state s)
+{
+	struct ibv_qp_attr a = { .qp_state = s };
+	int mask;
+
+	return rdma_init_qp_attr(c->id, &a, &mask) || ibv_modify_qp(c->qp, &a, mask) ? -1 : 0;
+}
+
 /*
- * Connects with the given private data.  Returns 0 once established, the
- * reject's status (> 0) when rejected, -1 on another failure.
+ * Connects with the given private data.  Returns 0 once established (with
+ * late_rtu, once the target's reply came: the queue pair is ready and the
+ * RTU is not sent until rdma_establish), the reject's status (> 0) when
+ * rejected, -1 on another failure.
  */
-static int conn_open(struct conn *c, const void *pd, size_t pd_len)
+static int conn_open_rtu(struct conn *c, const void *pd, size_t pd_len, bool late_rtu)
 {
 	struct rdma_conn_param p = { .private_data = pd, .private_data_len = (uint8_t)pd_len,
 				     .responder_resources = 4, .initiator_depth = 4,
@@ -116,13 +132,23 @@ static int conn_open(struct conn *c, const void *pd, size_t pd_len)
 	qa.send_cq = qa.recv_cq = c->cq;
 	qa.cap.max_send_wr = qa.cap.max_recv_wr = 16;
 	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	if (rdma_create_qp(c->id, c->pd, &qa))
-		return -1;
+	if (late_rtu) {
+		qa.qp_context = c;
+		c->qp = ibv_create_qp(c->pd, &qa);
+		c->own_qp = true;
+		p.qp_num = c->qp ? c->qp->qp_num : 0;
+		if (!c->qp || qp_to(c, IBV_QPS_INIT))
+			return -1;
+	} else {
+		if (rdma_create_qp(c->id, c->pd, &qa))
+			return -1;
+		c->qp = c->id->qp;
+	}
 	{
 		struct ibv_sge sge = { (uintptr_t)c->buf, 4096, c->mr->lkey };
 		struct ibv_recv_wr wr = { .sg_list = &sge, .num_sge = 1 }, *bad;
 
-		if (ibv_post_recv(c->id->qp, &wr, &bad))
+		if (ibv_post_recv(c->qp, &wr, &bad))
 			return -1;
 	}
 	if (rdma_connect(c->id, &p))
@@ -130,13 +156,18 @@ static int conn_open(struct conn *c, const void *pd, size_t pd_len)
 	ev = wait_event(c);
 	if (!ev)
 		return -1;
-	if (ev->event == RDMA_CM_EVENT_ESTABLISHED)
-		ret = 0;
+	if (ev->event == (late_rtu ? RDMA_CM_EVENT_CONNECT_RESPONSE : RDMA_CM_EVENT_ESTABLISHED))
+		ret = late_rtu && (qp_to(c, IBV_QPS_RTR) || qp_to(c, IBV_QPS_RTS)) ? -1 : 0;
 	else if (ev->event == RDMA_CM_EVENT_REJECTED)
 		ret = gdx_rdma_cm_rej_parse(ev->param.conn.private_data,
 					    ev->param.conn.private_data_len);
 	rdma_ack_cm_event(ev);
 	return ret;
+}
+
+static int conn_open(struct conn *c, const void *pd, size_t pd_len)
+{
+	return conn_open_rtu(c, pd, pd_len, false);
 }
 
 /* Sends len bytes of the send area as one capsule. */
@@ -146,7 +177,7 @@ static int send_capsule(struct conn *c, uint32_t len)
 	struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
 				  .send_flags = IBV_SEND_SIGNALED }, *bad;
 
-	return ibv_post_send(c->id->qp, &wr, &bad);
+	return ibv_post_send(c->qp, &wr, &bad);
 }
 
 /*
@@ -285,6 +316,25 @@ int main(int argc, char **argv)
 	}
 	conn_free(&c);
 
+	/*
+	 * The same before the host's RTU: the target's CM has the connection
+	 * not established yet when the capsule ends the queue, and a disconnect
+	 * then sends nothing.  The host sends its RTU once the queue ended and
+	 * must be disconnected then, not rejected when the queue is freed.
+	 */
+	r = conn_open_rtu(&c, &req, sizeof(req), true);
+	if (r == 0) {
+		connect_cmd(&c, 1, c.mr->rkey ^ 0x5a5a5a00u, 0);
+		send_capsule(&c, 64);
+		r = wait_response(&c);
+		result("a key the target never saw ends the queue before the RTU", r < 0, NULL);
+		rdma_establish(c.id);
+		result("  and the host is disconnected once its RTU came", wait_disconnect(&c), NULL);
+	} else {
+		result("connect", 0, "refused");
+	}
+	conn_free(&c);
+
 	r = conn_open(&c, &req, sizeof(req));
 	if (r == 0) {
 		connect_cmd(&c, 0, 0, 1024);
@@ -297,7 +347,7 @@ int main(int argc, char **argv)
 			struct ibv_sge sge = { (uintptr_t)c.buf, 4096, c.mr->lkey };
 			struct ibv_recv_wr wr = { .sg_list = &sge, .num_sge = 1 }, *bad;
 
-			ibv_post_recv(c.id->qp, &wr, &bad);
+			ibv_post_recv(c.qp, &wr, &bad);
 		}
 		connect_cmd(&c, 1, c.mr->rkey, 0);
 		send_capsule(&c, 64);

@@ -81,7 +81,8 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	const char *sp;
 	static const char *const names[] = { "connections", "connection_errors", "pdus_in",
 					     "pdus_out", "connections_refused", "buffered_bytes",
-					     "backpressure_holds", "stalled_queues" };
+					     "backpressure_holds", "stalled_queues",
+					     "rdma_no_last_wqe" };
 
 	gdx_nvmf_target_opts_init(&o, sizeof(o));
 	if (uo)

@@ -27,6 +27,8 @@ enum {
 	TGT_CTR_BUF_BYTES,	/* request buffers held now (a level, not a sum) */
 	TGT_CTR_HOLDS,		/* times a connection's commands began to wait for buffers */
 	TGT_CTR_STALLS,		/* connections ended for taking no data */
+	TGT_CTR_NO_LAST_WQE,	/* RDMA queue pairs on a shared receive queue destroyed with no
+				 * Last WQE Reached from the device, DRAIN_NS after their end */
 	TGT_CTR_NR
 };
 

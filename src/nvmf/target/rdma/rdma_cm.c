@@ -17,6 +17,33 @@
 #include "common/util.h"
 #include "nvmf/target/rdma/rdma_int.h"
 
+/*
+ * Has reactor 0 read the device's asynchronous events (dev_lock held).  Kept
+ * while the transport runs: rdma_cm keeps a device's context open as long.
+ */
+static void async_watch(struct rdma_tgt *rt, struct ibv_context *verbs)
+{
+	struct epoll_event e = { .events = EPOLLIN };
+	struct rdma_async *a;
+
+	for (unsigned i = 0; i < rt->nasync; i++)
+		if (rt->async[i].verbs == verbs)
+			return;
+	if (rt->nasync == MAX_DEVS)
+		return;
+	a = &rt->async[rt->nasync];
+	a->ev.kind = EV_ASYNC;
+	a->verbs = verbs;
+	e.data.ptr = &a->ev;
+	fcntl(verbs->async_fd, F_SETFL, fcntl(verbs->async_fd, F_GETFL) | O_NONBLOCK);
+	if (epoll_ctl(rt->reactors[0].epfd, EPOLL_CTL_ADD, verbs->async_fd, &e)) {
+		GDX_WARN(SUBSYS, "rdma: cannot watch %s's asynchronous events: %s",
+			 ibv_get_device_name(verbs->device), strerror(errno));
+		return;
+	}
+	rt->nasync++;
+}
+
 static struct rdma_dev *dev_get(struct rdma_tgt *rt, struct ibv_context *verbs)
 {
 	struct rdma_dev *d;
@@ -44,6 +71,7 @@ static struct rdma_dev *dev_get(struct rdma_tgt *rt, struct ibv_context *verbs)
 			} else {
 				d->next = rt->devs;
 				rt->devs = d;
+				async_watch(rt, verbs);
 			}
 		}
 	}
@@ -228,6 +256,7 @@ static void queue_accept(struct rdma_reactor *r, const struct handoff *h)
 	q->state = Q_LIVE;
 	q->drain_recv.kind = WR_DRAIN_RECV;
 	q->drain_send.kind = WR_DRAIN_SEND;
+	q->post_tail = &q->post_head;
 	nvmf_bufs_init(&q->bufs, t, &q->sq, q->peer);
 	q->sq.tgt = &t->core;
 	q->sq.ioctx = r->ioctx;
@@ -248,10 +277,12 @@ static void queue_accept(struct rdma_reactor *r, const struct handoff *h)
 	if (!cc)
 		goto no_rsc;
 	q->srq = cc->srq;
+	atomic_init(&q->last_wqe, !q->srq);
 	/* per request: one READ or one WRITE, and the response; a receive each */
 	q->cq = ibv_create_cq(q->id->verbs, 3 * q->depth + 2, q, cc->cc, 0);
 	if (!q->cq || ibv_req_notify_cq(q->cq, 0))
 		goto no_rsc;
+	qa.qp_context = q;
 	qa.qp_type = IBV_QPT_RC;
 	qa.send_cq = q->cq;
 	qa.recv_cq = q->cq;
@@ -434,6 +465,16 @@ void nvmf_rdma_queue_events(struct rdma_reactor *r)
 		switch (type) {
 		case RDMA_CM_EVENT_ESTABLISHED:
 			GDX_DBG(SUBSYS, "%s: queue established", q->peer);
+			/*
+			 * It ended before: its disconnect found the connection not
+			 * established yet and sent nothing, and the host would learn
+			 * only when the queue is freed.  Now the request goes out.
+			 */
+			if (q->state != Q_LIVE) {
+				GDX_DBG(SUBSYS, "%s qid %u: ended before established: disconnect sent "
+					"now", q->peer, q->sq.qid);
+				rdma_disconnect(q->id);
+			}
 			break;
 		case RDMA_CM_EVENT_DISCONNECTED:
 			nvmf_rdma_queue_end(q, "host disconnected");
@@ -449,6 +490,71 @@ void nvmf_rdma_queue_events(struct rdma_reactor *r)
 		default:
 			break;
 		}
+	}
+}
+
+static bool event_fatal(enum ibv_event_type t)
+{
+	switch (t) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_CQ_ERR:
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_DEVICE_FATAL:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The queue whose queue pair qp is, if it is one of this transport's (in one of its PDs). */
+static struct rdma_queue *qp_queue(struct rdma_tgt *rt, struct ibv_qp *qp)
+{
+	struct rdma_dev *d;
+
+	pthread_mutex_lock(&rt->dev_lock);
+	for (d = rt->devs; d && d->pd != qp->pd; d = d->next)
+		;
+	pthread_mutex_unlock(&rt->dev_lock);
+	return d ? qp->qp_context : NULL;
+}
+
+/*
+ * A queue pair's event names its queue, which may be another reactor's: it
+ * is not freed before this returns, as destroying the queue pair waits for
+ * its events to be acknowledged.
+ */
+void nvmf_rdma_async_events(struct rdma_tgt *rt, struct rdma_async *a)
+{
+	struct ibv_async_event e;
+
+	while (!ibv_get_async_event(a->verbs, &e)) {
+		bool qp_event = e.event_type == IBV_EVENT_QP_LAST_WQE_REACHED ||
+				e.event_type == IBV_EVENT_COMM_EST;
+		struct rdma_queue *q = qp_event ? qp_queue(rt, e.element.qp) : NULL;
+
+		if (q && e.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
+			GDX_DBG(SUBSYS, "%s qid %u: last WQE reached", q->peer, q->sq.qid);
+			atomic_store(&q->last_wqe, true);
+			nvmf_rdma_reactor_wake(q->r);
+		} else if (q) {
+			/*
+			 * The host's first capsule came before the CM's RTU: the
+			 * connection is established, as the CM learns here (as
+			 * nvmet-rdma tells it), so that a disconnect is sent.
+			 */
+			GDX_DBG(SUBSYS, "%s qid %u: a capsule before the RTU", q->peer, q->sq.qid);
+			rdma_notify(q->id, IBV_EVENT_COMM_EST);
+		} else if (event_fatal(e.event_type)) {
+			/* a queue pair's error ends its queue through its completions */
+			GDX_WARN(SUBSYS, "rdma: %s: %s", ibv_get_device_name(a->verbs->device),
+				 ibv_event_type_str(e.event_type));
+		} else {
+			GDX_DBG(SUBSYS, "rdma: %s: %s", ibv_get_device_name(a->verbs->device),
+				ibv_event_type_str(e.event_type));
+		}
+		ibv_ack_async_event(&e);
 	}
 }
 

@@ -18,7 +18,11 @@
  * buffer before the command runs (host to controller), or by RDMA WRITE from
  * it, posted unsignaled right ahead of the response SEND (controller to
  * host): the reliable connection delivers the WRITE before the SEND, so the
- * response's completion is the request's end.  Namespace memory (RAM, null)
+ * response's completion is the request's end.  Work requests are not posted
+ * one command at a time: a queue collects those of one pass (a batch of up
+ * to 32 completions polled from its completion queue, or what else an
+ * iteration of the reactor started) in order and posts them at the end with
+ * one ibv_post_send, one doorbell (on rdma_rxe a system call) for the pass.  Namespace memory (RAM, null)
  * is copied through that buffer rather than registered: a RAM namespace hands
  * pages back to the kernel on deallocate, which a registration would not see.
  *
@@ -69,11 +73,13 @@
 #define SUBSYS "nvmf"
 #define ADMIN_INLINE 4096	/* in-capsule data an admin queue takes (Connect data fits) */
 #define STOP_DRAIN_MS 5000	/* how long stopping waits for queues to drain */
-#define DRAIN_NS (2ull * 1000000000)	/* how long a queue's drain requests may take */
+/* how long a device may take to give an ended queue's work requests back: its drain
+ * requests and, on a shared receive queue, Last WQE Reached */
+#define DRAIN_NS (2ull * 1000000000)
 #define MAX_DEVS 8		/* RDMA devices a reactor serves */
 #define LISTEN_BACKLOG 128
 
-enum ev_kind { EV_LISTEN_CM, EV_CM, EV_CQ, EV_WAKE, EV_IOCTX };
+enum ev_kind { EV_LISTEN_CM, EV_CM, EV_CQ, EV_WAKE, EV_IOCTX, EV_ASYNC };
 
 struct ev {
 	enum ev_kind kind;
@@ -121,6 +127,9 @@ struct rdma_req {
 	uint32_t cap;
 	struct ibv_mr *mr;
 	struct gdx_nvme_cqe *rsp;	/* in the queue's registered responses */
+	/* queued on the queue's pass until posted: the data WR (READ, or WRITE ahead of send_wr) */
+	struct ibv_sge data_sge, rsp_sge;
+	struct ibv_send_wr data_wr, send_wr;
 	struct rdma_req *next_free;
 	struct nvmf_buf_wait wait;	/* RR_WAIT_BUF: in the queue's wait list */
 };
@@ -139,6 +148,13 @@ struct rdma_queue {
 	enum q_state state;
 	uint64_t ended_ns;
 	bool drained_recv, drained_send;
+	/*
+	 * The device took the last receive it will of the shared receive queue
+	 * (IBV_EVENT_QP_LAST_WQE_REACHED, read on reactor 0): only then may the
+	 * queue pair go, or a receive it holds would be lost to the shared queue.
+	 * True from the start on a queue pair with receives of its own.
+	 */
+	_Atomic bool last_wqe;
 	bool reaped;
 	char peer[64];
 	uint64_t born_ns;
@@ -154,6 +170,13 @@ struct rdma_queue {
 	struct rdma_req *free_reqs;
 	unsigned nused;		/* requests not free: data, namespace or response outstanding */
 	struct wr_ctx drain_recv, drain_send;
+	/*
+	 * Send-queue work requests of this pass, in order, not yet posted: one
+	 * ibv_post_send at the end of the pass takes them all (one doorbell, a
+	 * system call on rdma_rxe, for every command the pass answered).
+	 */
+	struct ibv_send_wr *post_head, **post_tail;
+	uint64_t ncmds, nposts;	/* capsules taken, ibv_post_send calls for them: logged at the end */
 	struct nvmf_bufs bufs;	/* request buffers held, and the commands waiting for them */
 	/* the stall timer: READs and SENDs posted and not back, and how many came back */
 	unsigned nposted;
@@ -211,6 +234,12 @@ struct rdma_reactor {
 	struct nvmf_log_limit hold_log;
 };
 
+/* A device's asynchronous event queue, read by reactor 0. */
+struct rdma_async {
+	struct ev ev;
+	struct ibv_context *verbs;
+};
+
 struct rdma_listener {
 	struct rdma_cm_id *id;
 	struct nvmf_port *port;
@@ -227,6 +256,10 @@ struct rdma_tgt {
 	_Atomic unsigned next_reactor;
 	pthread_mutex_t dev_lock;
 	struct rdma_dev *devs;
+	/* every device a queue was set up on, for as long as the transport runs (dev_lock) */
+	struct rdma_async async[MAX_DEVS];
+	unsigned nasync;
+	_Atomic bool no_last_wqe_logged;
 };
 
 /* rdma_queue.c: the data path */
@@ -235,7 +268,10 @@ int nvmf_rdma_post_recv(struct rdma_queue *q, struct rdma_recv *rv);
 void nvmf_rdma_queue_unblock(struct rdma_queue *q);
 /* Frees the buffers free requests keep for reuse. */
 void nvmf_rdma_queue_trim(struct rdma_queue *q);
-/* Handles what the queue's completion queue holds; how many completions. */
+/* Posts the work requests queued since the last post, with one ibv_post_send. */
+void nvmf_rdma_post_queued(struct rdma_queue *q);
+/* Handles what the queue's completion queue holds and posts what that queued; how many
+ * completions. */
 unsigned nvmf_rdma_poll_cq(struct rdma_queue *q);
 /* Asks for an event at the next completion, then looks once more. */
 void nvmf_rdma_arm_cq(struct rdma_queue *q);
@@ -244,6 +280,8 @@ void nvmf_rdma_cq_events(struct rdma_reactor *r, struct rdma_cc *c);
 void nvmf_rdma_queue_end(struct rdma_queue *q, const char *why);
 /* Frees the queue at the end of the reactor's iteration. */
 void nvmf_rdma_reap_later(struct rdma_queue *q);
+/* An ended queue: freed once nothing of it is left in flight. */
+void nvmf_rdma_queue_maybe_reap(struct rdma_queue *q);
 void nvmf_rdma_queue_free(struct rdma_queue *q);
 
 /* rdma_cm.c: devices, listeners, connecting */
@@ -258,5 +296,7 @@ void nvmf_rdma_listen_events(struct rdma_tgt *rt);
 /* The queue's reactor: connect requests handed over, then its queues' CM events. */
 void nvmf_rdma_take_handoffs(struct rdma_reactor *r);
 void nvmf_rdma_queue_events(struct rdma_reactor *r);
+/* Reactor 0: a device's asynchronous events. */
+void nvmf_rdma_async_events(struct rdma_tgt *rt, struct rdma_async *a);
 
 #endif

@@ -56,10 +56,10 @@ void nvmf_rdma_reap_later(struct rdma_queue *q)
 	r->reap[r->nreap++] = q;
 }
 
-/* Frees the queue once nothing of it is left in flight. */
-static void queue_maybe_reap(struct rdma_queue *q)
+void nvmf_rdma_queue_maybe_reap(struct rdma_queue *q)
 {
-	if (q->state != Q_LIVE && q->drained_recv && q->drained_send && !q->nused)
+	if (q->state != Q_LIVE && q->drained_recv && q->drained_send && !q->nused &&
+	    atomic_load(&q->last_wqe))
 		nvmf_rdma_reap_later(q);
 }
 
@@ -86,7 +86,7 @@ static void req_put(struct rdma_req *rr)
 	/* over the target's budget, buffers are not kept for reuse */
 	if (nvmf_target_buf_over(q->tgt))
 		req_buf_drop(rr);
-	queue_maybe_reap(q);
+	nvmf_rdma_queue_maybe_reap(q);
 }
 
 /*
@@ -160,49 +160,81 @@ static void queue_unwait(struct rdma_queue *q)
 		req_put(GDX_CONTAINER_OF(w, struct rdma_req, wait));
 }
 
-static int post_send(struct rdma_queue *q, struct ibv_send_wr *wr)
+/* Queues first..last behind what the pass queued already, in order. */
+static void queue_wrs(struct rdma_queue *q, struct ibv_send_wr *first, struct ibv_send_wr *last)
 {
-	struct ibv_send_wr *bad;
-	int ret = ibv_post_send(q->id->qp, wr, &bad);
-
-	if (ret)
-		nvmf_rdma_queue_end(q, "posting a work request failed");
-	return ret;
+	last->next = NULL;
+	*q->post_tail = first;
+	q->post_tail = &last->next;
+	q->nposted++;
 }
 
-/* Sends the response, behind an RDMA WRITE of the data for a read. */
+/* Work requests the device never took: the requests they were for end here. */
+static void wrs_drop(struct rdma_queue *q, struct ibv_send_wr *wr)
+{
+	while (wr) {
+		struct wr_ctx *ctx = (struct wr_ctx *)(uintptr_t)wr->wr_id;
+
+		wr = wr->next;
+		switch (ctx->kind) {
+		case WR_READ:
+			q->nposted--;
+			req_put(GDX_CONTAINER_OF(ctx, struct rdma_req, read_ctx));
+			break;
+		case WR_SEND:
+			q->nposted--;
+			req_put(GDX_CONTAINER_OF(ctx, struct rdma_req, send_ctx));
+			break;
+		default:
+			break;	/* a WRITE: its SEND follows it in the chain */
+		}
+	}
+}
+
+void nvmf_rdma_post_queued(struct rdma_queue *q)
+{
+	struct ibv_send_wr *wr = q->post_head, *bad = NULL;
+
+	if (!wr)
+		return;
+	q->post_head = NULL;
+	q->post_tail = &q->post_head;
+	q->nposts++;
+	if (!ibv_post_send(q->id->qp, wr, &bad))
+		return;
+	/* those ahead of bad are the device's (with no bad, all are: only the doorbell failed) */
+	nvmf_rdma_queue_end(q, "posting work requests failed");
+	wrs_drop(q, bad);
+}
+
+/* Queues the response, behind an RDMA WRITE of the data for a read. */
 static void respond(struct rdma_queue *q, struct rdma_req *rr, uint32_t c2h)
 {
-	struct ibv_sge data = { (uintptr_t)rr->buf, c2h, rr->mr ? rr->mr->lkey : 0 };
-	struct ibv_sge rsp = { (uintptr_t)rr->rsp, sizeof(*rr->rsp), q->rsp_mr->lkey };
-	struct ibv_send_wr write = { 0 }, send = { 0 };
+	struct ibv_send_wr *send = &rr->send_wr, *write = &rr->data_wr;
 
 	memcpy(rr->rsp, &rr->req.cqe, sizeof(*rr->rsp));
 	rr->state = RR_RESPOND;
-	send.wr_id = (uintptr_t)&rr->send_ctx;
-	send.sg_list = &rsp;
-	send.num_sge = 1;
-	send.send_flags = IBV_SEND_SIGNALED;
+	rr->rsp_sge = (struct ibv_sge){ (uintptr_t)rr->rsp, sizeof(*rr->rsp), q->rsp_mr->lkey };
+	*send = (struct ibv_send_wr){ .wr_id = (uintptr_t)&rr->send_ctx, .sg_list = &rr->rsp_sge,
+				      .num_sge = 1, .send_flags = IBV_SEND_SIGNALED };
 	if (rr->sgl.kind == GDX_RDMA_DATA_KEYED && rr->sgl.invalidate) {
-		send.opcode = IBV_WR_SEND_WITH_INV;
-		send.invalidate_rkey = rr->sgl.key;
+		send->opcode = IBV_WR_SEND_WITH_INV;
+		send->invalidate_rkey = rr->sgl.key;
 	} else {
-		send.opcode = IBV_WR_SEND;
+		send->opcode = IBV_WR_SEND;
 	}
-	if (c2h) {
-		write.wr_id = (uintptr_t)&rr->write_ctx;
-		write.opcode = IBV_WR_RDMA_WRITE;
-		write.sg_list = &data;
-		write.num_sge = 1;
-		write.wr.rdma.remote_addr = rr->sgl.addr;
-		write.wr.rdma.rkey = rr->sgl.key;
-		write.next = &send;
-		gdx_counter_add(&q->sq.ctr[SQ_CTR_BYTES_OUT], c2h);
+	if (!c2h) {
+		queue_wrs(q, send, send);
+		return;
 	}
-	if (post_send(q, c2h ? &write : &send))
-		req_put(rr);
-	else
-		q->nposted++;
+	rr->data_sge = (struct ibv_sge){ (uintptr_t)rr->buf, c2h, rr->mr ? rr->mr->lkey : 0 };
+	*write = (struct ibv_send_wr){ .wr_id = (uintptr_t)&rr->write_ctx, .next = send,
+				       .sg_list = &rr->data_sge, .num_sge = 1,
+				       .opcode = IBV_WR_RDMA_WRITE };
+	write->wr.rdma.remote_addr = rr->sgl.addr;
+	write->wr.rdma.rkey = rr->sgl.key;
+	gdx_counter_add(&q->sq.ctr[SQ_CTR_BYTES_OUT], c2h);
+	queue_wrs(q, write, send);
 }
 
 static void req_done(struct nvmf_req *nr)
@@ -235,22 +267,17 @@ static void req_exec(struct rdma_req *rr)
 
 static void req_fetch(struct rdma_queue *q, struct rdma_req *rr)
 {
-	struct ibv_sge sge = { (uintptr_t)rr->buf, rr->req.len, rr->mr->lkey };
-	struct ibv_send_wr wr = { 0 };
+	struct ibv_send_wr *wr = &rr->data_wr;
 
 	rr->state = RR_DATA_IN;
-	wr.wr_id = (uintptr_t)&rr->read_ctx;
-	wr.opcode = IBV_WR_RDMA_READ;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.wr.rdma.remote_addr = rr->sgl.addr;
-	wr.wr.rdma.rkey = rr->sgl.key;
+	rr->data_sge = (struct ibv_sge){ (uintptr_t)rr->buf, rr->req.len, rr->mr->lkey };
+	*wr = (struct ibv_send_wr){ .wr_id = (uintptr_t)&rr->read_ctx, .sg_list = &rr->data_sge,
+				    .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				    .send_flags = IBV_SEND_SIGNALED };
+	wr->wr.rdma.remote_addr = rr->sgl.addr;
+	wr->wr.rdma.rkey = rr->sgl.key;
 	gdx_counter_add(&q->sq.ctr[SQ_CTR_BYTES_IN], rr->req.len);
-	if (post_send(q, &wr))
-		req_put(rr);
-	else
-		q->nposted++;
+	queue_wrs(q, wr, wr);
 }
 
 /* The command's buffer is there: fetch its data or run it. */
@@ -293,6 +320,7 @@ static void handle_capsule(struct rdma_queue *q, struct rdma_recv *rv, uint32_t 
 		recv_unused(q, rv);
 		return;
 	}
+	q->ncmds++;
 	rr = req_get(q);
 	if (!rr) {
 		nvmf_rdma_queue_end(q, "more commands than the queue holds");
@@ -397,16 +425,20 @@ static void handle_wc(struct rdma_queue *q, const struct ibv_wc *wc)
 		break;
 	case WR_DRAIN_RECV:
 		q->drained_recv = true;
-		queue_maybe_reap(q);
+		nvmf_rdma_queue_maybe_reap(q);
 		break;
 	case WR_DRAIN_SEND:
 		q->drained_send = true;
-		queue_maybe_reap(q);
+		nvmf_rdma_queue_maybe_reap(q);
 		break;
 	}
 }
 
-/* Handles what the queue's completion queue holds; how many completions. */
+/*
+ * Handles what the queue's completion queue holds, posting what each batch
+ * of completions queued: the device starts on a batch's responses while the
+ * next batch is handled.  How many completions.
+ */
 unsigned nvmf_rdma_poll_cq(struct rdma_queue *q)
 {
 	struct ibv_wc wc[32];
@@ -417,6 +449,7 @@ unsigned nvmf_rdma_poll_cq(struct rdma_queue *q)
 		n = ibv_poll_cq(q->cq, (int)GDX_ARRAY_SIZE(wc), wc);
 		for (int i = 0; i < n; i++)
 			handle_wc(q, &wc[i]);
+		nvmf_rdma_post_queued(q);
 		total += n > 0 ? (unsigned)n : 0;
 	} while (n == (int)GDX_ARRAY_SIZE(wc));
 	return total;
@@ -515,9 +548,15 @@ void nvmf_rdma_queue_end(struct rdma_queue *q, const char *why)
 	q->state = Q_DRAINING;
 	q->ended_ns = gdx_now_ns();
 	if (why)
-		GDX_INFO(SUBSYS, "%s qid %u: queue ends (%s)", q->peer, q->sq.qid, why);
+		GDX_INFO(SUBSYS, "%s qid %u: queue ends (%s): %" PRIu64 " commands, %" PRIu64
+			 " send posts", q->peer, q->sq.qid, why, q->ncmds, q->nposts);
 	nvmf_sq_destroy(&q->sq);
 	queue_unwait(q);
+	/* posted now, they would follow the queue pair into the error state, which some
+	 * devices never flush: their requests end here instead */
+	wrs_drop(q, q->post_head);
+	q->post_head = NULL;
+	q->post_tail = &q->post_head;
 	/* held AERs are with no namespace: they end with the queue */
 	for (unsigned i = 0; i < q->depth; i++) {
 		struct rdma_req *rr = &q->reqs[i];
@@ -544,5 +583,5 @@ void nvmf_rdma_queue_end(struct rdma_queue *q, const char *why)
 		/* nothing could be posted: nothing is in flight that the device still owns */
 		GDX_WARN(SUBSYS, "%s qid %u: could not post drain requests", q->peer, q->sq.qid);
 	}
-	queue_maybe_reap(q);
+	nvmf_rdma_queue_maybe_reap(q);
 }

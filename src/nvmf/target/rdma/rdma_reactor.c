@@ -38,20 +38,34 @@ static bool queue_held(const struct rdma_queue *q)
 }
 
 /*
- * Queues whose drain requests have not come back in time.  Some devices
- * (rdma_rxe of Linux 6.1) do not flush work requests posted once the queue
- * pair is in the error state.  Destroying the queue pair discards what it
- * still has, and its completion queue goes with it, so only requests a
- * namespace holds keep such a queue.
+ * Queues the device has not given back in time.  Some devices (rdma_rxe of
+ * Linux 6.1) do not flush work requests posted once the queue pair is in the
+ * error state, nor say when a queue pair on a shared receive queue took its
+ * last receive.  Destroying the queue pair discards what it still has, and
+ * its completion queue goes with it, so only requests a namespace holds keep
+ * such a queue.  A receive it took and never completed is lost to the shared
+ * queue.
  */
 static void reap_overdue(struct rdma_reactor *r, uint64_t now)
 {
+	struct rdma_tgt *rt = r->rt;
+
 	for (struct rdma_queue *q = r->queues; q; q = q->next) {
 		if (q->state != Q_DRAINING || q->reaped || now - q->ended_ns < DRAIN_NS ||
 		    queue_held(q))
 			continue;
-		GDX_DBG(SUBSYS, "%s qid %u: drain requests not back after %llu ms, freed", q->peer,
-			q->sq.qid, DRAIN_NS / 1000000);
+		GDX_DBG(SUBSYS, "%s qid %u: not given back by the device after %llu ms (drained: "
+			"recv %d send %d; last WQE reached %d), freed", q->peer, q->sq.qid,
+			DRAIN_NS / 1000000, q->drained_recv, q->drained_send,
+			atomic_load(&q->last_wqe));
+		if (!atomic_load(&q->last_wqe)) {
+			gdx_counter_add(&rt->t->ctr[TGT_CTR_NO_LAST_WQE], 1);
+			if (!atomic_exchange(&rt->no_last_wqe_logged, true))
+				GDX_INFO(SUBSYS, "rdma: the device sent no Last WQE Reached for a queue "
+					 "pair on a shared receive queue within %llu ms of its end: "
+					 "destroyed without (counted in nvmf.target "
+					 "rdma_no_last_wqe; logged once)", DRAIN_NS / 1000000);
+		}
 		nvmf_rdma_reap_later(q);
 	}
 }
@@ -121,13 +135,16 @@ static void reap(struct rdma_reactor *r)
 /*
  * Starts what waits for buffers where they fit now: after each iteration for
  * the buffers its completions freed, and after each tick for those other
- * reactors freed meanwhile.
+ * reactors freed meanwhile.  Then posts what the iteration queued outside a
+ * completion queue's poll (those started here, file I/O and AERs completed).
  */
 static void unblock_all(struct rdma_reactor *r)
 {
-	for (struct rdma_queue *q = r->queues; q; q = q->next)
+	for (struct rdma_queue *q = r->queues; q; q = q->next) {
 		if (q->bufs.wait_head)
 			nvmf_rdma_queue_unblock(q);
+		nvmf_rdma_post_queued(q);
+	}
 }
 
 /* Serves what epoll reports within timeout_ms; how many events there were. */
@@ -156,8 +173,14 @@ static int handle_events(struct rdma_reactor *r, int timeout_ms)
 				GDX_WARN(SUBSYS, "rdma wake read: %s", strerror(errno));
 			nvmf_rdma_take_handoffs(r);
 			deliver_aens(r);
+			/* Last WQE Reached for one of them, maybe */
+			for (struct rdma_queue *q = r->queues; q; q = q->next)
+				nvmf_rdma_queue_maybe_reap(q);
 			break;
 		}
+		case EV_ASYNC:
+			nvmf_rdma_async_events(r->rt, GDX_CONTAINER_OF(ev, struct rdma_async, ev));
+			break;
 		case EV_IOCTX:
 			nvmf_ioctx_reap(r->ioctx);
 			break;
