@@ -1747,7 +1747,7 @@ static void stream_enqueue_fault_drain(void **state)
 	struct gdx_stage_ctx *ctx = ctx_open(false, 1);
 	struct rec r = { 0 };
 	struct gdx_stage *st;
-	uint64_t mark;
+	uint64_t mark = 0;
 
 	(void)state;
 	for (int mode = GDX_STAGE_WORD; mode <= GDX_STAGE_EVENTS; mode++) {
@@ -1820,7 +1820,7 @@ static void stream_batch_fault_drain(void **state)
 	struct gdx_stage_opts o;
 	struct rec r = { 0 };
 	struct gdx_stage *st;
-	uint64_t mark;
+	uint64_t mark = 0;
 
 	(void)state;
 	gdx_stage_opts_init(&o, sizeof(o));
