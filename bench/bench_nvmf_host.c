@@ -529,7 +529,7 @@ static void usage(FILE *f)
 		"      --fio-dev DEV   also run fio on DEV (the kernel host's block device)\n"
 		"      --no-tcp        skip the loopback TCP ceilings (streams, and the\n"
 		"                      request/response a 4 KiB read at depth 1 is judged by)\n"
-		"      --transport T   tcp (default) or rdma\n"
+		"      --transport T   tcp (default) or rdma (no TCP ceilings then)\n"
 		"      --dev-calls     first price the device calls of a device read, with as\n"
 		"                      many threads calling as I/O queues, against one thread\n"
 		"      --json          one JSON object per line\n");
