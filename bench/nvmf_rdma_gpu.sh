@@ -27,9 +27,6 @@
 # $OUT (or /tmp)/nvmf_rdma_gpu.jsonl; logs beside it.
 set -u
 
-GDX=${1:-}
-. "$(dirname "$0")/gpu_lib.sh"
-gpu_gdx "$GDX"
 out=${OUT:-/tmp}
 jsonl=$out/nvmf_rdma_gpu.jsonl
 : >"$jsonl"
@@ -63,6 +60,9 @@ if [ -z "$dev" ]; then
 	echo "nvmf_rdma_gpu: no active RDMA device with an IPv4 address${RDMA_ADDR:+ of $RDMA_ADDR}: nothing measured"
 	exit 0
 fi
+GDX=${1:-}
+. "$(dirname "$0")/gpu_lib.sh"
+gpu_gdx "$GDX"
 echo "# $(uname -sr); $(nproc) CPUs; $(nvidia-smi --query-gpu=name,pci.bus_id,driver_version --format=csv,noheader 2>/dev/null)"
 echo "# $dev ($nd) at $addr; peermem: $(lsmod 2>/dev/null | grep -q '^nvidia_peermem' && echo loaded || echo none)"
 
