@@ -15,7 +15,9 @@
  *     O_DIRECT) on the block device the kernel host connected, same shapes;
  * Each point is measured --rounds times, the kernel host and each memory kind
  * in turn, and the medians are reported, so a noisy machine drifts both sides
- * alike; every result is printed beside its ceilings with the ratios.
+ * alike; every result is printed beside its ceilings with the ratios, and with
+ * the path its reads took (direct, bounce; over RDMA, why the NIC did not
+ * register device memory).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -82,7 +84,7 @@ struct run {
 struct slot {
 	struct gdx_nvmf_io io;
 	struct run *r;
-	uint64_t seed, done, bytes;
+	uint64_t seed, done, bytes, bounced;
 } __attribute__((aligned(64)));
 
 static uint64_t rnd(uint64_t *s)
@@ -110,6 +112,7 @@ static void on_done(struct gdx_nvmf_io *io, void *arg)
 {
 	struct slot *s = arg;
 	struct run *r = s->r;
+	int rc;
 
 	if (io->result) {
 		slot_end(r, io->result);
@@ -117,23 +120,29 @@ static void on_done(struct gdx_nvmf_io *io, void *arg)
 	}
 	s->done++;
 	s->bytes += io->len;
+	s->bounced += !strcmp(io->path, "bounce");
 	if (atomic_load_explicit(&r->err, memory_order_relaxed) || gdx_now_ns() >= r->deadline) {
 		slot_end(r, 0);
 		return;
 	}
 	io->offset = (rnd(&s->seed) % r->span_blocks) * r->bs;
-	if (gdx_nvmf_submit_cb(r->c, io, on_done, s))
-		slot_end(r, -EIO);
+	rc = gdx_nvmf_submit_cb(r->c, io, on_done, s);
+	if (rc)
+		slot_end(r, rc);
 }
 
-/* Returns operations per second and fills *gbps; negative on error. */
+/*
+ * Returns operations per second and fills *gbps; negative on error.  Adds the
+ * reads timed to reads[0] and those of them that bounced to reads[1].
+ */
 static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes, void *buf,
-		      uint32_t bs, unsigned qd, double secs, double *gbps, int *err)
+		      uint32_t bs, unsigned qd, double secs, double *gbps, uint64_t reads[2],
+		      int *err)
 {
 	struct slot *sl = aligned_alloc(64, sizeof(*sl) * qd);
 	struct run r = { .c = c, .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
 			 .bs = bs };
-	uint64_t t0 = 0, done = 0, bytes = 0;
+	uint64_t t0 = 0, done = 0, bytes = 0, bounced = 0;
 
 	if (!sl) {
 		*err = -ENOMEM;
@@ -149,13 +158,15 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 		atomic_store(&r.outstanding, qd);
 		for (unsigned i = 0; i < qd; i++) {
 			struct slot *s = &sl[i];
+			int rc;
 
-			s->done = s->bytes = 0;
+			s->done = s->bytes = s->bounced = 0;
 			s->io = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = nsid,
 						      .offset = (rnd(&s->seed) % r.span_blocks) * bs,
 						      .len = bs, .buf = (char *)buf + (size_t)i * bs };
-			if (gdx_nvmf_submit_cb(c, &s->io, on_done, s))
-				slot_end(&r, -EIO);
+			rc = gdx_nvmf_submit_cb(c, &s->io, on_done, s);
+			if (rc)
+				slot_end(&r, rc);
 		}
 		pthread_mutex_lock(&r.m);
 		while (atomic_load(&r.outstanding))
@@ -167,8 +178,11 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 	for (unsigned i = 0; i < qd; i++) {
 		done += sl[i].done;
 		bytes += sl[i].bytes;
+		bounced += sl[i].bounced;
 	}
 	free(sl);
+	reads[0] += done;
+	reads[1] += bounced;
 	*err = atomic_load(&r.err);
 	if (*err)
 		return -1;
@@ -515,7 +529,7 @@ static void usage(FILE *f)
 		"      --fio-dev DEV   also run fio on DEV (the kernel host's block device)\n"
 		"      --no-tcp        skip the loopback TCP ceilings (streams, and the\n"
 		"                      request/response a 4 KiB read at depth 1 is judged by)\n"
-		"      --transport T   tcp (default) or rdma\n"
+		"      --transport T   tcp (default) or rdma (no TCP ceilings then)\n"
 		"      --dev-calls     first price the device calls of a device read, with as\n"
 		"                      many threads calling as I/O queues, against one thread\n"
 		"      --json          one JSON object per line\n");
@@ -605,10 +619,14 @@ static void dev_calls(struct gdx_nvmf_ctrl *ctrl, uint64_t v[NCOUNT])
 
 static unsigned invalid;	/* results above their ceilings */
 
-/* One line: a result, then each reference it is judged against, with the ratio. */
+/*
+ * One line: a result, the path its reads took (NULL: the kernel's) and why
+ * they bounced where the host said (NULL: it did not), then each reference it
+ * is judged against, with the ratio.
+ */
 static void report(const struct cfg *c, const char *mem, const char *what, unsigned qd,
-		   double iops, double gbps, bool by_gbps, const struct ref *refs, unsigned nrefs,
-		   const uint64_t *calls)
+		   double iops, double gbps, const char *path, const char *why, bool by_gbps,
+		   const struct ref *refs, unsigned nrefs, const uint64_t *calls)
 {
 	double val = by_gbps ? gbps : iops;
 	/* per command, where the ring was used (calls[1]: copies) */
@@ -626,6 +644,16 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 		printf("{\"bench\": \"nvmf-host\", \"test\": \"%s\", \"mem\": \"%s\", \"qd\": %u, "
 		       "\"iops\": %.0f, \"gbps\": %.4f, \"rounds\": %u", what, mem, qd, iops, gbps,
 		       c->rounds);
+		if (path)
+			printf(", \"transport\": \"%s\", \"path\": \"%s\"",
+			       c->o.transport ? c->o.transport : "tcp", path);
+		if (why) {
+			json_object *w = json_object_new_string(why);
+
+			printf(", \"path_why\": %s", w ? json_object_to_json_string_ext(
+				w, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE) : "\"\"");
+			json_object_put(w);
+		}
 		for (unsigned i = 0; i < nrefs; i++)
 			if (refs[i].val > 0)
 				printf(", \"%s\": %.4f, \"ratio_%s\": %.3f", refs[i].name, refs[i].val,
@@ -663,6 +691,8 @@ static void report(const struct cfg *c, const char *mem, const char *what, unsig
 		return;
 	}
 	printf("%-12s %-7s qd %-4u %9.0f IOPS %8.3f GB/s", what, mem, qd, iops, gbps);
+	if (path)
+		printf("  %-6s", path);
 	for (unsigned i = 0; i < nrefs; i++)
 		if (refs[i].val > 0)
 			printf("  | %s %.*f -> %.2fx", refs[i].name, by_gbps ? 3 : 0, refs[i].val,
@@ -698,7 +728,32 @@ struct memctx {
 	struct gdx_device *dev;
 	void *buf;
 	struct gdx_nvmf_ctrl *ctrl;
+	/* over RDMA into device memory: the NIC, and why it did not register it */
+	char nic[64], why[256];
+	bool nic_refused;
 };
+
+/*
+ * Whether the NIC registers m's device memory, as the controller's first I/O
+ * queue found (gdx_nvmf_ctrl_stats_json; nothing over TCP or without a device).
+ */
+static void rdma_device_reg(struct memctx *m)
+{
+	char buf[32768];
+	json_object *root, *v;
+
+	if (gdx_nvmf_ctrl_stats_json(m->ctrl, buf, sizeof(buf)) < 0)
+		return;
+	root = json_tokener_parse(buf);
+	if (root && json_object_object_get_ex(root, "rdma_nic", &v)) {
+		snprintf(m->nic, sizeof(m->nic), "%s", json_object_get_string(v));
+		if (json_object_object_get_ex(root, "rdma_device_reg", &v))
+			m->nic_refused = !json_object_get_boolean(v);
+		if (m->nic_refused && json_object_object_get_ex(root, "rdma_why", &v))
+			snprintf(m->why, sizeof(m->why), "%s", json_object_get_string(v));
+	}
+	json_object_put(root);
+}
 
 static void mem_close(struct memctx *m)
 {
@@ -738,6 +793,8 @@ static int mem_open(struct cfg *c, struct memctx *m, size_t need)
 	c->o.dev = m->dev;
 	if (!rc)
 		rc = gdx_nvmf_connect(c->addr, c->svc, c->nqn, &c->o, &m->ctrl);
+	if (!rc && m->kind == 2)
+		rdma_device_reg(m);
 	return rc;
 }
 
@@ -837,6 +894,9 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		usage(stderr);
 		return 2;
 	}
+	/* loopback TCP says nothing about what an RDMA NIC can do */
+	if (c.o.transport && !strcmp(c.o.transport, "rdma"))
+		c.tcp_ceiling = false;
 	if (!c.nmem)
 		snprintf(c.mems[c.nmem++], sizeof(c.mems[0]), "host");
 	need = GDX_MAX((size_t)c.bw_bs * c.bw_qd, (size_t)4096 * 4096);
@@ -855,12 +915,18 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 	}
 	gdx_nvmf_ctrl_info(mems[0].ctrl, &in);
 	if (!c.json)
-		printf("# %s at %s:%s nsid %u: %" PRIu64 " MiB, %u-byte blocks; %u I/O queues x %u, "
-		       "max_xfer %u%s%s%s%s%s; %u x %.1f s per point, medians\n", c.nqn, c.addr,
-		       c.svc, c.nsid, ns.nsze * ns.block_size >> 20, ns.block_size, in.nr_io_queues,
+		printf("# %s at %s:%s (%s) nsid %u: %" PRIu64 " MiB, %u-byte blocks; %u I/O queues x "
+		       "%u, max_xfer %u%s%s%s%s%s; %u x %.1f s per point, medians\n", c.nqn, c.addr,
+		       c.svc, c.o.transport ? c.o.transport : "tcp", c.nsid,
+		       ns.nsze * ns.block_size >> 20, ns.block_size, in.nr_io_queues,
 		       in.queue_depth, in.max_xfer, in.hdr_digest ? ", hdgst" : "",
 		       in.data_digest ? ", ddgst" : "", c.o.tls_key ? ", TLS 1.3 (" : "",
 		       c.o.tls_key ? tls_records() : "", c.o.tls_key ? ")" : "", c.rounds, c.secs);
+	for (unsigned m = 0; !c.json && m < c.nmem; m++)
+		if (mems[m].nic[0])
+			printf("# %s: %s %s%s\n", mems[m].name, mems[m].nic,
+			       mems[m].nic_refused ? "does not register its memory: " :
+			       "registers its memory", mems[m].why);
 	if (c.tcp_ceiling) {
 		/* one stream, and one per I/O queue: the better is the ceiling */
 		double secs = GDX_MAX(1.0, GDX_MIN(c.secs, 2.0));
@@ -904,7 +970,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		uint32_t bs = bw ? (uint32_t)c.bw_bs : 4096;
 		const char *what = bw ? "bw-randread" : "4k-randread";
 		double kio[16], kgb[16], gio[8][16], ggb[8][16], kiops = 0, kgbps = 0;
-		uint64_t calls[8][NCOUNT], after[NCOUNT];
+		uint64_t calls[8][NCOUNT], after[NCOUNT], reads[8][2] = { { 0 } };
 
 		for (unsigned m = 0; m < c.nmem; m++)
 			dev_calls(mems[m].ctrl, calls[m]);
@@ -923,10 +989,15 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 				int err = 0;
 
 				gio[m][r] = gdx_run(mems[m].ctrl, c.nsid, ns.nsze * ns.block_size,
-						    mems[m].buf, bs, qd, c.secs, &ggb[m][r], &err);
+						    mems[m].buf, bs, qd, c.secs, &ggb[m][r], reads[m],
+						    &err);
 				if (gio[m][r] < 0) {
-					fprintf(stderr, "gdx bench nvmf-host: %s %s qd %u: %s\n",
+					fprintf(stderr, "gdx bench nvmf-host: %s %s qd %u: %s",
 						mems[m].name, what, qd, gdx_strerror(err));
+					/* a bounce refused: the NIC's answer is the reason */
+					if (err == GDX_ENOTDIRECT && mems[m].why[0])
+						fprintf(stderr, " (%s: %s)", mems[m].nic, mems[m].why);
+					fputc('\n', stderr);
 					rc = err;
 					goto out;
 				}
@@ -935,10 +1006,13 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		if (c.fio_dev) {
 			kiops = median(kio, c.rounds);
 			kgbps = median(kgb, c.rounds);
-			report(&c, "kernel", what, qd, kiops, kgbps, bw, NULL, 0, NULL);
+			report(&c, "kernel", what, qd, kiops, kgbps, NULL, NULL, bw, NULL, 0, NULL);
 		}
 		for (unsigned m = 0; m < c.nmem; m++) {
 			double iops = median(gio[m], c.rounds), gbps = median(ggb[m], c.rounds);
+			/* one path for all the point's reads; "mixed" would be a host bug */
+			const char *path = !reads[m][1] ? "direct" :
+					   reads[m][1] == reads[m][0] ? "bounce" : "mixed";
 			struct ref refs[3] = {
 				{ "kernel", bw ? kgbps : kiops },
 				{ mems[0].name, m ? (bw ? median(ggb[0], c.rounds)
@@ -949,7 +1023,9 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 			dev_calls(mems[m].ctrl, after);
 			for (unsigned k = 0; k < NCOUNT; k++)
 				calls[m][k] = after[k] - calls[m][k];
-			report(&c, mems[m].name, what, qd, iops, gbps, bw, refs, 3, calls[m]);
+			report(&c, mems[m].name, what, qd, iops, gbps, path,
+			       reads[m][1] && mems[m].why[0] ? mems[m].why : NULL, bw, refs, 3,
+			       calls[m]);
 		}
 	}
 out:

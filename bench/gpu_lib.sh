@@ -41,14 +41,20 @@ gpu_gdx() {
 
 gdx() { $loader "$GDX" "$@"; }
 
-# gpu_nvmf_target NQN NS LOG: starts `gdx nvmf target` ($GDX under $loader) on a free
-# port of 127.0.0.1 serving namespace NS (4 KiB blocks) with GDX_BENCH_REACTORS
-# reactors (default 8), its output in LOG; waits until it is ready (exits 1 if it
-# does not start) and stops it at exit.  Sets $PORT and $tpid.
+# gpu_nvmf_target NQN NS LOG [LISTEN]: starts `gdx nvmf target` ($GDX under $loader)
+# on LISTEN (default: a free port of 127.0.0.1, set in $PORT) serving namespace NS
+# (4 KiB blocks) with GDX_BENCH_REACTORS reactors (default 8), its output in LOG;
+# waits until it is ready (exits 1 if it does not start) and stops it at exit.
+# Sets $tpid.
 gpu_nvmf_target() {
-	PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 24420)
+	if [ -n "${4:-}" ]; then
+		listen=$4
+	else
+		PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 24420)
+		listen=127.0.0.1:$PORT
+	fi
 	# shellcheck disable=SC2086
-	$loader "$GDX" nvmf target -l 127.0.0.1:"$PORT" -n "$1" -N "$2,bs=4096" \
+	$loader "$GDX" nvmf target -l "$listen" -n "$1" -N "$2,bs=4096" \
 		-r "${GDX_BENCH_REACTORS:-8}" >"$3" 2>&1 &
 	tpid=$!
 	trap 'kill $tpid 2>/dev/null; wait $tpid 2>/dev/null' EXIT INT TERM

@@ -214,8 +214,9 @@ struct gdx_nvmf_host_opts {
 	/*
 	 * "tcp" (NULL) or "rdma": NVMe/RDMA, one RC queue pair per queue by
 	 * rdma_cm; the controller moves the data by RDMA into and out of the
-	 * caller's host or pinned buffers (digests do not apply).  Device memory
-	 * over RDMA is not served yet (-EOPNOTSUPP).
+	 * caller's host, pinned or device buffers (digests do not apply); device
+	 * memory the NIC cannot register bounces through registered host memory
+	 * (gdx_nvmf_ctrl_stats_json says whether and why).
 	 */
 	const char *transport;
 	/*
@@ -402,7 +403,11 @@ GDX_API int gdx_nvmf_submit_async(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *i
  */
 GDX_API int gdx_nvmf_abort(struct gdx_nvmf_ctrl *c, struct gdx_nvmf_io *io);
 
-/* Counters of the controller and its queues as one JSON object. */
+/*
+ * Counters of the controller and its queues as one JSON object; over RDMA with
+ * a device, rdma_nic, rdma_device_reg (whether the NIC registers its memory)
+ * and rdma_why (each way's answer where it does not).
+ */
 GDX_API int gdx_nvmf_ctrl_stats_json(struct gdx_nvmf_ctrl *c, char *buf, size_t len);
 
 /* ==== end of host ======================================================== */

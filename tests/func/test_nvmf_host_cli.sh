@@ -140,4 +140,19 @@ for l in sys.stdin:
 	assert j["lat_data_us"] > 0, l
 	assert j["reads_per_release"] >= 1, l
 ' || fail "bench nvmf-host: no read stages: $out"
+# Each row says the path its reads took: host memory straight from the socket,
+# device memory through the bounce ring (TCP); with GDX_REQUIRE_DIRECT=1 the bounce
+# is refused and the run fails saying so, not with a bare I/O error.
+out=$("$gdx" bench nvmf-host "${A[@]}" -m host,gpu:0 --queues 2 --qd 4 --bw-bs 16k --bw-qd 2 \
+	-t 0.05 -r 1 --no-tcp --json 2>"$tmp/err")
+[ $? = 0 ] || fail "bench nvmf-host -m host,gpu:0: $(cat "$tmp/err")"
+[ "$(grep -c '"mem": "host", .*"transport": "tcp", "path": "direct"' <<<"$out")" = 2 ] ||
+	fail "bench nvmf-host: host rows without path direct: $out"
+[ "$(grep -c '"mem": "gpu:0", .*"transport": "tcp", "path": "bounce"' <<<"$out")" = 2 ] ||
+	fail "bench nvmf-host: gpu rows without path bounce: $out"
+GDX_REQUIRE_DIRECT=1 "$gdx" bench nvmf-host "${A[@]}" -m gpu:0 --queues 2 --qd 4 --bw-qd 2 \
+	-t 0.05 -r 1 --no-tcp --json >/dev/null 2>"$tmp/err"
+[ $? = 1 ] || fail "bench nvmf-host with GDX_REQUIRE_DIRECT=1 into device memory over TCP ran"
+grep -q '^gdx bench nvmf-host: gpu:0 4k-randread qd 4: direct path unavailable' "$tmp/err" ||
+	fail "bench nvmf-host with GDX_REQUIRE_DIRECT=1 did not say the path was refused: $(cat "$tmp/err")"
 exit $((fails > 0))

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <json-c/json.h>
+
 #include "common/log.h"
 #include "common/util.h"
 #include "nvmf/host/host.h"
@@ -520,18 +522,37 @@ int gdx_nvmf_ctrl_info(struct gdx_nvmf_ctrl *ctrl, struct gdx_nvmf_ctrl_info *in
 int gdx_nvmf_ctrl_stats_json(struct gdx_nvmf_ctrl *ctrl, char *buf, size_t len)
 {
 	struct nh_ctrl *c = (struct nh_ctrl *)ctrl;
+	char rdma[1024] = "";
 	int n;
 
 	if (!c || !buf || !len)
 		return -EINVAL;
+	/*
+	 * Over RDMA with a device: whether the NIC registers its memory (path
+	 * direct) or not and why (path bounce, or refused with require_direct),
+	 * as the first I/O queue's probe found.  why is errno text: escaped.
+	 */
+	pthread_mutex_lock(&c->stage_lock);
+	if (c->p.rdma && c->p.dev && c->rdma_probed[0]) {
+		json_object *why = json_object_new_string(c->rdma_why);
+
+		snprintf(rdma, sizeof(rdma), "\"rdma_nic\": \"%s\", \"rdma_device_reg\": %s, "
+			 "\"rdma_why\": %s, ", c->rdma_probed,
+			 c->rdma_nodirect ? "false" : "true",
+			 why ? json_object_to_json_string_ext(why, JSON_C_TO_STRING_PLAIN |
+							      JSON_C_TO_STRING_NOSLASHESCAPE)
+			     : "\"\"");
+		json_object_put(why);
+	}
+	pthread_mutex_unlock(&c->stage_lock);
 	pthread_mutex_lock(&c->lock);
 	n = snprintf(buf, len, "{\"subnqn\": \"%s\", \"cntlid\": %u, \"state\": \"%s\", "
 		     "\"reconnects\": %u, \"resubmitted\": %llu, \"stage_late_opens\": %llu, "
-		     "\"queues\": [", c->p.subnqn,
+		     "%s\"queues\": [", c->p.subnqn,
 		     c->cntlid, c->state == GDX_NVMF_LIVE ? "live" :
 		     c->state == GDX_NVMF_RECONNECTING ? "reconnecting" : "failed",
 		     c->info.reconnects, (unsigned long long)gdx_counter_get(&c->retries),
-		     (unsigned long long)gdx_counter_get(&c->stage_late_opens));
+		     (unsigned long long)gdx_counter_get(&c->stage_late_opens), rdma);
 	for (unsigned i = 0; c->admin && i <= c->nioq && n > 0 && (size_t)n < len; i++) {
 		struct nh_queue *q = i ? c->ioq[i - 1] : c->admin;
 
