@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1000,6 +1001,104 @@ static void test_waiter_keeps_socket(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 }
 
+/*
+ * The response a CQ waiter owes for a send it received waits for the
+ * caller's next post, which carries it in its own write (resp_rode + 1,
+ * tx_writes + 1 for both frames): a send answered by a send costs the peer
+ * one write and one wake-up, as a raw request and response do.  Without a
+ * post it goes at the caller's second poll of the CQ (on the socket when
+ * that poll returns), and with no second poll either, from the receive
+ * thread (RESP_HOLD_MS): else it never would.  The waiter takes the socket
+ * only from a receive thread parked between frames, and the response rides
+ * only if the post comes before that timeout, so each case gets a few tries.
+ */
+/* Sends a send frame and its payload, fill `seed`, in one write 30 ms from now. */
+static void *send_later_main(void *arg)
+{
+	const struct late_send *ls = arg;
+	struct frame *f = calloc(1, sizeof(*f) + ls->n);
+
+	*f = (struct frame){ .type = TF_SEND, .id = ls->id, .len = ls->n };
+	t_fill(f + 1, ls->n, ls->seed);
+	usleep(30000);
+	assert_int_equal(send(ls->fd, f, sizeof(*f) + ls->n, MSG_NOSIGNAL),
+			 (ssize_t)(sizeof(*f) + ls->n));
+	free(f);
+	return NULL;
+}
+
+static void test_waiter_resp_rides(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char rx[SZ], tx[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (int how = 0; how < 3; how++) {
+		int done = 0;
+
+		for (unsigned i = 0; i < 10 && !done; i++) {
+			unsigned seed = 60 + 10 * (unsigned)how + i;
+			struct late_send ls = { .fd = fd, .id = seed, .n = SZ, .seed = seed };
+			uint64_t t0 = tcp_counter("rx_takes"), w0 = tcp_counter("rx_waiter"), r0, n0;
+			struct pollfd pf = { .fd = fd, .events = POLLIN };
+			struct gdx_xport_cqe e;
+			struct frame f;
+			pthread_t th;
+			int took;
+
+			assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, seed), 0);
+			pthread_create(&th, NULL, send_later_main, &ls);
+			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+			pthread_join(th, NULL);
+			took = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_waiter") - w0 == 1;
+			r0 = tcp_counter("resp_rode");
+			n0 = tcp_counter("tx_writes");
+			assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+			assert_int_equal(e.wr_id, seed);
+			assert_int_equal(e.status, 0);
+			t_fill(want, SZ, seed);
+			assert_memory_equal(rx, want, SZ);
+			if (how == 0) {
+				t_fill(tx, SZ, seed + 1000);
+				assert_int_equal(gdx_xport_post_send(ep, tx, SZ, seed + 1000, 0), 0);
+				done = took && tcp_counter("resp_rode") - r0 == 1 &&
+				       tcp_counter("tx_writes") - n0 == 1;
+			} else if (how == 1) {
+				assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+				if (took) {
+					assert_int_equal(poll(&pf, 1, 0), 1);
+					done = 1;
+				}
+			} else {
+				assert_int_equal(poll(&pf, 1, 5000), 1);
+				done = took;
+			}
+			/* the response comes first, then (a post) the echo */
+			assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+			assert_int_equal(f.type, TF_RESP);
+			assert_int_equal(f.id, seed);
+			assert_int_equal(f.status, 0);
+			if (how == 0) {
+				f = recv_frame(fd, SZ, seed + 1000);
+				assert_int_equal(f.type, TF_SEND);
+				answer(fd, cq, &f, seed + 1000);
+			}
+		}
+		assert_true(done);
+	}
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
 /* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */
 int main(int argc, char **argv)
 {
@@ -1016,6 +1115,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_post_writes_socket),
 		cmocka_unit_test(test_waiter_receives),
 		cmocka_unit_test(test_waiter_keeps_socket),
+		cmocka_unit_test(test_waiter_resp_rides),
 	};
 
 	if (argc > 1)

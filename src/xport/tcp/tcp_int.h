@@ -75,6 +75,13 @@ enum {
 #define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (stage_start) */
 #define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
 #define TX_TRAIN_BYTES (256u << 10)
+/*
+ * At most this long a CQ waiter's responses wait in the queue for the
+ * caller's next post to carry them (tcp_resp_hold), if the caller neither
+ * posts, polls twice nor sleeps again meanwhile: the receive thread's park
+ * is timed while some wait (rx_park).
+ */
+#define RESP_HOLD_MS 1
 
 struct hdr {
 	uint8_t type;
@@ -193,6 +200,7 @@ struct txi {			/* one frame to transmit */
 	 */
 	uint8_t snapping;
 	unsigned nans;			/* answers it carries (tcp_ep.ans_held) */
+	uint8_t hold;			/* a CQ waiter's responses, held for a post (tcp_resp_hold) */
 	struct txi *an_prev, *an_next;
 	unsigned char *snap;
 	size_t snap_off, cnext;
@@ -275,6 +283,9 @@ enum {
 	C_RX_WAITER,		/* messages and answers a CQ waiter read and completed itself */
 	C_RX_PART,		/* messages a CQ waiter began and the receive thread finished */
 	C_RX_TAKES,		/* times a CQ waiter took the socket from the receive thread */
+	C_TX_WRITES,		/* socket writes (sendmsg calls) */
+	C_RESP_RODE,		/* trains that carried a CQ waiter's held responses and a
+				   request posted after them in one write (tcp_resp_hold) */
 	C_NR
 };
 
@@ -336,6 +347,18 @@ struct tcp_ep {
 	/* dead: written with the lock held (tcp_kill_conn), read atomically where it is not */
 	int dead, flushed;
 	int rx_parked;		/* the receive thread waits between frames, rbuf empty */
+	/*
+	 * Responses a CQ waiter owes, held in the queue for the caller's next
+	 * post (txi.hold, tcp_resp_hold): resp_held, such frames queued
+	 * (atomic: tcp_progress looks without the lock; moved with the lock
+	 * held, dropped as they are freed); resp_holds, holds so far (the
+	 * receive thread's timed park); resp_polls, CQ polls since the last
+	 * hold (the second sends them); rx_untimed, the receive thread sleeps
+	 * without a timeout (rx_park): a hold wakes it to sleep timed.
+	 */
+	atomic_uint resp_held;
+	unsigned long resp_holds;
+	int resp_polls, rx_untimed;
 	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
 	pthread_t w_tid;
 	uint64_t big_id;	/* the last request sent by the transmit thread */
@@ -562,6 +585,7 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n);
 void tcp_rx_wakeup(struct tcp_ep *t);
 void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
 int tcp_resp_flush(struct tcp_ep *t);
+int tcp_resp_hold(struct tcp_ep *t);
 int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
 void tcp_match(void *priv);
 int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out);

@@ -123,8 +123,10 @@ int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t
 		n = sendmsg(t->fd, &m, MSG_NOSIGNAL | flags);
 		err = errno;
 		SEND_UNSEEN_END();
-		if (n >= 0)
+		if (n >= 0) {
+			gdx_counter_add(&t->ctr[C_TX_WRITES], 1);
 			break;
+		}
 		if (err == EINTR)
 			continue;
 		if (err == ENOBUFS && (flags & MSG_ZEROCOPY)) {
@@ -278,13 +280,19 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region)
 {
 	const size_t hl = sizeof(struct hdr);
 	size_t bytes = 0;
-	int cnt = 0;
+	int cnt = 0, held = 0;
 
 	*region = 0;
 	for (struct txi *x = t->txq_head; x && x->path == TXP_TRAIN && cnt + 2 <= TX_TRAIN_IOV &&
 	     bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x); x = x->next) {
 		tcp_tx_going(t, x);
 		*region |= x->ans;
+		if (x->hold) {
+			held = 1;
+		} else if (held == 1 && x->req) {
+			gdx_counter_add(&t->ctr[C_RESP_RODE], 1);
+			held = 2;
+		}
 		if (x->off < hl)
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
 		if (x->plen) {
@@ -493,6 +501,25 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		t->big_id = x->h.id;
 	Q_PUSH(x, &t->txq_head, &t->txq_tail);
 	t->qlen++;
+	/*
+	 * One held frame at a time: a peer that streams sends waits for their
+	 * answers to post more, so a second goes at once, and the first with it.
+	 */
+	if (x->hold && atomic_load_explicit(&t->resp_held, memory_order_relaxed))
+		x->hold = 0;
+	if (x->hold) {
+		int wake = t->rx_untimed;
+
+		atomic_fetch_add_explicit(&t->resp_held, 1, memory_order_relaxed);
+		t->resp_holds++;
+		t->resp_polls = 0;
+		/* the receive thread sleeps untimed: it sleeps again for at most RESP_HOLD_MS */
+		t->rx_untimed = 0;
+		pthread_mutex_unlock(&t->lock);
+		if (wake)
+			tcp_rx_wakeup(t);
+		return;
+	}
 	if (x->req && x->path == TXP_TRAIN && t->on_wire > 0 && !t->rx_stalled && !t->w_reader &&
 	    !t->sending && t->txq_head->path == TXP_TRAIN && t->qlen < TX_TRAIN_IOV / 2) {
 		/*
@@ -511,19 +538,39 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 	tx_push_locked(t);
 }
 
-/* Sends frames held in the queue, if any (posters' CQ polls, the receive thread). */
-void tcp_tx_kick(struct tcp_ep *t)
+/* Sends the held frames, if any: requests, and a waiter's responses with resp. */
+static void tx_kick(struct tcp_ep *t, int resp)
 {
-	if (!atomic_load_explicit(&t->held, memory_order_acquire))
+	if (!atomic_load_explicit(&t->held, memory_order_acquire) &&
+	    !(resp && atomic_load_explicit(&t->resp_held, memory_order_acquire)))
 		return;
 	pthread_mutex_lock(&t->lock);
 	atomic_store_explicit(&t->held, 0, memory_order_relaxed);
 	tx_push_locked(t);
 }
 
+/* Sends what is held in the queue (the receive thread, a CQ waiter about to sleep). */
+void tcp_tx_kick(struct tcp_ep *t)
+{
+	tx_kick(t, 1);
+}
+
+/*
+ * A poll of the CQ sends held requests, and held responses from the second
+ * poll since they were held on: the first is cq_wait's own, or the caller's
+ * look at what woke it before it posts what will carry them.
+ */
 int tcp_progress(void *priv)
 {
-	tcp_tx_kick(priv);
+	struct tcp_ep *t = priv;
+	int resp = 0;
+
+	if (atomic_load_explicit(&t->resp_held, memory_order_acquire)) {
+		pthread_mutex_lock(&t->lock);
+		resp = t->resp_polls++ > 0;
+		pthread_mutex_unlock(&t->lock);
+	}
+	tx_kick(t, resp);
 	return 0;
 }
 

@@ -144,12 +144,13 @@ static int rx_part(struct tcp_ep *t)
  */
 static ssize_t rx_park(struct tcp_ep *t)
 {
+	unsigned long holds = 0;
 	ssize_t n;
 
 	for (;;) {
 		struct epoll_event ev[2];
 		uint64_t v;
-		int waiter, kick;
+		int waiter, kick, timed;
 		struct qent *part;
 
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed)) {
@@ -169,6 +170,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 				return t->rx_err;
 		}
 		pthread_mutex_lock(&t->lock);
+		t->rx_untimed = 0;
 		waiter = t->w_reader;
 		part = t->w_part.r;
 		if (part && !waiter) {
@@ -219,9 +221,24 @@ static ssize_t rx_park(struct tcp_ep *t)
 			if (kick)
 				continue;
 		}
-		n = epoll_wait(t->rx_epfd, ev, 2, -1);
+		/*
+		 * Timed while a CQ waiter's responses are held (tcp_resp_hold),
+		 * and for one more period after a sleep in which some were: a
+		 * ping-pong holds them from each wake-up of its caller to its
+		 * next post, and a hold that finds this thread asleep untimed
+		 * wakes it.  At the timeout the held ones go.
+		 */
+		pthread_mutex_lock(&t->lock);
+		timed = atomic_load_explicit(&t->resp_held, memory_order_relaxed) ||
+			t->resp_holds != holds;
+		holds = t->resp_holds;
+		t->rx_untimed = !timed;
+		pthread_mutex_unlock(&t->lock);
+		n = epoll_wait(t->rx_epfd, ev, 2, timed ? RESP_HOLD_MS : -1);
 		if (n < 0 && errno != EINTR)
 			return -errno;
+		if (!n)
+			tcp_tx_kick(t);
 		if (read(t->rx_wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			return -errno;
 	}
@@ -613,8 +630,8 @@ static void kept_match(struct tcp_ep *t, int ended)
 	}
 }
 
-/* Sends the responses the receive thread owes, as one frame train. */
-int tcp_resp_flush(struct tcp_ep *t)
+/* Queues the responses owed as one frame: sent now, or held for a post (hold). */
+static int resp_queue(struct tcp_ep *t, int hold)
 {
 	struct txi *x;
 	unsigned n = t->nresp;
@@ -625,6 +642,8 @@ int tcp_resp_flush(struct tcp_ep *t)
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
+	/* a lone response: a burst's go at once (tx_submit_locked) */
+	x->hold = (uint8_t)(hold && n == 1);
 	x->h = t->resp[0];
 	if (n > 1) {
 		x->extra_len = (n - 1) * sizeof(struct hdr);
@@ -636,6 +655,25 @@ int tcp_resp_flush(struct tcp_ep *t)
 		memcpy(x->extra, &t->resp[1], x->extra_len);
 	}
 	return tcp_ans_submit(t, x, n);
+}
+
+/* Sends the responses the receive thread owes, as one frame train. */
+int tcp_resp_flush(struct tcp_ep *t)
+{
+	return resp_queue(t, 0);
+}
+
+/*
+ * A CQ waiter's responses to the sends it received, queued but not sent:
+ * the caller's next post carries them in its own write (a send answered by
+ * a send then costs the peer one write and one wake-up, as on a raw
+ * socket, not two).  They go without a post at the caller's second CQ poll
+ * or next sleep, with anything else sent meanwhile (the receive thread's
+ * own), or after RESP_HOLD_MS (the receive thread, rx_park).
+ */
+int tcp_resp_hold(struct tcp_ep *t)
+{
+	return resp_queue(t, 1);
 }
 
 /* Owes the peer a response (the receive thread, or a CQ waiter holding the socket). */

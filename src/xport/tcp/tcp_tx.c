@@ -278,6 +278,8 @@ void tcp_tx_free(struct tcp_ep *t, struct txi *x)
 		gdx_xport_rkey_put(x->k);
 	if (x->nans)
 		tcp_ans_gone(t, x->nans);
+	if (x->hold)
+		atomic_fetch_sub_explicit(&t->resp_held, 1, memory_order_release);
 	if (x->snap)
 		atomic_fetch_sub_explicit(&t->snap_held, x->plen - x->snap_off,
 					  memory_order_relaxed);

@@ -301,7 +301,13 @@ void tcp_wait(void *priv, int sleeping)
 	struct tcp_ep *t = priv;
 	int dead, ret, end = 0;
 
+	/* Held responses go before anyone sleeps: no post of this caller comes meanwhile. */
+	if (sleeping > 0)
+		tcp_tx_kick(t);
 	pthread_mutex_lock(&t->lock);
+	/* The caller's first poll after the wait looks at what woke it (tcp_progress). */
+	if (sleeping < 0)
+		t->resp_polls = 0;
 	if (t->w_reader && pthread_equal(t->w_tid, pthread_self())) {
 		/* kept for a sleep only while it would take it (w_worth) */
 		if (sleeping < 0 || (sleeping > 0 && !w_worth(t)))
@@ -319,8 +325,11 @@ void tcp_wait(void *priv, int sleeping)
 	/* rbuf and the socket are this thread's until it hands them back. */
 	if (!dead)
 		end = w_read(t);
-	/* Responses to the sends it received go before any the receive thread will owe. */
-	ret = tcp_resp_flush(t);
+	/*
+	 * Responses to the sends it received are queued before any the receive
+	 * thread will owe, held for the caller's next post (tcp_resp_hold).
+	 */
+	ret = tcp_resp_hold(t);
 	pthread_mutex_lock(&t->lock);
 	if (ret)
 		tcp_kill_conn(t, ret);
