@@ -1001,17 +1001,6 @@ static void test_waiter_keeps_socket(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 }
 
-/*
- * The response a CQ waiter owes for a send it received waits for the
- * caller's next post, which carries it in its own write (resp_rode + 1,
- * tx_writes + 1 for both frames): a send answered by a send costs the peer
- * one write and one wake-up, as a raw request and response do.  Without a
- * post it goes at the caller's second poll of the CQ (on the socket when
- * that poll returns), and with no second poll either, from the receive
- * thread (RESP_HOLD_MS): else it never would.  The waiter takes the socket
- * only from a receive thread parked between frames, and the response rides
- * only if the post comes before that timeout, so each case gets a few tries.
- */
 /* Sends a send frame and its payload, fill `seed`, in one write 30 ms from now. */
 static void *send_later_main(void *arg)
 {
@@ -1027,6 +1016,17 @@ static void *send_later_main(void *arg)
 	return NULL;
 }
 
+/*
+ * The response a CQ waiter owes for a send it received waits for the
+ * caller's next post, which carries it in its own write (resp_rode + 1,
+ * tx_writes + 1 for both frames): a send answered by a send costs the peer
+ * one write and one wake-up, as a raw request and response do.  Without a
+ * post it goes at a poll that finds the CQ empty (on the socket when that
+ * poll returns), and with no poll either, from the receive thread
+ * (RESP_HOLD_MS): else it never would.  The waiter takes the socket only
+ * from a receive thread parked between frames, and the response rides only
+ * if the post comes before that timeout, so each case gets a few tries.
+ */
 static void test_waiter_resp_rides(void **state)
 {
 	enum { SZ = 4096 };
@@ -1099,6 +1099,78 @@ static void test_waiter_resp_rides(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 }
 
+/*
+ * The receive thread holds the lone response to a send it received (into
+ * device memory here: always the receive thread's) for the caller's post,
+ * and a post of device memory, which the transmit thread sends once its
+ * copy into the stage ring has landed, carries it in that write: tx_writes
+ * goes up by one for both frames, where the response went alone before.
+ * The copies are slowed (500 us) so that a response not waiting for the
+ * copy goes alone; the hold may time out before the post on a busy machine,
+ * so a few tries.
+ */
+static void test_held_resp_rides_device(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], got[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *drx, *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "500"), 0);
+	/* the endpoint's device: its copy agent's stage ring sends device memory */
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct frame *f = (struct frame *)msg, r;
+		struct gdx_xport_cqe e;
+		uint64_t n0;
+
+		assert_int_equal(gdx_xport_post_recv(ep, drx, SZ, i), 0);
+		t_fill(want, SZ, 200 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 300 + i, .len = SZ };
+		t_fill(f + 1, SZ, 100 + i);
+		n0 = tcp_counter("tx_writes");
+		assert_int_equal(send(fd, msg, sizeof(msg), MSG_NOSIGNAL), (ssize_t)sizeof(msg));
+		while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(gdx_memcpy(dev, got, drx, SZ), 0);
+		assert_memory_equal(got, f + 1, SZ);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 400 + i, 0), 0);
+		assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+		assert_int_equal(r.type, TF_RESP);
+		assert_int_equal(r.id, 300 + i);
+		r = recv_frame(fd, SZ, 200 + i);
+		assert_int_equal(r.type, TF_SEND);
+		done = tcp_counter("tx_writes") - n0 == 1;
+		answer(fd, cq, &r, 400 + i);
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, drx);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
 /* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */
 int main(int argc, char **argv)
 {
@@ -1116,6 +1188,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_waiter_receives),
 		cmocka_unit_test(test_waiter_keeps_socket),
 		cmocka_unit_test(test_waiter_resp_rides),
+		cmocka_unit_test(test_held_resp_rides_device),
 	};
 
 	if (argc > 1)

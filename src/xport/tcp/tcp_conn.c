@@ -726,7 +726,7 @@ static void tcp_disconnect(void *priv)
 	struct tcp_ep *t = priv;
 
 	/* What a CQ waiter held for a post answers messages the caller has: it goes first. */
-	tcp_tx_kick(t);
+	tcp_resp_push(t);
 	pthread_mutex_lock(&t->lock);
 	tcp_kill_conn(t, 0);
 	while (!t->flushed)

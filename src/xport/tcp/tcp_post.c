@@ -273,16 +273,20 @@ void tcp_tx_begin(struct tcp_ep *t, struct txi *x)
  * Gathers a train of small host frames from the head of the queue into iov,
  * for one sendmsg: the part of each not yet sent.  Stops at a frame that
  * needs the transmit thread (large, device memory) or waits for a fence.
- * *region: a read answer among them is still read out of its region.  Lock
- * held; returns the number of iovecs.
+ * None but for the transmit thread (by_tx) when the head is held responses
+ * that a device frame's train will carry (tcp_held_lead).  *region: a read
+ * answer among them is still read out of its region.  Lock held; returns
+ * the number of iovecs.
  */
-static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region)
+static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx)
 {
 	const size_t hl = sizeof(struct hdr);
 	size_t bytes = 0;
 	int cnt = 0, held = 0;
 
 	*region = 0;
+	if (!by_tx && tcp_held_lead(t))
+		return 0;
 	for (struct txi *x = t->txq_head; x && x->path == TXP_TRAIN && cnt + 2 <= TX_TRAIN_IOV &&
 	     bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x); x = x->next) {
 		tcp_tx_going(t, x);
@@ -367,7 +371,7 @@ int tcp_tx_train(struct tcp_ep *t, struct txi **done, int by_tx)
 {
 	struct iovec iov[TX_TRAIN_IOV];
 	size_t sent = 0;
-	int region, cnt = tx_gather(t, iov, &region), ret;
+	int region, cnt = tx_gather(t, iov, &region, by_tx), ret;
 
 	if (!cnt)
 		return 1;
@@ -512,7 +516,6 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 
 		atomic_fetch_add_explicit(&t->resp_held, 1, memory_order_relaxed);
 		t->resp_holds++;
-		t->resp_polls = 0;
 		/* the receive thread sleeps untimed: it sleeps again for at most RESP_HOLD_MS */
 		t->rx_untimed = 0;
 		pthread_mutex_unlock(&t->lock);
@@ -549,28 +552,32 @@ static void tx_kick(struct tcp_ep *t, int resp)
 	tx_push_locked(t);
 }
 
-/* Sends what is held in the queue (the receive thread, a CQ waiter about to sleep). */
+/* Sends held requests, if any (the receive thread, before it reads their answers). */
 void tcp_tx_kick(struct tcp_ep *t)
+{
+	tx_kick(t, 0);
+}
+
+/*
+ * Sends a held response, and what is held with it (the receive thread's
+ * timed park, or a stall; a sleeper; a disconnect).
+ */
+void tcp_resp_push(struct tcp_ep *t)
 {
 	tx_kick(t, 1);
 }
 
 /*
- * A poll of the CQ sends held requests, and held responses from the second
- * poll since they were held on: the first is cq_wait's own, or the caller's
- * look at what woke it before it posts what will carry them.
+ * A poll of the CQ sends held requests, and a held response once the CQ is
+ * empty: while completions wait, the caller has yet to look at the message
+ * the response answers, and to post what would carry it.
  */
 int tcp_progress(void *priv)
 {
 	struct tcp_ep *t = priv;
-	int resp = 0;
 
-	if (atomic_load_explicit(&t->resp_held, memory_order_acquire)) {
-		pthread_mutex_lock(&t->lock);
-		resp = t->resp_polls++ > 0;
-		pthread_mutex_unlock(&t->lock);
-	}
-	tx_kick(t, resp);
+	tx_kick(t, atomic_load_explicit(&t->resp_held, memory_order_acquire) &&
+		   !gdx_xport_cq_count(t->fe->cq));
 	return 0;
 }
 

@@ -205,7 +205,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 			 * completes answers itself: nothing may wait on copies by then.
 			 */
 			if (tcp_rx_deferred(t) || t->nresp) {
-				n = tcp_rx_idle(t);
+				n = tcp_rx_idle(t, 1);
 				if (n)
 					return n;
 				continue;
@@ -238,7 +238,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		if (!n)
-			tcp_tx_kick(t);
+			tcp_resp_push(t);
 		if (read(t->rx_wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			return -errno;
 	}
@@ -255,6 +255,9 @@ static ssize_t rx_fill(struct tcp_ep *t)
 		t->rlen -= t->rpos;
 		t->rpos = 0;
 	}
+	/* A lone response to hold is queued before its caller wakes: the caller's post finds it. */
+	if (t->rx_boundary && tcp_resp_lone(t) && (n = tcp_resp_hold(t)))
+		return n;
 	/* Completions of everything read so far wake their waiter, once. */
 	gdx_xport_complete_flush();
 	/* Requests posted while others were on the wire go before their answers are read. */
@@ -291,8 +294,8 @@ static ssize_t rx_fill(struct tcp_ep *t)
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
 	}
-	/* About to wait for input: what is owed goes out first. */
-	n = tcp_rx_idle(t);
+	/* About to wait for input: what is owed goes out first (held, at a frame boundary). */
+	n = tcp_rx_idle(t, t->rx_boundary);
 	if (n)
 		return n;
 	if (t->rx_boundary)
@@ -352,7 +355,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 			break;
 		gdx_xport_complete_flush();
 		tcp_tx_kick(t);
-		r = tcp_rx_idle(t);
+		r = tcp_rx_idle(t, 0);
 		if (r)
 			return (int)r;
 		r = recv(t->fd, dst, n, MSG_WAITALL);
@@ -396,7 +399,7 @@ void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail)
 	else if (e->req)
 		gdx_xport_complete(e->req, st, st ? 0 : e->len);
 	if (e->has_resp) {
-		int r = tcp_resp_owe(t, F_RESP, e->resp_id, rst);
+		int r = tcp_resp_owe(t, F_RESP, e->resp_id, rst, e->req != NULL);
 
 		if (r && !t->rx_err)
 			t->rx_err = r;
@@ -638,12 +641,14 @@ static int resp_queue(struct tcp_ep *t, int hold)
 
 	if (!n)
 		return 0;
+	/* a burst's responses, and answers to writes, go at once */
+	hold = hold && tcp_resp_lone(t);
 	t->nresp = 0;
+	t->nresp_msg = 0;
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
-	/* a lone response: a burst's go at once (tx_submit_locked) */
-	x->hold = (uint8_t)(hold && n == 1);
+	x->hold = (uint8_t)hold;
 	x->h = t->resp[0];
 	if (n > 1) {
 		x->extra_len = (n - 1) * sizeof(struct hdr);
@@ -664,21 +669,27 @@ int tcp_resp_flush(struct tcp_ep *t)
 }
 
 /*
- * A CQ waiter's responses to the sends it received, queued but not sent:
- * the caller's next post carries them in its own write (a send answered by
- * a send then costs the peer one write and one wake-up, as on a raw
- * socket, not two).  They go without a post at the caller's second CQ poll
- * or next sleep, with anything else sent meanwhile (the receive thread's
- * own), or after RESP_HOLD_MS (the receive thread, rx_park).
+ * The lone response owed to a message that completed a receive, queued but
+ * not sent (by a CQ waiter, or the receive thread about to park): the
+ * caller's next post, the likely answer, carries it in its own write (a
+ * send answered by a send then costs the peer one write and one wake-up, as
+ * on a raw socket, not two).  It goes without a post at a poll that finds
+ * the CQ empty (tcp_progress), at a sleep on it, with anything else sent
+ * meanwhile, or after RESP_HOLD_MS (the receive thread, rx_park).  Others
+ * are sent at once.
  */
 int tcp_resp_hold(struct tcp_ep *t)
 {
 	return resp_queue(t, 1);
 }
 
-/* Owes the peer a response (the receive thread, or a CQ waiter holding the socket). */
-int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
+/*
+ * Owes the peer a response (the receive thread, or a CQ waiter holding the
+ * socket); msg: to a message that completed a receive here.
+ */
+int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status, int msg)
 {
+	t->nresp_msg += msg != 0;
 	t->resp[t->nresp++] = (struct hdr){ .type = type, .id = id, .status = status };
 	return t->nresp == RESP_BATCH ? tcp_resp_flush(t) : 0;
 }
@@ -749,7 +760,7 @@ static int rx_owed_out(struct tcp_ep *t)
 	ret = tcp_resp_flush(t);
 	if (ret)
 		return ret;
-	tcp_tx_kick(t);
+	tcp_resp_push(t);
 	return 0;
 }
 

@@ -418,20 +418,27 @@ static int rx_input(void *arg)
 	return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* About to block on the socket: nothing may wait on copies meanwhile, nor answers. */
-int tcp_rx_idle(struct tcp_ep *t)
+/*
+ * About to block on the socket: nothing may wait on copies meanwhile, nor
+ * answers, but for a lone one to a message when it parks (park: between
+ * frames), which its timed park sends if nothing else does (tcp_resp_hold).
+ */
+int tcp_rx_idle(struct tcp_ep *t, int park)
 {
 	struct gdx_stage *rx = tcp_rx_lane(t);
 
 	if (rx && gdx_stage_deferred(rx)) {
 		/* returns early once the socket has input: the caller then reads, not blocks */
 		gdx_stage_wait_idle(rx, rx_input, t, 0);
+		/* a lone response to hold is queued before its caller wakes (rx_fill) */
+		if (park && tcp_resp_lone(t) && tcp_resp_hold(t))
+			return t->rx_err ? t->rx_err : -ENOMEM;
 		gdx_xport_complete_flush();
 		tcp_tx_kick(t);
 	}
 	if (t->rx_err)
 		return t->rx_err;
-	return tcp_resp_flush(t);
+	return park ? tcp_resp_hold(t) : tcp_resp_flush(t);
 }
 
 /*

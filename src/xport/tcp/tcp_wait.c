@@ -41,7 +41,7 @@ static void w_unpop(struct tcp_ep *t, struct qent *r)
 /* Owes the peer the response to its send id; -1 when that ended the connection. */
 static int w_owe(struct tcp_ep *t, uint64_t id)
 {
-	int ret = tcp_resp_owe(t, F_RESP, id, 0);
+	int ret = tcp_resp_owe(t, F_RESP, id, 0, 1);
 
 	if (!ret)
 		return 0;
@@ -303,11 +303,8 @@ void tcp_wait(void *priv, int sleeping)
 
 	/* Held responses go before anyone sleeps: no post of this caller comes meanwhile. */
 	if (sleeping > 0)
-		tcp_tx_kick(t);
+		tcp_resp_push(t);
 	pthread_mutex_lock(&t->lock);
-	/* The caller's first poll after the wait looks at what woke it (tcp_progress). */
-	if (sleeping < 0)
-		t->resp_polls = 0;
 	if (t->w_reader && pthread_equal(t->w_tid, pthread_self())) {
 		/* kept for a sleep only while it would take it (w_worth) */
 		if (sleeping < 0 || (sleeping > 0 && !w_worth(t)))
