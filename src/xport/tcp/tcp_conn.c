@@ -725,7 +725,7 @@ static void tcp_disconnect(void *priv)
 {
 	struct tcp_ep *t = priv;
 
-	/* What a CQ waiter held for a post answers messages the caller has: it goes first. */
+	/* A response held for a post answers a message the caller has: it goes first. */
 	tcp_resp_push(t);
 	pthread_mutex_lock(&t->lock);
 	tcp_kill_conn(t, 0);

@@ -541,7 +541,7 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 	tx_push_locked(t);
 }
 
-/* Sends the held frames, if any: requests, and a waiter's responses with resp. */
+/* Sends the held frames, if any: requests, and with resp a held response. */
 static void tx_kick(struct tcp_ep *t, int resp)
 {
 	if (!atomic_load_explicit(&t->held, memory_order_acquire) &&

@@ -222,11 +222,11 @@ static ssize_t rx_park(struct tcp_ep *t)
 				continue;
 		}
 		/*
-		 * Timed while a CQ waiter's responses are held (tcp_resp_hold),
-		 * and for one more period after a sleep in which some were: a
-		 * ping-pong holds them from each wake-up of its caller to its
-		 * next post, and a hold that finds this thread asleep untimed
-		 * wakes it.  At the timeout the held ones go.
+		 * Timed while a response is held (tcp_resp_hold), and for one
+		 * more period after a sleep in which one was: a ping-pong holds
+		 * one from each wake-up of its caller to its next post, and a
+		 * hold that finds this thread asleep untimed wakes it.  At the
+		 * timeout the held one goes.
 		 */
 		pthread_mutex_lock(&t->lock);
 		timed = atomic_load_explicit(&t->resp_held, memory_order_relaxed) ||

@@ -426,13 +426,14 @@ static int rx_input(void *arg)
 int tcp_rx_idle(struct tcp_ep *t, int park)
 {
 	struct gdx_stage *rx = tcp_rx_lane(t);
+	int ret;
 
 	if (rx && gdx_stage_deferred(rx)) {
 		/* returns early once the socket has input: the caller then reads, not blocks */
 		gdx_stage_wait_idle(rx, rx_input, t, 0);
 		/* a lone response to hold is queued before its caller wakes (rx_fill) */
-		if (park && tcp_resp_lone(t) && tcp_resp_hold(t))
-			return t->rx_err ? t->rx_err : -ENOMEM;
+		if (park && tcp_resp_lone(t) && (ret = tcp_resp_hold(t)))
+			return ret;
 		gdx_xport_complete_flush();
 		tcp_tx_kick(t);
 	}
