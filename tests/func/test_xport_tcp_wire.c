@@ -1020,7 +1020,9 @@ static void *send_later_main(void *arg)
  * The response a CQ waiter owes for a send it received waits for the
  * caller's next post, which carries it in its own write (resp_rode + 1,
  * tx_writes + 1 for both frames): a send answered by a send costs the peer
- * one write and one wake-up, as a raw request and response do.  Without a
+ * one write and one wake-up, as a raw request and response do.  The waiter
+ * keeps the socket, lent, until that post (rx_gives + 0 when the wait
+ * returns, + 1 after the post): its give-back follows the write.  Without a
  * post it goes at a poll that finds the CQ empty (on the socket when that
  * poll returns), and with no poll either, from the receive thread
  * (RESP_HOLD_MS): else it never would.  The waiter takes the socket only
@@ -1047,17 +1049,20 @@ static void test_waiter_resp_rides(void **state)
 			unsigned seed = 60 + 10 * (unsigned)how + i;
 			struct late_send ls = { .fd = fd, .id = seed, .n = SZ, .seed = seed };
 			uint64_t t0 = tcp_counter("rx_takes"), w0 = tcp_counter("rx_waiter"), r0, n0;
+			uint64_t g0 = tcp_counter("rx_gives");
 			struct pollfd pf = { .fd = fd, .events = POLLIN };
 			struct gdx_xport_cqe e;
 			struct frame f;
 			pthread_t th;
-			int took;
+			int took, lent;
 
 			assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, seed), 0);
 			pthread_create(&th, NULL, send_later_main, &ls);
 			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
 			pthread_join(th, NULL);
 			took = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_waiter") - w0 == 1;
+			/* the socket is lent, not given back, until the post */
+			lent = tcp_counter("rx_gives") == g0;
 			r0 = tcp_counter("resp_rode");
 			n0 = tcp_counter("tx_writes");
 			assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
@@ -1068,8 +1073,9 @@ static void test_waiter_resp_rides(void **state)
 			if (how == 0) {
 				t_fill(tx, SZ, seed + 1000);
 				assert_int_equal(gdx_xport_post_send(ep, tx, SZ, seed + 1000, 0), 0);
-				done = took && tcp_counter("resp_rode") - r0 == 1 &&
-				       tcp_counter("tx_writes") - n0 == 1;
+				done = took && lent && tcp_counter("resp_rode") - r0 == 1 &&
+				       tcp_counter("tx_writes") - n0 == 1 &&
+				       tcp_counter("rx_gives") - g0 == 1;
 			} else if (how == 1) {
 				assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
 				if (took) {

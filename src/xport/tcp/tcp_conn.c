@@ -215,6 +215,7 @@ static void ep_stats(struct tcp_ep *t)
 		[C_RX_WAITER] = "rx_waiter",
 		[C_RX_PART] = "rx_part",
 		[C_RX_TAKES] = "rx_takes",
+		[C_RX_GIVES] = "rx_gives",
 		[C_TX_WRITES] = "tx_writes",
 		[C_RESP_RODE] = "resp_rode",
 	};

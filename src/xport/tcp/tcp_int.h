@@ -283,6 +283,7 @@ enum {
 	C_RX_WAITER,		/* messages and answers a CQ waiter read and completed itself */
 	C_RX_PART,		/* messages a CQ waiter began and the receive thread finished */
 	C_RX_TAKES,		/* times a CQ waiter took the socket from the receive thread */
+	C_RX_GIVES,		/* and gave it back */
 	C_TX_WRITES,		/* socket writes (sendmsg calls) */
 	C_RESP_RODE,		/* trains that carried a held response and a request posted
 				   after it in one write (tcp_resp_hold) */
@@ -359,6 +360,13 @@ struct tcp_ep {
 	unsigned long resp_holds;
 	int rx_untimed;
 	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
+	/*
+	 * Its wait returned with a response held: it keeps the socket, lent,
+	 * until the post that carries the response, so that the give-back's
+	 * epoll_ctl calls come after that post's write, not before it
+	 * (tcp_wait).  Written with the lock held, read atomically where not.
+	 */
+	int w_lent;
 	pthread_t w_tid;
 	uint64_t big_id;	/* the last request sent by the transmit thread */
 	/*
@@ -594,6 +602,7 @@ int tcp_sr_stage(struct txi *x, struct gdx_stage *tx);
 
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);
+void tcp_lend_end(struct tcp_ep *t);
 
 /* tcp_ans.c: rule 1, the receive thread */
 void tcp_ans_unlink(struct tcp_ep *t, struct txi *x);

@@ -575,9 +575,14 @@ void tcp_resp_push(struct tcp_ep *t)
 int tcp_progress(void *priv)
 {
 	struct tcp_ep *t = priv;
+	int resp = atomic_load_explicit(&t->resp_held, memory_order_acquire) != 0;
+	int lent = __atomic_load_n(&t->w_lent, __ATOMIC_RELAXED);
+	int empty = (resp || lent) && !gdx_xport_cq_count(t->fe->cq);
 
-	tx_kick(t, atomic_load_explicit(&t->resp_held, memory_order_acquire) &&
-		   !gdx_xport_cq_count(t->fe->cq));
+	tx_kick(t, resp && empty);
+	/* nothing to look at, nothing posted: the lent socket goes back (tcp_wait) */
+	if (lent && empty)
+		tcp_lend_end(t);
 	return 0;
 }
 
@@ -685,5 +690,7 @@ int tcp_post(void *priv, struct gdx_xport_req *req)
 	}
 	Q_PUSH(q, &t->outst_head, &t->outst_tail);
 	tx_submit_locked(t, x);
+	/* the write that carried a held response is out: a lent socket goes back now */
+	tcp_lend_end(t);
 	return 0;
 }

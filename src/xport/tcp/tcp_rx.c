@@ -222,23 +222,26 @@ static ssize_t rx_park(struct tcp_ep *t)
 				continue;
 		}
 		/*
-		 * Timed while a response is held (tcp_resp_hold), and for one
-		 * more period after a sleep in which one was: a ping-pong holds
-		 * one from each wake-up of its caller to its next post, and a
-		 * hold that finds this thread asleep untimed wakes it.  At the
-		 * timeout the held one goes.
+		 * Timed while a response is held (tcp_resp_hold) or the socket
+		 * lent (tcp_wait), and for one more period after a sleep in
+		 * which a response was held: a ping-pong holds one from each
+		 * wake-up of its caller to its next post, and a hold that finds
+		 * this thread asleep untimed wakes it.  At the timeout the held
+		 * one goes, and the lent socket comes back.
 		 */
 		pthread_mutex_lock(&t->lock);
 		timed = atomic_load_explicit(&t->resp_held, memory_order_relaxed) ||
-			t->resp_holds != holds;
+			t->resp_holds != holds || t->w_lent;
 		holds = t->resp_holds;
 		t->rx_untimed = !timed;
 		pthread_mutex_unlock(&t->lock);
 		n = epoll_wait(t->rx_epfd, ev, 2, timed ? RESP_HOLD_MS : -1);
 		if (n < 0 && errno != EINTR)
 			return -errno;
-		if (!n)
+		if (!n) {
 			tcp_resp_push(t);
+			tcp_lend_end(t);
+		}
 		if (read(t->rx_wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			return -errno;
 	}

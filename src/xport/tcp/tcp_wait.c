@@ -279,9 +279,25 @@ static int w_worth(struct tcp_ep *t)
 static void w_give_back(struct tcp_ep *t)
 {
 	t->w_reader = 0;
+	__atomic_store_n(&t->w_lent, 0, __ATOMIC_RELAXED);
 	w_move(t, t->w_epfd, t->rx_epfd);
+	gdx_counter_add(&t->ctr[C_RX_GIVES], 1);
 	if (t->rlen > t->rpos || t->w_part.r)
 		tcp_rx_wakeup(t);
+}
+
+/*
+ * Gives a lent socket back (tcp_wait): a post carried the held response, a
+ * poll found the CQ empty, or the receive thread's timed park ended.
+ */
+void tcp_lend_end(struct tcp_ep *t)
+{
+	if (!__atomic_load_n(&t->w_lent, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (t->w_lent)
+		w_give_back(t);
+	pthread_mutex_unlock(&t->lock);
 }
 
 /*
@@ -305,7 +321,24 @@ void tcp_wait(void *priv, int sleeping)
 	if (sleeping > 0)
 		tcp_resp_push(t);
 	pthread_mutex_lock(&t->lock);
-	if (t->w_reader && pthread_equal(t->w_tid, pthread_self())) {
+	/* a lent socket is the next sleeper's, whichever thread: no epoll_ctl */
+	if (sleeping > 0 && t->w_lent) {
+		t->w_tid = pthread_self();
+		__atomic_store_n(&t->w_lent, 0, __ATOMIC_RELAXED);
+	}
+	if (t->w_reader && !t->w_lent && pthread_equal(t->w_tid, pthread_self())) {
+		/*
+		 * A wait that returns with a response held lends the socket
+		 * until the post that carries it: the two epoll_ctl of the
+		 * give-back then follow the post's write instead of preceding
+		 * it.  Every way the response leaves ends the lend too, and the
+		 * receive thread parks timed meanwhile (rx_park).
+		 */
+		if (sleeping < 0 && atomic_load_explicit(&t->resp_held, memory_order_relaxed) &&
+		    !t->dead && t->rpos == t->rlen && !t->w_part.r) {
+			__atomic_store_n(&t->w_lent, 1, __ATOMIC_RELAXED);
+			goto out;
+		}
 		/* kept for a sleep only while it would take it (w_worth) */
 		if (sleeping < 0 || (sleeping > 0 && !w_worth(t)))
 			w_give_back(t);
