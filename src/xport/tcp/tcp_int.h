@@ -361,10 +361,10 @@ struct tcp_ep {
 	int rx_untimed;
 	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
 	/*
-	 * Its wait returned with a response held: it keeps the socket, lent,
-	 * until the post that carries the response, so that the give-back's
-	 * epoll_ctl calls come after that post's write, not before it
-	 * (tcp_wait).  Written with the lock held, read atomically where not.
+	 * Its wait returned with a response held: the socket stays in the
+	 * waiter's set, lent, for the caller's next sleep to take over without
+	 * a move (tcp_wait).  Written with the lock held, read atomically
+	 * where not.
 	 */
 	int w_lent;
 	pthread_t w_tid;

@@ -580,8 +580,8 @@ int tcp_progress(void *priv)
 	int empty = (resp || lent) && !gdx_xport_cq_count(t->fe->cq);
 
 	tx_kick(t, resp && empty);
-	/* nothing to look at, nothing posted: the lent socket goes back (tcp_wait) */
-	if (lent && empty)
+	/* nothing to look at, nothing posted since the wait: the lent socket goes back */
+	if (lent && resp && empty)
 		tcp_lend_end(t);
 	return 0;
 }
@@ -690,7 +690,5 @@ int tcp_post(void *priv, struct gdx_xport_req *req)
 	}
 	Q_PUSH(q, &t->outst_head, &t->outst_tail);
 	tx_submit_locked(t, x);
-	/* the write that carried a held response is out: a lent socket goes back now */
-	tcp_lend_end(t);
 	return 0;
 }

@@ -287,8 +287,8 @@ static void w_give_back(struct tcp_ep *t)
 }
 
 /*
- * Gives a lent socket back (tcp_wait): a post carried the held response, a
- * poll found the CQ empty, or the receive thread's timed park ended.
+ * Gives a lent socket back (tcp_wait): a poll found the CQ empty and no
+ * answer posted, or the receive thread's timed park ended.
  */
 void tcp_lend_end(struct tcp_ep *t)
 {
@@ -328,11 +328,13 @@ void tcp_wait(void *priv, int sleeping)
 	}
 	if (t->w_reader && !t->w_lent && pthread_equal(t->w_tid, pthread_self())) {
 		/*
-		 * A wait that returns with a response held lends the socket
-		 * until the post that carries it: the two epoll_ctl of the
-		 * give-back then follow the post's write instead of preceding
-		 * it.  Every way the response leaves ends the lend too, and the
-		 * receive thread parks timed meanwhile (rx_park).
+		 * A wait that returns with a response held lends the socket:
+		 * the caller is about to post the answer and wait again, and
+		 * its next sleep takes the socket over without a move (two
+		 * epoll_ctl each way).  A poll that finds the CQ empty with the
+		 * response still held (no answer posted), and the receive
+		 * thread's timed park, which it stays in meanwhile (rx_park),
+		 * give it back.
 		 */
 		if (sleeping < 0 && atomic_load_explicit(&t->resp_held, memory_order_relaxed) &&
 		    !t->dead && t->rpos == t->rlen && !t->w_part.r) {
