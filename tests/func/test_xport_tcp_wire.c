@@ -773,6 +773,34 @@ static struct frame recv_frame(int fd, size_t n, unsigned seed)
 	return f;
 }
 
+/*
+ * Reads the response to send resp_id and a send of n bytes, fill `seed`,
+ * in either order (a response held for a post goes ahead of it, one that
+ * missed it after), and returns the send's frame.
+ */
+static struct frame recv_resp_and_send(int fd, uint64_t resp_id, size_t n, unsigned seed)
+{
+	struct frame f, sf = { 0 };
+	int resp = 0, send = 0;
+
+	while (!resp || !send) {
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_PEEK | MSG_WAITALL), sizeof(f));
+		if (f.type == TF_RESP) {
+			assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+			assert_false(resp);
+			assert_int_equal(f.id, resp_id);
+			assert_int_equal(f.status, 0);
+			resp = 1;
+		} else {
+			assert_false(send);
+			sf = recv_frame(fd, n, seed);
+			assert_int_equal(sf.type, TF_SEND);
+			send = 1;
+		}
+	}
+	return sf;
+}
+
 /* Answers request frame f and waits for its completion. */
 static void answer(int fd, struct gdx_xport_cq *cq, const struct frame *f, uint64_t wr_id)
 {
@@ -1088,14 +1116,8 @@ static void test_waiter_resp_rides(void **state)
 				assert_int_equal(poll(&pf, 1, 5000), 1);
 				done = took;
 			}
-			/* the response comes first, then (a post) the echo */
-			assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
-			assert_int_equal(f.type, TF_RESP);
-			assert_int_equal(f.id, seed);
-			assert_int_equal(f.status, 0);
 			if (how == 0) {
-				f = recv_frame(fd, SZ, seed + 1000);
-				assert_int_equal(f.type, TF_SEND);
+				f = recv_resp_and_send(fd, seed, SZ, seed + 1000);
 				answer(fd, cq, &f, seed + 1000);
 				/*
 				 * That wait took the lent socket over, no second
@@ -1104,6 +1126,11 @@ static void test_waiter_resp_rides(void **state)
 				done = done && tcp_counter("rx_takes") - t0 == 1 &&
 				       tcp_counter("rx_gives") - g0 == 1 &&
 				       tcp_counter("rx_waiter") - w0 == 2;
+			} else {
+				assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+				assert_int_equal(f.type, TF_RESP);
+				assert_int_equal(f.id, seed);
+				assert_int_equal(f.status, 0);
 			}
 		}
 		assert_true(done);
@@ -1120,9 +1147,11 @@ static void test_waiter_resp_rides(void **state)
  * and a post of device memory, which the transmit thread sends once its
  * copy into the stage ring has landed, carries it in that write: tx_writes
  * goes up by one for both frames, where the response went alone before.
- * The copies are slowed (500 us) so that a response not waiting for the
- * copy goes alone; the hold may time out before the post on a busy machine,
- * so a few tries.
+ * The caller posts 200 us after the completion, when the receive thread
+ * has parked (a response it did not hold has gone alone by then), and the
+ * copies are slowed (500 us) so that a held response not waiting for its
+ * frame's copy goes alone too; the hold may time out before the post on a
+ * busy machine, so a few tries.
  */
 static void test_held_resp_rides_device(void **state)
 {
@@ -1166,14 +1195,13 @@ static void test_held_resp_rides_device(void **state)
 		assert_int_equal(e.status, 0);
 		assert_int_equal(gdx_memcpy(dev, got, drx, SZ), 0);
 		assert_memory_equal(got, f + 1, SZ);
+		/* long enough for the receive thread to have parked: it held the response */
+		usleep(200);
 		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 400 + i, 0), 0);
-		assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
-		assert_int_equal(r.type, TF_RESP);
-		assert_int_equal(r.id, 300 + i);
-		r = recv_frame(fd, SZ, 200 + i);
-		assert_int_equal(r.type, TF_SEND);
-		done = tcp_counter("tx_writes") - n0 == 1;
+		r = recv_resp_and_send(fd, 300 + i, SZ, 200 + i);
+		/* after the answer: the transmit thread counts its write once sendmsg returned */
 		answer(fd, cq, &r, 400 + i);
+		done = tcp_counter("tx_writes") - n0 == 1;
 	}
 	assert_true(done);
 	close(fd);

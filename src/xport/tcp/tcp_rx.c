@@ -204,12 +204,20 @@ static ssize_t rx_park(struct tcp_ep *t)
 			 * Parked, this thread may lose the socket to a CQ waiter, which
 			 * completes answers itself: nothing may wait on copies by then.
 			 */
-			if (tcp_rx_deferred(t) || t->nresp) {
+			if (tcp_rx_deferred(t) || (t->nresp && !tcp_resp_lone(t))) {
 				n = tcp_rx_idle(t, 1);
 				if (n)
 					return n;
 				continue;
 			}
+			/*
+			 * Nothing more came: the lone response to a message is held
+			 * for the caller's post, which likely answers it.  Only now:
+			 * held while frames still stream in, each would go in a write
+			 * of its own or with the next, not in a burst's one train.
+			 */
+			if (t->nresp && (n = tcp_resp_hold(t)))
+				return n;
 			n = rx_spin(t);
 			if (n)
 				return n;
@@ -258,9 +266,6 @@ static ssize_t rx_fill(struct tcp_ep *t)
 		t->rlen -= t->rpos;
 		t->rpos = 0;
 	}
-	/* A lone response to hold is queued before its caller wakes: the caller's post finds it. */
-	if (t->rx_boundary && tcp_resp_lone(t) && (n = tcp_resp_hold(t)))
-		return n;
 	/* Completions of everything read so far wake their waiter, once. */
 	gdx_xport_complete_flush();
 	/* Requests posted while others were on the wire go before their answers are read. */
@@ -297,7 +302,7 @@ static ssize_t rx_fill(struct tcp_ep *t)
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
 	}
-	/* About to wait for input: what is owed goes out first (held, at a frame boundary). */
+	/* About to wait for input: what is owed goes out first (but a lone one, rx_park). */
 	n = tcp_rx_idle(t, t->rx_boundary);
 	if (n)
 		return n;

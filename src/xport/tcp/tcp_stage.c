@@ -420,26 +420,22 @@ static int rx_input(void *arg)
 
 /*
  * About to block on the socket: nothing may wait on copies meanwhile, nor
- * answers, but for a lone one to a message when it parks (park: between
- * frames), which its timed park sends if nothing else does (tcp_resp_hold).
+ * answers, but for a lone one to a message when it is about to park (park:
+ * between frames): rx_park holds it if nothing more comes (tcp_resp_hold).
  */
 int tcp_rx_idle(struct tcp_ep *t, int park)
 {
 	struct gdx_stage *rx = tcp_rx_lane(t);
-	int ret;
 
 	if (rx && gdx_stage_deferred(rx)) {
 		/* returns early once the socket has input: the caller then reads, not blocks */
 		gdx_stage_wait_idle(rx, rx_input, t, 0);
-		/* a lone response to hold is queued before its caller wakes (rx_fill) */
-		if (park && tcp_resp_lone(t) && (ret = tcp_resp_hold(t)))
-			return ret;
 		gdx_xport_complete_flush();
 		tcp_tx_kick(t);
 	}
 	if (t->rx_err)
 		return t->rx_err;
-	return park ? tcp_resp_hold(t) : tcp_resp_flush(t);
+	return park && tcp_resp_lone(t) ? 0 : tcp_resp_flush(t);
 }
 
 /*
