@@ -1214,6 +1214,71 @@ static void test_held_resp_rides_device(void **state)
 	gdx_device_close(dev);
 }
 
+/*
+ * A socket lent by a wait that returned with a response held (the caller
+ * neither posts, polls nor waits after) still serves the peer: the receive
+ * thread's timed park sends the response and takes the socket back within
+ * RESP_HOLD_MS, and a read request of the peer arriving afterwards is
+ * answered.  Without the take-back the socket stayed in the CQ's set with
+ * nobody reading it and the read was never answered.
+ */
+static void test_lent_socket_serves_peer(void **state)
+{
+	enum { SZ = 4096, RN = 64 };
+	static unsigned char rx[SZ], region[RN], got[RN];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_mr *mr;
+	int fd, done = 0;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	t_fill(region, RN, 7);
+	assert_int_equal(gdx_xport_mr_reg(ep, region, RN, GDX_XPORT_ACCESS_REMOTE_READ, &mr), 0);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_send ls = { .fd = fd, .id = 500 + i, .n = SZ, .seed = 500 + i };
+		uint64_t t0 = tcp_counter("rx_takes"), g0 = tcp_counter("rx_gives");
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		struct gdx_xport_cqe e;
+		struct frame f;
+		pthread_t th;
+
+		assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, i), 0);
+		pthread_create(&th, NULL, send_later_main, &ls);
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		pthread_join(th, NULL);
+		done = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_gives") == g0;
+		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		/* no post, no poll, no wait from here */
+		assert_int_equal(poll(&pf, 1, 5000), 1);
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(f.type, TF_RESP);
+		assert_int_equal(f.id, 500 + i);
+		f = (struct frame){ .type = TF_READ, .id = 600 + i, .raddr = gdx_xport_mr_addr(mr),
+				    .key = gdx_xport_mr_key(mr), .len = RN };
+		assert_int_equal(send(fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+		assert_int_equal(poll(&pf, 1, 5000), 1);
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(f.type, TF_READ_RESP);
+		assert_int_equal(f.id, 600 + i);
+		assert_int_equal(f.status, 0);
+		assert_int_equal(f.len, RN);
+		assert_int_equal(recv(fd, got, RN, MSG_WAITALL), RN);
+		assert_memory_equal(got, region, RN);
+	}
+	assert_true(done);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
 /* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */
 int main(int argc, char **argv)
 {
@@ -1232,6 +1297,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_waiter_keeps_socket),
 		cmocka_unit_test(test_waiter_resp_rides),
 		cmocka_unit_test(test_held_resp_rides_device),
+		cmocka_unit_test(test_lent_socket_serves_peer),
 	};
 
 	if (argc > 1)
