@@ -724,10 +724,11 @@ void *tcp_tx_main(void *arg)
 
 		/*
 		 * A held response alone is left for what will carry it
-		 * (tcp_resp_hold): a post, a poll, a sleeper, the receive thread.
+		 * (tcp_resp_hold): a post, a poll, a sleeper, the receive thread;
+		 * not one begun, whose rest the socket did not take.
 		 */
 		while (!t->dead && (t->sending || !t->txq_head || tcp_tx_blocked(t, t->txq_head) ||
-				    (t->txq_head->hold && !t->txq_head->next))) {
+				    (t->txq_head->hold && !t->txq_head->next && !t->txq_head->off))) {
 			if (done) {
 				pthread_mutex_unlock(&t->lock);
 				tcp_tx_free_list(t, done);
