@@ -236,6 +236,11 @@ static size_t cq_pending(struct gdx_xport_cq *cq)
 	return n;
 }
 
+size_t gdx_xport_cq_count(struct gdx_xport_cq *cq)
+{
+	return cq_pending(cq);
+}
+
 GDX_API int gdx_xport_cq_poll(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe, unsigned n)
 {
 	unsigned got = 0;

@@ -71,6 +71,8 @@ int gdx_xport_req_resolve(struct gdx_xport_req *req, void *buf, size_t len);
 
 /* cq.c: a completion queued on cq (-ENOMEM: lost, and logged); waiters woken as armed. */
 int gdx_xport_cq_push(struct gdx_xport_cq *cq, const struct gdx_xport_cqe *e);
+/* cq.c: completions queued on cq and not polled yet. */
+size_t gdx_xport_cq_count(struct gdx_xport_cq *cq);
 /* An endpoint joins or leaves the CQ's progress and its epoll set. */
 int gdx_xport_cq_attach(struct gdx_xport_cq *cq, struct gdx_xport_ep *ep);
 void gdx_xport_cq_detach(struct gdx_xport_cq *cq, struct gdx_xport_ep *ep);

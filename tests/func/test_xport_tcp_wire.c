@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -772,6 +773,34 @@ static struct frame recv_frame(int fd, size_t n, unsigned seed)
 	return f;
 }
 
+/*
+ * Reads the response to send resp_id and a send of n bytes, fill `seed`,
+ * in either order (a response held for a post goes ahead of it, one that
+ * missed it after), and returns the send's frame.
+ */
+static struct frame recv_resp_and_send(int fd, uint64_t resp_id, size_t n, unsigned seed)
+{
+	struct frame f, sf = { 0 };
+	int resp = 0, send = 0;
+
+	while (!resp || !send) {
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_PEEK | MSG_WAITALL), sizeof(f));
+		if (f.type == TF_RESP) {
+			assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+			assert_false(resp);
+			assert_int_equal(f.id, resp_id);
+			assert_int_equal(f.status, 0);
+			resp = 1;
+		} else {
+			assert_false(send);
+			sf = recv_frame(fd, n, seed);
+			assert_int_equal(sf.type, TF_SEND);
+			send = 1;
+		}
+	}
+	return sf;
+}
+
 /* Answers request frame f and waits for its completion. */
 static void answer(int fd, struct gdx_xport_cq *cq, const struct frame *f, uint64_t wr_id)
 {
@@ -1000,6 +1029,256 @@ static void test_waiter_keeps_socket(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 }
 
+/* Sends a send frame and its payload, fill `seed`, in one write 30 ms from now. */
+static void *send_later_main(void *arg)
+{
+	const struct late_send *ls = arg;
+	struct frame *f = calloc(1, sizeof(*f) + ls->n);
+
+	*f = (struct frame){ .type = TF_SEND, .id = ls->id, .len = ls->n };
+	t_fill(f + 1, ls->n, ls->seed);
+	usleep(30000);
+	assert_int_equal(send(ls->fd, f, sizeof(*f) + ls->n, MSG_NOSIGNAL),
+			 (ssize_t)(sizeof(*f) + ls->n));
+	free(f);
+	return NULL;
+}
+
+/*
+ * The response a CQ waiter owes for a send it received waits for the
+ * caller's next post, which carries it in its own write (resp_rode + 1,
+ * tx_writes + 1 for both frames): a send answered by a send costs the peer
+ * one write and one wake-up, as a raw request and response do.  The wait
+ * lends the socket (rx_gives + 0 when it returns, and after the post), and
+ * the caller's next wait takes it over and reads the answer (rx_takes + 1
+ * for both waits, rx_waiter + 2; it gives the socket back when it returns
+ * with nothing held).  Without a
+ * post it goes at a poll that finds the CQ empty (on the socket when that
+ * poll returns), and with no poll either, from the receive thread
+ * (RESP_HOLD_MS): else it never would.  The waiter takes the socket only
+ * from a receive thread parked between frames, and the response rides only
+ * if the post comes before that timeout, so each case gets a few tries.
+ */
+static void test_waiter_resp_rides(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char rx[SZ], tx[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (int how = 0; how < 3; how++) {
+		int done = 0;
+
+		for (unsigned i = 0; i < 10 && !done; i++) {
+			unsigned seed = 60 + 10 * (unsigned)how + i;
+			struct late_send ls = { .fd = fd, .id = seed, .n = SZ, .seed = seed };
+			uint64_t t0 = tcp_counter("rx_takes"), w0 = tcp_counter("rx_waiter"), r0, n0;
+			uint64_t g0 = tcp_counter("rx_gives");
+			struct pollfd pf = { .fd = fd, .events = POLLIN };
+			struct gdx_xport_cqe e;
+			struct frame f;
+			pthread_t th;
+			int took, lent;
+
+			assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, seed), 0);
+			pthread_create(&th, NULL, send_later_main, &ls);
+			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+			pthread_join(th, NULL);
+			took = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_waiter") - w0 == 1;
+			/* the socket is lent, not given back, until the post */
+			lent = tcp_counter("rx_gives") == g0;
+			r0 = tcp_counter("resp_rode");
+			n0 = tcp_counter("tx_writes");
+			assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+			assert_int_equal(e.wr_id, seed);
+			assert_int_equal(e.status, 0);
+			t_fill(want, SZ, seed);
+			assert_memory_equal(rx, want, SZ);
+			if (how == 0) {
+				t_fill(tx, SZ, seed + 1000);
+				assert_int_equal(gdx_xport_post_send(ep, tx, SZ, seed + 1000, 0), 0);
+				done = took && lent && tcp_counter("resp_rode") - r0 == 1 &&
+				       tcp_counter("tx_writes") - n0 == 1 &&
+				       tcp_counter("rx_gives") == g0;
+			} else if (how == 1) {
+				assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+				if (took) {
+					assert_int_equal(poll(&pf, 1, 0), 1);
+					done = 1;
+				}
+			} else {
+				assert_int_equal(poll(&pf, 1, 5000), 1);
+				done = took;
+			}
+			if (how == 0) {
+				f = recv_resp_and_send(fd, seed, SZ, seed + 1000);
+				answer(fd, cq, &f, seed + 1000);
+				/*
+				 * That wait took the lent socket over, no second
+				 * take, and read the answer itself (rx_waiter + 2).
+				 */
+				done = done && tcp_counter("rx_takes") - t0 == 1 &&
+				       tcp_counter("rx_gives") - g0 == 1 &&
+				       tcp_counter("rx_waiter") - w0 == 2;
+			} else {
+				assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+				assert_int_equal(f.type, TF_RESP);
+				assert_int_equal(f.id, seed);
+				assert_int_equal(f.status, 0);
+			}
+		}
+		assert_true(done);
+	}
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
+/*
+ * The receive thread holds the lone response to a send it received (into
+ * device memory here: always the receive thread's) for the caller's post,
+ * and a post of device memory, which the transmit thread sends once its
+ * copy into the stage ring has landed, carries it in that write: tx_writes
+ * goes up by one for both frames, where the response went alone before.
+ * The caller posts 200 us after the completion, when the receive thread
+ * has parked (a response it did not hold has gone alone by then), and the
+ * copies are slowed (500 us) so that a held response not waiting for its
+ * frame's copy goes alone too; the hold may time out before the post on a
+ * busy machine, so a few tries.
+ */
+static void test_held_resp_rides_device(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], got[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *drx, *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "500"), 0);
+	/* the endpoint's device: its copy agent's stage ring sends device memory */
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct frame *f = (struct frame *)msg, r;
+		struct gdx_xport_cqe e;
+		uint64_t n0;
+
+		assert_int_equal(gdx_xport_post_recv(ep, drx, SZ, i), 0);
+		t_fill(want, SZ, 200 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 300 + i, .len = SZ };
+		t_fill(f + 1, SZ, 100 + i);
+		n0 = tcp_counter("tx_writes");
+		assert_int_equal(send(fd, msg, sizeof(msg), MSG_NOSIGNAL), (ssize_t)sizeof(msg));
+		while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(gdx_memcpy(dev, got, drx, SZ), 0);
+		assert_memory_equal(got, f + 1, SZ);
+		/* long enough for the receive thread to have parked: it held the response */
+		usleep(200);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 400 + i, 0), 0);
+		r = recv_resp_and_send(fd, 300 + i, SZ, 200 + i);
+		/* after the answer: the transmit thread counts its write once sendmsg returned */
+		answer(fd, cq, &r, 400 + i);
+		done = tcp_counter("tx_writes") - n0 == 1;
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, drx);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
+/*
+ * A socket lent by a wait that returned with a response held (the caller
+ * neither posts, polls nor waits after) still serves the peer: the receive
+ * thread's timed park sends the response and takes the socket back within
+ * RESP_HOLD_MS, and a read request of the peer arriving afterwards is
+ * answered.  Without the take-back the socket stayed in the CQ's set with
+ * nobody reading it and the read was never answered.
+ */
+static void test_lent_socket_serves_peer(void **state)
+{
+	enum { SZ = 4096, RN = 64 };
+	static unsigned char rx[SZ], region[RN], got[RN];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_mr *mr;
+	int fd, done = 0;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	t_fill(region, RN, 7);
+	assert_int_equal(gdx_xport_mr_reg(ep, region, RN, GDX_XPORT_ACCESS_REMOTE_READ, &mr), 0);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_send ls = { .fd = fd, .id = 500 + i, .n = SZ, .seed = 500 + i };
+		uint64_t t0 = tcp_counter("rx_takes"), g0 = tcp_counter("rx_gives");
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		struct gdx_xport_cqe e;
+		struct frame f;
+		pthread_t th;
+
+		assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, i), 0);
+		pthread_create(&th, NULL, send_later_main, &ls);
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		pthread_join(th, NULL);
+		done = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_gives") == g0;
+		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		/* no post, no poll, no wait from here */
+		assert_int_equal(poll(&pf, 1, 5000), 1);
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(f.type, TF_RESP);
+		assert_int_equal(f.id, 500 + i);
+		f = (struct frame){ .type = TF_READ, .id = 600 + i, .raddr = gdx_xport_mr_addr(mr),
+				    .key = gdx_xport_mr_key(mr), .len = RN };
+		assert_int_equal(send(fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+		assert_int_equal(poll(&pf, 1, 5000), 1);
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(f.type, TF_READ_RESP);
+		assert_int_equal(f.id, 600 + i);
+		assert_int_equal(f.status, 0);
+		assert_int_equal(f.len, RN);
+		assert_int_equal(recv(fd, got, RN, MSG_WAITALL), RN);
+		assert_memory_equal(got, region, RN);
+	}
+	assert_true(done);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
 /* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */
 int main(int argc, char **argv)
 {
@@ -1016,6 +1295,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_post_writes_socket),
 		cmocka_unit_test(test_waiter_receives),
 		cmocka_unit_test(test_waiter_keeps_socket),
+		cmocka_unit_test(test_waiter_resp_rides),
+		cmocka_unit_test(test_held_resp_rides_device),
+		cmocka_unit_test(test_lent_socket_serves_peer),
 	};
 
 	if (argc > 1)

@@ -215,6 +215,9 @@ static void ep_stats(struct tcp_ep *t)
 		[C_RX_WAITER] = "rx_waiter",
 		[C_RX_PART] = "rx_part",
 		[C_RX_TAKES] = "rx_takes",
+		[C_RX_GIVES] = "rx_gives",
+		[C_TX_WRITES] = "tx_writes",
+		[C_RESP_RODE] = "resp_rode",
 	};
 	static atomic_uint next;
 	char scope[32];
@@ -723,6 +726,8 @@ static void tcp_disconnect(void *priv)
 {
 	struct tcp_ep *t = priv;
 
+	/* A response held for a post answers a message the caller has: it goes first. */
+	tcp_resp_push(t);
 	pthread_mutex_lock(&t->lock);
 	tcp_kill_conn(t, 0);
 	while (!t->flushed)

@@ -75,6 +75,13 @@ enum {
 #define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (stage_start) */
 #define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
 #define TX_TRAIN_BYTES (256u << 10)
+/*
+ * At most this long a held response waits in the queue for the caller's
+ * next post to carry it (tcp_resp_hold), if the caller neither posts, polls
+ * an empty CQ nor sleeps meanwhile: the receive thread's park is timed
+ * while one waits (rx_park).
+ */
+#define RESP_HOLD_MS 1
 
 struct hdr {
 	uint8_t type;
@@ -193,6 +200,7 @@ struct txi {			/* one frame to transmit */
 	 */
 	uint8_t snapping;
 	unsigned nans;			/* answers it carries (tcp_ep.ans_held) */
+	uint8_t hold;			/* a lone response, held for a post (tcp_resp_hold) */
 	struct txi *an_prev, *an_next;
 	unsigned char *snap;
 	size_t snap_off, cnext;
@@ -275,6 +283,10 @@ enum {
 	C_RX_WAITER,		/* messages and answers a CQ waiter read and completed itself */
 	C_RX_PART,		/* messages a CQ waiter began and the receive thread finished */
 	C_RX_TAKES,		/* times a CQ waiter took the socket from the receive thread */
+	C_RX_GIVES,		/* and gave it back */
+	C_TX_WRITES,		/* socket writes (sendmsg calls) */
+	C_RESP_RODE,		/* trains that carried a held response and a request posted
+				   after it in one write (tcp_resp_hold) */
 	C_NR
 };
 
@@ -336,7 +348,25 @@ struct tcp_ep {
 	/* dead: written with the lock held (tcp_kill_conn), read atomically where it is not */
 	int dead, flushed;
 	int rx_parked;		/* the receive thread waits between frames, rbuf empty */
+	/*
+	 * The lone response to a message, held in the queue for the caller's
+	 * next post (txi.hold, tcp_resp_hold): resp_held, such frames queued
+	 * (atomic: tcp_progress looks without the lock; moved with the lock
+	 * held, dropped as they are freed); resp_holds, holds so far (the
+	 * receive thread's timed park); rx_untimed, the receive thread sleeps
+	 * without a timeout (rx_park): a hold wakes it to sleep timed.
+	 */
+	atomic_uint resp_held;
+	unsigned long resp_holds;
+	int rx_untimed;
 	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
+	/*
+	 * Its wait returned with a response held: the socket stays in the
+	 * waiter's set, lent, for the caller's next sleep to take over without
+	 * a move (tcp_wait).  Written with the lock held, read atomically
+	 * where not.
+	 */
+	int w_lent;
 	pthread_t w_tid;
 	uint64_t big_id;	/* the last request sent by the transmit thread */
 	/*
@@ -421,7 +451,7 @@ struct tcp_ep {
 	 * the socket owes its own here and sends them before it hands it back.
 	 */
 	struct hdr resp[RESP_BATCH];
-	unsigned nresp;
+	unsigned nresp, nresp_msg;	/* nresp_msg: of them, to messages that completed a receive */
 	unsigned char *kr_mem;	/* the kept ring (kept_rx) */
 	struct gdx_byte_ring kr;
 	int rx_err;		/* an answer could not be queued (fatal) */
@@ -531,6 +561,26 @@ static inline unsigned tcp_rx_deferred(struct tcp_ep *t)
 	return rx ? gdx_stage_deferred(rx) : 0;
 }
 
+/* The one response owed answers a message that completed a receive (tcp_resp_hold). */
+static inline bool tcp_resp_lone(const struct tcp_ep *t)
+{
+	return t->nresp == 1 && t->nresp_msg == 1;
+}
+
+/*
+ * The device frame queued right behind held responses at the head of the
+ * queue, or NULL: the transmit thread, which that frame needs, sends them in
+ * its train (tx_gather leaves them to it).  Lock held.
+ */
+static inline struct txi *tcp_held_lead(const struct tcp_ep *t)
+{
+	struct txi *x = t->txq_head;
+
+	while (x && x->hold)
+		x = x->next;
+	return x != t->txq_head && x && x->dev ? x : NULL;
+}
+
 /* tcp_stage.c: staging, several threads */
 void tcp_dlanes_free(struct tcp_dlane **list);
 int tcp_rx_settle(struct tcp_ep *t);
@@ -540,7 +590,7 @@ struct gdx_stage *tcp_dlane_of(struct tcp_dlane **list, const struct gdx_device 
 int tcp_stage_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx);
 int tcp_rx_post_kept(struct tcp_ep *t, void *dst, const void *src, size_t n);
 void tcp_stage_stop(struct tcp_ep *t);
-int tcp_rx_idle(struct tcp_ep *t);
+int tcp_rx_idle(struct tcp_ep *t, int park);
 struct gdx_stage *tcp_rx_sync_lane(struct tcp_ep *t, struct gdx_device *dev);
 unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end);
 int tcp_tx_noagent(struct tcp_ep *t);
@@ -552,6 +602,7 @@ int tcp_sr_stage(struct txi *x, struct gdx_stage *tx);
 
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);
+void tcp_lend_end(struct tcp_ep *t);
 
 /* tcp_ans.c: rule 1, the receive thread */
 void tcp_ans_unlink(struct tcp_ep *t, struct txi *x);
@@ -562,7 +613,8 @@ int tcp_ans_settle(struct tcp_ep *t, const void *p, uint64_t n);
 void tcp_rx_wakeup(struct tcp_ep *t);
 void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail);
 int tcp_resp_flush(struct tcp_ep *t);
-int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status);
+int tcp_resp_hold(struct tcp_ep *t);
+int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status, int msg);
 void tcp_match(void *priv);
 int tcp_resp_take(struct tcp_ep *t, const struct hdr *h, int quiet, struct qent **out);
 void *tcp_rx_main(void *arg);
@@ -589,6 +641,7 @@ void tcp_tx_begin(struct tcp_ep *t, struct txi *x);
 void tcp_tx_wait_out(struct tcp_ep *t);
 int tcp_tx_train(struct tcp_ep *t, struct txi **done, int by_tx);
 void tcp_tx_kick(struct tcp_ep *t);
+void tcp_resp_push(struct tcp_ep *t);
 int tcp_progress(void *priv);
 int tcp_ans_submit(struct tcp_ep *t, struct txi *x, unsigned n);
 int tcp_post(void *priv, struct gdx_xport_req *req);

@@ -123,8 +123,10 @@ int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t
 		n = sendmsg(t->fd, &m, MSG_NOSIGNAL | flags);
 		err = errno;
 		SEND_UNSEEN_END();
-		if (n >= 0)
+		if (n >= 0) {
+			gdx_counter_add(&t->ctr[C_TX_WRITES], 1);
 			break;
+		}
 		if (err == EINTR)
 			continue;
 		if (err == ENOBUFS && (flags & MSG_ZEROCOPY)) {
@@ -271,20 +273,30 @@ void tcp_tx_begin(struct tcp_ep *t, struct txi *x)
  * Gathers a train of small host frames from the head of the queue into iov,
  * for one sendmsg: the part of each not yet sent.  Stops at a frame that
  * needs the transmit thread (large, device memory) or waits for a fence.
- * *region: a read answer among them is still read out of its region.  Lock
- * held; returns the number of iovecs.
+ * None but for the transmit thread (by_tx) when the head is held responses
+ * that a device frame's train will carry (tcp_held_lead).  *region: a read
+ * answer among them is still read out of its region.  Lock held; returns
+ * the number of iovecs.
  */
-static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region)
+static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx)
 {
 	const size_t hl = sizeof(struct hdr);
 	size_t bytes = 0;
-	int cnt = 0;
+	int cnt = 0, held = 0;
 
 	*region = 0;
+	if (!by_tx && tcp_held_lead(t))
+		return 0;
 	for (struct txi *x = t->txq_head; x && x->path == TXP_TRAIN && cnt + 2 <= TX_TRAIN_IOV &&
 	     bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x); x = x->next) {
 		tcp_tx_going(t, x);
 		*region |= x->ans;
+		if (x->hold) {
+			held = 1;
+		} else if (held == 1 && x->req) {
+			gdx_counter_add(&t->ctr[C_RESP_RODE], 1);
+			held = 2;
+		}
 		if (x->off < hl)
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
 		if (x->plen) {
@@ -359,7 +371,7 @@ int tcp_tx_train(struct tcp_ep *t, struct txi **done, int by_tx)
 {
 	struct iovec iov[TX_TRAIN_IOV];
 	size_t sent = 0;
-	int region, cnt = tx_gather(t, iov, &region), ret;
+	int region, cnt = tx_gather(t, iov, &region, by_tx), ret;
 
 	if (!cnt)
 		return 1;
@@ -493,6 +505,24 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		t->big_id = x->h.id;
 	Q_PUSH(x, &t->txq_head, &t->txq_tail);
 	t->qlen++;
+	/*
+	 * One held frame at a time: a peer that streams sends waits for their
+	 * answers to post more, so a second goes at once, and the first with it.
+	 */
+	if (x->hold && atomic_load_explicit(&t->resp_held, memory_order_relaxed))
+		x->hold = 0;
+	if (x->hold) {
+		int wake = t->rx_untimed;
+
+		atomic_fetch_add_explicit(&t->resp_held, 1, memory_order_relaxed);
+		t->resp_holds++;
+		/* the receive thread sleeps untimed: it sleeps again for at most RESP_HOLD_MS */
+		t->rx_untimed = 0;
+		pthread_mutex_unlock(&t->lock);
+		if (wake)
+			tcp_rx_wakeup(t);
+		return;
+	}
 	if (x->req && x->path == TXP_TRAIN && t->on_wire > 0 && !t->rx_stalled && !t->w_reader &&
 	    !t->sending && t->txq_head->path == TXP_TRAIN && t->qlen < TX_TRAIN_IOV / 2) {
 		/*
@@ -511,19 +541,48 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 	tx_push_locked(t);
 }
 
-/* Sends frames held in the queue, if any (posters' CQ polls, the receive thread). */
-void tcp_tx_kick(struct tcp_ep *t)
+/* Sends the held frames, if any: requests, and with resp a held response. */
+static void tx_kick(struct tcp_ep *t, int resp)
 {
-	if (!atomic_load_explicit(&t->held, memory_order_acquire))
+	if (!atomic_load_explicit(&t->held, memory_order_acquire) &&
+	    !(resp && atomic_load_explicit(&t->resp_held, memory_order_acquire)))
 		return;
 	pthread_mutex_lock(&t->lock);
 	atomic_store_explicit(&t->held, 0, memory_order_relaxed);
 	tx_push_locked(t);
 }
 
+/* Sends held requests, if any (the receive thread, before it reads their answers). */
+void tcp_tx_kick(struct tcp_ep *t)
+{
+	tx_kick(t, 0);
+}
+
+/*
+ * Sends a held response, and what is held with it (the receive thread's
+ * timed park, or a stall; a sleeper; a disconnect).
+ */
+void tcp_resp_push(struct tcp_ep *t)
+{
+	tx_kick(t, 1);
+}
+
+/*
+ * A poll of the CQ sends held requests, and a held response once the CQ is
+ * empty: while completions wait, the caller has yet to look at the message
+ * the response answers, and to post what would carry it.
+ */
 int tcp_progress(void *priv)
 {
-	tcp_tx_kick(priv);
+	struct tcp_ep *t = priv;
+	int resp = atomic_load_explicit(&t->resp_held, memory_order_acquire) != 0;
+	int lent = __atomic_load_n(&t->w_lent, __ATOMIC_RELAXED);
+	int empty = (resp || lent) && !gdx_xport_cq_count(t->fe->cq);
+
+	tx_kick(t, resp && empty);
+	/* nothing to look at, nothing posted since the wait: the lent socket goes back */
+	if (lent && resp && empty)
+		tcp_lend_end(t);
 	return 0;
 }
 

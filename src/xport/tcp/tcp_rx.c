@@ -144,12 +144,13 @@ static int rx_part(struct tcp_ep *t)
  */
 static ssize_t rx_park(struct tcp_ep *t)
 {
+	unsigned long holds = 0;
 	ssize_t n;
 
 	for (;;) {
 		struct epoll_event ev[2];
 		uint64_t v;
-		int waiter, kick;
+		int waiter, kick, timed;
 		struct qent *part;
 
 		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed)) {
@@ -169,6 +170,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 				return t->rx_err;
 		}
 		pthread_mutex_lock(&t->lock);
+		t->rx_untimed = 0;
 		waiter = t->w_reader;
 		part = t->w_part.r;
 		if (part && !waiter) {
@@ -202,12 +204,20 @@ static ssize_t rx_park(struct tcp_ep *t)
 			 * Parked, this thread may lose the socket to a CQ waiter, which
 			 * completes answers itself: nothing may wait on copies by then.
 			 */
-			if (tcp_rx_deferred(t) || t->nresp) {
-				n = tcp_rx_idle(t);
+			if (tcp_rx_deferred(t) || (t->nresp && !tcp_resp_lone(t))) {
+				n = tcp_rx_idle(t, 1);
 				if (n)
 					return n;
 				continue;
 			}
+			/*
+			 * Nothing more came: the lone response to a message is held
+			 * for the caller's post, which likely answers it.  Only now:
+			 * held while frames still stream in, each would go in a write
+			 * of its own or with the next, not in a burst's one train.
+			 */
+			if (t->nresp && (n = tcp_resp_hold(t)))
+				return n;
 			n = rx_spin(t);
 			if (n)
 				return n;
@@ -219,9 +229,27 @@ static ssize_t rx_park(struct tcp_ep *t)
 			if (kick)
 				continue;
 		}
-		n = epoll_wait(t->rx_epfd, ev, 2, -1);
+		/*
+		 * Timed while a response is held (tcp_resp_hold) or the socket
+		 * lent (tcp_wait), and for one more period after a sleep in
+		 * which a response was held: a ping-pong holds one from each
+		 * wake-up of its caller to its next post, and a hold that finds
+		 * this thread asleep untimed wakes it.  At the timeout the held
+		 * one goes, and the lent socket comes back.
+		 */
+		pthread_mutex_lock(&t->lock);
+		timed = atomic_load_explicit(&t->resp_held, memory_order_relaxed) ||
+			t->resp_holds != holds || t->w_lent;
+		holds = t->resp_holds;
+		t->rx_untimed = !timed;
+		pthread_mutex_unlock(&t->lock);
+		n = epoll_wait(t->rx_epfd, ev, 2, timed ? RESP_HOLD_MS : -1);
 		if (n < 0 && errno != EINTR)
 			return -errno;
+		if (!n) {
+			tcp_resp_push(t);
+			tcp_lend_end(t);
+		}
 		if (read(t->rx_wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			return -errno;
 	}
@@ -274,8 +302,8 @@ static ssize_t rx_fill(struct tcp_ep *t)
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
 	}
-	/* About to wait for input: what is owed goes out first. */
-	n = tcp_rx_idle(t);
+	/* About to wait for input: what is owed goes out first (but a lone one, rx_park). */
+	n = tcp_rx_idle(t, t->rx_boundary);
 	if (n)
 		return n;
 	if (t->rx_boundary)
@@ -335,7 +363,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 			break;
 		gdx_xport_complete_flush();
 		tcp_tx_kick(t);
-		r = tcp_rx_idle(t);
+		r = tcp_rx_idle(t, 0);
 		if (r)
 			return (int)r;
 		r = recv(t->fd, dst, n, MSG_WAITALL);
@@ -379,7 +407,7 @@ void tcp_deff_run(struct tcp_ep *t, struct deff *e, int fail)
 	else if (e->req)
 		gdx_xport_complete(e->req, st, st ? 0 : e->len);
 	if (e->has_resp) {
-		int r = tcp_resp_owe(t, F_RESP, e->resp_id, rst);
+		int r = tcp_resp_owe(t, F_RESP, e->resp_id, rst, e->req != NULL);
 
 		if (r && !t->rx_err)
 			t->rx_err = r;
@@ -613,18 +641,22 @@ static void kept_match(struct tcp_ep *t, int ended)
 	}
 }
 
-/* Sends the responses the receive thread owes, as one frame train. */
-int tcp_resp_flush(struct tcp_ep *t)
+/* Queues the responses owed as one frame: sent now, or held for a post (hold). */
+static int resp_queue(struct tcp_ep *t, int hold)
 {
 	struct txi *x;
 	unsigned n = t->nresp;
 
 	if (!n)
 		return 0;
+	/* a burst's responses, and answers to writes, go at once */
+	hold = hold && tcp_resp_lone(t);
 	t->nresp = 0;
+	t->nresp_msg = 0;
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return -ENOMEM;
+	x->hold = (uint8_t)hold;
 	x->h = t->resp[0];
 	if (n > 1) {
 		x->extra_len = (n - 1) * sizeof(struct hdr);
@@ -638,9 +670,34 @@ int tcp_resp_flush(struct tcp_ep *t)
 	return tcp_ans_submit(t, x, n);
 }
 
-/* Owes the peer a response (the receive thread, or a CQ waiter holding the socket). */
-int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status)
+/* Sends the responses the receive thread owes, as one frame train. */
+int tcp_resp_flush(struct tcp_ep *t)
 {
+	return resp_queue(t, 0);
+}
+
+/*
+ * The lone response owed to a message that completed a receive, queued but
+ * not sent (by a CQ waiter, or the receive thread about to park): the
+ * caller's next post, the likely answer, carries it in its own write (a
+ * send answered by a send then costs the peer one write and one wake-up, as
+ * on a raw socket, not two).  It goes without a post at a poll that finds
+ * the CQ empty (tcp_progress), at a sleep on it, with anything else sent
+ * meanwhile, or after RESP_HOLD_MS (the receive thread, rx_park).  Others
+ * are sent at once.
+ */
+int tcp_resp_hold(struct tcp_ep *t)
+{
+	return resp_queue(t, 1);
+}
+
+/*
+ * Owes the peer a response (the receive thread, or a CQ waiter holding the
+ * socket); msg: to a message that completed a receive here.
+ */
+int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status, int msg)
+{
+	t->nresp_msg += msg != 0;
 	t->resp[t->nresp++] = (struct hdr){ .type = type, .id = id, .status = status };
 	return t->nresp == RESP_BATCH ? tcp_resp_flush(t) : 0;
 }
@@ -711,7 +768,7 @@ static int rx_owed_out(struct tcp_ep *t)
 	ret = tcp_resp_flush(t);
 	if (ret)
 		return ret;
-	tcp_tx_kick(t);
+	tcp_resp_push(t);
 	return 0;
 }
 

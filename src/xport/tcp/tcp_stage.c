@@ -418,8 +418,12 @@ static int rx_input(void *arg)
 	return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* About to block on the socket: nothing may wait on copies meanwhile, nor answers. */
-int tcp_rx_idle(struct tcp_ep *t)
+/*
+ * About to block on the socket: nothing may wait on copies meanwhile, nor
+ * answers, but for a lone one to a message when it is about to park (park:
+ * between frames): rx_park holds it if nothing more comes (tcp_resp_hold).
+ */
+int tcp_rx_idle(struct tcp_ep *t, int park)
 {
 	struct gdx_stage *rx = tcp_rx_lane(t);
 
@@ -431,7 +435,7 @@ int tcp_rx_idle(struct tcp_ep *t)
 	}
 	if (t->rx_err)
 		return t->rx_err;
-	return tcp_resp_flush(t);
+	return park && tcp_resp_lone(t) ? 0 : tcp_resp_flush(t);
 }
 
 /*

@@ -278,6 +278,8 @@ void tcp_tx_free(struct tcp_ep *t, struct txi *x)
 		gdx_xport_rkey_put(x->k);
 	if (x->nans)
 		tcp_ans_gone(t, x->nans);
+	if (x->hold)
+		atomic_fetch_sub_explicit(&t->resp_held, 1, memory_order_release);
 	if (x->snap)
 		atomic_fetch_sub_explicit(&t->snap_held, x->plen - x->snap_off,
 					  memory_order_relaxed);
@@ -642,10 +644,14 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_stage *tx,
 		   struct gdx_device *dev)
 {
 	while (list) {
-		struct txi *end = list->next;
+		struct txi *end = list->next, *w = list;
 		uint64_t room = 0;
-		int ret = txi_staged(list) ?
-			  gdx_stage_watch_post(t->tx_lane, list->sr_end, list->ticket) : 0;
+		int ret;
+
+		/* a held response waits for the frame it rides with (tcp_resp_hold) */
+		while (w->hold && w->next)
+			w = w->next;
+		ret = txi_staged(w) ? gdx_stage_watch_post(t->tx_lane, w->sr_end, w->ticket) : 0;
 
 		if (ret && ret != GDX_EDISCONNECTED)
 			ret = tcp_tx_noagent(t) ? sr_redo(t, list) : tx_agent_failed(t, dev, ret);
@@ -679,7 +685,8 @@ static int tx_ring_runs(struct tcp_ep *t, struct gdx_device *dev)
 	struct gdx_stage *tx = tcp_tx_lane(t, dev);
 	int ret = 0;
 
-	while (!ret && !t->dead && t->txq_head && t->txq_head->path == TXP_RING &&
+	while (!ret && !t->dead && t->txq_head &&
+	       (t->txq_head->path == TXP_RING || tcp_held_lead(t)) &&
 	       sr_train_frame(t->txq_head) && !tcp_tx_blocked(t, t->txq_head)) {
 		long nreq;
 		struct txi *list = sr_take(t, dev, tx, &nreq, &ret);
@@ -715,7 +722,13 @@ void *tcp_tx_main(void *arg)
 		size_t n;
 		int ret, is_req, late;
 
-		while (!t->dead && (t->sending || !t->txq_head || tcp_tx_blocked(t, t->txq_head))) {
+		/*
+		 * A held response alone is left for what will carry it
+		 * (tcp_resp_hold): a post, a poll, a sleeper, the receive thread;
+		 * not one begun, whose rest the socket did not take.
+		 */
+		while (!t->dead && (t->sending || !t->txq_head || tcp_tx_blocked(t, t->txq_head) ||
+				    (t->txq_head->hold && !t->txq_head->next && !t->txq_head->off))) {
 			if (done) {
 				pthread_mutex_unlock(&t->lock);
 				tcp_tx_free_list(t, done);
@@ -727,12 +740,17 @@ void *tcp_tx_main(void *arg)
 		}
 		if (t->dead)
 			break;
-		if (t->txq_head->path == TXP_TRAIN) {
+		/* held responses ahead of a device frame go in its train */
+		x = tcp_held_lead(t);
+		if (x && !(x->path == TXP_RING ? sr_train_frame(x) : staged_frame(x, x->dev)))
+			x = NULL;
+		if (!x && t->txq_head->path == TXP_TRAIN) {
 			if (tcp_tx_train(t, &done, 1) == -EAGAIN)
 				tcp_tx_wait_out(t);
 			continue;
 		}
-		x = t->txq_head;
+		if (!x)
+			x = t->txq_head;
 		/* device payloads of a stage buffer at most: the stage ring, else the stream path's lane */
 		if ((x->path == TXP_RING && sr_train_frame(x)) ||
 		    (x->dev && staged_frame(x, x->dev))) {

@@ -41,7 +41,7 @@ static void w_unpop(struct tcp_ep *t, struct qent *r)
 /* Owes the peer the response to its send id; -1 when that ended the connection. */
 static int w_owe(struct tcp_ep *t, uint64_t id)
 {
-	int ret = tcp_resp_owe(t, F_RESP, id, 0);
+	int ret = tcp_resp_owe(t, F_RESP, id, 0, 1);
 
 	if (!ret)
 		return 0;
@@ -279,9 +279,25 @@ static int w_worth(struct tcp_ep *t)
 static void w_give_back(struct tcp_ep *t)
 {
 	t->w_reader = 0;
+	__atomic_store_n(&t->w_lent, 0, __ATOMIC_RELAXED);
 	w_move(t, t->w_epfd, t->rx_epfd);
+	gdx_counter_add(&t->ctr[C_RX_GIVES], 1);
 	if (t->rlen > t->rpos || t->w_part.r)
 		tcp_rx_wakeup(t);
+}
+
+/*
+ * Gives a lent socket back (tcp_wait): a poll found the CQ empty and no
+ * answer posted, or the receive thread's timed park ended.
+ */
+void tcp_lend_end(struct tcp_ep *t)
+{
+	if (!__atomic_load_n(&t->w_lent, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (t->w_lent)
+		w_give_back(t);
+	pthread_mutex_unlock(&t->lock);
 }
 
 /*
@@ -301,8 +317,30 @@ void tcp_wait(void *priv, int sleeping)
 	struct tcp_ep *t = priv;
 	int dead, ret, end = 0;
 
+	/* Held responses go before anyone sleeps: no post of this caller comes meanwhile. */
+	if (sleeping > 0)
+		tcp_resp_push(t);
 	pthread_mutex_lock(&t->lock);
-	if (t->w_reader && pthread_equal(t->w_tid, pthread_self())) {
+	/* a lent socket is the next sleeper's, whichever thread: no epoll_ctl */
+	if (sleeping > 0 && t->w_lent) {
+		t->w_tid = pthread_self();
+		__atomic_store_n(&t->w_lent, 0, __ATOMIC_RELAXED);
+	}
+	if (t->w_reader && !t->w_lent && pthread_equal(t->w_tid, pthread_self())) {
+		/*
+		 * A wait that returns with a response held lends the socket:
+		 * the caller is about to post the answer and wait again, and
+		 * its next sleep takes the socket over without a move (two
+		 * epoll_ctl each way).  A poll that finds the CQ empty with the
+		 * response still held (no answer posted), and the receive
+		 * thread's timed park, which it stays in meanwhile (rx_park),
+		 * give it back.
+		 */
+		if (sleeping < 0 && atomic_load_explicit(&t->resp_held, memory_order_relaxed) &&
+		    !t->dead && t->rpos == t->rlen && !t->w_part.r) {
+			__atomic_store_n(&t->w_lent, 1, __ATOMIC_RELAXED);
+			goto out;
+		}
 		/* kept for a sleep only while it would take it (w_worth) */
 		if (sleeping < 0 || (sleeping > 0 && !w_worth(t)))
 			w_give_back(t);
@@ -319,8 +357,11 @@ void tcp_wait(void *priv, int sleeping)
 	/* rbuf and the socket are this thread's until it hands them back. */
 	if (!dead)
 		end = w_read(t);
-	/* Responses to the sends it received go before any the receive thread will owe. */
-	ret = tcp_resp_flush(t);
+	/*
+	 * Responses to the sends it received are queued before any the receive
+	 * thread will owe, held for the caller's next post (tcp_resp_hold).
+	 */
+	ret = tcp_resp_hold(t);
 	pthread_mutex_lock(&t->lock);
 	if (ret)
 		tcp_kill_conn(t, ret);
