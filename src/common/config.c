@@ -86,9 +86,9 @@ static struct knob knobs[] = {
 	KNOB("file.streams", K_INT, "4",
 	     "read lanes (a device stream and a share of the bounce ring each) of each I/O "
 	     "context, taken in turn", .min = 1, .max = 64),
-	KNOB("file.copy_word", K_BOOL, "1",
+	KNOB("file.copy_word", K_BOOL, "0",
 	     "uring: each lane's stream stores how far its copies got in a pinned word the engine "
-	     "reads (0: event records and queries, and blocking waits)"),
+	     "reads and spins on (0: event records and queries, and blocking waits)"),
 	KNOB("file.contexts", K_INT, "16",
 	     "I/O contexts per driver (threads doing I/O at once before one waits)",
 	     .min = 1, .max = 1024),
