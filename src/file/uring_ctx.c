@@ -22,7 +22,6 @@
 static void lane_close(struct ur_lane *l)
 {
 	gdx_stage_close(l->st);
-	free(l->fifo);
 }
 
 void ur_ctx_destroy(struct ur_ctx *c)
@@ -59,13 +58,11 @@ static int lane_open(struct ur_ctx *c, struct ur_lane *l, enum gdx_stage_dir dir
 	o.chunks = GDX_MAX(2u, chunks);
 	o.align = GDX_FILE_DIO_ALIGN;
 	o.marks = c->nslots + 1;	/* one a slot: a post never waits for a mark */
+	o.pieces = c->nslots;		/* storage I/O fills them in any order */
 	o.effect_size = sizeof(struct ur_slot *);
 	o.run = dir == GDX_STAGE_H2D ? ur_read_landed : ur_write_landed;
 	o.owner = l;
 	l->c = c;
-	l->fifo = calloc(c->nslots, sizeof(*l->fifo));
-	if (!l->fifo)
-		return -ENOMEM;
 	return gdx_stage_open(c->ud->stage, &o, &l->st);
 }
 

@@ -62,7 +62,6 @@ static void slot_release(struct engine *e, struct ur_slot *s)
 	s->edge = false;
 	s->req = NULL;
 	s->lane = NULL;
-	s->ready = false;
 	s->next = e->c->free_slots;
 	e->c->free_slots = s;
 }
@@ -112,11 +111,6 @@ static void kio_submit(struct engine *e, struct ur_slot *s)
 
 /* ---- lanes: device memory through the stage rings ------------------------ */
 
-static struct ur_slot *lane_at(const struct ur_lane *l, unsigned i)
-{
-	return l->fifo[(l->head + i) % l->c->nslots];
-}
-
 /*
  * The lane's copies cannot land (a copy could not be enqueued, or the
  * stream failed): the copies enqueued before land or fail with it (the
@@ -143,15 +137,12 @@ static int lane_reserve(struct ur_lane *l, struct ur_slot *s, size_t n)
 		return rc;
 	/* a lane of two chunks or more places a chunk whole */
 	s->lane = l;
-	s->ready = false;
-	l->fifo[(l->head + l->n++) % l->c->nslots] = s;
 	return 0;
 }
 
 /* Gives back s's reservation, the lane's last, not posted. */
 static void lane_unreserve(struct ur_slot *s)
 {
-	s->lane->n--;
 	gdx_stage_unreserve(s->lane->st, &s->sp);
 	s->lane = NULL;
 }
@@ -178,15 +169,11 @@ static int rd_reserve(struct engine *e, struct ur_slot *s, size_t n)
 	return full ? -EAGAIN : rc;
 }
 
-/* The read in the lane's head slot is done with: out of the lane, then finished. */
-static void rd_pop(struct engine *e, struct ur_lane *l, int err)
+/* A read slot is done with: its copy landed (or err). */
+static void rd_done(struct engine *e, struct ur_slot *s, int err)
 {
-	struct ur_slot *s = lane_at(l, 0);
 	struct ur_req *r = s->req;
 
-	l->head = (l->head + 1) % e->c->nslots;
-	l->n--;
-	l->posted--;
 	e->retired++;
 	if (err)
 		req_fail(r, err);
@@ -201,82 +188,48 @@ static void rd_pop(struct engine *e, struct ur_lane *l, int err)
 	slot_release(e, s);
 }
 
-/* Effects run in the order deferred, which is the lane's: the slot is its head. */
 void ur_read_landed(void *lane, void *effect, int err)
 {
 	struct ur_lane *l = lane;
+	struct ur_slot *s;
 
-	if (effect)
-		rd_pop(l->c->eng, l, err);
+	if (!effect)
+		return;
+	memcpy(&s, effect, sizeof(s));
+	rd_done(l->c->eng, s, err);
 }
 
 /*
- * Posts the copies of the lane's ready slots that every earlier slot's
- * precedes, in reservation order: a copy's mark is the end of its room, and
- * the lane gives room back up to the marks that have landed, so a later
- * chunk's copy posted first would free room an earlier read still fills.
- * A slot with nothing to copy (a failed read, past EOF) posts an empty copy
- * all the same: its mark gives its room back in turn.
+ * A read slot's storage part is over: its copy, cn bytes from cp (none: a
+ * failed read, past EOF), is posted once every slot reserved before it in
+ * the lane is ready (gdx_stage_ready holds it till then: the lane gives
+ * room back up to the marks that landed), and the slot retires when it has
+ * landed.
  */
-static void rd_advance(struct engine *e, struct ur_lane *l)
-{
-	while (l->posted < l->n) {
-		struct ur_slot *s = lane_at(l, l->posted);
-		struct ur_req *r = s->req;
-		struct gdx_stage_span sp = s->sp;
-		uint64_t t0;
-		int rc;
-
-		if (!s->ready)
-			return;
-		l->posted++;
-		if (l->err) {
-			rd_pop(e, l, l->err);
-			continue;
-		}
-		sp.p = (void *)(uintptr_t)s->cp;
-		sp.n = s->cn;
-		t0 = gdx_now_ns();
-		rc = gdx_stage_post(l->st, &sp, (char *)r->io->buf + (s->us - r->off));
-		ctr_add(e->c, GDX_FILE_CTR_COPY_NS, gdx_now_ns() - t0);
-		ctr_add(e->c, GDX_FILE_CTR_COPIES, s->cn != 0);
-		if (!rc) {
-			/* s retires once its copy lands (without memory to queue it: now) */
-			rc = gdx_stage_defer(l->st, s->sp.end, &s);
-			if (rc)
-				lane_break(l, rc);
-			continue;
-		}
-		/* the slots posted before it go first: s is then the head */
-		lane_break(l, rc);
-		rd_pop(e, l, rc);
-	}
-}
-
-/* A read slot's storage part is over: its copy (cn bytes from cp, maybe none) may go. */
 static void rd_ready(struct engine *e, struct ur_slot *s, const unsigned char *cp, size_t cn)
 {
 	struct ur_lane *l = s->lane;
+	struct ur_req *r = s->req;
+	struct gdx_stage_span sp = s->sp;
+	uint64_t t0 = gdx_now_ns();
+	int rc;
 
-	s->cp = cp;
-	s->cn = cn;
-	s->ready = true;
-	if (lane_at(l, l->posted) != s)
+	sp.p = (void *)(uintptr_t)cp;
+	sp.n = cn;
+	rc = gdx_stage_ready(l->st, &sp, (char *)r->io->buf + (s->us - r->off), &s);
+	ctr_add(e->c, GDX_FILE_CTR_COPY_NS, gdx_now_ns() - t0);
+	ctr_add(e->c, GDX_FILE_CTR_COPIES, cn != 0);
+	if (rc == 1)
 		ctr_add(e->c, GDX_FILE_CTR_HELD, 1);
-	rd_advance(e, l);
+	if (rc < 0)
+		lane_break(l, rc);
 }
 
-/* Gives the write lane's room back up to the oldest slot whose storage write is out. */
-static void wr_advance(struct engine *e, struct ur_lane *l)
+/* A write's storage part is over: its room goes back in turn, the slot now. */
+static void wr_done(struct engine *e, struct ur_slot *s)
 {
-	while (l->n && lane_at(l, 0)->ready) {
-		struct ur_slot *s = lane_at(l, 0);
-
-		l->head = (l->head + 1) % e->c->nslots;
-		l->n--;
-		gdx_stage_release(l->st, s->sp.end);
-		slot_release(e, s);
-	}
+	gdx_stage_ready(s->lane->st, &s->sp, NULL, NULL);
+	slot_release(e, s);
 }
 
 /* A write's bytes are in its room (or err): to storage, or out of the lane. */
@@ -296,8 +249,7 @@ void ur_write_landed(void *lane, void *effect, int err)
 		kio_submit(e, s);
 		return;
 	}
-	s->ready = true;
-	wr_advance(e, l);
+	wr_done(e, s);
 }
 
 /* A device write's chunk: its bytes copied out of the device into its room, then written. */
@@ -319,8 +271,7 @@ static void wr_start(struct engine *e, struct ur_slot *s, const void *devp)
 	/* not posted: its room stays taken, the lane is done */
 	lane_break(l, rc);
 	req_fail(s->req, rc);
-	s->ready = true;
-	wr_advance(e, l);
+	wr_done(e, s);
 }
 
 /* Learns what the lanes' copies did; their effects retire slots. */
@@ -652,8 +603,7 @@ static void kio_over(struct engine *e, struct ur_slot *s)
 	} else if (s->req->io->op == GDX_FILE_READ) {
 		rd_ready(e, s, NULL, 0);
 	} else {
-		s->ready = true;
-		wr_advance(e, s->lane);
+		wr_done(e, s);
 	}
 }
 
@@ -1077,11 +1027,11 @@ void ur_engine_run(struct engine *e)
 			io_uring_cq_advance(&e->c->ring, seen);
 		} else if (busy && !progress) {
 			/* only copies out: wait for the oldest of a lane's (the next to retire) */
-			struct ur_slot *s = busy == &e->c->wr ? NULL : lane_at(busy, 0);
 			int rc;
 
 			tw = gdx_now_ns();
-			rc = gdx_stage_wait(busy->st, s ? s->sp.end : gdx_stage_mark(busy->st));
+			rc = gdx_stage_wait(busy->st, busy == &e->c->wr ? gdx_stage_mark(busy->st) :
+						      gdx_stage_first_mark(busy->st));
 			ctr_add(e->c, GDX_FILE_CTR_ENGINE_WAIT_NS, gdx_now_ns() - tw);
 			if (rc)
 				lane_break(busy, rc);

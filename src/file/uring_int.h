@@ -83,19 +83,16 @@ struct ur_slot {
 	/* device memory: the lane, the reservation and the copy */
 	struct ur_lane *lane;
 	struct gdx_stage_span sp;
-	const unsigned char *cp;	/* a read's bytes to copy (ring or page cache) */
-	size_t cn;		/* ... how many (0: none, the chunk failed or is past EOF) */
-	bool ready;		/* read: its copy may be posted; write: its storage write is done */
 };
 
 /*
  * A stage lane (mem/stage.h) of a context, its ring fixed buffers of the
  * io_uring (one, or over 1 GiB several: lane_fixed).  Its room comes back
  * in the order it was reserved, storage I/O completes in any order: the
- * slots holding room are kept here in reservation order.  Read lanes (H2D) post a slot's copy only once every
- * slot before it has been posted; a slot leaves when its copy has landed
- * (its effect).  The write lane (D2H) posts each copy at once, and gives
- * room back only up to the oldest slot whose storage write is still out.
+ * lane's pieces (gdx_stage_ready) put them back in order.  A read lane
+ * (H2D) posts a slot's copy once every slot before it is ready; the slot
+ * leaves when its copy has landed (its effect).  The write lane (D2H) posts
+ * each copy at once, and gives room back in order as storage writes end.
  */
 struct ur_lane {
 	struct ur_ctx *c;
@@ -103,9 +100,6 @@ struct ur_lane {
 	unsigned char *base;	/* its ring */
 	unsigned buf;		/* its ring's first fixed-buffer index */
 	size_t seg;		/* ring bytes from one of its fixed buffers to the next */
-	struct ur_slot **fifo;	/* nslots entries */
-	unsigned head, n;
-	unsigned posted;	/* read lanes: fifo[head, head + posted) are posted */
 	int err;		/* a copy failed: the lane is done (its context too) */
 };
 

@@ -31,7 +31,16 @@ struct gdx_stage_ctx {
 	void *owner;
 };
 
-enum { C_COPIES, C_CALLS, C_RECORDS, C_QUERIES, C_WAITS, C_RING_FULL, C_REDONE };
+enum { C_COPIES, C_CALLS, C_RECORDS, C_QUERIES, C_WAITS, C_RING_FULL, C_REDONE, C_HELD };
+
+/* A reservation of a lane with o.pieces; its effect follows it. */
+struct gdx_stage_piece {
+	uint64_t end;		/* its mark */
+	void *p;		/* ready: what to copy, n bytes, to or from devp */
+	size_t n;
+	void *devp;
+	bool ready, effect;
+};
 
 void gdx_stage_ctx_opts_init(struct gdx_stage_ctx_opts *o, size_t struct_size)
 {
@@ -542,6 +551,14 @@ int gdx_stage_open(struct gdx_stage_ctx *ctx, const struct gdx_stage_opts *o,
 			goto fail;
 		}
 	}
+	if (o->pieces) {
+		st->psz = (sizeof(struct gdx_stage_piece) + o->effect_size + 7) & ~(size_t)7;
+		st->pfifo = malloc(o->pieces * st->psz);
+		if (!st->pfifo) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+	}
 	if (st->mode == GDX_STAGE_AGENT) {
 		st->agent = ctx->agent;
 		/* an earlier lane's copies on the ring have all landed (drain): adopt its word */
@@ -622,10 +639,17 @@ void gdx_stage_close(struct gdx_stage *st)
 	free(st->pend_len);
 	free(st->fifo);
 	free(st->scratch);
+	free(st->pfifo);
 	free(st);
 }
 
 /* ---- lane: producer ------------------------------------------------------- */
+
+static struct gdx_stage_piece *piece_at(const struct gdx_stage *st, unsigned i)
+{
+	return (struct gdx_stage_piece *)(st->pfifo +
+					  (size_t)((st->phead + i) % st->o.pieces) * st->psz);
+}
 
 int gdx_stage_reserve(struct gdx_stage *st, size_t n, unsigned flags, struct gdx_stage_span *sp)
 {
@@ -634,6 +658,8 @@ int gdx_stage_reserve(struct gdx_stage *st, size_t n, unsigned flags, struct gdx
 
 	if (rc)
 		return rc;
+	if (st->o.pieces && st->pn == st->o.pieces)
+		return -EAGAIN;
 	n = GDX_MIN(n, st->o.chunk);
 	/* D2H: a ring the consumer gave all back starts over at its beginning */
 	if (st->o.dir == GDX_STAGE_D2H && st->r.tail == st->r.head && st->r.head % st->r.size) {
@@ -673,13 +699,18 @@ int gdx_stage_reserve(struct gdx_stage *st, size_t n, unsigned flags, struct gdx
 	sp->n = n;
 	sp->pos = st->r.head - n;
 	sp->end = st->r.head;
+	if (st->o.pieces)
+		*piece_at(st, st->pn++) = (struct gdx_stage_piece){ .end = sp->end };
 	return 0;
 }
 
 void gdx_stage_unreserve(struct gdx_stage *st, const struct gdx_stage_span *sp)
 {
-	if (sp->end == st->r.head)
-		st->r.head = st->resv;
+	if (sp->end != st->r.head)
+		return;
+	st->r.head = st->resv;
+	if (st->o.pieces)
+		st->pn--;
 }
 
 int gdx_stage_flush(struct gdx_stage *st)
@@ -1047,6 +1078,124 @@ void gdx_stage_release(struct gdx_stage *st, uint64_t end)
 		st->r.tail = end;
 }
 
+uint64_t gdx_stage_first_mark(const struct gdx_stage *st)
+{
+	return st->fn ? *fifo_at(st, 0) : gdx_stage_mark(st);
+}
+
+/* A piece's effect runs with err, behind the effects deferred before it. */
+static void piece_fail(struct gdx_stage *st, void *effect, int err)
+{
+	if (st->fn) {
+		/* a mark that never lands: the lane failed, its drain runs it with err */
+		gdx_stage_defer(st, UINT64_MAX, effect);
+		return;
+	}
+	st->o.run(st->o.owner, effect, err);
+	st->o.run(st->o.owner, NULL, 0);
+}
+
+/*
+ * Takes the ready pieces at the head out, in reservation order: H2D posts
+ * each copy and defers its effect, D2H gives its room back; after a drain
+ * they are spent (their effects ran).  0 or the first post's error.
+ */
+static int pieces_advance(struct gdx_stage *st)
+{
+	int first = 0;
+
+	while (st->pn && piece_at(st, 0)->ready) {
+		struct gdx_stage_piece pc = *piece_at(st, 0);
+		/* a reservation made from an effect writes a header only: the effect stays */
+		void *effect = piece_at(st, 0) + 1;
+		struct gdx_stage_span sp = { .p = pc.p, .n = pc.n, .pos = pc.end - pc.n,
+					     .end = pc.end };
+		int rc;
+
+		st->phead = (st->phead + 1) % st->o.pieces;
+		st->pn--;
+		if (st->perr)
+			continue;
+		st->pready--;
+		if (st->o.dir == GDX_STAGE_D2H) {
+			gdx_stage_release(st, pc.end);
+			continue;
+		}
+		rc = gdx_stage_post(st, &sp, pc.devp);
+		if (!rc && pc.effect)
+			rc = gdx_stage_defer(st, pc.end, effect);	/* no memory: ran with rc */
+		else if (rc && pc.effect)
+			piece_fail(st, effect, rc);
+		if (rc && !first)
+			first = rc;
+	}
+	return first;
+}
+
+int gdx_stage_ready(struct gdx_stage *st, const struct gdx_stage_span *sp, void *devp,
+		    const void *effect)
+{
+	struct gdx_stage_piece *pc;
+	unsigned lo = 0, hi = st->pn;
+
+	if (!st->o.pieces || (effect && (!st->o.effect_size || st->o.dir == GDX_STAGE_D2H)))
+		return -EINVAL;
+	/* the marks grow with the reservations */
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+
+		if (piece_at(st, mid)->end < sp->end)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == st->pn || piece_at(st, lo)->end != sp->end || piece_at(st, lo)->ready)
+		return -EINVAL;
+	pc = piece_at(st, lo);
+	pc->ready = true;
+	if (st->perr) {
+		/* drained: nothing is posted any more, the piece fails now */
+		if (effect)
+			piece_fail(st, (void *)(uintptr_t)effect, st->perr);
+		return pieces_advance(st);
+	}
+	pc->p = sp->p;
+	pc->n = sp->n;
+	pc->devp = devp;
+	pc->effect = effect != NULL;
+	if (effect)
+		memcpy(pc + 1, effect, st->o.effect_size);
+	st->pready++;
+	if (lo) {
+		cnt(st, C_HELD);
+		return 1;
+	}
+	return pieces_advance(st);
+}
+
+/* The drain's end: the held pieces fail with err, in order, and so will those to come. */
+static void pieces_drain(struct gdx_stage *st, int err)
+{
+	bool ran = false;
+
+	if (!st->o.pieces)
+		return;
+	st->perr = err ? err : -ECANCELED;
+	for (unsigned i = 0; i < st->pn; i++) {
+		struct gdx_stage_piece *pc = piece_at(st, i);
+
+		if (pc->ready && pc->effect) {
+			pc->effect = false;
+			st->o.run(st->o.owner, pc + 1, st->perr);
+			ran = true;
+		}
+	}
+	if (ran)
+		st->o.run(st->o.owner, NULL, 0);
+	st->pready = 0;
+	pieces_advance(st);
+}
+
 int gdx_stage_halves(struct gdx_stage *st, void *b[2], size_t *bsz)
 {
 	/* a failed post's room counts: a worker may still make its copy */
@@ -1076,6 +1225,7 @@ int gdx_stage_drain(struct gdx_stage *st, int err)
 		rc = st->err ? st->err : wait_all(st);
 	if (!rc) {
 		run_effects(st, 0);
+		pieces_drain(st, err);
 		return 0;
 	}
 	/*
@@ -1094,6 +1244,7 @@ int gdx_stage_drain(struct gdx_stage *st, int err)
 	run_effects(st, 0);
 	if (st->o.run)
 		run_effects(st, err);
+	pieces_drain(st, err);
 	return rc;
 }
 
@@ -1106,4 +1257,5 @@ void gdx_stage_stats(const struct gdx_stage *st, struct gdx_stage_stats *s)
 	s->waits = gdx_counter_get(&st->cnt[C_WAITS]);
 	s->ring_full = gdx_counter_get(&st->cnt[C_RING_FULL]);
 	s->redone = gdx_counter_get(&st->cnt[C_REDONE]);
+	s->held = gdx_counter_get(&st->cnt[C_HELD]);
 }

@@ -154,6 +154,11 @@ struct gdx_stage_opts {
 	void (*enqueued)(void *owner, void *effect);
 	void *owner;
 	const int *abort;	/* nonzero: waits end with GDX_EDISCONNECTED */
+	/*
+	 * Reservations that may fill out of order (gdx_stage_ready), at most
+	 * this many at once (0: none; the producer fills in order and posts).
+	 */
+	unsigned pieces;
 };
 
 void gdx_stage_ctx_opts_init(struct gdx_stage_ctx_opts *o, size_t struct_size);
@@ -192,6 +197,7 @@ struct gdx_stage_span {
 
 struct gdx_stage_stats {
 	uint64_t copies, calls, records, queries, waits, ring_full, redone;
+	uint64_t held;		/* pieces ready behind an earlier one not ready */
 };
 
 struct gdx_stage_mark {
@@ -250,7 +256,17 @@ struct gdx_stage {
 	uint32_t wseq;
 	const uint32_t *wword;
 	const uint32_t *tword;	/* AGENT: the word tickets are on (gdx_stage_seen) */
-	struct gdx_counter cnt[7];	/* gdx_stage_stats, in its order */
+	/*
+	 * With o.pieces: the reservations not yet posted (H2D) or released
+	 * (D2H), in reservation order; entries of psz bytes (struct
+	 * gdx_stage_piece, then the effect), FIFO.  perr: drained, what the
+	 * pieces still to come fail with.
+	 */
+	unsigned char *pfifo;
+	size_t psz;
+	unsigned phead, pn, pready;
+	int perr;
+	struct gdx_counter cnt[8];	/* gdx_stage_stats, in its order */
 };
 
 int gdx_stage_open(struct gdx_stage_ctx *ctx, const struct gdx_stage_opts *o,
@@ -265,7 +281,7 @@ void gdx_stage_close(struct gdx_stage *st);
  * oldest marks, or -EAGAIN with GDX_STAGE_NOWAIT; D2H, whose room only the
  * consumer gives back, -EAGAIN.  Returns the lane's error, or
  * GDX_EDISCONNECTED once *abort.  The span is the producer's until it posts
- * (or unreserves) it.
+ * (or unreserves) it.  With o.pieces, -EAGAIN too while that many are out.
  */
 int gdx_stage_reserve(struct gdx_stage *st, size_t n, unsigned flags, struct gdx_stage_span *sp);
 /* Gives back the last reservation, not posted. */
@@ -278,8 +294,9 @@ void gdx_stage_unreserve(struct gdx_stage *st, const struct gdx_stage_span *sp);
  * comes back up to the marks that landed, so a piece posted ahead of an
  * earlier one would give that one's room back while it is still filled.  A
  * producer whose pieces fill in any order (storage reads, RDMA responses)
- * holds the later ones until the earlier are posted; a piece with nothing
- * to copy posts sp->n = 0, its mark giving its room back in turn.
+ * opens the lane with o.pieces and hands each to gdx_stage_ready, which
+ * posts them in this order; a piece with nothing to copy posts sp->n = 0,
+ * its mark giving its room back in turn.
  *
  * A mark is a ring position, so a copy of bytes kept elsewhere (tcp's kept
  * ring, pinned memory of the same device) takes a ticket: a reservation of
@@ -329,6 +346,32 @@ static inline bool gdx_stage_seen(const struct gdx_stage *st, uint64_t mark, uin
 	return (st->tword && (int32_t)(__atomic_load_n(st->tword, __ATOMIC_ACQUIRE) - ticket) >= 0) ||
 	       gdx_stage_landed(st, mark);
 }
+
+/*
+ * A piece of a lane opened with o.pieces is filled: H2D, its bytes are
+ * sp->p, sp->n (a part of its room; n = 0: nothing to copy, a failed or
+ * empty read) for devp, and effect (effect_size bytes, copied; NULL: none)
+ * runs once they have landed; D2H, whose copies the producer posts itself
+ * in order, the consumer is done with its bytes (effect NULL).  Every ready
+ * piece from the oldest reservation up to the first not ready is then
+ * posted, its effect deferred on its mark (H2D), or its room released
+ * (D2H), in reservation order: a piece ready behind one that is not is
+ * held until that one is.  A piece whose post fails runs its
+ * effect with the error behind the effects deferred before it, and so do
+ * the pieces behind it on a lane the failure ended.  After gdx_stage_drain,
+ * the held pieces have failed and every piece that gets ready fails at once,
+ * with the drain's err.  Returns 0, 1 (sp's piece is held) or the first
+ * post's error (the caller ends the lane).
+ */
+int gdx_stage_ready(struct gdx_stage *st, const struct gdx_stage_span *sp, void *devp,
+		    const void *effect);
+/* Ready pieces held behind one that is not. */
+static inline unsigned gdx_stage_held(const struct gdx_stage *st)
+{
+	return st->pready;
+}
+/* The mark of the oldest effect deferred (gdx_stage_mark when none is). */
+uint64_t gdx_stage_first_mark(const struct gdx_stage *st);
 
 /* Ring bytes whose copies are enqueued (behind a batch: not yet). */
 static inline uint64_t gdx_stage_enqueued(const struct gdx_stage *st)
@@ -396,8 +439,10 @@ int gdx_stage_halves(struct gdx_stage *st, void *b[2], size_t *bsz);
 void *gdx_stage_ring(const struct gdx_stage *st, size_t *size);
 /*
  * Teardown: waits for every copy and runs every effect; where the copies
- * cannot land, halts the context and runs the effects left with err.
- * Returns 0 or why the copies did not land.
+ * cannot land, halts the context and runs the effects left with err.  Then
+ * the held pieces (o.pieces) fail with err in reservation order, and the
+ * pieces not yet ready fail as they get ready.  Returns 0 or why the copies
+ * did not land.
  */
 int gdx_stage_drain(struct gdx_stage *st, int err);
 void gdx_stage_stats(const struct gdx_stage *st, struct gdx_stage_stats *s);

@@ -90,47 +90,33 @@ struct data_reg {
 	struct ibv_mr *mr;
 	bool page;		/* a read landing in the slot's page, copied out with its response */
 	struct bounce *b;	/* the lane its bytes are reserved in, NULL: none */
-	unsigned pos;		/* ... its reservation's index in b's FIFO, mod depth */
-	bool answered;		/* ... its response came (the slot is held until done) */
-};
-
-/* A command's reservation in a bounce lane, in reservation order. */
-struct bounce_resv {
-	struct gdx_stage_span sp;
-	void *devp;		/* the command's device memory */
-	unsigned idx;		/* its slot */
-	bool answered;		/* its response is in, held until those before it are */
-	uint16_t status;
-	uint64_t result;
-	int err;		/* a write never sent: its copy out of the device failed */
+	struct gdx_stage_span sp;	/* ... its reservation */
+	void *devp;		/* ... the command's device memory */
+	bool answered;		/* ... its response came (a read's slot is held until done) */
 };
 
 /*
  * One direction of the bounce: a stage lane whose ring is registered once.
  *
- * A lane gives its ring back in the order the room was reserved (H2D: as the
- * copies land, each copy's mark the end of its piece; D2H: up to the end
- * released), and reservations are made in submission order, while the
- * controller answers in any order.  So the answers are put back in
- * reservation order here: a response whose command has reservations before
- * it still unanswered is held (its slot stays taken) and handled when they
- * are, a read's copy is posted only then, a write's room released only then.
- * A late answer holds up the ones behind it by at most its own latency; in
- * return the lane stays what it is, a FIFO, with no per-piece bookkeeping.
+ * A lane gives its ring back in the order the room was reserved, which is
+ * submission order, while the controller answers in any order: each answer
+ * makes its piece ready (gdx_stage_ready), and the lane posts a read's copy,
+ * or releases a write's room, only once every earlier piece is ready.  A
+ * read answered ahead of an earlier one is held there (its slot stays
+ * taken) and completes once its copy, posted in turn, has landed; a write
+ * completes at once, its room held.
  *
- * lock serialises the lane (submitters reserve, the receiver posts, defers,
- * releases and learns what landed) and the FIFO of reservations; a write's
- * copy into its piece runs outside it.  Effects run under it only on the
- * receiver, and only collect (bounce_ran): callbacks, which may submit again,
- * run after it is dropped.  room wakes submitters that wait for ring room.
+ * lock serialises the lane (submitters reserve, the receiver makes pieces
+ * ready and learns what landed); a write's copy into its piece runs outside
+ * it.  Effects run under it only on the receiver, and only collect
+ * (bounce_ran): callbacks, which may submit again, run after it is dropped.
+ * room wakes submitters that wait for ring room.
  */
 struct bounce {
 	struct gdx_stage *st;
 	struct ibv_mr *mr;
 	pthread_mutex_t lock;
 	pthread_cond_t room;
-	struct bounce_resv *fifo;	/* depth entries: a slot holds at most one */
-	unsigned head, n;
 };
 
 /* A bounced command ready to complete: its data is where the caller wants it (or err). */
@@ -262,7 +248,6 @@ static void bounce_free(struct bounce *b)
 	if (b->mr)
 		ibv_dereg_mr(b->mr);
 	gdx_stage_close(b->st);
-	free(b->fifo);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->room);
 }
@@ -590,6 +575,7 @@ static int bounce_open(struct nh_queue *q, struct nh_rdma *t, struct gdx_stage_c
 	 * multiples of the block size, so they stay aligned without padding.
 	 */
 	o.chunks = GDX_MAX(2u, p->bounce_chunks);
+	o.pieces = q->depth;	/* a slot holds at most one */
 	if (dir == GDX_STAGE_H2D) {
 		o.mode = nh_ctrl_stage_agent(ctx) ? GDX_STAGE_AGENT :
 			 p->copy_word ? GDX_STAGE_WORD : GDX_STAGE_EVENTS;
@@ -611,10 +597,7 @@ static int bounce_open(struct nh_queue *q, struct nh_rdma *t, struct gdx_stage_c
 	b->mr = ibv_reg_mr(t->pd, ring, size, dir == GDX_STAGE_H2D ?
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE :
 			   IBV_ACCESS_REMOTE_READ);
-	if (!b->mr)
-		return errno ? -errno : -ENOMEM;
-	b->fifo = calloc(q->depth, sizeof(*b->fifo));
-	return b->fifo ? 0 : -ENOMEM;
+	return b->mr ? 0 : errno ? -errno : -ENOMEM;
 }
 
 /*
@@ -793,74 +776,21 @@ static int data_get(struct nh_queue *q, struct nh_req *r, struct data_reg *d,
 }
 
 /*
- * Takes the answered reservations at b's head off the FIFO, in order, at
- * most max of them: a write's room goes back and it is ready (done[*n++]);
- * a read's copy into the device is posted with its completion deferred on
- * it.  Caller holds b->lock.  0, or the lane's error (the queue ends).
- */
-static int bounce_pop(struct nh_queue *q, struct bounce *b, struct bounce_done *done,
-		      unsigned *n, unsigned max)
-{
-	struct nh_rdma *t = q->rdma;
-	int rc = 0;
-
-	while (!rc && *n < max && b->n && b->fifo[b->head].answered) {
-		struct bounce_resv *e = &b->fifo[b->head];
-		struct bounce_done d = { .idx = e->idx, .status = e->status, .result = e->result,
-					 .err = e->err };
-
-		b->head = (b->head + 1) % q->depth;
-		b->n--;
-		if (b == &t->wr) {
-			gdx_stage_release(b->st, e->sp.end);
-			done[(*n)++] = d;
-			continue;
-		}
-		rc = gdx_stage_post(b->st, &e->sp, e->devp);
-		if (!rc)
-			rc = gdx_stage_defer(b->st, e->sp.end, &d);
-	}
-	return rc;
-}
-
-/*
- * A write in slot idx whose copy out of the device failed: never sent, but
- * its room was reserved in turn, so it is answered here with the error and
- * completes as its room goes back, once every earlier reservation's has.
- * With earlier ones outstanding the receiver does that when it reaches it;
- * at the head, this thread does, with the writes answered and held behind
- * it (their callbacks run here).
+ * A write in slot idx whose copy out of the device failed: never sent, it
+ * fails now; its room, reserved in turn, goes back in turn.
  */
 static void bounce_fail(struct nh_queue *q, unsigned idx, int err)
 {
 	struct nh_rdma *t = q->rdma;
-	struct bounce *b = &t->wr;
-	struct bounce_resv *e = &b->fifo[t->data[idx].pos % q->depth];
-	struct bounce_done done[16];
-	unsigned n;
-	bool head;
+	struct data_reg *d = &t->data[idx];
+	struct bounce *b = d->b;
 
 	pthread_mutex_lock(&b->lock);
-	t->data[idx].answered = true;
-	e->answered = true;
-	e->err = err;
-	head = e == &b->fifo[b->head];
-	do {
-		n = 0;
-		if (head)
-			bounce_pop(q, b, done, &n, GDX_ARRAY_SIZE(done));
-		pthread_cond_broadcast(&b->room);
-		pthread_mutex_unlock(&b->lock);
-		for (unsigned i = 0; i < n; i++) {
-			if (done[i].err)
-				nh_queue_complete(q, &q->slots[done[i].idx], done[i].err);
-			else
-				nh_queue_complete_cqe(q, &q->slots[done[i].idx], done[i].status,
-						      done[i].result);
-		}
-		if (n == GDX_ARRAY_SIZE(done))
-			pthread_mutex_lock(&b->lock);
-	} while (n == GDX_ARRAY_SIZE(done));
+	d->answered = true;
+	gdx_stage_ready(b->st, &d->sp, NULL, NULL);
+	pthread_cond_broadcast(&b->room);
+	pthread_mutex_unlock(&b->lock);
+	nh_queue_complete(q, &q->slots[idx], err);
 }
 
 /*
@@ -880,12 +810,8 @@ static int bounce_reserve(struct nh_queue *q, struct bounce *b, unsigned idx, st
 		pthread_cond_wait(&b->room, &b->lock);
 	if (rc == -EAGAIN)
 		rc = atomic_load(&t->dead) ? -EIO : -ENOBUFS;
-	if (!rc) {
-		t->data[idx].b = b;
-		t->data[idx].pos = b->head + b->n++;
-		b->fifo[t->data[idx].pos % q->depth] =
-			(struct bounce_resv){ .sp = *sp, .devp = r->buf, .idx = idx };
-	}
+	if (!rc)
+		t->data[idx] = (struct data_reg){ .b = b, .sp = *sp, .devp = r->buf };
 	pthread_mutex_unlock(&b->lock);
 	return rc;
 }
@@ -1021,38 +947,40 @@ void nh_rdma_kill(struct nh_queue *q)
 }
 
 /*
- * The response to a bounced command in slot idx: held until every
- * reservation before its own is answered, then, in reservation order, each
- * read's copy into the device is posted with its completion deferred on it,
- * each write's room goes back and it is ready.  A failed read is copied too
- * (its buffer holds undefined bytes, as after a failed DMA): its room comes
- * back with its own mark, and one copy per read keeps the lane a FIFO.
- * 0, or the lane's error (the queue ends).
+ * The response to a bounced command in slot idx: its piece is ready.  A
+ * read's copy into the device is posted once every earlier piece's was
+ * (gdx_stage_ready), its completion deferred on it; a failed read is copied
+ * too (its buffer holds undefined bytes, as after a failed DMA), its room
+ * coming back with its own mark.  A write is ready at once, its room going
+ * back in turn.  0, or the lane's error (the queue ends).
  */
 static int bounce_answer(struct nh_queue *q, unsigned idx, uint16_t status, uint64_t result)
 {
 	struct nh_rdma *t = q->rdma;
-	struct bounce *b = t->data[idx].b;
-	struct bounce_resv *e = &b->fifo[t->data[idx].pos % q->depth];
-	int rc = 0;
+	struct data_reg *d = &t->data[idx];
+	struct bounce *b = d->b;
+	struct bounce_done done = { .idx = idx, .status = status, .result = result };
+	int rc;
 
 	pthread_mutex_lock(&b->lock);
-	/* its slot is still taken while held or copied: a second response finds it */
-	if (t->data[idx].answered) {
+	/* a read's slot is still taken while held or copied: a second response finds it */
+	if (d->answered) {
 		pthread_mutex_unlock(&b->lock);
 		GDX_ERR(SUB, "queue %u: a second response for command id %#x", q->qid,
 			q->slots[idx].cid);
 		return GDX_EPROTO;
 	}
-	t->data[idx].answered = true;
-	if (e != &b->fifo[b->head])
+	d->answered = true;
+	if (b == &t->wr) {
+		rc = gdx_stage_ready(b->st, &d->sp, NULL, NULL);
+		t->done[t->ndone++] = done;
+	} else {
+		rc = gdx_stage_ready(b->st, &d->sp, d->devp, &done);
+	}
+	if (rc == 1)
 		gdx_counter_add(&q->cnt[NH_CNT_HELD], 1);
-	e->answered = true;
-	e->status = status;
-	e->result = result;
-	rc = bounce_pop(q, b, t->done, &t->ndone, q->depth);
 	pthread_mutex_unlock(&b->lock);
-	return rc;
+	return rc < 0 ? rc : 0;
 }
 
 /*
