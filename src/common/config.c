@@ -157,6 +157,10 @@ static struct knob knobs[] = {
 	KNOB("xport.tcp_rx_spin_us", K_INT, "0",
 	     "tcp transport: the receive thread polls the socket this long before it sleeps",
 	     .min = 0, .max = 10000),
+	KNOB("xport.tcp_resp_hold_ms", K_INT, "1",
+	     "tcp transport: the response to a received send waits at most this long for the "
+	     "caller's next post to carry it in the same write (it goes at once when the caller "
+	     "polls an empty CQ or sleeps on it)", .min = 1, .max = 1000),
 	KNOB("xport.tcp_rx_ring", K_SIZE, "2M",
 	     "tcp transport: pinned receive ring per endpoint for the copy agent (pieces of at "
 	     "most an eighth of it)", .min = 64 << 10, .max = 1 << 30),

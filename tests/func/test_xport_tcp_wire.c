@@ -1055,9 +1055,10 @@ static void *send_later_main(void *arg)
  * with nothing held).  Without a
  * post it goes at a poll that finds the CQ empty (on the socket when that
  * poll returns), and with no poll either, from the receive thread
- * (RESP_HOLD_MS): else it never would.  The waiter takes the socket only
+ * (xport.tcp_resp_hold_ms): else it never would.  The waiter takes the socket only
  * from a receive thread parked between frames, and the response rides only
- * if the post comes before that timeout, so each case gets a few tries.
+ * if the post comes before that timeout (held 100 ms here: under TSan a post
+ * takes longer than the default 1 ms), so each case gets a few tries.
  */
 static void test_waiter_resp_rides(void **state)
 {
@@ -1069,6 +1070,7 @@ static void test_waiter_resp_rides(void **state)
 	int fd;
 
 	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
 	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
 	assert_int_equal(gdx_xport_cq_create(&cq), 0);
 	ep = accept_raw(l, cq, &fd);
@@ -1139,6 +1141,7 @@ static void test_waiter_resp_rides(void **state)
 	gdx_xport_ep_destroy(ep);
 	gdx_xport_listener_close(l);
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "1"), 0);
 }
 
 /*
@@ -1150,8 +1153,8 @@ static void test_waiter_resp_rides(void **state)
  * The caller posts 200 us after the completion, when the receive thread
  * has parked (a response it did not hold has gone alone by then), and the
  * copies are slowed (500 us) so that a held response not waiting for its
- * frame's copy goes alone too; the hold may time out before the post on a
- * busy machine, so a few tries.
+ * frame's copy goes alone too; a few tries, as the receive thread may not
+ * have parked by then on a busy machine.
  */
 static void test_held_resp_rides_device(void **state)
 {
@@ -1171,6 +1174,8 @@ static void test_held_resp_rides_device(void **state)
 	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
 	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "500"), 0);
+	/* the post must come within the hold, also on a sanitizer's slow build */
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
 	/* the endpoint's device: its copy agent's stage ring sends device memory */
 	gdx_xport_opts_init(&o, sizeof(o));
 	o.dev = dev;
@@ -1218,7 +1223,7 @@ static void test_held_resp_rides_device(void **state)
  * A socket lent by a wait that returned with a response held (the caller
  * neither posts, polls nor waits after) still serves the peer: the receive
  * thread's timed park sends the response and takes the socket back within
- * RESP_HOLD_MS, and a read request of the peer arriving afterwards is
+ * xport.tcp_resp_hold_ms, and a read request of the peer arriving afterwards is
  * answered.  Without the take-back the socket stayed in the CQ's set with
  * nobody reading it and the read was never answered.
  */

@@ -75,13 +75,6 @@ enum {
 #define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (stage_start) */
 #define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
 #define TX_TRAIN_BYTES (256u << 10)
-/*
- * At most this long a held response waits in the queue for the caller's
- * next post to carry it (tcp_resp_hold), if the caller neither posts, polls
- * an empty CQ nor sleeps meanwhile: the receive thread's park is timed
- * while one waits (rx_park).
- */
-#define RESP_HOLD_MS 1
 
 struct hdr {
 	uint8_t type;
@@ -310,6 +303,13 @@ struct tcp_ep {
 	 */
 	int zerocopy;
 	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
+	/*
+	 * xport.tcp_resp_hold_ms: at most this long a held response waits for
+	 * the caller's next post to carry it (tcp_resp_hold), if the caller
+	 * neither posts, polls an empty CQ nor sleeps meanwhile: the receive
+	 * thread's park is timed while one waits (rx_park).
+	 */
+	int resp_hold_ms;
 	uint64_t max_unexpected;
 	unsigned ans_max;
 	int ans_ms;

@@ -516,7 +516,7 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 
 		atomic_fetch_add_explicit(&t->resp_held, 1, memory_order_relaxed);
 		t->resp_holds++;
-		/* the receive thread sleeps untimed: it sleeps again for at most RESP_HOLD_MS */
+		/* the receive thread sleeps untimed: it sleeps again for at most resp_hold_ms */
 		t->rx_untimed = 0;
 		pthread_mutex_unlock(&t->lock);
 		if (wake)

@@ -243,7 +243,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 		holds = t->resp_holds;
 		t->rx_untimed = !timed;
 		pthread_mutex_unlock(&t->lock);
-		n = epoll_wait(t->rx_epfd, ev, 2, timed ? RESP_HOLD_MS : -1);
+		n = epoll_wait(t->rx_epfd, ev, 2, timed ? t->resp_hold_ms : -1);
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		if (!n) {
@@ -683,7 +683,7 @@ int tcp_resp_flush(struct tcp_ep *t)
  * send answered by a send then costs the peer one write and one wake-up, as
  * on a raw socket, not two).  It goes without a post at a poll that finds
  * the CQ empty (tcp_progress), at a sleep on it, with anything else sent
- * meanwhile, or after RESP_HOLD_MS (the receive thread, rx_park).  Others
+ * meanwhile, or after xport.tcp_resp_hold_ms (the receive thread, rx_park).  Others
  * are sent at once.
  */
 int tcp_resp_hold(struct tcp_ep *t)
