@@ -39,8 +39,8 @@ void ur_ctx_destroy(struct ur_ctx *c)
 }
 
 /*
- * A lane of chunks x c->chunk bytes on its own stream, a done word marking
- * each copy (file.copy_word; else events, a chunk of ring bytes apart).
+ * A lane of chunks x c->chunk bytes on its own stream, events marking its
+ * copies a chunk of ring bytes apart (file.copy_word: a done word each).
  * Pieces start at O_DIRECT's alignment; at two chunks or more a piece of at
  * most a chunk is never shortened (gdx_byte_ring_place).
  */
