@@ -92,8 +92,11 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 err = open(sys.argv[2]).read()
 assert len(rows) == 2, rows
+# above the ceiling: a ratio that prints 1.01 or more (at 1.005, three decimals are not enough to say)
 for r in rows:
-    assert r["valid"] == (r["gdx_ratio"] <= 1 and r["naive_ratio"] <= 1), r
+    g, n = r["gdx_ratio"], r["naive_ratio"]
+    if abs(g - 1.005) >= 0.001 and abs(n - 1.005) >= 0.001:
+        assert r["valid"] == (g < 1.005 and n < 1.005), r
 bad = sum(not r["valid"] for r in rows)
 assert ("the run is invalid" in err) == (bad > 0), err
 PY
