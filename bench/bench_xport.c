@@ -4,8 +4,8 @@
  * both ends in this process, each beside the ceiling measured in the same run
  * with the same sizes:
  *
- *   tcp://   raw TCP sockets on the same loopback: one stream of size-byte
- *            writes read with MSG_WAITALL (bandwidth), and the raw
+ *   tcp://   raw TCP sockets on the same loopback: one stream whose writes
+ *            each carry `depth` messages of size bytes (bandwidth), and the raw
  *            request/response of tcp_rr.c with size bytes each way, half of
  *            it (latency; `gdx bench nvmf-host` uses the same)
  *   rdma://  perftest on the same device through rdma_cm: ib_write_bw /
@@ -23,16 +23,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -499,29 +502,40 @@ struct sink {
 	uint64_t got;
 };
 
+/* Reads whatever has arrived, up to size bytes a call: the receiver of a batching peer. */
 static void *sink_main(void *arg)
 {
 	struct sink *s = arg;
 	char *buf = malloc(s->size);
 	ssize_t n;
 
-	while ((n = recv(s->fd, buf, s->size, MSG_WAITALL)) > 0)
+	while (buf && (n = recv(s->fd, buf, s->size, 0)) > 0)
 		s->got += (uint64_t)n;
 	free(buf);
 	return NULL;
 }
 
-static int write_all(int fd, const char *p, size_t n)
+/* Sends every byte of iov[0..cnt): false once the peer is gone. */
+static bool sendmsg_all(int fd, struct iovec *iov, int cnt)
 {
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
+
+	while (m.msg_iovlen) {
+		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
 
 		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
+			return false;
+		while (m.msg_iovlen && (size_t)w >= m.msg_iov->iov_len) {
+			w -= (ssize_t)m.msg_iov->iov_len;
+			m.msg_iov++;
+			m.msg_iovlen--;
+		}
+		if (m.msg_iovlen) {
+			m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + w;
+			m.msg_iov->iov_len -= (size_t)w;
+		}
 	}
-	return 0;
+	return true;
 }
 
 /* A connected loopback pair and a buffer of size bytes of fill to send over it; NULL if not. */
@@ -537,27 +551,52 @@ static char *raw_tcp_open(struct sockpair *p, size_t size, int fill)
 	return buf;
 }
 
+/*
+ * The socket's speed for `depth` messages of size bytes in flight: each call
+ * writes the whole window (depth messages, one iovec each) and the sink reads
+ * what has arrived, as a sender free to batch its window and a receiver that
+ * drains the socket would.  One write per message is no ceiling: the transport
+ * puts the frames it has queued in one write.
+ */
 static double raw_tcp_bw(struct cfg *c, size_t size)
 {
 	struct sockpair p = { -1, -1 };
+	int cnt = (int)GDX_MIN(c->depth, (unsigned)IOV_MAX);
+	struct iovec *iov = calloc((size_t)cnt, sizeof(*iov)), *cur = NULL;
 	struct sink s;
 	pthread_t th;
-	char *buf = raw_tcp_open(&p, size, 1);
+	char *buf = iov ? raw_tcp_open(&p, size, 1) : NULL;
 	uint64_t t0, deadline;
 
-	if (!buf)
+	if (!buf) {
+		free(iov);
 		return -EIO;
-	s = (struct sink){ .fd = p.b, .size = size };
-	pthread_create(&th, NULL, sink_main, &s);
+	}
+	cur = calloc((size_t)cnt, sizeof(*cur));
+	s = (struct sink){ .fd = p.b, .size = GDX_MIN(size * (size_t)cnt, (size_t)4 << 20) };
+	if (!cur || pthread_create(&th, NULL, sink_main, &s)) {
+		close(p.a);
+		close(p.b);
+		free(cur);
+		free(iov);
+		free(buf);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < cnt; i++)
+		iov[i] = (struct iovec){ .iov_base = buf, .iov_len = size };
 	t0 = gdx_now_ns();
 	deadline = t0 + (uint64_t)(c->secs * 1e9);
-	while (gdx_now_ns() < deadline)
-		if (write_all(p.a, buf, size))
+	while (gdx_now_ns() < deadline) {
+		memcpy(cur, iov, sizeof(*iov) * (size_t)cnt);
+		if (!sendmsg_all(p.a, cur, cnt))
 			break;
+	}
 	shutdown(p.a, SHUT_WR);
 	pthread_join(th, NULL);
 	close(p.a);
 	close(p.b);
+	free(cur);
+	free(iov);
 	free(buf);
 	return (double)s.got / ((double)(gdx_now_ns() - t0) / 1e9);
 }
