@@ -30,7 +30,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +48,7 @@
 #include "ceiling.h"
 #include "tcp_rr.h"
 #include "common/config.h"
+#include "common/sock.h"
 #include "common/stats.h"
 #include "common/util.h"
 
@@ -515,29 +515,6 @@ static void *sink_main(void *arg)
 	return NULL;
 }
 
-/* Sends every byte of iov[0..cnt): false once the peer is gone. */
-static bool sendmsg_all(int fd, struct iovec *iov, int cnt)
-{
-	struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
-
-	while (m.msg_iovlen) {
-		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
-
-		if (w <= 0)
-			return false;
-		while (m.msg_iovlen && (size_t)w >= m.msg_iov->iov_len) {
-			w -= (ssize_t)m.msg_iov->iov_len;
-			m.msg_iov++;
-			m.msg_iovlen--;
-		}
-		if (m.msg_iovlen) {
-			m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + w;
-			m.msg_iov->iov_len -= (size_t)w;
-		}
-	}
-	return true;
-}
-
 /* A connected loopback pair and a buffer of size bytes of fill to send over it; NULL if not. */
 static char *raw_tcp_open(struct sockpair *p, size_t size, int fill)
 {
@@ -588,7 +565,7 @@ static double raw_tcp_bw(struct cfg *c, size_t size)
 	deadline = t0 + (uint64_t)(c->secs * 1e9);
 	while (gdx_now_ns() < deadline) {
 		memcpy(cur, iov, sizeof(*iov) * (size_t)cnt);
-		if (!sendmsg_all(p.a, cur, cnt))
+		if (gdx_send_full(p.a, cur, cnt))
 			break;
 	}
 	shutdown(p.a, SHUT_WR);

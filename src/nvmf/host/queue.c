@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sock.h"
 #include "common/util.h"
 #include "gpu/device.h"
 #include "common/crc32c.h"
@@ -60,30 +61,6 @@ static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "error
 
 /* ---- socket helpers ------------------------------------------------------- */
 
-static int send_full(int fd, struct iovec *iov, int n)
-{
-	while (n > 0) {
-		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
-	}
-	return 0;
-}
-
 static int recv_full(int fd, void *buf, size_t n)
 {
 	char *p = buf;
@@ -118,15 +95,7 @@ static int recv_iov_full(int fd, struct iovec *iov, int n)
 				continue;
 			return errno == EAGAIN ? -ETIMEDOUT : -errno;
 		}
-		while (n > 0 && (size_t)r >= iov->iov_len) {
-			r -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + r;
-			iov->iov_len -= (size_t)r;
-		}
+		iov = gdx_iov_advance(iov, &n, (size_t)r);
 	}
 	return 0;
 }
@@ -357,7 +326,7 @@ static int icreq(struct nh_queue *q, unsigned timeout_ms)
 	gdx_tcp_icreq_init(&req, q->tp.hdgst, q->tp.ddgst, 0);
 	dgst = req.dgst;
 	set_rcvtimeo(q->fd, timeout_ms);
-	rc = send_full(q->fd, &iov, 1);
+	rc = gdx_send_full(q->fd, &iov, 1);
 	if (!rc)
 		rc = recv_full(q->fd, &rsp, sizeof(rsp.ch));
 	if (!rc && !gdx_tcp_hdr_len(&rsp.ch, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_IC, &ic, &err)) {
@@ -452,16 +421,16 @@ static int send_pdu(struct nh_queue *q, union gdx_tcp_pdu *pdu, uint32_t hl, con
 
 	iov[k++] = (struct iovec){ pdu, hl };
 	if (!n)
-		return send_full(q->fd, iov, k);
+		return gdx_send_full(q->fd, iov, k);
 	if (mem != NH_MEM_DEVICE) {
 		iov[k++] = (struct iovec){ (void *)(uintptr_t)buf, n };
 		if (q->tp.ddgst) {
 			dd = gdx_crc32c(buf, n);
 			iov[k++] = (struct iovec){ &dd, sizeof(dd) };
 		}
-		rc = send_full(q->fd, iov, k);
+		rc = gdx_send_full(q->fd, iov, k);
 	} else {
-		rc = send_full(q->fd, iov, k);
+		rc = gdx_send_full(q->fd, iov, k);
 		for (size_t off = 0; !rc && off < n;) {
 			struct gdx_stage_span sp;
 			struct iovec d;
@@ -475,14 +444,14 @@ static int send_pdu(struct nh_queue *q, union gdx_tcp_pdu *pdu, uint32_t hl, con
 			if (q->tp.ddgst)
 				dd = gdx_crc32c_update(dd, sp.p, sp.n);
 			d = (struct iovec){ sp.p, sp.n };
-			rc = send_full(q->fd, &d, 1);
+			rc = gdx_send_full(q->fd, &d, 1);
 			gdx_stage_release(q->tx_st, sp.end);
 			off += sp.n;
 		}
 		if (!rc && q->tp.ddgst) {
 			struct iovec d = { &dd, sizeof(dd) };
 
-			rc = send_full(q->fd, &d, 1);
+			rc = gdx_send_full(q->fd, &d, 1);
 		}
 	}
 	if (!rc)
@@ -653,7 +622,7 @@ static void send_term(struct nh_queue *q, const struct gdx_tcp_err *e, const voi
 						    hlen) };
 
 	pthread_mutex_lock(&q->send_lock);
-	send_full(q->fd, &iov, 1);
+	gdx_send_full(q->fd, &iov, 1);
 	pthread_mutex_unlock(&q->send_lock);
 }
 

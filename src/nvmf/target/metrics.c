@@ -28,6 +28,7 @@
 #include <gdx/nvmf.h>
 
 #include "common/log.h"
+#include "common/sock.h"
 #include "common/util.h"
 #include "nvmf/proto/nvme.h"
 #include "nvmf/target/tcp.h"
@@ -276,24 +277,9 @@ static void reply(int fd, const char *status, const char *type, const char *body
 			 "Connection: close\r\n%s\r\n", status, type, len,
 			 !strncmp(status, "405", 3) ? "Allow: GET\r\n" : "");
 	struct iovec v[2] = { { head, (size_t)n }, { (void *)body, len } };
-	struct msghdr m = { .msg_iov = v, .msg_iovlen = 2 };
 
-	/* SO_SNDTIMEO bounds a client that does not read; a short send ends it */
-	while (m.msg_iovlen) {
-		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
-
-		if (w <= 0)
-			return;
-		while (m.msg_iovlen && (size_t)w >= m.msg_iov->iov_len) {
-			w -= (ssize_t)m.msg_iov->iov_len;
-			m.msg_iov++;
-			m.msg_iovlen--;
-		}
-		if (m.msg_iovlen) {
-			m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + w;
-			m.msg_iov->iov_len -= (size_t)w;
-		}
-	}
+	/* SO_SNDTIMEO bounds a client that does not read: a send that times out ends it */
+	(void)gdx_send_full(fd, v, 2);
 }
 
 static void serve_client(struct gdx_nvmf_metrics *m, int fd)
