@@ -1095,6 +1095,76 @@ static void test_waiter_receives_device(void **state)
 	gdx_device_close(dev);
 }
 
+/*
+ * A device send awaiting its answer does not keep a sleeper from the socket:
+ * a device payload never goes MSG_ZEROCOPY, so no notification of it can wake
+ * the sleeper for nothing.  The raw peer reads a 4 KiB send of device memory
+ * and leaves it unanswered, then sends a message for a host receive while the
+ * caller sleeps: the waiter takes the socket (rx_takes + 1) and reads it
+ * itself (rx_waiter + 1).  Before, any request sent by the transmit thread
+ * counted as one that may have gone zero-copy, and no sleeper took the
+ * socket while it was on the wire: a device echo's sender never read the
+ * next message itself.  A few tries (a take needs a parked receive thread).
+ */
+static void test_waiter_behind_device_send(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], rx[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(msg), .ms = 30 };
+		struct frame *f = (struct frame *)msg, sf, r;
+		uint64_t t0, w0;
+		struct gdx_xport_cqe e;
+		pthread_t th;
+
+		t_fill(want, SZ, 800 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 900 + i, 0), 0);
+		sf = recv_frame(fd, SZ, 800 + i);
+		assert_int_equal(sf.type, TF_SEND);
+		assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, i), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 700 + i, .len = SZ };
+		t_fill(f + 1, SZ, 700 + i);
+		t0 = tcp_counter("rx_takes");
+		w0 = tcp_counter("rx_waiter");
+		pthread_create(&th, NULL, late_raw_main, &lr);
+		e = next_cqe(cq);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		assert_memory_equal(rx, f + 1, SZ);
+		done = tcp_counter("rx_takes") > t0 && tcp_counter("rx_waiter") > w0;
+		assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+		assert_int_equal(r.type, TF_RESP);
+		assert_int_equal(r.id, 700 + i);
+		answer(fd, cq, &sf, 900 + i);
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
 struct answer_then_echo {
 	int fd;
 	unsigned seed;
@@ -1442,6 +1512,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_post_writes_socket),
 		cmocka_unit_test(test_waiter_receives),
 		cmocka_unit_test(test_waiter_receives_device),
+		cmocka_unit_test(test_waiter_behind_device_send),
 		cmocka_unit_test(test_waiter_keeps_socket),
 		cmocka_unit_test(test_waiter_resp_rides),
 		cmocka_unit_test(test_held_resp_rides_device),

@@ -380,7 +380,7 @@ struct tcp_ep {
 	 */
 	int w_lent;
 	pthread_t w_tid;
-	uint64_t big_id;	/* the last request sent by the transmit thread */
+	uint64_t big_id;	/* the last request of a large host payload (TXP_HOST) queued */
 	/*
 	 * Kept messages are handed to receives by the receive thread (kept_match)
 	 * once the endpoint has a copy agent: it copies them on through the agent

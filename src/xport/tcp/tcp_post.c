@@ -501,7 +501,8 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		t->ans_head = x;
 	}
 	sr_queue(t, x);
-	if (x->req && x->path != TXP_TRAIN)
+	/* the requests that may go MSG_ZEROCOPY (tcp_tx_host): a device payload never does */
+	if (x->req && x->path == TXP_HOST)
 		t->big_id = x->h.id;
 	Q_PUSH(x, &t->txq_head, &t->txq_tail);
 	t->qlen++;
