@@ -642,6 +642,7 @@ void tcp_tx_free(struct tcp_ep *t, struct txi *x);
 void tcp_tx_free_list(struct tcp_ep *t, struct txi *x);
 int tcp_sr_early(const struct txi *x);
 struct txi *tcp_sr_late_next(const struct txi *x);
+void tcp_sr_catch_up(struct tcp_ep *t, struct gdx_stage *tx);
 void *tcp_tx_main(void *arg);
 
 /* tcp_post.c: the posting threads */
