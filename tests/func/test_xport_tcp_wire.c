@@ -1482,6 +1482,83 @@ static void test_held_resp_rides_device(void **state)
 }
 
 /*
+ * A wait that received a send into device memory returns with its response
+ * held and the socket lent; the caller posts the answer, a device send whose
+ * stage copy is slow (2 ms: the transmit thread sends it, with the response),
+ * and polls the empty CQ: the socket stays lent (rx_gives unchanged), as the
+ * answer was posted, and the caller's next wait takes it over without a move.
+ * Before, that poll gave the socket back (two epoll_ctl), and the receive
+ * thread read the next message.  A few tries (a take needs a parked receive
+ * thread).
+ */
+static void test_lent_over_device_answer(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *drx, *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	/* the post comes within the hold, also on a sanitizer's slow build */
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(msg), .ms = 30 };
+		struct frame *f = (struct frame *)msg, r;
+		struct gdx_xport_cqe e;
+		uint64_t w0, g0, t0;
+		pthread_t th;
+		int lent;
+
+		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
+		assert_int_equal(gdx_xport_post_recv(ep, drx, SZ, i), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 1300 + i, .len = SZ };
+		t_fill(f + 1, SZ, 1300 + i);
+		w0 = tcp_counter("rx_waiter_dev");
+		pthread_create(&th, NULL, late_raw_main, &lr);
+		e = next_cqe(cq);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		g0 = tcp_counter("rx_gives");
+		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
+		t_fill(want, SZ, 1400 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 1400 + i, 0), 0);
+		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+		/* the waiter received it and lent the socket, and the poll left it so */
+		lent = tcp_counter("rx_waiter_dev") > w0 && tcp_counter("rx_gives") == g0;
+		t0 = tcp_counter("rx_takes");
+		r = recv_resp_and_send(fd, 1300 + i, SZ, 1400 + i);
+		/* its wait reads the answer on the socket lent to it, taken over */
+		answer(fd, cq, &r, 1400 + i);
+		done = lent && tcp_counter("rx_takes") == t0;
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, drx);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
+/*
  * A socket lent by a wait that returned with a response held (the caller
  * neither posts, polls nor waits after) still serves the peer: the receive
  * thread's timed park sends the response and takes the socket back within
@@ -1568,6 +1645,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_waiter_resp_rides),
 		cmocka_unit_test(test_held_resp_rides_device),
 		cmocka_unit_test(test_lent_socket_serves_peer),
+		cmocka_unit_test(test_lent_over_device_answer),
 	};
 
 	if (argc > 1)

@@ -618,7 +618,7 @@ int tcp_sr_stage(struct txi *x, struct gdx_stage *tx);
 
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);
-void tcp_lend_end(struct tcp_ep *t);
+void tcp_lend_end(struct tcp_ep *t, int poll);
 
 /* tcp_ans.c: rule 1, the receive thread */
 void tcp_ans_unlink(struct tcp_ep *t, struct txi *x);

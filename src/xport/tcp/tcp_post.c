@@ -640,7 +640,7 @@ int tcp_progress(void *priv)
 	tx_kick(t, resp && empty);
 	/* nothing to look at, nothing posted since the wait: the lent socket goes back */
 	if (lent && resp && empty)
-		tcp_lend_end(t);
+		tcp_lend_end(t, 1);
 	return 0;
 }
 

@@ -270,7 +270,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 			return -errno;
 		if (!n) {
 			tcp_resp_push(t);
-			tcp_lend_end(t);
+			tcp_lend_end(t, 0);
 		}
 		if (read(t->rx_wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			return -errno;

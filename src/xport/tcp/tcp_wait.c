@@ -418,14 +418,18 @@ static void w_give_back(struct tcp_ep *t)
 
 /*
  * Gives a lent socket back (tcp_wait): a poll found the CQ empty and no
- * answer posted, or the receive thread's timed park ended.
+ * answer posted (poll), or the receive thread's timed park ended.  A poll
+ * that finds the held response queued ahead of a device frame leaves it
+ * lent: the answer was posted, and the transmit thread sends the response
+ * in its train (tcp_held_lead) once its copy lands; the caller's next sleep
+ * takes the socket over.
  */
-void tcp_lend_end(struct tcp_ep *t)
+void tcp_lend_end(struct tcp_ep *t, int poll)
 {
 	if (!__atomic_load_n(&t->w_lent, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&t->lock);
-	if (t->w_lent)
+	if (t->w_lent && !(poll && tcp_held_lead(t)))
 		w_give_back(t);
 	pthread_mutex_unlock(&t->lock);
 }
