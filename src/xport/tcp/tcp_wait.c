@@ -417,19 +417,35 @@ static void w_give_back(struct tcp_ep *t)
 }
 
 /*
+ * The held response goes with an answer the caller posted: queued ahead of a
+ * device frame (tcp_held_lead), or taken with one by the transmit thread
+ * (still held, no longer queued: a lone one it leaves queued).  Lock held.
+ */
+static int w_resp_carried(struct tcp_ep *t)
+{
+	const struct txi *x = t->txq_head;
+
+	if (tcp_held_lead(t))
+		return 1;
+	while (x && !x->hold)
+		x = x->next;
+	return !x && atomic_load_explicit(&t->resp_held, memory_order_relaxed);
+}
+
+/*
  * Gives a lent socket back (tcp_wait): a poll found the CQ empty and no
  * answer posted (poll), or the receive thread's timed park ended.  A poll
- * that finds the held response queued ahead of a device frame leaves it
- * lent: the answer was posted, and the transmit thread sends the response
- * in its train (tcp_held_lead) once its copy lands; the caller's next sleep
- * takes the socket over.
+ * that finds the held response going with a device frame posted since
+ * leaves it lent: the answer was posted, and the transmit thread sends the
+ * response in its train once the frame's copy lands; the caller's next
+ * sleep takes the socket over.
  */
 void tcp_lend_end(struct tcp_ep *t, int poll)
 {
 	if (!__atomic_load_n(&t->w_lent, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&t->lock);
-	if (t->w_lent && !(poll && tcp_held_lead(t)))
+	if (t->w_lent && !(poll && w_resp_carried(t)))
 		w_give_back(t);
 	pthread_mutex_unlock(&t->lock);
 }
