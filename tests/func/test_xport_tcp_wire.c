@@ -868,6 +868,56 @@ static void test_post_writes_socket(void **state)
 	free(buf);
 }
 
+/*
+ * A small send of device memory posted at an idle transmit side is written
+ * by the posting thread once its stage copy landed (it waits a moment for
+ * it), not handed to the transmit thread: tx_direct goes up by one, tx_handed
+ * not, and the bytes are the device buffer's.  The copy may be slow to land
+ * on a busy machine (the poster then wakes the transmit thread, as before),
+ * so a few tries.
+ */
+static void test_post_writes_device(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 50 && !done; i++) {
+		uint64_t d0 = tcp_counter("tx_direct"), h0 = tcp_counter("tx_handed");
+		struct frame f;
+
+		t_fill(want, SZ, 1100 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 1200 + i, 0), 0);
+		f = recv_frame(fd, SZ, 1100 + i);
+		assert_int_equal(f.type, TF_SEND);
+		answer(fd, cq, &f, 1200 + i);
+		done = tcp_counter("tx_direct") - d0 == 1 && tcp_counter("tx_handed") == h0;
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
 struct late_send {
 	int fd;
 	uint64_t id;
@@ -951,6 +1001,218 @@ static void test_waiter_receives(void **state)
 	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
 	free(rx);
 	free(want);
+}
+
+struct late_raw {
+	int fd;
+	const void *p;
+	size_t n;
+	int ms;			/* before it is sent */
+};
+
+static void *late_raw_main(void *arg)
+{
+	struct late_raw *lr = arg;
+
+	usleep((useconds_t)lr->ms * 1000);
+	assert_int_equal(send(lr->fd, lr->p, lr->n, MSG_NOSIGNAL), (ssize_t)lr->n);
+	return NULL;
+}
+
+/* Waits for the next completion on cq and returns it. */
+static struct gdx_xport_cqe next_cqe(struct gdx_xport_cq *cq)
+{
+	struct gdx_xport_cqe e;
+
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	return e;
+}
+
+/*
+ * A caller asleep in gdx_xport_cq_wait with a receive of device memory
+ * posted (the endpoint's device, whose copy agent serves the receive lane)
+ * reads the peer's send itself: it receives the payload into the lane's
+ * ring and posts the copy, and completes the receive once the copy landed,
+ * without a hand-off to the receive thread (rx_waiter_dev up, rx_dev not).
+ * Three cases, each a few tries (a take needs a parked receive thread):
+ *  - a 4 KiB send;
+ *  - a 64 KiB one whose payload stops half-way for 30 ms: the waiter posts
+ *    what came and leaves the rest to the receive thread, which finishes
+ *    it through the lane behind those pieces (rx_part), the bytes whole;
+ *  - a 4 KiB send into device memory then one into host memory in one
+ *    write, the device copies slowed to 2 ms: the host receive completes
+ *    second (its completion queued behind the device one's, rule 2), and
+ *    the device bytes are in place when the first completes.
+ * Every message's response comes once, in order.
+ */
+static void test_waiter_receives_device(void **state)
+{
+	enum { SZ = 4096, BIG = 64 << 10, TRIES = 10 };
+	static unsigned char msg[2 * (sizeof(struct frame) + SZ)], got[BIG], want[BIG], hrx[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *drx;
+	int fd;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, BIG, &drx), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	/* the first half of the 64 KiB payload goes at once, not when the header is acked */
+	assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int)), 0);
+	for (int c = 0; c < 3; c++) {
+		uint64_t w0 = tcp_counter("rx_waiter_dev"), d0, p0;
+		int done = 0;
+
+		if (c == 2)
+			assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
+		for (unsigned i = 0; i < TRIES && !done; i++) {
+			unsigned seed = 500 + 10 * (unsigned)c + i;
+			uint64_t id = 1000 * (uint64_t)c + i;
+			size_t n = c == 1 ? BIG : SZ;
+			struct late_send ls = { .fd = fd, .id = id, .n = n, .first = n / 2,
+						.seed = seed, .ms = 30 };
+			struct frame *f = (struct frame *)msg, r;
+			struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(*f) + SZ, .ms = 30 };
+			struct gdx_xport_cqe e;
+			pthread_t th;
+
+			d0 = tcp_counter("rx_dev");
+			p0 = tcp_counter("rx_part");
+			assert_int_equal(gdx_xport_post_recv(ep, drx, n, 1), 0);
+			if (c == 1) {
+				pthread_create(&th, NULL, late_send_main, &ls);
+			} else {
+				/* one write: the header alone would leave the payload to Nagle */
+				f[0] = (struct frame){ .type = TF_SEND, .id = id, .len = SZ };
+				t_fill(f + 1, SZ, seed);
+				if (c == 2) {
+					assert_int_equal(gdx_xport_post_recv(ep, hrx, SZ, 2), 0);
+					f = (struct frame *)(msg + lr.n);
+					f[0] = (struct frame){ .type = TF_SEND, .id = id + 100,
+							       .len = SZ };
+					t_fill(f + 1, SZ, seed + 1);
+					lr.n = sizeof(msg);
+				}
+				pthread_create(&th, NULL, late_raw_main, &lr);
+			}
+			e = next_cqe(cq);
+			/* the host message's bytes are not looked at before its receive completed */
+			assert_int_equal(e.wr_id, 1);
+			assert_int_equal(e.status, 0);
+			assert_int_equal(e.len, n);
+			assert_int_equal(gdx_memcpy(dev, got, drx, n), 0);
+			t_fill(want, n, seed);
+			assert_memory_equal(got, want, n);
+			if (c == 2) {
+				e = next_cqe(cq);
+				assert_int_equal(e.wr_id, 2);
+				assert_int_equal(e.status, 0);
+				t_fill(want, SZ, seed + 1);
+				assert_memory_equal(hrx, want, SZ);
+			}
+			pthread_join(th, NULL);
+			assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+			assert_int_equal(r.type, TF_RESP);
+			assert_int_equal(r.id, id);
+			assert_int_equal(r.status, 0);
+			if (c == 2) {
+				assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+				assert_int_equal(r.type, TF_RESP);
+				assert_int_equal(r.id, id + 100);
+			}
+			/* taken by the waiter, not handed to the receive thread */
+			done = tcp_counter("rx_waiter_dev") > w0 && tcp_counter("rx_dev") == d0 &&
+			       (c != 1 || tcp_counter("rx_part") > p0);
+		}
+		assert_true(done);
+	}
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, drx);
+	gdx_device_close(dev);
+}
+
+/*
+ * A device send awaiting its answer does not keep a sleeper from the socket:
+ * a device payload never goes MSG_ZEROCOPY, so no notification of it can wake
+ * the sleeper for nothing.  The raw peer reads a 4 KiB send of device memory
+ * and leaves it unanswered, then sends a message for a host receive while the
+ * caller sleeps: the waiter takes the socket (rx_takes + 1) and reads it
+ * itself (rx_waiter + 1).  Before, any request sent by the transmit thread
+ * counted as one that may have gone zero-copy, and no sleeper took the
+ * socket while it was on the wire: a device echo's sender never read the
+ * next message itself.  A few tries (a take needs a parked receive thread).
+ */
+static void test_waiter_behind_device_send(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], rx[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(msg), .ms = 30 };
+		struct frame *f = (struct frame *)msg, sf, r;
+		uint64_t t0, w0;
+		struct gdx_xport_cqe e;
+		pthread_t th;
+
+		t_fill(want, SZ, 800 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 900 + i, 0), 0);
+		sf = recv_frame(fd, SZ, 800 + i);
+		assert_int_equal(sf.type, TF_SEND);
+		assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, i), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 700 + i, .len = SZ };
+		t_fill(f + 1, SZ, 700 + i);
+		t0 = tcp_counter("rx_takes");
+		w0 = tcp_counter("rx_waiter");
+		pthread_create(&th, NULL, late_raw_main, &lr);
+		e = next_cqe(cq);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		assert_memory_equal(rx, f + 1, SZ);
+		done = tcp_counter("rx_takes") > t0 && tcp_counter("rx_waiter") > w0;
+		assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+		assert_int_equal(r.type, TF_RESP);
+		assert_int_equal(r.id, 700 + i);
+		answer(fd, cq, &sf, 900 + i);
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
 }
 
 struct answer_then_echo {
@@ -1220,6 +1482,83 @@ static void test_held_resp_rides_device(void **state)
 }
 
 /*
+ * A wait that received a send into device memory returns with its response
+ * held and the socket lent; the caller posts the answer, a device send whose
+ * stage copy is slow (2 ms: the transmit thread sends it, with the response),
+ * and polls the empty CQ: the socket stays lent (rx_gives unchanged), as the
+ * answer was posted, and the caller's next wait takes it over without a move.
+ * Before, that poll gave the socket back (two epoll_ctl), and the receive
+ * thread read the next message.  A few tries (a take needs a parked receive
+ * thread).
+ */
+static void test_lent_over_device_answer(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *drx, *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	/* the post comes within the hold, also on a sanitizer's slow build */
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(msg), .ms = 30 };
+		struct frame *f = (struct frame *)msg, r;
+		struct gdx_xport_cqe e;
+		uint64_t w0, g0, t0;
+		pthread_t th;
+		int lent;
+
+		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
+		assert_int_equal(gdx_xport_post_recv(ep, drx, SZ, i), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 1300 + i, .len = SZ };
+		t_fill(f + 1, SZ, 1300 + i);
+		w0 = tcp_counter("rx_waiter_dev");
+		pthread_create(&th, NULL, late_raw_main, &lr);
+		e = next_cqe(cq);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		g0 = tcp_counter("rx_gives");
+		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
+		t_fill(want, SZ, 1400 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 1400 + i, 0), 0);
+		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+		/* the waiter received it and lent the socket, and the poll left it so */
+		lent = tcp_counter("rx_waiter_dev") > w0 && tcp_counter("rx_gives") == g0;
+		t0 = tcp_counter("rx_takes");
+		r = recv_resp_and_send(fd, 1300 + i, SZ, 1400 + i);
+		/* its wait reads the answer on the socket lent to it, taken over */
+		answer(fd, cq, &r, 1400 + i);
+		done = lent && tcp_counter("rx_takes") == t0;
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, drx);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
+/*
  * A socket lent by a wait that returned with a response held (the caller
  * neither posts, polls nor waits after) still serves the peer: the receive
  * thread's timed park sends the response and takes the socket back within
@@ -1298,11 +1637,15 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_tls_psk),
 		cmocka_unit_test(test_tls_opts),
 		cmocka_unit_test(test_post_writes_socket),
+		cmocka_unit_test(test_post_writes_device),
 		cmocka_unit_test(test_waiter_receives),
+		cmocka_unit_test(test_waiter_receives_device),
+		cmocka_unit_test(test_waiter_behind_device_send),
 		cmocka_unit_test(test_waiter_keeps_socket),
 		cmocka_unit_test(test_waiter_resp_rides),
 		cmocka_unit_test(test_held_resp_rides_device),
 		cmocka_unit_test(test_lent_socket_serves_peer),
+		cmocka_unit_test(test_lent_over_device_answer),
 	};
 
 	if (argc > 1)

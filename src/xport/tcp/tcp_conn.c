@@ -218,6 +218,8 @@ static void ep_stats(struct tcp_ep *t)
 		[C_RX_GIVES] = "rx_gives",
 		[C_TX_WRITES] = "tx_writes",
 		[C_RESP_RODE] = "resp_rode",
+		[C_RX_WAITER_DEV] = "rx_waiter_dev",
+		[C_RX_DEV] = "rx_dev",
 	};
 	static atomic_uint next;
 	char scope[32];

@@ -280,6 +280,10 @@ enum {
 	C_TX_WRITES,		/* socket writes (sendmsg calls) */
 	C_RESP_RODE,		/* trains that carried a held response and a request posted
 				   after it in one write (tcp_resp_hold) */
+	C_RX_WAITER_DEV,	/* messages into device memory a CQ waiter received through
+				   the receive lane itself, or began to (w_dev): no
+				   hand-off to the receive thread */
+	C_RX_DEV,		/* and those the receive thread received whole */
 	C_NR
 };
 
@@ -361,6 +365,14 @@ struct tcp_ep {
 	int rx_untimed;
 	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
 	/*
+	 * The CQ waiter holding the socket posted copies to the receive lane
+	 * (w_dev): the lane is its, producer and effects, until it has run
+	 * them all or hands the socket back, and the receive thread leaves
+	 * the lane alone meanwhile (rx_park's kept messages wait; the
+	 * teardown waits on rx_cond).  Lock held.
+	 */
+	int w_lane;
+	/*
 	 * Its wait returned with a response held: the socket stays in the
 	 * waiter's set, lent, for the caller's next sleep to take over without
 	 * a move (tcp_wait).  Written with the lock held, read atomically
@@ -368,7 +380,7 @@ struct tcp_ep {
 	 */
 	int w_lent;
 	pthread_t w_tid;
-	uint64_t big_id;	/* the last request sent by the transmit thread */
+	uint64_t big_id;	/* the last request of a large host payload (TXP_HOST) queued */
 	/*
 	 * Kept messages are handed to receives by the receive thread (kept_match)
 	 * once the endpoint has a copy agent: it copies them on through the agent
@@ -486,14 +498,17 @@ struct tcp_ep {
 
 	/*
 	 * A message the CQ waiter began to receive and left to the receive
-	 * thread (its payload did not come in time, w_send): the receive, the
-	 * frame and the bytes of it already in the buffer.  Set by the waiter
+	 * thread (its payload did not come in time, or the receive lane
+	 * failed it: w_send): the receive, the frame and the bytes of it
+	 * already in the buffer (or posted to the lane).  Set by the waiter
 	 * with the lock held before it hands the socket back; the receive thread
 	 * finishes it before it reads anything else (rx_part).
 	 */
 	struct {
 		struct qent *r;
 		uint64_t id, len, got;
+		int dev;	/* the bytes got went through the receive lane (w_dev) */
+		int err;	/* the lane failed it: the rest is read and dropped */
 	} w_part;
 
 	/* The CQ waiter's, with the lock held (w_take). */
@@ -591,6 +606,7 @@ int tcp_stage_prepare(struct tcp_ep *t, struct gdx_device *dev, int rx, int tx);
 int tcp_rx_post_kept(struct tcp_ep *t, void *dst, const void *src, size_t n);
 void tcp_stage_stop(struct tcp_ep *t);
 int tcp_rx_idle(struct tcp_ep *t, int park);
+int tcp_lane_idle(struct tcp_ep *t);
 struct gdx_stage *tcp_rx_sync_lane(struct tcp_ep *t, struct gdx_device *dev);
 unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end);
 int tcp_tx_noagent(struct tcp_ep *t);
@@ -602,7 +618,7 @@ int tcp_sr_stage(struct txi *x, struct gdx_stage *tx);
 
 /* tcp_wait.c: the CQ waiter */
 void tcp_wait(void *priv, int sleeping);
-void tcp_lend_end(struct tcp_ep *t);
+void tcp_lend_end(struct tcp_ep *t, int poll);
 
 /* tcp_ans.c: rule 1, the receive thread */
 void tcp_ans_unlink(struct tcp_ep *t, struct txi *x);
@@ -626,6 +642,7 @@ void tcp_tx_free(struct tcp_ep *t, struct txi *x);
 void tcp_tx_free_list(struct tcp_ep *t, struct txi *x);
 int tcp_sr_early(const struct txi *x);
 struct txi *tcp_sr_late_next(const struct txi *x);
+void tcp_sr_catch_up(struct tcp_ep *t, struct gdx_stage *tx);
 void *tcp_tx_main(void *arg);
 
 /* tcp_post.c: the posting threads */

@@ -270,25 +270,58 @@ void tcp_tx_begin(struct tcp_ep *t, struct txi *x)
 }
 
 /*
+ * The longest a posting thread waits for the stage copy of a small device
+ * payload it would write itself (sr_direct): such a copy lands in a few
+ * microseconds; a slower one is left to the transmit thread, which the post
+ * then wakes, as before.
+ */
+#define SR_DIRECT_NS 50000u
+
+/*
+ * The ring frame a thread holding the socket may write itself in a train
+ * (tx_gather), as the transmit thread would (sr_send): the first frame of the
+ * queue behind held responses, a request of at most DIRECT_MAX bytes whose
+ * stage copy was posted when it was queued (staged), no late frame queued
+ * (the room it gives back goes to those in order, tcp_sr_catch_up), or NULL.
+ * Whether its copy landed is the caller's to see.  Lock held.
+ */
+static struct txi *sr_direct(struct tcp_ep *t)
+{
+	struct txi *x = t->txq_head;
+
+	while (x && x->hold)
+		x = x->next;
+	return x && x->path == TXP_RING && x->state == TXS_STAGED && x->req &&
+	       x->plen <= DIRECT_MAX && !t->sr_late && !t->sr_whole && !tcp_tx_blocked(t, x) ?
+	       x : NULL;
+}
+
+/*
  * Gathers a train of small host frames from the head of the queue into iov,
  * for one sendmsg: the part of each not yet sent.  Stops at a frame that
- * needs the transmit thread (large, device memory) or waits for a fence.
- * None but for the transmit thread (by_tx) when the head is held responses
- * that a device frame's train will carry (tcp_held_lead).  *region: a read
- * answer among them is still read out of its region.  Lock held; returns
- * the number of iovecs.
+ * needs the transmit thread (large, device memory) or waits for a fence;
+ * but for the transmit thread (by_tx, which sends ring frames its own way),
+ * a small ring frame whose copy landed goes too (sr_direct), with the held
+ * responses ahead of it; without one, held responses that a device frame's
+ * train will carry (tcp_held_lead) are the transmit thread's.  *region: a
+ * read answer among them is still read out of its region.  Lock held;
+ * returns the number of iovecs.
  */
 static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx)
 {
 	const size_t hl = sizeof(struct hdr);
+	struct txi *ring = by_tx ? NULL : sr_direct(t);
 	size_t bytes = 0;
 	int cnt = 0, held = 0;
 
 	*region = 0;
-	if (!by_tx && tcp_held_lead(t))
+	if (ring && !gdx_stage_seen(t->tx_lane, ring->sr_end, ring->ticket))
+		ring = NULL;
+	if (!by_tx && !ring && tcp_held_lead(t))
 		return 0;
-	for (struct txi *x = t->txq_head; x && x->path == TXP_TRAIN && cnt + 2 <= TX_TRAIN_IOV &&
-	     bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x); x = x->next) {
+	for (struct txi *x = t->txq_head; x && (x->path == TXP_TRAIN || x == ring) &&
+	     cnt + 2 <= TX_TRAIN_IOV && bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x);
+	     x = x->next) {
 		tcp_tx_going(t, x);
 		*region |= x->ans;
 		if (x->hold) {
@@ -325,6 +358,11 @@ static void tx_retire(struct tcp_ep *t, size_t sent, struct txi **done, int by_t
 			return;
 		}
 		sent -= left;
+		/* a ring frame (sr_direct) is out: its room goes back, to late frames first */
+		if (txi_staged(x)) {
+			gdx_stage_release(t->tx_lane, x->sr_end);
+			tcp_sr_catch_up(t, t->tx_lane);
+		}
 		t->txq_head = x->next;
 		if (!t->txq_head)
 			t->txq_tail = NULL;
@@ -460,11 +498,13 @@ static int tx_direct(struct tcp_ep *t, struct txi **done)
 /*
  * Unless another thread holds the socket (it sends what is queued before
  * letting go), sends the queue from the calling thread: trains of small
- * frames, one sendmsg each, and large host requests (tx_direct), without
- * blocking.  Only a device-memory frame, a read answer over DIRECT_MAX, a
- * fenced frame, or what did not fit in the socket wakes the transmit thread:
- * a post at an idle transmit side costs no thread hand-off.  Called with the
- * lock held; returns with it released.
+ * frames, one sendmsg each, a small device request whose stage copy landed
+ * among them (sr_direct: waited for a moment), and large host requests
+ * (tx_direct), without blocking.  Only a larger device-memory frame, one
+ * whose copy is slow, a read answer over DIRECT_MAX, a fenced frame, or what
+ * did not fit in the socket wakes the transmit thread: a post at an idle
+ * transmit side costs no thread hand-off.  Called with the lock held;
+ * returns with it released.
  */
 static void tx_push_locked(struct tcp_ep *t)
 {
@@ -501,7 +541,8 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		t->ans_head = x;
 	}
 	sr_queue(t, x);
-	if (x->req && x->path != TXP_TRAIN)
+	/* the requests that may go MSG_ZEROCOPY (tcp_tx_host): a device payload never does */
+	if (x->req && x->path == TXP_HOST)
 		t->big_id = x->h.id;
 	Q_PUSH(x, &t->txq_head, &t->txq_tail);
 	t->qlen++;
@@ -537,6 +578,23 @@ static void tx_submit_locked(struct tcp_ep *t, struct txi *x)
 		atomic_store_explicit(&t->held, 1, memory_order_release);
 		pthread_mutex_unlock(&t->lock);
 		return;
+	}
+	if (x->req && !t->sending && x == sr_direct(t) &&
+	    !gdx_stage_seen(t->tx_lane, x->sr_end, x->ticket)) {
+		/*
+		 * The small device payload just posted and staged: its copy lands
+		 * in microseconds, and a wake-up of the transmit thread costs more.
+		 * The lock is dropped meanwhile (x may be sent and freed by then:
+		 * its mark and ticket are copied); tx_gather looks again.
+		 */
+		uint64_t end = x->sr_end, until = gdx_now_ns() + SR_DIRECT_NS;
+		uint32_t ticket = x->ticket;
+		struct gdx_stage *tx = t->tx_lane;
+
+		pthread_mutex_unlock(&t->lock);
+		while (!gdx_stage_seen(tx, end, ticket) && gdx_now_ns() < until)
+			gdx_cpu_relax();
+		pthread_mutex_lock(&t->lock);
 	}
 	tx_push_locked(t);
 }
@@ -582,7 +640,7 @@ int tcp_progress(void *priv)
 	tx_kick(t, resp && empty);
 	/* nothing to look at, nothing posted since the wait: the lent socket goes back */
 	if (lent && resp && empty)
-		tcp_lend_end(t);
+		tcp_lend_end(t, 1);
 	return 0;
 }
 

@@ -98,40 +98,55 @@ static ssize_t rx_spin(struct tcp_ep *t)
 }
 
 static int rx_exact(struct tcp_ep *t, void *dst, size_t n);
+static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx_mem_kind kind,
+		   size_t n, int *posted);
 
 /*
  * Finishes the message a CQ waiter began and left (t->w_part): the rest of
- * its payload into the receive's buffer, then its completion and response,
- * as rx_send would have.  Between frames, before anything else is read.
+ * its payload into the receive's buffer (device memory: through the receive
+ * lane, behind the pieces the waiter posted), or read and dropped when the
+ * lane failed it, then its completion and response, as rx_send would have.
+ * Between frames, before anything else is read.
  */
 static int rx_part(struct tcp_ep *t)
 {
+	struct gdx_xport_buf *b;
 	struct qent *r;
 	uint64_t id, len, got;
 	struct deff e;
-	int ret;
+	int ret, st, dev, posted = 0;
 
 	pthread_mutex_lock(&t->lock);
 	r = t->w_part.r;
 	id = t->w_part.id;
 	len = t->w_part.len;
 	got = t->w_part.got;
+	dev = t->w_part.dev;
+	st = t->w_part.err;
 	t->w_part.r = NULL;
 	pthread_mutex_unlock(&t->lock);
+	b = &r->req->buf;
 	t->rx_boundary = 0;
-	ret = rx_exact(t, (char *)r->req->buf.p + got, len - got);
+	/* the rest goes where the first bytes went: the buffer, or the receive lane */
+	if (st)
+		ret = rx_exact(t, NULL, len - got);
+	else
+		ret = rx_into(t, (char *)b->p + got, b->dev, b->kind, len - got, &posted);
 	t->rx_boundary = 1;
-	if (ret) {
+	if (ret == -ECONNRESET || ret == -EPIPE || (st && ret)) {
 		/* Back on the queue so the flush reports it. */
 		pthread_mutex_lock(&t->lock);
 		q_unpop(r, &t->recv_head, &t->recv_tail);
 		pthread_mutex_unlock(&t->lock);
 		return ret;
 	}
+	if (!st)
+		st = ret;
 	gdx_counter_add(&t->ctr[C_RX_PART], 1);
-	e = (struct deff){ .req = r->req, .len = len, .has_resp = 1, .resp_id = id };
+	e = (struct deff){ .req = r->req, .st = st, .len = len, .has_resp = 1, .resp_id = id,
+			   .resp_st = st ? GDX_EREMOTE : 0 };
 	free(r);
-	ret = tcp_defer(t, &e, 0);
+	ret = tcp_defer(t, &e, !st && (dev || posted));
 	/* Parked next, maybe: the completion's wake-up goes now, not with the next read. */
 	gdx_xport_complete_flush();
 	return ret;
@@ -153,15 +168,22 @@ static ssize_t rx_park(struct tcp_ep *t)
 		int waiter, kick, timed;
 		struct qent *part;
 
-		if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed)) {
+		kick = atomic_load_explicit(&t->kept_kick, memory_order_relaxed);
+		if (kick) {
 			/*
 			 * Not parked while kept messages go to receives: a CQ waiter
 			 * holding the socket completes no message meanwhile (w_send),
-			 * so none overtakes the completions deferred here.
+			 * so none overtakes the completions deferred here.  Not while
+			 * a waiter is the receive lane's producer either (w_lane): it
+			 * wakes this thread when it is done with it.
 			 */
 			pthread_mutex_lock(&t->lock);
-			t->rx_parked = 0;
+			kick = !t->w_lane;
+			if (kick)
+				t->rx_parked = 0;
 			pthread_mutex_unlock(&t->lock);
+		}
+		if (kick) {
 			kept_match(t, 0);
 			/* Nothing waits on copies while this thread sleeps, socket or not. */
 			tcp_defer_wait(t);
@@ -248,7 +270,7 @@ static ssize_t rx_park(struct tcp_ep *t)
 			return -errno;
 		if (!n) {
 			tcp_resp_push(t);
-			tcp_lend_end(t);
+			tcp_lend_end(t, 0);
 		}
 		if (read(t->rx_wake, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			return -errno;
@@ -970,6 +992,8 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 		pthread_mutex_unlock(&t->lock);
 		return ret;
 	}
+	if (posted)
+		gdx_counter_add(&t->ctr[C_RX_DEV], 1);
 	e = (struct deff){ .req = r->req, .st = ret, .len = h->len, .has_resp = 1,
 			   .resp_id = h->id, .resp_st = ret ? GDX_EREMOTE : 0 };
 	free(r);
@@ -1221,6 +1245,9 @@ void *tcp_rx_main(void *arg)
 	pthread_mutex_lock(&t->lock);
 	tcp_kill_conn(t, ret == -ECONNRESET || ret == -EPIPE ? 0 : ret);
 	kept_rx = t->kept_rx;
+	/* a CQ waiter that received into device memory is done with the lane first */
+	while (t->w_lane)
+		pthread_cond_wait(&t->rx_cond, &t->lock);
 	pthread_mutex_unlock(&t->lock);
 	pthread_join(t->tx, NULL);
 	/* Receives posted before the end take what was kept for them (kick or not). */

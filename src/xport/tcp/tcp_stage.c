@@ -439,6 +439,17 @@ int tcp_rx_idle(struct tcp_ep *t, int park)
 }
 
 /*
+ * A CQ waiter that received into device memory (w_dev), the socket read dry:
+ * carries out its deferred effects as their copies land, as the receive
+ * thread does before it parks.  1: input came first (read it, then come
+ * back); 0: none left; else the lane's error.
+ */
+int tcp_lane_idle(struct tcp_ep *t)
+{
+	return gdx_stage_wait_idle(t->rx_lane, rx_input, t, 0);
+}
+
+/*
  * The synchronous lane for dev's memory (tcp_stage_prepare made it), or NULL:
  * dev's own, or once the agent failed (halted: the receive lane went on
  * synchronously) the receive lane, whose ring is idle from then on.  No

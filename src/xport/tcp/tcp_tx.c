@@ -526,7 +526,7 @@ static int tx_staged_runs(struct tcp_ep *t, struct gdx_device *dev)
  * back, in the same order, once frames are sent: a frame that finds none (or
  * is larger than STAGE_SIZE, or fenced, or whose copy cannot be posted) is late, and
  * while a late frame is queued no other takes room when queued; the transmit
- * thread stages late frames as room comes back (sr_catch_up), and copies
+ * thread stages late frames as room comes back (tcp_sr_catch_up), and copies
  * itself only those that may not go early (tcp_sr_early), when it takes them.
  * All of it under t->lock, whose holder is thereby the lane's one producer;
  * a frame's copy is waited for without it, by its ticket (gdx_stage_seen).
@@ -557,9 +557,10 @@ struct txi *tcp_sr_late_next(const struct txi *x)
  * as far as room and descriptors go, up to one that may not go early.  So
  * their copies run while the frames ahead of them are sent, and a frame that
  * once found no room does not leave every frame behind it late until the
- * transmit thread reaches them.  Transmit thread, lock held.
+ * transmit thread reaches them.  The transmit lane's producer (the transmit
+ * thread, or a poster that sent a ring frame: tcp_tx_train), lock held.
  */
-static void sr_catch_up(struct tcp_ep *t, struct gdx_stage *tx)
+void tcp_sr_catch_up(struct tcp_ep *t, struct gdx_stage *tx)
 {
 	struct txi *x;
 
@@ -613,7 +614,7 @@ static struct txi *sr_take(struct tcp_ep *t, struct gdx_device *dev, struct gdx_
 			t->sr_late = tcp_sr_late_next(x);
 			gdx_counter_add(&t->ctr[C_SR_TX_COPIED], 1);
 			/* the frames behind it copy while it is sent */
-			sr_catch_up(t, tx);
+			tcp_sr_catch_up(t, tx);
 		}
 		tx_take_head(t, &tail, nreq);
 		n++;
@@ -636,7 +637,7 @@ static int sr_redo(struct tcp_ep *t, const struct txi *list)
  * first frame has landed, the run reaching as far as the copies that have
  * landed too (each seen by its ticket, without the lock).  Once a run is
  * sent the peer has its bytes: its room goes back, and late frames take it
- * (sr_catch_up) while the rest of the train goes out.  The agent failed and
+ * (tcp_sr_catch_up) while the rest of the train goes out.  The agent failed and
  * the receive side halted it (tcp_on_halt) while the train waited: the
  * copies it did not make are made again into their room (sr_redo).
  */
@@ -668,7 +669,7 @@ static int sr_send(struct tcp_ep *t, struct txi *list, struct gdx_stage *tx,
 		if (room) {
 			pthread_mutex_lock(&t->lock);
 			gdx_stage_release(t->tx_lane, room);
-			sr_catch_up(t, tx);
+			tcp_sr_catch_up(t, tx);
 			pthread_mutex_unlock(&t->lock);
 		}
 	}
@@ -804,7 +805,7 @@ void *tcp_tx_main(void *arg)
 		if (late) {
 			t->sr_whole = 0;
 			if (!ret)
-				sr_catch_up(t, tcp_tx_lane(t, dev));
+				tcp_sr_catch_up(t, tcp_tx_lane(t, dev));
 		}
 		if (ret)
 			tcp_kill_conn(t, ret);

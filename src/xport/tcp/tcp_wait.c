@@ -2,7 +2,8 @@
 /*
  * tcp://host:port, the CQ waiter (tcp_int.h): a caller sleeping in
  * gdx_xport_cq_wait takes the socket from a parked receive thread and
- * completes the answers and the peer's sends it reads itself.
+ * completes the answers and the peer's sends it reads itself, into device
+ * memory through the receive lane, whose producer it is meanwhile.
  */
 
 #include <errno.h>
@@ -38,65 +39,62 @@ static void w_unpop(struct tcp_ep *t, struct qent *r)
 	q_unpop(r, &t->recv_head, &t->recv_tail);
 }
 
-/* Owes the peer the response to its send id; -1 when that ended the connection. */
-static int w_owe(struct tcp_ep *t, uint64_t id)
+/* Ends the connection for err (an answer that could not be queued): -1. */
+static int w_fail(struct tcp_ep *t, int err)
 {
-	int ret = tcp_resp_owe(t, F_RESP, id, 0, 1);
-
-	if (!ret)
-		return 0;
 	pthread_mutex_lock(&t->lock);
-	tcp_kill_conn(t, ret);
+	tcp_kill_conn(t, err);
 	pthread_mutex_unlock(&t->lock);
 	return -1;
 }
 
 /*
- * A send of the peer whose header is at rpos, for the oldest receive: the
- * waiter receives it itself when that receive is the endpoint's own (not a
- * shared queue's), of host memory and large enough, with no kept message
- * before it, none being handed over (the receive thread, parked, defers no
- * completion), and the answers owed to the peer under their bound.  The payload
- * goes straight into the receive's buffer.  1: left to the receive thread,
- * nothing read; 0: received and completed, its response owed (t->resp);
- * -1: begun and handed to the receive thread (t->w_part), or the connection
- * ended.
+ * Completes what the waiter read, e: at once, or behind the effects it
+ * deferred on the receive lane's copies (w_lane), so nothing it completes
+ * overtakes a message it received into device memory.  0, or -1 when an
+ * answer could not be queued (the connection ended).
  */
-static int w_send(struct tcp_ep *t, const struct hdr *h)
+static int w_complete(struct tcp_ep *t, struct deff *e, int dev)
 {
-	struct gdx_xport_buf *b;
-	struct qent *r;
-	size_t have;
-	uint64_t got;
+	if (t->w_lane) {
+		int ret = tcp_defer(t, e, dev);
 
-	pthread_mutex_lock(&t->lock);
-	r = t->recv_head;
-	if (t->dead || !t->rx_parked || t->fe->opts.srq || !r || t->unexp_head ||
-	    (r->req->buf.kind != GDX_MEM_HOST && r->req->buf.kind != GDX_MEM_PINNED &&
-	     r->req->buf.dev) || h->len > r->req->buf.len ||
-	    atomic_load_explicit(&t->ans_held, memory_order_relaxed) + t->nresp + 1 >= t->ans_max) {
-		pthread_mutex_unlock(&t->lock);
-		return 1;
+		return ret ? w_fail(t, ret) : 0;
 	}
-	q_pop(&t->recv_head, &t->recv_tail);
-	pthread_mutex_unlock(&t->lock);
-	b = &r->req->buf;
-	t->rpos += sizeof(*h);
-	have = GDX_MIN(h->len, t->rlen - t->rpos);
-	if (have)
-		memcpy(b->p, t->rbuf + t->rpos, have);
-	t->rpos += have;
-	for (got = have; got < h->len;) {
-		struct pollfd pf = { .fd = t->fd, .events = POLLIN };
-		ssize_t n = recv(t->fd, (char *)b->p + got, h->len - got, MSG_DONTWAIT);
+	if (e->req)
+		gdx_xport_complete(e->req, e->st, e->st ? 0 : e->len);
+	if (e->has_resp) {
+		int ret = tcp_resp_owe(t, F_RESP, e->resp_id, 0, 1);
 
-		if (n > 0) {
-			got += (uint64_t)n;
+		if (ret)
+			return w_fail(t, ret);
+	}
+	return 0;
+}
+
+/*
+ * Up to n bytes of the payload at rpos into p: what rbuf holds, then from
+ * the socket as they come.  Fewer when the rest is late (W_PART_MS) or the
+ * socket has an error or its end, which is the receive thread's to see.
+ */
+static size_t w_fill(struct tcp_ep *t, char *p, size_t n)
+{
+	size_t got = GDX_MIN(n, t->rlen - t->rpos);
+
+	if (got)
+		memcpy(p, t->rbuf + t->rpos, got);
+	t->rpos += got;
+	while (got < n) {
+		struct pollfd pf = { .fd = t->fd, .events = POLLIN };
+		ssize_t r = recv(t->fd, p + got, n - got, MSG_DONTWAIT);
+
+		if (r > 0) {
+			got += (size_t)r;
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
+		if (r < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			int ready = poll(&pf, 1, W_PART_MS);
 
 			/* the zero-copy notifications of this socket's sends raise POLLERR too */
@@ -105,47 +103,155 @@ static int w_send(struct tcp_ep *t, const struct hdr *h)
 			if (ready > 0 && !(pf.revents & POLLHUP))
 				continue;
 		}
-		/*
-		 * The rest is late, or the socket has an error or its end, which
-		 * is the receive thread's to see: it finishes the message.
-		 */
-		pthread_mutex_lock(&t->lock);
-		if (t->dead) {
-			/* the receive thread may be gone already: the flush reports it */
-			w_unpop(t, r);
-		} else {
-			t->w_part.r = r;
-			t->w_part.id = h->id;
-			t->w_part.len = h->len;
-			t->w_part.got = got;
-		}
-		pthread_mutex_unlock(&t->lock);
-		return -1;
+		break;
 	}
-	/*
-	 * In order with the flush of a connection that ended meanwhile, which
-	 * completes the receives after this one (rule 2).
-	 */
+	return got;
+}
+
+/*
+ * Leaves the message begun into receive r (got bytes of frame h in place,
+ * or posted to the receive lane: dev; err, the lane failed it) to the
+ * receive thread, which finishes it (rx_part); or, the connection ending,
+ * gives r back for the flush to report.  -1.
+ */
+static int w_leave(struct tcp_ep *t, struct qent *r, const struct hdr *h, uint64_t got, int dev,
+		   int err)
+{
 	pthread_mutex_lock(&t->lock);
-	if (t->flushed)
-		gdx_xport_complete(r->req, GDX_EDISCONNECTED, 0);
-	else
-		gdx_xport_complete(r->req, 0, h->len);
+	if (t->dead) {
+		/* the receive thread may be gone already: the flush reports it */
+		w_unpop(t, r);
+	} else {
+		t->w_part.r = r;
+		t->w_part.id = h->id;
+		t->w_part.len = h->len;
+		t->w_part.got = got;
+		t->w_part.dev = dev;
+		t->w_part.err = err;
+	}
 	pthread_mutex_unlock(&t->lock);
-	free(r);
+	return -1;
+}
+
+/*
+ * w_send's message into device memory of the agent's device: received in
+ * pieces into the receive lane's ring, each one's copy posted to the agent
+ * as soon as it is in (as the receive thread's rx_lane_recv), and its
+ * completion and response deferred on the last one's mark (w_complete): the
+ * waiter is the lane's producer (w_lane), so the message costs the receive
+ * thread no wake-up.  A lane that fails on the way (the agent's fault: the
+ * lane goes on synchronously) leaves the rest to the receive thread to read
+ * and drop, and the message fails with the lane's error.
+ */
+static int w_dev(struct tcp_ep *t, struct qent *r, const struct hdr *h)
+{
+	struct gdx_stage *rx = t->rx_lane;
+	char *dst = r->req->buf.p;
+	struct deff e;
+	uint64_t got = 0;
+	int ret = 0;
+
+	while (got < h->len) {
+		struct gdx_stage_span sp;
+		size_t want, have;
+
+		ret = gdx_stage_reserve(rx, h->len - got, 0, &sp);
+		if (ret)
+			return w_leave(t, r, h, got, got > 0, ret);
+		want = sp.n;
+		have = w_fill(t, sp.p, want);
+		if (!have) {
+			gdx_stage_unreserve(rx, &sp);
+			return w_leave(t, r, h, got, got > 0, 0);
+		}
+		/* a late rest leaves the room past what came unused until this copy's mark */
+		sp.n = have;
+		/* a wait in the reserve may have found the agent failed: the lane went synchronous */
+		ret = tcp_rx_agent(rx) ? gdx_stage_post(rx, &sp, dst + got) :
+					 gdx_stage_ctx_status(t->stage);
+		if (!got)
+			gdx_counter_add(&t->ctr[C_RX_WAITER_DEV], 1);
+		got += have;
+		if (ret || have < want)
+			return w_leave(t, r, h, got, 1, ret);
+		gdx_stage_progress(rx);
+	}
 	gdx_counter_add(&t->ctr[C_RX_WAITER], 1);
 	t->w_done++;
-	return w_owe(t, h->id);
+	e = (struct deff){ .req = r->req, .len = h->len, .has_resp = 1, .resp_id = h->id };
+	free(r);
+	return w_complete(t, &e, got > 0);
+}
+
+/*
+ * A send of the peer whose header is at rpos, for the oldest receive: the
+ * waiter receives it itself when that receive is the endpoint's own (not a
+ * shared queue's), large enough, of host memory or device memory the copy
+ * agent serves (w_dev), with no kept message before it, none being handed
+ * over (the receive thread, parked, defers no completion), and the answers
+ * owed to the peer under their bound.  A host payload goes straight into
+ * the receive's buffer.  1: left to the receive thread, nothing read; 0:
+ * received, completed or its completion deferred, its response owed
+ * (t->resp); -1: begun and handed to the receive thread (t->w_part), or the
+ * connection ended.
+ */
+static int w_send(struct tcp_ep *t, const struct hdr *h)
+{
+	struct gdx_xport_buf *b;
+	struct deff e;
+	struct qent *r;
+	uint64_t got;
+	int dev;
+
+	pthread_mutex_lock(&t->lock);
+	r = t->recv_head;
+	b = r ? &r->req->buf : NULL;
+	dev = b && b->kind != GDX_MEM_HOST && b->kind != GDX_MEM_PINNED && b->dev;
+	if (t->dead || !t->rx_parked || t->fe->opts.srq || !r || t->unexp_head ||
+	    (dev && (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) != b->dev ||
+		     !tcp_rx_agent(t->rx_lane))) || h->len > b->len ||
+	    atomic_load_explicit(&t->ans_held, memory_order_relaxed) + t->nresp + 1 >= t->ans_max) {
+		pthread_mutex_unlock(&t->lock);
+		return 1;
+	}
+	q_pop(&t->recv_head, &t->recv_tail);
+	/* the receive thread, parked, has no effect deferred: the lane is this thread's now */
+	if (dev)
+		t->w_lane = 1;
+	pthread_mutex_unlock(&t->lock);
+	t->rpos += sizeof(*h);
+	if (dev)
+		return w_dev(t, r, h);
+	got = w_fill(t, b->p, h->len);
+	if (got < h->len)
+		return w_leave(t, r, h, got, 0, 0);
+	gdx_counter_add(&t->ctr[C_RX_WAITER], 1);
+	t->w_done++;
+	e = (struct deff){ .req = r->req, .len = h->len, .has_resp = 1, .resp_id = h->id };
+	if (!t->w_lane) {
+		/*
+		 * In order with the flush of a connection that ended meanwhile,
+		 * which completes the receives after this one (rule 2).  (The
+		 * lane's producer is waited for before the flush.)
+		 */
+		pthread_mutex_lock(&t->lock);
+		gdx_xport_complete(r->req, t->flushed ? GDX_EDISCONNECTED : 0,
+				   t->flushed ? 0 : h->len);
+		pthread_mutex_unlock(&t->lock);
+		e.req = NULL;
+	}
+	free(r);
+	return w_complete(t, &e, 0);
 }
 
 /*
  * A CQ waiter holding the socket: reads what is there without blocking and
- * completes the answers that carry no payload and the peer's sends into host
- * receives (w_send), in order, up to the first frame it leaves to the receive
- * thread.  The responses it owes for the sends go out before it hands the
- * socket back (tcp_wait), ahead of any the receive thread will owe.  1: it
- * read the end of the stream, which the receive thread must see (the socket's
- * edge is spent).
+ * completes the answers that carry no payload and the peer's sends (w_send),
+ * in order, up to the first frame it leaves to the receive thread.  The
+ * responses it owes for the sends go out before it hands the socket back
+ * (tcp_wait), ahead of any the receive thread will owe.  1: it read the end
+ * of the stream, which the receive thread must see (the socket's edge is
+ * spent).
  */
 static int w_read(struct tcp_ep *t)
 {
@@ -154,6 +260,7 @@ static int w_read(struct tcp_ep *t)
 
 		while (t->rlen - t->rpos >= sizeof(struct hdr)) {
 			struct qent *q;
+			struct deff e;
 			struct hdr h;
 			int st;
 
@@ -179,10 +286,12 @@ static int w_read(struct tcp_ep *t)
 			if (st)
 				return 0;
 			t->rpos += sizeof(h);
-			gdx_xport_complete(q->req, h.status, h.status ? 0 : q->req->buf.len);
+			e = (struct deff){ .req = q->req, .st = h.status, .len = q->req->buf.len };
 			free(q);
 			gdx_counter_add(&t->ctr[C_RX_WAITER], 1);
 			t->w_done++;
+			if (w_complete(t, &e, 0))
+				return 0;
 		}
 		if (!more)
 			return 0;
@@ -275,27 +384,68 @@ static int w_worth(struct tcp_ep *t)
 	return t->on_wire > 0 || (t->recv_head && !t->unexp_head && !t->fe->opts.srq);
 }
 
-/* The holder hands the socket back to the receive thread.  Lock held. */
-static void w_give_back(struct tcp_ep *t)
+/*
+ * The waiter is done with the receive lane (w_lane), its effects run or
+ * left to the receive thread with the socket: that thread may use the lane
+ * again, for kept messages a post asked it to hand over meanwhile too, and
+ * its teardown may go on.  Lock held.
+ */
+static void w_lane_end(struct tcp_ep *t)
 {
-	t->w_reader = 0;
-	__atomic_store_n(&t->w_lent, 0, __ATOMIC_RELAXED);
-	w_move(t, t->w_epfd, t->rx_epfd);
-	gdx_counter_add(&t->ctr[C_RX_GIVES], 1);
-	if (t->rlen > t->rpos || t->w_part.r)
+	t->w_lane = 0;
+	pthread_cond_broadcast(&t->rx_cond);
+	if (atomic_load_explicit(&t->kept_kick, memory_order_relaxed))
 		tcp_rx_wakeup(t);
 }
 
 /*
- * Gives a lent socket back (tcp_wait): a poll found the CQ empty and no
- * answer posted, or the receive thread's timed park ended.
+ * The holder hands the socket back to the receive thread, and the receive
+ * lane with the effects it deferred there, if any.  Lock held.
  */
-void tcp_lend_end(struct tcp_ep *t)
+static void w_give_back(struct tcp_ep *t)
+{
+	int lane = t->w_lane;
+
+	t->w_reader = 0;
+	__atomic_store_n(&t->w_lent, 0, __ATOMIC_RELAXED);
+	w_move(t, t->w_epfd, t->rx_epfd);
+	gdx_counter_add(&t->ctr[C_RX_GIVES], 1);
+	if (lane)
+		w_lane_end(t);
+	if (t->rlen > t->rpos || t->w_part.r || lane)
+		tcp_rx_wakeup(t);
+}
+
+/*
+ * The held response goes with an answer the caller posted: queued ahead of a
+ * device frame (tcp_held_lead), or taken with one by the transmit thread
+ * (still held, no longer queued: a lone one it leaves queued).  Lock held.
+ */
+static int w_resp_carried(struct tcp_ep *t)
+{
+	const struct txi *x = t->txq_head;
+
+	if (tcp_held_lead(t))
+		return 1;
+	while (x && !x->hold)
+		x = x->next;
+	return !x && atomic_load_explicit(&t->resp_held, memory_order_relaxed);
+}
+
+/*
+ * Gives a lent socket back (tcp_wait): a poll found the CQ empty and no
+ * answer posted (poll), or the receive thread's timed park ended.  A poll
+ * that finds the held response going with a device frame posted since
+ * leaves it lent: the answer was posted, and the transmit thread sends the
+ * response in its train once the frame's copy lands; the caller's next
+ * sleep takes the socket over.
+ */
+void tcp_lend_end(struct tcp_ep *t, int poll)
 {
 	if (!__atomic_load_n(&t->w_lent, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&t->lock);
-	if (t->w_lent)
+	if (t->w_lent && !(poll && w_resp_carried(t)))
 		w_give_back(t);
 	pthread_mutex_unlock(&t->lock);
 }
@@ -358,14 +508,28 @@ void tcp_wait(void *priv, int sleeping)
 	if (!dead)
 		end = w_read(t);
 	/*
+	 * Messages it received into device memory complete once their copies
+	 * landed: it waits for them, as the receive thread before it parks,
+	 * reading what comes meanwhile, unless it leaves the socket to the
+	 * receive thread anyway (which then runs them).
+	 */
+	while (!end && t->w_lane && t->rpos == t->rlen && !t->w_part.r &&
+	       !__atomic_load_n(&t->dead, __ATOMIC_ACQUIRE) && tcp_rx_deferred(t) &&
+	       tcp_lane_idle(t) > 0)
+		end = w_read(t);
+	/*
 	 * Responses to the sends it received are queued before any the receive
 	 * thread will owe, held for the caller's next post (tcp_resp_hold).
 	 */
 	ret = tcp_resp_hold(t);
+	if (!ret && t->w_lane)
+		ret = t->rx_err;
 	pthread_mutex_lock(&t->lock);
 	if (ret)
 		tcp_kill_conn(t, ret);
-	if (end || t->dead || t->rlen > t->rpos || t->w_part.r)
+	if (t->w_lane && !tcp_rx_deferred(t))
+		w_lane_end(t);
+	if (end || t->dead || t->rlen > t->rpos || t->w_part.r || t->w_lane)
 		w_give_back(t);
 out:
 	pthread_mutex_unlock(&t->lock);
