@@ -502,6 +502,8 @@ struct sink {
 	uint64_t got;
 };
 
+#define SINK_MAX ((size_t)256 << 10)
+
 /* Reads whatever has arrived, up to size bytes a call: the receiver of a batching peer. */
 static void *sink_main(void *arg)
 {
@@ -550,7 +552,8 @@ static double raw_tcp_bw(struct cfg *c, size_t size)
 		return -EIO;
 	}
 	cur = calloc((size_t)cnt, sizeof(*cur));
-	s = (struct sink){ .fd = p.b, .size = GDX_MIN(size * (size_t)cnt, (size_t)4 << 20) };
+	/* the sink's buffer stays cache-sized, as the transport's receive buffers do */
+	s = (struct sink){ .fd = p.b, .size = GDX_MAX(size, GDX_MIN(size * (size_t)cnt, SINK_MAX)) };
 	if (!cur || pthread_create(&th, NULL, sink_main, &s)) {
 		close(p.a);
 		close(p.b);
