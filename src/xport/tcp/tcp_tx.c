@@ -434,15 +434,7 @@ static int tx_send_staged(struct tcp_ep *t, struct txi *list, const struct txi *
 		ret = tcp_send_iov(t, v, cnt, 0, &sent);
 		if (ret)
 			return ret;
-		while (cnt && sent >= v->iov_len) {
-			sent -= v->iov_len;
-			v++;
-			cnt--;
-		}
-		if (cnt) {
-			v->iov_base = (char *)v->iov_base + sent;
-			v->iov_len -= sent;
-		}
+		v = gdx_iov_advance(v, &cnt, sent);
 	}
 	return 0;
 }
