@@ -57,7 +57,7 @@ DEV_G=$(dev_of $NQN_G) || exit 1
 echo "nvmet: $DEV_K  gdx: $DEV_G  ($(nproc) vCPUs; gdx options: $*; fio on CPUs '$FIO_CPUS')"
 
 # one fio job, terse output; its device and job options follow
-FIO=(fio --name=j --direct=1 --ioengine=libaio --runtime="$RUNTIME" --time_based --size=$SIZE
+FIO=(fio --name=j --direct=1 --ioengine=libaio --runtime="$RUNTIME" --time_based --size="$SIZE"
      --output-format=terse --terse-version=3 ${FIO_CPUS:+--cpus_allowed=$FIO_CPUS})
 # run LABEL DEV KEY fio-args...: one run, one RESULT line (IOPS, or KiB/s for bw)
 run() {

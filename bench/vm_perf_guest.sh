@@ -16,7 +16,7 @@ echo -1 > /proc/sys/kernel/perf_event_paranoid
 echo 0 > /proc/sys/kernel/kptr_restrict
 
 perf_run() {
-  local name=$1 o=$PERF_DIR/out/$1 d=/tmp/perf-$1.data; shift
+  local o=$PERF_DIR/out/$1 d=/tmp/perf-$1.data; shift
   perf_ stat -a -A -x, -e cpu-clock,context-switches,cpu-migrations,raw_syscalls:sys_enter \
     -o "$o.stat" -- "$@" > "$o.out" 2>&1
   perf_ record -q -a -g -F 999 -e cpu-clock -e raw_syscalls:sys_enter -o "$d" -- "$@" \
