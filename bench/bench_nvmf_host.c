@@ -520,7 +520,8 @@ static void usage(FILE *f)
 		"  -t, --time S        seconds per measurement (default 3)\n"
 		"  -r, --rounds N      measurements per point, alternating kernel and gdx; medians\n"
 		"                      are reported (default 3)\n"
-		"      --qd LIST       4 KiB random-read depths (default 1,32,128)\n"
+		"      --qd LIST       4 KiB random-read depths (default 1,32,128); none: only\n"
+		"                      the bandwidth test (one job to profile)\n"
 		"      --bw-bs BYTES   bandwidth test read size (default 128k)\n"
 		"      --bw-qd N       bandwidth test depth (default 32)\n"
 		"      --queues N      I/O queues   --depth N   entries per queue\n"
@@ -871,8 +872,8 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 			}
 			break;
 		case 'q':
-			n = parse_list(optarg, c.qds, 8);
-			if (n <= 0) {
+			n = strcmp(optarg, "none") ? parse_list(optarg, c.qds, 8) : 0;
+			if (n < 0 || (!n && strcmp(optarg, "none"))) {
 				usage(stderr);
 				return 2;
 			}

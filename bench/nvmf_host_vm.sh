@@ -12,7 +12,8 @@
 #
 #   bench/nvmf_host_vm.sh [SECONDS] [gdx bench args...]
 #   (GDX_BUILDDIR picks the build, default build; GDX_NVMF_HOST_* knobs and GDX_DEVICE
-#   are passed in)
+#   are passed in; PERF_OUT=DIR: then the 128 KiB job once more on each host, profiled
+#   with perf, reports in DIR: bench/vm_perf.sh)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${GDX_BUILDDIR:-$top/build}
@@ -29,6 +30,8 @@ ldd "$gdx" | awk '/=> \// { print $3 }' | grep -vE '/libc\.so|/ld-linux' | while
 done
 # the caller's GDX_NVMF_HOST_* knobs and GDX_DEVICE (emulated: pinned, gpu:0 memory
 # in a guest without a GPU) reach the gdx host in the guest
+. "$top/bench/vm_perf.sh"
+vm_perf_share "$share" || exit 1
 hostknobs=$(env | grep -E '^GDX_(NVMF_HOST_[A-Z_0-9]*|DEVICE)=[^ ]*$' | tr '\n' ' ')
 cat >"$share/guest.sh" <<GUEST
 #!/bin/bash
@@ -59,9 +62,20 @@ LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 $hostknobs/share/gdx benc
   --transport \$TR -a \$A -s 4420 -n \$NQN --fio-dev /dev/nvme0n1 -t $secs --queues \$(nproc) \
   \$([ \$TR = rdma ] && echo --no-tcp) "\${@}"
 rc=\$?
+if [ -x /share/perf/perf ]; then
+  . /share/perf/vm_perf_guest.sh
+  perf_run kernel-bw fio --name=j --filename=/dev/nvme0n1 --direct=1 --ioengine=libaio \
+    --rw=randread --bs=128k --iodepth=32 --runtime=$secs --time_based --norandommap
+  perf_run gdx-bw env LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 $hostknobs \
+    /share/gdx bench nvmf-host --transport \$TR -a \$A -s 4420 -n \$NQN -t $secs --rounds 1 \
+    --queues \$(nproc) --qd none \$([ \$TR = rdma ] && echo --no-tcp) "\${@}"
+fi
 nvme disconnect -n \$NQN >/dev/null
 exit \$rc
 GUEST
 chmod +x "$share/guest.sh"
 VM_SHARE=$share VM_CPUS=${VM_CPUS:-2} VM_TIMEOUT=${VM_TIMEOUT:-900} \
   "$top/tests/interop/vm.sh" run "$share/guest.sh" "${@:2}"
+rc=$?
+vm_perf_collect "$share"
+exit $rc

@@ -56,27 +56,42 @@ DEV_K=$(dev_of $NQN_K) || exit 1
 DEV_G=$(dev_of $NQN_G) || exit 1
 echo "nvmet: $DEV_K  gdx: $DEV_G  ($(nproc) vCPUs; gdx options: $*; fio on CPUs '$FIO_CPUS')"
 
+# one fio job, terse output; its device and job options follow
+FIO=(fio --name=j --direct=1 --ioengine=libaio --runtime="$RUNTIME" --time_based --size="$SIZE"
+     --output-format=terse --terse-version=3 ${FIO_CPUS:+--cpus_allowed=$FIO_CPUS})
 # run LABEL DEV KEY fio-args...: one run, one RESULT line (IOPS, or KiB/s for bw)
 run() {
   local label=$1 dev=$2 key=$3 field; shift 3
   case $key in bw*) field=7 ;; *) field=8 ;; esac
-  echo "RESULT $label $key $(fio --name=j --filename="$dev" --direct=1 --ioengine=libaio \
-    --runtime=$RUNTIME --time_based --size=$SIZE --output-format=terse --terse-version=3 \
-    ${FIO_CPUS:+--cpus_allowed=$FIO_CPUS} "$@" 2>/dev/null | awk -F';' -v f=$field '{print $f}')"
+  echo "RESULT $label $key $("${FIO[@]}" --filename="$dev" "$@" 2>/dev/null | awk -F';' -v f=$field '{print $f}')"
+}
+job_args() {
+  case $1 in
+    qd*) echo --rw=randread --bs=4k --iodepth=${1#qd} ;;
+    bw) echo --rw=read --bs=128k --iodepth=32 ;;
+  esac
 }
 for r in $(seq "$ROUNDS"); do
   for job in $JOBS; do
-    case $job in
-      qd*) set -- iops_$job --rw=randread --bs=4k --iodepth=${job#qd} ;;
-      bw) set -- bw_128k_kib --rw=read --bs=128k --iodepth=32 ;;
-    esac
+    case $job in qd*) key=iops_$job ;; bw) key=bw_128k_kib ;; esac
+    # shellcheck disable=SC2046 # job_args is a list of options
     if [ $((r % 2)) = 1 ]; then
-      run nvmet $DEV_K "$@"; run gdx $DEV_G "$@"
+      run nvmet $DEV_K $key $(job_args $job); run gdx $DEV_G $key $(job_args $job)
     else
-      run gdx $DEV_G "$@"; run nvmet $DEV_K "$@"
+      run gdx $DEV_G $key $(job_args $job); run nvmet $DEV_K $key $(job_args $job)
     fi
   done
 done
+# PERF_OUT (bench/vm_perf.sh): each job once more on each target, profiled
+if [ -x /share/perf/perf ]; then
+  . /share/perf/vm_perf_guest.sh
+  for job in $JOBS; do
+    # shellcheck disable=SC2046
+    perf_run nvmet-$job "${FIO[@]}" --filename=$DEV_K $(job_args $job)
+    # shellcheck disable=SC2046
+    perf_run gdx-$job "${FIO[@]}" --filename=$DEV_G $(job_args $job)
+  done
+fi
 nvme disconnect -n $NQN_K >/dev/null
 nvme disconnect -n $NQN_G >/dev/null
 # how many commands each of the gdx target's queues took per ibv_post_send (RDMA)

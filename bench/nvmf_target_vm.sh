@@ -11,7 +11,8 @@
 #       subset of "qd1 qd32 qd128 bw"; GDX_OPTS, the gdx target's options (default: one
 #       reactor on the last vCPU, following the host at depth <= 2, polling up to 1 ms);
 #       FIO_CPUS, where fio runs for both targets (default: every vCPU but the last);
-#       VM_CPUS (default 2), VM_CACHE as for tests/interop; TRANSPORT tcp or rdma)
+#       VM_CPUS (default 2), VM_CACHE as for tests/interop; TRANSPORT tcp or rdma; PERF_OUT,
+#       a folder for perf profiles of one more run of each job on each target: bench/vm_perf.sh)
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$top/build}
@@ -21,6 +22,8 @@ share=$(mktemp -d); trap 'rm -rf "$share"' EXIT
 mkdir "$share/lib"
 cp "$gdx" "$share/gdx"
 cp "$top/bench/nvmf_target_guest.sh" "$share/"
+. "$top/bench/vm_perf.sh"
+vm_perf_share "$share" || exit 1
 # the guest image lacks some of gdx's libraries: bring them along
 ldd "$gdx" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|librt)\.so' |
   xargs -r cp -t "$share/lib/"
@@ -34,6 +37,7 @@ VM_SHARE=$share VM_CPUS=$cpus VM_TIMEOUT=${VM_TIMEOUT:-600} \
   "${ROUNDS:-3}" "${JOBS:-qd1 qd32 qd128 bw}" "$fio_cpus" "${TRANSPORT:-tcp}" \
   ${GDX_OPTS:--r 1 --cpus $last --follow --poll-us 1000} |
   tee "$share/out.log" | grep -E 'nvmet:|rror|vm.sh\]|gdx posts:'
+vm_perf_collect "$share"
 python3 - "$share/out.log" "${TRANSPORT:-tcp}" <<'PY'
 import statistics, sys
 runs = {}

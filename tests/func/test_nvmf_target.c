@@ -983,6 +983,13 @@ static void test_aen_and_keepalive(void **state)
 	assert_int_equal(list[0], 4);
 	assert_int_equal(list[1], 0);
 
+	/* traffic keeps it alive (TBKAS): commands, no Keep Alive, for 1.75 x (KATO + KAS) */
+	for (int i = 0; i < 7; i++) {
+		usleep(500000);
+		sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_GET_FEATURES,
+					     .cdw10 = GDX_NVME_FEAT_KATO };
+		assert_int_equal(run_cmd(&h, &sqe, NULL, 0, false, NULL, 0, NULL), 0);
+	}
 	/* no keep-alive for KATO (1 s) + KAS: the controller is torn down */
 	pfd = (struct pollfd){ .fd = h.fd, .events = POLLIN };
 	assert_int_equal(poll(&pfd, 1, 6000), 1);

@@ -96,5 +96,12 @@ check "disconnect again" nvme disconnect -n "$NQN"
 check "device gone again" wait_gone /dev/nvme0n1
 kill "$tpid"; wait "$tpid"
 check "target stops cleanly" test $? = 0
+# a polling reactor looks at the clock and at epoll (each a system call in this guest,
+# whose clock source is an HPET) once in 16 polls, not at every poll
+rl=$(grep -m1 -oE 'rdma reactor 0: [0-9]+ polls of its completion queues, [0-9]+ clock reads, [0-9]+ event waits' /tmp/target.log)
+echo "  target: $rl"
+read -r polls clocks waits <<<"$(echo "$rl" | grep -oE '[0-9]+ (polls|clock|event)' | cut -d' ' -f1 | tr '\n' ' ')"
+check "  polling: the clock read at most once in 4 polls" test "${polls:-0}" -gt 0 -a "$((4 * ${clocks:-0}))" -le "${polls:-0}"
+check "  polling: epoll asked at most once in 4 polls" test "$((4 * ${waits:-0}))" -le "${polls:-0}"
 grep -Ev 'DEBUG' /tmp/target.log | tail -20 | sed 's/^/  target: /'
 finish

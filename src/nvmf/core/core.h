@@ -274,6 +274,7 @@ struct nvmf_ctrl {
 	_Atomic uint32_t csts;
 	_Atomic uint32_t kato_ms;
 	_Atomic uint64_t ka_deadline_ns;	/* 0: no keep-alive */
+	_Atomic bool ka_traffic;		/* a command since the last expiry check */
 	_Atomic bool fatal;
 	_Atomic uint16_t nr_io_queues;
 	struct nvmf_sq *sqs[NVMF_MAX_IO_QUEUES + 1];	/* connected queues, under tgt->lock */

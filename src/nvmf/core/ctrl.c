@@ -55,12 +55,28 @@ static bool cntlid_in_use(struct nvmf_tgt *t, uint16_t id)
 	return false;
 }
 
-static void ka_rearm(struct nvmf_ctrl *c)
+static void ka_rearm_at(struct nvmf_ctrl *c, uint64_t now_ns)
 {
 	if (c->kato_ms)
 		atomic_store(&c->ka_deadline_ns,
-			     gdx_now_ns() + (uint64_t)c->kato_ms * 1000000ull +
-				     NVMF_KAS * 100000000ull);
+			     now_ns + (uint64_t)c->kato_ms * 1000000ull + NVMF_KAS * 100000000ull);
+}
+
+static void ka_rearm(struct nvmf_ctrl *c)
+{
+	ka_rearm_at(c, gdx_now_ns());
+}
+
+/*
+ * Traffic-based keep-alive (TBKAS) without a clock read per command: a
+ * command marks the controller, and the next expiry check (once a second, by
+ * a reactor's tick) re-arms from its own time, as nvmet's reset_tbkas does.
+ * Expiry comes at most a tick later than it would from the command's time.
+ */
+static void ka_traffic(struct nvmf_ctrl *c)
+{
+	if (!atomic_load_explicit(&c->ka_traffic, memory_order_relaxed))
+		atomic_store_explicit(&c->ka_traffic, true, memory_order_relaxed);
 }
 
 bool nvmf_sq_expired(struct nvmf_sq *sq, uint64_t now_ns)
@@ -70,10 +86,13 @@ bool nvmf_sq_expired(struct nvmf_sq *sq, uint64_t now_ns)
 
 bool nvmf_ctrl_ka_expired(struct nvmf_ctrl *c, uint64_t now_ns)
 {
-	uint64_t d = atomic_load(&c->ka_deadline_ns);
+	uint64_t d;
 
 	if (atomic_load(&c->fatal))
 		return true;
+	if (atomic_exchange(&c->ka_traffic, false))
+		ka_rearm_at(c, now_ns);
+	d = atomic_load(&c->ka_deadline_ns);
 	if (d && now_ns > d) {
 		if (!atomic_exchange(&c->fatal, true)) {
 			atomic_fetch_or(&c->csts, GDX_NVME_CSTS_CFS);
@@ -593,7 +612,7 @@ uint16_t nvmf_req_prep(struct nvmf_req *req)
 	if (atomic_load(&c->fatal))
 		return GDX_NVME_SC_INTERNAL;
 	/* traffic-based keep-alive (CTRATT.TBKAS) */
-	ka_rearm(c);
+	ka_traffic(c);
 	if (sq->qid == 0)
 		return nvmf_admin_prep(req);
 	if (!ctrl_ready(c))

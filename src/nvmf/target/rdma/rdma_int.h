@@ -78,6 +78,7 @@
 #define DRAIN_NS (2ull * 1000000000)
 #define MAX_DEVS 8		/* RDMA devices a reactor serves */
 #define LISTEN_BACKLOG 128
+#define POLL_CHECK 16		/* polls between two looks at the clock and epoll (reactor_main) */
 
 enum ev_kind { EV_LISTEN_CM, EV_CM, EV_CQ, EV_WAKE, EV_IOCTX, EV_ASYNC };
 
@@ -229,6 +230,9 @@ struct rdma_reactor {
 	unsigned nhandoff, handoff_cap;
 	struct rdma_queue *queues;
 	bool polling;		/* inside a --poll-us window: completion queues left unarmed */
+	/* logged at the end: polling passes, clock reads and epoll_waits (with or without a
+	 * timeout), for the system calls a pass costs */
+	uint64_t npolls, nclock, nwaits;
 	struct rdma_queue **reap;
 	unsigned nreap, reap_cap;
 	struct nvmf_log_limit hold_log;
