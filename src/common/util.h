@@ -34,25 +34,6 @@ static inline void gdx_cpu_relax(void)
 	__builtin_ia32_pause();
 #elif defined(__aarch64__)
 	__asm__ __volatile__("yield");
-/*
- * The iovecs left after n of their bytes went (a short sendmsg or recvmsg):
- * whole ones are stepped over, the first partial one trimmed in place; *cnt
- * becomes the number left.
- */
-static inline struct iovec *gdx_iov_advance(struct iovec *iov, int *cnt, size_t n)
-{
-	while (*cnt > 0 && n >= iov->iov_len) {
-		n -= iov->iov_len;
-		iov++;
-		(*cnt)--;
-	}
-	if (*cnt > 0) {
-		iov->iov_base = (char *)iov->iov_base + n;
-		iov->iov_len -= n;
-	}
-	return iov;
-}
-
 #endif
 }
 
