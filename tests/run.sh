@@ -19,7 +19,7 @@ builds=${GDX_TEST_BUILDS:-"release asan tsan"}
 # Not the tcp run with spinning receive threads: under TSan, on CI's two cores, it ran
 # past its tripled timeout (360 s; 27f780a) where the plain tcp run took 235 s. The
 # plain tcp run itself took 186-348 s on a loaded machine (session 9), hence x5.
-tsan_tests=(--timeout-multiplier 5 test_device test_xport_tcp_wire test_xport_conformance_loop
+tsan_tests=(--timeout-multiplier 5 test_device test_xport_tcp_wire test_xport_tcp_paths test_xport_conformance_loop
   test_xport_conformance_tcp train_step_xport gdx_bench_xport fuzz_xport_tcp)
 # the transport's server under abuse (tests/fault): a flood, idle connections, a storm
 tsan_tests+=(test_xport_tcp_abuse)

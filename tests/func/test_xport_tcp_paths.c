@@ -1,0 +1,936 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tcp transport's short paths, seen from a raw peer on the wire (the
+ * hello and frames by hand, xport_raw.h) and counted by the endpoints'
+ * counters: a post that writes the socket itself, a sleeping caller that
+ * receives for itself (host and device memory), a response held for the
+ * caller's next post, a socket lent to the caller's next wait.  Each test
+ * asserts the count of the path it is about, so that losing the path fails it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gdx/device.h>
+#include <gdx/gdx.h>
+#include <gdx/xport.h>
+
+#include <json-c/json.h>
+
+#include "common/config.h"
+#include "common/stats.h"
+#include "tcp_frame.h"
+#include "test.h"
+#include "xport_raw.h"
+
+/* Counter `name` of the tcp endpoints alive (stats scopes xport.tcp.N), summed. */
+static uint64_t tcp_counter(const char *name)
+{
+	struct json_object *root = gdx_stats_json(), *v;
+	uint64_t sum = 0;
+
+	assert_non_null(root);
+	json_object_object_foreach(root, scope, set) {
+		if (!strncmp(scope, "xport.tcp.", 10) && json_object_object_get_ex(set, name, &v))
+			sum += json_object_get_uint64(v);
+	}
+	json_object_put(root);
+	return sum;
+}
+
+/* Reads a frame of the endpoint and its n-byte payload, which must be fill `seed`. */
+static struct frame recv_frame(int fd, size_t n, unsigned seed)
+{
+	unsigned char *got = malloc(n), *want = malloc(n);
+	struct frame f;
+
+	assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	assert_int_equal(f.len, n);
+	assert_int_equal(recv(fd, got, n, MSG_WAITALL), (ssize_t)n);
+	t_fill(want, n, seed);
+	assert_memory_equal(got, want, n);
+	free(got);
+	free(want);
+	return f;
+}
+
+/*
+ * Reads the response to send resp_id and a send of n bytes, fill `seed`,
+ * in either order (a response held for a post goes ahead of it, one that
+ * missed it after), and returns the send's frame.
+ */
+static struct frame recv_resp_and_send(int fd, uint64_t resp_id, size_t n, unsigned seed)
+{
+	struct frame f, sf = { 0 };
+	int resp = 0, send = 0;
+
+	while (!resp || !send) {
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_PEEK | MSG_WAITALL), sizeof(f));
+		if (f.type == TF_RESP) {
+			assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+			assert_false(resp);
+			assert_int_equal(f.id, resp_id);
+			assert_int_equal(f.status, 0);
+			resp = 1;
+		} else {
+			assert_false(send);
+			sf = recv_frame(fd, n, seed);
+			assert_int_equal(sf.type, TF_SEND);
+			send = 1;
+		}
+	}
+	return sf;
+}
+
+/* Answers request frame f and waits for its completion. */
+static void answer(int fd, struct gdx_xport_cq *cq, const struct frame *f, uint64_t wr_id)
+{
+	struct gdx_xport_cqe e;
+
+	send_frame(fd, TF_RESP, f->id, 0, 0);
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	assert_int_equal(e.wr_id, wr_id);
+	assert_int_equal(e.status, 0);
+}
+
+/*
+ * A post at an idle transmit side writes the socket from the posting thread:
+ * a 4 KiB send at depth 1, and (zero-copy off) a 128 KiB one, which a
+ * loopback socket's default buffers take unread, are counted as written by
+ * the poster, none by the transmit thread.  A 16 MiB send the unread socket
+ * cannot take is begun by the poster and finished by the transmit thread
+ * (counted once, handed), in one piece.
+ */
+static void test_post_writes_socket(void **state)
+{
+	enum { MID = 128 << 10, BIG = 16 << 20 };
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	unsigned char *buf = malloc(BIG);
+	struct frame f;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_zerocopy", "0"), 0);
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+
+	t_fill(buf, 4096, 1);
+	assert_int_equal(gdx_xport_post_send(ep, buf, 4096, 1, 0), 0);
+	assert_int_equal(tcp_counter("tx_direct"), 1);
+	assert_int_equal(tcp_counter("tx_handed"), 0);
+	f = recv_frame(fd, 4096, 1);
+	assert_int_equal(f.type, TF_SEND);
+	answer(fd, cq, &f, 1);
+
+	t_fill(buf, MID, 2);
+	assert_int_equal(gdx_xport_post_send(ep, buf, MID, 2, 0), 0);
+	assert_int_equal(tcp_counter("tx_direct"), 2);
+	assert_int_equal(tcp_counter("tx_handed"), 0);
+	f = recv_frame(fd, MID, 2);
+	answer(fd, cq, &f, 2);
+
+	t_fill(buf, BIG, 3);
+	assert_int_equal(gdx_xport_post_send(ep, buf, BIG, 3, 0), 0);
+	/* the socket took what it could: the rest is the transmit thread's */
+	f = recv_frame(fd, BIG, 3);
+	answer(fd, cq, &f, 3);
+	assert_int_equal(tcp_counter("tx_direct"), 2);
+	assert_int_equal(tcp_counter("tx_handed"), 1);
+
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	assert_int_equal(gdx_config_set("xport.tcp_zerocopy", "1"), 0);
+	free(buf);
+}
+
+/*
+ * A small send of device memory posted at an idle transmit side is written
+ * by the posting thread once its stage copy landed (it waits a moment for
+ * it), not handed to the transmit thread: tx_direct goes up by one, tx_handed
+ * not, and the bytes are the device buffer's.  The copy may be slow to land
+ * on a busy machine (the poster then wakes the transmit thread, as before),
+ * so a few tries.
+ */
+static void test_post_writes_device(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 50 && !done; i++) {
+		uint64_t d0 = tcp_counter("tx_direct"), h0 = tcp_counter("tx_handed");
+		struct frame f;
+
+		t_fill(want, SZ, 1100 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 1200 + i, 0), 0);
+		f = recv_frame(fd, SZ, 1100 + i);
+		assert_int_equal(f.type, TF_SEND);
+		answer(fd, cq, &f, 1200 + i);
+		done = tcp_counter("tx_direct") - d0 == 1 && tcp_counter("tx_handed") == h0;
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
+struct late_send {
+	int fd;
+	uint64_t id;
+	size_t n, first;	/* payload bytes, and those sent with the header */
+	unsigned seed;
+	int ms;			/* before the header, and again before the rest */
+};
+
+static void *late_send_main(void *arg)
+{
+	struct late_send *ls = arg;
+	unsigned char *p = malloc(ls->n);
+
+	t_fill(p, ls->n, ls->seed);
+	usleep((useconds_t)ls->ms * 1000);
+	send_frame(ls->fd, TF_SEND, ls->id, ls->n, 0);
+	assert_int_equal(send(ls->fd, p, ls->first, MSG_NOSIGNAL), (ssize_t)ls->first);
+	if (ls->first < ls->n) {
+		usleep((useconds_t)ls->ms * 1000);
+		assert_int_equal(send(ls->fd, p + ls->first, ls->n - ls->first, MSG_NOSIGNAL),
+				 (ssize_t)(ls->n - ls->first));
+	}
+	free(p);
+	return NULL;
+}
+
+/*
+ * A caller asleep in gdx_xport_cq_wait with a host receive posted reads the
+ * peer's send itself: the message completes without the receive thread
+ * (counted rx_waiter).  One whose payload stops half-way for longer than the
+ * waiter waits is finished by the receive thread (rx_part), in one piece,
+ * answered once.  The waiter takes the socket only from a receive thread
+ * parked between frames, so each kind gets a few tries.
+ */
+static void test_waiter_receives(void **state)
+{
+	enum { N = 5, SZ = 64 << 10 };
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	unsigned char *rx = malloc(SZ), *want = malloc(SZ);
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (int part = 0; part < 2; part++) {
+		const char *ctr = part ? "rx_part" : "rx_waiter";
+		uint64_t base = tcp_counter(ctr);
+
+		for (int i = 0; i < N && tcp_counter(ctr) == base; i++) {
+			unsigned seed = 10 * (unsigned)part + (unsigned)i;
+			struct late_send ls = { .fd = fd, .id = seed + 1, .n = SZ,
+						.first = part ? SZ / 2 : SZ, .seed = seed, .ms = 30 };
+			struct frame f;
+			pthread_t th;
+
+			memset(rx, 0, SZ);
+			assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, seed), 0);
+			pthread_create(&th, NULL, late_send_main, &ls);
+			while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+				assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+			pthread_join(th, NULL);
+			assert_int_equal(e.wr_id, seed);
+			assert_int_equal(e.status, 0);
+			assert_int_equal(e.len, SZ);
+			t_fill(want, SZ, seed);
+			assert_memory_equal(rx, want, SZ);
+			assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+			assert_int_equal(f.type, TF_RESP);
+			assert_int_equal(f.id, seed + 1);
+			assert_int_equal(f.status, 0);
+		}
+		assert_true(tcp_counter(ctr) > base);
+	}
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	free(rx);
+	free(want);
+}
+
+struct late_raw {
+	int fd;
+	const void *p;
+	size_t n;
+	int ms;			/* before it is sent */
+};
+
+static void *late_raw_main(void *arg)
+{
+	struct late_raw *lr = arg;
+
+	usleep((useconds_t)lr->ms * 1000);
+	assert_int_equal(send(lr->fd, lr->p, lr->n, MSG_NOSIGNAL), (ssize_t)lr->n);
+	return NULL;
+}
+
+/* Waits for the next completion on cq and returns it. */
+static struct gdx_xport_cqe next_cqe(struct gdx_xport_cq *cq)
+{
+	struct gdx_xport_cqe e;
+
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	return e;
+}
+
+/*
+ * A caller asleep in gdx_xport_cq_wait with a receive of device memory
+ * posted (the endpoint's device, whose copy agent serves the receive lane)
+ * reads the peer's send itself: it receives the payload into the lane's
+ * ring and posts the copy, and completes the receive once the copy landed,
+ * without a hand-off to the receive thread (rx_waiter_dev up, rx_dev not).
+ * Three cases, each a few tries (a take needs a parked receive thread):
+ *  - a 4 KiB send;
+ *  - a 64 KiB one whose payload stops half-way for 30 ms: the waiter posts
+ *    what came and leaves the rest to the receive thread, which finishes
+ *    it through the lane behind those pieces (rx_part), the bytes whole;
+ *  - a 4 KiB send into device memory then one into host memory in one
+ *    write, the device copies slowed to 2 ms: the host receive completes
+ *    second (its completion queued behind the device one's, rule 2), and
+ *    the device bytes are in place when the first completes.
+ * Every message's response comes once, in order.
+ */
+static void test_waiter_receives_device(void **state)
+{
+	enum { SZ = 4096, BIG = 64 << 10, TRIES = 10 };
+	static unsigned char msg[2 * (sizeof(struct frame) + SZ)], got[BIG], want[BIG], hrx[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *drx;
+	int fd;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, BIG, &drx), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	/* the first half of the 64 KiB payload goes at once, not when the header is acked */
+	assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int)), 0);
+	for (int c = 0; c < 3; c++) {
+		uint64_t w0 = tcp_counter("rx_waiter_dev"), d0, p0;
+		int done = 0;
+
+		if (c == 2)
+			assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
+		for (unsigned i = 0; i < TRIES && !done; i++) {
+			unsigned seed = 500 + 10 * (unsigned)c + i;
+			uint64_t id = 1000 * (uint64_t)c + i;
+			size_t n = c == 1 ? BIG : SZ;
+			struct late_send ls = { .fd = fd, .id = id, .n = n, .first = n / 2,
+						.seed = seed, .ms = 30 };
+			struct frame *f = (struct frame *)msg, r;
+			struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(*f) + SZ, .ms = 30 };
+			struct gdx_xport_cqe e;
+			pthread_t th;
+
+			d0 = tcp_counter("rx_dev");
+			p0 = tcp_counter("rx_part");
+			assert_int_equal(gdx_xport_post_recv(ep, drx, n, 1), 0);
+			if (c == 1) {
+				pthread_create(&th, NULL, late_send_main, &ls);
+			} else {
+				/* one write: the header alone would leave the payload to Nagle */
+				f[0] = (struct frame){ .type = TF_SEND, .id = id, .len = SZ };
+				t_fill(f + 1, SZ, seed);
+				if (c == 2) {
+					assert_int_equal(gdx_xport_post_recv(ep, hrx, SZ, 2), 0);
+					f = (struct frame *)(msg + lr.n);
+					f[0] = (struct frame){ .type = TF_SEND, .id = id + 100,
+							       .len = SZ };
+					t_fill(f + 1, SZ, seed + 1);
+					lr.n = sizeof(msg);
+				}
+				pthread_create(&th, NULL, late_raw_main, &lr);
+			}
+			e = next_cqe(cq);
+			/* the host message's bytes are not looked at before its receive completed */
+			assert_int_equal(e.wr_id, 1);
+			assert_int_equal(e.status, 0);
+			assert_int_equal(e.len, n);
+			assert_int_equal(gdx_memcpy(dev, got, drx, n), 0);
+			t_fill(want, n, seed);
+			assert_memory_equal(got, want, n);
+			if (c == 2) {
+				e = next_cqe(cq);
+				assert_int_equal(e.wr_id, 2);
+				assert_int_equal(e.status, 0);
+				t_fill(want, SZ, seed + 1);
+				assert_memory_equal(hrx, want, SZ);
+			}
+			pthread_join(th, NULL);
+			assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+			assert_int_equal(r.type, TF_RESP);
+			assert_int_equal(r.id, id);
+			assert_int_equal(r.status, 0);
+			if (c == 2) {
+				assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+				assert_int_equal(r.type, TF_RESP);
+				assert_int_equal(r.id, id + 100);
+			}
+			/* taken by the waiter, not handed to the receive thread */
+			done = tcp_counter("rx_waiter_dev") > w0 && tcp_counter("rx_dev") == d0 &&
+			       (c != 1 || tcp_counter("rx_part") > p0);
+		}
+		assert_true(done);
+	}
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, drx);
+	gdx_device_close(dev);
+}
+
+/*
+ * A device send awaiting its answer does not keep a sleeper from the socket:
+ * a device payload never goes MSG_ZEROCOPY, so no notification of it can wake
+ * the sleeper for nothing.  The raw peer reads a 4 KiB send of device memory
+ * and leaves it unanswered, then sends a message for a host receive while the
+ * caller sleeps: the waiter takes the socket (rx_takes + 1) and reads it
+ * itself (rx_waiter + 1).  Before, any request sent by the transmit thread
+ * counted as one that may have gone zero-copy, and no sleeper took the
+ * socket while it was on the wire: a device echo's sender never read the
+ * next message itself.  A few tries (a take needs a parked receive thread).
+ */
+static void test_waiter_behind_device_send(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], rx[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(msg), .ms = 30 };
+		struct frame *f = (struct frame *)msg, sf, r;
+		uint64_t t0, w0;
+		struct gdx_xport_cqe e;
+		pthread_t th;
+
+		t_fill(want, SZ, 800 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 900 + i, 0), 0);
+		sf = recv_frame(fd, SZ, 800 + i);
+		assert_int_equal(sf.type, TF_SEND);
+		assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, i), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 700 + i, .len = SZ };
+		t_fill(f + 1, SZ, 700 + i);
+		t0 = tcp_counter("rx_takes");
+		w0 = tcp_counter("rx_waiter");
+		pthread_create(&th, NULL, late_raw_main, &lr);
+		e = next_cqe(cq);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		assert_memory_equal(rx, f + 1, SZ);
+		done = tcp_counter("rx_takes") > t0 && tcp_counter("rx_waiter") > w0;
+		assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+		assert_int_equal(r.type, TF_RESP);
+		assert_int_equal(r.id, 700 + i);
+		answer(fd, cq, &sf, 900 + i);
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
+struct answer_then_echo {
+	int fd;
+	unsigned seed;
+};
+
+/* Reads a 4 KiB send, answers it, and 30 ms later sends it back. */
+static void *answer_then_echo_main(void *arg)
+{
+	struct answer_then_echo *ae = arg;
+	unsigned char p[4096];
+	struct frame f = recv_frame(ae->fd, sizeof(p), ae->seed);
+
+	usleep(30000);
+	send_frame(ae->fd, TF_RESP, f.id, 0, 0);
+	usleep(30000);
+	t_fill(p, sizeof(p), ae->seed);
+	send_frame(ae->fd, TF_SEND, 100 + ae->seed, sizeof(p), 0);
+	assert_int_equal(send(ae->fd, p, sizeof(p), MSG_NOSIGNAL), (ssize_t)sizeof(p));
+	return NULL;
+}
+
+/*
+ * A send ping-pong's wait: the answer to an unsignaled send wakes the caller
+ * for no completion, then the echo comes.  The waiter keeps the socket
+ * between the two sleeps of its one gdx_xport_cq_wait: both frames completed
+ * by it (rx_waiter + 2) for one take of the socket (rx_takes + 1), not one per
+ * sleep.  A take needs a parked receive thread, so a few tries.
+ */
+static void test_waiter_keeps_socket(void **state)
+{
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_cqe e;
+	unsigned char tx[4096], rx[4096], want[4096];
+	uint64_t done = 0, takes = 0;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 5 && done != 2; i++) {
+		struct answer_then_echo ae = { .fd = fd, .seed = 40 + i };
+		uint64_t w0 = tcp_counter("rx_waiter"), t0 = tcp_counter("rx_takes");
+		struct frame f;
+		pthread_t th;
+
+		assert_int_equal(gdx_xport_post_recv(ep, rx, sizeof(rx), i), 0);
+		t_fill(tx, sizeof(tx), ae.seed);
+		assert_int_equal(gdx_xport_post_send(ep, tx, sizeof(tx), 100 + i,
+						     GDX_XPORT_UNSIGNALED), 0);
+		pthread_create(&th, NULL, answer_then_echo_main, &ae);
+		/* one wait: nothing completes before the echo */
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		t_fill(want, sizeof(want), ae.seed);
+		assert_memory_equal(rx, want, sizeof(want));
+		done = tcp_counter("rx_waiter") - w0;
+		takes = tcp_counter("rx_takes") - t0;
+		/* the response the waiter owed the echo */
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(f.type, TF_RESP);
+		assert_int_equal(f.id, 100 + ae.seed);
+	}
+	assert_int_equal(done, 2);
+	assert_int_equal(takes, 1);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
+/* Sends a send frame and its payload, fill `seed`, in one write 30 ms from now. */
+static void *send_later_main(void *arg)
+{
+	const struct late_send *ls = arg;
+	struct frame *f = calloc(1, sizeof(*f) + ls->n);
+
+	*f = (struct frame){ .type = TF_SEND, .id = ls->id, .len = ls->n };
+	t_fill(f + 1, ls->n, ls->seed);
+	usleep(30000);
+	assert_int_equal(send(ls->fd, f, sizeof(*f) + ls->n, MSG_NOSIGNAL),
+			 (ssize_t)(sizeof(*f) + ls->n));
+	free(f);
+	return NULL;
+}
+
+/*
+ * The response a CQ waiter owes for a send it received waits for the
+ * caller's next post, which carries it in its own write (resp_rode + 1,
+ * tx_writes + 1 for both frames): a send answered by a send costs the peer
+ * one write and one wake-up, as a raw request and response do.  The wait
+ * lends the socket (rx_gives + 0 when it returns, and after the post), and
+ * the caller's next wait takes it over and reads the answer (rx_takes + 1
+ * for both waits, rx_waiter + 2; it gives the socket back when it returns
+ * with nothing held).  Without a
+ * post it goes at a poll that finds the CQ empty (on the socket when that
+ * poll returns), and with no poll either, from the receive thread
+ * (xport.tcp_resp_hold_ms): else it never would.  The waiter takes the socket only
+ * from a receive thread parked between frames, and the response rides only
+ * if the post comes before that timeout (held 100 ms here: under TSan a post
+ * takes longer than the default 1 ms), so each case gets a few tries.
+ */
+static void test_waiter_resp_rides(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char rx[SZ], tx[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	int fd;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (int how = 0; how < 3; how++) {
+		int done = 0;
+
+		for (unsigned i = 0; i < 10 && !done; i++) {
+			unsigned seed = 60 + 10 * (unsigned)how + i;
+			struct late_send ls = { .fd = fd, .id = seed, .n = SZ, .seed = seed };
+			uint64_t t0 = tcp_counter("rx_takes"), w0 = tcp_counter("rx_waiter"), r0, n0;
+			uint64_t g0 = tcp_counter("rx_gives");
+			struct pollfd pf = { .fd = fd, .events = POLLIN };
+			struct gdx_xport_cqe e;
+			struct frame f;
+			pthread_t th;
+			int took, lent;
+
+			assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, seed), 0);
+			pthread_create(&th, NULL, send_later_main, &ls);
+			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+			pthread_join(th, NULL);
+			took = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_waiter") - w0 == 1;
+			/* the socket is lent, not given back, until the post */
+			lent = tcp_counter("rx_gives") == g0;
+			r0 = tcp_counter("resp_rode");
+			n0 = tcp_counter("tx_writes");
+			assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+			assert_int_equal(e.wr_id, seed);
+			assert_int_equal(e.status, 0);
+			t_fill(want, SZ, seed);
+			assert_memory_equal(rx, want, SZ);
+			if (how == 0) {
+				t_fill(tx, SZ, seed + 1000);
+				assert_int_equal(gdx_xport_post_send(ep, tx, SZ, seed + 1000, 0), 0);
+				done = took && lent && tcp_counter("resp_rode") - r0 == 1 &&
+				       tcp_counter("tx_writes") - n0 == 1 &&
+				       tcp_counter("rx_gives") == g0;
+			} else if (how == 1) {
+				assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+				if (took) {
+					assert_int_equal(poll(&pf, 1, 0), 1);
+					done = 1;
+				}
+			} else {
+				assert_int_equal(poll(&pf, 1, 5000), 1);
+				done = took;
+			}
+			if (how == 0) {
+				f = recv_resp_and_send(fd, seed, SZ, seed + 1000);
+				answer(fd, cq, &f, seed + 1000);
+				/*
+				 * That wait took the lent socket over, no second
+				 * take, and read the answer itself (rx_waiter + 2).
+				 */
+				done = done && tcp_counter("rx_takes") - t0 == 1 &&
+				       tcp_counter("rx_gives") - g0 == 1 &&
+				       tcp_counter("rx_waiter") - w0 == 2;
+			} else {
+				assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+				assert_int_equal(f.type, TF_RESP);
+				assert_int_equal(f.id, seed);
+				assert_int_equal(f.status, 0);
+			}
+		}
+		assert_true(done);
+	}
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "1"), 0);
+}
+
+/*
+ * The receive thread holds the lone response to a send it received (into
+ * device memory here: always the receive thread's) for the caller's post,
+ * and a post of device memory, which the transmit thread sends once its
+ * copy into the stage ring has landed, carries it in that write: tx_writes
+ * goes up by one for both frames, where the response went alone before.
+ * The caller posts 200 us after the completion, when the receive thread
+ * has parked (a response it did not hold has gone alone by then), and the
+ * copies are slowed (500 us) so that a held response not waiting for its
+ * frame's copy goes alone too; a few tries, as the receive thread may not
+ * have parked by then on a busy machine.
+ */
+static void test_held_resp_rides_device(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], got[SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *drx, *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "500"), 0);
+	/* the post must come within the hold, also on a sanitizer's slow build */
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
+	/* the endpoint's device: its copy agent's stage ring sends device memory */
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct frame *f = (struct frame *)msg, r;
+		struct gdx_xport_cqe e;
+		uint64_t n0;
+
+		assert_int_equal(gdx_xport_post_recv(ep, drx, SZ, i), 0);
+		t_fill(want, SZ, 200 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 300 + i, .len = SZ };
+		t_fill(f + 1, SZ, 100 + i);
+		n0 = tcp_counter("tx_writes");
+		assert_int_equal(send(fd, msg, sizeof(msg), MSG_NOSIGNAL), (ssize_t)sizeof(msg));
+		while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(gdx_memcpy(dev, got, drx, SZ), 0);
+		assert_memory_equal(got, f + 1, SZ);
+		/* long enough for the receive thread to have parked: it held the response */
+		usleep(200);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 400 + i, 0), 0);
+		r = recv_resp_and_send(fd, 300 + i, SZ, 200 + i);
+		/* after the answer: the transmit thread counts its write once sendmsg returned */
+		answer(fd, cq, &r, 400 + i);
+		done = tcp_counter("tx_writes") - n0 == 1;
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, drx);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
+/*
+ * A wait that received a send into device memory returns with its response
+ * held and the socket lent; the caller posts the answer, a device send whose
+ * stage copy is slow (2 ms: the transmit thread sends it, with the response),
+ * and polls the empty CQ: the socket stays lent (rx_gives unchanged), as the
+ * answer was posted, and the caller's next wait takes it over without a move.
+ * Before, that poll gave the socket back (two epoll_ctl), and the receive
+ * thread read the next message.  A few tries (a take needs a parked receive
+ * thread).
+ */
+static void test_lent_over_device_answer(void **state)
+{
+	enum { SZ = 4096 };
+	static unsigned char msg[sizeof(struct frame) + SZ], want[SZ];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_opts o;
+	struct gdx_device *dev;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	void *drx, *dtx;
+	int fd, done = 0;
+
+	(void)state;
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
+	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
+	/* the post comes within the hold, also on a sanitizer's slow build */
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(msg), .ms = 30 };
+		struct frame *f = (struct frame *)msg, r;
+		struct gdx_xport_cqe e;
+		uint64_t w0, g0, t0;
+		pthread_t th;
+		int lent;
+
+		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
+		assert_int_equal(gdx_xport_post_recv(ep, drx, SZ, i), 0);
+		*f = (struct frame){ .type = TF_SEND, .id = 1300 + i, .len = SZ };
+		t_fill(f + 1, SZ, 1300 + i);
+		w0 = tcp_counter("rx_waiter_dev");
+		pthread_create(&th, NULL, late_raw_main, &lr);
+		e = next_cqe(cq);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		g0 = tcp_counter("rx_gives");
+		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
+		t_fill(want, SZ, 1400 + i);
+		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
+		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 1400 + i, 0), 0);
+		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+		/* the waiter received it and lent the socket, and the poll left it so */
+		lent = tcp_counter("rx_waiter_dev") > w0 && tcp_counter("rx_gives") == g0;
+		t0 = tcp_counter("rx_takes");
+		r = recv_resp_and_send(fd, 1300 + i, SZ, 1400 + i);
+		/* its wait reads the answer on the socket lent to it, taken over */
+		answer(fd, cq, &r, 1400 + i);
+		done = lent && tcp_counter("rx_takes") == t0;
+	}
+	assert_true(done);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	gdx_config_reset();
+	gdx_device_free(dev, drx);
+	gdx_device_free(dev, dtx);
+	gdx_device_close(dev);
+}
+
+/*
+ * A socket lent by a wait that returned with a response held (the caller
+ * neither posts, polls nor waits after) still serves the peer: the receive
+ * thread's timed park sends the response and takes the socket back within
+ * xport.tcp_resp_hold_ms, and a read request of the peer arriving afterwards is
+ * answered.  Without the take-back the socket stayed in the CQ's set with
+ * nobody reading it and the read was never answered.
+ */
+static void test_lent_socket_serves_peer(void **state)
+{
+	enum { SZ = 4096, RN = 64 };
+	static unsigned char rx[SZ], region[RN], got[RN];
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	struct gdx_xport_mr *mr;
+	int fd, done = 0;
+
+	(void)state;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
+	assert_int_equal(gdx_xport_cq_create(&cq), 0);
+	ep = accept_raw(l, cq, &fd);
+	t_fill(region, RN, 7);
+	assert_int_equal(gdx_xport_mr_reg(ep, region, RN, GDX_XPORT_ACCESS_REMOTE_READ, &mr), 0);
+	for (unsigned i = 0; i < 10 && !done; i++) {
+		struct late_send ls = { .fd = fd, .id = 500 + i, .n = SZ, .seed = 500 + i };
+		uint64_t t0 = tcp_counter("rx_takes"), g0 = tcp_counter("rx_gives");
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		struct gdx_xport_cqe e;
+		struct frame f;
+		pthread_t th;
+
+		assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, i), 0);
+		pthread_create(&th, NULL, send_later_main, &ls);
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		pthread_join(th, NULL);
+		done = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_gives") == g0;
+		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+		assert_int_equal(e.wr_id, i);
+		assert_int_equal(e.status, 0);
+		/* no post, no poll, no wait from here */
+		assert_int_equal(poll(&pf, 1, 5000), 1);
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(f.type, TF_RESP);
+		assert_int_equal(f.id, 500 + i);
+		f = (struct frame){ .type = TF_READ, .id = 600 + i, .raddr = gdx_xport_mr_addr(mr),
+				    .key = gdx_xport_mr_key(mr), .len = RN };
+		assert_int_equal(send(fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+		assert_int_equal(poll(&pf, 1, 5000), 1);
+		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(f.type, TF_READ_RESP);
+		assert_int_equal(f.id, 600 + i);
+		assert_int_equal(f.status, 0);
+		assert_int_equal(f.len, RN);
+		assert_int_equal(recv(fd, got, RN, MSG_WAITALL), RN);
+		assert_memory_equal(got, region, RN);
+	}
+	assert_true(done);
+	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
+	close(fd);
+	gdx_xport_ep_destroy(ep);
+	gdx_xport_listener_close(l);
+	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+}
+
+/* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_post_writes_socket),
+		cmocka_unit_test(test_post_writes_device),
+		cmocka_unit_test(test_waiter_receives),
+		cmocka_unit_test(test_waiter_receives_device),
+		cmocka_unit_test(test_waiter_behind_device_send),
+		cmocka_unit_test(test_waiter_keeps_socket),
+		cmocka_unit_test(test_waiter_resp_rides),
+		cmocka_unit_test(test_held_resp_rides_device),
+		cmocka_unit_test(test_lent_socket_serves_peer),
+		cmocka_unit_test(test_lent_over_device_answer),
+	};
+
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
