@@ -33,10 +33,16 @@ void tcp_tx_drop_agent(struct tcp_ep *t)
 		struct gdx_device *dev;
 		size_t n;
 
-		if (x->path != TXP_RING ||
+		/*
+		 * A going frame is left to finish from the ring: a poster writes a
+		 * ring frame only once its copy was seen, and leaves it on the queue,
+		 * going, while it writes with the lock dropped or after a short write
+		 * until the transmit thread takes it; its bytes may be partly out.
+		 */
+		if (x->path != TXP_RING || txi_going(x) ||
 		    (x->state == TXS_STAGED && gdx_stage_seen(t->tx_lane, x->sr_end, x->ticket)))
 			continue;
-		/* not sent, not going: x->req is there; a read answer not settled (tcp_ans_settle) */
+		/* not going: x->req is there; a read answer not settled (tcp_ans_settle) */
 		tcp_tx_payload(x, &x->pp, &dev, &n);
 		x->path = TXP_STREAM;
 		txi_set(x, TXS_QUEUED);
