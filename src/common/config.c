@@ -189,6 +189,10 @@ static struct knob knobs[] = {
 	KNOB("nvmf.host.queue_depth", K_INT, "128",
 	     "NVMe/TCP host: entries per I/O queue (clamped to the controller's MQES and MAXCMD)",
 	     .min = 2, .max = 1024),
+	KNOB("nvmf.host.cpus", K_STRING, "auto",
+	     "NVMe/TCP and RDMA host: I/O queue i's receiver runs on the (i mod n)-th of these "
+	     "CPUs: all (those the process may run on at connect), a list (\"0-3,6\"), none "
+	     "(unpinned), or auto (all over RDMA, none over TCP)"),
 	KNOB("nvmf.host.kato_ms", K_INT, "5000",
 	     "NVMe/TCP host: keep-alive timeout in ms; Keep Alive goes out every half of it",
 	     .min = 0, .max = 3600000),

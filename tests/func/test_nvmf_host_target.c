@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1075,10 +1076,98 @@ static void target_restart(void **state)
 	free(want);
 }
 
+/* The CPUs the receiver of queue qid may run on, found by its thread's name. */
+static bool rx_cpus(unsigned qid, cpu_set_t *set)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	char want[20];
+	bool found = false;
+
+	assert_non_null(d);
+	snprintf(want, sizeof(want), "nvmf-rx%u\n", qid);
+	while (!found && (e = readdir(d))) {
+		char p[300], comm[32];
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(p, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strcmp(comm, want))
+			found = !sched_getaffinity(atoi(e->d_name), sizeof(*set), set);
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+/* The k-th (mod their count) of the CPUs in allowed. */
+static int nth_cpu(const cpu_set_t *allowed, unsigned k)
+{
+	k %= (unsigned)CPU_COUNT(allowed);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, allowed) && k-- == 0)
+			return c;
+	return -1;
+}
+
+/*
+ * nvmf.host.cpus: I/O queue i's receiver runs on the i-th CPU this process
+ * may run on (all: round-robin, the kernel host's placement), or of a list;
+ * none, and auto over TCP, leave them, and the admin queue's always, where
+ * the process may run.  A list that is not one fails the connect.
+ */
+static void queue_cpus(void **state)
+{
+	static const char *const modes[] = { "all", "last", "none", NULL };
+	cpu_set_t allowed, set;
+	int last;
+	char spec[16];
+
+	(void)state;
+	assert_int_equal(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+	last = nth_cpu(&allowed, (unsigned)CPU_COUNT(&allowed) - 1);
+	snprintf(spec, sizeof(spec), "%d", last);
+	for (unsigned m = 0; m < GDX_ARRAY_SIZE(modes); m++) {
+		struct gdx_nvmf_ctrl *c;
+
+		assert_int_equal(gdx_config_set("nvmf.host.cpus", m == 1 ? spec : modes[m]), 0);
+		c = conn(3, 8, 0);
+		assert_true(rx_cpus(0, &set));
+		assert_true(CPU_EQUAL(&set, &allowed));
+		for (unsigned qid = 1; qid <= 3; qid++) {
+			int want = m == 0 ? nth_cpu(&allowed, qid - 1) : last;
+
+			assert_true(rx_cpus(qid, &set));
+			if (m >= 2) {
+				assert_true(CPU_EQUAL(&set, &allowed));
+				continue;
+			}
+			assert_int_equal(CPU_COUNT(&set), 1);
+			assert_true(CPU_ISSET(want, &set));
+		}
+		gdx_nvmf_disconnect(c);
+	}
+	{
+		struct gdx_nvmf_host_opts o;
+		struct gdx_nvmf_ctrl *c = NULL;
+
+		assert_int_equal(gdx_config_set("nvmf.host.cpus", "0-"), 0);
+		gdx_nvmf_host_opts_init(&o, sizeof(o));
+		assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &c), -EINVAL);
+		assert_null(c);
+	}
+	gdx_config_set("nvmf.host.cpus", NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(discover_identify),
+		cmocka_unit_test(queue_cpus),
 		cmocka_unit_test(io_sizes),
 		cmocka_unit_test(device_memory),
 		cmocka_unit_test(callback_depth),

@@ -152,6 +152,10 @@ struct nh_params {
 	uint8_t hostid[16];
 	struct gdx_device *dev;
 	unsigned nr_io_queues;
+	/* nvmf.host.cpus: I/O queue i's receiver on cpus[i % ncpus], all allowed if 0, unless !pin */
+	bool pin;
+	int cpus[256];
+	unsigned ncpus;
 	unsigned queue_depth;
 	unsigned kato_ms;
 	unsigned io_timeout_ms;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "nvmf/host/host.h"
@@ -92,6 +93,32 @@ static unsigned default_queues(struct gdx_device *dev)
 	return (unsigned)GDX_MAX(1L, GDX_MIN(ncpu, 8L));
 }
 
+/*
+ * nvmf.host.cpus.  auto pins over RDMA only: there the receivers' CPUs decide
+ * where the target's work runs on a shared machine (queue.c, nh_queue_start);
+ * the TCP host's receivers have not been measured pinned.
+ */
+static int cpu_params(struct nh_params *p)
+{
+	const char *v = gdx_cfg_str("nvmf.host.cpus");
+	int n;
+
+	if (!strcmp(v, "auto")) {
+		p->pin = p->rdma;
+		return 0;
+	}
+	p->pin = strcmp(v, "none") != 0;
+	if (!p->pin || !strcmp(v, "all"))
+		return 0;
+	n = gdx_cpus_parse(v, p->cpus, GDX_ARRAY_SIZE(p->cpus));
+	if (n < 0) {
+		GDX_ERR(SUB, "nvmf.host.cpus: '%s' is not auto, all, none or a CPU list", v);
+		return -EINVAL;
+	}
+	p->ncpus = (unsigned)n;
+	return 0;
+}
+
 static int auth_params(struct nh_params *p, const struct gdx_nvmf_host_opts *o)
 {
 	const char *key = OPT(o, dhchap_secret, NULL), *ctrl = OPT(o, dhchap_ctrl_secret, NULL);
@@ -115,7 +142,7 @@ int nh_params_parse(struct nh_params *p, const char *addr, const char *svc, cons
 		    const struct gdx_nvmf_host_opts *o)
 {
 	const char *tr, *tls_key;
-	int hd, dd;
+	int hd, dd, ret;
 
 	if (!addr || !svc || !subnqn || strlen(subnqn) >= 223 || strlen(addr) >= sizeof(p->addr) ||
 	    strlen(svc) >= sizeof(p->svc))
@@ -146,6 +173,9 @@ int nh_params_parse(struct nh_params *p, const char *addr, const char *svc, cons
 	if (tr && strcmp(tr, "tcp") && strcmp(tr, "rdma"))
 		return -EPROTONOSUPPORT;
 	p->rdma = tr && !strcmp(tr, "rdma");
+	ret = cpu_params(p);
+	if (ret)
+		return ret;
 	hd = o && o->struct_size >= offsetof(struct gdx_nvmf_host_opts, hdr_digest) + sizeof(int)
 		? o->hdr_digest : -1;
 	dd = o && o->struct_size >= offsetof(struct gdx_nvmf_host_opts, data_digest) + sizeof(int)
@@ -168,9 +198,8 @@ int nh_params_parse(struct nh_params *p, const char *addr, const char *svc, cons
 		p->nr_io_queues = 0;
 	tls_key = OPT(o, tls_key, NULL);
 	if (tls_key) {
-		int ret = !strncmp(tls_key, "NVMeTLSkey-", 11) ? gdx_tls_key_parse(tls_key, &p->tls_key)
-							       : gdx_tls_key_load(tls_key, &p->tls_key);
-
+		ret = !strncmp(tls_key, "NVMeTLSkey-", 11) ? gdx_tls_key_parse(tls_key, &p->tls_key)
+							   : gdx_tls_key_load(tls_key, &p->tls_key);
 		if (ret) {
 			GDX_ERR(SUB, "TLS key%s%s: %s", tls_key[0] == 'N' ? "" : " file ",
 				tls_key[0] == 'N' ? "" : tls_key, ret == -EBADMSG ?

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "common/util.h"
@@ -1192,12 +1193,25 @@ static void *rx_main(void *arg)
 	return NULL;
 }
 
+/*
+ * I/O queue i's receiver runs on the i-th CPU of nvmf.host.cpus, as the Linux
+ * host gives each queue its CPU.  Over RDMA the receiver posts the commands
+ * its completions send again, and rxe does a send's work, and nvmet-rdma its
+ * completion work, on the CPU that posted it: the queues' receivers left to
+ * the scheduler follow their wake-ups onto one CPU and take the target's work
+ * with them.  The admin queue's receiver runs anywhere.
+ */
 int nh_queue_start(struct nh_queue *q)
 {
-	int rc = pthread_create(&q->rx, NULL, rx_main, q);
+	const struct nh_params *p = &q->ctrl->p;
+	int cpu = q->qid && p->pin ? gdx_cpus_pick(p->cpus, p->ncpus, q->qid - 1u) : -1;
+	char name[16];
+	int rc;
 
+	snprintf(name, sizeof(name), "nvmf-rx%u", q->qid);
+	rc = gdx_thread_start_on(&q->rx, cpu, rx_main, q, name, SUB);
 	if (rc)
-		return -rc;
+		return rc;
 	q->rx_started = true;
 	return 0;
 }

@@ -297,6 +297,14 @@ static void rdma_free(struct nh_rdma *t, unsigned depth)
 
 static int bounce_setup(struct nh_queue *q, struct nh_rdma *t);
 
+/* The admin queue's is 0; I/O queue i's is i mod the device's count. */
+static int comp_vector(const struct nh_queue *q, const struct ibv_context *ctx)
+{
+	if (!q->qid || ctx->num_comp_vectors <= 1)
+		return 0;
+	return (int)((q->qid - 1u) % (unsigned)ctx->num_comp_vectors);
+}
+
 int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 {
 	struct nh_params *p = &q->ctrl->p;
@@ -346,8 +354,12 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 	}
 	t->pd = ibv_alloc_pd(t->id->verbs);
 	t->cc = t->pd ? ibv_create_comp_channel(t->id->verbs) : NULL;
-	/* a send and a receive per entry, the spare receive, and sends not yet polled */
-	t->cq = t->cc ? ibv_create_cq(t->id->verbs, (int)(3 * q->depth + 2), q, t->cc, 0) : NULL;
+	/*
+	 * a send and a receive per entry, the spare receive, and sends not yet
+	 * polled; I/O queue i's completions on vector i, as the Linux host's
+	 */
+	t->cq = t->cc ? ibv_create_cq(t->id->verbs, (int)(3 * q->depth + 2), q, t->cc,
+				      comp_vector(q, t->id->verbs)) : NULL;
 	t->rsps = calloc(t->nrecv, sizeof(*t->rsps));
 	t->cmds = calloc(q->depth, sizeof(*t->cmds));
 	t->data = calloc(q->depth, sizeof(*t->data));

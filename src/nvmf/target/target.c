@@ -14,6 +14,7 @@
 #include <gdx/nvmf.h>
 
 #include "common/config.h"
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "nvmf/target/tcp.h"
@@ -42,37 +43,6 @@ static bool port_ok(const char *s)
 	return strtoul(s, NULL, 10) <= 65535;
 }
 
-/* "1", "2,3", "0-3,6": the CPUs reactors are pinned to, in order. */
-static int parse_cpus(const char *spec, struct gdx_nvmf_target *t)
-{
-	const char *p = spec;
-
-	while (*p) {
-		char *end;
-		long lo = strtol(p, &end, 10), hi = lo;
-
-		if (end == p || lo < 0 || lo >= CPU_SETSIZE)
-			return -EINVAL;
-		p = end;
-		if (*p == '-') {
-			hi = strtol(p + 1, &end, 10);
-			if (end == p + 1 || hi < lo || hi >= CPU_SETSIZE)
-				return -EINVAL;
-			p = end;
-		}
-		for (long c = lo; c <= hi; c++) {
-			if (t->ncpus == GDX_ARRAY_SIZE(t->cpus))
-				return -EINVAL;
-			t->cpus[t->ncpus++] = (int)c;
-		}
-		if (*p == ',' && p[1])
-			p++;
-		else if (*p)
-			return -EINVAL;
-	}
-	return t->ncpus ? 0 : -EINVAL;
-}
-
 GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 				   struct gdx_nvmf_target **out)
 {
@@ -95,10 +65,15 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	if (o.cpus && parse_cpus(o.cpus, t)) {
-		GDX_ERR("nvmf", "bad CPU list '%s'", o.cpus);
-		free(t);
-		return -EINVAL;
+	if (o.cpus) {
+		int n = gdx_cpus_parse(o.cpus, t->cpus, GDX_ARRAY_SIZE(t->cpus));
+
+		if (n < 0) {
+			GDX_ERR("nvmf", "bad CPU list '%s'", o.cpus);
+			free(t);
+			return -EINVAL;
+		}
+		t->ncpus = (unsigned)n;
 	}
 	nvmf_tgt_init(&t->core);
 	pthread_mutex_init(&t->reactors_lock, NULL);
@@ -357,46 +332,9 @@ GDX_API int gdx_nvmf_target_port_tls(struct gdx_nvmf_target *t, uint16_t portid,
 
 int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i)
 {
-	cpu_set_t allowed;
-	int n;
-
-	if (t->ncpus)
-		return t->cpus[i % t->ncpus];
-	if (!t->pin || sched_getaffinity(0, sizeof(allowed), &allowed))
+	if (!t->ncpus && !t->pin)
 		return -1;
-	n = CPU_COUNT(&allowed);
-	if (n <= 0)
-		return -1;
-	i %= (unsigned)n;
-	for (int c = 0; c < CPU_SETSIZE; c++)
-		if (CPU_ISSET(c, &allowed) && i-- == 0)
-			return c;
-	return -1;
-}
-
-int nvmf_target_reactor_thread(pthread_t *th, int cpu, void *(*fn)(void *), void *arg,
-			       const char *name)
-{
-	pthread_attr_t attr;
-	int ret;
-
-	pthread_attr_init(&attr);
-	if (cpu >= 0) {
-		cpu_set_t set;
-
-		CPU_ZERO(&set);
-		CPU_SET(cpu, &set);
-		pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-	}
-	ret = -pthread_create(th, &attr, fn, arg);
-	if (ret == -EINVAL && cpu >= 0) {
-		GDX_WARN("nvmf", "%s: cannot pin to CPU %d", name, cpu);
-		ret = -pthread_create(th, NULL, fn, arg);
-	}
-	pthread_attr_destroy(&attr);
-	if (!ret)
-		pthread_setname_np(*th, name);
-	return ret;
+	return gdx_cpus_pick(t->cpus, t->ncpus, i);
 }
 
 bool nvmf_log_limit_ok(struct nvmf_log_limit *l, uint64_t now, uint64_t *held)

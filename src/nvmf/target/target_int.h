@@ -91,13 +91,6 @@ struct gdx_nvmf_target {
  * none.
  */
 int nvmf_target_reactor_cpu(const struct gdx_nvmf_target *t, unsigned i);
-/*
- * Starts a transport's reactor thread, pinned to cpu (-1: anywhere) from its
- * first instruction, named name; a CPU this process may not use is warned
- * about and the thread runs unpinned.  0 or a negative errno.
- */
-int nvmf_target_reactor_thread(pthread_t *th, int cpu, void *(*fn)(void *), void *arg,
-			       const char *name);
 /* True while the target holds nvmf.target.buf_max of request buffers or more. */
 static inline bool nvmf_target_buf_over(const struct gdx_nvmf_target *t)
 {

@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "nvmf/target/rdma/rdma_int.h"
@@ -430,8 +431,8 @@ static int nvmf_rdma_start(struct gdx_nvmf_target *t)
 		char name[16];
 
 		snprintf(name, sizeof(name), "gdx-nvmf-rdma%u", i % 100u);
-		ret = nvmf_target_reactor_thread(&r->thread, nvmf_target_reactor_cpu(t, i),
-						 reactor_main, r, name);
+		ret = gdx_thread_start_on(&r->thread, nvmf_target_reactor_cpu(t, i), reactor_main,
+					  r, name, "nvmf");
 		if (ret) {
 			for (unsigned j = 0; j < i; j++) {
 				atomic_store(&rt->reactors[j].stop, true);

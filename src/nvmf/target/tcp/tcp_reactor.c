@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "nvmf/target/tcp/tcp_int.h"
@@ -489,7 +490,7 @@ static int nvmf_tcp_start(struct gdx_nvmf_target *t)
 		char name[16];
 
 		snprintf(name, sizeof(name), "gdx-nvmf-%u", i % 256u); /* reactors <= 256 */
-		ret = nvmf_target_reactor_thread(&r->thread, r->cpu, reactor_main, r, name);
+		ret = gdx_thread_start_on(&r->thread, r->cpu, reactor_main, r, name, "nvmf");
 		if (ret) {
 			for (unsigned j = 0; j < i; j++) {
 				atomic_store(&t->reactors[j].stop, true);
