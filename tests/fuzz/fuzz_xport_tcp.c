@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -74,6 +75,13 @@ static void setup(void)
 	port = (uint16_t)atoi(a + 1);
 }
 
+/* A failure of the harness, not of the code under test: says what, then stops. */
+static void die(const char *what, const char *why)
+{
+	fprintf(stderr, "fuzz_xport_tcp: %s: %s\n", what, why);
+	abort();
+}
+
 /*
  * Connects to the endpoint's listener at 127.0.0.x, x going round 1 to 250:
  * the runs' connections end in TIME_WAIT on this side (it hangs up first),
@@ -84,11 +92,40 @@ static int raw_connect(void)
 	static unsigned run;
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port),
 				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK + run++ % 250) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), err = 0;
+	socklen_t len = sizeof(err);
 
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)))
-		abort();
+	if (fd < 0)
+		die("socket", strerror(errno));
+	if (!connect(fd, (struct sockaddr *)&sin, sizeof(sin)))
+		return fd;
+	/*
+	 * libFuzzer's -timeout timer (SIGALRM, no SA_RESTART) can interrupt a
+	 * connect the listener's full backlog holds: it goes on by itself.
+	 */
+	if (errno != EINTR)
+		die("connect", strerror(errno));
+	for (struct pollfd pfd = { .fd = fd, .events = POLLOUT }; poll(&pfd, 1, -1) != 1;)
+		if (errno != EINTR)
+			die("poll", strerror(errno));
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) || err)
+		die("connect", strerror(err ? err : errno));
 	return fd;
+}
+
+/* Reads n bytes, through the timer's interruptions. */
+static void recv_all(int fd, void *p, size_t n)
+{
+	while (n) {
+		ssize_t r = recv(fd, p, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			die("recv", strerror(errno));
+		p = (char *)p + r;
+		n -= (size_t)r;
+	}
 }
 
 /* Writes n bytes while the endpoint reads them; gives up if it stops reading. */
@@ -157,10 +194,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* the hello first: accept finds it waiting and answers */
 	fd = raw_connect();
-	if (send(fd, &f, sizeof(f), MSG_NOSIGNAL) != sizeof(f) ||
-	    gdx_xport_accept(l, cq, 5000, &ep) ||
-	    recv(fd, &f, sizeof(f), MSG_WAITALL) != sizeof(f))
-		abort();
+	if (send(fd, &f, sizeof(f), MSG_NOSIGNAL) != sizeof(f))
+		die("send", strerror(errno));
+	if ((ret = gdx_xport_accept(l, cq, 5000, &ep)))
+		die("accept", gdx_strerror(ret));
+	recv_all(fd, &f, sizeof(f));
 
 	region = on_dev ? devbuf[2] : host[3] + GUARD;
 	if (gdx_xport_mr_reg(ep, region, BUF,
