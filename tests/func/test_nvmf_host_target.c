@@ -572,7 +572,9 @@ static void device_ring_packing(void **state)
  * workers, 32 reads of random sizes in flight, pieces of up to a 16 KiB
  * chunk: every byte lands where it belongs and the receivers call into the
  * device for none of them.  Then (emulated device) workers that fault after
- * 40 copies end the reads in flight with errors, and nothing hangs.
+ * 40 copies end the queues they serve: each read in flight there fails or is
+ * resubmitted after the reconnect (max_retries 1; which, timing decides), and
+ * nothing hangs.
  */
 static void device_copy_agent(void **state)
 {
@@ -643,7 +645,7 @@ static void device_copy_agent(void **state)
 			rc = pthread_cond_timedwait(&st.cv, &st.m, &until);
 		pthread_mutex_unlock(&st.m);
 		assert_int_not_equal(rc, ETIMEDOUT);
-		assert_true(st.errors > 0);
+		assert_true(st.errors > 0 || ctrl_counter(st.c, "resubmitted") > 0);
 		/*
 		 * The controller keeps its staging context, and the failed agent in
 		 * it: the reconnects' queues copy on streams, and their reads land
