@@ -220,6 +220,7 @@ static void ep_stats(struct tcp_ep *t)
 		[C_RESP_RODE] = "resp_rode",
 		[C_RX_WAITER_DEV] = "rx_waiter_dev",
 		[C_RX_DEV] = "rx_dev",
+		[C_RX_BUFFERED] = "rx_buffered",
 	};
 	static atomic_uint next;
 	char scope[32];

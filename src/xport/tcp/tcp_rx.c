@@ -55,15 +55,18 @@ void tcp_rx_wakeup(struct tcp_ep *t)
 }
 
 /*
- * One read of what the socket holds into rbuf, without waiting: the bytes
- * read, 0 when there were none, < 0 on an error or the connection's end.
+ * One read of what the socket holds into rbuf, without waiting, between
+ * frames: the bytes read, 0 when there were none, < 0 on an error or the
+ * connection's end.
  */
 static ssize_t rx_try(struct tcp_ep *t)
 {
+	size_t room = tcp_rbuf_room(t, sizeof(struct hdr) - GDX_MIN(t->rlen - t->rpos,
+								     sizeof(struct hdr)));
 	ssize_t n;
 
 	do
-		n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
+		n = recv(t->fd, t->rbuf + t->rlen, room, MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
 	if (n > 0) {
 		atomic_fetch_add_explicit(&t->rx_reads, 1, memory_order_relaxed);
@@ -277,7 +280,8 @@ static ssize_t rx_park(struct tcp_ep *t)
 	}
 }
 
-static ssize_t rx_fill(struct tcp_ep *t)
+/* Reads into rbuf, waiting if need be, for a reader that lacks need bytes. */
+static ssize_t rx_fill(struct tcp_ep *t, size_t need)
 {
 	ssize_t n;
 
@@ -299,7 +303,7 @@ static ssize_t rx_fill(struct tcp_ep *t)
 		 * is answered with one write.  A lone request is answered at once.
 		 */
 		do
-			n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
+			n = recv(t->fd, t->rbuf + t->rlen, tcp_rbuf_room(t, need), MSG_DONTWAIT);
 		while (n < 0 && errno == EINTR);
 		if (n < 0 && errno == EAGAIN) {
 			/*
@@ -311,7 +315,7 @@ static ssize_t rx_fill(struct tcp_ep *t)
 			 */
 			sched_yield();
 			do
-				n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen,
+				n = recv(t->fd, t->rbuf + t->rlen, tcp_rbuf_room(t, need),
 					 MSG_DONTWAIT);
 			while (n < 0 && errno == EINTR);
 		}
@@ -331,7 +335,7 @@ static ssize_t rx_fill(struct tcp_ep *t)
 	if (t->rx_boundary)
 		return rx_park(t);
 	do
-		n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, 0);
+		n = recv(t->fd, t->rbuf + t->rlen, tcp_rbuf_room(t, need), 0);
 	while (n < 0 && errno == EINTR);
 	if (n == 0)
 		return -ECONNRESET;
@@ -360,7 +364,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 
 		if (!dst || n < 4096) {
 			/* Small tails and discards go through the buffer. */
-			r = rx_fill(t);
+			r = rx_fill(t, n);
 			if (r < 0)
 				return (int)r;
 			t->rx_boundary = 0;
@@ -550,8 +554,10 @@ static int rx_into(struct tcp_ep *t, void *dst, struct gdx_device *dev, enum gdx
 	int ret;
 
 	*posted = 0;
-	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev)
+	if (kind == GDX_MEM_HOST || kind == GDX_MEM_PINNED || !dev) {
+		gdx_counter_add(&t->ctr[C_RX_BUFFERED], GDX_MIN(n, t->rlen - t->rpos));
 		return rx_exact(t, dst, n);
+	}
 	if (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) == dev && tcp_rx_agent(t->rx_lane)) {
 		ret = rx_lane_recv(t, dst, NULL, n);
 		*posted = !ret && n;
@@ -1223,6 +1229,7 @@ void *tcp_rx_main(void *arg)
 		ret = rx_exact(t, &h, sizeof(h));
 		if (ret)
 			break;
+		tcp_rx_saw(t, &h);
 		if (h.len > MAX_PAYLOAD) {
 			GDX_ERR(SUBSYS, "frame of type %u claims %llu bytes", h.type,
 				(unsigned long long)h.len);

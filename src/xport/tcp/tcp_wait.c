@@ -81,6 +81,7 @@ static size_t w_fill(struct tcp_ep *t, char *p, size_t n)
 {
 	size_t got = GDX_MIN(n, t->rlen - t->rpos);
 
+	gdx_counter_add(&t->ctr[C_RX_BUFFERED], got);
 	if (got)
 		memcpy(p, t->rbuf + t->rpos, got);
 	t->rpos += got;
@@ -256,6 +257,7 @@ static int w_send(struct tcp_ep *t, const struct hdr *h)
 static int w_read(struct tcp_ep *t)
 {
 	for (int more = 1;; ) {
+		size_t room;
 		ssize_t n;
 
 		while (t->rlen - t->rpos >= sizeof(struct hdr)) {
@@ -265,6 +267,7 @@ static int w_read(struct tcp_ep *t)
 			int st;
 
 			memcpy(&h, t->rbuf + t->rpos, sizeof(h));
+			tcp_rx_saw(t, &h);
 			if (h.type == F_SEND && h.len <= MAX_PAYLOAD) {
 				if (w_send(t, &h))
 					return 0;
@@ -302,8 +305,9 @@ static int w_read(struct tcp_ep *t)
 			t->rlen -= t->rpos;
 			t->rpos = 0;
 		}
+		room = tcp_rbuf_room(t, sizeof(struct hdr) - GDX_MIN(t->rlen, sizeof(struct hdr)));
 		do
-			n = recv(t->fd, t->rbuf + t->rlen, RBUF_SIZE - t->rlen, MSG_DONTWAIT);
+			n = recv(t->fd, t->rbuf + t->rlen, room, MSG_DONTWAIT);
 		while (n < 0 && errno == EINTR);
 		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
 			/* The socket reports an error once: the receive thread learns it here. */
@@ -318,7 +322,7 @@ static int w_read(struct tcp_ep *t)
 			return n == 0;
 		t->rlen += (size_t)n;
 		/* Less than asked for: the socket was empty, no need to ask again. */
-		more = t->rlen == RBUF_SIZE;
+		more = (size_t)n == room;
 	}
 }
 
