@@ -71,7 +71,7 @@ enum {
 #define ZC_MIN (64u << 10)
 #define RBUF_SIZE (64u << 10)
 #define RX_DIRECT (32u << 10)	/* payloads this large go straight to their buffers (tcp_rbuf_room) */
-#define RX_HEAD 512u		/* and a read for a header then takes this much */
+#define RX_HEAD 4096u		/* and a read for a header then takes this much */
 #define RESP_BATCH 64
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)	/* a stage buffer; the transmit lane's ring is two */
@@ -588,9 +588,11 @@ static inline unsigned tcp_rx_deferred(struct tcp_ep *t)
  * buffer's end, so that a burst of small frames comes in one system call; but
  * while frames carry payloads of RX_DIRECT or more, the part of the next
  * one's payload such a read took would be copied a second time, out of rbuf
- * (at 64 KiB, all of it): then a read takes what is lacking or RX_HEAD (a few
- * headers, should answers without payload come between), and the rest of the
- * payload goes from the socket straight into its buffer.  The socket's reader.
+ * (at 64 KiB, all of it): then a read takes what is lacking or RX_HEAD, and
+ * the rest of the payload goes from the socket straight into its buffer.
+ * RX_HEAD: a page copied twice is cheap beside a system call, and it holds
+ * the headers of the many answers without payload that may come between.
+ * The socket's reader.
  */
 static inline size_t tcp_rbuf_room(const struct tcp_ep *t, size_t need)
 {
