@@ -52,7 +52,7 @@ GDX_API int gdx_nvmf_target_create(const struct gdx_nvmf_target_opts *uo,
 	static const char *const names[] = { "connections", "connection_errors", "pdus_in",
 					     "pdus_out", "connections_refused", "buffered_bytes",
 					     "backpressure_holds", "stalled_queues",
-					     "rdma_no_last_wqe" };
+					     "rdma_no_last_wqe", "staged_data_bytes" };
 
 	gdx_nvmf_target_opts_init(&o, sizeof(o));
 	if (uo)

@@ -29,6 +29,8 @@ enum {
 	TGT_CTR_STALLS,		/* connections ended for taking no data */
 	TGT_CTR_NO_LAST_WQE,	/* RDMA queue pairs on a shared receive queue destroyed with no
 				 * Last WQE Reached from the device, DRAIN_NS after their end */
+	TGT_CTR_STAGED,		/* TCP: data bytes a read for PDU headers took into the
+				 * staging buffer, copied out of it (RX_BIG_READ) */
 	TGT_CTR_NR
 };
 

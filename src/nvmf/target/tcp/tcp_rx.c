@@ -233,6 +233,7 @@ static void rx_expect_data(struct tcp_conn *c, uint8_t *dst)
 {
 	c->data_dst = dst;
 	c->data_left = c->info.data_len;
+	c->rx_big = c->info.data_len >= RX_BIG_DATA;
 	c->pad_left = c->info.pad_len;
 	c->crc = 0;
 	c->ddgst_have = 0;
@@ -383,8 +384,10 @@ static void data_done(struct tcp_conn *c)
 static void data_bytes(struct tcp_conn *c, const uint8_t *p, uint32_t n)
 {
 	if (c->data_dst) {
-		if (p != c->data_dst)
+		if (p != c->data_dst) {
 			memcpy(c->data_dst, p, n);
+			c->staged += n;
+		}
 		c->data_dst += n;
 	}
 	if (c->info.has_ddgst)
@@ -469,12 +472,14 @@ void nvmf_tcp_conn_read(struct tcp_conn *c)
 				continue;
 			}
 		} else {
-			n = recv(c->fd, c->rxbuf, RXBUF_SIZE, MSG_DONTWAIT);
+			size_t want = c->rx_big ? RX_BIG_READ : RXBUF_SIZE;
+
+			n = recv(c->fd, c->rxbuf, want, MSG_DONTWAIT);
 			if (n > 0) {
 				if (nvmf_tcp_rx_consume(c, c->rxbuf, (uint32_t)n))
 					return;
 				/* drained: epoll says when more comes, no EAGAIN round trip */
-				if (n < RXBUF_SIZE)
+				if ((size_t)n < want)
 					return;
 				continue;
 			}

@@ -120,7 +120,10 @@ void nvmf_tcp_count_pdus(struct tcp_conn *c)
 		gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_IN], c->pdus_in);
 	if (c->pdus_out)
 		gdx_counter_add(&c->tgt->ctr[TGT_CTR_PDUS_OUT], c->pdus_out);
+	if (c->staged)
+		gdx_counter_add(&c->tgt->ctr[TGT_CTR_STAGED], c->staged);
 	c->pdus_in = c->pdus_out = 0;
+	c->staged = 0;
 }
 
 /* Sends as much of the queue as the socket takes. */
