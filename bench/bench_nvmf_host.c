@@ -55,6 +55,7 @@ struct cfg {
 	unsigned qds[8], nqd;
 	uint64_t bw_bs;
 	unsigned bw_qd;
+	bool bw_write;		/* the bandwidth test writes instead of reading */
 	char mems[8][16];
 	unsigned nmem;
 	bool json, tcp_ceiling, dev_calls;
@@ -133,11 +134,12 @@ static void on_done(struct gdx_nvmf_io *io, void *arg)
 
 /*
  * Returns operations per second and fills *gbps; negative on error.  Adds the
- * reads timed to reads[0] and those of them that bounced to reads[1].
+ * operations (op: reads or writes) timed to reads[0] and those of them that
+ * bounced to reads[1].
  */
 static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes, void *buf,
-		      uint32_t bs, unsigned qd, double secs, double *gbps, uint64_t reads[2],
-		      int *err)
+		      enum gdx_nvmf_op op, uint32_t bs, unsigned qd, double secs, double *gbps,
+		      uint64_t reads[2], int *err)
 {
 	struct slot *sl = aligned_alloc(64, sizeof(*sl) * qd);
 	struct run r = { .c = c, .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
@@ -161,7 +163,7 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 			int rc;
 
 			s->done = s->bytes = s->bounced = 0;
-			s->io = (struct gdx_nvmf_io){ .op = GDX_NVMF_OP_READ, .nsid = nsid,
+			s->io = (struct gdx_nvmf_io){ .op = op, .nsid = nsid,
 						      .offset = (rnd(&s->seed) % r.span_blocks) * bs,
 						      .len = bs, .buf = (char *)buf + (size_t)i * bs };
 			rc = gdx_nvmf_submit_cb(c, &s->io, on_done, s);
@@ -473,17 +475,19 @@ out:
 
 /* ---- the kernel host: fio on its block device ------------------------------- */
 
-static double fio_run(const char *dev, uint64_t bs, unsigned qd, double secs, double *gbps)
+static double fio_run(const char *dev, bool write, uint64_t bs, unsigned qd, double secs,
+		      double *gbps)
 {
 	char cmd[512], *out = NULL;
 	size_t len = 0;
 	FILE *p, *mem;
-	json_object *root, *jobs, *read, *v;
+	json_object *root, *jobs, *dir, *v;
 	double iops = -1;
 
 	snprintf(cmd, sizeof(cmd), "fio --name=k --filename=%s --direct=1 --ioengine=libaio "
-		 "--rw=randread --bs=%" PRIu64 " --iodepth=%u --runtime=%.1f --ramp_time=0.2 "
-		 "--time_based --norandommap --output-format=json 2>/dev/null", dev, bs, qd, secs);
+		 "--rw=rand%s --bs=%" PRIu64 " --iodepth=%u --runtime=%.1f --ramp_time=0.2 "
+		 "--time_based --norandommap --output-format=json 2>/dev/null", dev,
+		 write ? "write" : "read", bs, qd, secs);
 	p = popen(cmd, "r");
 	if (!p)
 		return -1;
@@ -498,10 +502,11 @@ static double fio_run(const char *dev, uint64_t bs, unsigned qd, double secs, do
 	root = json_tokener_parse(strchr(out, '{') ? strchr(out, '{') : out);
 	if (root && json_object_object_get_ex(root, "jobs", &jobs) &&
 	    json_object_array_length(jobs) > 0 &&
-	    json_object_object_get_ex(json_object_array_get_idx(jobs, 0), "read", &read)) {
-		if (json_object_object_get_ex(read, "iops", &v))
+	    json_object_object_get_ex(json_object_array_get_idx(jobs, 0), write ? "write" : "read",
+				      &dir)) {
+		if (json_object_object_get_ex(dir, "iops", &v))
 			iops = json_object_get_double(v);
-		if (json_object_object_get_ex(read, "bw_bytes", &v))
+		if (json_object_object_get_ex(dir, "bw_bytes", &v))
 			*gbps = json_object_get_double(v) / 1e9;
 	}
 	json_object_put(root);
@@ -524,6 +529,7 @@ static void usage(FILE *f)
 		"                      the bandwidth test (one job to profile)\n"
 		"      --bw-bs BYTES   bandwidth test read size (default 128k)\n"
 		"      --bw-qd N       bandwidth test depth (default 32)\n"
+		"      --bw-write      the bandwidth test writes (destroys the namespace's data)\n"
 		"      --queues N      I/O queues   --depth N   entries per queue\n"
 		"      --hdr-digest    --data-digest\n"
 		"      --tls-key KEY   TLS 1.3 with this PSK (NVMeTLSkey-1:..., or a file of it)\n"
@@ -812,6 +818,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		{ "qd", required_argument, NULL, 'q' },
 		{ "bw-bs", required_argument, NULL, 'b' },
 		{ "bw-qd", required_argument, NULL, 'B' },
+		{ "bw-write", no_argument, NULL, 'W' },
 		{ "queues", required_argument, NULL, 'Q' },
 		{ "depth", required_argument, NULL, 'D' },
 		{ "hdr-digest", no_argument, NULL, 'H' },
@@ -865,6 +872,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		case 'Q': c.o.nr_io_queues = (unsigned)atoi(optarg); break;
 		case 'D': c.o.queue_depth = (unsigned)atoi(optarg); break;
 		case 'B': c.bw_qd = (unsigned)atoi(optarg); break;
+		case 'W': c.bw_write = true; break;
 		case 'b':
 			if (gdx_parse_size(optarg, &c.bw_bs) || !c.bw_bs) {
 				usage(stderr);
@@ -969,7 +977,8 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		bool bw = p == c.nqd;
 		unsigned qd = bw ? c.bw_qd : c.qds[p];
 		uint32_t bs = bw ? (uint32_t)c.bw_bs : 4096;
-		const char *what = bw ? "bw-randread" : "4k-randread";
+		bool write = bw && c.bw_write;
+		const char *what = !bw ? "4k-randread" : write ? "bw-randwrite" : "bw-randread";
 		double kio[16], kgb[16], gio[8][16], ggb[8][16], kiops = 0, kgbps = 0;
 		uint64_t calls[8][NCOUNT], after[NCOUNT], reads[8][2] = { { 0 } };
 
@@ -978,7 +987,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 		for (unsigned r = 0; r < c.rounds; r++) {
 			if (c.fio_dev) {
 				kgb[r] = 0;
-				kio[r] = fio_run(c.fio_dev, bs, qd, c.secs, &kgb[r]);
+				kio[r] = fio_run(c.fio_dev, write, bs, qd, c.secs, &kgb[r]);
 				if (kio[r] < 0) {
 					fprintf(stderr, "gdx bench nvmf-host: fio on %s failed\n",
 						c.fio_dev);
@@ -990,8 +999,9 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 				int err = 0;
 
 				gio[m][r] = gdx_run(mems[m].ctrl, c.nsid, ns.nsze * ns.block_size,
-						    mems[m].buf, bs, qd, c.secs, &ggb[m][r], reads[m],
-						    &err);
+						    mems[m].buf,
+						    write ? GDX_NVMF_OP_WRITE : GDX_NVMF_OP_READ, bs,
+						    qd, c.secs, &ggb[m][r], reads[m], &err);
 				if (gio[m][r] < 0) {
 					fprintf(stderr, "gdx bench nvmf-host: %s %s qd %u: %s",
 						mems[m].name, what, qd, gdx_strerror(err));

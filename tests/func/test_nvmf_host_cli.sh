@@ -155,4 +155,14 @@ GDX_REQUIRE_DIRECT=1 "$gdx" bench nvmf-host "${A[@]}" -m gpu:0 --queues 2 --qd 4
 [ $? = 1 ] || fail "bench nvmf-host with GDX_REQUIRE_DIRECT=1 into device memory over TCP ran"
 grep -q '^gdx bench nvmf-host: gpu:0 4k-randread qd 4: direct path unavailable' "$tmp/err" ||
 	fail "bench nvmf-host with GDX_REQUIRE_DIRECT=1 did not say the path was refused: $(cat "$tmp/err")"
+# The bandwidth test writes with --bw-write, from host and device memory (last: it
+# overwrites the namespace), and reads nothing.
+out=$("$gdx" bench nvmf-host "${A[@]}" -m host,gpu:0 --queues 2 --qd none --bw-bs 16k --bw-qd 2 \
+	-t 0.05 -r 1 --no-tcp --bw-write --json 2>"$tmp/err")
+[ $? = 0 ] || fail "bench nvmf-host --bw-write: $(cat "$tmp/err")"
+for m in host gpu:0; do
+	grep -q "\"test\": \"bw-randwrite\", \"mem\": \"$m\", \"qd\": 2" <<<"$out" ||
+		fail "bench nvmf-host --bw-write: no write row for $m: $out"
+done
+! grep -q '"test": "bw-randread"' <<<"$out" || fail "bench nvmf-host --bw-write read: $out"
 exit $((fails > 0))
