@@ -13,7 +13,9 @@
 # to its own address back inside the kernel, so tcpdump on eth0 sees none of them: the
 # counters are the wire.  With a 1024-byte path MTU a 128 KiB read is 128 RDMA WRITE
 # packets, the command's and the response's SENDs, and the ACKs.  The guest's CPU time
-# beside: the host process's, and the rest (the target, rxe, softirqs).
+# beside: the host process's, and the rest (the target, rxe, softirqs); and this
+# machine's CPU time in qemu (qemu_cpu_ms), the only one of them that is work: TCG's
+# guest clock runs on while a vCPU waits for this machine.
 #
 #   bench/nvmf_rdma_wire_vm.sh [SECONDS] [gdx bench args...]
 #   (GDX_BUILDDIR picks the build, default build; MEMS: the gdx host's memory kinds, one
@@ -59,6 +61,7 @@ echo 8192 > \$T/buffer_size_kb
 # snap NAME: rxe0's counters, and the guest's CPU time (busy: user, nice, system, irq,
 # softirq; idle: idle, iowait; USER_HZ) and context switches
 snap() {
+  echo "SNAP \$1"
   for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
     echo "CNT \$1 \${f##*/} \$(cat \$f)"
   done
@@ -100,9 +103,35 @@ done
 nvme disconnect -n \$NQN >/dev/null
 GUEST
 chmod +x "$share/guest.sh"
+# qemu_ms: this machine's CPU time (ms) in the guest's qemu, its vCPUs' work.  Under TCG
+# the guest's own clock counts the time a vCPU waits for this machine as the vCPU's, so
+# its CPU time per read moves with this machine's load; qemu's does not.
+qemu_ms() {
+  local pids=$vm all="" kids p
+  while [ -n "$pids" ]; do
+    all="$all $pids" kids=""
+    for p in $pids; do kids="$kids $(pgrep -P "$p")"; done
+    pids=$(xargs <<<"$kids")
+  done
+  for p in $all; do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == qemu-system* ]] &&
+      awk '{ print 10 * ($14 + $15) }' "/proc/$p/stat"
+  done | head -1
+}
+mkfifo "$share/out.fifo"
 VM_SHARE=$share VM_CPUS=${VM_CPUS:-2} VM_TIMEOUT=${VM_TIMEOUT:-600} \
-  "$top/tests/interop/vm.sh" run "$share/guest.sh" "${@:2}" | tee "$share/out.log" ${WIRE_LOG:+"$WIRE_LOG"} |
-  grep -E '^#|failed|rror'
+  "$top/tests/interop/vm.sh" run "$share/guest.sh" "${@:2}" >"$share/out.fifo" 2>&1 &
+vm=$!
+while IFS= read -r line; do
+  line=${line%$'\r'}
+  printf '%s\n' "$line" >>"$share/out.log"
+  case $line in
+    "SNAP "*) echo "CNT ${line#SNAP } qemu_cpu_ms $(qemu_ms)" >>"$share/out.log" ;;
+    "#"*|*failed*|*rror*) printf '%s\n' "$line" ;;
+  esac
+done <"$share/out.fifo"
+wait $vm
+[ -n "${WIRE_LOG:-}" ] && cp "$share/out.log" "$WIRE_LOG"
 python3 - "$share/out.log" <<'PY'
 import collections, sys
 cnt, reads = {}, collections.Counter()
@@ -125,6 +154,7 @@ print("per read (CPU in ms, the job's start included):")
 print("  %-22s" % "" + "".join(" %10s" % h for h in hosts))
 for name in sorted({k[1] for k in cnt}):
     print("  %-22s" % name + "".join(" %10.2f" % d(h, name) for h in hosts))
+# qemu_cpu_ms is the work; the guest's own figures move with this machine's load
 # what the host's processes did not spend: the target's, rxe's, the rest of the kernel's
 print("  %-22s" % "cpu_not_host_ms" + "".join(
     " %10.2f" % (d(h, "cpu_busy_ms") - d(h, "host_cpu_ms")) for h in hosts))
