@@ -58,6 +58,15 @@ for side in nvmet gdx; do
   need "$side: gdx discovers over rdma" grep -q "$N" <<<"$out"
   out=$("${G[@]}" id-ctrl "${R[@]}" --json 2>&1); echo "  $out" | head -c 300; echo
   need "$side: gdx identifies over rdma" grep -q '"sgls"\|"cntlid"' <<<"$out"
+  # the connect offers the controller as many RDMA READs (a write's data) at once as the
+  # queue has entries, within the device's limit, as the Linux host offers the limit
+  out=$(GDX_LOG_LEVEL=debug "${G[@]}" read "${R[@]}" -l 4k --to /tmp/x 2>&1)
+  n=$(sed -n 's/.*queue 1: \([0-9]*\) entries, .*/\1/p' <<<"$out" | head -1)
+  rd=$(ibv_devinfo -v -d rxe0 | awk '/max_qp_rd_atom:/ { print $2 }')
+  want=$((n < rd ? n : rd))
+  grep 'queue 1: .* entries' <<<"$out" | sed 's/^/  /'
+  check "$side: queue 1 of $n entries offers $want RDMA READs at once (the device $rd)" \
+    grep -q "queue 1: $n entries, $want RDMA READs at once offered" <<<"$out"
   check "$side: gdx writes 3 MiB from host memory" "${G[@]}" write "${R[@]}" -o 1M -l 3M \
     --from /tmp/pat --queues 2
   check "$side: gdx reads them back" "${G[@]}" read "${R[@]}" -o 1M -l 3M --to /tmp/back.$side

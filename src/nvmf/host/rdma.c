@@ -442,9 +442,14 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 	{
 		struct ibv_device_attr a;
 
-		/* the controller reads a write's data from us: as many READs as we serve */
+		/*
+		 * The controller takes a write's data with RDMA READs: as many at
+		 * once as there can be commands, within what the device serves.
+		 * The Linux host offers the device's limit; a lower one holds the
+		 * controller's READs back behind each other (rxe allows 128).
+		 */
 		cp.responder_resources = (uint8_t)(ibv_query_device(t->id->verbs, &a) ? 1 :
-						   GDX_MIN(a.max_qp_rd_atom, 16));
+			GDX_MIN(GDX_MIN(a.max_qp_rd_atom, (int)q->depth), UINT8_MAX));
 	}
 	cp.initiator_depth = 0;
 	cp.retry_count = 7;
@@ -462,6 +467,18 @@ int nh_rdma_open(struct nh_queue *q, unsigned timeout_ms)
 		goto fail;
 	}
 	freeaddrinfo(ai);
+	{
+		struct ibv_qp_attr got;
+		struct ibv_qp_init_attr init;
+
+		/* what the connection settled on, where the wire is in question */
+		if (!ibv_query_qp(t->id->qp, &got, IBV_QP_PATH_MTU | IBV_QP_MAX_DEST_RD_ATOMIC |
+				  IBV_QP_TIMEOUT, &init))
+			GDX_DBG(SUB, "queue %u: %u entries, %u RDMA READs at once offered (the QP "
+				"serves %u), path MTU %d, ACK timeout %u", q->qid, q->depth,
+				cp.responder_resources, got.max_dest_rd_atomic,
+				128 << got.path_mtu, got.timeout);
+	}
 	q->rdma = t;
 	return 0;
 fail:
