@@ -308,6 +308,10 @@ static struct knob knobs[] = {
 	     "NVMe/TCP host: an idle receiver polls its socket and its H2D copies this long "
 	     "before blocking on the copies (0: block at once)",
 	     .min = 0, .max = 100000),
+	KNOB("nvmf.host.rdma_poll_us", K_INT, "0",
+	     "NVMe/RDMA host: a receiver polls its completion queue this long after its last "
+	     "completions before it sleeps on the completion channel (0: sleep at once)",
+	     .min = 0, .max = 100000),
 };
 
 static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;

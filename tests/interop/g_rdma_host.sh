@@ -71,6 +71,22 @@ for side in nvmet gdx; do
     --from /tmp/pat --queues 2
   check "$side: gdx reads them back" "${G[@]}" read "${R[@]}" -o 1M -l 3M --to /tmp/back.$side
   check "$side:   same bytes" cmp /tmp/pat /tmp/back.$side
+  # with nvmf.host.rdma_poll_us a receiver polls its CQ before it sleeps, and finds
+  # completions so; without, it finds none so (the counts are logged at close)
+  for us in 50000 0; do
+    out=$(GDX_NVMF_HOST_RDMA_POLL_US=$us GDX_LOG_LEVEL=debug "${G[@]}" read "${R[@]}" -o 1M \
+      -l 3M --to /tmp/poll.$side 2>&1)
+    polled=$(sed -n 's/.*completions found \([0-9]*\) times polling the CQ.*/\1/p' <<<"$out" |
+      awk '{s += $1} END {print s + 0}')
+    if [ $us = 0 ]; then
+      check "$side: a receiver that does not poll finds no completion so ($polled)" \
+        test "$polled" = 0
+    else
+      check "$side: a receiver polling its CQ ${us} us finds completions so ($polled)" \
+        test "$polled" -gt 0
+    fi
+    check "$side:   same bytes" cmp /tmp/pat /tmp/poll.$side
+  done
   check "$side: gdx reads into pinned memory" "${G[@]}" read "${R[@]}" -o 1M -l 3M -m pinned \
     --to /tmp/pinned.$side
   check "$side:   same bytes" cmp /tmp/pat /tmp/pinned.$side

@@ -124,7 +124,7 @@ struct nh_queue {
 	uint64_t lat_seen;		/* held reads completing now: when their landing was seen */
 	bool lat_timed;			/* ... and one of them was timed */
 
-	struct gdx_counter cnt[22];
+	struct gdx_counter cnt[24];
 };
 
 /*
@@ -137,12 +137,15 @@ struct nh_queue {
  * of reads released before them) and in that callback (CB); REL counts the
  * times timed reads were completed, one or several together.  BOUNCED counts
  * the commands an RDMA queue bounced, HELD those of them answered before an
- * earlier one, whose response waited for it (rdma.c, struct bounce).
+ * earlier one, whose response waited for it (rdma.c, struct bounce).  CQ_POLLED
+ * counts the times an RDMA receiver found completions by polling its CQ after
+ * the last ones (nvmf.host.rdma_poll_us), CQ_SLEPT those it slept for them.
  */
 enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO, NH_CNT_COPY,
        NH_CNT_COPY_CALL, NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT, NH_CNT_RING_FULL,
        NH_CNT_LAT_N, NH_CNT_LAT_SENT, NH_CNT_LAT_DATA, NH_CNT_LAT_POST, NH_CNT_LAT_LAND,
-       NH_CNT_LAT_QUEUE, NH_CNT_LAT_CB, NH_CNT_LAT_REL, NH_CNT_BOUNCED, NH_CNT_HELD };
+       NH_CNT_LAT_QUEUE, NH_CNT_LAT_CB, NH_CNT_LAT_REL, NH_CNT_BOUNCED, NH_CNT_HELD,
+       NH_CNT_CQ_POLLED, NH_CNT_CQ_SLEPT };
 
 struct nh_params {
 	char addr[256];
@@ -171,6 +174,7 @@ struct nh_params {
 	size_t bounce_chunk;
 	unsigned bounce_chunks;
 	uint64_t copy_poll_ns;
+	uint64_t rdma_poll_ns;		/* an RDMA receiver polls its CQ this long before sleeping */
 	unsigned copy_batch;
 	bool copy_word;
 	bool lat_stats;			/* stamp reads (NH_CNT_LAT_*) */

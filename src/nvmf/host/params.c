@@ -186,6 +186,7 @@ int nh_params_parse(struct nh_params *p, const char *addr, const char *svc, cons
 	p->bounce_chunk = gdx_cfg_size("nvmf.host.bounce_chunk");
 	p->bounce_chunks = (unsigned)gdx_cfg_int("nvmf.host.bounce_chunks");
 	p->copy_poll_ns = (uint64_t)gdx_cfg_int("nvmf.host.copy_poll_us") * 1000;
+	p->rdma_poll_ns = (uint64_t)gdx_cfg_int("nvmf.host.rdma_poll_us") * 1000;
 	p->copy_batch = (unsigned)gdx_cfg_int("nvmf.host.copy_batch");
 	p->copy_word = gdx_cfg_bool("nvmf.host.copy_word");
 	p->lat_stats = gdx_cfg_bool("nvmf.host.lat_stats");

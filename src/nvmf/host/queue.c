@@ -58,7 +58,8 @@ static const char *const cnt_names[] = { "cmds", "bytes_in", "bytes_out", "error
 					 "event_records", "dev_queries", "dev_waits", "ring_full",
 					 "lat_reads", "lat_sent_ns", "lat_data_ns", "lat_post_ns",
 					 "lat_land_ns", "lat_queue_ns", "lat_cb_ns", "lat_releases",
-					 "bounced", "bounce_held" };
+					 "bounced", "bounce_held", "cq_polled", "cq_slept" };
+_Static_assert(GDX_ARRAY_SIZE(cnt_names) == NH_CNT_CQ_SLEPT + 1, "a name per counter");
 
 /* ---- socket helpers ------------------------------------------------------- */
 
