@@ -3,6 +3,7 @@
 #define GDX_COMMON_SOCK_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -26,6 +27,27 @@ static inline int gdx_send_full(int fd, struct iovec *iov, int cnt)
 		iov = gdx_iov_advance(iov, &cnt, (size_t)w);
 	}
 	return 0;
+}
+
+/*
+ * The receive side of a framed stream (the tcp transport's frames, NVMe/TCP's
+ * PDUs) read through a staging buffer: how much a read for headers asks for,
+ * room being what the buffer has left and need what its reader lacks (a
+ * header's rest, a short payload's).  The whole room, so that a burst of small
+ * frames comes in one system call; but after a payload of GDX_RX_BIG or more
+ * (big), the next one is likely as large, and the part of it such a read
+ * took would be copied a second time, out of the buffer (at 64 KiB, all of
+ * it): then a read takes need or GDX_RX_HEAD, and the rest of the payload
+ * goes from the socket straight into its place.  GDX_RX_HEAD: a page copied
+ * twice is cheap beside a system call, and it holds the headers of the many
+ * frames without payload that may come between.
+ */
+#define GDX_RX_BIG (32u << 10)
+#define GDX_RX_HEAD 4096u
+
+static inline size_t gdx_rx_ask(bool big, size_t room, size_t need)
+{
+	return big ? GDX_MIN(room, GDX_MAX(need, GDX_RX_HEAD)) : room;
 }
 
 #endif

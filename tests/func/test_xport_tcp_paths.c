@@ -331,7 +331,7 @@ static void *burst_main(void *arg)
  * sends of 64 KiB written back to back, a read for a header takes the
  * payload along into the endpoint's buffer, and copies it again from there,
  * only until a large one has been seen: then the reads for headers take a
- * page (xport.tcp's RX_HEAD, 4 KiB).  Counted as
+ * page (GDX_RX_HEAD, common/sock.h).  Counted as
  * rx_buffered: before, every payload went through the buffer (1 MiB).  Then
  * a 1 KiB send after them arrives whole (its header read took part of it).
  */

@@ -30,7 +30,7 @@ enum {
 	TGT_CTR_NO_LAST_WQE,	/* RDMA queue pairs on a shared receive queue destroyed with no
 				 * Last WQE Reached from the device, DRAIN_NS after their end */
 	TGT_CTR_STAGED,		/* TCP: data bytes a read for PDU headers took into the
-				 * staging buffer, copied out of it (RX_BIG_READ) */
+				 * staging buffer, copied out of it (gdx_rx_ask) */
 	TGT_CTR_NR
 };
 

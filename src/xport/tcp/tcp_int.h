@@ -41,8 +41,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/sock.h"
 #include "common/stats.h"
-#include "common/util.h"
 #include "mem/stage.h"
 #include "xport/xport.h"
 
@@ -70,8 +70,6 @@ enum {
 #define MAX_PAYLOAD (1ull << 40)
 #define ZC_MIN (64u << 10)
 #define RBUF_SIZE (64u << 10)
-#define RX_DIRECT (32u << 10)	/* payloads this large go straight to their buffers (tcp_rbuf_room) */
-#define RX_HEAD 4096u		/* and a read for a header then takes this much */
 #define RESP_BATCH 64
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)	/* a stage buffer; the transmit lane's ring is two */
@@ -459,7 +457,7 @@ struct tcp_ep {
 	 */
 	unsigned char *rbuf;
 	size_t rpos, rlen;
-	bool rx_big;		/* the last frame read carried RX_DIRECT or more (tcp_rx_saw) */
+	bool rx_big;		/* the last frame read carried GDX_RX_BIG or more (tcp_rx_saw) */
 	int rx_epfd, w_epfd, rx_wake;	/* set at ep_start */
 	int rx_boundary;	/* no byte of the next frame read */
 	/*
@@ -582,23 +580,10 @@ static inline unsigned tcp_rx_deferred(struct tcp_ep *t)
 	return rx ? gdx_stage_deferred(rx) : 0;
 }
 
-/*
- * What a read into rbuf asks for, need being what its reader lacks (a
- * header's rest, a payload's to discard or a short one's).  Up to the
- * buffer's end, so that a burst of small frames comes in one system call; but
- * while frames carry payloads of RX_DIRECT or more, the part of the next
- * one's payload such a read took would be copied a second time, out of rbuf
- * (at 64 KiB, all of it): then a read takes what is lacking or RX_HEAD, and
- * the rest of the payload goes from the socket straight into its buffer.
- * RX_HEAD: a page copied twice is cheap beside a system call, and it holds
- * the headers of the many answers without payload that may come between.
- * The socket's reader.
- */
+/* What a read into rbuf asks for (gdx_rx_ask): the socket's reader. */
 static inline size_t tcp_rbuf_room(const struct tcp_ep *t, size_t need)
 {
-	size_t room = RBUF_SIZE - t->rlen;
-
-	return t->rx_big ? GDX_MIN(room, GDX_MAX(need, RX_HEAD)) : room;
+	return gdx_rx_ask(t->rx_big, RBUF_SIZE - t->rlen, need);
 }
 
 /*
@@ -608,7 +593,7 @@ static inline size_t tcp_rbuf_room(const struct tcp_ep *t, size_t need)
 static inline void tcp_rx_saw(struct tcp_ep *t, const struct hdr *h)
 {
 	if (h->type == F_SEND || h->type == F_WRITE || h->type == F_READ_RESP)
-		t->rx_big = h->len >= RX_DIRECT;
+		t->rx_big = h->len >= GDX_RX_BIG;
 }
 
 /* The one response owed answers a message that completed a receive (tcp_resp_hold). */

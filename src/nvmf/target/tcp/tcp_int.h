@@ -42,15 +42,6 @@
 #include "nvmf/target/tcp.h"
 
 #define RXBUF_SIZE (64 * 1024)
-/*
- * After a PDU with this much data or more, a read into the staging buffer
- * asks for RX_BIG_READ bytes, not RXBUF_SIZE: the next PDU's data, likely as
- * large, then goes from the socket straight into its I/O buffer rather than
- * through the staging buffer and a copy.  A page still holds the headers of
- * dozens of command capsules.
- */
-#define RX_BIG_DATA (32 * 1024)
-#define RX_BIG_READ 4096
 #define DIRECT_RECV_MIN 4096	/* data at least this large is received in place */
 #define ADMIN_INLINE 8192	/* the Linux host assumes 8 KiB in-capsule on admin */
 #define MAX_SLOTS 512		/* 2 x the deepest queue: CIDs recycle before we free */
@@ -157,7 +148,7 @@ struct tcp_conn {
 	uint32_t ddgst_have;
 	uint8_t *rxbuf;
 	uint32_t rx_off, rx_len;
-	bool rx_big;		/* the last PDU's data was RX_BIG_DATA or more */
+	bool rx_big;		/* the last PDU's data was GDX_RX_BIG or more (gdx_rx_ask) */
 	/*
 	 * Back-pressure: while the connection holds its share of request buffers
 	 * (conn_fits), commands that need one (reads through a bounce buffer,

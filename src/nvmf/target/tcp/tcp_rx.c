@@ -15,6 +15,7 @@
 
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "common/sock.h"
 #include "nvmf/target/tcp/tcp_int.h"
 
 void nvmf_tcp_req_free(struct tcp_req *t)
@@ -233,7 +234,7 @@ static void rx_expect_data(struct tcp_conn *c, uint8_t *dst)
 {
 	c->data_dst = dst;
 	c->data_left = c->info.data_len;
-	c->rx_big = c->info.data_len >= RX_BIG_DATA;
+	c->rx_big = c->info.data_len >= GDX_RX_BIG;
 	c->pad_left = c->info.pad_len;
 	c->crc = 0;
 	c->ddgst_have = 0;
@@ -472,7 +473,7 @@ void nvmf_tcp_conn_read(struct tcp_conn *c)
 				continue;
 			}
 		} else {
-			size_t want = c->rx_big ? RX_BIG_READ : RXBUF_SIZE;
+			size_t want = gdx_rx_ask(c->rx_big, RXBUF_SIZE, 0);
 
 			n = recv(c->fd, c->rxbuf, want, MSG_DONTWAIT);
 			if (n > 0) {
