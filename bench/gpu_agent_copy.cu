@@ -8,7 +8,9 @@
 // of 16-byte loads, 4 KiB a warp in flight) and Hopper's bulk copies
 // (cp.async.bulk through shared memory, one thread issuing, 128 KiB in flight a
 // block), and the copy engine beside them; each alone and while CPU threads copy
-// host memory (as loopback TCP does under the NVMe/TCP benchmark).
+// host memory (as loopback TCP does under the NVMe/TCP benchmark).  Rows "wsp"
+// (session 14): the same loads with each warp taking whole pieces and fencing
+// only its own, so that a fence does not drain the block's copies.
 // Not part of gdx's build (it needs nvcc; gdx does not):
 //   nvcc -O2 -arch=sm_90 -o gpu_agent_copy bench/gpu_agent_copy.cu -lpthread && ./gpu_agent_copy
 #include <atomic>
@@ -71,6 +73,45 @@ __global__ void k_lsu(const char *src, char *dst, size_t piece, size_t npieces, 
 			__syncthreads();
 			if (threadIdx.x == 0)
 				st_rel(&done[blockIdx.x * 16], ++round);
+		}
+	}
+}
+
+// Warps on their own: warp w of block b takes pieces b * nwarps + w, then every
+// grid's worth of warps further; each warp copies its piece, fences its own
+// stores and stores its done word, and (flags) polls a host word before the
+// next, with no block-wide barrier: one warp's fence waits for that warp's
+// copies only, while the block's other warps keep their loads in flight.
+__global__ void k_wsp(const char *src, char *dst, size_t piece, size_t npieces, int flags,
+		      uint32_t *done, const uint32_t *host_word)
+{
+	unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+	unsigned units = (unsigned)(piece / 4096);
+	size_t gw = (size_t)blockIdx.x * nwarps + warp, step = (size_t)gridDim.x * nwarps;
+	uint32_t round = 0;
+
+	for (size_t p = gw; p < npieces; p += step) {
+		if (flags & F_POLL) {
+			uint32_t v = lane == 0 ? ld_sys(host_word) : 0;
+
+			round += __shfl_sync(0xffffffffu, v, 0);
+		}
+		for (unsigned u = 0; u < units; u++) {
+			size_t off = (p * piece) % HBUF + (size_t)u * 4096;
+			size_t doff = (p * piece) % DBUF + (size_t)u * 4096;
+			uint4 v[8];
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				v[j] = __ldcv((const uint4 *)(src + off) + j * 32 + lane);
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				((uint4 *)(dst + doff))[j * 32 + lane] = v[j];
+		}
+		if (flags & F_FENCE) {
+			__threadfence_system();
+			__syncwarp();
+			if (lane == 0)
+				st_rel(&done[gw * 16], ++round);
 		}
 	}
 }
@@ -192,6 +233,9 @@ static double run(const run_args &r, const char *kind, int blocks, size_t piece,
 		if (!strcmp(kind, "lsu"))
 			k_lsu<<<blocks, threads, 0, r.st>>>(r.src, r.dst, piece, npieces, per_round, flags,
 							  r.done, r.word);
+		else if (!strcmp(kind, "wsp"))
+			k_wsp<<<blocks, threads, 0, r.st>>>(r.src, r.dst, piece, npieces, flags, r.done,
+							  r.word);
 		else if (!strcmp(kind, "tma"))
 			k_tma<<<blocks, 32, (size_t)unit * stages, r.st>>>(r.src, r.dst, piece, npieces,
 									per_round, flags, r.done, r.word,
@@ -239,7 +283,7 @@ static void table(const run_args &r, int nload, bool bulk)
 				       "engine", "-", piece >> 10, "-", "-", "-",
 				       run(r, "ce", 0, piece, 1, 0, 0, 0, 0));
 			for (int blocks : { 1, 4, 8, 16 })
-				for (int v = 0; v < 7; v++) {
+				for (int v = 0; v < 10; v++) {
 					/* method, threads, flags, per_round, unit, stages */
 					static const struct { const char *k; int th, fl, pr; unsigned un, stg; } V[] = {
 						{ "lsu", 256, 0, 1, 0, 0 },
@@ -249,6 +293,9 @@ static void table(const run_args &r, int nload, bool bulk)
 						{ "lsu", 1024, F_FENCE | F_POLL, 1, 0, 0 },
 						{ "tma", 32, F_FENCE | F_POLL, 1, 16 << 10, 8 },
 						{ "tma", 32, F_FENCE | F_POLL, 4, 16 << 10, 8 },
+						{ "wsp", 256, 0, 1, 0, 0 },
+						{ "wsp", 256, F_FENCE, 1, 0, 0 },
+						{ "wsp", 256, F_FENCE | F_POLL, 1, 0, 0 },
 					};
 					char fl[8], fly[16];
 
@@ -284,7 +331,7 @@ int main(int argc, char **argv)
 		((uint64_t *)src)[i] = i * 0x9e3779b97f4a7c15ull;
 	r.src = src;
 	CK(cudaMalloc(&r.dst, DBUF));
-	CK(cudaHostAlloc(&r.done, 64 * 64, cudaHostAllocMapped));
+	CK(cudaHostAlloc(&r.done, 64 * 16 * 64, cudaHostAllocMapped));	/* a line per warp */
 	CK(cudaHostAlloc(&r.word, 64, cudaHostAllocMapped));
 	*r.word = 0;
 	CK(cudaStreamCreateWithFlags(&r.st, cudaStreamNonBlocking));
@@ -292,6 +339,7 @@ int main(int argc, char **argv)
 	/* rows as they come: a bulk copy of host memory that faults ends the program */
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	check(r, "lsu", 0, 0);
+	check(r, "wsp", 0, 0);
 	printf("%-4s %-7s %-6s %-5s %-6s %-7s %-14s %s\n", "load", "method", "blocks", "piece",
 	       "round", "flags", "in flight/blk", "GB/s");
 	table(r, nload, false);
