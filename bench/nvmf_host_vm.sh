@@ -22,16 +22,11 @@ gdx=$builddir/tools/gdx/gdx
 [ -x "$gdx" ] || { echo "no gdx at $gdx (build first)" >&2; exit 2; }
 share=$(mktemp -d)
 trap 'rm -rf "$share"' EXIT
-mkdir -p "$share/lib"
-cp "$gdx" "$share/gdx"
-# the guest image lacks a few of gdx's libraries; the host's work there (same glibc)
-ldd "$gdx" | awk '/=> \// { print $3 }' | grep -vE '/libc\.so|/ld-linux' | while read -r l; do
-  cp -L "$l" "$share/lib/"
-done
+. "$top/bench/vm_perf.sh"
+vm_gdx_share "$share" "$gdx" || exit 1
+vm_perf_share "$share" || exit 1
 # the caller's GDX_NVMF_HOST_* knobs and GDX_DEVICE (emulated: pinned, gpu:0 memory
 # in a guest without a GPU) reach the gdx host in the guest
-. "$top/bench/vm_perf.sh"
-vm_perf_share "$share" || exit 1
 hostknobs=$(env | grep -E '^GDX_(NVMF_HOST_[A-Z_0-9]*|DEVICE)=[^ ]*$' | tr '\n' ' ')
 cat >"$share/guest.sh" <<GUEST
 #!/bin/bash

@@ -29,11 +29,8 @@ gdx=$builddir/tools/gdx/gdx
 [ -x "$gdx" ] || { echo "no gdx at $gdx (build first)" >&2; exit 2; }
 share=$(mktemp -d)
 trap 'rm -rf "$share"' EXIT
-mkdir -p "$share/lib"
-cp "$gdx" "$share/gdx"
-ldd "$gdx" | awk '/=> \// { print $3 }' | grep -vE '/libc\.so|/ld-linux' | while read -r l; do
-  cp -L "$l" "$share/lib/"
-done
+. "$top/bench/vm_perf.sh"
+vm_gdx_share "$share" "$gdx" || exit 1
 hostknobs=$(env | grep -E '^GDX_(NVMF_HOST_[A-Z_0-9]*|DEVICE)=[^ ]*$' | tr '\n' ' ')
 cat >"$share/guest.sh" <<GUEST
 #!/bin/bash

@@ -92,14 +92,14 @@ static struct frame recv_resp_and_send(int fd, uint64_t resp_id, size_t n, unsig
 	return sf;
 }
 
-/* Answers request frame f and waits for its completion. */
-static void answer(int fd, struct gdx_xport_cq *cq, const struct frame *f, uint64_t wr_id)
+/* Answers request frame f on c's raw peer and waits for its completion. */
+static void answer(const struct raw_conn *c, const struct frame *f, uint64_t wr_id)
 {
 	struct gdx_xport_cqe e;
 
-	send_frame(fd, TF_RESP, f->id, 0, 0);
-	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
-		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	send_frame(c->fd, TF_RESP, f->id, 0, 0);
+	while (gdx_xport_cq_poll(c->cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(c->cq, 10000), 1);
 	assert_int_equal(e.wr_id, wr_id);
 	assert_int_equal(e.status, 0);
 }
@@ -115,46 +115,38 @@ static void answer(int fd, struct gdx_xport_cq *cq, const struct frame *f, uint6
 static void test_post_writes_socket(void **state)
 {
 	enum { MID = 128 << 10, BIG = 16 << 20 };
-	struct gdx_xport_listener *l;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	unsigned char *buf = malloc(BIG);
 	struct frame f;
-	int fd;
+	struct raw_conn conn;
 
 	(void)state;
 	assert_int_equal(gdx_config_set("xport.tcp_zerocopy", "0"), 0);
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, NULL);
 
 	t_fill(buf, 4096, 1);
-	assert_int_equal(gdx_xport_post_send(ep, buf, 4096, 1, 0), 0);
+	assert_int_equal(gdx_xport_post_send(conn.ep, buf, 4096, 1, 0), 0);
 	assert_int_equal(tcp_counter("tx_direct"), 1);
 	assert_int_equal(tcp_counter("tx_handed"), 0);
-	f = recv_frame(fd, 4096, 1);
+	f = recv_frame(conn.fd, 4096, 1);
 	assert_int_equal(f.type, TF_SEND);
-	answer(fd, cq, &f, 1);
+	answer(&conn, &f, 1);
 
 	t_fill(buf, MID, 2);
-	assert_int_equal(gdx_xport_post_send(ep, buf, MID, 2, 0), 0);
+	assert_int_equal(gdx_xport_post_send(conn.ep, buf, MID, 2, 0), 0);
 	assert_int_equal(tcp_counter("tx_direct"), 2);
 	assert_int_equal(tcp_counter("tx_handed"), 0);
-	f = recv_frame(fd, MID, 2);
-	answer(fd, cq, &f, 2);
+	f = recv_frame(conn.fd, MID, 2);
+	answer(&conn, &f, 2);
 
 	t_fill(buf, BIG, 3);
-	assert_int_equal(gdx_xport_post_send(ep, buf, BIG, 3, 0), 0);
+	assert_int_equal(gdx_xport_post_send(conn.ep, buf, BIG, 3, 0), 0);
 	/* the socket took what it could: the rest is the transmit thread's */
-	f = recv_frame(fd, BIG, 3);
-	answer(fd, cq, &f, 3);
+	f = recv_frame(conn.fd, BIG, 3);
+	answer(&conn, &f, 3);
 	assert_int_equal(tcp_counter("tx_direct"), 2);
 	assert_int_equal(tcp_counter("tx_handed"), 1);
 
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	assert_int_equal(gdx_config_set("xport.tcp_zerocopy", "1"), 0);
 	free(buf);
 }
@@ -171,40 +163,30 @@ static void test_post_writes_device(void **state)
 {
 	enum { SZ = 4096 };
 	static unsigned char want[SZ];
-	struct gdx_xport_listener *l;
-	struct gdx_xport_opts o;
 	struct gdx_device *dev;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	void *dtx;
-	int fd, done = 0;
+	int done = 0;
+	struct raw_conn conn;
 
 	(void)state;
 	if (gdx_device_open(NULL, &dev))
 		skip();
 	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
-	gdx_xport_opts_init(&o, sizeof(o));
-	o.dev = dev;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, dev);
 	for (unsigned i = 0; i < 50 && !done; i++) {
 		uint64_t d0 = tcp_counter("tx_direct"), h0 = tcp_counter("tx_handed");
 		struct frame f;
 
 		t_fill(want, SZ, 1100 + i);
 		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
-		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 1200 + i, 0), 0);
-		f = recv_frame(fd, SZ, 1100 + i);
+		assert_int_equal(gdx_xport_post_send(conn.ep, dtx, SZ, 1200 + i, 0), 0);
+		f = recv_frame(conn.fd, SZ, 1100 + i);
 		assert_int_equal(f.type, TF_SEND);
-		answer(fd, cq, &f, 1200 + i);
+		answer(&conn, &f, 1200 + i);
 		done = tcp_counter("tx_direct") - d0 == 1 && tcp_counter("tx_handed") == h0;
 	}
 	assert_true(done);
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	gdx_device_free(dev, dtx);
 	gdx_device_close(dev);
 }
@@ -246,50 +228,43 @@ static void *late_send_main(void *arg)
 static void test_waiter_receives(void **state)
 {
 	enum { N = 5, SZ = 64 << 10 };
-	struct gdx_xport_listener *l;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	struct gdx_xport_cqe e;
 	unsigned char *rx = malloc(SZ), *want = malloc(SZ);
-	int fd;
+	struct raw_conn conn;
 
 	(void)state;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, NULL);
 	for (int part = 0; part < 2; part++) {
 		const char *ctr = part ? "rx_part" : "rx_waiter";
 		uint64_t base = tcp_counter(ctr);
 
 		for (int i = 0; i < N && tcp_counter(ctr) == base; i++) {
 			unsigned seed = 10 * (unsigned)part + (unsigned)i;
-			struct late_send ls = { .fd = fd, .id = seed + 1, .n = SZ,
-						.first = part ? SZ / 2 : SZ, .seed = seed, .ms = 30 };
+			struct late_send ls = { .fd = conn.fd, .id = seed + 1, .n = SZ,
+						.first = part ? SZ / 2 : SZ, .seed = seed,
+						.ms = 30 };
 			struct frame f;
 			pthread_t th;
 
 			memset(rx, 0, SZ);
-			assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, seed), 0);
+			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, seed), 0);
 			pthread_create(&th, NULL, late_send_main, &ls);
-			while (gdx_xport_cq_poll(cq, &e, 1) == 0)
-				assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+			while (gdx_xport_cq_poll(conn.cq, &e, 1) == 0)
+				assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
 			pthread_join(th, NULL);
 			assert_int_equal(e.wr_id, seed);
 			assert_int_equal(e.status, 0);
 			assert_int_equal(e.len, SZ);
 			t_fill(want, SZ, seed);
 			assert_memory_equal(rx, want, SZ);
-			assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+			assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
 			assert_int_equal(f.type, TF_RESP);
 			assert_int_equal(f.id, seed + 1);
 			assert_int_equal(f.status, 0);
 		}
 		assert_true(tcp_counter(ctr) > base);
 	}
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	free(rx);
 	free(want);
 }
@@ -339,23 +314,20 @@ static void test_big_payloads_direct(void **state)
 {
 	enum { N = 16, SZ = 64 << 10, SMALL = 1024 };
 	struct burst b = { .n = N, .sz = SZ, .seed = 500 };
-	struct gdx_xport_listener *l;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	unsigned char *rx = malloc((size_t)N * SZ), *want = malloc(SZ);
 	uint64_t base;
 	pthread_t th;
+	struct raw_conn conn;
 
 	(void)state;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &b.fd);
+	raw_open(&conn, NULL);
+	b.fd = conn.fd;
 	for (unsigned i = 0; i < N; i++)
-		assert_int_equal(gdx_xport_post_recv(ep, rx + (size_t)i * SZ, SZ, i), 0);
+		assert_int_equal(gdx_xport_post_recv(conn.ep, rx + (size_t)i * SZ, SZ, i), 0);
 	base = tcp_counter("rx_buffered");
 	pthread_create(&th, NULL, burst_main, &b);
 	for (unsigned i = 0; i < N; i++) {
-		struct gdx_xport_cqe e = next_cqe(cq);
+		struct gdx_xport_cqe e = next_cqe(conn.cq);
 		struct frame f;
 
 		assert_int_equal(e.wr_id, i);
@@ -363,28 +335,25 @@ static void test_big_payloads_direct(void **state)
 		assert_int_equal(e.len, SZ);
 		t_fill(want, SZ, b.seed + i);
 		assert_memory_equal(rx + (size_t)i * SZ, want, SZ);
-		assert_int_equal(recv(b.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
 		assert_int_equal(f.type, TF_RESP);
 		assert_int_equal(f.id, i + 1);
 	}
 	pthread_join(th, NULL);
 	assert_true(tcp_counter("rx_buffered") - base <= SZ + N * 4096);
 	/* a small payload after them, whole and through the buffer */
-	b = (struct burst){ .fd = b.fd, .n = 1, .sz = SMALL, .seed = 900 };
-	assert_int_equal(gdx_xport_post_recv(ep, rx, SMALL, 99), 0);
+	b = (struct burst){ .fd = conn.fd, .n = 1, .sz = SMALL, .seed = 900 };
+	assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SMALL, 99), 0);
 	burst_main(&b);
 	{
-		struct gdx_xport_cqe e = next_cqe(cq);
+		struct gdx_xport_cqe e = next_cqe(conn.cq);
 
 		assert_int_equal(e.wr_id, 99);
 		assert_int_equal(e.len, SMALL);
 		t_fill(want, SMALL, 900);
 		assert_memory_equal(rx, want, SMALL);
 	}
-	close(b.fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	free(rx);
 	free(want);
 }
@@ -426,25 +395,18 @@ static void test_waiter_receives_device(void **state)
 {
 	enum { SZ = 4096, BIG = 64 << 10, TRIES = 10 };
 	static unsigned char msg[2 * (sizeof(struct frame) + SZ)], got[BIG], want[BIG], hrx[SZ];
-	struct gdx_xport_listener *l;
-	struct gdx_xport_opts o;
 	struct gdx_device *dev;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	void *drx;
-	int fd;
+	struct raw_conn conn;
 
 	(void)state;
 	if (gdx_device_open(NULL, &dev))
 		skip();
 	assert_int_equal(gdx_device_malloc(dev, BIG, &drx), 0);
-	gdx_xport_opts_init(&o, sizeof(o));
-	o.dev = dev;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, dev);
 	/* the first half of the 64 KiB payload goes at once, not when the header is acked */
-	assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int)), 0);
+	assert_int_equal(setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int)),
+			 0);
 	for (int c = 0; c < 3; c++) {
 		uint64_t w0 = tcp_counter("rx_waiter_dev"), d0, p0;
 		int done = 0;
@@ -455,16 +417,17 @@ static void test_waiter_receives_device(void **state)
 			unsigned seed = 500 + 10 * (unsigned)c + i;
 			uint64_t id = 1000 * (uint64_t)c + i;
 			size_t n = c == 1 ? BIG : SZ;
-			struct late_send ls = { .fd = fd, .id = id, .n = n, .first = n / 2,
+			struct late_send ls = { .fd = conn.fd, .id = id, .n = n, .first = n / 2,
 						.seed = seed, .ms = 30 };
 			struct frame *f = (struct frame *)msg, r;
-			struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(*f) + SZ, .ms = 30 };
+			struct late_raw lr = { .fd = conn.fd, .p = msg, .n = sizeof(*f) + SZ,
+					       .ms = 30 };
 			struct gdx_xport_cqe e;
 			pthread_t th;
 
 			d0 = tcp_counter("rx_dev");
 			p0 = tcp_counter("rx_part");
-			assert_int_equal(gdx_xport_post_recv(ep, drx, n, 1), 0);
+			assert_int_equal(gdx_xport_post_recv(conn.ep, drx, n, 1), 0);
 			if (c == 1) {
 				pthread_create(&th, NULL, late_send_main, &ls);
 			} else {
@@ -472,7 +435,8 @@ static void test_waiter_receives_device(void **state)
 				f[0] = (struct frame){ .type = TF_SEND, .id = id, .len = SZ };
 				t_fill(f + 1, SZ, seed);
 				if (c == 2) {
-					assert_int_equal(gdx_xport_post_recv(ep, hrx, SZ, 2), 0);
+					assert_int_equal(gdx_xport_post_recv(conn.ep, hrx, SZ, 2),
+							 0);
 					f = (struct frame *)(msg + lr.n);
 					f[0] = (struct frame){ .type = TF_SEND, .id = id + 100,
 							       .len = SZ };
@@ -481,7 +445,7 @@ static void test_waiter_receives_device(void **state)
 				}
 				pthread_create(&th, NULL, late_raw_main, &lr);
 			}
-			e = next_cqe(cq);
+			e = next_cqe(conn.cq);
 			/* the host message's bytes are not looked at before its receive completed */
 			assert_int_equal(e.wr_id, 1);
 			assert_int_equal(e.status, 0);
@@ -490,19 +454,20 @@ static void test_waiter_receives_device(void **state)
 			t_fill(want, n, seed);
 			assert_memory_equal(got, want, n);
 			if (c == 2) {
-				e = next_cqe(cq);
+				e = next_cqe(conn.cq);
 				assert_int_equal(e.wr_id, 2);
 				assert_int_equal(e.status, 0);
 				t_fill(want, SZ, seed + 1);
 				assert_memory_equal(hrx, want, SZ);
 			}
 			pthread_join(th, NULL);
-			assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+			assert_int_equal(recv(conn.fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
 			assert_int_equal(r.type, TF_RESP);
 			assert_int_equal(r.id, id);
 			assert_int_equal(r.status, 0);
 			if (c == 2) {
-				assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+				assert_int_equal(recv(conn.fd, &r, sizeof(r), MSG_WAITALL),
+						 sizeof(r));
 				assert_int_equal(r.type, TF_RESP);
 				assert_int_equal(r.id, id + 100);
 			}
@@ -512,10 +477,7 @@ static void test_waiter_receives_device(void **state)
 		}
 		assert_true(done);
 	}
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	gdx_config_reset();
 	gdx_device_free(dev, drx);
 	gdx_device_close(dev);
@@ -536,25 +498,18 @@ static void test_waiter_behind_device_send(void **state)
 {
 	enum { SZ = 4096 };
 	static unsigned char msg[sizeof(struct frame) + SZ], rx[SZ], want[SZ];
-	struct gdx_xport_listener *l;
-	struct gdx_xport_opts o;
 	struct gdx_device *dev;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	void *dtx;
-	int fd, done = 0;
+	int done = 0;
+	struct raw_conn conn;
 
 	(void)state;
 	if (gdx_device_open(NULL, &dev))
 		skip();
 	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
-	gdx_xport_opts_init(&o, sizeof(o));
-	o.dev = dev;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, dev);
 	for (unsigned i = 0; i < 10 && !done; i++) {
-		struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(msg), .ms = 30 };
+		struct late_raw lr = { .fd = conn.fd, .p = msg, .n = sizeof(msg), .ms = 30 };
 		struct frame *f = (struct frame *)msg, sf, r;
 		uint64_t t0, w0;
 		struct gdx_xport_cqe e;
@@ -562,31 +517,28 @@ static void test_waiter_behind_device_send(void **state)
 
 		t_fill(want, SZ, 800 + i);
 		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
-		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 900 + i, 0), 0);
-		sf = recv_frame(fd, SZ, 800 + i);
+		assert_int_equal(gdx_xport_post_send(conn.ep, dtx, SZ, 900 + i, 0), 0);
+		sf = recv_frame(conn.fd, SZ, 800 + i);
 		assert_int_equal(sf.type, TF_SEND);
-		assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, i), 0);
+		assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, i), 0);
 		*f = (struct frame){ .type = TF_SEND, .id = 700 + i, .len = SZ };
 		t_fill(f + 1, SZ, 700 + i);
 		t0 = tcp_counter("rx_takes");
 		w0 = tcp_counter("rx_waiter");
 		pthread_create(&th, NULL, late_raw_main, &lr);
-		e = next_cqe(cq);
+		e = next_cqe(conn.cq);
 		pthread_join(th, NULL);
 		assert_int_equal(e.wr_id, i);
 		assert_int_equal(e.status, 0);
 		assert_memory_equal(rx, f + 1, SZ);
 		done = tcp_counter("rx_takes") > t0 && tcp_counter("rx_waiter") > w0;
-		assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
+		assert_int_equal(recv(conn.fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
 		assert_int_equal(r.type, TF_RESP);
 		assert_int_equal(r.id, 700 + i);
-		answer(fd, cq, &sf, 900 + i);
+		answer(&conn, &sf, 900 + i);
 	}
 	assert_true(done);
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	gdx_device_free(dev, dtx);
 	gdx_device_close(dev);
 }
@@ -621,32 +573,27 @@ static void *answer_then_echo_main(void *arg)
  */
 static void test_waiter_keeps_socket(void **state)
 {
-	struct gdx_xport_listener *l;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	struct gdx_xport_cqe e;
 	unsigned char tx[4096], rx[4096], want[4096];
 	uint64_t done = 0, takes = 0;
-	int fd;
+	struct raw_conn conn;
 
 	(void)state;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, NULL);
 	for (unsigned i = 0; i < 5 && done != 2; i++) {
-		struct answer_then_echo ae = { .fd = fd, .seed = 40 + i };
+		struct answer_then_echo ae = { .fd = conn.fd, .seed = 40 + i };
 		uint64_t w0 = tcp_counter("rx_waiter"), t0 = tcp_counter("rx_takes");
 		struct frame f;
 		pthread_t th;
 
-		assert_int_equal(gdx_xport_post_recv(ep, rx, sizeof(rx), i), 0);
+		assert_int_equal(gdx_xport_post_recv(conn.ep, rx, sizeof(rx), i), 0);
 		t_fill(tx, sizeof(tx), ae.seed);
-		assert_int_equal(gdx_xport_post_send(ep, tx, sizeof(tx), 100 + i,
+		assert_int_equal(gdx_xport_post_send(conn.ep, tx, sizeof(tx), 100 + i,
 						     GDX_XPORT_UNSIGNALED), 0);
 		pthread_create(&th, NULL, answer_then_echo_main, &ae);
 		/* one wait: nothing completes before the echo */
-		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
-		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+		assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
+		assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 1);
 		pthread_join(th, NULL);
 		assert_int_equal(e.wr_id, i);
 		assert_int_equal(e.status, 0);
@@ -655,16 +602,13 @@ static void test_waiter_keeps_socket(void **state)
 		done = tcp_counter("rx_waiter") - w0;
 		takes = tcp_counter("rx_takes") - t0;
 		/* the response the waiter owed the echo */
-		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
 		assert_int_equal(f.type, TF_RESP);
 		assert_int_equal(f.id, 100 + ae.seed);
 	}
 	assert_int_equal(done, 2);
 	assert_int_equal(takes, 1);
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 }
 
 /* Sends a send frame and its payload, fill `seed`, in one write 30 ms from now. */
@@ -702,52 +646,48 @@ static void test_waiter_resp_rides(void **state)
 {
 	enum { SZ = 4096 };
 	static unsigned char rx[SZ], tx[SZ], want[SZ];
-	struct gdx_xport_listener *l;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
-	int fd;
+	struct raw_conn conn;
 
 	(void)state;
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, NULL);
 	for (int how = 0; how < 3; how++) {
 		int done = 0;
 
 		for (unsigned i = 0; i < 10 && !done; i++) {
 			unsigned seed = 60 + 10 * (unsigned)how + i;
-			struct late_send ls = { .fd = fd, .id = seed, .n = SZ, .seed = seed };
+			struct late_send ls = { .fd = conn.fd, .id = seed, .n = SZ, .seed = seed };
 			uint64_t t0 = tcp_counter("rx_takes"), w0 = tcp_counter("rx_waiter"), r0, n0;
 			uint64_t g0 = tcp_counter("rx_gives");
-			struct pollfd pf = { .fd = fd, .events = POLLIN };
+			struct pollfd pf = { .fd = conn.fd, .events = POLLIN };
 			struct gdx_xport_cqe e;
 			struct frame f;
 			pthread_t th;
 			int took, lent;
 
-			assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, seed), 0);
+			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, seed), 0);
 			pthread_create(&th, NULL, send_later_main, &ls);
-			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+			assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
 			pthread_join(th, NULL);
 			took = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_waiter") - w0 == 1;
 			/* the socket is lent, not given back, until the post */
 			lent = tcp_counter("rx_gives") == g0;
 			r0 = tcp_counter("resp_rode");
 			n0 = tcp_counter("tx_writes");
-			assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+			assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 1);
 			assert_int_equal(e.wr_id, seed);
 			assert_int_equal(e.status, 0);
 			t_fill(want, SZ, seed);
 			assert_memory_equal(rx, want, SZ);
 			if (how == 0) {
 				t_fill(tx, SZ, seed + 1000);
-				assert_int_equal(gdx_xport_post_send(ep, tx, SZ, seed + 1000, 0), 0);
+				assert_int_equal(gdx_xport_post_send(conn.ep, tx, SZ, seed + 1000,
+								     0), 0);
 				done = took && lent && tcp_counter("resp_rode") - r0 == 1 &&
 				       tcp_counter("tx_writes") - n0 == 1 &&
 				       tcp_counter("rx_gives") == g0;
 			} else if (how == 1) {
-				assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+				assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 0);
 				if (took) {
 					assert_int_equal(poll(&pf, 1, 0), 1);
 					done = 1;
@@ -757,8 +697,8 @@ static void test_waiter_resp_rides(void **state)
 				done = took;
 			}
 			if (how == 0) {
-				f = recv_resp_and_send(fd, seed, SZ, seed + 1000);
-				answer(fd, cq, &f, seed + 1000);
+				f = recv_resp_and_send(conn.fd, seed, SZ, seed + 1000);
+				answer(&conn, &f, seed + 1000);
 				/*
 				 * That wait took the lent socket over, no second
 				 * take, and read the answer itself (rx_waiter + 2).
@@ -767,7 +707,8 @@ static void test_waiter_resp_rides(void **state)
 				       tcp_counter("rx_gives") - g0 == 1 &&
 				       tcp_counter("rx_waiter") - w0 == 2;
 			} else {
-				assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+				assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL),
+						 sizeof(f));
 				assert_int_equal(f.type, TF_RESP);
 				assert_int_equal(f.id, seed);
 				assert_int_equal(f.status, 0);
@@ -775,10 +716,7 @@ static void test_waiter_resp_rides(void **state)
 		}
 		assert_true(done);
 	}
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "1"), 0);
 }
 
@@ -798,13 +736,10 @@ static void test_held_resp_rides_device(void **state)
 {
 	enum { SZ = 4096 };
 	static unsigned char msg[sizeof(struct frame) + SZ], got[SZ], want[SZ];
-	struct gdx_xport_listener *l;
-	struct gdx_xport_opts o;
 	struct gdx_device *dev;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	void *drx, *dtx;
-	int fd, done = 0;
+	int done = 0;
+	struct raw_conn conn;
 
 	(void)state;
 	if (gdx_device_open(NULL, &dev))
@@ -815,42 +750,36 @@ static void test_held_resp_rides_device(void **state)
 	/* the post must come within the hold, also on a sanitizer's slow build */
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
 	/* the endpoint's device: its copy agent's stage ring sends device memory */
-	gdx_xport_opts_init(&o, sizeof(o));
-	o.dev = dev;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, dev);
 	for (unsigned i = 0; i < 10 && !done; i++) {
 		struct frame *f = (struct frame *)msg, r;
 		struct gdx_xport_cqe e;
 		uint64_t n0;
 
-		assert_int_equal(gdx_xport_post_recv(ep, drx, SZ, i), 0);
+		assert_int_equal(gdx_xport_post_recv(conn.ep, drx, SZ, i), 0);
 		t_fill(want, SZ, 200 + i);
 		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
 		*f = (struct frame){ .type = TF_SEND, .id = 300 + i, .len = SZ };
 		t_fill(f + 1, SZ, 100 + i);
 		n0 = tcp_counter("tx_writes");
-		assert_int_equal(send(fd, msg, sizeof(msg), MSG_NOSIGNAL), (ssize_t)sizeof(msg));
-		while (gdx_xport_cq_poll(cq, &e, 1) == 0)
-			assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		assert_int_equal(send(conn.fd, msg, sizeof(msg), MSG_NOSIGNAL),
+				 (ssize_t)sizeof(msg));
+		while (gdx_xport_cq_poll(conn.cq, &e, 1) == 0)
+			assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
 		assert_int_equal(e.wr_id, i);
 		assert_int_equal(e.status, 0);
 		assert_int_equal(gdx_memcpy(dev, got, drx, SZ), 0);
 		assert_memory_equal(got, f + 1, SZ);
 		/* long enough for the receive thread to have parked: it held the response */
 		usleep(200);
-		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 400 + i, 0), 0);
-		r = recv_resp_and_send(fd, 300 + i, SZ, 200 + i);
+		assert_int_equal(gdx_xport_post_send(conn.ep, dtx, SZ, 400 + i, 0), 0);
+		r = recv_resp_and_send(conn.fd, 300 + i, SZ, 200 + i);
 		/* after the answer: the transmit thread counts its write once sendmsg returned */
-		answer(fd, cq, &r, 400 + i);
+		answer(&conn, &r, 400 + i);
 		done = tcp_counter("tx_writes") - n0 == 1;
 	}
 	assert_true(done);
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	gdx_config_reset();
 	gdx_device_free(dev, drx);
 	gdx_device_free(dev, dtx);
@@ -871,13 +800,10 @@ static void test_lent_over_device_answer(void **state)
 {
 	enum { SZ = 4096 };
 	static unsigned char msg[sizeof(struct frame) + SZ], want[SZ];
-	struct gdx_xport_listener *l;
-	struct gdx_xport_opts o;
 	struct gdx_device *dev;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	void *drx, *dtx;
-	int fd, done = 0;
+	int done = 0;
+	struct raw_conn conn;
 
 	(void)state;
 	if (gdx_device_open(NULL, &dev))
@@ -886,13 +812,9 @@ static void test_lent_over_device_answer(void **state)
 	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
 	/* the post comes within the hold, also on a sanitizer's slow build */
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
-	gdx_xport_opts_init(&o, sizeof(o));
-	o.dev = dev;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", &o, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, dev);
 	for (unsigned i = 0; i < 10 && !done; i++) {
-		struct late_raw lr = { .fd = fd, .p = msg, .n = sizeof(msg), .ms = 30 };
+		struct late_raw lr = { .fd = conn.fd, .p = msg, .n = sizeof(msg), .ms = 30 };
 		struct frame *f = (struct frame *)msg, r;
 		struct gdx_xport_cqe e;
 		uint64_t w0, g0, t0;
@@ -900,12 +822,12 @@ static void test_lent_over_device_answer(void **state)
 		int lent;
 
 		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
-		assert_int_equal(gdx_xport_post_recv(ep, drx, SZ, i), 0);
+		assert_int_equal(gdx_xport_post_recv(conn.ep, drx, SZ, i), 0);
 		*f = (struct frame){ .type = TF_SEND, .id = 1300 + i, .len = SZ };
 		t_fill(f + 1, SZ, 1300 + i);
 		w0 = tcp_counter("rx_waiter_dev");
 		pthread_create(&th, NULL, late_raw_main, &lr);
-		e = next_cqe(cq);
+		e = next_cqe(conn.cq);
 		pthread_join(th, NULL);
 		assert_int_equal(e.wr_id, i);
 		assert_int_equal(e.status, 0);
@@ -913,21 +835,18 @@ static void test_lent_over_device_answer(void **state)
 		assert_int_equal(gdx_config_set("emulated.agent_copy_us", "2000"), 0);
 		t_fill(want, SZ, 1400 + i);
 		assert_int_equal(gdx_memcpy(dev, dtx, want, SZ), 0);
-		assert_int_equal(gdx_xport_post_send(ep, dtx, SZ, 1400 + i, 0), 0);
-		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
+		assert_int_equal(gdx_xport_post_send(conn.ep, dtx, SZ, 1400 + i, 0), 0);
+		assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 0);
 		/* the waiter received it and lent the socket, and the poll left it so */
 		lent = tcp_counter("rx_waiter_dev") > w0 && tcp_counter("rx_gives") == g0;
 		t0 = tcp_counter("rx_takes");
-		r = recv_resp_and_send(fd, 1300 + i, SZ, 1400 + i);
+		r = recv_resp_and_send(conn.fd, 1300 + i, SZ, 1400 + i);
 		/* its wait reads the answer on the socket lent to it, taken over */
-		answer(fd, cq, &r, 1400 + i);
+		answer(&conn, &r, 1400 + i);
 		done = lent && tcp_counter("rx_takes") == t0;
 	}
 	assert_true(done);
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 	gdx_config_reset();
 	gdx_device_free(dev, drx);
 	gdx_device_free(dev, dtx);
@@ -946,57 +865,51 @@ static void test_lent_socket_serves_peer(void **state)
 {
 	enum { SZ = 4096, RN = 64 };
 	static unsigned char rx[SZ], region[RN], got[RN];
-	struct gdx_xport_listener *l;
-	struct gdx_xport_cq *cq;
-	struct gdx_xport_ep *ep;
 	struct gdx_xport_mr *mr;
-	int fd, done = 0;
+	int done = 0;
+	struct raw_conn conn;
 
 	(void)state;
-	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &l), 0);
-	assert_int_equal(gdx_xport_cq_create(&cq), 0);
-	ep = accept_raw(l, cq, &fd);
+	raw_open(&conn, NULL);
 	t_fill(region, RN, 7);
-	assert_int_equal(gdx_xport_mr_reg(ep, region, RN, GDX_XPORT_ACCESS_REMOTE_READ, &mr), 0);
+	assert_int_equal(gdx_xport_mr_reg(conn.ep, region, RN, GDX_XPORT_ACCESS_REMOTE_READ, &mr),
+			 0);
 	for (unsigned i = 0; i < 10 && !done; i++) {
-		struct late_send ls = { .fd = fd, .id = 500 + i, .n = SZ, .seed = 500 + i };
+		struct late_send ls = { .fd = conn.fd, .id = 500 + i, .n = SZ, .seed = 500 + i };
 		uint64_t t0 = tcp_counter("rx_takes"), g0 = tcp_counter("rx_gives");
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		struct pollfd pf = { .fd = conn.fd, .events = POLLIN };
 		struct gdx_xport_cqe e;
 		struct frame f;
 		pthread_t th;
 
-		assert_int_equal(gdx_xport_post_recv(ep, rx, SZ, i), 0);
+		assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, i), 0);
 		pthread_create(&th, NULL, send_later_main, &ls);
-		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+		assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
 		pthread_join(th, NULL);
 		done = tcp_counter("rx_takes") - t0 == 1 && tcp_counter("rx_gives") == g0;
-		assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 1);
+		assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 1);
 		assert_int_equal(e.wr_id, i);
 		assert_int_equal(e.status, 0);
 		/* no post, no poll, no wait from here */
 		assert_int_equal(poll(&pf, 1, 5000), 1);
-		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
 		assert_int_equal(f.type, TF_RESP);
 		assert_int_equal(f.id, 500 + i);
 		f = (struct frame){ .type = TF_READ, .id = 600 + i, .raddr = gdx_xport_mr_addr(mr),
 				    .key = gdx_xport_mr_key(mr), .len = RN };
-		assert_int_equal(send(fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+		assert_int_equal(send(conn.fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
 		assert_int_equal(poll(&pf, 1, 5000), 1);
-		assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+		assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
 		assert_int_equal(f.type, TF_READ_RESP);
 		assert_int_equal(f.id, 600 + i);
 		assert_int_equal(f.status, 0);
 		assert_int_equal(f.len, RN);
-		assert_int_equal(recv(fd, got, RN, MSG_WAITALL), RN);
+		assert_int_equal(recv(conn.fd, got, RN, MSG_WAITALL), RN);
 		assert_memory_equal(got, region, RN);
 	}
 	assert_true(done);
 	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
-	close(fd);
-	gdx_xport_ep_destroy(ep);
-	gdx_xport_listener_close(l);
-	assert_int_equal(gdx_xport_cq_destroy(cq), 0);
+	raw_close(&conn);
 }
 
 /* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */

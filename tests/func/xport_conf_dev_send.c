@@ -556,6 +556,32 @@ void test_dev_ring_aligned(void **state)
 }
 
 /*
+ * The agent fails on p's server's receive side, lf_ops (launching with
+ * lf_agent_launch) installed by the caller: a receive into device memory at
+ * dbuf starts the agent; then, its worker's copies slowed (the caller resets
+ * them) and its launch armed to start the worker and report failure, n bytes
+ * of tx, filled with seed, are sent into it.  The receive fails, and the send
+ * with GDX_EREMOTE.
+ */
+static void recv_agent_fails(struct pair *p, void *dbuf, unsigned char *tx, size_t n,
+			     uint64_t seed)
+{
+	struct gdx_xport_cqe e;
+
+	atomic_store(&lf_armed, 0);	/* the agent's start goes through */
+	assert_int_equal(gdx_xport_post_recv(p->s, dbuf, n, 1), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
+	atomic_store(&lf_armed, 1);
+	t_fill(tx, n, seed);
+	assert_int_equal(gdx_xport_post_send(p->c, tx, n, 2, 0), 0);
+	get_cqe(p->cqs, &e);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_not_equal(e.status, 0);
+	assert_int_equal(atomic_load(&lf_armed), 0);
+	expect(p->cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, n);
+}
+
+/*
  * A receive whose copy's post failed to launch the worker (the launch starts
  * the slowed worker and then reports failure, as in dev_send_launch_fails):
  * the receive fails, and nothing lands in its buffer once it has completed,
@@ -567,7 +593,6 @@ void test_dev_recv_launch_fails(void **state)
 	enum { SZ = 16384 };
 	unsigned char *tx;
 	char *dbuf;
-	struct gdx_xport_cqe e;
 	struct pair p;
 
 	(void)state;
@@ -577,19 +602,9 @@ void test_dev_recv_launch_fails(void **state)
 	assert_non_null(tx);
 	dbuf = kalloc(K_DEV, SZ);
 	pair_open(&p, NULL, NULL);
-	/* the agent starts here; its worker on the first copy */
-	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
-	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
 	lf_wrap(lf_agent_launch);
-	atomic_store(&lf_armed, 1);
 	dev->ops = &lf_ops;
-	t_fill(tx, SZ, 51);
-	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
-	get_cqe(p.cqs, &e);
-	assert_int_equal(e.wr_id, 1);
-	assert_int_not_equal(e.status, 0);
-	assert_int_equal(atomic_load(&lf_armed), 0);
-	expect(p.cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, SZ);
+	recv_agent_fails(&p, dbuf, tx, SZ, 51);
 	/* the buffer is the user's again: what it puts there stays, past the worker's copy */
 	kfill(K_DEV, dbuf, SZ, 52);
 	usleep(600000);
@@ -617,7 +632,6 @@ void test_dev_send_after_recv_agent_failed(void **state)
 	enum { SZ = 16384 };
 	unsigned char *tx, *rx;
 	char *dbuf;
-	struct gdx_xport_cqe e;
 	struct pair p;
 
 	(void)state;
@@ -629,17 +643,9 @@ void test_dev_send_after_recv_agent_failed(void **state)
 	assert_non_null(rx);
 	dbuf = kalloc(K_DEV, SZ);
 	pair_open(&p, NULL, NULL);
-	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
-	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
 	lf_wrap(lf_agent_launch);
-	atomic_store(&lf_armed, 1);
 	dev->ops = &lf_ops;
-	t_fill(tx, SZ, 61);
-	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
-	get_cqe(p.cqs, &e);
-	assert_int_equal(e.wr_id, 1);
-	assert_int_not_equal(e.status, 0);
-	expect(p.cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, SZ);
+	recv_agent_fails(&p, dbuf, tx, SZ, 61);
 	gdx_config_reset();
 	kfill(K_DEV, dbuf, SZ, 62);
 	assert_int_equal(gdx_xport_post_recv(p.c, rx, SZ, 3), 0);
@@ -728,7 +734,6 @@ void test_dev_setup_off_tx_thread(void **state)
 	const struct gdx_device_ops *ops2;
 	struct gdx_device *dev2;
 	void *dbuf, *d2buf;
-	struct gdx_xport_cqe e;
 	unsigned char *tx;
 	struct pair p;
 
@@ -770,16 +775,7 @@ void test_dev_setup_off_tx_thread(void **state)
 	 * sends out of the agent's device's memory without it.
 	 */
 	pair_open(&p, NULL, NULL);
-	assert_int_equal(gdx_xport_post_recv(p.s, dbuf, SZ, 1), 0);
-	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "300000"), 0);
-	atomic_store(&lf_armed, 1);
-	t_fill(tx, SZ, 60);
-	assert_int_equal(gdx_xport_post_send(p.c, tx, SZ, 2, 0), 0);
-	get_cqe(p.cqs, &e);
-	assert_int_equal(e.wr_id, 1);
-	assert_int_not_equal(e.status, 0);
-	expect(p.cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, SZ);
-	assert_int_equal(atomic_load(&lf_armed), 0);
+	recv_agent_fails(&p, dbuf, tx, SZ, 60);
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
 	for (int r = 0; r < 2; r++) {
 		dev_out(p.s, p.cqs, p.c, p.cqc, dev, dbuf, SZ, 70 + (uint64_t)r);

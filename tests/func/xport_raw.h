@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <gdx/xport.h>
 
@@ -71,6 +72,39 @@ static inline struct gdx_xport_ep *accept_raw(struct gdx_xport_listener *l, stru
 	pthread_join(th, NULL);
 	assert_int_equal(a.ret, 0);
 	return a.ep;
+}
+
+/*
+ * A test's connection: a gdx endpoint (its completions on cq) accepted on a
+ * loopback listener from a raw peer, fd, that has done the hello.
+ */
+struct raw_conn {
+	struct gdx_xport_listener *l;
+	struct gdx_xport_cq *cq;
+	struct gdx_xport_ep *ep;
+	int fd;
+};
+
+/* dev: the listener's device (the endpoint's, for its copy agent), or NULL. */
+static inline void raw_open(struct raw_conn *c, struct gdx_device *dev)
+{
+	struct gdx_xport_opts o;
+
+	gdx_xport_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", dev ? &o : NULL, &c->l), 0);
+	assert_int_equal(gdx_xport_cq_create(&c->cq), 0);
+	c->ep = accept_raw(c->l, c->cq, &c->fd);
+}
+
+/* fd is closed unless the test did, and said so with -1. */
+static inline void raw_close(struct raw_conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	gdx_xport_ep_destroy(c->ep);
+	gdx_xport_listener_close(c->l);
+	assert_int_equal(gdx_xport_cq_destroy(c->cq), 0);
 }
 
 #endif
