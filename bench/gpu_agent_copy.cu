@@ -38,6 +38,18 @@ __device__ __forceinline__ void st_rel(uint32_t *p, uint32_t v)
 	asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 
+// One warp copies 4 KiB as the agent does: eight 16-byte loads a lane in flight, then the stores.
+__device__ __forceinline__ void copy_unit(const char *src, char *dst, unsigned lane)
+{
+	uint4 v[8];
+#pragma unroll
+	for (int j = 0; j < 8; j++)
+		v[j] = __ldcv((const uint4 *)src + j * 32 + lane);
+#pragma unroll
+	for (int j = 0; j < 8; j++)
+		((uint4 *)dst)[j * 32 + lane] = v[j];
+}
+
 // the agent's copy: pieces of `piece` bytes, block b takes pieces b, b + grid, ...;
 // a round is `per_round` pieces, then (flags) a fence and a done store, and a poll
 // of a host word (warp 0, the others waiting) before the next
@@ -60,13 +72,7 @@ __global__ void k_lsu(const char *src, char *dst, size_t piece, size_t npieces, 
 			size_t p = p0 + u / units;
 			size_t off = (p * piece) % HBUF + (size_t)(u % units) * 4096;
 			size_t doff = (p * piece) % DBUF + (size_t)(u % units) * 4096;
-			uint4 v[8];
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-				v[j] = __ldcv((const uint4 *)(src + off) + j * 32 + lane);
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-				((uint4 *)(dst + doff))[j * 32 + lane] = v[j];
+			copy_unit(src + off, dst + doff, lane);
 		}
 		if (flags & F_FENCE) {
 			__threadfence_system();
@@ -99,13 +105,7 @@ __global__ void k_wsp(const char *src, char *dst, size_t piece, size_t npieces, 
 		for (unsigned u = 0; u < units; u++) {
 			size_t off = (p * piece) % HBUF + (size_t)u * 4096;
 			size_t doff = (p * piece) % DBUF + (size_t)u * 4096;
-			uint4 v[8];
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-				v[j] = __ldcv((const uint4 *)(src + off) + j * 32 + lane);
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-				((uint4 *)(dst + doff))[j * 32 + lane] = v[j];
+			copy_unit(src + off, dst + doff, lane);
 		}
 		if (flags & F_FENCE) {
 			__threadfence_system();
