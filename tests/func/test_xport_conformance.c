@@ -112,6 +112,15 @@ void expect_none(struct gdx_xport_cq *cq)
 	assert_int_equal(gdx_xport_cq_poll(cq, &e, 1), 0);
 }
 
+/*
+ * The cases that reach into the tcp backend's device paths through the
+ * emulated device's knobs (agent faults, slow copies) run only there.
+ */
+bool tcp_on_emulated(void)
+{
+	return !strcmp(backend, "tcp") && !strncmp(gdx_device_name(dev), "emulated", 8);
+}
+
 void *kalloc(enum kind k, size_t n)
 {
 	void *p;

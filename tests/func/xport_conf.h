@@ -10,6 +10,7 @@
  * common ones (dev) that a header's parameters would shadow.
  */
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,7 @@ void expect_none(struct gdx_xport_cq *cq);
 /* Memory of a kind; device memory is filled and checked through copies. */
 enum kind { K_HOST, K_DEV };
 
+bool tcp_on_emulated(void);
 void *kalloc(enum kind k, size_t n);
 void kfree(enum kind k, void *p);
 void kfill(enum kind k, void *p, size_t n, uint64_t seed);

@@ -493,7 +493,7 @@ static void recv_into(struct pair *p, struct gdx_device *d, void *buf, size_t n,
 /* tcp on the emulated device with its copy agent, and a second emulated device; else skips. */
 void second_device(struct gdx_device **dev2)
 {
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) ||
+	if (!tcp_on_emulated() ||
 	    !dev->ops->agent_launch)
 		skip();
 	assert_int_equal(gdx_config_set("emulated.devices", "2"), 0);
@@ -629,7 +629,7 @@ void test_dev_agent_fault(void **state)
 	}
 	for (int i = 0; i < N; i++)
 		expect(p.cqc, 2000 + i, GDX_XPORT_OP_SEND, st[i] ? GDX_EREMOTE : 0, SZ);
-	if (!strcmp(backend, "tcp") && !strncmp(gdx_device_name(dev), "emulated", 8))
+	if (tcp_on_emulated())
 		assert_true(failed > 0);
 	/* the connection goes on */
 	t_fill(tx, SZ, 99);
@@ -715,7 +715,7 @@ void test_dev_disconnect(void **state)
 			assert_int_equal(rst[i], 0);
 	}
 	/* with the slow agent, receives were waiting for copies at the disconnect */
-	if (!strcmp(backend, "tcp") && !strncmp(gdx_device_name(dev), "emulated", 8))
+	if (tcp_on_emulated())
 		assert_true(seen_fail);
 	expect_none(p.cqs);
 	expect_none(p.cqc);

@@ -369,7 +369,7 @@ void test_dev_send_agent_fault(void **state)
 			assert_int_equal(rst[i], 0);
 		failed += e.status != 0 || sst[i] == 1;
 	}
-	if (!strcmp(backend, "tcp") && !strncmp(gdx_device_name(dev), "emulated", 8))
+	if (tcp_on_emulated())
 		assert_true(failed > 0);
 	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "0"), 0);
 	expect_none(p.cqs);
@@ -430,7 +430,7 @@ void test_dev_send_launch_fails(void **state)
 	struct pair p;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+	if (!tcp_on_emulated())
 		skip();
 	region = kalloc(K_DEV, n);
 	back = malloc(n);
@@ -497,7 +497,7 @@ void test_dev_ring_aligned(void **state)
 	int n;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+	if (!tcp_on_emulated())
 		skip();
 	src = kalloc(K_DEV, (size_t)N * STRIDE);
 	rx = kalloc(K_DEV, (size_t)N * STRIDE);
@@ -596,7 +596,7 @@ void test_dev_recv_launch_fails(void **state)
 	struct pair p;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+	if (!tcp_on_emulated())
 		skip();
 	tx = malloc(SZ);
 	assert_non_null(tx);
@@ -635,7 +635,7 @@ void test_dev_send_after_recv_agent_failed(void **state)
 	struct pair p;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+	if (!tcp_on_emulated())
 		skip();
 	tx = malloc(SZ);
 	rx = malloc(SZ);
@@ -912,7 +912,7 @@ void test_dev_snap_unlocked(void **state)
 	struct pair p;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) ||
+	if (!tcp_on_emulated() ||
 	    !dev->ops->agent_launch)
 		skip();
 	old = malloc(N);
@@ -1019,7 +1019,7 @@ void test_dev_agent_stuck(void **state)
 	struct pair p;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+	if (!tcp_on_emulated())
 		skip();
 	tx = malloc(2 * SZ);
 	assert_non_null(tx);
@@ -1099,7 +1099,7 @@ void test_dev_send_copy_stuck(void **state)
 	char *dbuf;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+	if (!tcp_on_emulated())
 		skip();
 	dbuf = kalloc(K_DEV, SZ);
 	kfill(K_DEV, dbuf, SZ, 91);
@@ -1276,7 +1276,7 @@ void test_dev_sends_redone_after_halt(void **state)
 	char *src, *dr;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8))
+	if (!tcp_on_emulated())
 		skip();
 	src = kalloc(K_DEV, (size_t)N * SZ);
 	dr = kalloc(K_DEV, 2 * SZ);
@@ -1351,7 +1351,7 @@ void test_dev_large_send_recopied_after_halt(void **state)
 	char *src, *dr;
 
 	(void)state;
-	if (strcmp(backend, "tcp") || strncmp(gdx_device_name(dev), "emulated", 8) || max_msg < n)
+	if (!tcp_on_emulated() || max_msg < n)
 		skip();
 	src = kalloc(K_DEV, n);
 	dr = kalloc(K_DEV, 2 * 4096);
