@@ -20,7 +20,10 @@
 #   bench/nvmf_rdma_wire_vm.sh [SECONDS] [gdx bench args...]
 #   (GDX_BUILDDIR picks the build, default build; MEMS: the gdx host's memory kinds, one
 #   job each, default host; GDX_NVMF_HOST_* knobs and GDX_DEVICE are passed in;
-#   WIRE_LOG=FILE keeps the guest's raw output)
+#   WIRE_LOG=FILE keeps the guest's raw output; ARMS: gdx host variants to compare in the
+#   same guest, space-separated, each comma-separated GDX_NVMF_HOST_*=VALUE knobs over the
+#   caller's and gdx=PATH for another gdx binary: one job each per memory kind, in
+#   order, named gdx-MEM-1, gdx-MEM-2...)
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${GDX_BUILDDIR:-$top/build}
@@ -32,6 +35,27 @@ trap 'rm -rf "$share"' EXIT
 . "$top/bench/vm_perf.sh"
 vm_gdx_share "$share" "$gdx" || exit 1
 hostknobs=$(env | grep -E '^GDX_(NVMF_HOST_[A-Z_0-9]*|DEVICE)=[^ ]*$' | tr '\n' ' ')
+# gdxjobs: the guest's gdx host jobs for memory kind $m, one per arm
+read -ra arms <<<"${ARMS:-}"
+[ ${#arms[@]} -gt 0 ] || arms=("")
+gdxjobs=""
+for i in "${!arms[@]}"; do
+  bin=/share/gdx knobs="" name='gdx-$m'
+  [ ${#arms[@]} -gt 1 ] && name+=-$((i + 1))
+  IFS=, read -ra kv <<<"${arms[$i]}"
+  for x in "${kv[@]}"; do
+    case $x in
+      gdx=*) cp "${x#gdx=}" "$share/gdx.$i" || exit 2; bin=/share/gdx.$i ;;
+      GDX_NVMF_HOST_*=*) knobs+=" $x" ;;
+      *) echo "ARMS: $x is neither a GDX_NVMF_HOST_* knob nor gdx=PATH" >&2; exit 2 ;;
+    esac
+  done
+  gdxjobs+="  echo \"# $name: arm $((i + 1)):${arms[$i]:+ ${arms[$i]}}\"
+  job $name env LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 $hostknobs$knobs \\
+    $bin bench nvmf-host --transport rdma -a \$A -s 4420 -n \$NQN -t $secs --rounds 1 \\
+    --queues \$(nproc) --qd none --no-tcp -m \$m \"\$@\"
+"
+done
 cat >"$share/guest.sh" <<GUEST
 #!/bin/bash
 set -u
@@ -93,9 +117,7 @@ echo "# kernel host: max_hw_sectors_kb \$(cat /sys/block/nvme0n1/queue/max_hw_se
 job kernel fio --name=j --filename=/dev/nvme0n1 --direct=1 --ioengine=libaio --rw=randread \
   --bs=128k --iodepth=32 --runtime=$secs --time_based --norandommap
 for m in ${MEMS:-host}; do
-  job gdx-\$m env LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 $hostknobs \\
-    /share/gdx bench nvmf-host --transport rdma -a \$A -s 4420 -n \$NQN -t $secs --rounds 1 \\
-    --queues \$(nproc) --qd none --no-tcp -m \$m "\${@}"
+$gdxjobs
 done
 nvme disconnect -n \$NQN >/dev/null
 GUEST

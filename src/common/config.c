@@ -309,8 +309,10 @@ static struct knob knobs[] = {
 	     "before blocking on the copies (0: block at once)",
 	     .min = 0, .max = 100000),
 	KNOB("nvmf.host.rdma_poll_us", K_INT, "0",
-	     "NVMe/RDMA host: a receiver polls its completion queue this long after its last "
-	     "completions before it sleeps on the completion channel (0: sleep at once)",
+	     "NVMe/RDMA host: a receiver polls its completion queue at most this long after its "
+	     "last completions before it sleeps on the completion channel, the window adapted "
+	     "to the sleeps it saw: grown to cover those shorter than this cap, halved on "
+	     "longer ones (0: sleep at once)",
 	     .min = 0, .max = 100000),
 };
 

@@ -38,6 +38,21 @@ static inline void gdx_cpu_relax(void)
 }
 
 /*
+ * The next poll window of a thread that polls before it sleeps, as guest
+ * halt-polling adapts its own: gap is how long the last sleep waited for its
+ * event, counted from the end of the thread's last busy stretch.  A gap within
+ * the cap means polling a little longer would have caught the event without a
+ * wake-up, so the window grows to cover it (x1.25); a gap beyond the cap means
+ * polling would only have burnt the core, so the window halves.
+ */
+static inline uint64_t gdx_poll_adapt(uint64_t window, uint64_t gap, uint64_t cap)
+{
+	if (gap > cap)
+		return window / 2;
+	return GDX_MIN(cap, GDX_MAX(window, gap + gap / 4));
+}
+
+/*
  * The iovecs left after n of their bytes went (a short sendmsg or recvmsg):
  * whole ones are stepped over, the first partial one trimmed in place; *cnt
  * becomes the number left.

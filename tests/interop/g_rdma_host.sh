@@ -71,8 +71,9 @@ for side in nvmet gdx; do
     --from /tmp/pat --queues 2
   check "$side: gdx reads them back" "${G[@]}" read "${R[@]}" -o 1M -l 3M --to /tmp/back.$side
   check "$side:   same bytes" cmp /tmp/pat /tmp/back.$side
-  # with nvmf.host.rdma_poll_us a receiver polls its CQ before it sleeps, and finds
-  # completions so; without, it finds none so (the counts are logged at close)
+  # with nvmf.host.rdma_poll_us a receiver's poll window grows from 0 to cover its sleeps,
+  # and it polls its CQ before it sleeps and finds completions so; without, it finds none
+  # so (the counts are logged at close)
   for us in 50000 0; do
     out=$(GDX_NVMF_HOST_RDMA_POLL_US=$us GDX_LOG_LEVEL=debug "${G[@]}" read "${R[@]}" -o 1M \
       -l 3M --to /tmp/poll.$side 2>&1)

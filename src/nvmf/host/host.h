@@ -139,7 +139,7 @@ struct nh_queue {
  * the commands an RDMA queue bounced, HELD those of them answered before an
  * earlier one, whose response waited for it (rdma.c, struct bounce).  CQ_POLLED
  * counts the times an RDMA receiver found completions by polling its CQ after
- * the last ones (nvmf.host.rdma_poll_us), CQ_SLEPT those it slept for them.
+ * the last ones (nvmf.host.rdma_poll_us), CQ_SLEPT the times it slept for them.
  */
 enum { NH_CNT_CMDS, NH_CNT_IN, NH_CNT_OUT, NH_CNT_ERR, NH_CNT_FULL, NH_CNT_TMO, NH_CNT_COPY,
        NH_CNT_COPY_CALL, NH_CNT_RECORD, NH_CNT_QUERY, NH_CNT_WAIT, NH_CNT_RING_FULL,
@@ -174,7 +174,7 @@ struct nh_params {
 	size_t bounce_chunk;
 	unsigned bounce_chunks;
 	uint64_t copy_poll_ns;
-	uint64_t rdma_poll_ns;		/* an RDMA receiver polls its CQ this long before sleeping */
+	uint64_t rdma_poll_ns;		/* an RDMA receiver's poll window before sleeping, at most */
 	unsigned copy_batch;
 	bool copy_word;
 	bool lat_stats;			/* stamp reads (NH_CNT_LAT_*) */

@@ -169,6 +169,10 @@ struct nh_rdma {
 	struct ibv_recv_wr *rwrs;	/* one per receive buffer, re-posted as a chain */
 	struct ibv_sge *rsges;
 	bool armed;			/* the receiver asked for the CQ's next event */
+	bool evented;			/* armed, then found completions: their event needs no sleep */
+	/* nvmf.host.rdma_poll_us: the receiver's poll window, adapted (gdx_poll_adapt) */
+	uint64_t poll_ns;
+	uint64_t idle_since;		/* when it last found the CQ empty, armed */
 };
 
 /*
@@ -1133,16 +1137,15 @@ static int poll_cq(struct nh_queue *q, unsigned *found)
 }
 
 /*
- * Polls the CQ for up to rdma_poll_ns, the clock read once in 16 polls (a
- * system call where the clock source is emulated), before the receiver asks
- * for an event and sleeps: a sleeping receiver is woken per completion, and
- * on a virtual machine whose idle vCPUs halt that wake-up costs more than
- * the command (128 KiB reads over rxe in the TCG guest: the guest idle 9-11 ms
- * per read; polling 2 ms: 1 ms, and 3x the reads).  *found as poll_cq's.
+ * Polls the CQ until the clock reaches until, read once in 16 polls (a
+ * system call where the clock source is emulated), before the receiver
+ * sleeps: a sleeping receiver is woken per completion, and on a virtual
+ * machine whose idle vCPUs halt that wake-up costs more than the command
+ * (128 KiB reads over rxe in the TCG guest: the guest idle 9-11 ms per read;
+ * polling 2 ms: 1 ms, and 3x the reads).  *found as poll_cq's.
  */
-static int poll_cq_for(struct nh_queue *q, unsigned *found)
+static int poll_cq_until(struct nh_queue *q, uint64_t until, unsigned *found)
 {
-	uint64_t until = gdx_now_ns() + q->ctrl->p.rdma_poll_ns;
 	int rc;
 
 	*found = 0;
@@ -1195,6 +1198,7 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 		 * before the asking and raised no event.
 		 */
 		if (found) {
+			t->evented |= t->armed;
 			/* and the bounced reads whose copies landed meanwhile complete */
 			if (t->rd.st && gdx_stage_busy(t->rd.st)) {
 				pthread_mutex_lock(&t->rd.lock);
@@ -1217,15 +1221,21 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 		/*
 		 * Armed, then polled: a completion the polling finds has raised an
 		 * event too, which the next sleep takes at once; one that comes
-		 * after the polling gave up wakes the receiver.
+		 * after the polling gave up wakes the receiver.  The window starts
+		 * at 0, so a queue whose completions come further apart than the
+		 * cap never spins; the first sleep shorter than the cap sizes it.
 		 */
 		if (q->ctrl->p.rdma_poll_ns) {
-			rc = poll_cq_for(q, &found);
-			if (rc)
-				return rc;
-			if (found) {
-				gdx_counter_add(&q->cnt[NH_CNT_CQ_POLLED], 1);
-				continue;
+			t->idle_since = gdx_now_ns();
+			if (t->poll_ns) {
+				rc = poll_cq_until(q, t->idle_since + t->poll_ns, &found);
+				if (rc)
+					return rc;
+				if (found) {
+					gdx_counter_add(&q->cnt[NH_CNT_CQ_POLLED], 1);
+					t->evented = true;
+					continue;
+				}
 			}
 		}
 		/*
@@ -1248,6 +1258,13 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 				continue;
 			return -errno;
 		}
+		/*
+		 * A sleep's length, from the CQ found empty to the event, sizes the
+		 * next window; a completion caught polling leaves it as it is.
+		 */
+		if (q->ctrl->p.rdma_poll_ns && (p[0].revents & POLLIN) && !t->evented)
+			t->poll_ns = gdx_poll_adapt(t->poll_ns, gdx_now_ns() - t->idle_since,
+						    q->ctrl->p.rdma_poll_ns);
 		if (p[2].revents)
 			return GDX_EDISCONNECTED;
 		if (p[1].revents) {
@@ -1267,8 +1284,10 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 		/* the CQ raises one event per asking */
 		if ((p[0].revents & POLLIN) && !ibv_get_cq_event(t->cc, &cq, &ctx)) {
 			ibv_ack_cq_events(cq, 1);
-			gdx_counter_add(&q->cnt[NH_CNT_CQ_SLEPT], 1);
+			if (!t->evented)
+				gdx_counter_add(&q->cnt[NH_CNT_CQ_SLEPT], 1);
 			t->armed = false;
+			t->evented = false;
 		}
 	}
 }
@@ -1277,9 +1296,10 @@ void nh_rdma_close(struct nh_queue *q)
 {
 	if (q->rdma)
 		GDX_DBG(SUB, "queue %u: completions found %llu times polling the CQ, %llu times "
-			"after a sleep", q->qid,
+			"after a sleep; poll window %llu us", q->qid,
 			(unsigned long long)gdx_counter_get(&q->cnt[NH_CNT_CQ_POLLED]),
-			(unsigned long long)gdx_counter_get(&q->cnt[NH_CNT_CQ_SLEPT]));
+			(unsigned long long)gdx_counter_get(&q->cnt[NH_CNT_CQ_SLEPT]),
+			(unsigned long long)(q->rdma->poll_ns / 1000));
 	if (q->rdma && q->rdma->rd.st)
 		GDX_INFO(SUB, "queue %u: %llu commands bounced, %llu of them answered before an "
 			 "earlier one", q->qid,

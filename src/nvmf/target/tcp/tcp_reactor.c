@@ -177,19 +177,6 @@ static void place(struct tcp_reactor *r)
 	r->at = want;
 }
 
-/*
- * Poll window, adapted as guest halt-polling does: a sleep that ended sooner
- * than the cap means polling a little longer would have caught the event
- * without a wake-up, so the window grows to cover that gap; a gap longer
- * than the cap means polling would only have burnt the core, so it halves.
- */
-static uint64_t poll_adapt(uint64_t window, uint64_t gap, uint64_t cap)
-{
-	if (gap > cap)
-		return window / 2;
-	return GDX_MIN(cap, GDX_MAX(window, gap + gap / 4));
-}
-
 static void *reactor_main(void *arg)
 {
 	struct tcp_reactor *r = arg;
@@ -220,7 +207,7 @@ static void *reactor_main(void *arg)
 			uint64_t gap = r->wake_ns - last_event;
 
 			if (n > 0)
-				window = poll_adapt(window, gap, cap);
+				window = gdx_poll_adapt(window, gap, cap);
 			else if (gap > cap)
 				window /= 2;
 		}
