@@ -1225,9 +1225,26 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 		 * at 0, so a queue whose completions come further apart than the
 		 * cap never spins; the first sleep shorter than the cap sizes it.
 		 */
+		/*
+		 * Completions found while armed raised the CQ's event: taken here
+		 * without a sleep, or, not delivered yet, by the sleep below at
+		 * once; polling for it would spin a window for nothing.
+		 */
+		if (t->evented && !ibv_get_cq_event(t->cc, &cq, &ctx)) {
+			ibv_ack_cq_events(cq, 1);
+			t->armed = false;
+			t->evented = false;
+			continue;
+		}
+		/*
+		 * Bounced reads whose copies are in flight complete once those
+		 * land, which the lane's wait below sees and a CQ poll does not.
+		 */
+		bool copying = t->rd.st && gdx_stage_busy(t->rd.st);
+
 		if (q->ctrl->p.rdma_poll_ns) {
 			t->idle_since = gdx_now_ns();
-			if (t->poll_ns) {
+			if (t->poll_ns && !t->evented && !copying) {
 				rc = poll_cq_until(q, t->idle_since + t->poll_ns, &found);
 				if (rc)
 					return rc;
@@ -1243,7 +1260,7 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 		 * queue's descriptors in turn, and the receiver blocks only once
 		 * they landed (or something came in).
 		 */
-		if (t->rd.st && gdx_stage_busy(t->rd.st)) {
+		if (copying) {
 			pthread_mutex_lock(&t->rd.lock);
 			rc = gdx_stage_wait_idle(t->rd.st, rx_ready, p, q->ctrl->p.copy_poll_ns);
 			pthread_mutex_unlock(&t->rd.lock);
