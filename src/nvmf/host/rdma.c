@@ -1219,13 +1219,6 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 			continue;
 		}
 		/*
-		 * Armed, then polled: a completion the polling finds has raised an
-		 * event too, which the next sleep takes at once; one that comes
-		 * after the polling gave up wakes the receiver.  The window starts
-		 * at 0, so a queue whose completions come further apart than the
-		 * cap never spins; the first sleep shorter than the cap sizes it.
-		 */
-		/*
 		 * Completions found while armed raised the CQ's event: taken here
 		 * without a sleep, or, not delivered yet, by the sleep below at
 		 * once; polling for it would spin a window for nothing.
@@ -1242,6 +1235,13 @@ int nh_rdma_rx_loop(struct nh_queue *q)
 		 */
 		bool copying = t->rd.st && gdx_stage_busy(t->rd.st);
 
+		/*
+		 * Armed, then polled: a completion the polling finds has raised an
+		 * event too (taken above); one that comes after the polling gave up
+		 * wakes the receiver.  The window starts at 0, so a queue whose
+		 * completions come further apart than the cap never spins; the
+		 * first sleep shorter than the cap sizes it.
+		 */
 		if (q->ctrl->p.rdma_poll_ns) {
 			t->idle_since = gdx_now_ns();
 			if (t->poll_ns && !t->evented && !copying) {
