@@ -248,6 +248,7 @@ static void test_waiter_receives(void **state)
 
 			memset(rx, 0, SZ);
 			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, seed), 0);
+			rx_let_park();
 			pthread_create(&th, NULL, late_send_main, &ls);
 			while (gdx_xport_cq_poll(conn.cq, &e, 1) == 0)
 				assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
@@ -429,6 +430,7 @@ static void test_waiter_receives_device(void **state)
 			p0 = tcp_counter("rx_part");
 			assert_int_equal(gdx_xport_post_recv(conn.ep, drx, n, 1), 0);
 			if (c == 1) {
+				rx_let_park();
 				pthread_create(&th, NULL, late_send_main, &ls);
 			} else {
 				/* one write: the header alone would leave the payload to Nagle */
@@ -443,6 +445,7 @@ static void test_waiter_receives_device(void **state)
 					t_fill(f + 1, SZ, seed + 1);
 					lr.n = sizeof(msg);
 				}
+				rx_let_park();
 				pthread_create(&th, NULL, late_raw_main, &lr);
 			}
 			e = next_cqe(conn.cq);
@@ -525,6 +528,7 @@ static void test_waiter_behind_device_send(void **state)
 		t_fill(f + 1, SZ, 700 + i);
 		t0 = tcp_counter("rx_takes");
 		w0 = tcp_counter("rx_waiter");
+		rx_let_park();
 		pthread_create(&th, NULL, late_raw_main, &lr);
 		e = next_cqe(conn.cq);
 		pthread_join(th, NULL);
@@ -590,6 +594,7 @@ static void test_waiter_keeps_socket(void **state)
 		t_fill(tx, sizeof(tx), ae.seed);
 		assert_int_equal(gdx_xport_post_send(conn.ep, tx, sizeof(tx), 100 + i,
 						     GDX_XPORT_UNSIGNALED), 0);
+		rx_let_park();
 		pthread_create(&th, NULL, answer_then_echo_main, &ae);
 		/* one wait: nothing completes before the echo */
 		assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
@@ -666,6 +671,7 @@ static void test_waiter_resp_rides(void **state)
 			int took, lent;
 
 			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, seed), 0);
+			rx_let_park();
 			pthread_create(&th, NULL, send_later_main, &ls);
 			assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
 			pthread_join(th, NULL);
@@ -826,6 +832,7 @@ static void test_lent_over_device_answer(void **state)
 		*f = (struct frame){ .type = TF_SEND, .id = 1300 + i, .len = SZ };
 		t_fill(f + 1, SZ, 1300 + i);
 		w0 = tcp_counter("rx_waiter_dev");
+		rx_let_park();
 		pthread_create(&th, NULL, late_raw_main, &lr);
 		e = next_cqe(conn.cq);
 		pthread_join(th, NULL);
@@ -887,6 +894,7 @@ static void test_lent_socket_serves_peer(void **state)
 		pthread_t th;
 
 		assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, i), 0);
+		rx_let_park();
 		pthread_create(&th, NULL, send_later_main, &ls);
 		assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
 		pthread_join(th, NULL);

@@ -19,6 +19,18 @@
 #include "tcp_frame.h"
 #include "test.h"
 
+/*
+ * Lets the receive thread park before a wait that should take the socket: a
+ * waiter takes it only from a receive thread parked between frames.  An
+ * answer the receive thread wrote itself (a read response) wakes this thread,
+ * which on a busy machine can run on that thread's CPU and reach the wait
+ * before it parked, round after round; a short sleep gives it the CPU.
+ */
+static inline void rx_let_park(void)
+{
+	usleep(5000);
+}
+
 static inline int raw_connect(const char *addr)
 {
 	const char *colon = strrchr(addr, ':');
