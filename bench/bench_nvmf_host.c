@@ -133,9 +133,39 @@ static void on_done(struct gdx_nvmf_io *io, void *arg)
 }
 
 /*
+ * Runs the calling thread on the (i % n)-th of the n CPUs in allowed, or
+ * where allowed says when i < 0.
+ */
+static void run_on(const cpu_set_t *allowed, int i)
+{
+	cpu_set_t one;
+	int n = CPU_COUNT(allowed);
+
+	if (n <= 1)
+		return;
+	if (i < 0) {
+		sched_setaffinity(0, sizeof(*allowed), allowed);
+		return;
+	}
+	i %= n;
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		if (CPU_ISSET(cpu, allowed) && i-- == 0) {
+			CPU_ZERO(&one);
+			CPU_SET(cpu, &one);
+			sched_setaffinity(0, sizeof(one), &one);
+			return;
+		}
+	}
+}
+
+/*
  * Returns operations per second and fills *gbps; negative on error.  Adds the
  * operations (op: reads or writes) timed to reads[0] and those of them that
- * bounced to reads[1].
+ * bounced to reads[1].  The first request of each slot goes from each CPU
+ * the process may use in turn, as fio's jobs would run spread over them;
+ * its completions submit the slot's next ones (on_done).  With the host's
+ * receivers pinned (over RDMA by default) a request goes to the queue of the
+ * CPU it is submitted from: from one CPU, all would start on one queue.
  */
 static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes, void *buf,
 		      enum gdx_nvmf_op op, uint32_t bs, unsigned qd, double secs, double *gbps,
@@ -145,7 +175,10 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 	struct run r = { .c = c, .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
 			 .bs = bs };
 	uint64_t t0 = 0, done = 0, bytes = 0, bounced = 0;
+	cpu_set_t allowed;
 
+	if (sched_getaffinity(0, sizeof(allowed), &allowed))
+		CPU_ZERO(&allowed);
 	if (!sl) {
 		*err = -ENOMEM;
 		return -1;
@@ -166,10 +199,12 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 			s->io = (struct gdx_nvmf_io){ .op = op, .nsid = nsid,
 						      .offset = (rnd(&s->seed) % r.span_blocks) * bs,
 						      .len = bs, .buf = (char *)buf + (size_t)i * bs };
+			run_on(&allowed, (int)i);
 			rc = gdx_nvmf_submit_cb(c, &s->io, on_done, s);
 			if (rc)
 				slot_end(&r, rc);
 		}
+		run_on(&allowed, -1);
 		pthread_mutex_lock(&r.m);
 		while (atomic_load(&r.outstanding))
 			pthread_cond_wait(&r.cv, &r.m);

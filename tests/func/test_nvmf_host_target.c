@@ -1219,11 +1219,70 @@ static void queue_cpus(void **state)
 	gdx_config_set("nvmf.host.cpus", NULL);
 }
 
+/* Commands each I/O queue of c has sent so far (its Connect included). */
+static void queue_cmds(struct gdx_nvmf_ctrl *c, uint64_t *cmds, unsigned n)
+{
+	char js[4096];
+	json_object *root, *queues, *v;
+
+	assert_true(gdx_nvmf_ctrl_stats_json(c, js, sizeof(js)) > 0);
+	root = json_tokener_parse(js);
+	assert_non_null(root);
+	assert_true(json_object_object_get_ex(root, "queues", &queues));
+	assert_int_equal(json_object_array_length(queues), n + 1);
+	for (unsigned i = 0; i < n; i++) {
+		json_object *q = json_object_array_get_idx(queues, i + 1);
+
+		assert_true(json_object_object_get_ex(q, "cmds", &v));
+		cmds[i] = (uint64_t)json_object_get_int64(v);
+	}
+	json_object_put(root);
+}
+
+/*
+ * With the receivers pinned, a thread's requests go to the queue whose
+ * receiver runs on its CPU, as the Linux host maps CPUs to queues: over
+ * RDMA that CPU is where a software NIC and nvmet-rdma do the command's
+ * work.  Before, a thread at depth 1 stayed on the queue it used last,
+ * wherever it ran.  Unpinned (none), the queues take turns as before.
+ */
+static void cpu_queue(void **state)
+{
+	static char b[4096];
+	cpu_set_t allowed, one;
+	uint64_t c0[2], c1[2];
+	struct gdx_nvmf_ctrl *c;
+
+	(void)state;
+	assert_int_equal(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+	if (CPU_COUNT(&allowed) < 2)
+		skip();
+	assert_int_equal(gdx_config_set("nvmf.host.cpus", "all"), 0);
+	c = conn(2, 8, 0);
+	for (unsigned k = 0; k < 4; k++) {
+		unsigned want = (k + 1) % 2;
+
+		CPU_ZERO(&one);
+		CPU_SET(nth_cpu(&allowed, want), &one);
+		assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+		queue_cmds(c, c0, 2);
+		for (unsigned i = 0; i < 8; i++)
+			assert_int_equal(gdx_nvmf_read(c, 1, b, sizeof(b), (uint64_t)i * 4096), 0);
+		queue_cmds(c, c1, 2);
+		assert_int_equal(c1[want] - c0[want], 8);
+		assert_int_equal(c1[!want] - c0[!want], 0);
+	}
+	assert_int_equal(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
+	gdx_nvmf_disconnect(c);
+	gdx_config_set("nvmf.host.cpus", NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(discover_identify),
 		cmocka_unit_test(queue_cpus),
+		cmocka_unit_test(cpu_queue),
 		cmocka_unit_test(io_sizes),
 		cmocka_unit_test(h2c_data_direct),
 		cmocka_unit_test(device_memory),

@@ -80,6 +80,7 @@ struct nh_queue {
 	struct nh_ctrl *ctrl;
 	uint16_t qid;
 	unsigned depth;
+	int rx_cpu;			/* its receiver's CPU (nvmf.host.cpus), -1 if not pinned */
 	int fd;				/* TCP; -1 over RDMA */
 	struct nh_rdma *rdma;		/* RDMA (rdma.c); NULL over TCP */
 	struct gdx_tcp_params tp;	/* negotiated by ICReq/ICResp */

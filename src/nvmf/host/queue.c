@@ -367,6 +367,7 @@ int nh_queue_open(struct nh_ctrl *c, uint16_t qid, unsigned depth, struct nh_que
 		return -ENOMEM;
 	q->ctrl = c;
 	q->qid = qid;
+	q->rx_cpu = -1;
 	q->tp.hdgst = c->p.hdgst;
 	q->tp.ddgst = c->p.ddgst;
 	q->inline_max = 8192;	/* admin and fabrics commands; I/O queues use IOCCSZ */
@@ -1209,6 +1210,7 @@ int nh_queue_start(struct nh_queue *q)
 	char name[16];
 	int rc;
 
+	q->rx_cpu = cpu;
 	snprintf(name, sizeof(name), "nvmf-rx%u", q->qid);
 	rc = gdx_thread_start_on(&q->rx, cpu, rx_main, q, name, SUB);
 	if (rc)

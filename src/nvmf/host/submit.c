@@ -2,12 +2,12 @@
 /*
  * Requests on their way in and out of the controller, on the callers'
  * threads and in receivers' completion callbacks, under c->lock: a request
- * goes to the I/O queue with the fewest commands in flight (or the admin
- * queue), waits in the pending list while the association is down, goes back
+ * goes to an I/O queue (pick_queue) or the admin queue, waits in the pending list while the association is down, goes back
  * there when its queue is torn down with it in a slot, and is cancelled from
  * there or by an Abort.
  */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "common/util.h"
@@ -95,6 +95,18 @@ static void park(struct nh_ctrl *c, struct nh_req *r)
  * its own receiver (0.4-0.5 per read with 4 queues; host reads, resubmitted
  * the moment their slot frees, stay home anyway).  Not a dead one: only this
  * receiver, now inside the callback, would notice it and ask for recovery.
+ *
+ * With the receivers pinned (nvmf.host.cpus; over RDMA by default) another
+ * thread first gets the least loaded queue whose receiver runs on its CPU, as
+ * the Linux host maps each CPU to its queue, while that has a free slot.  The
+ * CPU a command is posted from is where a software RDMA device does its work:
+ * rxe sends it in the poster's system call, nvmet-rdma queues its completion
+ * work on that CPU, and that work stays there while its CQ is busy.  Commands
+ * posted to a queue from another CPU took the target's work for that queue
+ * along for the whole run: both queues' work on one vCPU, the other idle, 0.5-
+ * 0.6x the kernel host's 128 KiB reads in the guest (docs/measurements/
+ * nvmf-host.md).  So one thread submitting from one CPU fills that CPU's queue
+ * first, as with the Linux host; threads on several CPUs, or callbacks, spread.
  * Caller holds c->lock; the inflight counts are read racily, which only makes
  * the choice less exact.
  */
@@ -109,6 +121,20 @@ static struct nh_queue *pick_queue(struct nh_ctrl *c)
 	    __atomic_load_n(&self->inflight, __ATOMIC_RELAXED) < self->depth)
 		return self;
 
+	if (c->p.pin) {
+		int cpu = sched_getcpu();
+
+		for (unsigned i = 0; i < c->nioq; i++) {
+			unsigned n = __atomic_load_n(&c->ioq[i]->inflight, __ATOMIC_RELAXED);
+
+			if (c->ioq[i]->rx_cpu == cpu && n < c->ioq[i]->depth && n < best_n) {
+				best = i;
+				best_n = n;
+			}
+		}
+		if (best_n != UINT32_MAX)
+			return c->ioq[best];
+	}
 	for (unsigned k = 0; k < c->nioq && best_n; k++) {
 		unsigned i = (last + k) % c->nioq;
 		unsigned n = __atomic_load_n(&c->ioq[i]->inflight, __ATOMIC_RELAXED);
