@@ -27,6 +27,13 @@ static void read_cmd(int fd, uint16_t cid, uint64_t slba)
 	ft_send_cmd(fd, &sqe, NULL, READ_BYTES);
 }
 
+/* n reads, cids from cid0, over the first span bytes of the namespace in turn. */
+static void read_cmds(int fd, uint16_t cid0, unsigned n, uint64_t span)
+{
+	for (unsigned i = 0; i < n; i++)
+		read_cmd(fd, (uint16_t)(cid0 + i), (i % (span / READ_BYTES)) * (READ_BYTES / 512));
+}
+
 /* A read on a queue that reads its socket: C2HData then the response. */
 static void read_ok(int fd, uint16_t cid, void *buf)
 {
@@ -38,6 +45,34 @@ static void read_ok(int fd, uint16_t cid, void *buf)
 	assert_int_equal(pdu.data.datal, READ_BYTES);
 	assert_int_equal(recv(fd, buf, READ_BYTES, MSG_WAITALL), READ_BYTES);
 	assert_int_equal(ft_rsp(fd, cid, NULL), 0);
+}
+
+/*
+ * A controller with one I/O queue of SQ size sqsize + 1, KATO 0: *adm gets its
+ * admin queue's socket, the I/O queue's is returned, connected within
+ * timeout_ms.  rcvbuf: that socket's receive buffer in bytes, 0 to leave it.
+ */
+static int io_queue_up(const struct ft_target *ft, int *adm, unsigned timeout_ms,
+		       uint16_t sqsize, int rcvbuf)
+{
+	uint16_t cntlid;
+	int io;
+
+	*adm = ft_connect(ft, 5000);
+	cntlid = ft_admin_up(*adm, 0, 1);
+	io = ft_connect(ft, timeout_ms);
+	if (rcvbuf)
+		setsockopt(io, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	ft_icreq(io);
+	assert_int_equal(ft_connect_q(io, 1, sqsize, &cntlid, 0), 0);
+	return io;
+}
+
+/* Reads a PDU's whole header: its common header, then the rest hlen says. */
+static void recv_hdr(int fd, union gdx_tcp_pdu *pdu)
+{
+	assert_int_equal(recv(fd, pdu, 8, MSG_WAITALL), 8);
+	assert_int_equal(recv(fd, pdu->raw + 8, pdu->ch.hlen - 8u, MSG_WAITALL), pdu->ch.hlen - 8);
 }
 
 /*
@@ -70,8 +105,7 @@ static void test_stalled_reader(void **state)
 	static const char *knobs[] = { "nvmf.target.conn_buf_max", conn_max,
 				       "nvmf.target.stall_timeout_ms", stall, NULL };
 	static struct ft_target ft;
-	int adm, io, adm2, io2, small = 16384;
-	uint16_t cntlid, cntlid2;
+	int adm, io, adm2, io2;
 	uint64_t rss0, rss, t0, took;
 	char *buf = malloc(READ_BYTES);
 
@@ -82,24 +116,13 @@ static void test_stalled_reader(void **state)
 	start_on_file(&ft, "stall", NULL, 0, knobs);
 
 	/* another host, served before, during and after */
-	adm2 = ft_connect(&ft, 5000);
-	cntlid2 = ft_admin_up(adm2, 0, 1);
-	io2 = ft_connect(&ft, 5000);
-	ft_icreq(io2);
-	assert_int_equal(ft_connect_q(io2, 1, 31, &cntlid2, 0), 0);
+	io2 = io_queue_up(&ft, &adm2, 5000, 31, 0);
 	read_ok(io2, 1, buf);
 	rss0 = ft_rss_kib(&ft);
 
 	/* the stalled reader: KATO 0, a small receive buffer, never read */
-	adm = ft_connect(&ft, 5000);
-	cntlid = ft_admin_up(adm, 0, 1);
-	io = ft_connect(&ft, 5000);
-	setsockopt(io, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-	ft_icreq(io);
-	assert_int_equal(ft_connect_q(io, 1, 255, &cntlid, 0), 0);
-	for (unsigned i = 0; i < READS; i++)
-		read_cmd(io, (uint16_t)(i + 10), (uint64_t)(i % (NS_BYTES / READ_BYTES)) *
-							 (READ_BYTES / 512));
+	io = io_queue_up(&ft, &adm, 5000, 255, 16384);
+	read_cmds(io, 10, READS, NS_BYTES);
 	t0 = ft_now_ms();
 	/* the target does what it will with them; the other host is served meanwhile */
 	usleep(1000 * 1000);
@@ -150,8 +173,7 @@ static void test_total_starves_none(void **state)
 				       "nvmf.target.stall_timeout_ms", stall, NULL };
 	static struct ft_target ft;
 	enum { N = 64, OTHER = 4, STALL_LONG_MS = 20000 };
-	int adm, io, adm2, io2, small = 16384;
-	uint16_t cntlid, cntlid2;
+	int adm, io, adm2, io2;
 	uint64_t t0, took;
 	char *buf = malloc(READ_BYTES);
 
@@ -160,21 +182,10 @@ static void test_total_starves_none(void **state)
 	snprintf(buf_max, sizeof(buf_max), "%uM", CONN_BUF_MAX_MIB);
 	snprintf(stall, sizeof(stall), "%u", STALL_LONG_MS);
 	start_on_file(&ft, "total", NULL, 0, knobs);
-	adm2 = ft_connect(&ft, 5000);
-	cntlid2 = ft_admin_up(adm2, 0, 1);
-	io2 = ft_connect(&ft, 5000);
-	ft_icreq(io2);
-	assert_int_equal(ft_connect_q(io2, 1, 31, &cntlid2, 0), 0);
+	io2 = io_queue_up(&ft, &adm2, 5000, 31, 0);
 
-	adm = ft_connect(&ft, 5000);
-	cntlid = ft_admin_up(adm, 0, 1);
-	io = ft_connect(&ft, 5000);
-	setsockopt(io, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-	ft_icreq(io);
-	assert_int_equal(ft_connect_q(io, 1, 127, &cntlid, 0), 0);
-	for (unsigned i = 0; i < N; i++)
-		read_cmd(io, (uint16_t)(100 + i), (uint64_t)(i % (NS_BYTES / READ_BYTES)) *
-							  (READ_BYTES / 512));
+	io = io_queue_up(&ft, &adm, 5000, 127, 16384);
+	read_cmds(io, 100, N, NS_BYTES);
 	usleep(1000 * 1000);
 	assert_true(ft_log_count(&ft, "commands wait for buffers") >= 1);
 
@@ -206,7 +217,6 @@ static void test_slow_reader(void **state)
 	static struct ft_target ft;
 	enum { N = 64, PATTERN = 8u << 20 };
 	int adm, io;
-	uint16_t cntlid;
 	uint8_t *want = malloc(PATTERN), *got = malloc(READ_BYTES);
 	bool done[N] = { false };
 	unsigned ndone = 0;
@@ -217,23 +227,15 @@ static void test_slow_reader(void **state)
 	snprintf(conn_max, sizeof(conn_max), "%uM", CONN_BUF_MAX_MIB);
 	t_fill(want, PATTERN, 19);
 	start_on_file(&ft, "slow", want, PATTERN, knobs);
-	adm = ft_connect(&ft, 5000);
-	cntlid = ft_admin_up(adm, 0, 1);
-	io = ft_connect(&ft, 10000);
-	ft_icreq(io);
-	assert_int_equal(ft_connect_q(io, 1, 127, &cntlid, 0), 0);
-	for (unsigned i = 0; i < N; i++)
-		read_cmd(io, (uint16_t)(100 + i), (uint64_t)(i % (PATTERN / READ_BYTES)) *
-							  (READ_BYTES / 512));
+	io = io_queue_up(&ft, &adm, 10000, 127, 0);
+	read_cmds(io, 100, N, PATTERN);
 	usleep(1000 * 1000);
 	assert_true(ft_log_count(&ft, "commands wait for buffers") >= 1);
 	while (ndone < N) {
 		union gdx_tcp_pdu pdu;
 		unsigned i;
 
-		assert_int_equal(recv(io, &pdu, 8, MSG_WAITALL), 8);
-		assert_int_equal(recv(io, pdu.raw + 8, pdu.ch.hlen - 8u, MSG_WAITALL),
-				 pdu.ch.hlen - 8);
+		recv_hdr(io, &pdu);
 		if (pdu.ch.type == GDX_TCP_C2H_DATA) {
 			i = pdu.data.cccid - 100u;
 			assert_true(i < N);
@@ -288,7 +290,6 @@ static void test_many_writes(void **state)
 	static struct ft_target ft;
 	enum { N = 64, SPAN = 8u << 20 };
 	int adm, io;
-	uint16_t cntlid;
 	uint8_t *src = malloc(SPAN), *back = malloc(SPAN);
 	unsigned ndone = 0, nr2t = 0;
 
@@ -298,11 +299,7 @@ static void test_many_writes(void **state)
 	snprintf(conn_max, sizeof(conn_max), "%uM", CONN_BUF_MAX_MIB);
 	t_fill(src, SPAN, 23);
 	start_on_file(&ft, "wr", NULL, 0, knobs);
-	adm = ft_connect(&ft, 5000);
-	cntlid = ft_admin_up(adm, 0, 1);
-	io = ft_connect(&ft, 10000);
-	ft_icreq(io);
-	assert_int_equal(ft_connect_q(io, 1, 127, &cntlid, 0), 0);
+	io = io_queue_up(&ft, &adm, 10000, 127, 0);
 	for (unsigned i = 0; i < N; i++) {
 		struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_WRITE, .nsid = 1,
 					    .cid = (uint16_t)(100 + i) };
@@ -314,9 +311,7 @@ static void test_many_writes(void **state)
 	while (ndone < N) {
 		union gdx_tcp_pdu pdu;
 
-		assert_int_equal(recv(io, &pdu, 8, MSG_WAITALL), 8);
-		assert_int_equal(recv(io, pdu.raw + 8, pdu.ch.hlen - 8u, MSG_WAITALL),
-				 pdu.ch.hlen - 8);
+		recv_hdr(io, &pdu);
 		if (pdu.ch.type == GDX_TCP_R2T) {
 			unsigned i = pdu.r2t.cccid - 100u;
 
@@ -359,17 +354,12 @@ static void test_r2t_stall(void **state)
 				    .cdw12 = READ_BYTES / 512 - 1 };
 	union gdx_tcp_pdu pdu;
 	int adm, io;
-	uint16_t cntlid;
 	uint64_t t0, took;
 
 	(void)state;
 	snprintf(stall, sizeof(stall), "%u", STALL_MS);
 	start_on_file(&ft, "r2t", NULL, 0, knobs);
-	adm = ft_connect(&ft, 5000);
-	cntlid = ft_admin_up(adm, 0, 1);
-	io = ft_connect(&ft, 10000);
-	ft_icreq(io);
-	assert_int_equal(ft_connect_q(io, 1, 31, &cntlid, 0), 0);
+	io = io_queue_up(&ft, &adm, 10000, 31, 0);
 	ft_send_cmd(io, &sqe, NULL, READ_BYTES);
 	assert_int_equal(recv(io, &pdu, 24, MSG_WAITALL), 24);
 	assert_int_equal(pdu.ch.type, GDX_TCP_R2T);

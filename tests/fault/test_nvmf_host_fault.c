@@ -228,6 +228,14 @@ static double case_end(struct meter m)
 	return wall;
 }
 
+/* Ends the case (case_end), then its controller and proxy. */
+static void case_close(struct meter m, struct gdx_nvmf_ctrl *c, struct fproxy *p)
+{
+	case_end(m);
+	gdx_nvmf_disconnect(c);
+	fp_stop(p);
+}
+
 /* ---- the host ------------------------------------------------------------------ */
 
 static int host_connect_tmo(const char *port, unsigned queues, unsigned ctrl_loss_ms,
@@ -269,10 +277,18 @@ static void done_cb(struct gdx_nvmf_io *io, void *arg)
 	pthread_mutex_unlock(&d->m);
 }
 
-/*
- * One I/O through the callback path, which says how many times it completed:
- * after the first, the case waits a while longer for a second.
- */
+/* Waits for an I/O's completion, then a while longer for a second: it completes once. */
+static void done_once(struct done *d)
+{
+	pthread_mutex_lock(&d->m);
+	while (!atomic_load(&d->calls))
+		pthread_cond_wait(&d->cv, &d->m);
+	pthread_mutex_unlock(&d->m);
+	usleep(100000);
+	assert_int_equal(atomic_load(&d->calls), 1);
+}
+
+/* One I/O through the callback path, which says how many times it completed (done_once). */
 static int io_once(struct gdx_nvmf_ctrl *c, enum gdx_nvmf_op op, void *buf, size_t len,
 		   uint64_t off)
 {
@@ -280,12 +296,7 @@ static int io_once(struct gdx_nvmf_ctrl *c, enum gdx_nvmf_op op, void *buf, size
 	struct gdx_nvmf_io io = { .op = op, .nsid = 1, .offset = off, .len = len, .buf = buf };
 
 	assert_int_equal(gdx_nvmf_submit_cb(c, &io, done_cb, &d), 0);
-	pthread_mutex_lock(&d.m);
-	while (!atomic_load(&d.calls))
-		pthread_cond_wait(&d.cv, &d.m);
-	pthread_mutex_unlock(&d.m);
-	usleep(100000);
-	assert_int_equal(atomic_load(&d.calls), 1);
+	done_once(&d);
 	return io.result;
 }
 
@@ -453,9 +464,7 @@ static void reconnect_faults(void **state)
 			read_check_or(c, 256 << 10, 0, steps[i].act == FP_DUP ? GDX_EPROTO : 0);
 			assert_int_equal(fp_fired(p, 0), 1);
 			assert_int_equal(fp_fired(p, 1), 1);
-			case_end(m);
-			gdx_nvmf_disconnect(c);
-			fp_stop(p);
+			case_close(m, c, p);
 		}
 }
 
@@ -513,9 +522,7 @@ static void io_faults(void **state)
 		/* after whatever recovery the fault caused, the controller serves again */
 		wait_live(c);
 		read_check(c, 64 << 10, 64 << 10);
-		case_end(m);
-		gdx_nvmf_disconnect(c);
-		fp_stop(p);
+		case_close(m, c, p);
 	}
 	free(w);
 }
@@ -545,9 +552,7 @@ static void stall(void **state)
 	assert_true(t >= IO_TIMEOUT_MS / 1000.0 && t < IO_TIMEOUT_MS / 1000.0 + 1.0);
 	wait_live(c);
 	read_check(c, 256 << 10, 0);
-	case_end(m);
-	gdx_nvmf_disconnect(c);
-	fp_stop(p);
+	case_close(m, c, p);
 	free(b);
 }
 
@@ -580,17 +585,10 @@ static void target_restart_during_connect(void **state)
 	target_kill();
 	usleep(300000);
 	target_spawn(tport);
-	pthread_mutex_lock(&d.m);
-	while (!atomic_load(&d.calls))
-		pthread_cond_wait(&d.cv, &d.m);
-	pthread_mutex_unlock(&d.m);
-	usleep(100000);
-	assert_int_equal(atomic_load(&d.calls), 1);
+	done_once(&d);
 	assert_int_equal(io.result, 0);
 	assert_memory_equal(b, ref, 256 << 10);
-	case_end(m);
-	gdx_nvmf_disconnect(c);
-	fp_stop(p);
+	case_close(m, c, p);
 	free(b);
 }
 
@@ -627,9 +625,7 @@ static void target_gone(void **state)
 	assert_int_equal(atomic_load(&d.calls), 1);
 	assert_int_not_equal(io.result, 0);
 	assert_int_equal(gdx_nvmf_ctrl_state(c), GDX_NVMF_FAILED);
-	case_end(m);
-	gdx_nvmf_disconnect(c);
-	fp_stop(p);
+	case_close(m, c, p);
 	free(b);
 	target_spawn(tport);
 }

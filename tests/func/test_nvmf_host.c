@@ -55,10 +55,18 @@ static int setup_default(void **state)
 	return start(NULL);
 }
 
+/* A controller of the mock, connected with o. */
+static struct gdx_nvmf_ctrl *conn_opts(const struct gdx_nvmf_host_opts *o)
+{
+	struct gdx_nvmf_ctrl *c = NULL;
+
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, MOCK_NQN, o, &c), 0);
+	return c;
+}
+
 static struct gdx_nvmf_ctrl *conn(unsigned queues, int hd, int dd)
 {
 	struct gdx_nvmf_host_opts o;
-	struct gdx_nvmf_ctrl *c = NULL;
 
 	gdx_nvmf_host_opts_init(&o, sizeof(o));
 	o.nr_io_queues = queues;
@@ -66,8 +74,21 @@ static struct gdx_nvmf_ctrl *conn(unsigned queues, int hd, int dd)
 	o.data_digest = dd;
 	o.reconnect_delay_ms = 50;
 	o.io_timeout_ms = 5000;
-	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, MOCK_NQN, &o, &c), 0);
-	return c;
+	return conn_opts(&o);
+}
+
+/* Waits up to tries * 10 ms for c's first reconnect; returns its reconnects. */
+static unsigned wait_reconnect(struct gdx_nvmf_ctrl *c, int tries)
+{
+	struct gdx_nvmf_ctrl_info in;
+
+	for (int i = 0; i < tries; i++) {
+		assert_int_equal(gdx_nvmf_ctrl_info(c, &in), 0);
+		if (in.reconnects)
+			break;
+		usleep(10000);
+	}
+	return in.reconnects;
 }
 
 static void connect_identify(void **state)
@@ -528,12 +549,7 @@ static void target_restart(void **state)
 	mock_stop(m);
 	usleep(200000);
 	assert_int_equal(mock_listen(m, (uint16_t)atoi(port)), atoi(port));
-	for (int i = 0; i < 500; i++) {
-		assert_int_equal(gdx_nvmf_ctrl_info(c, &in), 0);
-		if (in.reconnects)
-			break;
-		usleep(10000);
-	}
+	wait_reconnect(c, 500);
 	usleep(50000);
 	r.stop = 1;
 	pthread_join(t, NULL);
@@ -558,7 +574,7 @@ static void timeout_then_recover(void **state)
 	o.nr_io_queues = 1;
 	o.io_timeout_ms = 300;
 	o.reconnect_delay_ms = 50;
-	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, MOCK_NQN, &o, &c), 0);
+	c = conn_opts(&o);
 	mock_inject(m, MF_HANG, 0);
 	t0 = gdx_now_ns();
 	assert_int_equal(gdx_nvmf_read(c, 1, buf, sizeof(buf), 0), -ETIMEDOUT);
@@ -619,7 +635,7 @@ static void keep_alive(void **state)
 	gdx_nvmf_host_opts_init(&o, sizeof(o));
 	o.nr_io_queues = 1;
 	o.kato_ms = 200;
-	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, MOCK_NQN, &o, &c), 0);
+	c = conn_opts(&o);
 	usleep(700000);
 	mock_stats(m, &st);
 	assert_true(st.keep_alives >= 3);
@@ -630,7 +646,6 @@ static void keep_alive(void **state)
 static void keep_alive_lost(void **state)
 {
 	struct gdx_nvmf_host_opts o;
-	struct gdx_nvmf_ctrl_info in;
 	struct gdx_nvmf_ctrl *c;
 	uint8_t buf[4096];
 
@@ -639,15 +654,9 @@ static void keep_alive_lost(void **state)
 	o.nr_io_queues = 1;
 	o.kato_ms = 200;
 	o.reconnect_delay_ms = 20;
-	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, MOCK_NQN, &o, &c), 0);
+	c = conn_opts(&o);
 	mock_inject(m, MF_KA_HANG, 0);
-	for (int i = 0; i < 300; i++) {
-		assert_int_equal(gdx_nvmf_ctrl_info(c, &in), 0);
-		if (in.reconnects)
-			break;
-		usleep(10000);
-	}
-	assert_int_equal(in.reconnects, 1);
+	assert_int_equal(wait_reconnect(c, 300), 1);
 	assert_int_equal(gdx_nvmf_read(c, 1, buf, sizeof(buf), 0), 0);
 	gdx_nvmf_disconnect(c);
 }
@@ -696,7 +705,7 @@ static void give_up(void **state)
 	o.reconnect_delay_ms = 20;
 	o.ctrl_loss_tmo_ms = 300;
 	o.connect_timeout_ms = 200;
-	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, MOCK_NQN, &o, &c), 0);
+	c = conn_opts(&o);
 	mock_stop(m);
 	assert_int_equal(gdx_nvmf_read(c, 1, buf, sizeof(buf), 0), GDX_EDISCONNECTED);
 	assert_int_equal(gdx_nvmf_ctrl_state(c), GDX_NVMF_FAILED);

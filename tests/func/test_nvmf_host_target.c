@@ -95,6 +95,37 @@ static struct gdx_nvmf_ctrl *conn(unsigned queues, unsigned depth, int dg)
 	return c;
 }
 
+/* The device ($GDX_DEVICE), n bytes of its memory at *d. */
+static struct gdx_device *dev_mem(size_t n, void **d)
+{
+	struct gdx_device *dev;
+
+	assert_int_equal(gdx_device_open(NULL, &dev), 0);
+	assert_int_equal(gdx_device_malloc(dev, n, d), 0);
+	return dev;
+}
+
+/* Puts the knobs back to their defaults, and frees dev_mem's memory and device. */
+static void dev_mem_close(struct gdx_device *dev, void *d)
+{
+	gdx_config_reset();
+	gdx_device_free(dev, d);
+	gdx_device_close(dev);
+}
+
+/* A controller of queues I/O queues that stages reads and writes for dev (named at connect). */
+static struct gdx_nvmf_ctrl *dev_conn(struct gdx_device *dev, unsigned queues)
+{
+	struct gdx_nvmf_host_opts o;
+	struct gdx_nvmf_ctrl *c = NULL;
+
+	gdx_nvmf_host_opts_init(&o, sizeof(o));
+	o.dev = dev;
+	o.nr_io_queues = queues;
+	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &c), 0);
+	return c;
+}
+
 static void discover_identify(void **state)
 {
 	struct gdx_nvmf_discovery_log *log;
@@ -222,7 +253,6 @@ static void h2c_data_direct(void **state)
 
 static void device_memory(void **state)
 {
-	struct gdx_nvmf_host_opts o;
 	struct gdx_device *dev;
 	struct gdx_nvmf_ctrl *c;
 	struct gdx_nvmf_io io[8];
@@ -231,12 +261,8 @@ static void device_memory(void **state)
 	void *d;
 
 	(void)state;
-	assert_int_equal(gdx_device_open(NULL, &dev), 0);
-	assert_int_equal(gdx_device_malloc(dev, 8 * n, &d), 0);
-	gdx_nvmf_host_opts_init(&o, sizeof(o));
-	o.dev = dev;
-	o.nr_io_queues = 3;
-	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &c), 0);
+	dev = dev_mem(8 * n, &d);
+	c = dev_conn(dev, 3);
 	t_fill(a, 8 * n, 42);
 	assert_int_equal(gdx_memcpy(dev, d, a, 8 * n), 0);
 	for (int i = 0; i < 8; i++)
@@ -252,8 +278,7 @@ static void device_memory(void **state)
 	assert_int_equal(gdx_memcpy(dev, b, d, 8 * n), 0);
 	assert_memory_equal(a, b, 8 * n);
 	gdx_nvmf_disconnect(c);
-	gdx_device_free(dev, d);
-	gdx_device_close(dev);
+	dev_mem_close(dev, d);
 	free(a);
 	free(b);
 }
@@ -481,20 +506,15 @@ static void device_depth(void **state)
 	const size_t n = 4 << 20;
 	struct dstate st = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
 			     .total = (unsigned)(n / 16384) };
-	struct gdx_nvmf_host_opts o;
 	struct gdx_device *dev;
 	uint8_t *a = malloc(n), *b = malloc(n);
 	void *d;
 
 	(void)state;
-	assert_int_equal(gdx_device_open(NULL, &dev), 0);
-	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	dev = dev_mem(n, &d);
 	assert_int_equal(gdx_memset(dev, d, 0, n), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
-	gdx_nvmf_host_opts_init(&o, sizeof(o));
-	o.dev = dev;
-	o.nr_io_queues = 2;
-	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
+	st.c = dev_conn(dev, 2);
 	t_fill(a, n, 77);
 	assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
 	st.dbase = d;
@@ -502,9 +522,7 @@ static void device_depth(void **state)
 	/* the device named at connect had its staging set up then */
 	assert_int_equal(ctrl_counter(st.c, "stage_late_opens"), 0);
 	gdx_nvmf_disconnect(st.c);
-	gdx_config_reset();
-	gdx_device_free(dev, d);
-	gdx_device_close(dev);
+	dev_mem_close(dev, d);
 	free(a);
 	free(b);
 }
@@ -540,7 +558,6 @@ static void device_ring_packing(void **state)
 	static const uint32_t sizes[] = { 512, 4096, 1536, 12800, 8192, 3584, 1024 };
 	const size_t n = 2 << 20;
 	uint8_t *a = malloc(n), *b = malloc(n);
-	struct gdx_nvmf_host_opts o;
 	struct gdx_device *dev;
 	unsigned total = 0;
 	uint64_t *off = calloc(n / 512, sizeof(*off));
@@ -555,8 +572,7 @@ static void device_ring_packing(void **state)
 		at += len[total];
 	}
 	assert_true(total > 32);
-	assert_int_equal(gdx_device_open(NULL, &dev), 0);
-	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	dev = dev_mem(n, &d);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunks", "3"), 0);
 	/* The queues' own streams: the copy agent (the default) has its own test. */
@@ -577,10 +593,7 @@ static void device_ring_packing(void **state)
 		/* the polling mode runs untimed */
 		assert_int_equal(gdx_config_set("nvmf.host.lat_stats", mode == 1 ? "0" : "1"), 0);
 		assert_int_equal(gdx_memset(dev, d, 0, n), 0);
-		gdx_nvmf_host_opts_init(&o, sizeof(o));
-		o.dev = dev;
-		o.nr_io_queues = 2;
-		assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &st.c), 0);
+		st.c = dev_conn(dev, 2);
 		t_fill(a, n, 91 + (unsigned)mode);
 		assert_int_equal(gdx_nvmf_write(st.c, 1, a, n, 0), 0);
 		dread_check(&st, dev, a, b, n);
@@ -612,9 +625,7 @@ static void device_ring_packing(void **state)
 		}
 		gdx_nvmf_disconnect(st.c);
 	}
-	gdx_config_reset();
-	gdx_device_free(dev, d);
-	gdx_device_close(dev);
+	dev_mem_close(dev, d);
 	free(off);
 	free(len);
 	free(a);
@@ -647,8 +658,7 @@ static void device_copy_agent(void **state)
 		len[total] = (uint32_t)GDX_MIN(512 * (1 + t_rand(&seed) % 80), n - at);
 		at += len[total];
 	}
-	assert_int_equal(gdx_device_open(NULL, &dev), 0);
-	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	dev = dev_mem(n, &d);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "16k"), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "4"), 0);
 	gdx_nvmf_host_opts_init(&o, sizeof(o));
@@ -717,9 +727,7 @@ static void device_copy_agent(void **state)
 			assert_int_equal(gdx_nvmf_read(st.c, 1, d, n, 0), 0);
 		gdx_nvmf_disconnect(st.c);
 	}
-	gdx_config_reset();
-	gdx_device_free(dev, d);
-	gdx_device_close(dev);
+	dev_mem_close(dev, d);
 	free(off);
 	free(len);
 	free(a);
@@ -764,22 +772,17 @@ static void device_ring_one_chunk(void **state)
 	static const uint32_t sizes[] = { 512, 8192, 4096, 8192, 1536, 16384 };
 	const size_t n = 64 << 10;
 	uint8_t *a = malloc(n), *b = malloc(n);
-	struct gdx_nvmf_host_opts o;
 	struct gdx_nvmf_ctrl *c;
 	struct gdx_device *dev;
 	uint64_t at = 0;
 	void *d;
 
 	(void)state;
-	assert_int_equal(gdx_device_open(NULL, &dev), 0);
-	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	dev = dev_mem(n, &d);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunk", "8k"), 0);
 	assert_int_equal(gdx_config_set("nvmf.host.bounce_chunks", "1"), 0);
 	assert_int_equal(gdx_memset(dev, d, 0, n), 0);
-	gdx_nvmf_host_opts_init(&o, sizeof(o));
-	o.dev = dev;
-	o.nr_io_queues = 1;
-	assert_int_equal(gdx_nvmf_connect("127.0.0.1", port, NQN, &o, &c), 0);
+	c = dev_conn(dev, 1);
 	t_fill(a, n, 57);
 	assert_int_equal(gdx_nvmf_write(c, 1, a, n, 0), 0);
 	for (unsigned i = 0; at < n; i++) {
@@ -791,9 +794,7 @@ static void device_ring_one_chunk(void **state)
 	assert_int_equal(gdx_memcpy(dev, b, d, n), 0);
 	assert_memory_equal(a, b, n);
 	gdx_nvmf_disconnect(c);
-	gdx_config_reset();
-	gdx_device_free(dev, d);
-	gdx_device_close(dev);
+	dev_mem_close(dev, d);
 	free(a);
 	free(b);
 }
@@ -835,8 +836,7 @@ static void device_setup_outside_queue_lock(void **state)
 	void *d;
 
 	(void)state;
-	assert_int_equal(gdx_device_open(NULL, &dev), 0);
-	assert_int_equal(gdx_device_malloc(dev, n, &d), 0);
+	dev = dev_mem(n, &d);
 	atomic_store(&locked_calls, 0);
 	dev_watch_start(dev, watch);
 	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "2"), 0);
@@ -860,9 +860,7 @@ static void device_setup_outside_queue_lock(void **state)
 	assert_int_equal(atomic_load(&locked_calls), 0);
 	if (dev->ops->agent_launch)
 		assert_int_equal(atomic_load(&dw_agent_starts), 1);
-	gdx_config_reset();
-	gdx_device_free(dev, d);
-	gdx_device_close(dev);
+	dev_mem_close(dev, d);
 	free(a);
 	free(b);
 }
@@ -961,8 +959,7 @@ static void device_setup_off_receivers(void **state)
 	struct gdx_device *dev;
 
 	(void)state;
-	assert_int_equal(gdx_device_open(NULL, &dev), 0);
-	assert_int_equal(gdx_device_malloc(dev, n, &ch.d), 0);
+	dev = dev_mem(n, &ch.d);
 	assert_int_equal(gdx_config_set("nvmf.host.copy_agent", "2"), 0);
 	gdx_nvmf_host_opts_init(&o, sizeof(o));
 	o.nr_io_queues = 1;
@@ -995,9 +992,7 @@ static void device_setup_off_receivers(void **state)
 	dev_watch_stop(dev);
 	assert_int_equal(ch.ndone, 16);
 	assert_int_equal(atomic_load(&rx_setup_calls), 0);
-	gdx_config_reset();
-	gdx_device_free(dev, ch.d);
-	gdx_device_close(dev);
+	dev_mem_close(dev, ch.d);
 	free(a);
 	free(b);
 	free(host);

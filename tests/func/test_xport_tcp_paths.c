@@ -92,16 +92,65 @@ static struct frame recv_resp_and_send(int fd, uint64_t resp_id, size_t n, unsig
 	return sf;
 }
 
+/* Reads the endpoint's response frame to the peer's request id; returns it. */
+static struct frame recv_resp(int fd, uint64_t id)
+{
+	struct frame f;
+
+	assert_int_equal(recv(fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	assert_int_equal(f.type, TF_RESP);
+	assert_int_equal(f.id, id);
+	return f;
+}
+
+/* Waits for the next completion on cq and returns it. */
+static struct gdx_xport_cqe next_cqe(struct gdx_xport_cq *cq)
+{
+	struct gdx_xport_cqe e;
+
+	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
+	return e;
+}
+
 /* Answers request frame f on c's raw peer and waits for its completion. */
 static void answer(const struct raw_conn *c, const struct frame *f, uint64_t wr_id)
 {
 	struct gdx_xport_cqe e;
 
 	send_frame(c->fd, TF_RESP, f->id, 0, 0);
-	while (gdx_xport_cq_poll(c->cq, &e, 1) == 0)
-		assert_int_equal(gdx_xport_cq_wait(c->cq, 10000), 1);
+	e = next_cqe(c->cq);
 	assert_int_equal(e.wr_id, wr_id);
 	assert_int_equal(e.status, 0);
+}
+
+/*
+ * The device (the test is skipped without one), n bytes of it at *a and,
+ * unless b is NULL, at *b, and conn on it: the endpoint's copy agent stages
+ * its device memory.
+ */
+static struct gdx_device *dev_conn_open(struct raw_conn *conn, size_t n, void **a, void **b)
+{
+	struct gdx_device *dev;
+
+	if (gdx_device_open(NULL, &dev))
+		skip();
+	assert_int_equal(gdx_device_malloc(dev, n, a), 0);
+	if (b)
+		assert_int_equal(gdx_device_malloc(dev, n, b), 0);
+	raw_open(conn, dev);
+	return dev;
+}
+
+/* Closes conn, puts the knobs back to their defaults, frees dev_conn_open's device and memory. */
+static void dev_conn_close(struct raw_conn *conn, struct gdx_device *dev, void *a, void *b)
+{
+	raw_close(conn);
+	gdx_config_reset();
+	gdx_device_free(dev, a);
+	if (b)
+		gdx_device_free(dev, b);
+	gdx_device_close(dev);
 }
 
 /*
@@ -169,10 +218,7 @@ static void test_post_writes_device(void **state)
 	struct raw_conn conn;
 
 	(void)state;
-	if (gdx_device_open(NULL, &dev))
-		skip();
-	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
-	raw_open(&conn, dev);
+	dev = dev_conn_open(&conn, SZ, &dtx, NULL);
 	for (unsigned i = 0; i < 50 && !done; i++) {
 		uint64_t d0 = tcp_counter("tx_direct"), h0 = tcp_counter("tx_handed");
 		struct frame f;
@@ -186,9 +232,7 @@ static void test_post_writes_device(void **state)
 		done = tcp_counter("tx_direct") - d0 == 1 && tcp_counter("tx_handed") == h0;
 	}
 	assert_true(done);
-	raw_close(&conn);
-	gdx_device_free(dev, dtx);
-	gdx_device_close(dev);
+	dev_conn_close(&conn, dev, dtx, NULL);
 }
 
 struct late_send {
@@ -243,41 +287,26 @@ static void test_waiter_receives(void **state)
 			struct late_send ls = { .fd = conn.fd, .id = seed + 1, .n = SZ,
 						.first = part ? SZ / 2 : SZ, .seed = seed,
 						.ms = 30 };
-			struct frame f;
 			pthread_t th;
 
 			memset(rx, 0, SZ);
 			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, seed), 0);
 			rx_let_park();
 			pthread_create(&th, NULL, late_send_main, &ls);
-			while (gdx_xport_cq_poll(conn.cq, &e, 1) == 0)
-				assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
+			e = next_cqe(conn.cq);
 			pthread_join(th, NULL);
 			assert_int_equal(e.wr_id, seed);
 			assert_int_equal(e.status, 0);
 			assert_int_equal(e.len, SZ);
 			t_fill(want, SZ, seed);
 			assert_memory_equal(rx, want, SZ);
-			assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
-			assert_int_equal(f.type, TF_RESP);
-			assert_int_equal(f.id, seed + 1);
-			assert_int_equal(f.status, 0);
+			assert_int_equal(recv_resp(conn.fd, seed + 1).status, 0);
 		}
 		assert_true(tcp_counter(ctr) > base);
 	}
 	raw_close(&conn);
 	free(rx);
 	free(want);
-}
-
-/* Waits for the next completion on cq and returns it. */
-static struct gdx_xport_cqe next_cqe(struct gdx_xport_cq *cq)
-{
-	struct gdx_xport_cqe e;
-
-	while (gdx_xport_cq_poll(cq, &e, 1) == 0)
-		assert_int_equal(gdx_xport_cq_wait(cq, 10000), 1);
-	return e;
 }
 
 struct burst {
@@ -329,16 +358,13 @@ static void test_big_payloads_direct(void **state)
 	pthread_create(&th, NULL, burst_main, &b);
 	for (unsigned i = 0; i < N; i++) {
 		struct gdx_xport_cqe e = next_cqe(conn.cq);
-		struct frame f;
 
 		assert_int_equal(e.wr_id, i);
 		assert_int_equal(e.status, 0);
 		assert_int_equal(e.len, SZ);
 		t_fill(want, SZ, b.seed + i);
 		assert_memory_equal(rx + (size_t)i * SZ, want, SZ);
-		assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
-		assert_int_equal(f.type, TF_RESP);
-		assert_int_equal(f.id, i + 1);
+		recv_resp(conn.fd, i + 1);
 	}
 	pthread_join(th, NULL);
 	assert_true(tcp_counter("rx_buffered") - base <= SZ + N * 4096);
@@ -401,10 +427,7 @@ static void test_waiter_receives_device(void **state)
 	struct raw_conn conn;
 
 	(void)state;
-	if (gdx_device_open(NULL, &dev))
-		skip();
-	assert_int_equal(gdx_device_malloc(dev, BIG, &drx), 0);
-	raw_open(&conn, dev);
+	dev = dev_conn_open(&conn, BIG, &drx, NULL);
 	/* the first half of the 64 KiB payload goes at once, not when the header is acked */
 	assert_int_equal(setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int)),
 			 0);
@@ -420,7 +443,7 @@ static void test_waiter_receives_device(void **state)
 			size_t n = c == 1 ? BIG : SZ;
 			struct late_send ls = { .fd = conn.fd, .id = id, .n = n, .first = n / 2,
 						.seed = seed, .ms = 30 };
-			struct frame *f = (struct frame *)msg, r;
+			struct frame *f = (struct frame *)msg;
 			struct late_raw lr = { .fd = conn.fd, .p = msg, .n = sizeof(*f) + SZ,
 					       .ms = 30 };
 			struct gdx_xport_cqe e;
@@ -464,26 +487,16 @@ static void test_waiter_receives_device(void **state)
 				assert_memory_equal(hrx, want, SZ);
 			}
 			pthread_join(th, NULL);
-			assert_int_equal(recv(conn.fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
-			assert_int_equal(r.type, TF_RESP);
-			assert_int_equal(r.id, id);
-			assert_int_equal(r.status, 0);
-			if (c == 2) {
-				assert_int_equal(recv(conn.fd, &r, sizeof(r), MSG_WAITALL),
-						 sizeof(r));
-				assert_int_equal(r.type, TF_RESP);
-				assert_int_equal(r.id, id + 100);
-			}
+			assert_int_equal(recv_resp(conn.fd, id).status, 0);
+			if (c == 2)
+				recv_resp(conn.fd, id + 100);
 			/* taken by the waiter, not handed to the receive thread */
 			done = tcp_counter("rx_waiter_dev") > w0 && tcp_counter("rx_dev") == d0 &&
 			       (c != 1 || tcp_counter("rx_part") > p0);
 		}
 		assert_true(done);
 	}
-	raw_close(&conn);
-	gdx_config_reset();
-	gdx_device_free(dev, drx);
-	gdx_device_close(dev);
+	dev_conn_close(&conn, dev, drx, NULL);
 }
 
 /*
@@ -507,13 +520,10 @@ static void test_waiter_behind_device_send(void **state)
 	struct raw_conn conn;
 
 	(void)state;
-	if (gdx_device_open(NULL, &dev))
-		skip();
-	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
-	raw_open(&conn, dev);
+	dev = dev_conn_open(&conn, SZ, &dtx, NULL);
 	for (unsigned i = 0; i < 10 && !done; i++) {
 		struct late_raw lr = { .fd = conn.fd, .p = msg, .n = sizeof(msg), .ms = 30 };
-		struct frame *f = (struct frame *)msg, sf, r;
+		struct frame *f = (struct frame *)msg, sf;
 		uint64_t t0, w0;
 		struct gdx_xport_cqe e;
 		pthread_t th;
@@ -536,15 +546,11 @@ static void test_waiter_behind_device_send(void **state)
 		assert_int_equal(e.status, 0);
 		assert_memory_equal(rx, f + 1, SZ);
 		done = tcp_counter("rx_takes") > t0 && tcp_counter("rx_waiter") > w0;
-		assert_int_equal(recv(conn.fd, &r, sizeof(r), MSG_WAITALL), sizeof(r));
-		assert_int_equal(r.type, TF_RESP);
-		assert_int_equal(r.id, 700 + i);
+		recv_resp(conn.fd, 700 + i);
 		answer(&conn, &sf, 900 + i);
 	}
 	assert_true(done);
-	raw_close(&conn);
-	gdx_device_free(dev, dtx);
-	gdx_device_close(dev);
+	dev_conn_close(&conn, dev, dtx, NULL);
 }
 
 struct answer_then_echo {
@@ -587,7 +593,6 @@ static void test_waiter_keeps_socket(void **state)
 	for (unsigned i = 0; i < 5 && done != 2; i++) {
 		struct answer_then_echo ae = { .fd = conn.fd, .seed = 40 + i };
 		uint64_t w0 = tcp_counter("rx_waiter"), t0 = tcp_counter("rx_takes");
-		struct frame f;
 		pthread_t th;
 
 		assert_int_equal(gdx_xport_post_recv(conn.ep, rx, sizeof(rx), i), 0);
@@ -607,9 +612,7 @@ static void test_waiter_keeps_socket(void **state)
 		done = tcp_counter("rx_waiter") - w0;
 		takes = tcp_counter("rx_takes") - t0;
 		/* the response the waiter owed the echo */
-		assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
-		assert_int_equal(f.type, TF_RESP);
-		assert_int_equal(f.id, 100 + ae.seed);
+		recv_resp(conn.fd, 100 + ae.seed);
 	}
 	assert_int_equal(done, 2);
 	assert_int_equal(takes, 1);
@@ -713,11 +716,7 @@ static void test_waiter_resp_rides(void **state)
 				       tcp_counter("rx_gives") - g0 == 1 &&
 				       tcp_counter("rx_waiter") - w0 == 2;
 			} else {
-				assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL),
-						 sizeof(f));
-				assert_int_equal(f.type, TF_RESP);
-				assert_int_equal(f.id, seed);
-				assert_int_equal(f.status, 0);
+				assert_int_equal(recv_resp(conn.fd, seed).status, 0);
 			}
 		}
 		assert_true(done);
@@ -748,15 +747,10 @@ static void test_held_resp_rides_device(void **state)
 	struct raw_conn conn;
 
 	(void)state;
-	if (gdx_device_open(NULL, &dev))
-		skip();
-	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
-	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "500"), 0);
 	/* the post must come within the hold, also on a sanitizer's slow build */
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
-	/* the endpoint's device: its copy agent's stage ring sends device memory */
-	raw_open(&conn, dev);
+	dev = dev_conn_open(&conn, SZ, &drx, &dtx);
 	for (unsigned i = 0; i < 10 && !done; i++) {
 		struct frame *f = (struct frame *)msg, r;
 		struct gdx_xport_cqe e;
@@ -770,8 +764,7 @@ static void test_held_resp_rides_device(void **state)
 		n0 = tcp_counter("tx_writes");
 		assert_int_equal(send(conn.fd, msg, sizeof(msg), MSG_NOSIGNAL),
 				 (ssize_t)sizeof(msg));
-		while (gdx_xport_cq_poll(conn.cq, &e, 1) == 0)
-			assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
+		e = next_cqe(conn.cq);
 		assert_int_equal(e.wr_id, i);
 		assert_int_equal(e.status, 0);
 		assert_int_equal(gdx_memcpy(dev, got, drx, SZ), 0);
@@ -785,11 +778,7 @@ static void test_held_resp_rides_device(void **state)
 		done = tcp_counter("tx_writes") - n0 == 1;
 	}
 	assert_true(done);
-	raw_close(&conn);
-	gdx_config_reset();
-	gdx_device_free(dev, drx);
-	gdx_device_free(dev, dtx);
-	gdx_device_close(dev);
+	dev_conn_close(&conn, dev, drx, dtx);
 }
 
 /*
@@ -812,13 +801,9 @@ static void test_lent_over_device_answer(void **state)
 	struct raw_conn conn;
 
 	(void)state;
-	if (gdx_device_open(NULL, &dev))
-		skip();
-	assert_int_equal(gdx_device_malloc(dev, SZ, &drx), 0);
-	assert_int_equal(gdx_device_malloc(dev, SZ, &dtx), 0);
 	/* the post comes within the hold, also on a sanitizer's slow build */
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
-	raw_open(&conn, dev);
+	dev = dev_conn_open(&conn, SZ, &drx, &dtx);
 	for (unsigned i = 0; i < 10 && !done; i++) {
 		struct late_raw lr = { .fd = conn.fd, .p = msg, .n = sizeof(msg), .ms = 30 };
 		struct frame *f = (struct frame *)msg, r;
@@ -853,11 +838,7 @@ static void test_lent_over_device_answer(void **state)
 		done = lent && tcp_counter("rx_takes") == t0;
 	}
 	assert_true(done);
-	raw_close(&conn);
-	gdx_config_reset();
-	gdx_device_free(dev, drx);
-	gdx_device_free(dev, dtx);
-	gdx_device_close(dev);
+	dev_conn_close(&conn, dev, drx, dtx);
 }
 
 /*
@@ -904,9 +885,7 @@ static void test_lent_socket_serves_peer(void **state)
 		assert_int_equal(e.status, 0);
 		/* no post, no poll, no wait from here */
 		assert_int_equal(poll(&pf, 1, 5000), 1);
-		assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
-		assert_int_equal(f.type, TF_RESP);
-		assert_int_equal(f.id, 500 + i);
+		recv_resp(conn.fd, 500 + i);
 		f = (struct frame){ .type = TF_READ, .id = 600 + i, .raddr = gdx_xport_mr_addr(mr),
 				    .key = gdx_xport_mr_key(mr), .len = RN };
 		assert_int_equal(send(conn.fd, &f, sizeof(f), MSG_NOSIGNAL), sizeof(f));

@@ -406,6 +406,13 @@ static void lf_wrap(int (*launch)(void *priv, void *stream, const struct gdx_age
 	lf_ops.agent_launch = launch;
 }
 
+/* Closes p, then puts the device's own ops back: the endpoints' threads use lf_ops till gone. */
+static void pair_close_unwrap(struct pair *p)
+{
+	pair_close(p);
+	dev->ops = lf_real;
+}
+
 /* the worker whose launch said it failed: started all the same */
 static void *lf_priv, *lf_worker;
 
@@ -452,8 +459,7 @@ void test_dev_send_launch_fails(void **state)
 	/* the region went back once no worker could copy out of it: the agent halted */
 	assert_int_equal(lf_real->stream_query(lf_priv, lf_worker), 0);
 	gdx_config_reset();
-	pair_close(&p);
-	dev->ops = lf_real;
+	pair_close_unwrap(&p);
 	kfree(K_DEV, region);
 	free(back);
 }
@@ -546,9 +552,7 @@ void test_dev_ring_aligned(void **state)
 	}
 	assert_int_equal(checked[0], N);
 	assert_int_equal(checked[1], N);
-	pair_close(&p);
-	/* the endpoints' threads use the ops until they are gone */
-	dev->ops = lf_real;
+	pair_close_unwrap(&p);
 	kfree(K_DEV, src);
 	kfree(K_DEV, rx);
 	free(got);
@@ -581,6 +585,16 @@ static void recv_agent_fails(struct pair *p, void *dbuf, unsigned char *tx, size
 	expect(p->cqc, 2, GDX_XPORT_OP_SEND, GDX_EREMOTE, n);
 }
 
+/* Opens p with lf_ops installed (launching with lf_agent_launch), then recv_agent_fails. */
+static void pair_open_recv_agent_failed(struct pair *p, void *dbuf, unsigned char *tx, size_t n,
+					uint64_t seed)
+{
+	pair_open(p, NULL, NULL);
+	lf_wrap(lf_agent_launch);
+	dev->ops = &lf_ops;
+	recv_agent_fails(p, dbuf, tx, n, seed);
+}
+
 /*
  * A receive whose copy's post failed to launch the worker (the launch starts
  * the slowed worker and then reports failure, as in dev_send_launch_fails):
@@ -601,10 +615,7 @@ void test_dev_recv_launch_fails(void **state)
 	tx = malloc(SZ);
 	assert_non_null(tx);
 	dbuf = kalloc(K_DEV, SZ);
-	pair_open(&p, NULL, NULL);
-	lf_wrap(lf_agent_launch);
-	dev->ops = &lf_ops;
-	recv_agent_fails(&p, dbuf, tx, SZ, 51);
+	pair_open_recv_agent_failed(&p, dbuf, tx, SZ, 51);
 	/* the buffer is the user's again: what it puts there stays, past the worker's copy */
 	kfill(K_DEV, dbuf, SZ, 52);
 	usleep(600000);
@@ -616,8 +627,7 @@ void test_dev_recv_launch_fails(void **state)
 	expect(p.cqs, 3, GDX_XPORT_OP_RECV, 0, SZ);
 	expect(p.cqc, 4, GDX_XPORT_OP_SEND, 0, SZ);
 	kcheck(K_DEV, dbuf, SZ, 53);
-	pair_close(&p);
-	dev->ops = lf_real;
+	pair_close_unwrap(&p);
 	kfree(K_DEV, dbuf);
 	free(tx);
 }
@@ -642,10 +652,7 @@ void test_dev_send_after_recv_agent_failed(void **state)
 	assert_non_null(tx);
 	assert_non_null(rx);
 	dbuf = kalloc(K_DEV, SZ);
-	pair_open(&p, NULL, NULL);
-	lf_wrap(lf_agent_launch);
-	dev->ops = &lf_ops;
-	recv_agent_fails(&p, dbuf, tx, SZ, 61);
+	pair_open_recv_agent_failed(&p, dbuf, tx, SZ, 61);
 	gdx_config_reset();
 	kfill(K_DEV, dbuf, SZ, 62);
 	assert_int_equal(gdx_xport_post_recv(p.c, rx, SZ, 3), 0);
@@ -653,8 +660,7 @@ void test_dev_send_after_recv_agent_failed(void **state)
 	expect(p.cqs, 4, GDX_XPORT_OP_SEND, 0, SZ);
 	expect(p.cqc, 3, GDX_XPORT_OP_RECV, 0, SZ);
 	kcheck(K_HOST, rx, SZ, 62);
-	pair_close(&p);
-	dev->ops = lf_real;
+	pair_close_unwrap(&p);
 	kfree(K_DEV, dbuf);
 	free(tx);
 	free(rx);
@@ -1065,8 +1071,7 @@ void test_dev_agent_stuck(void **state)
 	for (int i = 0; i < 2; i++)
 		get_cqe(p.cqc, &e);
 	gdx_config_reset();
-	pair_close(&p);
-	dev->ops = lf_real;
+	pair_close_unwrap(&p);
 	kfree(K_DEV, dbuf);
 	kfree(K_DEV, dregion);
 	free(tx);
@@ -1322,8 +1327,7 @@ void test_dev_sends_redone_after_halt(void **state)
 	expect_none(p.cqs);
 	expect_none(p.cqc);
 	assert_int_equal(gdx_xport_mr_dereg(mr), 0);
-	pair_close(&p);
-	dev->ops = lf_real;
+	pair_close_unwrap(&p);
 	gdx_config_reset();
 	kfree(K_DEV, src);
 	kfree(K_DEV, dr);
@@ -1373,8 +1377,7 @@ void test_dev_large_send_recopied_after_halt(void **state)
 	assert_int_equal(c.redone, 0);
 	expect_none(p.cqs);
 	expect_none(p.cqc);
-	pair_close(&p);
-	dev->ops = lf_real;
+	pair_close_unwrap(&p);
 	gdx_config_reset();
 	kfree(K_DEV, src);
 	kfree(K_DEV, dr);

@@ -23,6 +23,24 @@
 #include "mem/stage.h"
 #include "stage_suite.h"
 
+/* Copies chunks from .. to - 1 (src's at i * CHUNK, to the device there), effect i behind each. */
+static void put_defer(struct gdx_stage *st, int from, int to)
+{
+	uint64_t m = 0;
+
+	for (int i = from; i < to; i++) {
+		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
+	}
+}
+
+/* The agent faults on its fourth copy, each slow (20 ms): eight are all posted before it shows. */
+static void agent_faults_fourth(void)
+{
+	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+}
+
 void byte_ring_wrap(void **state)
 {
 	struct gdx_byte_ring r = { .size = 100 };
@@ -99,9 +117,7 @@ void ring_aligned_skip(void **state)
 			check_dev(0, off);
 		}
 	}
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /* A ring of one chunk takes pieces of a chunk after an odd one: split at its end. */
@@ -205,18 +221,12 @@ void fault_effects_in_order(void **state)
 	struct gdx_stage *st;
 	struct rec r = { 0 };
 	unsigned ok = 0;
-	uint64_t m = 0;
 
 	(void)state;
-	/* slow: all eight are posted before the fault shows */
-	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
-	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+	agent_faults_fourth();
 	ctx = ctx_open(true, 1);
 	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FALLBACK, 8, &r);
-	for (int i = 0; i < 8; i++) {
-		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
-		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
-	}
+	put_defer(st, 0, 8);
 	assert_int_equal(gdx_stage_wait_idle(st, NULL, NULL, 0), 0);
 	assert_int_equal(r.n, 8);
 	for (unsigned i = 0; i < r.n; i++) {
@@ -227,10 +237,7 @@ void fault_effects_in_order(void **state)
 	assert_true(ok <= 3);
 	assert_int_not_equal(gdx_stage_ctx_status(ctx), 0);
 	/* the lane goes on synchronously, and lends its ring out */
-	for (int i = 8; i < 12; i++) {
-		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
-		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
-	}
+	put_defer(st, 8, 12);
 	assert_int_equal(r.n, 12);
 	for (unsigned i = 8; i < 12; i++)
 		assert_int_equal(r.err[i], 0);
@@ -242,9 +249,7 @@ void fault_effects_in_order(void **state)
 		assert_int_equal(gdx_stage_halves(st, b, &bsz), 0);
 		assert_int_equal(bsz, 4 * CHUNK);
 	}
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 struct halt_seen {
@@ -276,11 +281,9 @@ void on_halt_before_effects(void **state)
 	struct rec r = { 0 };
 	struct halt_seen h = { .r = &r };
 	unsigned failed = 0;
-	uint64_t m = 0;
 
 	(void)state;
-	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
-	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+	agent_faults_fourth();
 	gdx_stage_ctx_opts_init(&co, sizeof(co));
 	co.agent = true;
 	co.workers = 1;
@@ -288,10 +291,7 @@ void on_halt_before_effects(void **state)
 	co.owner = &h;
 	assert_int_equal(gdx_stage_ctx_open(dev, &co, &ctx), 0);
 	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FALLBACK, 8, &r);
-	for (int i = 0; i < 8; i++) {
-		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
-		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
-	}
+	put_defer(st, 0, 8);
 	assert_int_equal(gdx_stage_wait_idle(st, NULL, NULL, 0), 0);
 	assert_int_equal(r.n, 8);
 	for (unsigned i = 0; i < r.n; i++)
@@ -315,18 +315,13 @@ void fail_policy(void **state)
 	struct gdx_stage_ctx *ctx;
 	struct gdx_stage *st;
 	struct rec r = { 0 };
-	uint64_t m = 0;
 	int rc;
 
 	(void)state;
-	assert_int_equal(gdx_config_set("emulated.agent_fault_after", "3"), 0);
-	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "20000"), 0);
+	agent_faults_fourth();
 	ctx = ctx_open(true, 1);
 	st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 8, &r);
-	for (int i = 0; i < 6; i++) {
-		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
-		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
-	}
+	put_defer(st, 0, 6);
 	rc = gdx_stage_wait_idle(st, NULL, NULL, 0);
 	assert_true(rc < 0);
 	assert_int_equal(gdx_stage_reserve(st, CHUNK, 0, &(struct gdx_stage_span){ 0 }), rc);
@@ -400,9 +395,7 @@ void fallback_piece_in_hand(void **state)
 	assert_int_equal(put(st, CHUNK, CHUNK, &m), 0);
 	assert_true(gdx_stage_landed(st, m));
 	check_dev(CHUNK, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "30000"), 0);
 	ctx = ctx_open(true, 2);
@@ -415,9 +408,7 @@ void fallback_piece_in_hand(void **state)
 	assert_int_equal(gdx_stage_mode_of(st), GDX_STAGE_SYNC);
 	assert_int_equal(put(st, 5 * CHUNK, CHUNK, &m), 0);
 	check_dev(5 * CHUNK, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /* Halted by another lane with copies in flight: REDO makes them again. */
@@ -446,9 +437,7 @@ void redo_after_halt(void **state)
 	assert_int_equal(put(st, 8 * CHUNK, CHUNK, &m), 0);
 	assert_true(gdx_stage_landed(st, m));
 	check_dev(8 * CHUNK, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /* Another lane halted the context: FALLBACK fails what did not land and goes on. */
@@ -478,10 +467,7 @@ void fallback_after_fault(void **state)
 		o.owner = &rb;
 		assert_int_equal(gdx_stage_open(ctx, &o, &b), 0);
 	}
-	for (int i = 0; i < 6; i++) {
-		assert_int_equal(put(b, (size_t)i * CHUNK, CHUNK, &m), 0);
-		assert_int_equal(gdx_stage_defer(b, m, &i), 0);
-	}
+	put_defer(b, 0, 6);
 	assert_int_equal(gdx_stage_ctx_fail(ctx, GDX_EDRIVER), GDX_EDRIVER);
 	assert_int_equal(gdx_stage_wait_idle(b, NULL, NULL, 0), 0);
 	assert_int_equal(rb.n, 6);
@@ -515,7 +501,6 @@ void drain_stuck_worker(void **state)
 {
 	struct gdx_stage_ctx_opts co;
 	struct gdx_stage_ctx *ctx;
-	struct gdx_stage_opts o;
 	struct gdx_stage *st;
 	struct rec r = { 0 };
 	int stop = 0, one = 1;
@@ -528,15 +513,7 @@ void drain_stuck_worker(void **state)
 	co.workers = 1;
 	co.stop_timeout_ms = 200;
 	assert_int_equal(gdx_stage_ctx_open(dev, &co, &ctx), 0);
-	gdx_stage_opts_init(&o, sizeof(o));
-	o.mode = GDX_STAGE_AGENT;
-	o.chunk = CHUNK;
-	o.chunks = 2;
-	o.effect_size = sizeof(int);
-	o.run = run;
-	o.owner = &r;
-	o.abort = &stop;
-	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	st = lane_open_abort(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 2, &r, &stop);
 	assert_int_equal(put(st, 0, CHUNK, &m), 0);
 	assert_int_equal(gdx_stage_defer(st, m, &one), 0);
 	/* let the worker take it */
@@ -555,7 +532,6 @@ void drain_stuck_worker(void **state)
 void wait_abort(void **state)
 {
 	struct gdx_stage_ctx *ctx;
-	struct gdx_stage_opts o;
 	struct gdx_stage *st;
 	pthread_t t;
 	int stop = 0;
@@ -564,13 +540,7 @@ void wait_abort(void **state)
 	(void)state;
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "1000000"), 0);
 	ctx = ctx_open(true, 1);
-	gdx_stage_opts_init(&o, sizeof(o));
-	o.mode = GDX_STAGE_AGENT;
-	o.fault = GDX_STAGE_REDO;
-	o.chunk = CHUNK;
-	o.chunks = 2;
-	o.abort = &stop;
-	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
+	st = lane_open_abort(ctx, GDX_STAGE_AGENT, GDX_STAGE_REDO, 2, NULL, &stop);
 	assert_int_equal(put(st, 0, CHUNK, &m), 0);
 	assert_int_equal(pthread_create(&t, NULL, raise_later, &stop), 0);
 	assert_int_equal(gdx_stage_wait(st, m), GDX_EDISCONNECTED);
@@ -582,9 +552,7 @@ void wait_abort(void **state)
 	stop = 0;
 	assert_int_equal(gdx_stage_wait(st, m), 0);
 	check_dev(0, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 struct failer {
@@ -681,9 +649,7 @@ void landed_other_thread(void **state)
 	pthread_join(t, NULL);
 	assert_int_equal(w.rc, 0);
 	assert_memory_equal(back, src, 16 * CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 struct watch_alone {
@@ -702,11 +668,29 @@ static void *watch_alone_thread(void *arg)
 }
 
 /*
+ * Watches mark on st from another thread, the producer not looking: a watch
+ * still spinning after 5 s is ended by raising *stop (the test then fails on
+ * what it returns).  Returns the watch's result, *stop raised.
+ */
+static int watch_alone(struct gdx_stage *st, uint64_t mark, int *stop)
+{
+	struct watch_alone w = { .st = st, .mark = mark };
+	uint64_t until;
+	pthread_t t;
+
+	assert_int_equal(pthread_create(&t, NULL, watch_alone_thread, &w), 0);
+	for (until = now_ms() + 5000; !atomic_load(&w.done) && now_ms() < until;)
+		usleep(1000);
+	__atomic_store_n(stop, 1, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	return atomic_load(&w.rc);
+}
+
+/*
  * Another thread's wait ends once the copies landed though the producer does
  * not look (tcp's receive thread waits so on copies the lock holder posted,
  * and the holder may be waiting on it): with a done word the watcher reads
- * it itself.  Bounded: a watch still spinning after 5 s is ended by the
- * abort word, and fails the test.
+ * it itself.
  */
 void watch_without_producer(void **state)
 {
@@ -715,36 +699,23 @@ void watch_without_producer(void **state)
 	(void)state;
 	for (unsigned k = 0; k < GDX_ARRAY_SIZE(modes); k++) {
 		struct gdx_stage_ctx *ctx = ctx_open(modes[k] == GDX_STAGE_AGENT, 1);
-		struct watch_alone w = { 0 };
-		struct gdx_stage_opts o;
-		uint64_t until, m = 0;
+		struct gdx_stage *st;
+		uint64_t m = 0;
 		int stop = 0;
-		pthread_t t;
 
-		gdx_stage_opts_init(&o, sizeof(o));
-		o.mode = modes[k];
-		o.chunk = CHUNK;
-		o.chunks = 8;
-		o.abort = &stop;
-		assert_int_equal(gdx_stage_open(ctx, &o, &w.st), 0);
-		assert_int_equal(gdx_stage_mode_of(w.st), modes[k]);
+		st = lane_open_abort(ctx, modes[k], GDX_STAGE_FAIL, 8, NULL, &stop);
+		assert_int_equal(gdx_stage_mode_of(st), modes[k]);
 		/* fewer copies than chunks: reserve never waits, so never learns */
 		for (int i = 0; i < 4; i++)
-			assert_int_equal(put(w.st, (size_t)i * CHUNK, CHUNK, &m), 0);
-		w.mark = m;
-		assert_int_equal(pthread_create(&t, NULL, watch_alone_thread, &w), 0);
-		for (until = now_ms() + 5000; !atomic_load(&w.done) && now_ms() < until;)
-			usleep(1000);
-		__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
-		pthread_join(t, NULL);
-		assert_int_equal(atomic_load(&w.rc), 0);
+			assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
+		assert_int_equal(watch_alone(st, m, &stop), 0);
 		/* the producer has not learnt it: the watcher read the word */
-		assert_false(gdx_stage_landed(w.st, m));
+		assert_false(gdx_stage_landed(st, m));
 		check_dev(0, 4 * CHUNK);
 		stop = 0;
-		assert_int_equal(gdx_stage_drain(w.st, GDX_EDRIVER), 0);
-		assert_true(gdx_stage_landed(w.st, m));
-		gdx_stage_close(w.st);
+		assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+		assert_true(gdx_stage_landed(st, m));
+		gdx_stage_close(st);
 		assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 	}
 }
@@ -754,8 +725,6 @@ void watch_without_producer(void **state)
  * comes (the stores dropped here) ends once the stream is idle, every copy
  * landed (0), or with the stream's error; it does not spin until the abort
  * word (tcp's connection end) for copies that landed or never will.
- * Bounded: a watch still spinning after 5 s is ended by the abort word, and
- * fails the test.
  */
 void watch_stream_asked(void **state)
 {
@@ -764,37 +733,24 @@ void watch_stream_asked(void **state)
 	(void)state;
 	for (unsigned k = 0; k < GDX_ARRAY_SIZE(errs); k++) {
 		struct gdx_stage_ctx *ctx = ctx_open(false, 1);
-		struct watch_alone w = { 0 };
-		struct gdx_stage_opts o;
-		uint64_t until, m = 0;
+		struct gdx_stage *st;
+		uint64_t m = 0;
 		int stop = 0;
-		pthread_t t;
 
-		gdx_stage_opts_init(&o, sizeof(o));
-		o.mode = GDX_STAGE_WORD;
-		o.chunk = CHUNK;
-		o.chunks = 8;
-		o.abort = &stop;
-		assert_int_equal(gdx_stage_open(ctx, &o, &w.st), 0);
-		assert_int_equal(gdx_stage_mode_of(w.st), GDX_STAGE_WORD);
+		st = lane_open_abort(ctx, GDX_STAGE_WORD, GDX_STAGE_FAIL, 8, NULL, &stop);
+		assert_int_equal(gdx_stage_mode_of(st), GDX_STAGE_WORD);
 		atomic_store(&drop_words, 1);
 		for (int i = 0; i < 4; i++)
-			assert_int_equal(put(w.st, (size_t)i * CHUNK, CHUNK, &m), 0);
+			assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
 		atomic_store(&query_err, errs[k]);
-		w.mark = m;
-		assert_int_equal(pthread_create(&t, NULL, watch_alone_thread, &w), 0);
-		for (until = now_ms() + 5000; !atomic_load(&w.done) && now_ms() < until;)
-			usleep(1000);
-		__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
-		pthread_join(t, NULL);
-		assert_int_equal(atomic_load(&w.rc), errs[k]);
+		assert_int_equal(watch_alone(st, m, &stop), errs[k]);
 		atomic_store(&query_err, 0);
 		atomic_store(&drop_words, 0);
 		stop = 0;
 		/* no word came: the drain waits for the stream */
-		assert_int_equal(gdx_stage_drain(w.st, GDX_EDRIVER), 0);
+		assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
 		check_dev(0, 4 * CHUNK);
-		gdx_stage_close(w.st);
+		gdx_stage_close(st);
 		assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 	}
 }
@@ -810,10 +766,7 @@ void defer_nomem(void **state)
 	(void)state;
 	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "0"), 0);
 	st = lane_open(ctx, GDX_STAGE_EVENTS, GDX_STAGE_FAIL, 128, &r);
-	for (int i = 0; i < 64; i++) {
-		assert_int_equal(put(st, (size_t)i * CHUNK, CHUNK, &m), 0);
-		assert_int_equal(gdx_stage_defer(st, m, &i), 0);
-	}
+	put_defer(st, 0, 64);
 	assert_int_equal(put(st, 64 * CHUNK, CHUNK, &m), 0);
 	atomic_store(&fail_malloc, 1);
 	assert_int_equal(gdx_stage_defer(st, m, &(int){ 64 }), 0);
@@ -825,9 +778,7 @@ void defer_nomem(void **state)
 	}
 	assert_int_equal(gdx_stage_deferred(st), 0);
 	check_dev(0, 65 * CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*
@@ -988,9 +939,7 @@ void d2h_release_order(void **state)
 	assert_int_equal(gdx_stage_reserve(st, CHUNK, GDX_STAGE_NOWAIT, &sp[1]), 0);
 	assert_ptr_equal(sp[1].p, gdx_stage_ring(st, NULL));
 	assert_int_equal(sp[1].n, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*
@@ -1026,9 +975,7 @@ void ctx_open_agent_error(void **state)
 	assert_int_equal(put(st, 0, CHUNK, &m), 0);
 	assert_int_equal(gdx_stage_wait(st, m), 0);
 	check_dev(0, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 	/* the start works again: required or not, the agent */
 	atomic_store(&fail_start, 0);
 	o.agent_required = true;

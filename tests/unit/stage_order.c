@@ -122,9 +122,7 @@ void post_in_reservation_order(void **state)
 	assert_int_equal(gdx_stage_post(st, &c, dbuf), 0);
 	assert_int_equal(gdx_stage_wait(st, c.end), 0);
 	assert_int_equal(gdx_byte_ring_used(&st->r), 0);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /* A lane whose pieces fill out of order (gdx_stage_ready): at most `pieces` out. */
@@ -193,9 +191,7 @@ void ready_out_of_order(void **state)
 	assert_int_equal(gdx_byte_ring_used(&st->r), 0);
 	gdx_stage_stats(st, &ss);
 	assert_int_equal(ss.held, 3);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*
@@ -231,9 +227,7 @@ void ready_nothing_to_copy(void **state)
 	for (size_t i = 0; i < CHUNK; i++)
 		assert_int_equal(back[i], 0);
 	assert_int_equal(gdx_byte_ring_used(&st->r), 0);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*
@@ -332,9 +326,7 @@ void ready_d2h_release_order(void **state)
 	assert_int_equal(gdx_stage_ready(st, &sp[2], NULL, NULL), 0);
 	assert_int_equal(gdx_byte_ring_used(&st->r), 0);
 	assert_int_equal(r.n, 0);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*

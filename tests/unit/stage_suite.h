@@ -5,7 +5,8 @@
 /*
  * What test_stage's files share: the emulated device with its operations
  * wrapped, the knobs that make them fail, the buffers copied through the
- * lanes and the helpers that open a context and a lane and move bytes.
+ * lanes and the helpers that open a context and a lane, move bytes and
+ * close them.
  * test_stage.c defines them and runs the cases, which live by theme in
  * stage_lane.c (rings, modes, faults, halts, watches), stage_tx.c (D2H
  * REDO: tcp's transmit lane) and stage_order.c (posts in reservation order,
@@ -47,8 +48,12 @@ uint64_t now_ms(void);
 struct gdx_stage_ctx *ctx_open(bool agent, unsigned lanes);
 struct gdx_stage *lane_open(struct gdx_stage_ctx *ctx, enum gdx_stage_mode mode,
 			    enum gdx_stage_fault fault, unsigned chunks, struct rec *r);
+struct gdx_stage *lane_open_abort(struct gdx_stage_ctx *ctx, enum gdx_stage_mode mode,
+				  enum gdx_stage_fault fault, unsigned chunks, struct rec *r,
+				  const int *stop);
 int put(struct gdx_stage *st, size_t off, size_t n, uint64_t *mark);
 void check_dev(size_t off, size_t n);
+void lane_ctx_close(struct gdx_stage *st, struct gdx_stage_ctx *ctx);
 void *raise_later(void *arg);
 int setup(void **state);
 int teardown(void **state);

@@ -127,9 +127,7 @@ void redo_waits_for_halt(void **state)
 	assert_int_equal(get(st, 3 * CHUNK, CHUNK, &sp[0]), 0);
 	assert_true(gdx_stage_landed(st, sp[0].end));
 	assert_memory_equal(sp[0].p, src + 3 * CHUNK, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*
@@ -156,9 +154,7 @@ void redo_launch_fails_before_halt(void **state)
 	assert_int_equal(gdx_stage_ctx_fail(ctx, GDX_EDRIVER), GDX_EDRIVER);
 	assert_int_equal(gdx_stage_halves(st, b, &bsz), 0);
 	assert_int_equal(bsz, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*
@@ -193,9 +189,7 @@ void redo_chunks_after_halt(void **state)
 	assert_ptr_equal(c[2].p, c[0].p);
 	assert_memory_equal(c[1].p, src + CHUNK, CHUNK);
 	assert_memory_equal(c[2].p, src + 2 * CHUNK, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*
@@ -223,9 +217,7 @@ void nowait_marks_full(void **state)
 	assert_int_equal(gdx_stage_wait(st, sp[4].end), 0);
 	for (int i = 0; i < 5; i++)
 		assert_memory_equal(sp[i].p, src + (size_t)i * CHUNK, CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 struct post_watch {
@@ -333,9 +325,7 @@ void watch_post_abort(void **state)
 	assert_false(gdx_stage_seen(st, sp.end, gdx_stage_ticket(st)));
 	assert_int_equal(gdx_stage_ctx_status(ctx), 0);
 	stop = 0;
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 }
 
 /*
@@ -403,9 +393,7 @@ void fault_kept_effects(void **state)
 		assert_int_equal(r.err[i], 0);
 	}
 	check_dev(8 * CHUNK, 4 * CHUNK);
-	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
-	gdx_stage_close(st);
-	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
+	lane_ctx_close(st, ctx);
 	assert_int_equal(gdx_pinned_free(dev, kept), 0);
 }
 

@@ -148,8 +148,10 @@ struct gdx_stage_ctx *ctx_open(bool agent, unsigned lanes)
 	return ctx;
 }
 
-struct gdx_stage *lane_open(struct gdx_stage_ctx *ctx, enum gdx_stage_mode mode,
-				   enum gdx_stage_fault fault, unsigned chunks, struct rec *r)
+/* A lane whose effects (an int each) run into r, none without; its waits end once *stop is set. */
+struct gdx_stage *lane_open_abort(struct gdx_stage_ctx *ctx, enum gdx_stage_mode mode,
+				  enum gdx_stage_fault fault, unsigned chunks, struct rec *r,
+				  const int *stop)
 {
 	struct gdx_stage_opts o;
 	struct gdx_stage *st;
@@ -159,11 +161,20 @@ struct gdx_stage *lane_open(struct gdx_stage_ctx *ctx, enum gdx_stage_mode mode,
 	o.fault = fault;
 	o.chunk = CHUNK;
 	o.chunks = chunks;
-	o.effect_size = sizeof(int);
-	o.run = run;
-	o.owner = r;
+	if (r) {
+		o.effect_size = sizeof(int);
+		o.run = run;
+		o.owner = r;
+	}
+	o.abort = stop;
 	assert_int_equal(gdx_stage_open(ctx, &o, &st), 0);
 	return st;
+}
+
+struct gdx_stage *lane_open(struct gdx_stage_ctx *ctx, enum gdx_stage_mode mode,
+			    enum gdx_stage_fault fault, unsigned chunks, struct rec *r)
+{
+	return lane_open_abort(ctx, mode, fault, chunks, r, NULL);
 }
 
 /* Copies src[off, off + n) to the device at off through the lane; returns its mark. */
@@ -192,6 +203,14 @@ void check_dev(size_t off, size_t n)
 {
 	assert_int_equal(gdx_memcpy(dev, back, (char *)dbuf + off, n), 0);
 	assert_memory_equal(back, src + off, n);
+}
+
+/* Drains st, which met no fault, and closes it and its context. */
+void lane_ctx_close(struct gdx_stage *st, struct gdx_stage_ctx *ctx)
+{
+	assert_int_equal(gdx_stage_drain(st, GDX_EDRIVER), 0);
+	gdx_stage_close(st);
+	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
 
 int setup(void **state)
