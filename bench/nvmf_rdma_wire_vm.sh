@@ -9,10 +9,11 @@
 # (/sys/class/infiniband/rxe0/ports/1/hw_counters: packets sent and received, RDMA
 # sends and receives, RNR NAKs, sequence errors, retries, duplicates) and traces nvmet's
 # commands (nvmet:nvmet_req_init: how many reads the target saw, their length and
-# flags), and prints the counters per read, both hosts side by side.  rxe loops packets
-# to its own address back inside the kernel, so tcpdump on eth0 sees none of them: the
-# counters are the wire.  With a 1024-byte path MTU a 128 KiB read is 128 RDMA WRITE
-# packets, the command's and the response's SENDs, and the ACKs.  The guest's CPU time
+# flags, and per I/O queue the vCPU nvmet took them on), and prints the counters per
+# read, both hosts side by side.  rxe loops packets to its own address back inside the
+# kernel, so tcpdump on eth0 sees none of them: the counters are the wire.  With a
+# 1024-byte path MTU a 128 KiB read is 128 RDMA WRITE packets, the command's and the
+# response's SENDs, and the ACKs.  The guest's CPU time
 # beside: the host process's, and the rest (the target, rxe, softirqs); and this
 # machine's CPU time in qemu (qemu_cpu_ms), the only one of them that is work: TCG's
 # guest clock runs on while a vCPU waits for this machine.
@@ -107,6 +108,8 @@ job() {
   grep -o 'qid=[1-9][0-9]*.*cmd=(nvme_cmd_read[^)]*)' \$T/trace |
     sed -E 's/.*flags=([0-9a-fx]+).*len=([0-9]+).*/\1 \2/' | sort | uniq -c |
     sed "s/^ *\([0-9]*\) /READ \$n \1 /"
+  grep 'nvme_cmd_read' \$T/trace | sed -nE 's/.*\[([0-9]+)\].* qid=([0-9]+),.*/\2 \1/p' |
+    sort | uniq -c | sed "s/^ *\([0-9]*\) /QCPU \$n \1 /"
   grep -E 'IOPS|GB/s|read:' /tmp/\$n.out | head -4 | sed "s/^/# \$n: /"
 }
 nvme connect -t rdma -a \$A -s 4420 -n \$NQN >/dev/null || exit 1
@@ -153,19 +156,27 @@ wait $vm
 [ -n "${WIRE_LOG:-}" ] && cp "$share/out.log" "$WIRE_LOG"
 python3 - "$share/out.log" <<'PY'
 import collections, sys
-cnt, reads = {}, collections.Counter()
+cnt, reads, qcpu = {}, collections.Counter(), collections.Counter()
 for line in open(sys.argv[1]):
     p = line.split()
     if p[:1] == ["CNT"]:
         cnt[(p[1], p[2])] = int(p[3])
     elif p[:1] == ["READ"]:
         reads[(p[1], p[3], int(p[4]))] += int(p[2])
+    elif p[:1] == ["QCPU"]:
+        qcpu[(p[1], int(p[3]), int(p[4]))] += int(p[2])
 hosts = list(dict.fromkeys(k[0][:-2] for k in cnt))
 n = {h: sum(v for (x, _, _), v in reads.items() if x == h) for h in hosts}
 for h in hosts:
     print("%s: %d reads at the target: %s" % (h, n[h], ", ".join(
         "%d with flags %s, %d KiB" % (v, f, (l + 1) * 4)
         for (x, f, l), v in sorted(reads.items()) if x == h)))
+for h in hosts:
+    # where nvmet took each queue's reads: the vCPU its CQ work ran on
+    print("%s: reads by queue and the vCPU nvmet took them on: %s" % (h, "; ".join(
+        "queue %d: %s" % (q, ", ".join("vCPU %d %d" % (c, v) for (x, y, c), v in
+                                        sorted(qcpu.items()) if x == h and y == q))
+        for q in sorted({y for (x, y, _) in qcpu if x == h}))))
 if not all(n.values()):
     sys.exit(1)
 d = lambda h, name: (cnt.get((h + "-1", name), 0) - cnt.get((h + "-0", name), 0)) / n[h]
