@@ -19,14 +19,11 @@ build=${1:-$top/build}
 gdx=$build/tools/gdx/gdx
 [ -x "$gdx" ] || { echo "no $gdx: build first"; exit 1; }
 share=$(mktemp -d); trap 'rm -rf "$share"' EXIT
-mkdir "$share/lib"
-cp "$gdx" "$share/gdx"
 cp "$top/bench/nvmf_target_guest.sh" "$share/"
 . "$top/bench/vm_perf.sh"
+# the guest image lacks some of gdx's libraries: they come along
+vm_gdx_share "$share" "$gdx" || exit 1
 vm_perf_share "$share" || exit 1
-# the guest image lacks some of gdx's libraries: bring them along
-ldd "$gdx" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|librt)\.so' |
-  xargs -r cp -t "$share/lib/"
 "$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
 cpus=${VM_CPUS:-2}
 last=$((cpus - 1))
