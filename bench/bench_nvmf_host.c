@@ -45,6 +45,7 @@
 #include "ceiling.h"
 #include "tcp_rr.h"
 #include "common/config.h"
+#include "common/cpus.h"
 #include "common/util.h"
 #include "gpu/device.h"
 
@@ -132,30 +133,18 @@ static void on_done(struct gdx_nvmf_io *io, void *arg)
 		slot_end(r, rc);
 }
 
-/*
- * Runs the calling thread on the (i % n)-th of the n CPUs in allowed, or
- * where allowed says when i < 0.
- */
-static void run_on(const cpu_set_t *allowed, int i)
+/* Runs the calling thread on cpu, or where allowed says when cpu < 0. */
+static void run_on(const cpu_set_t *allowed, int cpu)
 {
 	cpu_set_t one;
-	int n = CPU_COUNT(allowed);
 
-	if (n <= 1)
-		return;
-	if (i < 0) {
+	if (cpu < 0) {
 		sched_setaffinity(0, sizeof(*allowed), allowed);
 		return;
 	}
-	i %= n;
-	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-		if (CPU_ISSET(cpu, allowed) && i-- == 0) {
-			CPU_ZERO(&one);
-			CPU_SET(cpu, &one);
-			sched_setaffinity(0, sizeof(one), &one);
-			return;
-		}
-	}
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	sched_setaffinity(0, sizeof(one), &one);
 }
 
 /*
@@ -175,10 +164,13 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 	struct run r = { .c = c, .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
 			 .bs = bs };
 	uint64_t t0 = 0, done = 0, bytes = 0, bounced = 0;
+	int cpus[64], ncpus = 0;
 	cpu_set_t allowed;
 
-	if (sched_getaffinity(0, sizeof(allowed), &allowed))
-		CPU_ZERO(&allowed);
+	/* the CPUs the slots' first requests leave from, in turn */
+	if (!sched_getaffinity(0, sizeof(allowed), &allowed))
+		for (; ncpus < CPU_COUNT(&allowed) && ncpus < (int)GDX_ARRAY_SIZE(cpus); ncpus++)
+			cpus[ncpus] = gdx_cpus_pick(NULL, 0, (unsigned)ncpus);
 	if (!sl) {
 		*err = -ENOMEM;
 		return -1;
@@ -199,12 +191,14 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 			s->io = (struct gdx_nvmf_io){ .op = op, .nsid = nsid,
 						      .offset = (rnd(&s->seed) % r.span_blocks) * bs,
 						      .len = bs, .buf = (char *)buf + (size_t)i * bs };
-			run_on(&allowed, (int)i);
+			if (ncpus > 1)
+				run_on(&allowed, cpus[i % (unsigned)ncpus]);
 			rc = gdx_nvmf_submit_cb(c, &s->io, on_done, s);
 			if (rc)
 				slot_end(&r, rc);
 		}
-		run_on(&allowed, -1);
+		if (ncpus > 1)
+			run_on(&allowed, -1);
 		pthread_mutex_lock(&r.m);
 		while (atomic_load(&r.outstanding))
 			pthread_cond_wait(&r.cv, &r.m);
