@@ -24,13 +24,15 @@
 set -u
 
 PROGS="tests/unit/test_device tests/gpu/test_cuda_extra tests/unit/test_cuda_load tests/unit/test_pool tests/func/test_file tests/func/test_file_gate tests/func/test_xport_conformance tests/func/test_nvmf_host_target"
-# Staged beside them and run after them, not counted: the readiness report.
-TOOLS="tools/gdx/gdx"
+# Staged beside them, not counted: the readiness report, run after them, and the
+# copy agent's benchmark (bench/device_ab_gpu.sh).
+TOOLS="tools/gdx/gdx bench/bench_agent"
 . "$(dirname "$0")/../../bench/gpu_lib.sh"
 
 stage() {
 	build=$1 dir=$2
-	mkdir -p "$dir/tests/unit" "$dir/tests/func" "$dir/tests/gpu" "$dir/tools/gdx" "$dir/glibc" || exit 1
+	mkdir -p "$dir/tests/unit" "$dir/tests/func" "$dir/tests/gpu" "$dir/tools/gdx" "$dir/bench" \
+		"$dir/glibc" || exit 1
 	for p in $PROGS $TOOLS; do
 		cp "$build/$p" "$dir/$p" || exit 1
 		# Every library it loads, but the C library (the machine's own is used
