@@ -11,10 +11,8 @@
 B=$(dirname "$GDX")/../..	# the build the gdx binary comes from
 [ -x "$B/tests/unit/test_device" ] || { echo "no test_device in $B"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
-mkdir -p "$SHARE/lib"
 cp "$GDX" "$B/tests/unit/test_device" "$INTEROP/guest_lib.sh" "$SHARE/"
-ldd "$GDX" "$B/tests/unit/test_device" | awk '/=> \//{print $3}' |
-  grep -E 'uring|isal|asan|ubsan|cmocka' | sort -u | xargs -r cp -t "$SHARE/lib"
+share_libs "$SHARE" "$GDX" "$B/tests/unit/test_device"
 cat >"$SHARE/g.sh" <<'GUEST'
 . /share/guest_lib.sh
 cd /share

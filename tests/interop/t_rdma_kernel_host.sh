@@ -11,10 +11,9 @@
 . "$(dirname "$0")/lib.sh"
 [ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
-mkdir -p "$SHARE/lib"
 cp "$GDX" "$SHARE/gdx"
 probe=$(dirname "$GDX")/../../tests/interop/rdma_probe
 [ -x "$probe" ] && cp "$probe" "$SHARE/"
 cp "$INTEROP/guest_lib.sh" "$INTEROP/g_rdma_kernel_host.sh" "$SHARE/"
-ldd "$GDX" | awk '/=> \//{print $3}' | grep -E 'uring|isal|asan|ubsan' | xargs -r cp -t "$SHARE/lib"
+share_libs "$SHARE" "$GDX"
 VM_SHARE=$SHARE "$VM" run "$SHARE/g_rdma_kernel_host.sh" nqn.2024-01.io.gdx:interop-rdma

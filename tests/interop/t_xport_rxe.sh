@@ -8,13 +8,10 @@ builddir=${GDX_BUILDDIR:-$INTEROP/../../build}
 bin=$builddir/tests/func/test_xport_conformance
 [ -x "$bin" ] || { echo "no $bin (build with tests)"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
-mkdir -p "$SHARE/lib"
 cp "$bin" "$INTEROP/g_xport_rxe.sh" "$SHARE/"
-[ -x "$GDX" ] && cp "$GDX" "$SHARE/gdx"
-for b in "$SHARE/test_xport_conformance" "$SHARE/gdx"; do
-  [ -e "$b" ] || continue
-  ldd "$b" | awk '/=> \//{print $3}' | grep -E 'cmocka|uring|isal|asan|ubsan' | xargs -r cp -t "$SHARE/lib"
-done
+bins=("$SHARE/test_xport_conformance")
+[ -x "$GDX" ] && cp "$GDX" "$SHARE/gdx" && bins+=("$SHARE/gdx")
+share_libs "$SHARE" "${bins[@]}"
 {
   echo "export GDX_TEST_XPORT_MAX=${GDX_TEST_XPORT_MAX:-4M}"
   [ -n "${GDX_LOG_LEVEL:-}" ] && echo "export GDX_LOG_LEVEL=$GDX_LOG_LEVEL"
