@@ -7,12 +7,9 @@
  * from outside (CPU time, RSS, log volume) or starve it of descriptors
  * without starving the test.  Its log goes to a file of its own.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,11 +28,10 @@
 #include <gdx/nvmf.h>
 
 #include "test.h"
-#include "common/util.h"
-#include "nvmf/proto/nvme.h"
-#include "nvmf/proto/tcp.h"
+#include "func/nvmf_raw_host.h"
 
 #define FT_NQN "nqn.2024-01.io.gdx:fault"
+#define FT_HOSTNQN "nqn.2024-01.io.gdx:fault-host"
 
 struct ft_target {
 	pid_t pid;
@@ -214,27 +210,6 @@ static inline unsigned ft_log_count(const struct ft_target *ft, const char *need
 	return n;
 }
 
-/* A TCP connection to the child; -1 if connect() did not finish within timeout_ms. */
-static inline int ft_connect(const struct ft_target *ft, unsigned timeout_ms)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)ft->port) };
-	struct timeval tv = { .tv_sec = timeout_ms / 1000,
-			      .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000 };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-
-	assert_true(fd >= 0);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	/* connect() honours the send timeout */
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 /* True if the peer has closed fd (EOF or reset pending), without blocking. */
 static inline bool ft_closed(int fd)
 {
@@ -244,102 +219,21 @@ static inline bool ft_closed(int fd)
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
-/* ICReq (no digests) and its ICResp. */
-static inline void ft_icreq(int fd)
-{
-	union gdx_tcp_pdu pdu;
-
-	gdx_tcp_icreq_init(&pdu.icreq, false, false, 0);
-	assert_int_equal(send(fd, &pdu, 128, MSG_NOSIGNAL), 128);
-	assert_int_equal(recv(fd, &pdu, 128, MSG_WAITALL), 128);
-	assert_int_equal(pdu.ch.type, GDX_TCP_ICRESP);
-}
-
-static inline void ft_send_cmd(int fd, struct gdx_nvme_sqe *sqe, const void *data, uint32_t len)
-{
-	static const struct gdx_tcp_params plain = { .maxh2cdata = 131072 };
-	union gdx_tcp_pdu pdu;
-	uint32_t hl;
-
-	sqe->flags = GDX_NVME_FLAGS_PSDT_SGL;
-	if (data) {
-		sqe->dptr.type = GDX_NVME_SGL_DATA_BLOCK_OFFSET;
-		sqe->dptr.length = len;
-	} else {
-		sqe->dptr.type = GDX_NVME_SGL_TRANSPORT;
-		sqe->dptr.length = len;
-	}
-	hl = gdx_tcp_cmd_init(&pdu, sqe, data ? len : 0, &plain);
-	assert_int_equal(send(fd, &pdu, hl, MSG_NOSIGNAL), (ssize_t)hl);
-	if (data)
-		assert_int_equal(send(fd, data, len, MSG_NOSIGNAL), (ssize_t)len);
-}
-
-/* Reads CapsuleResps until cid's; returns its status (without phase) and *dw0. */
-static inline uint16_t ft_rsp(int fd, uint16_t cid, uint32_t *dw0)
-{
-	for (;;) {
-		struct gdx_tcp_rsp r;
-
-		assert_int_equal(recv(fd, &r, sizeof(r), MSG_WAITALL), (ssize_t)sizeof(r));
-		assert_int_equal(r.ch.type, GDX_TCP_RSP);
-		if (r.cqe.cid != cid)
-			continue;
-		if (dw0)
-			*dw0 = r.cqe.dw0;
-		return r.cqe.status >> 1;
-	}
-}
-
 /*
- * Connect (qid 0: a new controller, *cntlid gets its id; else an I/O queue of
- * *cntlid) with SQ size sqsize + 1 and KATO kato ms; returns the status.
+ * An admin queue on h over connected socket fd: ICReq (no digests), Connect
+ * (KATO kato ms; h->cntlid gets the controller's id), CC.EN, io_queues I/O
+ * queues allowed.
  */
-static inline uint16_t ft_connect_q(int fd, uint16_t qid, uint16_t sqsize, uint16_t *cntlid,
-				    uint32_t kato)
+static inline void ft_admin_up(struct host *h, int fd, uint32_t kato, uint16_t io_queues)
 {
-	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_OPC_FABRICS, .cid = 1 };
-	struct gdx_nvmf_connect_data d;
-	uint32_t dw0 = 0;
-	uint16_t st;
+	uint64_t res;
 
-	memset(&d, 0, sizeof(d));
-	d.cntlid = qid ? *cntlid : 0xffff;
-	snprintf(d.subnqn, sizeof(d.subnqn), "%s", FT_NQN);
-	snprintf(d.hostnqn, sizeof(d.hostnqn), "%s", "nqn.2024-01.io.gdx:fault-host");
-	sqe.fctype = GDX_NVMF_FCTYPE_CONNECT;
-	sqe.connect.qid = qid;
-	sqe.connect.sqsize = sqsize;
-	sqe.connect.kato = kato;
-	ft_send_cmd(fd, &sqe, &d, sizeof(d));
-	st = ft_rsp(fd, 1, &dw0);
-	if (!qid && !st)
-		*cntlid = (uint16_t)dw0;
-	return st;
-}
-
-/*
- * An admin queue on fd: ICReq, Connect (KATO kato ms), CC.EN, io_queues I/O
- * queues allowed.  Returns the cntlid.
- */
-static inline uint16_t ft_admin_up(int fd, uint32_t kato, uint16_t io_queues)
-{
-	struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_OPC_FABRICS, .cid = 2,
-				    .fctype = GDX_NVMF_FCTYPE_PROP_SET };
-	uint16_t cntlid = 0;
-
-	ft_icreq(fd);
-	assert_int_equal(ft_connect_q(fd, 0, 31, &cntlid, kato), 0);
-	sqe.prop.ofst = GDX_NVME_REG_CC;
-	sqe.prop.value = GDX_NVME_CC_DEFAULT | GDX_NVME_CC_EN;
-	ft_send_cmd(fd, &sqe, NULL, 0);
-	assert_int_equal(ft_rsp(fd, 2, NULL), 0);
-	sqe = (struct gdx_nvme_sqe){ .opc = GDX_NVME_ADM_SET_FEATURES, .cid = 3,
-				     .cdw10 = GDX_NVME_FEAT_NUM_QUEUES,
-				     .cdw11 = (uint32_t)(io_queues - 1) * 0x10001u };
-	ft_send_cmd(fd, &sqe, NULL, 0);
-	assert_int_equal(ft_rsp(fd, 3, NULL), 0);
-	return cntlid;
+	host_icreq_fd(h, fd, false, false);
+	assert_int_equal(fab_connect(h, FT_NQN, FT_HOSTNQN, 0, 31, 0xffff, kato, &res), 0);
+	h->cntlid = (uint16_t)res;
+	assert_int_equal(prop(h, true, GDX_NVME_REG_CC, GDX_NVME_CC_DEFAULT | GDX_NVME_CC_EN,
+			      false, NULL), 0);
+	assert_int_equal(set_nr_queues(h, io_queues), 0);
 }
 
 #endif

@@ -19,6 +19,7 @@ static void test_fd_exhaustion(void **state)
 {
 	static const char *const knobs[] = { "nvmf.target.handshake_timeout_ms", "60000", NULL };
 	static struct ft_target ft;
+	struct host h;
 	int fds[CLIENTS], fd;
 	unsigned refused = 0, open_ = 0, failed = 0;
 	uint64_t cpu0, cpu, log0, logged, t0;
@@ -27,7 +28,7 @@ static void test_fd_exhaustion(void **state)
 	ft_start(&ft, ns_null, NOFILE, knobs);
 	log0 = ft_log_bytes(&ft);
 	for (unsigned i = 0; i < CLIENTS; i++)
-		fds[i] = ft_connect(&ft, 3000);
+		fds[i] = tcp_connect_ms(ft.port, 3000);
 	/* the target is at its limit with clients queued: watch it */
 	cpu0 = ft_cpu_ms(&ft);
 	t0 = ft_now_ms();
@@ -61,14 +62,14 @@ static void test_fd_exhaustion(void **state)
 			close(fds[i]);
 	t0 = ft_now_ms();
 	for (;;) {
-		fd = ft_connect(&ft, 3000);
+		fd = tcp_connect_ms(ft.port, 3000);
 		assert_true(fd >= 0);
 		if (!ft_closed(fd) || ft_now_ms() - t0 > 5000)
 			break;
 		close(fd);
 		usleep(50 * 1000);
 	}
-	ft_admin_up(fd, 0, 1);
+	ft_admin_up(&h, fd, 0, 1);
 	close(fd);
 	ft_stop(&ft);
 }
@@ -78,19 +79,20 @@ static void test_handshake_timeout(void **state)
 {
 	static const char *const knobs[] = { "nvmf.target.handshake_timeout_ms", "1500", NULL };
 	static struct ft_target ft;
+	struct host ic, adm;
 	int silent, icreq, done;
 	uint64_t t0, took;
 
 	(void)state;
 	ft_start(&ft, ns_null, 0, knobs);
 	t0 = ft_now_ms();
-	silent = ft_connect(&ft, 3000);
-	icreq = ft_connect(&ft, 3000);
-	done = ft_connect(&ft, 3000);
+	silent = tcp_connect_ms(ft.port, 3000);
+	icreq = tcp_connect_ms(ft.port, 3000);
+	done = tcp_connect_ms(ft.port, 3000);
 	assert_true(silent >= 0 && icreq >= 0 && done >= 0);
-	ft_icreq(icreq);
+	host_icreq_fd(&ic, icreq, false, false);
 	/* KATO 0: only the handshake timeout could end it, and must not */
-	ft_admin_up(done, 0, 1);
+	ft_admin_up(&adm, done, 0, 1);
 	while (!(ft_closed(silent) && ft_closed(icreq)) && ft_now_ms() - t0 < 10000)
 		usleep(50 * 1000);
 	took = ft_now_ms() - t0;

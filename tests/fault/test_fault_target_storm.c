@@ -18,7 +18,7 @@ static int served(const struct ft_target *ft)
 
 	for (;;) {
 		union gdx_tcp_pdu pdu;
-		int fd = ft_connect(ft, 3000);
+		int fd = tcp_connect_ms(ft->port, 3000);
 
 		assert_true(fd >= 0);
 		gdx_tcp_icreq_init(&pdu.icreq, false, false, 0);
@@ -37,22 +37,21 @@ static void test_storm(void **state)
 					     "nvmf.target.handshake_timeout_ms", "60000", NULL };
 	static const char *const ns[] = { "ram:4M", NULL };
 	static struct ft_target ft;
-	int fds[IDLE], adm, fd;
+	struct gdx_nvme_sqe ka = { .opc = GDX_NVME_ADM_KEEP_ALIVE };
+	struct host adm;
+	int fds[IDLE], fd;
 	unsigned refused = 0, open_ = 0;
 	uint64_t cpu0, cpu, rss0, rss, t0;
-	uint16_t cntlid;
-	struct gdx_nvme_sqe ka = { .opc = GDX_NVME_ADM_KEEP_ALIVE, .cid = 9 };
 
 	(void)state;
 	ft_start(&ft, ns, 0, knobs);
-	adm = ft_connect(&ft, 5000);
-	cntlid = ft_admin_up(adm, 30000, 1);
-	assert_true(cntlid > 0);
+	ft_admin_up(&adm, tcp_connect_ms(ft.port, 5000), 30000, 1);
+	assert_true(adm.cntlid > 0);
 	rss0 = ft_rss_kib(&ft);
 	cpu0 = ft_cpu_ms(&ft);
 	t0 = ft_now_ms();
 	for (unsigned i = 0; i < IDLE; i++) {
-		fds[i] = ft_connect(&ft, 3000);
+		fds[i] = tcp_connect_ms(ft.port, 3000);
 		assert_true(fds[i] >= 0);
 	}
 	/* the refusals show as the target gets to them */
@@ -71,14 +70,13 @@ static void test_storm(void **state)
 	assert_int_equal(open_, MAX_CONNS - 1);
 	assert_int_equal(refused, IDLE - (MAX_CONNS - 1));
 	assert_true(ft_log_count(&ft, "max_conns reached") >= 1);
-	ft_send_cmd(adm, &ka, NULL, 0);
-	assert_int_equal(ft_rsp(adm, 9, NULL), 0);
+	assert_int_equal(run_cmd(&adm, &ka, NULL, 0, false, NULL, 0, NULL), 0);
 	for (unsigned i = 0; i < IDLE; i++)
 		close(fds[i]);
 
 	/* churn: connect, ICReq, close, as fast as it goes */
 	for (unsigned i = 0; i < CHURN; i++) {
-		fd = ft_connect(&ft, 3000);
+		fd = tcp_connect_ms(ft.port, 3000);
 		assert_true(fd >= 0);
 		if (i % 2) {
 			union gdx_tcp_pdu pdu;
@@ -100,11 +98,10 @@ static void test_storm(void **state)
 	/* all of it gone: a full set of connections is served again */
 	for (unsigned i = 0; i < MAX_CONNS - 1; i++)
 		fds[i] = served(&ft);
-	ft_send_cmd(adm, &ka, NULL, 0);
-	assert_int_equal(ft_rsp(adm, 9, NULL), 0);
+	assert_int_equal(run_cmd(&adm, &ka, NULL, 0, false, NULL, 0, NULL), 0);
 	for (unsigned i = 0; i < MAX_CONNS - 1; i++)
 		close(fds[i]);
-	close(adm);
+	close(adm.fd);
 	ft_stop(&ft);
 }
 

@@ -7,22 +7,37 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "test.h"
 
 #include "nvmf_raw_host.h"
 
-int tcp_connect(int port)
+int tcp_connect_ms(int port, unsigned timeout_ms)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-	struct timeval tv = { .tv_sec = 10 };
+	struct timeval tv = { .tv_sec = timeout_ms / 1000,
+			      .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000 };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	/* connect() honours the send timeout */
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int tcp_connect(int port)
+{
+	int fd = tcp_connect_ms(port, 10000);
+
+	assert_true(fd >= 0);
 	return fd;
 }
 
@@ -91,12 +106,12 @@ int recv_pdu(struct host *h, union gdx_tcp_pdu *pdu, void *data, size_t cap)
 	return (int)info.data_len;
 }
 
-void host_icreq(struct host *h, int port, bool hd, bool dd)
+void host_icreq_fd(struct host *h, int fd, bool hd, bool dd)
 {
 	union gdx_tcp_pdu pdu;
 
 	memset(h, 0, sizeof(*h));
-	h->fd = tcp_connect(port);
+	h->fd = fd;
 	gdx_tcp_icreq_init(&pdu.icreq, hd, dd, 0);
 	send_all(h->fd, &pdu, 128);
 	assert_int_equal(recv_pdu(h, &pdu, NULL, 0), 0);
@@ -108,6 +123,11 @@ void host_icreq(struct host *h, int port, bool hd, bool dd)
 	h->maxh2c = pdu.icresp.maxdata;
 	h->p.maxh2cdata = h->maxh2c;
 	h->cid = 1;
+}
+
+void host_icreq(struct host *h, int port, bool hd, bool dd)
+{
+	host_icreq_fd(h, tcp_connect(port), hd, dd);
 }
 
 void send_cmd(struct host *h, struct gdx_nvme_sqe *sqe, const void *data, uint32_t len)
@@ -126,6 +146,31 @@ void send_cmd(struct host *h, struct gdx_nvme_sqe *sqe, const void *data, uint32
 
 			send_all(h->fd, &d, 4);
 		}
+	}
+}
+
+void send_r2t_data(struct host *h, const struct gdx_tcp_r2t *r2t, const void *out)
+{
+	uint32_t off = r2t->r2to, left = r2t->r2tl;
+
+	while (left) {
+		uint32_t n = GDX_TCP_MIN_MAXH2CDATA < h->maxh2c ? h->maxh2c : 4096;
+		union gdx_tcp_pdu d;
+		uint32_t hl;
+
+		n = left < n ? left : n;
+		hl = gdx_tcp_data_init(&d, GDX_TCP_H2C_DATA, r2t->cccid, r2t->ttag, off, n,
+				       left == n ? GDX_TCP_F_DATA_LAST : 0, &h->p);
+		send_all(h->fd, &d, hl);
+		send_all(h->fd, (const uint8_t *)out + off, n);
+		if (h->p.ddgst) {
+			struct iovec v = { (uint8_t *)out + off, n };
+			uint32_t dg = gdx_tcp_ddgst(&v, 1);
+
+			send_all(h->fd, &dg, 4);
+		}
+		off += n;
+		left -= n;
 	}
 }
 
@@ -151,31 +196,9 @@ uint16_t run_cmd(struct host *h, struct gdx_nvme_sqe *sqe, const void *out, uint
 
 		assert_true(n >= 0);
 		if (pdu.ch.type == GDX_TCP_R2T) {
-			uint32_t off = pdu.r2t.r2to, left = pdu.r2t.r2tl;
-
 			assert_int_equal(pdu.r2t.cccid, sqe->cid);
-			assert_true(off + left <= olen);
-			while (left) {
-				uint32_t n2 = GDX_TCP_MIN_MAXH2CDATA < h->maxh2c ? h->maxh2c : 4096;
-				union gdx_tcp_pdu d;
-				uint32_t hl;
-
-				n2 = left < n2 ? left : n2;
-				hl = gdx_tcp_data_init(&d, GDX_TCP_H2C_DATA, sqe->cid, pdu.r2t.ttag,
-						       off,
-						       n2, left == n2 ? GDX_TCP_F_DATA_LAST : 0,
-						       &h->p);
-				send_all(h->fd, &d, hl);
-				send_all(h->fd, (const uint8_t *)out + off, n2);
-				if (h->p.ddgst) {
-					struct iovec v = { (uint8_t *)out + off, n2 };
-					uint32_t dg = gdx_tcp_ddgst(&v, 1);
-
-					send_all(h->fd, &dg, 4);
-				}
-				off += n2;
-				left -= n2;
-			}
+			assert_true(pdu.r2t.r2to + pdu.r2t.r2tl <= olen);
+			send_r2t_data(h, &pdu.r2t, out);
 			continue;
 		}
 		if (pdu.ch.type == GDX_TCP_C2H_DATA) {

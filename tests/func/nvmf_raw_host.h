@@ -23,17 +23,26 @@ struct host {
 	uint32_t maxh2c;
 };
 
-/* A socket to 127.0.0.1:port, Nagle off, each receive waiting at most 10 s. */
+/*
+ * A socket to 127.0.0.1:port, Nagle off, connected within timeout_ms and each
+ * send or receive waiting at most timeout_ms; -1 if connect() did not finish.
+ */
+int tcp_connect_ms(int port, unsigned timeout_ms);
+/* tcp_connect_ms with 10 s, which must connect. */
 int tcp_connect(int port);
 void send_all(int fd, const void *buf, size_t n);
 /* Returns bytes read before EOF (n if all arrived). */
 size_t recv_all(int fd, void *buf, size_t n);
 /* Reads one PDU: header into *pdu, data (if any) into data (cap bytes). */
 int recv_pdu(struct host *h, union gdx_tcp_pdu *pdu, void *data, size_t cap);
-/* Connects h to 127.0.0.1:port: ICReq asking for header (hd) and data (dd) digests, ICResp. */
+/* Sets h up on connected socket fd: ICReq asking for header (hd) and data (dd) digests, ICResp. */
+void host_icreq_fd(struct host *h, int fd, bool hd, bool dd);
+/* host_icreq_fd on a new tcp_connect(port). */
 void host_icreq(struct host *h, int port, bool hd, bool dd);
-/* Sends a capsule with optional in-capsule data. */
+/* Sends a capsule with optional in-capsule data; sqe's cid and dptr as the caller set them. */
 void send_cmd(struct host *h, struct gdx_nvme_sqe *sqe, const void *data, uint32_t len);
+/* Answers r2t with H2CData PDUs of at most MAXH2CDATA, from out, the command's whole data. */
+void send_r2t_data(struct host *h, const struct gdx_tcp_r2t *r2t, const void *out);
 /*
  * Runs one command: data out (in-capsule when inline, else via R2T) or in.
  * Returns the status (without phase); *res gets the result.
