@@ -45,7 +45,6 @@
 #include "ceiling.h"
 #include "tcp_rr.h"
 #include "common/config.h"
-#include "common/cpus.h"
 #include "common/util.h"
 #include "gpu/device.h"
 
@@ -169,8 +168,9 @@ static double gdx_run(struct gdx_nvmf_ctrl *c, uint32_t nsid, uint64_t ns_bytes,
 
 	/* the CPUs the slots' first requests leave from, in turn */
 	if (!sched_getaffinity(0, sizeof(allowed), &allowed))
-		for (; ncpus < CPU_COUNT(&allowed) && ncpus < (int)GDX_ARRAY_SIZE(cpus); ncpus++)
-			cpus[ncpus] = gdx_cpus_pick(NULL, 0, (unsigned)ncpus);
+		for (int cpu = 0; cpu < CPU_SETSIZE && ncpus < (int)GDX_ARRAY_SIZE(cpus); cpu++)
+			if (CPU_ISSET(cpu, &allowed))
+				cpus[ncpus++] = cpu;
 	if (!sl) {
 		*err = -ENOMEM;
 		return -1;

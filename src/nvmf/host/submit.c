@@ -2,9 +2,9 @@
 /*
  * Requests on their way in and out of the controller, on the callers'
  * threads and in receivers' completion callbacks, under c->lock: a request
- * goes to an I/O queue (pick_queue) or the admin queue, waits in the pending list while the association is down, goes back
- * there when its queue is torn down with it in a slot, and is cancelled from
- * there or by an Abort.
+ * goes to an I/O queue (pick_queue) or the admin queue, waits in the pending
+ * list while the association is down, goes back there when its queue is torn
+ * down with it in a slot, and is cancelled from there or by an Abort.
  */
 #include <errno.h>
 #include <sched.h>
