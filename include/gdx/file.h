@@ -158,7 +158,10 @@ GDX_API int gdx_file_batch_create(struct gdx_file_driver *drv, unsigned max_ios,
 				  struct gdx_file_batch **out);
 /* Waits for outstanding I/O, then frees the batch. */
 GDX_API void gdx_file_batch_destroy(struct gdx_file_batch *b);
-/* Queues n I/Os and starts them; -EAGAIN if they would exceed max_ios. */
+/*
+ * Queues n I/Os and starts them, handed to the backends together; -EAGAIN if
+ * they would exceed max_ios, -ENOMEM (none queued) without memory to track them.
+ */
 GDX_API int gdx_file_batch_submit(struct gdx_file_batch *b, const struct gdx_file_batch_io *ios,
 				  unsigned n);
 /*

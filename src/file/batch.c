@@ -168,79 +168,126 @@ GDX_API void gdx_file_batch_destroy(struct gdx_file_batch *b)
 	free(b);
 }
 
-/* Hands one prepared I/O to its backend's runner, or to a worker of its own. */
-static int batch_queue_io(struct gdx_file_batch *b, struct gdx_file_io *io)
+/* The backend an I/O runs on: a file's fallback takes its host-memory I/O. */
+static int batch_be(const struct gdx_file_batch *b, const struct gdx_file_io *io)
 {
-	struct gdx_file *f = io->file;
-	struct gdx_file_be *be = f->fb && io->attrs.kind != GDX_MEM_DEVICE ? f->fb : f->be;
-	int idx = (int)(be - b->drv->be), ret = 0;
-	struct batch_queue *q = &b->bq[idx];
-	struct batch_runner *rn = NULL;
+	const struct gdx_file *f = io->file;
+	const struct gdx_file_be *be = f->fb && io->attrs.kind != GDX_MEM_DEVICE ? f->fb : f->be;
 
-	if (!be->ops->io_many) {
-		io->owner = b;
+	return (int)(be - b->drv->be);
+}
+
+/* Runs one I/O as a job of its own (backends without io_many). */
+static void single_start(struct gdx_file_batch *b, struct gdx_file_io *io)
+{
+	int ret;
+
+	io->owner = b;
+	pthread_mutex_lock(&b->lock);
+	b->runners++;
+	pthread_mutex_unlock(&b->lock);
+	ret = gdx_tpool_submit(b->drv->wq, single_job, io);
+	if (ret) {
 		pthread_mutex_lock(&b->lock);
-		b->runners++;
+		b->runners--;
 		pthread_mutex_unlock(&b->lock);
-		ret = gdx_tpool_submit(b->drv->wq, single_job, io);
-		if (ret) {
-			pthread_mutex_lock(&b->lock);
-			b->runners--;
-			pthread_mutex_unlock(&b->lock);
-		}
-		return ret;
+		io->result = ret;
+		batch_complete(io, b);
+	}
+}
+
+/* Starts the runner of backend idx, marked running; without one, fails what it holds. */
+static void runner_start(struct gdx_file_batch *b, int idx)
+{
+	struct batch_runner *rn = malloc(sizeof(*rn));
+	struct batch_queue *q = &b->bq[idx];
+	int ret = -ENOMEM;
+
+	if (rn) {
+		rn->b = b;
+		rn->be = idx;
+		ret = gdx_tpool_submit(b->drv->wq, runner_job, rn);
+		if (!ret)
+			return;
+		free(rn);
 	}
 	pthread_mutex_lock(&b->lock);
-	q->q[(q->head + q->count) % b->max] = io;
-	q->count++;
-	if (!q->running) {
-		rn = malloc(sizeof(*rn));
-		if (rn) {
-			rn->b = b;
-			rn->be = idx;
+	while (q->count) {
+		struct gdx_file_io *x = q->q[q->head];
+
+		q->head = (q->head + 1) % b->max;
+		q->count--;
+		pthread_mutex_unlock(&b->lock);
+		x->result = ret;
+		batch_complete(x, b);
+		pthread_mutex_lock(&b->lock);
+	}
+	q->running = false;
+	b->runners--;
+	pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->lock);
+}
+
+/*
+ * Hands prepared I/Os to their backends: those on a backend with io_many go
+ * to its queue all under one hold of the lock, so that an engine takes a
+ * submission whole rather than in pieces while it is still being queued (an
+ * engine whose context broke takes no more, and what it left queued waits
+ * for it to end: behind a slow read, for as long as that read).
+ */
+static void batch_queue(struct gdx_file_batch *b, struct gdx_file_io **v, unsigned n)
+{
+	bool start[GDX_FILE_BE_COUNT] = { false };
+
+	pthread_mutex_lock(&b->lock);
+	for (unsigned i = 0; i < n; i++) {
+		int idx;
+		struct batch_queue *q;
+
+		if (!v[i])
+			continue;
+		idx = batch_be(b, v[i]);
+		if (!b->drv->be[idx].ops->io_many)
+			continue;
+		q = &b->bq[idx];
+		q->q[(q->head + q->count) % b->max] = v[i];
+		q->count++;
+		v[i] = NULL;
+		if (!q->running) {
 			q->running = true;
 			b->runners++;
-		} else {
-			q->count--;
-			ret = -ENOMEM;
+			start[idx] = true;
 		}
 	}
 	pthread_mutex_unlock(&b->lock);
-	if (rn && (ret = gdx_tpool_submit(b->drv->wq, runner_job, rn))) {
-		pthread_mutex_lock(&b->lock);
-		q->running = false;
-		b->runners--;
-		/* Fails every I/O queued so far that no runner will take. */
-		while (q->count) {
-			struct gdx_file_io *x = q->q[q->head];
-
-			q->head = (q->head + 1) % b->max;
-			q->count--;
-			if (x != io) {
-				pthread_mutex_unlock(&b->lock);
-				x->result = ret;
-				batch_complete(x, b);
-				pthread_mutex_lock(&b->lock);
-			}
-		}
-		pthread_mutex_unlock(&b->lock);
-		free(rn);
-	}
-	return ret;
+	for (int idx = 0; idx < GDX_FILE_BE_COUNT; idx++)
+		if (start[idx])
+			runner_start(b, idx);
+	for (unsigned i = 0; i < n; i++)
+		if (v[i])
+			single_start(b, v[i]);
 }
 
 GDX_API int gdx_file_batch_submit(struct gdx_file_batch *b, const struct gdx_file_batch_io *ios,
 				  unsigned n)
 {
+	struct gdx_file_io **v;
+
 	if (!b || (!ios && n))
 		return -EINVAL;
 	for (unsigned i = 0; i < n; i++)
 		if (!ios[i].file || ios[i].file->drv != b->drv ||
 		    (ios[i].op != GDX_FILE_READ && ios[i].op != GDX_FILE_WRITE))
 			return -EINVAL;
+	if (!n)
+		return 0;
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
 	pthread_mutex_lock(&b->lock);
 	if (b->outstanding + n > b->max) {
 		pthread_mutex_unlock(&b->lock);
+		free(v);
 		return -EAGAIN;
 	}
 	b->outstanding += n;
@@ -249,6 +296,7 @@ GDX_API int gdx_file_batch_submit(struct gdx_file_batch *b, const struct gdx_fil
 		struct gdx_file_io *io = malloc(sizeof(*io));
 		int ret;
 
+		v[i] = NULL;
 		if (!io) {
 			/* Still completes, with its error, like any failed I/O. */
 			pthread_mutex_lock(&b->lock);
@@ -262,14 +310,16 @@ GDX_API int gdx_file_batch_submit(struct gdx_file_batch *b, const struct gdx_fil
 		ret = gdx_file_io_prep(ios[i].file, ios[i].op, ios[i].buf, ios[i].size, ios[i].off,
 				       io);
 		io->cookie = ios[i].cookie;
-		if (!ret && ios[i].size)
-			ret = batch_queue_io(b, io);
 		if (ret || !ios[i].size) {
 			/* Fails (or finishes) at once, but still through the completion queue. */
 			io->result = ret;
 			batch_complete(io, b);
+			continue;
 		}
+		v[i] = io;
 	}
+	batch_queue(b, v, n);
+	free(v);
 	return 0;
 }
 
