@@ -18,20 +18,34 @@
  * loads one slot (the ring's next one, the one after, ...), and every lane's
  * load is in flight at once, with the stop word's, so one bus round trip both
  * finds work and reads the descriptors.  Each ring's run of ready slots is
- * taken, up to the first whose destination overlaps an earlier one's; the block
- * cuts them into 4 KiB units and its warps copy the units, eight 16-byte loads
- * in flight per lane.  Once every thread's stores are fenced at system scope,
- * the ring's done word gets the seq of its last descriptor taken: the CPU then
- * knows both that the data landed and that the ring bytes and the slots may
- * be reused.  After idle_ns without work the worker clears its live word,
+ * taken, up to the first whose destination overlaps an earlier one's: a round.
+ * Two groups of eight warps take the rounds in turn; a group cuts its round's
+ * copies into 4 KiB units and its warps copy the units, eight 16-byte loads in
+ * flight per lane.  Once every thread of the group fenced its stores at system
+ * scope, each ring's done word gets the seq of its last descriptor taken, in
+ * the order of the rounds: the CPU then knows both that the data landed and
+ * that the ring bytes and the slots may be reused.  The groups are the point:
+ * a system fence drains what its thread has in flight, so with one group the
+ * copies stopped once a round, fence, barrier and poll in turn (on an H200
+ * beside loopback TCP, four workers fencing per 128 KiB piece copied 30.8 GB/s
+ * where the same loads without the fence copied 48.4; bench/gpu_agent_copy.cu);
+ * with two, one group's fence overlaps the other's copies, and warp 0 polls
+ * for the next round meanwhile.  A round whose copies overlap the destination
+ * of one the other group still copies waits for it, so copies posted to a ring
+ * still land in order where they overlap.
+ *
+ * After idle_ns without work the worker clears its live word,
  * polls every owned ring once more (the CPU, having posted, looks at live:
  * one of the two sees the other's store) and ends; the CPU launches it again
  * when it finds live clear.
  */
 #include <stdint.h>
 
-#define AG_THREADS 256
-#define AG_WARPS (AG_THREADS / 32)
+#define AG_GROUPS 2
+#define AG_GROUP_WARPS 8
+#define AG_GROUP_THREADS (AG_GROUP_WARPS * 32)
+/* warp 0 polls, the groups copy; src/gpu/cuda.c launches this many */
+#define AG_THREADS (32 + AG_GROUPS * AG_GROUP_THREADS)
 #define AG_UNIT 4096
 #define AG_MAX_OWN 64
 #define AG_FULL 0xffffffffu
@@ -77,14 +91,22 @@ struct agent_copy {
 	uint32_t len;
 };
 
-/* What warp 0 hands the block for one round of copies. */
+/* What warp 0 hands a group for one round of copies. */
 struct agent_round {
-	uint32_t next[AG_MAX_OWN];	/* seq of the next descriptor per owned ring */
 	struct agent_copy c[32];
 	uint32_t first[33];		/* first unit of each copy */
 	uint32_t pub_ring[32], pub_seq[32];	/* done words to store after the copies */
 	uint32_t n, npub;
-	int cmd;			/* 1 copy, 2 stop, 3 idle: end */
+	uint32_t round;			/* its place in the order of done words */
+};
+
+/* The block's shared state: warp 0 writes next and the rounds, the groups the rest. */
+struct agent_shared {
+	uint32_t next[AG_MAX_OWN];	/* seq of the next descriptor per owned ring */
+	struct agent_round r[AG_GROUPS];
+	uint32_t full[AG_GROUPS];	/* r[g] handed to group g, until its done words are out */
+	uint32_t published;		/* rounds whose done words are out */
+	uint32_t exit;			/* warp 0 ended (every round done before) */
 };
 
 static __device__ __forceinline__ uint32_t ld_relaxed(const uint32_t *p)
@@ -125,8 +147,8 @@ static __device__ __forceinline__ uint64_t now_ns(void)
  * ready descriptors into s (copies, units, done words to publish) and returns
  * how many it took, the same in every lane; *stop: the stop word was set.
  */
-static __device__ unsigned poll(const struct agent_args &a, struct agent_round &s, unsigned nown,
-				unsigned rr, unsigned lane, bool *stop)
+static __device__ unsigned poll(const struct agent_args &a, uint32_t *next, struct agent_round &s,
+				unsigned nown, unsigned rr, unsigned lane, bool *stop)
 {
 	const struct agent_desc *descs = (const struct agent_desc *)a.descs;
 	unsigned ngroups = nown < 32 ? nown : 32, per = 32 / ngroups < AG_POLL ? 32 / ngroups : AG_POLL;
@@ -140,7 +162,7 @@ static __device__ unsigned poll(const struct agent_args &a, struct agent_round &
 	if (mine) {
 		const uint64_t *p;
 
-		seq = s.next[k] + i;
+		seq = next[k] + i;
 		p = descs[(uint64_t)(a.worker + k * a.nworkers) * a.entries +
 			  (seq & (a.entries - 1))].w;
 		ld_relaxed2(p, w[0], w[1]);
@@ -208,9 +230,9 @@ static __device__ unsigned poll(const struct agent_args &a, struct agent_round &
 	if (lead) {
 		unsigned j = __popc(leads & ((1u << lane) - 1));
 
-		s.next[k] += run;
+		next[k] += run;
 		s.pub_ring[j] = a.worker + k * a.nworkers;
-		s.pub_seq[j] = s.next[k] - 1;
+		s.pub_seq[j] = next[k] - 1;
 	}
 	if (lane == 0) {
 		s.first[0] = 0;
@@ -222,25 +244,22 @@ static __device__ unsigned poll(const struct agent_args &a, struct agent_round &
 }
 
 /*
- * Warp 0 polls until there is work (cmd 1), the stop word is set (2), or the
- * worker has been idle for idle_ns and a last poll of every ring after
- * clearing live found nothing (3: live stays clear).
+ * Warp 0 polls until there is work (returns 1, the round in s), the stop word
+ * is set (2), or the worker has been idle for idle_ns and a last poll of every
+ * ring after clearing live found nothing (3: live stays clear).
  */
-static __device__ void wait_for_work(const struct agent_args &a, struct agent_round &s,
-				     struct agent_worker *w, unsigned nown, unsigned lane,
-				     unsigned &rr, uint64_t &idle_since)
+static __device__ int wait_for_work(const struct agent_args &a, uint32_t *next,
+				    struct agent_round &s, struct agent_worker *w, unsigned nown,
+				    unsigned lane, unsigned &rr, uint64_t &idle_since)
 {
 	unsigned closing = 0;	/* polls since live was cleared */
-	int cmd;
 
 	for (;;) {
 		bool stop = true;
-		unsigned n = nown ? poll(a, s, nown, rr, lane, &stop) : 0;
+		unsigned n = nown ? poll(a, next, s, nown, rr, lane, &stop) : 0;
 
-		if (stop) {
-			cmd = 2;
-			break;
-		}
+		if (stop)
+			return 2;
 		/* past 32 rings, the next poll looks at the next 32, work or not */
 		if (nown > 32)
 			rr = (rr + 32) % nown;
@@ -248,14 +267,11 @@ static __device__ void wait_for_work(const struct agent_args &a, struct agent_ro
 			if (closing && lane == 0)
 				st_release(&w->live, 1);
 			idle_since = now_ns();
-			cmd = 1;
-			break;
+			return 1;
 		}
 		if (closing) {
-			if (++closing > (nown + 31) / 32) {
-				cmd = 3;
-				break;
-			}
+			if (++closing > (nown + 31) / 32)
+				return 3;
 		} else if (__shfl_sync(AG_FULL, lane == 0 && now_ns() - idle_since > a.idle_ns, 0)) {
 			/*
 			 * Going idle (lane 0's clock decides for the warp, whose lanes
@@ -271,83 +287,230 @@ static __device__ void wait_for_work(const struct agent_args &a, struct agent_ro
 			__nanosleep(100);
 		}
 	}
+}
+
+static __device__ __forceinline__ uint32_t ld_shared(const uint32_t *p)
+{
+	return *(const volatile uint32_t *)p;
+}
+
+static __device__ __forceinline__ void st_shared(uint32_t *p, uint32_t v)
+{
+	*(volatile uint32_t *)p = v;
+}
+
+/*
+ * One warp copies unit u of round s; i: the copy it lies in, found from the
+ * last one's (units rise).
+ */
+static __device__ __forceinline__ void copy_unit(const struct agent_round &s, unsigned u,
+						 unsigned &i, unsigned lane)
+{
+	while (s.first[i + 1] <= u)
+		i++;
+	uint64_t off = (uint64_t)(u - s.first[i]) * AG_UNIT;
+	uint32_t left = s.c[i].len - (uint32_t)off;
+	uint32_t len = left < AG_UNIT ? left : AG_UNIT;
+	const char *src = (const char *)s.c[i].src + off;
+	char *dst = (char *)s.c[i].dst + off;
+	uint32_t o = 0;
+
+	if (!(((uintptr_t)src | (uintptr_t)dst) & 15)) {
+		/* all eight loads issued before any store: eight PCIe reads in flight */
+		uint32_t vlen = len & ~15u;
+		uint4 v[8];
+
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			o = (j * 32 + lane) * 16;
+			if (o < vlen)
+				v[j] = __ldcv((const uint4 *)(src + o));
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			o = (j * 32 + lane) * 16;
+			if (o < vlen)
+				*(uint4 *)(dst + o) = v[j];
+		}
+		o = vlen;
+	}
+	/* the unaligned rest byte by byte; volatile: ring bytes are rewritten */
+	for (o += lane; o < len; o += 32)
+		dst[o] = *(const volatile char *)(src + o);
+}
+
+/*
+ * One warp stores round s's done words, its copies fenced, once every earlier
+ * round's are out (published), and counts it out.  Block-scope fences order
+ * the stores of two warps to a done word: both are of this block, so the
+ * order of their shared word carries over to the word in host memory.
+ */
+static __device__ void publish(const struct agent_args &a, struct agent_shared &sh,
+			       const struct agent_round &s, unsigned lane)
+{
+	struct agent_ring *rings = (struct agent_ring *)a.rings;
+
+	while (ld_shared(&sh.published) != s.round)
+		;
+	__threadfence_block();
+	if (lane < s.npub)
+		st_release(&rings[s.pub_ring[lane]].done, s.pub_seq[lane]);
+	__syncwarp();
+	__threadfence_block();
 	if (lane == 0)
-		s.cmd = cmd;
+		st_shared(&sh.published, s.round + 1);
+}
+
+/* A barrier of group g's threads alone (barrier 0 is __syncthreads'). */
+static __device__ __forceinline__ void group_sync(unsigned g)
+{
+	asm volatile("bar.sync %0, %1;" :: "r"(g + 1), "n"(AG_GROUP_THREADS) : "memory");
+}
+
+/* Whether a copy of round s overlaps a copy of round o, the same in every lane. */
+static __device__ bool rounds_overlap(const struct agent_round &s, const struct agent_round &o,
+				      unsigned lane)
+{
+	bool hit = false;
+
+	if (lane < s.n) {
+		uint64_t d = s.c[lane].dst, e = d + s.c[lane].len;
+
+		for (unsigned j = 0; j < o.n; j++)
+			if (o.c[j].dst < e && d < o.c[j].dst + o.c[j].len)
+				hit = true;
+	}
+	return __any_sync(AG_FULL, hit);
+}
+
+/*
+ * Warp 0: rounds to the groups in turn, each once the group is done with its
+ * previous one; a round overlapping the other group's waits for that one.  On
+ * stop or idle it lets the groups finish and sets exit.
+ */
+static __device__ void poller(const struct agent_args &a, struct agent_shared &sh,
+			      struct agent_worker *w, unsigned nown, unsigned lane)
+{
+	uint64_t idle_since = now_ns();
+	unsigned rr = 0, g = 0;
+	uint32_t round = 0;
+	int cmd;
+
+	for (;;) {
+		struct agent_round &s = sh.r[g];
+
+		while (ld_shared(&sh.full[g]))
+			__nanosleep(32);
+		cmd = wait_for_work(a, sh.next, s, w, nown, lane, rr, idle_since);
+		if (cmd != 1)
+			break;
+		if (lane == 0)
+			s.round = round;
+		round++;
+		__syncwarp();
+		/*
+		 * A lone unit with every earlier round out: this warp copies it
+		 * itself, as main's one-group block did, without a hand-over (a
+		 * lone 4 KiB copy landed 1.5-2 us later through a group).  Lane
+		 * 0's look decides for the warp: a group may count out meanwhile.
+		 */
+		if (__shfl_sync(AG_FULL, s.first[s.n] <= 1 && ld_shared(&sh.published) == s.round,
+				0)) {
+			unsigned i = 0;
+
+			if (s.first[s.n])
+				copy_unit(s, 0, i, lane);
+			__threadfence_system();
+			__syncwarp();
+			publish(a, sh, s, lane);
+			continue;
+		}
+		/* one look for the warp, whose lanes rounds_overlap's vote needs */
+		if (__shfl_sync(AG_FULL, ld_shared(&sh.full[g ^ 1]), 0) &&
+		    rounds_overlap(sh.r[g], sh.r[g ^ 1], lane))
+			while (ld_shared(&sh.full[g ^ 1]))
+				__nanosleep(32);
+		/* the round before the word that hands it over */
+		__threadfence_block();
+		__syncwarp();
+		if (lane == 0)
+			st_shared(&sh.full[g], 1);
+		g ^= 1;
+	}
+	while (ld_shared(&sh.full[0]) || ld_shared(&sh.full[1]))
+		__nanosleep(32);
+	if (lane == 0) {
+		if (cmd == 2)
+			st_release(&w->live, 0);
+		__threadfence_block();
+		st_shared(&sh.exit, 1);
+	}
+}
+
+/*
+ * Group g (threads gt of AG_GROUP_THREADS) copies rounds g, g + 2, ...: its
+ * units spread over its warps; every thread fences its own stores, and once
+ * the group's barrier says all did, its first warp stores the round's done
+ * words after the previous round's (published), then gives the round back.
+ */
+static __device__ void group(const struct agent_args &a, struct agent_shared &sh, unsigned g,
+			     unsigned gt)
+{
+	const struct agent_round &s = sh.r[g];
+	unsigned gw = gt / 32, lane = gt % 32;
+
+	for (;;) {
+		/* no sleep here: a round waiting for its group is a copy's latency */
+		if (gt == 0) {
+			while (!ld_shared(&sh.full[g]) && !ld_shared(&sh.exit))
+				;
+			__threadfence_block();
+		}
+		group_sync(g);
+		/* full stays set until this group clears it; exit comes after the last round */
+		if (!ld_shared(&sh.full[g]))
+			return;
+
+		for (unsigned u = gw, i = 0; u < s.first[s.n]; u += AG_GROUP_WARPS)
+			copy_unit(s, u, i, lane);
+		__threadfence_system();
+		/* every copy of the round fenced */
+		group_sync(g);
+		if (gw)
+			continue;
+		/* a ring's done words go out in the order its descriptors were taken */
+		publish(a, sh, s, lane);
+		if (lane == 0)
+			st_shared(&sh.full[g], 0);
+	}
 }
 
 extern "C" __global__ void __launch_bounds__(AG_THREADS) gdx_copy_agent(const struct agent_args a)
 {
-	__shared__ struct agent_round s;
+	__shared__ struct agent_shared sh;
 	struct agent_worker *w = (struct agent_worker *)a.workers + a.worker;
 	struct agent_ring *rings = (struct agent_ring *)a.rings;
 	unsigned nown = a.worker < a.nrings ? (a.nrings - 1 - a.worker) / a.nworkers + 1 : 0;
-	unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32, rr = 0;
-	uint64_t idle_since = 0;
+	unsigned tid = threadIdx.x;
 
-	if (warp == 0) {
-		if (lane == 0)
+	if (tid < 32) {
+		if (tid == 0) {
 			st_release(&w->live, 1);
+			sh.full[0] = sh.full[1] = 0;
+			sh.published = 0;
+			sh.exit = 0;
+		}
 		if (nown > AG_MAX_OWN) {
-			if (lane == 0)
+			if (tid == 0)
 				w->err = AG_ERR_OWN;
 			nown = 0;
 		}
-		for (unsigned k = lane; k < nown; k += 32)
-			s.next[k] = ld_relaxed(&rings[a.worker + k * a.nworkers].done) + 1;
-		__syncwarp();
-		idle_since = now_ns();
+		for (unsigned k = tid; k < nown; k += 32)
+			sh.next[k] = ld_relaxed(&rings[a.worker + k * a.nworkers].done) + 1;
 	}
-	for (;;) {
-		/* the other warps wait at the barrier while warp 0 polls */
-		if (warp == 0)
-			wait_for_work(a, s, w, nown, lane, rr, idle_since);
-		__syncthreads();
-		if (s.cmd != 1)
-			break;
-
-		unsigned n = s.n;
-
-		for (unsigned u = warp, i = 0; u < s.first[n]; u += AG_WARPS) {
-			while (s.first[i + 1] <= u)
-				i++;
-			uint64_t off = (uint64_t)(u - s.first[i]) * AG_UNIT;
-			uint32_t left = s.c[i].len - (uint32_t)off;
-			uint32_t len = left < AG_UNIT ? left : AG_UNIT;
-			const char *src = (const char *)s.c[i].src + off;
-			char *dst = (char *)s.c[i].dst + off;
-			uint32_t o = 0;
-
-			if (!(((uintptr_t)src | (uintptr_t)dst) & 15)) {
-				/* all eight loads issued before any store: eight PCIe reads in flight */
-				uint32_t vlen = len & ~15u;
-				uint4 v[8];
-
-#pragma unroll
-				for (int j = 0; j < 8; j++) {
-					o = (j * 32 + lane) * 16;
-					if (o < vlen)
-						v[j] = __ldcv((const uint4 *)(src + o));
-				}
-#pragma unroll
-				for (int j = 0; j < 8; j++) {
-					o = (j * 32 + lane) * 16;
-					if (o < vlen)
-						*(uint4 *)(dst + o) = v[j];
-				}
-				o = vlen;
-			}
-			/* the unaligned rest byte by byte; volatile: ring bytes are rewritten */
-			for (o += lane; o < len; o += 32)
-				dst[o] = *(const volatile char *)(src + o);
-		}
-		__threadfence_system();
-		/* every copy of the round fenced; warp 0 may then fill s again */
-		__syncthreads();
-		/* warp 0's: the other warps must not read s, which warp 0 refills next */
-		if (warp == 0 && lane < s.npub)
-			st_release(&rings[s.pub_ring[lane]].done, s.pub_seq[lane]);
-		__syncwarp();
-	}
-	if (tid == 0 && s.cmd == 2)
-		st_release(&w->live, 0);
+	__syncthreads();
+	if (tid < 32)
+		poller(a, sh, w, nown, tid);
+	else
+		group(a, sh, (tid - 32) / AG_GROUP_THREADS, (tid - 32) % AG_GROUP_THREADS);
 }

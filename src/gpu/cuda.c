@@ -1038,7 +1038,8 @@ static int agent_ready(struct cu_dev *d)
 	return st > 0 ? 0 : -EOPNOTSUPP;
 }
 
-/* One block of 256 threads: the worker's loop is in src/gpu/agent.cu. */
+/* One block: warp 0 polls, two groups of 256 threads copy (src/gpu/agent.cu, AG_THREADS). */
+#define AGENT_THREADS 544
 static int cuda_agent_launch(void *priv, void *stream, const struct gdx_agent_args *a)
 {
 	struct cu_dev *d = priv;
@@ -1050,7 +1051,7 @@ static int cuda_agent_launch(void *priv, void *stream, const struct gdx_agent_ar
 		return ret;
 	ret = agent_ready(d);
 	if (!ret && stream)
-		ret = CU(d, cuLaunchKernel(d->agent_fn, 1, 1, 1, 256, 1, 1, 0, STREAM(stream),
+		ret = CU(d, cuLaunchKernel(d->agent_fn, 1, 1, 1, AGENT_THREADS, 1, 1, 0, STREAM(stream),
 					   params, NULL), "cuLaunchKernel(gdx_copy_agent)");
 	leave(d, prev);
 	return ret;
