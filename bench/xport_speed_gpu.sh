@@ -7,7 +7,7 @@
 # against half a raw TCP request/response of the same size each way
 # (bench/tcp_rr.c, as `gdx bench nvmf-host` uses), bandwidth (writes, depth
 # 16) against one raw TCP stream of the same writes and, into device memory,
-# pinned host -> device copies (the lower).
+# pinned host -> device copies, 16 in flight as the writes are (the lower).
 #
 #   [SIZES=4k,16k,64k,256k,1M] [SECS=1] [RUNS=3] bench/xport_speed_gpu.sh [GDX]
 #
