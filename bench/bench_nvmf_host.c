@@ -9,6 +9,10 @@
  *   - the TCP ceiling: raw TCP streams over loopback between threads of this
  *     process, one stream and one per I/O queue (the better counts), recv()ing
  *     into a buffer of the bandwidth test's size (meaningful for a local target);
+ *     for device memory also the same streams received into a pinned ring and
+ *     copied from there into the device on a stream (what a read into device
+ *     memory through host memory does at least: the copies' reads of the ring
+ *     take its lines from the receiving CPU's cache);
  *   - the latency ceiling of a 4 KiB read at depth 1: a raw TCP request/response
  *     of the read's sizes (72 bytes out, 24 + 4096 back) between two threads;
  *   - with --fio-dev, the Linux kernel host on the same target: fio (libaio,
@@ -378,9 +382,14 @@ struct stream {
 	int fd;
 	size_t chunk;
 	double secs;
+	struct gdx_device *dev;	/* each chunk then copied into its memory (NULL: none) */
+	int err;		/* a device call failed: the figure is dropped */
 	uint64_t bytes;
-	uint64_t t0, t1;	/* first and last byte */
+	uint64_t t0, t1;	/* first and last byte (with dev: the last copy landed) */
 };
+
+/* Chunks in flight between a device stream's socket and its copies. */
+#define DEV_RING 8
 
 static void *tcp_sender(void *arg)
 {
@@ -393,18 +402,50 @@ static void *tcp_sender(void *arg)
 	return NULL;
 }
 
+/*
+ * The receiving end of a raw stream.  With a device, what a device read must
+ * do at least: each chunk received into a pinned ring of DEV_RING chunks and
+ * copied from there into device memory on a stream of its own, a slot reused
+ * once its copy landed (the copy engine reading the ring, as gdx's copies do).
+ */
 static void *tcp_receiver(void *arg)
 {
 	struct stream *s = arg;
-	char *buf = malloc(s->chunk);
-	uint64_t deadline = 0;
+	size_t nbuf = s->dev ? DEV_RING * s->chunk : s->chunk;
+	struct gdx_event *ev[DEV_RING] = { NULL };
+	struct gdx_stream *st = NULL;
+	char *buf = NULL, *dbuf = NULL;
+	uint64_t deadline = 0, k = 0;
 
-	for (;;) {
-		ssize_t r = recv(s->fd, buf, s->chunk, MSG_WAITALL);
-		uint64_t now = gdx_now_ns();
+	if (s->dev) {
+		s->err = gdx_pinned_alloc(s->dev, nbuf, (void **)&buf);
+		if (!s->err)
+			s->err = gdx_device_malloc(s->dev, nbuf, (void **)&dbuf);
+		if (!s->err)
+			s->err = gdx_stream_create(s->dev, &st);
+		for (unsigned i = 0; i < DEV_RING && !s->err; i++)
+			s->err = gdx_event_create(s->dev, 0, &ev[i]);
+	} else {
+		buf = malloc(nbuf);
+		s->err = buf ? 0 : -ENOMEM;
+	}
+	while (!s->err) {
+		size_t o = s->dev ? (size_t)(k % DEV_RING) * s->chunk : 0;
+		ssize_t r;
+		uint64_t now;
 
+		if (s->dev && k >= DEV_RING)
+			s->err = gdx_event_synchronize(ev[k % DEV_RING]);
+		r = s->err ? 0 : recv(s->fd, buf + o, s->chunk, MSG_WAITALL);
+		now = gdx_now_ns();
 		if (r <= 0)
 			break;
+		if (s->dev) {
+			s->err = gdx_memcpy_async(s->dev, dbuf + o, buf + o, (size_t)r, st);
+			if (!s->err)
+				s->err = gdx_event_record(ev[k % DEV_RING], st);
+		}
+		k++;
 		if (!deadline) {
 			/* the clock starts at the first byte: setup is not the stream's cost */
 			s->t0 = now;
@@ -416,7 +457,23 @@ static void *tcp_receiver(void *arg)
 		if (now >= deadline)
 			break;
 	}
-	free(buf);
+	if (s->dev) {
+		if (st && !s->err) {
+			s->err = gdx_stream_synchronize(st);
+			s->t1 = gdx_now_ns();
+		}
+		for (unsigned i = 0; i < DEV_RING; i++)
+			if (ev[i])
+				gdx_event_destroy(ev[i]);
+		if (st)
+			gdx_stream_destroy(st);
+		if (dbuf)
+			gdx_device_free(s->dev, dbuf);
+		if (buf)
+			gdx_pinned_free(s->dev, buf);
+	} else {
+		free(buf);
+	}
 	return NULL;
 }
 
@@ -445,7 +502,12 @@ static const char *tls_records(void)
 	return "records by gdx: no kTLS";
 }
 
-static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
+/*
+ * Streams raw TCP streams over loopback for secs: GB/s, or -1.  With dev,
+ * each receiver also copies what it received into dev's memory (the ceiling
+ * of a read into device memory through host memory).
+ */
+static double tcp_ceiling(unsigned streams, size_t chunk, double secs, struct gdx_device *dev)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	socklen_t al = sizeof(a);
@@ -453,6 +515,7 @@ static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
 	struct stream *rx = calloc(streams, sizeof(*rx)), *tx = calloc(streams, sizeof(*tx));
 	pthread_t *t = calloc(2 * streams, sizeof(*t));
 	uint64_t t0 = UINT64_MAX, t1 = 0, total = 0;
+	bool failed = false;
 	double gbps = -1;
 
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -469,6 +532,7 @@ static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
 		setsockopt(rx[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		rx[i].chunk = chunk;
 		rx[i].secs = secs;
+		rx[i].dev = dev;
 	}
 	for (unsigned i = 0; i < streams; i++) {
 		pthread_create(&t[2 * i], NULL, tcp_sender, &tx[i]);
@@ -479,13 +543,17 @@ static double tcp_ceiling(unsigned streams, size_t chunk, double secs)
 		shutdown(tx[i].fd, SHUT_RDWR);
 		shutdown(rx[i].fd, SHUT_RDWR);
 		pthread_join(t[2 * i], NULL);
+		if (rx[i].err && !failed)
+			fprintf(stderr, "gdx bench nvmf-host: TCP ceiling into device memory: %s\n",
+				gdx_strerror(rx[i].err));
+		failed |= rx[i].err != 0;
 		total += rx[i].bytes;
 		if (rx[i].bytes) {
 			t0 = GDX_MIN(t0, rx[i].t0);
 			t1 = GDX_MAX(t1, rx[i].t1);
 		}
 	}
-	if (t1 > t0)
+	if (t1 > t0 && !failed)
 		gbps = (double)total / ((double)(t1 - t0) / 1e9) / 1e9;
 out:
 	for (unsigned i = 0; i < streams; i++) {
@@ -867,7 +935,7 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 	struct memctx mems[8] = { 0 };
 	struct gdx_nvmf_ns_info ns;
 	struct gdx_nvmf_ctrl_info in;
-	double tcp = 0;
+	double tcp = 0, tcp_h2d[8] = { 0 };
 	size_t need;
 	int opt, rc = 0;
 
@@ -968,14 +1036,27 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 	if (c.tcp_ceiling) {
 		/* one stream, and one per I/O queue: the better is the ceiling */
 		double secs = GDX_MAX(1.0, GDX_MIN(c.secs, 2.0));
-		double one = tcp_ceiling(1, c.bw_bs, secs);
-		double many = in.nr_io_queues > 1 ? tcp_ceiling(in.nr_io_queues, c.bw_bs, secs)
+		double one = tcp_ceiling(1, c.bw_bs, secs, NULL);
+		double many = in.nr_io_queues > 1 ? tcp_ceiling(in.nr_io_queues, c.bw_bs, secs, NULL)
 						  : one;
 
 		tcp = GDX_MAX(one, many);
 		if (!c.json)
 			printf("# loopback TCP ceiling: %.3f GB/s (1 stream %.3f, %u streams %.3f), %"
 			       PRIu64 "-byte receives\n", tcp, one, in.nr_io_queues, many, c.bw_bs);
+		/* into device memory also through a pinned ring and the device's copies */
+		for (unsigned m = 0; m < c.nmem; m++) {
+			if (mems[m].kind != 2)
+				continue;
+			one = tcp_ceiling(1, c.bw_bs, secs, mems[m].dev);
+			many = in.nr_io_queues > 1 ?
+				tcp_ceiling(in.nr_io_queues, c.bw_bs, secs, mems[m].dev) : one;
+			tcp_h2d[m] = GDX_MAX(one, many);
+			if (!c.json)
+				printf("# loopback TCP + copy into %s: %.3f GB/s (1 stream %.3f, %u "
+				       "streams %.3f)\n", mems[m].name, tcp_h2d[m], one,
+				       in.nr_io_queues, many);
+		}
 	}
 	for (unsigned p = 0; c.tcp_ceiling && p < c.nqd; p++) {
 		double secs = GDX_MAX(1.0, GDX_MIN(c.secs, 2.0));
@@ -1053,18 +1134,19 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 			/* one path for all the point's reads; "mixed" would be a host bug */
 			const char *path = !reads[m][1] ? "direct" :
 					   reads[m][1] == reads[m][0] ? "bounce" : "mixed";
-			struct ref refs[3] = {
+			struct ref refs[4] = {
 				{ "kernel", bw ? kgbps : kiops },
 				{ mems[0].name, m ? (bw ? median(ggb[0], c.rounds)
 						      : median(gio[0], c.rounds)) : 0 },
 				{ "tcp_ceiling", bw ? tcp : 0 },
+				{ "tcp_h2d_ceiling", bw ? tcp_h2d[m] : 0 },
 			};
 
 			dev_calls(mems[m].ctrl, after);
 			for (unsigned k = 0; k < NCOUNT; k++)
 				calls[m][k] = after[k] - calls[m][k];
 			report(&c, mems[m].name, what, qd, iops, gbps, path,
-			       reads[m][1] && mems[m].why[0] ? mems[m].why : NULL, bw, refs, 3,
+			       reads[m][1] && mems[m].why[0] ? mems[m].why : NULL, bw, refs, 4,
 			       calls[m]);
 		}
 	}

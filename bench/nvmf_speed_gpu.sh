@@ -12,7 +12,8 @@
 # (gdx nvmf write), whose pages the target sends by splice instead of copying.
 # For each: 8 reactors and 8 queues, host and GPU memory: 4 KiB reads at depths
 # 1/32/128 (depth 1 beside a raw TCP request/response of the same sizes), 128 KiB
-# at depth 64 beside 8 raw TCP streams; then 1 MiB reads at depth 128 with 8 and
+# at depth 64 beside 8 raw TCP streams (into gpu:0 also beside the same streams
+# received into a pinned ring and copied into the device); then 1 MiB reads at depth 128 with 8 and
 # with 16 reactors and queues.  GDX_BASE=path/to/gdx also runs the targets of
 # that build (e.g. main before issue 21) for the bandwidth points, served to the
 # same bench, in the same run.  GDX_BENCH_SECS per point (default 2).  About
@@ -105,6 +106,10 @@ for ns in ("unwritten", "written"):
             c = ceil.get((ns, 64, "bw-randread"))
             if r and c:
                 line(f"128k qd64 8q {mem}", r, r["gbps"], "GB", c, r["gbps"] / c, ">=0.70")
+            # the same streams received into a pinned ring and copied into the device
+            if r and r.get("tcp_h2d_ceiling"):
+                c = r["tcp_h2d_ceiling"]
+                line(f"128k qd64 8q {mem} / TCP+copy", r, r["gbps"], "GB", c, r["gbps"] / c, "")
         for q in (8, 16):
             r = pick(f"{ns}-1m-{q}", tgt, "bw-randread", "host", 128)
             c = ceil.get((f"{ns}-1m-{q}", 128, "bw-randread"))
