@@ -3,7 +3,6 @@
  * test_nvmf_target's cases on the target as it is configured and run: nvmetcli
  * JSON, stats read while it stops and starts, reactors on --cpus and --follow.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "threads.h"
 
 #include <gdx/nvmf.h>
 
@@ -158,25 +158,10 @@ void test_stats_while_stopping(void **state)
 /* The CPUs reactor 0 of the running target may use (CPU_COUNT 0: not found). */
 static cpu_set_t reactor0_cpus(void)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
 	cpu_set_t set;
 
-	CPU_ZERO(&set);
-	assert_non_null(d);
-	while ((e = readdir(d))) {
-		char path[300], comm[32] = "";
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f) && !strcmp(comm, "gdx-nvmf-0\n"))
-			assert_int_equal(sched_getaffinity(atoi(e->d_name), sizeof(set), &set), 0);
-		fclose(f);
-	}
-	closedir(d);
+	if (!t_thread_cpus("gdx-nvmf-0", &set))
+		CPU_ZERO(&set);
 	return set;
 }
 

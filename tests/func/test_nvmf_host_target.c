@@ -6,7 +6,6 @@
  * digests, many queues at depth, and the target killed and restarted on the
  * same port while reads are in flight.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "threads.h"
 
 #include <gdx/gdx.h>
 #include <gdx/nvmf.h>
@@ -998,38 +998,35 @@ static void device_setup_off_receivers(void **state)
 	free(host);
 }
 
+struct switches {
+	long *tid, *sw;
+	unsigned n, k;
+};
+
+static bool count_switches(long tid, FILE *f, void *arg)
+{
+	struct switches *s = arg;
+	char line[128];
+
+	s->tid[s->k] = tid;
+	s->sw[s->k] = 0;
+	while (fgets(line, sizeof(line), f)) {
+		long v;
+
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+		    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+			s->sw[s->k] += v;
+	}
+	return ++s->k == s->n;
+}
+
 /* Context switches of each thread of this process, by thread id (at most n). */
 static unsigned task_switches(long *tid, long *sw, unsigned n)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	unsigned k = 0;
+	struct switches s = { tid, sw, n, 0 };
 
-	assert_non_null(d);
-	while ((e = readdir(d)) && k < n) {
-		char p[300], line[128];
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(p, sizeof(p), "/proc/self/task/%s/status", e->d_name);
-		f = fopen(p, "r");
-		if (!f)
-			continue;	/* ended meanwhile */
-		tid[k] = atol(e->d_name);
-		sw[k] = 0;
-		while (fgets(line, sizeof(line), f)) {
-			long v;
-
-			if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
-			    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
-				sw[k] += v;
-		}
-		fclose(f);
-		k++;
-	}
-	closedir(d);
-	return k;
+	t_threads_each("status", count_switches, &s);
+	return s.k;
 }
 
 /*
@@ -1130,29 +1127,10 @@ static void target_restart(void **state)
 /* The CPUs the receiver of queue qid may run on, found by its thread's name. */
 static bool rx_cpus(unsigned qid, cpu_set_t *set)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	char want[20];
-	bool found = false;
+	char name[20];
 
-	assert_non_null(d);
-	snprintf(want, sizeof(want), "nvmf-rx%u\n", qid);
-	while (!found && (e = readdir(d))) {
-		char p[300], comm[32];
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(p, sizeof(p), "/proc/self/task/%s/comm", e->d_name);
-		f = fopen(p, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f) && !strcmp(comm, want))
-			found = !sched_getaffinity(atoi(e->d_name), sizeof(*set), set);
-		fclose(f);
-	}
-	closedir(d);
-	return found;
+	snprintf(name, sizeof(name), "nvmf-rx%u", qid);
+	return t_thread_cpus(name, set);
 }
 
 /* The k-th (mod their count) of the CPUs in allowed. */
