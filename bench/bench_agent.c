@@ -6,13 +6,20 @@
  * cuda).  Each copy may be split into pieces on W rings, one worker each, so
  * that W blocks share it.
  *
- *   bench_agent [--sizes 64k,256k,1M,4M] [--workers 1,2,4] [--mib 256]
+ *   bench_agent [--sizes 64k,256k,1M,4M] [--workers 1,2,4] [--mib 256] [--lat]
+ *
+ * --lat: the time one lone copy takes instead, from its post until the CPU
+ * sees its done word (the next posted only then), medians and 99th
+ * percentiles of LAT_N, against a synchronous copy of the same size on a
+ * stream (gdx_memcpy_async + gdx_stream_synchronize), and a 16-byte copy
+ * beside them: the agent's poll, fence and done word alone.
  *
  * GDX_DEVICE picks the device (cuda on a GPU machine).
  */
 #include <errno.h>
 #include <getopt.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +101,114 @@ static double agent_gbps(struct gdx_copy_agent *a, unsigned w, char *dst, const 
 	return (double)(n * size) / (double)(gdx_now_ns() - t0);
 }
 
+#define LAT_N 2000
+
+static int dbl_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Median and 99th percentile of v[0..LAT_N) in p[0..1] (sorts v). */
+static void lat_summary(double *v, double p[2])
+{
+	qsort(v, LAT_N, sizeof(*v), dbl_cmp);
+	p[0] = v[LAT_N / 2];
+	p[1] = v[LAT_N * 99 / 100];
+}
+
+/* Lone copies through the agent (ring 0): each posted once the last landed. */
+static int agent_lat(struct gdx_copy_agent *a, char *dst, const char *src, size_t size, double p[2])
+{
+	double v[LAT_N];
+
+	for (unsigned i = 0; i < LAT_N; i++) {
+		uint64_t t0 = gdx_now_ns();
+		uint32_t seq;
+		int rc;
+
+		while ((rc = gdx_copy_agent_post(a, 0, dst, src, size, &seq)) == -EAGAIN)
+			sched_yield();
+		if (rc || (rc = wait_done(a, 0, seq)))
+			return rc;
+		v[i] = (double)(gdx_now_ns() - t0) / 1e3;
+	}
+	lat_summary(v, p);
+	return 0;
+}
+
+static int stream_lat(struct gdx_device *dev, struct gdx_stream *s, char *dst, const char *src,
+		      size_t size, double p[2])
+{
+	double v[LAT_N];
+
+	for (unsigned i = 0; i < LAT_N; i++) {
+		uint64_t t0 = gdx_now_ns();
+		int rc = gdx_memcpy_async(dev, dst, src, size, s);
+
+		if (rc || (rc = gdx_stream_synchronize(s)))
+			return rc;
+		v[i] = (double)(gdx_now_ns() - t0) / 1e3;
+	}
+	lat_summary(v, p);
+	return 0;
+}
+
+/* --lat: one line per size and direction, the 16-byte copy first. */
+static int lat_report(struct gdx_device *dev, struct gdx_stream *s, char *pin, char *dmem,
+		      const char *sizes)
+{
+	struct gdx_copy_agent_opts o;
+	struct gdx_copy_agent *a;
+	char list[256];
+	int rc;
+
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	o.rings = 1;
+	o.workers = 1;
+	o.entries = 64;
+	if ((rc = gdx_copy_agent_start(dev, &o, &a))) {
+		fprintf(stderr, "bench_agent: agent: %s\n", gdx_strerror(rc));
+		return rc;
+	}
+	printf("%s: a lone copy's time, post to done word seen (us), against a synchronous "
+	       "stream copy\n", gdx_device_name(dev));
+	printf("%-4s %6s %10s %10s %10s %10s %6s\n", "dir", "size", "agent p50", "p99",
+	       "stream p50", "p99", "ratio");
+	snprintf(list, sizeof(list), "16,%s", sizes);
+	for (char *save = NULL, *st = strtok_r(list, ",", &save); st && !rc;
+	     st = strtok_r(NULL, ",", &save)) {
+		size_t size;
+
+		if (parse_size(st, &size) || size > BUF) {
+			fprintf(stderr, "bench_agent: bad size %s\n", st);
+			rc = -EINVAL;
+			break;
+		}
+		for (int d = 0; d < 2 && !rc; d++) {
+			char *dst = d ? pin : dmem, *src = d ? dmem : pin;
+			double ag[2], ce[2];
+
+			/* an untimed pass first: the worker's launch, page tables */
+			rc = agent_lat(a, dst, src, size, ag);
+			if (!rc)
+				rc = agent_lat(a, dst, src, size, ag);
+			if (!rc)
+				rc = stream_lat(dev, s, dst, src, size, ce);
+			if (!rc)
+				printf("%-4s %6s %10.2f %10.2f %10.2f %10.2f %6.2f\n", d ? "d2h" : "h2d",
+				       st, ag[0], ag[1], ce[0], ce[1], ce[0] / ag[0]);
+		}
+	}
+	if (rc)
+		fprintf(stderr, "bench_agent: %s\n", gdx_strerror(rc));
+	else
+		printf("ratio: stream / agent at the median (above 1.00 = the agent lands sooner)\n");
+	gdx_copy_agent_stop(a);
+	return rc;
+}
+
 static double stream_gbps(struct gdx_device *dev, struct gdx_stream *s, char *dst, const char *src,
 			  size_t size, size_t total)
 {
@@ -115,6 +230,7 @@ int main(int argc, char **argv)
 		{ "sizes", required_argument, NULL, 's' },
 		{ "workers", required_argument, NULL, 'w' },
 		{ "mib", required_argument, NULL, 'm' },
+		{ "lat", no_argument, NULL, 'l' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char sizes_arg[256] = "64k,256k,1M,4M", workers_arg[64] = "1,2,4";
@@ -123,14 +239,16 @@ int main(int argc, char **argv)
 	struct gdx_stream *s;
 	char *pin, *dmem;
 	int c, rc = 0;
+	bool lat = false;
 
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': snprintf(sizes_arg, sizeof(sizes_arg), "%s", optarg); break;
 		case 'w': snprintf(workers_arg, sizeof(workers_arg), "%s", optarg); break;
 		case 'm': total = strtoull(optarg, NULL, 10) << 20; break;
+		case 'l': lat = true; break;
 		default:
-			fprintf(stderr, "usage: %s [--sizes LIST] [--workers LIST] [--mib N]\n",
+			fprintf(stderr, "usage: %s [--sizes LIST] [--workers LIST] [--mib N] [--lat]\n",
 				argv[0]);
 			return 2;
 		}
@@ -143,6 +261,10 @@ int main(int argc, char **argv)
 	memset(pin, 1, BUF);
 	if (gdx_memset(dev, dmem, 2, BUF))
 		return 1;
+	if (lat) {
+		rc = lat_report(dev, s, pin, dmem, sizes_arg);
+		goto out;
+	}
 	printf("%s: copy agent GB/s against the device's stream copies of the same size\n",
 	       gdx_device_name(dev));
 	printf("%-4s %6s %3s %10s %10s %6s\n", "dir", "size", "W", "agent", "stream", "ratio");
@@ -188,9 +310,10 @@ int main(int argc, char **argv)
 		gdx_copy_agent_stop(a);
 	}
 	printf("ratio: agent / stream (1.00 = as fast as the device's copy engine)\n");
+out:
 	gdx_device_free(dev, dmem);
 	gdx_pinned_free(dev, pin);
 	gdx_stream_destroy(s);
 	gdx_device_close(dev);
-	return rc;
+	return rc ? 1 : 0;
 }
