@@ -10,9 +10,10 @@
  *     process, one stream and one per I/O queue (the better counts), recv()ing
  *     into a buffer of the bandwidth test's size (meaningful for a local target);
  *     for device memory also the same streams received into a pinned ring and
- *     copied from there into the device on a stream (what a read into device
- *     memory through host memory does at least: the copies' reads of the ring
- *     take its lines from the receiving CPU's cache);
+ *     copied from there into the device by a copy agent, as the host's reads
+ *     are (what a read into device memory through host memory costs at
+ *     least: the copies' reads take the ring's lines from the receiving CPU's
+ *     cache);
  *   - the latency ceiling of a 4 KiB read at depth 1: a raw TCP request/response
  *     of the read's sizes (72 bytes out, 24 + 4096 back) between two threads;
  *   - with --fio-dev, the Linux kernel host on the same target: fio (libaio,
@@ -382,10 +383,13 @@ struct stream {
 	int fd;
 	size_t chunk;
 	double secs;
-	struct gdx_device *dev;	/* each chunk then copied into its memory (NULL: none) */
+	/* with a device: each chunk then copied into its memory by agent ring `ring` */
+	struct gdx_device *dev;
+	struct gdx_copy_agent *agent;
+	unsigned ring;
 	int err;		/* a device call failed: the figure is dropped */
 	uint64_t bytes;
-	uint64_t t0, t1;	/* first and last byte (with dev: the last copy landed) */
+	uint64_t t0, t1;	/* first and last byte (with a device: the last copy landed) */
 };
 
 /* Chunks in flight between a device stream's socket and its copies. */
@@ -402,18 +406,32 @@ static void *tcp_sender(void *arg)
 	return NULL;
 }
 
+/* Waits until the copy agent's ring has done seq (a receiver's own ring). */
+static int agent_wait(struct stream *s, uint32_t seq)
+{
+	const uint32_t *w = gdx_copy_agent_done_word(s->agent, s->ring);
+
+	for (unsigned i = 1; (int32_t)(__atomic_load_n(w, __ATOMIC_ACQUIRE) - seq) < 0; i++) {
+		int rc;
+
+		if (!(i % 256) && (rc = gdx_copy_agent_status(s->agent)))
+			return rc;
+		sched_yield();
+	}
+	return 0;
+}
+
 /*
- * The receiving end of a raw stream.  With a device, what a device read must
- * do at least: each chunk received into a pinned ring of DEV_RING chunks and
- * copied from there into device memory on a stream of its own, a slot reused
- * once its copy landed (the copy engine reading the ring, as gdx's copies do).
+ * The receiving end of a raw stream.  With a device, what a device read does
+ * at least: each chunk received into a pinned ring of DEV_RING chunks and
+ * handed from there to the copy agent (no driver call per chunk, as the
+ * host's queues do), a slot reused once its copy landed.
  */
 static void *tcp_receiver(void *arg)
 {
 	struct stream *s = arg;
 	size_t nbuf = s->dev ? DEV_RING * s->chunk : s->chunk;
-	struct gdx_event *ev[DEV_RING] = { NULL };
-	struct gdx_stream *st = NULL;
+	uint32_t seq[DEV_RING] = { 0 };
 	char *buf = NULL, *dbuf = NULL;
 	uint64_t deadline = 0, k = 0;
 
@@ -421,30 +439,25 @@ static void *tcp_receiver(void *arg)
 		s->err = gdx_pinned_alloc(s->dev, nbuf, (void **)&buf);
 		if (!s->err)
 			s->err = gdx_device_malloc(s->dev, nbuf, (void **)&dbuf);
-		if (!s->err)
-			s->err = gdx_stream_create(s->dev, &st);
-		for (unsigned i = 0; i < DEV_RING && !s->err; i++)
-			s->err = gdx_event_create(s->dev, 0, &ev[i]);
 	} else {
 		buf = malloc(nbuf);
 		s->err = buf ? 0 : -ENOMEM;
 	}
 	while (!s->err) {
-		size_t o = s->dev ? (size_t)(k % DEV_RING) * s->chunk : 0;
+		unsigned slot = (unsigned)(k % DEV_RING);
+		size_t o = s->dev ? slot * s->chunk : 0;
 		ssize_t r;
 		uint64_t now;
 
 		if (s->dev && k >= DEV_RING)
-			s->err = gdx_event_synchronize(ev[k % DEV_RING]);
+			s->err = agent_wait(s, seq[slot]);
 		r = s->err ? 0 : recv(s->fd, buf + o, s->chunk, MSG_WAITALL);
 		now = gdx_now_ns();
 		if (r <= 0)
 			break;
-		if (s->dev) {
-			s->err = gdx_memcpy_async(s->dev, dbuf + o, buf + o, (size_t)r, st);
-			if (!s->err)
-				s->err = gdx_event_record(ev[k % DEV_RING], st);
-		}
+		while (s->dev && (s->err = gdx_copy_agent_post(s->agent, s->ring, dbuf + o, buf + o,
+							      (size_t)r, &seq[slot])) == -EAGAIN)
+			sched_yield();
 		k++;
 		if (!deadline) {
 			/* the clock starts at the first byte: setup is not the stream's cost */
@@ -458,15 +471,10 @@ static void *tcp_receiver(void *arg)
 			break;
 	}
 	if (s->dev) {
-		if (st && !s->err) {
-			s->err = gdx_stream_synchronize(st);
+		if (k && !s->err) {
+			s->err = agent_wait(s, seq[(k - 1) % DEV_RING]);
 			s->t1 = gdx_now_ns();
 		}
-		for (unsigned i = 0; i < DEV_RING; i++)
-			if (ev[i])
-				gdx_event_destroy(ev[i]);
-		if (st)
-			gdx_stream_destroy(st);
 		if (dbuf)
 			gdx_device_free(s->dev, dbuf);
 		if (buf)
@@ -504,8 +512,9 @@ static const char *tls_records(void)
 
 /*
  * Streams raw TCP streams over loopback for secs: GB/s, or -1.  With dev,
- * each receiver also copies what it received into dev's memory (the ceiling
- * of a read into device memory through host memory).
+ * each receiver also hands what it received to a copy agent of dev's, one
+ * ring each, workers as nvmf.host.copy_agent says (the ceiling of a read
+ * into device memory through host memory).
  */
 static double tcp_ceiling(unsigned streams, size_t chunk, double secs, struct gdx_device *dev)
 {
@@ -515,6 +524,7 @@ static double tcp_ceiling(unsigned streams, size_t chunk, double secs, struct gd
 	struct stream *rx = calloc(streams, sizeof(*rx)), *tx = calloc(streams, sizeof(*tx));
 	pthread_t *t = calloc(2 * streams, sizeof(*t));
 	uint64_t t0 = UINT64_MAX, t1 = 0, total = 0;
+	struct gdx_copy_agent *agent = NULL;
 	bool failed = false;
 	double gbps = -1;
 
@@ -533,6 +543,24 @@ static double tcp_ceiling(unsigned streams, size_t chunk, double secs, struct gd
 		rx[i].chunk = chunk;
 		rx[i].secs = secs;
 		rx[i].dev = dev;
+		rx[i].ring = i;
+	}
+	if (dev) {
+		struct gdx_copy_agent_opts o;
+		int rc;
+
+		gdx_copy_agent_opts_init(&o, sizeof(o));
+		o.rings = streams;
+		o.workers = GDX_MIN(streams, (unsigned)GDX_MAX(1, gdx_cfg_int("nvmf.host.copy_agent")));
+		o.entries = 64;
+		rc = gdx_copy_agent_start(dev, &o, &agent);
+		if (rc) {
+			fprintf(stderr, "gdx bench nvmf-host: TCP ceiling into device memory: copy "
+				"agent: %s\n", gdx_strerror(rc));
+			goto out;
+		}
+		for (unsigned i = 0; i < streams; i++)
+			rx[i].agent = agent;
 	}
 	for (unsigned i = 0; i < streams; i++) {
 		pthread_create(&t[2 * i], NULL, tcp_sender, &tx[i]);
@@ -564,6 +592,8 @@ out:
 	}
 	if (lfd >= 0)
 		close(lfd);
+	if (agent)
+		gdx_copy_agent_stop(agent);
 	free(rx);
 	free(tx);
 	free(t);
