@@ -22,8 +22,9 @@ gdx=$builddir/tools/gdx/gdx
 [ -x "$gdx" ] || { echo "no gdx at $gdx (build first)" >&2; exit 2; }
 share=$(mktemp -d)
 trap 'rm -rf "$share"' EXIT
+"$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
+"$top/tests/interop/vm.sh" share "$share" "$gdx" || exit 1
 . "$top/bench/vm_perf.sh"
-vm_gdx_share "$share" "$gdx" || exit 1
 vm_perf_share "$share" || exit 1
 # the caller's GDX_NVMF_HOST_* knobs and GDX_DEVICE (emulated: pinned, gpu:0 memory
 # in a guest without a GPU) reach the gdx host in the guest

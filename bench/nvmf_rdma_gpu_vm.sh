@@ -17,10 +17,9 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 gdx=${1:-$top/build}/tools/gdx/gdx
 [ -x "$gdx" ] || { echo "no $gdx: build first"; exit 1; }
 share=$(mktemp -d); trap 'rm -rf "$share"' EXIT
-mkdir -p "$share/lib" "$share/bench"
-cp "$gdx" "$share/gdx"
+"$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
+"$top/tests/interop/vm.sh" share "$share" "$gdx" || exit 1
+mkdir -p "$share/bench"
 cp "$top/tests/interop/guest_lib.sh" "$top/bench/nvmf_rdma_gpu_guest.sh" "$share/"
 cp "$top/bench/nvmf_rdma_gpu.sh" "$top/bench/gpu_lib.sh" "$share/bench/"
-ldd "$gdx" | awk '/=> \//{print $3}' | grep -E 'uring|isal|asan|ubsan' | xargs -r cp -t "$share/lib"
-"$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
 VM_SHARE=$share VM_TIMEOUT=${VM_TIMEOUT:-600} "$top/tests/interop/vm.sh" run "$share/nvmf_rdma_gpu_guest.sh"

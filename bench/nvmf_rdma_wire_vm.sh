@@ -33,8 +33,8 @@ gdx=$builddir/tools/gdx/gdx
 [ -x "$gdx" ] || { echo "no gdx at $gdx (build first)" >&2; exit 2; }
 share=$(mktemp -d)
 trap 'rm -rf "$share"' EXIT
-. "$top/bench/vm_perf.sh"
-vm_gdx_share "$share" "$gdx" || exit 1
+"$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
+"$top/tests/interop/vm.sh" share "$share" "$gdx" || exit 1
 hostknobs=$(env | grep -E '^GDX_(NVMF_HOST_[A-Z_0-9]*|DEVICE)=[^ ]*$' | tr '\n' ' ')
 # gdxjobs: the guest's gdx host jobs for memory kind $m, one per arm
 read -ra arms <<<"${ARMS:-}"

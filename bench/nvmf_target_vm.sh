@@ -20,11 +20,10 @@ gdx=$build/tools/gdx/gdx
 [ -x "$gdx" ] || { echo "no $gdx: build first"; exit 1; }
 share=$(mktemp -d); trap 'rm -rf "$share"' EXIT
 cp "$top/bench/nvmf_target_guest.sh" "$share/"
-. "$top/bench/vm_perf.sh"
-# the guest image lacks some of gdx's libraries: they come along
-vm_gdx_share "$share" "$gdx" || exit 1
-vm_perf_share "$share" || exit 1
 "$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
+"$top/tests/interop/vm.sh" share "$share" "$gdx" || exit 1
+. "$top/bench/vm_perf.sh"
+vm_perf_share "$share" || exit 1
 cpus=${VM_CPUS:-2}
 last=$((cpus - 1))
 fio_cpus=${FIO_CPUS-$([ "$cpus" -gt 1 ] && echo "0-$((cpus - 2))")}

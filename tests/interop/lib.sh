@@ -26,16 +26,6 @@ stop_target() {
   TARGET_PID=
 }
 
-# share_libs DIR BIN...: the libraries of BIN... that the guest images lack (liburing,
-# ISA-L, cmocka, the sanitizers' runtimes) into DIR/lib, which the guest scripts put on
-# LD_LIBRARY_PATH (/share/lib)
-share_libs() {
-  local dir=$1; shift
-  mkdir -p "$dir/lib"
-  ldd "$@" | awk '/=> \//{print $3}' | grep -E 'uring|isal|cmocka|asan|ubsan' | sort -u |
-    xargs -r cp -t "$dir/lib"
-}
-
 # a free TCP port on 127.0.0.1
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'

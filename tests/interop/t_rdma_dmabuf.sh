@@ -11,8 +11,8 @@
 B=$(dirname "$GDX")/../..	# the build the gdx binary comes from
 [ -x "$B/tests/unit/test_device" ] || { echo "no test_device in $B"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
-cp "$GDX" "$B/tests/unit/test_device" "$INTEROP/guest_lib.sh" "$SHARE/"
-share_libs "$SHARE" "$GDX" "$B/tests/unit/test_device"
+"$VM" share "$SHARE" "$GDX" "$B/tests/unit/test_device" || exit 1
+cp "$INTEROP/guest_lib.sh" "$SHARE/"
 cat >"$SHARE/g.sh" <<'GUEST'
 . /share/guest_lib.sh
 cd /share

@@ -14,7 +14,6 @@
 . "$(dirname "$0")/lib.sh"
 [ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
-cp "$GDX" "$SHARE/gdx"
+"$VM" share "$SHARE" "$GDX" || exit 1
 cp "$INTEROP/guest_lib.sh" "$INTEROP/g_rdma_host.sh" "$SHARE/"
-share_libs "$SHARE" "$GDX"
 VM_SHARE=$SHARE "$VM" run "$SHARE/g_rdma_host.sh"

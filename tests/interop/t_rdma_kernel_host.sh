@@ -11,9 +11,8 @@
 . "$(dirname "$0")/lib.sh"
 [ -x "$GDX" ] || { echo "no gdx binary at $GDX"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
-cp "$GDX" "$SHARE/gdx"
+"$VM" share "$SHARE" "$GDX" || exit 1
 probe=$(dirname "$GDX")/../../tests/interop/rdma_probe
 [ -x "$probe" ] && cp "$probe" "$SHARE/"
 cp "$INTEROP/guest_lib.sh" "$INTEROP/g_rdma_kernel_host.sh" "$SHARE/"
-share_libs "$SHARE" "$GDX"
 VM_SHARE=$SHARE "$VM" run "$SHARE/g_rdma_kernel_host.sh" nqn.2024-01.io.gdx:interop-rdma

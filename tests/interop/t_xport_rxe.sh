@@ -8,10 +8,10 @@ builddir=${GDX_BUILDDIR:-$INTEROP/../../build}
 bin=$builddir/tests/func/test_xport_conformance
 [ -x "$bin" ] || { echo "no $bin (build with tests)"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
-cp "$bin" "$INTEROP/g_xport_rxe.sh" "$SHARE/"
-bins=("$SHARE/test_xport_conformance")
-[ -x "$GDX" ] && cp "$GDX" "$SHARE/gdx" && bins+=("$SHARE/gdx")
-share_libs "$SHARE" "${bins[@]}"
+cp "$INTEROP/g_xport_rxe.sh" "$SHARE/"
+bins=("$bin")
+[ -x "$GDX" ] && bins+=("$GDX")
+"$VM" share "$SHARE" "${bins[@]}" || exit 1
 {
   echo "export GDX_TEST_XPORT_MAX=${GDX_TEST_XPORT_MAX:-4M}"
   [ -n "${GDX_LOG_LEVEL:-}" ] && echo "export GDX_LOG_LEVEL=$GDX_LOG_LEVEL"

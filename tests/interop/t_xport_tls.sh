@@ -14,10 +14,7 @@ builddir=${GDX_BUILDDIR:-$INTEROP/../../build}
 bin=$builddir/tests/func/test_xport_tcp_wire
 [ -x "$bin" ] || { echo "no $bin (build with tests)"; exit 77; }
 SHARE=$(mktemp -d); trap 'rm -rf "$SHARE"' EXIT
-mkdir -p "$SHARE/lib"
-cp "$bin" "$INTEROP/guest_lib.sh" "$INTEROP/g_xport_tls.sh" "$SHARE/"
-cp "$GDX" "$SHARE/gdx"
-# the guest image has gdx's libraries; a test binary also needs cmocka (and the sanitizers')
-ldd "$bin" | awk '/=> \//{print $3}' | grep -E 'cmocka|asan|ubsan' | xargs -r cp -t "$SHARE/lib"
+"$VM" share "$SHARE" "$bin" "$GDX" || exit 1
+cp "$INTEROP/guest_lib.sh" "$INTEROP/g_xport_tls.sh" "$SHARE/"
 export VM_MEM=1536 VM_TIMEOUT=600
 VM_SHARE=$SHARE "$VM" run "$SHARE/g_xport_tls.sh"

@@ -9,6 +9,9 @@
 #   ./vm.sh run SCRIPT [ARGS..]  boot the VM, run SCRIPT inside as root (cwd /share),
 #                                stream its stdout+stderr, power off, exit with its status
 #                                (124: VM timed out, 125: guest died without a status)
+#   ./vm.sh share DIR BIN..      copy the host-built BIN.. into DIR and the libraries of
+#                                theirs the guest image lacks into DIR/lib, for the guest
+#                                to run them with LD_LIBRARY_PATH=DIR/lib (after prepare)
 #   ./vm.sh shell                boot the VM with an interactive shell on this terminal
 #   ./vm.sh info                 print configuration, cache contents and sizes
 #   ./vm.sh clean                remove cache/ (everything prepare made)
@@ -447,6 +450,25 @@ cmd_run() {
   exit "$rc"
 }
 
+# ---------------------------------------------------------------- share
+# A host-built binary runs in the guest (the host's release or a later one: the same
+# glibc or a newer) on the guest's own libraries wherever the image has them, so
+# that libibverbs matches the guest's providers and glibc stays whole, and on the host's
+# for the rest, whatever they are: bookworm's image has no liburing or ISA-L, neither
+# has cmocka or the sanitizers' runtimes.  The image's files are the cache's rootfs.
+cmd_share() {
+  [ $# -ge 2 ] || die "usage: $0 share DIR BIN..."
+  local dir=$1 libs lib; shift
+  [ -d "$CACHE/rootfs/usr" ] || die "run '$0 prepare' first"
+  libs=$(ldd "$@") || die "ldd $* failed"
+  ! grep 'not found' <<<"$libs" || die "libraries missing on this machine"
+  mkdir -p "$dir/lib"
+  cp -- "$@" "$dir/"
+  while read -r lib; do
+    [ -e "$CACHE/rootfs$lib" ] || cp "$lib" "$dir/lib/"
+  done < <(awk '/=> \// { print $3 }' <<<"$libs" | sort -u)
+}
+
 cmd_shell() {
   local run; run=$(new_rundir); : > "$run/script"
   boot_vm "$run" shell
@@ -465,6 +487,7 @@ cmd_info() {
 case "${1:-}" in
   prepare) shift; cmd_prepare "$@";;
   run)     shift; cmd_run "$@";;
+  share)   shift; cmd_share "$@";;
   shell)   shift; cmd_shell "$@";;
   info)    shift; cmd_info "$@";;
   clean)   rm -rf "$CACHE";;
