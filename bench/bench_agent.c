@@ -27,6 +27,7 @@
 #include <gdx/gdx.h>
 
 #include "common/util.h"
+#include "sort.h"
 
 #define MAX_W 8
 #define BUF (64u << 20)	/* per side: copies walk through it */
@@ -103,17 +104,10 @@ static double agent_gbps(struct gdx_copy_agent *a, unsigned w, char *dst, const 
 
 #define LAT_N 2000
 
-static int dbl_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Median and 99th percentile of v[0..LAT_N) in p[0..1] (sorts v). */
 static void lat_summary(double *v, double p[2])
 {
-	qsort(v, LAT_N, sizeof(*v), dbl_cmp);
+	bench_sort(v, LAT_N);
 	p[0] = v[LAT_N / 2];
 	p[1] = v[LAT_N * 99 / 100];
 }

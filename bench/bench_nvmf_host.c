@@ -48,6 +48,7 @@
 
 #include "bench_nvmf_host.h"
 #include "ceiling.h"
+#include "sort.h"
 #include "tcp_rr.h"
 #include "common/config.h"
 #include "common/util.h"
@@ -687,19 +688,12 @@ static int parse_list(const char *s, unsigned *v, unsigned max)
 	return (int)n;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static double median(const double *v, unsigned n)
 {
 	double t[16];
 
 	memcpy(t, v, n * sizeof(*v));
-	qsort(t, n, sizeof(*t), cmp_double);
+	bench_sort(t, n);
 	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 

@@ -42,6 +42,7 @@
 
 #include "common/tpool.h"
 #include "common/util.h"
+#include "sort.h"
 
 struct ctx {
 	struct gdx_device *dev;
@@ -55,16 +56,9 @@ struct ctx {
 	unsigned iters;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static void row(const char *what, double *v, unsigned n, double ceiling)
 {
-	qsort(v, n, sizeof(*v), cmp_double);
+	bench_sort(v, n);
 	printf("%-22s %9.1f %9.1f", what, v[n / 2], v[n * 9 / 10]);
 	if (ceiling > 0)
 		printf("   ceiling %7.1f  ratio %5.2f", ceiling, v[n / 2] / ceiling);

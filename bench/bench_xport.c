@@ -46,6 +46,7 @@
 #include "args.h"
 #include "bench_xport.h"
 #include "ceiling.h"
+#include "sort.h"
 #include "tcp_rr.h"
 #include "common/config.h"
 #include "common/sock.h"
@@ -795,20 +796,13 @@ static void usage(FILE *f)
 
 #define MAX_RUNS 31
 
-static int dbl_cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The median of n figures; a failure (negative) if any run failed. */
 static double median(double *v, int n)
 {
 	for (int i = 0; i < n; i++)
 		if (v[i] < 0)
 			return v[i];
-	qsort(v, (size_t)n, sizeof(*v), dbl_cmp);
+	bench_sort(v, (size_t)n);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
