@@ -713,6 +713,19 @@ void gdx_stage_unreserve(struct gdx_stage *st, const struct gdx_stage_span *sp)
 		st->pn--;
 }
 
+void gdx_stage_trim(struct gdx_stage *st, struct gdx_stage_span *sp, size_t n)
+{
+	if (n >= sp->n)
+		return;
+	sp->n = n;
+	if (sp->end != st->r.head)
+		return;
+	st->r.head = sp->pos + n;
+	sp->end = st->r.head;
+	if (st->o.pieces)
+		piece_at(st, st->pn - 1)->end = sp->end;
+}
+
 int gdx_stage_flush(struct gdx_stage *st)
 {
 	int rc;

@@ -287,6 +287,12 @@ int gdx_stage_reserve(struct gdx_stage *st, size_t n, unsigned flags, struct gdx
 /* Gives back the last reservation, not posted. */
 void gdx_stage_unreserve(struct gdx_stage *st, const struct gdx_stage_span *sp);
 /*
+ * Shrinks a reservation, not posted, to its first n bytes (a producer that
+ * posts what came so far): the last one gives the rest of its room back at
+ * once; an earlier one keeps it, unused, until its mark lands.
+ */
+void gdx_stage_trim(struct gdx_stage *st, struct gdx_stage_span *sp, size_t n);
+/*
  * Copies the reserved piece: H2D from sp->p to devp, D2H from devp to sp->p;
  * its mark is sp->end.  A copy whose post failed keeps its room and memory
  * (a worker may still make it) until the context is halted.  Pieces are

@@ -983,3 +983,48 @@ void ctx_open_agent_error(void **state)
 	assert_true(gdx_stage_ctx_has_agent(ctx));
 	assert_int_equal(gdx_stage_ctx_close(ctx), 0);
 }
+
+/*
+ * A producer posts what came (gdx_stage_trim): the last reservation gives
+ * the room past it back at once, an earlier one keeps it until its mark;
+ * every trimmed piece lands whole, through the agent.
+ */
+void trim_gives_room_back(void **state)
+{
+	struct gdx_stage_ctx *ctx = ctx_open(true, 1);
+	struct gdx_stage *st = lane_open(ctx, GDX_STAGE_AGENT, GDX_STAGE_FAIL, 4, NULL);
+	const size_t q = CHUNK / 8;
+	struct gdx_stage_span sp[4];
+	uint64_t end2;
+
+	(void)state;
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, 0, &sp[0]), 0);
+	memcpy(sp[0].p, src, 2 * q);
+	gdx_stage_trim(st, &sp[0], 2 * q);
+	assert_int_equal(sp[0].n, 2 * q);
+	assert_true(sp[0].end == sp[0].pos + 2 * q);
+	assert_int_equal(gdx_stage_reserve(st, CHUNK, 0, &sp[1]), 0);
+	/* the rest of the first chunk came back: the next piece starts in it */
+	assert_true(sp[1].pos >= sp[0].end && sp[1].pos < sp[0].pos + CHUNK);
+	memcpy(sp[1].p, src + 2 * q, CHUNK);
+	assert_int_equal(gdx_stage_post(st, &sp[0], dbuf), 0);
+	assert_int_equal(gdx_stage_post(st, &sp[1], (char *)dbuf + 2 * q), 0);
+
+	/* not the last reservation: it keeps its room (its end) until its mark */
+	assert_int_equal(gdx_stage_reserve(st, 4 * q, 0, &sp[2]), 0);
+	assert_int_equal(gdx_stage_reserve(st, q, 0, &sp[3]), 0);
+	end2 = sp[2].end;
+	gdx_stage_trim(st, &sp[2], q);
+	assert_int_equal(sp[2].n, q);
+	assert_true(sp[2].end == end2);
+	/* asking for more than the piece holds changes nothing */
+	gdx_stage_trim(st, &sp[3], 2 * q);
+	assert_int_equal(sp[3].n, q);
+	memcpy(sp[2].p, src + 10 * q, q);
+	memcpy(sp[3].p, src + 11 * q, q);
+	assert_int_equal(gdx_stage_post(st, &sp[2], (char *)dbuf + 10 * q), 0);
+	assert_int_equal(gdx_stage_post(st, &sp[3], (char *)dbuf + 11 * q), 0);
+	assert_int_equal(gdx_stage_wait(st, sp[3].end), 0);
+	check_dev(0, 12 * q);
+	lane_ctx_close(st, ctx);
+}

@@ -81,6 +81,7 @@ void adopt_ring_after_reopen(void **state);
 void mark_seq_wrap(void **state);
 void sync_copy_fault_piece(void **state);
 void d2h_release_order(void **state);
+void trim_gives_room_back(void **state);
 void ctx_open_agent_error(void **state);
 
 /* stage_tx.c */

@@ -258,6 +258,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(adopt_ring_after_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(mark_seq_wrap, setup, teardown),
 		cmocka_unit_test_setup_teardown(d2h_release_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(trim_gives_room_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(ctx_open_agent_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_waits_for_halt, setup, teardown),
 		cmocka_unit_test_setup_teardown(redo_launch_fails_before_halt, setup, teardown),
