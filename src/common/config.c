@@ -75,6 +75,10 @@ static struct knob knobs[] = {
 	KNOB("emulated.agent_copy_us", K_INT, "0",
 	     "for tests: microseconds each copy of a copy agent's workers takes (a slow device; "
 	     "read when a worker is launched)", .min = 0, .max = 10000000),
+	KNOB("emulated.agent_aligned", K_BOOL, "0",
+	     "for tests: a copy of a copy agent's workers whose source or destination is not "
+	     "16-byte aligned faults, where the cuda agent copies it byte by byte, tens of "
+	     "times slower (read when a worker is launched)"),
 	KNOB("file.backend", K_ENUM, "auto",
 	     "storage backend for file handles: auto (by priority), cufile, uring or posix",
 	     .choices = "auto|cufile|uring|posix"),

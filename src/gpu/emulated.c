@@ -95,7 +95,7 @@ struct op {
 		struct { struct emu_event *ev; uint64_t gen; } ev;
 		struct { void *p; } free;
 		struct { const uint32_t *addr; uint32_t v; } wv;
-		struct { struct gdx_agent_args a; long fault_after, copy_us; } agent;
+		struct { struct gdx_agent_args a; long fault_after, copy_us; bool aligned; } agent;
 	};
 };
 
@@ -277,7 +277,7 @@ static bool agent_desc(const struct gdx_agent_args *a, unsigned r, uint32_t seq,
 
 /* The loop of src/gpu/agent.cu on the stream's thread, one descriptor at a time. */
 static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fault_after,
-		      long copy_us)
+		      long copy_us, bool aligned)
 {
 	struct gdx_agent_worker *w = (struct gdx_agent_worker *)(uintptr_t)a->workers + a->worker;
 	struct gdx_agent_ring *rings = (struct gdx_agent_ring *)(uintptr_t)a->rings;
@@ -318,6 +318,9 @@ static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fa
 				}
 				/* emulated.agent_fault_after: as a kernel's bad access, for tests */
 				if (fault_after && atomic_fetch_add(&d->agent_copies, 1) >= fault_after)
+					dst = 0;
+				/* emulated.agent_aligned: a copy agent.cu makes byte by byte, for tests */
+				if (aligned && (dst | src) & 15)
 					dst = 0;
 				/* emulated.agent_copy_us: a slow device, for tests */
 				if (copy_us)
@@ -750,7 +753,8 @@ static void run_op(struct emu_stream_impl *st, struct op *op)
 		free_now(d, op->free.p);
 		break;
 	case OP_AGENT:
-		run_agent(d, &op->agent.a, op->agent.fault_after, op->agent.copy_us);
+		run_agent(d, &op->agent.a, op->agent.fault_after, op->agent.copy_us,
+			  op->agent.aligned);
 		break;
 	}
 }
@@ -1057,13 +1061,14 @@ static int emu_agent_launch(void *priv, void *stream, const struct gdx_agent_arg
 	struct emu_dev *d = priv;
 	long fault_after = (long)gdx_cfg_int("emulated.agent_fault_after");
 	long copy_us = (long)gdx_cfg_int("emulated.agent_copy_us");
+	bool aligned = gdx_cfg_bool("emulated.agent_aligned");
 
 	if (!stream)
 		return 0;
 	if (!fault_after)
 		atomic_store(&d->agent_copies, 0);
 	return enqueue(stream, &(struct op){ .type = OP_AGENT,
-					     .agent = { *a, fault_after, copy_us } });
+					     .agent = { *a, fault_after, copy_us, aligned } });
 }
 
 static int emu_launch_host_func(void *priv, void *stream, gdx_host_fn fn, void *arg)

@@ -409,9 +409,11 @@ static void *late_raw_main(void *arg)
  * without a hand-off to the receive thread (rx_waiter_dev up, rx_dev not).
  * Three cases, each a few tries (a take needs a parked receive thread):
  *  - a 4 KiB send;
- *  - a 64 KiB one whose payload stops half-way for 30 ms: the waiter posts
- *    what came and leaves the rest to the receive thread, which finishes
- *    it through the lane behind those pieces (rx_part), the bytes whole;
+ *  - a 64 KiB one whose payload stops a few bytes past half-way for 30 ms:
+ *    the waiter posts what came in whole 64-byte units and leaves the rest
+ *    to the receive thread, which finishes it through the lane behind those
+ *    pieces (rx_part), the bytes whole, every copy 16-byte aligned (the
+ *    emulated agent faults on others: emulated.agent_aligned);
  *  - a 4 KiB send into device memory then one into host memory in one
  *    write, the device copies slowed to 2 ms: the host receive completes
  *    second (its completion queued behind the device one's, rule 2), and
@@ -427,6 +429,8 @@ static void test_waiter_receives_device(void **state)
 	struct raw_conn conn;
 
 	(void)state;
+	/* read when the agent's workers start */
+	assert_int_equal(gdx_config_set("emulated.agent_aligned", "1"), 0);
 	dev = dev_conn_open(&conn, BIG, &drx, NULL);
 	/* the first half of the 64 KiB payload goes at once, not when the header is acked */
 	assert_int_equal(setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int)),
@@ -441,7 +445,7 @@ static void test_waiter_receives_device(void **state)
 			unsigned seed = 500 + 10 * (unsigned)c + i;
 			uint64_t id = 1000 * (uint64_t)c + i;
 			size_t n = c == 1 ? BIG : SZ;
-			struct late_send ls = { .fd = conn.fd, .id = id, .n = n, .first = n / 2,
+			struct late_send ls = { .fd = conn.fd, .id = id, .n = n, .first = n / 2 + 5,
 						.seed = seed, .ms = 30 };
 			struct frame *f = (struct frame *)msg;
 			struct late_raw lr = { .fd = conn.fd, .p = msg, .n = sizeof(*f) + SZ,

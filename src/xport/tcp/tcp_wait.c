@@ -161,12 +161,28 @@ static int w_dev(struct tcp_ep *t, struct qent *r, const struct hdr *h)
 			return w_leave(t, r, h, got, got > 0, ret);
 		want = sp.n;
 		have = w_fill(t, sp.p, want);
+		if (have < want) {
+			/*
+			 * A late rest, left to the receive thread: what came goes
+			 * to the device in whole RING_ALIGN units, so that the
+			 * pieces after it land as aligned as the buffer (the cuda
+			 * agent copies a piece whose ends are not 16-byte aligned
+			 * byte by byte, tens of times slower); the odd tail goes
+			 * back to rbuf, which w_fill emptied before it read the
+			 * socket, and the room past the piece back to the ring.
+			 */
+			size_t odd = have % RING_ALIGN;
+
+			have -= odd;
+			memcpy(t->rbuf, (char *)sp.p + have, odd);
+			t->rpos = 0;
+			t->rlen = odd;
+		}
 		if (!have) {
 			gdx_stage_unreserve(rx, &sp);
 			return w_leave(t, r, h, got, got > 0, 0);
 		}
-		/* a late rest leaves the room past what came unused until this copy's mark */
-		sp.n = have;
+		gdx_stage_trim(rx, &sp, have);
 		/* a wait in the reserve may have found the agent failed: the lane went synchronous */
 		ret = tcp_rx_agent(rx) ? gdx_stage_post(rx, &sp, dst + got) :
 					 gdx_stage_ctx_status(t->stage);
