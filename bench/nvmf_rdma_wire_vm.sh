@@ -41,18 +41,20 @@ read -ra arms <<<"${ARMS:-}"
 [ ${#arms[@]} -gt 0 ] || arms=("")
 gdxjobs=""
 for i in "${!arms[@]}"; do
-  bin=/share/gdx knobs="" name='gdx-$m'
+  bin=/share/gdx libs=/share/lib knobs="" name='gdx-$m'
   [ ${#arms[@]} -gt 1 ] && name+=-$((i + 1))
   IFS=, read -ra kv <<<"${arms[$i]}"
   for x in "${kv[@]}"; do
     case $x in
-      gdx=*) cp "${x#gdx=}" "$share/gdx.$i" || exit 2; bin=/share/gdx.$i ;;
+      gdx=*) mkdir "$share/arm$i" && "$top/tests/interop/vm.sh" share "$share/arm$i" "${x#gdx=}" ||
+               exit 2
+             bin=/share/arm$i/$(basename "${x#gdx=}") libs=/share/arm$i/lib:/share/lib ;;
       GDX_NVMF_HOST_*=*) knobs+=" $x" ;;
       *) echo "ARMS: $x is neither a GDX_NVMF_HOST_* knob nor gdx=PATH" >&2; exit 2 ;;
     esac
   done
   gdxjobs+="  echo \"# $name: arm $((i + 1)):${arms[$i]:+ ${arms[$i]}}\"
-  job $name env LD_LIBRARY_PATH=/share/lib GDX_NVMF_HOST_KATO_MS=30000 $hostknobs$knobs \\
+  job $name env LD_LIBRARY_PATH=$libs GDX_NVMF_HOST_KATO_MS=30000 $hostknobs$knobs \\
     $bin bench nvmf-host --transport rdma -a \$A -s 4420 -n \$NQN -t $secs --rounds 1 \\
     --queues \$(nproc) --qd none --no-tcp -m \$m \"\$@\"
 "

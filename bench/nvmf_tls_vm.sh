@@ -14,9 +14,12 @@ build=${1:-$top/build}
 gdx=$build/tools/gdx/gdx
 [ -x "$gdx" ] || { echo "no $gdx: build first"; exit 1; }
 share=$(mktemp -d); trap 'rm -rf "$share"' EXIT
-cp "$gdx" "$share/gdx"
+export VM_DIST=trixie
+"$top/tests/interop/vm.sh" prepare >/dev/null || { echo "vm prepare failed"; exit 1; }
+"$top/tests/interop/vm.sh" share "$share" "$gdx" || exit 1
 cat >"$share/g.sh" <<'GUEST'
 set -u
+export LD_LIBRARY_PATH=/share/lib
 T=$1 GDX_OPTS=$2 G=/share/gdx NQN=nqn.2024-01.io.gdx:bench NQN2=nqn.2024-01.io.gdx:nvmet-bench
 KHOST=$(cat /etc/nvme/hostnqn) GHOST=nqn.2024-01.io.gdx:bench-host
 KEY=$(python3 -c 'import base64,os,zlib;k=os.urandom(32);print("NVMeTLSkey-1:01:"+base64.b64encode(k+zlib.crc32(k).to_bytes(4,"little")).decode()+":")')

@@ -2,6 +2,8 @@
 # Guest side of t_tls.sh (see there).
 . /share/guest_lib.sh
 export GDX_DEVICE=emulated GDX_NVMF_HOST_CONNECT_TIMEOUT_MS=30000 GDX_NVMF_HOST_KATO_MS=15000
+# what the host-built binaries need that the guest lacks (vm.sh share)
+export LD_LIBRARY_PATH=/share/lib
 G=/share/gdx T=/share/tls_psk_tool NQN=nqn.2024-01.io.gdx:tls NQN2=nqn.2024-01.io.gdx:nvmet-tls
 GHOST=nqn.2024-01.io.gdx:tls-host
 KHOST=$(cat /etc/nvme/hostnqn)

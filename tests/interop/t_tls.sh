@@ -20,7 +20,6 @@
 SHARE=$(mktemp -d)
 trap 'rm -rf "$SHARE"' EXIT
 cp "$INTEROP/guest_lib.sh" "$INTEROP/g_tls.sh" "$INTEROP/tls_connect.py" "$SHARE/"
-cp "$GDX" "$SHARE/gdx"
-cp "$(dirname "$GDX")/../../tests/unit/tls_psk_tool" "$SHARE/" || exit 1
+"$VM" share "$SHARE" "$GDX" "$(dirname "$GDX")/../../tests/unit/tls_psk_tool" || exit 1
 export VM_MEM=1536 VM_TIMEOUT=600
 VM_SHARE=$SHARE "$VM" run "$SHARE/g_tls.sh"

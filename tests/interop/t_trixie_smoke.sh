@@ -9,9 +9,10 @@
 SHARE=$(mktemp -d)
 trap 'rm -rf "$SHARE"' EXIT
 cp "$INTEROP/guest_lib.sh" "$SHARE/"
-cp "$GDX" "$SHARE/gdx"
+"$VM" share "$SHARE" "$GDX" || exit 1
 cat >"$SHARE/g.sh" <<'GUEST'
 . /share/guest_lib.sh
+export LD_LIBRARY_PATH=/share/lib
 kver=$(uname -r); echo "  kernel $kver"
 check "kernel 6.12" grep -q '^6\.12\.' <<<"$kver"
 check "modprobe nvme-tcp nvmet-tcp tls" modprobe -a nvme-tcp nvmet-tcp tls
