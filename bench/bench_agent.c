@@ -7,12 +7,17 @@
  * that W blocks share it.
  *
  *   bench_agent [--sizes 64k,256k,1M,4M] [--workers 1,2,4] [--mib 256] [--lat]
+ *               [--offset P,D]
  *
  * --lat: the time one lone copy takes instead, from its post until the CPU
  * sees its done word (the next posted only then), medians and 99th
  * percentiles of LAT_N, against a synchronous copy of the same size on a
  * stream (gdx_memcpy_async + gdx_stream_synchronize), and a 16-byte copy
  * beside them: the agent's poll, fence and done word alone.
+ *
+ * --offset P,D: every copy starts P bytes into its pinned slot and D bytes
+ * into its device slot (0-63), as a copy into a tensor's slice at an odd
+ * offset does; the stream copies beside take the same offsets.
  *
  * GDX_DEVICE picks the device (cuda on a GPU machine).
  */
@@ -31,6 +36,7 @@
 
 #define MAX_W 8
 #define BUF (64u << 20)	/* per side: copies walk through it */
+#define SLACK 64	/* past BUF, room for --offset */
 
 static int parse_size(const char *s, size_t *v)
 {
@@ -225,6 +231,7 @@ int main(int argc, char **argv)
 		{ "workers", required_argument, NULL, 'w' },
 		{ "mib", required_argument, NULL, 'm' },
 		{ "lat", no_argument, NULL, 'l' },
+		{ "offset", required_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char sizes_arg[256] = "64k,256k,1M,4M", workers_arg[64] = "1,2,4";
@@ -232,6 +239,7 @@ int main(int argc, char **argv)
 	struct gdx_device *dev;
 	struct gdx_stream *s;
 	char *pin, *dmem;
+	unsigned po = 0, dof = 0;
 	int c, rc = 0;
 	bool lat = false;
 
@@ -241,22 +249,32 @@ int main(int argc, char **argv)
 		case 'w': snprintf(workers_arg, sizeof(workers_arg), "%s", optarg); break;
 		case 'm': total = strtoull(optarg, NULL, 10) << 20; break;
 		case 'l': lat = true; break;
+		case 'o':
+			if (sscanf(optarg, "%u,%u", &po, &dof) == 2 && po < SLACK && dof < SLACK)
+				break;
+			fprintf(stderr, "bench_agent: --offset P,D: bytes into the pinned and the "
+				"device slot, each 0 to %d\n", SLACK - 1);
+			return 2;
 		default:
-			fprintf(stderr, "usage: %s [--sizes LIST] [--workers LIST] [--mib N] [--lat]\n",
-				argv[0]);
+			fprintf(stderr, "usage: %s [--sizes LIST] [--workers LIST] [--mib N] [--lat] "
+				"[--offset P,D]\n", argv[0]);
 			return 2;
 		}
 	}
 	if (gdx_device_open(NULL, &dev) || gdx_stream_create(dev, &s) ||
-	    gdx_pinned_alloc(dev, BUF, (void **)&pin) || gdx_device_malloc(dev, BUF, (void **)&dmem)) {
+	    gdx_pinned_alloc(dev, BUF + SLACK, (void **)&pin) ||
+	    gdx_device_malloc(dev, BUF + SLACK, (void **)&dmem)) {
 		fprintf(stderr, "bench_agent: no device\n");
 		return 1;
 	}
-	memset(pin, 1, BUF);
-	if (gdx_memset(dev, dmem, 2, BUF))
+	memset(pin, 1, BUF + SLACK);
+	if (gdx_memset(dev, dmem, 2, BUF + SLACK))
 		return 1;
+	if (po || dof)
+		printf("copies start %u bytes into their pinned slots, %u into their device slots\n",
+		       po, dof);
 	if (lat) {
-		rc = lat_report(dev, s, pin, dmem, sizes_arg);
+		rc = lat_report(dev, s, pin + po, dmem + dof, sizes_arg);
 		goto out;
 	}
 	printf("%s: copy agent GB/s against the device's stream copies of the same size\n",
@@ -290,7 +308,7 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			for (int d = 0; d < 2; d++) {
-				char *dst = d ? pin : dmem, *src = d ? dmem : pin;
+				char *dst = d ? pin + po : dmem + dof, *src = d ? dmem + dof : pin + po;
 				double ag, ce;
 
 				/* an untimed pass first: launches, page tables */

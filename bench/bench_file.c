@@ -47,6 +47,7 @@ struct cfg {
 	const char *path;
 	bool write, rand, json, hot, no_naive;
 	size_t io;
+	size_t doff;		/* --dev-offset: device buffers start this far into their allocation */
 	unsigned threads, depth;
 	uint64_t bytes;		/* per measurement, all threads together */
 	uint64_t fsize;
@@ -150,7 +151,7 @@ static int run_copy(struct thr *t, uint64_t n_io)
 	ret = gdx_pinned_alloc(c->dev, c->io, &h);
 	if (ret)
 		return ret;
-	ret = gdx_device_malloc(c->dev, c->io, &d);
+	ret = gdx_device_malloc(c->dev, c->doff + c->io, &d);
 	if (!ret)
 		ret = gdx_stream_create(c->dev, &s);
 	if (ret) {
@@ -161,8 +162,8 @@ static int run_copy(struct thr *t, uint64_t n_io)
 	pthread_barrier_wait(t->bar);
 	t->t_start = gdx_now_ns();
 	for (uint64_t k = 0; k < n_io && !ret; k++)
-		ret = c->write ? gdx_memcpy_async(c->dev, h, d, c->io, s) :
-				 gdx_memcpy_async(c->dev, d, h, c->io, s);
+		ret = c->write ? gdx_memcpy_async(c->dev, h, (char *)d + c->doff, c->io, s) :
+				 gdx_memcpy_async(c->dev, (char *)d + c->doff, h, c->io, s);
 	if (!ret)
 		ret = gdx_stream_synchronize(s);
 	t->t_end = gdx_now_ns();
@@ -186,7 +187,7 @@ static int run_naive(struct thr *t, uint64_t n_io)
 			close(fd);
 		return fd < 0 ? -errno : -ENOMEM;
 	}
-	ret = gdx_device_malloc(c->dev, c->io, &d);
+	ret = gdx_device_malloc(c->dev, c->doff + c->io, &d);
 	memset(h, 3, c->io);
 	pthread_barrier_wait(t->bar);
 	t->t_start = gdx_now_ns();
@@ -195,12 +196,12 @@ static int run_naive(struct thr *t, uint64_t n_io)
 		ssize_t n;
 
 		if (c->write) {
-			ret = gdx_memcpy(c->dev, h, d, c->io);
+			ret = gdx_memcpy(c->dev, h, (char *)d + c->doff, c->io);
 			n = ret ? 0 : pwrite(fd, h, c->io, off);
 		} else {
 			n = pread(fd, h, c->io, off);
 			if (n > 0)
-				ret = gdx_memcpy(c->dev, d, h, (size_t)n);
+				ret = gdx_memcpy(c->dev, (char *)d + c->doff, h, (size_t)n);
 		}
 		if (n < 0)
 			ret = -errno;
@@ -234,11 +235,11 @@ static int run_gdx(struct thr *t, uint64_t n_io)
 	void *d;
 	int ret;
 
-	ret = gdx_device_malloc(c->dev, c->io * c->depth, &d);
+	ret = gdx_device_malloc(c->dev, c->doff + c->io * c->depth, &d);
 	if (ret)
 		return ret;
 	/* Registered once, as an application doing repeated I/O would. */
-	ret = gdx_file_buf_register(c->drv, d, c->io * c->depth);
+	ret = gdx_file_buf_register(c->drv, d, c->doff + c->io * c->depth);
 	if (!ret && c->depth > 1)
 		ret = gdx_file_batch_create(c->drv, c->depth, &b);
 	pthread_barrier_wait(t->bar);
@@ -246,8 +247,9 @@ static int run_gdx(struct thr *t, uint64_t n_io)
 	if (!b) {
 		for (uint64_t k = 0; k < n_io && !ret; k++) {
 			off_t off = io_off(c, t->idx, k, &seed);
-			ssize_t n = c->write ? gdx_file_write_ex(c->f, d, c->io, off, &info) :
-					       gdx_file_read_ex(c->f, d, c->io, off, &info);
+			char *buf = (char *)d + c->doff;
+			ssize_t n = c->write ? gdx_file_write_ex(c->f, buf, c->io, off, &info) :
+					       gdx_file_read_ex(c->f, buf, c->io, off, &info);
 
 			if (n < 0)
 				ret = (int)n;
@@ -262,7 +264,7 @@ static int run_gdx(struct thr *t, uint64_t n_io)
 			while (issued < n_io && issued - done < c->depth && k < 64) {
 				io[k] = (struct gdx_file_batch_io){
 					.file = c->f, .op = c->write ? GDX_FILE_WRITE : GDX_FILE_READ,
-					.buf = (char *)d + (issued % c->depth) * c->io,
+					.buf = (char *)d + c->doff + (issued % c->depth) * c->io,
 					.size = c->io, .off = io_off(c, t->idx, issued, &seed),
 				};
 				k++;
@@ -429,6 +431,8 @@ static void usage(FILE *f)
 		"  --cache MODE      hot, cold or auto (default: hot on tmpfs, cold elsewhere)\n"
 		"  --backend B       cufile, uring or posix\n"
 		"  --device gpu:N    device (default gpu:0)\n"
+		"  --dev-offset N    device buffers start N bytes (0-4095) into their\n"
+		"                    allocation, as a tensor's slice does (default 0)\n"
 		"  --no-naive        skip the naive baseline (c); it is printed as 0\n"
 		"  --json            one JSON object per line\n");
 }
@@ -503,6 +507,7 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 		{ "cache", required_argument, NULL, 'c' },
 		{ "backend", required_argument, NULL, 'B' },
 		{ "device", required_argument, NULL, 'D' },
+		{ "dev-offset", required_argument, NULL, 'O' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "no-naive", no_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
@@ -563,6 +568,14 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 			if (arg_gpu(prog, "--device", optarg, &ord))
 				return 2;
 			break;
+		case 'O': {
+			uint64_t v;
+
+			if (arg_count(prog, "--dev-offset", optarg, 0, 4095, &v))
+				return 2;
+			c.doff = (size_t)v;
+			break;
+		}
 		case 'j': c.json = true; break;
 		case 'N': c.no_naive = true; break;
 		case 'h': usage(stdout); return 0;
@@ -609,9 +622,10 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 	}
 	c.hot = !strcmp(cache, "hot") || (!strcmp(cache, "auto") && path_in_memory(c.path));
 	if (!c.json)
-		printf("# %s %s, %.2f GiB, %s cache, device %s, backend %s; ceilings: storage = %s,"
-		       " copy = pinned %s; ratios to %s\n", c.write ? "write" : "read", c.path,
-		       (double)c.fsize / (1u << 30), c.hot ? "hot" : "cold", gdx_device_name(c.dev),
+		printf("# %s %s, %.2f GiB, %s cache, device %s (buffers %zu bytes in), backend %s;"
+		       " ceilings: storage = %s, copy = pinned %s; ratios to %s\n",
+		       c.write ? "write" : "read", c.path, (double)c.fsize / (1u << 30),
+		       c.hot ? "hot" : "cold", gdx_device_name(c.dev), c.doff,
 		       gdx_file_backend_name(c.f), c.hot ? "buffered (page cache)" : "O_DIRECT",
 		       c.write ? "D2H" : "H2D", c.hot && !c.write ? "copy" : "min(a,b)");
 	for (int si = 0; si < nsizes; si++)
@@ -684,14 +698,14 @@ int gdx_bench_file(int argc, char **argv, int (*open_gpu)(int, struct gdx_device
 			       "\"copy_gbps\":%.3f,\"naive_gbps\":%.3f,\"gdx_gbps\":%.3f,"
 			       "\"gdx_iops\":%.0f,\"storage_iops\":%.0f,\"ceiling_gbps\":%.3f,"
 			       "\"gdx_ratio\":%.3f,\"naive_ratio\":%.3f,\"valid\":%s,\"path\":\"%s\","
-			       "\"backend\":\"%s\"",
+			       "\"backend\":\"%s\",\"dev_offset\":%zu",
 			       c.write ? "write" : "read", c.rand ? "rand" : "seq",
 			       c.hot ? "hot" : "cold", c.io, c.threads, c.depth,
 			       (unsigned long long)c.bytes, r[M_STORAGE] / 1e9, r[M_COPY] / 1e9,
 			       r[M_NAIVE] / 1e9, r[M_GDX] / 1e9, r[M_GDX] / (double)c.io,
 			       r[M_STORAGE] / (double)c.io, ceil / 1e9, r[M_GDX] / ceil,
 			       r[M_NAIVE] / ceil, bad ? "false" : "true", gdx_file_path_name(info.path),
-			       gdx_file_backend_name(c.f));
+			       gdx_file_backend_name(c.f), c.doff);
 			print_counters(&c, ctr0, true);
 		} else {
 			printf("%s %s %7zuk t=%-2u d=%-3u storage %7.2f GB/s  copy %7.2f GB/s  "

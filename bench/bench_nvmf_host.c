@@ -649,7 +649,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: gdx bench nvmf-host -a ADDR -s PORT -n NQN [options]\n"
 		"  -N, --nsid N        namespace (default 1)\n"
-		"  -m, --mem LIST      memory kinds, comma separated: host,pinned,gpu:N (default host)\n"
+		"  -m, --mem LIST      memory kinds, comma separated: host,pinned,gpu:N (default host);\n"
+		"                      KIND+OFF puts the buffers OFF bytes (0-4095) into their\n"
+		"                      allocation, as a tensor's slice (gpu:0+2)\n"
 		"  -t, --time S        seconds per measurement (default 3)\n"
 		"  -r, --rounds N      measurements per point, alternating kernel and gdx; medians\n"
 		"                      are reported (default 3)\n"
@@ -854,7 +856,8 @@ struct memctx {
 	const char *name;
 	int kind;		/* 0 host, 1 pinned, 2 device */
 	struct gdx_device *dev;
-	void *buf;
+	void *alloc, *buf;	/* buf: the I/O buffers, off bytes into alloc */
+	size_t off;
 	struct gdx_nvmf_ctrl *ctrl;
 	/* over RDMA into device memory: the NIC, and why it did not register it */
 	char nic[64], why[256];
@@ -887,37 +890,68 @@ static void mem_close(struct memctx *m)
 {
 	if (m->ctrl)
 		gdx_nvmf_disconnect(m->ctrl);
-	if (m->buf) {
+	if (m->alloc) {
 		if (m->kind == 0)
-			free(m->buf);
+			free(m->alloc);
 		else if (m->kind == 1)
-			gdx_pinned_free(m->dev, m->buf);
+			gdx_pinned_free(m->dev, m->alloc);
 		else
-			gdx_device_free(m->dev, m->buf);
+			gdx_device_free(m->dev, m->alloc);
 	}
 	if (m->dev)
 		gdx_device_close(m->dev);
+}
+
+/*
+ * A --mem entry: host, pinned or gpu:N, then +OFF (0-4095) for buffers that
+ * start OFF bytes into their allocation.  Returns the kind (0 host, 1 pinned,
+ * 2 device), or -1.
+ */
+static int mem_kind(const char *name, size_t *off)
+{
+	const char *plus = strchr(name, '+');
+	size_t kl = plus ? (size_t)(plus - name) : strlen(name);
+	char *end;
+	int kind = kl == 4 && !strncmp(name, "host", 4) ? 0 :
+		   kl == 6 && !strncmp(name, "pinned", 6) ? 1 : -1;
+
+	if (kl > 4 && !strncmp(name, "gpu:", 4)) {
+		unsigned long n = strtoul(name + 4, &end, 10);
+
+		kind = end == name + kl && n < 64 ? 2 : -1;
+	}
+	*off = 0;
+	if (plus) {
+		unsigned long v = strtoul(plus + 1, &end, 10);
+
+		if (end == plus + 1 || *end || v > 4095 || plus[1] == '-')
+			return -1;
+		*off = v;
+	}
+	return kind;
 }
 
 static int mem_open(struct cfg *c, struct memctx *m, size_t need)
 {
 	int rc = 0;
 
-	m->kind = !strcmp(m->name, "host") ? 0 : !strcmp(m->name, "pinned") ? 1 :
-		  !strncmp(m->name, "gpu:", 4) ? 2 : -1;
+	m->kind = mem_kind(m->name, &m->off);
 	if (m->kind < 0)
 		return -EINVAL;
+	need += m->off;
 	if (m->kind == 1)
 		rc = gdx_device_open(NULL, &m->dev);
 	else if (m->kind == 2)
 		rc = c->open_gpu(atoi(m->name + 4), &m->dev);
 	if (!rc && m->kind == 0) {
-		m->buf = aligned_alloc(4096, need);
-		rc = m->buf ? 0 : -ENOMEM;
+		m->alloc = aligned_alloc(4096, (need + 4095) / 4096 * 4096);
+		rc = m->alloc ? 0 : -ENOMEM;
 	} else if (!rc) {
-		rc = m->kind == 1 ? gdx_pinned_alloc(m->dev, need, &m->buf)
-				  : gdx_device_malloc(m->dev, need, &m->buf);
+		rc = m->kind == 1 ? gdx_pinned_alloc(m->dev, need, &m->alloc)
+				  : gdx_device_malloc(m->dev, need, &m->alloc);
 	}
+	if (!rc)
+		m->buf = (char *)m->alloc + m->off;
 	c->o.dev = m->dev;
 	if (!rc)
 		rc = gdx_nvmf_connect(c->addr, c->svc, c->nqn, &c->o, &m->ctrl);
@@ -1009,8 +1043,17 @@ int gdx_bench_nvmf_host(int argc, char **argv, int (*open_gpu)(int, struct gdx_d
 			c.nqd = (unsigned)n;
 			break;
 		case 'm':
-			for (char *tok = strtok(optarg, ","); tok && c.nmem < 8; tok = strtok(NULL, ","))
+			for (char *tok = strtok(optarg, ","); tok && c.nmem < 8; tok = strtok(NULL, ",")) {
+				size_t off;
+
+				if (mem_kind(tok, &off) < 0) {
+					fprintf(stderr, "gdx bench nvmf-host: --mem '%s': want host, "
+						"pinned or gpu:N, each with an optional +OFF of 0 to "
+						"4095\n", tok);
+					return 2;
+				}
 				snprintf(c.mems[c.nmem++], sizeof(c.mems[0]), "%s", tok);
+			}
 			break;
 		case 'h':
 			usage(stdout);

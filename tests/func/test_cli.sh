@@ -59,6 +59,8 @@ expect 2 "gdx bench xport: --depth '0': want a whole number from 1 to 4096" \
 	"$gdx" bench xport --depth 0
 expect 2 "gdx bench xport: --secs 'fast': want seconds above 0, at most 3600" \
 	"$gdx" bench xport --secs fast
+expect 2 "gdx bench file: --dev-offset '4096': want a whole number from 0 to 4095" \
+	"$gdx" bench file --file "$dir/src" --dev-offset 4096
 expect 2 "gdx bench file: --threads '0': want a whole number from 1 to 1024" \
 	"$gdx" bench file --file "$dir/src" --threads 0
 expect 2 "gdx bench file: --threads '-1': want a whole number from 1 to 1024" \
@@ -85,8 +87,9 @@ expect 1 "gdx bench file: $dir: a directory, not a file (--create SIZE makes one
 	"$dir/err" || fail "xport foo://: stderr $(cat "$dir/err")"
 grep -q failed "$dir/out" && fail "xport foo://: a failure per size: $(cat "$dir/out")"
 # A result above its ceiling makes the run invalid, on its line and at the end.
-"$gdx" bench file --file "$dir/src" --io-size 4k,64k --bytes 64k --json >"$dir/out" 2>"$dir/err" ||
-	fail "bench file: $(cat "$dir/err")"
+"$gdx" bench file --file "$dir/src" --io-size 4k,64k --bytes 64k --dev-offset 3 --json >"$dir/out" \
+	2>"$dir/err" || fail "bench file: $(cat "$dir/err")"
+grep -c '"dev_offset":3' "$dir/out" | grep -qx 2 || fail "bench file --dev-offset: $(cat "$dir/out")"
 python3 - "$dir/out" "$dir/err" <<'PY' || fail "bench file validity: $(cat "$dir/out" "$dir/err")"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -126,6 +126,17 @@ for call in copy-4k word-store event-record event-query pointer-lookup; do
 done
 echo "$out" | grep -q '"test": "4k-randread", "mem": "gpu:0", "qd": 4' ||
 	fail "bench nvmf-host --dev-calls measured no reads: $out"
+# buffers at an odd offset of their allocation (a tensor's slice), and a bad one refused
+out=$("$gdx" bench nvmf-host "${A[@]}" -m gpu:0+3,host+1 --queues 2 --qd 4 --bw-bs 16k --bw-qd 2 \
+	-t 0.05 -r 1 --no-tcp --json 2>"$tmp/err")
+[ $? = 0 ] || fail "bench nvmf-host -m gpu:0+3: $(cat "$tmp/err")"
+for m in gpu:0+3 host+1; do
+	echo "$out" | grep -q "\"test\": \"bw-randread\", \"mem\": \"$m\"" ||
+		fail "bench nvmf-host -m $m measured nothing: $out"
+done
+"$gdx" bench nvmf-host "${A[@]}" -m gpu:0+4096 >/dev/null 2>"$tmp/err"
+[ $? = 2 ] && grep -q "^gdx bench nvmf-host: --mem 'gpu:0+4096': want host, pinned or gpu:N" \
+	"$tmp/err" || fail "bench nvmf-host -m gpu:0+4096: $(cat "$tmp/err")"
 # the reads' stages, timed by the queues: present, and none negative
 echo "$out" | python3 -c '
 import json, sys
