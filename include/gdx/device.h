@@ -229,7 +229,7 @@ GDX_API int gdx_copy_agent_stop(struct gdx_copy_agent *a);
  */
 GDX_API int gdx_copy_agent_halt(struct gdx_copy_agent *a);
 /*
- * Posts a copy of len bytes (1 to 4 GiB - 4 KiB) from src to dst, each in one
+ * Posts a copy of len bytes (1 to 4 GiB - 8 KiB) from src to dst, each in one
  * allocation of pinned memory or of device memory of the agent's device (the
  * two not overlapping), behind the ones posted on
  * the ring before; *seq is its number (from 1, wrapping).  -EAGAIN when the

@@ -77,8 +77,9 @@ static struct knob knobs[] = {
 	     "read when a worker is launched)", .min = 0, .max = 10000000),
 	KNOB("emulated.agent_aligned", K_BOOL, "0",
 	     "for tests: a copy of a copy agent's workers whose source or destination is not "
-	     "16-byte aligned faults, where the cuda agent copies it byte by byte, tens of "
-	     "times slower (read when a worker is launched)"),
+	     "16-byte aligned faults: checks that a producer keeps its pieces where the cuda "
+	     "agent copies them whole in 16-byte vectors (it copies an unaligned piece's ends "
+	     "byte by byte) (read when a worker is launched)"),
 	KNOB("file.backend", K_ENUM, "auto",
 	     "storage backend for file handles: auto (by priority), cufile, uring or posix",
 	     .choices = "auto|cufile|uring|posix"),

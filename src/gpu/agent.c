@@ -228,8 +228,11 @@ GDX_API int gdx_copy_agent_post(struct gdx_copy_agent *a, unsigned ring, void *d
 	uint32_t s, e;
 	int err;
 
-	/* a worker counts a copy's 4 KiB units in 32 bits */
-	if (!a || ring >= a->o.rings || !dst || !src || !len || len > UINT32_MAX - 4095)
+	/*
+	 * A worker counts a copy's 4 KiB units in 32 bits, from the source's
+	 * offset in its page (up to 4095) on.
+	 */
+	if (!a || ring >= a->o.rings || !dst || !src || !len || len > UINT32_MAX - 8191)
 		return -EINVAL;
 	err = __atomic_load_n(&a->err, __ATOMIC_RELAXED);
 	if (err)

@@ -20,11 +20,12 @@
  * finds work and reads the descriptors.  Each ring's run of ready slots is
  * taken, up to the first whose destination overlaps an earlier one's: a round.
  * Two groups of eight warps take the rounds in turn; a group cuts its round's
- * copies into 4 KiB units and its warps copy the units, eight 16-byte loads in
- * flight per lane.  Once every thread of the group fenced its stores at system
- * scope, each ring's done word gets the seq of its last descriptor taken, in
- * the order of the rounds: the CPU then knows both that the data landed and
- * that the ring bytes and the slots may be reused.  The groups are the point:
+ * copies into 4 KiB units and its warps copy the units, eight 16-byte loads
+ * in flight per lane, at any alignment (copy_unit).  Once every thread of the
+ * group fenced its stores at system scope, each ring's done word gets the seq
+ * of its last descriptor taken, in the order of the rounds: the CPU then
+ * knows both that the data landed and that the ring bytes and the slots may
+ * be reused.  The groups are the point:
  * a system fence drains what its thread has in flight, so with one group the
  * copies stopped once a round, fence, barrier and poll in turn (on an H200
  * beside loopback TCP, four workers fencing per 128 KiB piece copied 30.8 GB/s
@@ -142,6 +143,22 @@ static __device__ __forceinline__ uint64_t now_ns(void)
 }
 
 /*
+ * A copy of more than one unit from a source not at a 64-byte boundary (a
+ * user's buffer at an odd offset) is cut where its source crosses a 4 KiB
+ * boundary, so that every unit but the first reads whole lines of one page:
+ * an H200 copied 128 KiB from 3 bytes into pinned pages to 3 bytes into
+ * device memory at 0.42 of an aligned copy's rate cut from the copy's start,
+ * at 0.83 cut so.  gdx's own rings place pieces at 64-byte boundaries and
+ * keep the cut from the start; a copy of one unit or less stays one unit, so
+ * that warp 0 still copies a lone one itself.  Returns the lead: the first
+ * unit holds AG_UNIT - lead bytes, the others AG_UNIT (the last what is left).
+ */
+static __device__ __forceinline__ uint32_t unit_lead(uint64_t src, uint32_t len)
+{
+	return len > AG_UNIT && (src & 63) ? (uint32_t)(src & (AG_UNIT - 1)) : 0;
+}
+
+/*
  * One poll by warp 0 of owned rings rr, rr + 1, ... (up to 32 of them), with
  * the stop word's load in flight beside the slots'.  Takes each ring's run of
  * ready descriptors into s (copies, units, done words to publish) and returns
@@ -211,10 +228,12 @@ static __device__ unsigned poll(const struct agent_args &a, uint32_t *next, stru
 	fence_acq_rel();
 	unsigned below = __popc(took & ((1u << lane) - 1));
 	if (take) {
+		uint64_t src = (uint32_t)w[2] | (w[3] << 32);
+
 		s.c[below].dst = dst;
-		s.c[below].src = (uint32_t)w[2] | (w[3] << 32);
+		s.c[below].src = src;
 		s.c[below].len = len;
-		units = (len + AG_UNIT - 1) / AG_UNIT;
+		units = (unit_lead(src, len) + len + AG_UNIT - 1) / AG_UNIT;
 	}
 	/* the copies lie in lane order: an inclusive sum of units gives each one's end */
 	for (unsigned o = 1; o < 32; o <<= 1) {
@@ -300,43 +319,130 @@ static __device__ __forceinline__ void st_shared(uint32_t *p, uint32_t v)
 }
 
 /*
+ * The 16 bytes from byte sh (1..15) on of the 32 in a then b: a destination
+ * word whose source bytes straddle two aligned source words.  sh is the same
+ * in every lane, so the selects cost no divergence and c stays in registers.
+ */
+static __device__ __forceinline__ uint4 straddle(uint4 a, uint4 b, unsigned sh)
+{
+	const uint32_t c[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
+	unsigned q = sh >> 2, r = (sh & 3) * 8;
+	uint32_t d[5];
+
+#pragma unroll
+	for (int m = 0; m < 5; m++)
+		d[m] = q == 0 ? c[m] : q == 1 ? c[m + 1] : q == 2 ? c[m + 2] : c[m + 3];
+	return make_uint4(__funnelshift_r(d[0], d[1], r), __funnelshift_r(d[1], d[2], r),
+			  __funnelshift_r(d[2], d[3], r), __funnelshift_r(d[3], d[4], r));
+}
+
+static __device__ __forceinline__ uint4 shfl4(uint4 v, int src, bool down)
+{
+	if (down)
+		return make_uint4(__shfl_down_sync(AG_FULL, v.x, src), __shfl_down_sync(AG_FULL, v.y, src),
+				  __shfl_down_sync(AG_FULL, v.z, src), __shfl_down_sync(AG_FULL, v.w, src));
+	return make_uint4(__shfl_sync(AG_FULL, v.x, src), __shfl_sync(AG_FULL, v.y, src),
+			  __shfl_sync(AG_FULL, v.z, src), __shfl_sync(AG_FULL, v.w, src));
+}
+
+/*
  * One warp copies unit u of round s; i: the copy it lies in, found from the
- * last one's (units rise).
+ * last one's (units rise).  Every store but those of a head (under 16
+ * bytes) and a tail (under 32) is a 16-byte store to an aligned destination,
+ * and every load of the body a 16-byte load, eight in flight per lane,
+ * whatever the two ends' alignment, so that a user's buffer at an odd offset
+ * (a tensor's slice) is not copied byte by byte: on an H200 such copies of
+ * 128 KiB to 1 MiB ran at 0.55-0.95 of an aligned copy's rate where source
+ * and destination differ mod 16, 0.75-1.0 where they do not, against 0.01-0.2
+ * byte by byte (bench/agent_offset_gpu.sh).  Where they differ, each
+ * destination word is cut out of two aligned source words, the second a
+ * shuffle from the next lane; those loads reach up to 15 bytes before and
+ * after the body, never past the 16-byte words that hold its bytes, so never
+ * into another page.  All loads bypass the caches (ld.cv): ring bytes are
+ * rewritten between copies.
  */
 static __device__ __forceinline__ void copy_unit(const struct agent_round &s, unsigned u,
 						 unsigned &i, unsigned lane)
 {
 	while (s.first[i + 1] <= u)
 		i++;
-	uint64_t off = (uint64_t)(u - s.first[i]) * AG_UNIT;
-	uint32_t left = s.c[i].len - (uint32_t)off;
-	uint32_t len = left < AG_UNIT ? left : AG_UNIT;
+	/* in 32 bits: gdx_copy_agent_post keeps lead + len + AG_UNIT below 2^32 */
+	uint32_t r = u - s.first[i], lead = unit_lead(s.c[i].src, s.c[i].len);
+	uint32_t off = r ? r * AG_UNIT - lead : 0, end = (r + 1) * AG_UNIT - lead;
+	uint32_t len = (end < s.c[i].len ? end : s.c[i].len) - off;
 	const char *src = (const char *)s.c[i].src + off;
 	char *dst = (char *)s.c[i].dst + off;
-	uint32_t o = 0;
+	/* head: the bytes before the destination's first 16-byte boundary */
+	uint32_t head = (uint32_t)(-(uintptr_t)dst & 15);
 
-	if (!(((uintptr_t)src | (uintptr_t)dst) & 15)) {
-		/* all eight loads issued before any store: eight PCIe reads in flight */
-		uint32_t vlen = len & ~15u;
-		uint4 v[8];
+	if (head > len)
+		head = len;
+	const char *bsrc = src + head;
+	char *bdst = dst + head;
+	unsigned sh = (unsigned)((uintptr_t)bsrc & 15);
+	/*
+	 * The body: whole 16-byte words, at most the 255 whose source words the
+	 * lanes' 256 loads hold when they straddle (the 256th needs a 257th);
+	 * the tail: the rest, under 32 bytes.
+	 */
+	uint32_t vlen = (len - head) & ~15u, tail, o;
+	char hb = 0, tb = 0;
 
+	if (sh && vlen > AG_UNIT - 16)
+		vlen = AG_UNIT - 16;
+	tail = len - head - vlen;
+	uint4 v[8];
+
+	/* the ends' bytes loaded with the body's words: one bus round trip per unit, not three */
+	if (lane < head)
+		hb = __ldcv(src + lane);
+	if (lane < tail)
+		tb = __ldcv(bsrc + vlen + lane);
+	if (!sh) {
+		/* eight loads a lane in flight */
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			o = (j * 32 + lane) * 16;
 			if (o < vlen)
-				v[j] = __ldcv((const uint4 *)(src + o));
+				v[j] = __ldcv((const uint4 *)(bsrc + o));
 		}
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			o = (j * 32 + lane) * 16;
 			if (o < vlen)
-				*(uint4 *)(dst + o) = v[j];
+				*(uint4 *)(bdst + o) = v[j];
 		}
-		o = vlen;
+	} else {
+		/* destination word k from source words k and k + 1 (lane 31: the next row's first) */
+		const uint4 *w = (const uint4 *)(bsrc - sh);
+		uint32_t nw = vlen ? (sh + vlen + 15) / 16 : 0;
+
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			uint32_t k = j * 32 + lane;
+
+			v[j] = k < nw ? __ldcv(w + k) : make_uint4(0, 0, 0, 0);
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			uint4 next = shfl4(v[j], 1, true);
+
+			/* the last row's lane 31 has no next word: vlen stops before it */
+			if (j < 7) {
+				uint4 first = shfl4(v[j + 1], 0, false);
+
+				if (lane == 31)
+					next = first;
+			}
+			o = (j * 32 + lane) * 16;
+			if (o < vlen)
+				*(uint4 *)(bdst + o) = straddle(v[j], next, sh);
+		}
 	}
-	/* the unaligned rest byte by byte; volatile: ring bytes are rewritten */
-	for (o += lane; o < len; o += 32)
-		dst[o] = *(const volatile char *)(src + o);
+	if (lane < head)
+		dst[lane] = hb;
+	if (lane < tail)
+		bdst[vlen + lane] = tb;
 }
 
 /*

@@ -319,7 +319,7 @@ static void run_agent(struct emu_dev *d, const struct gdx_agent_args *a, long fa
 				/* emulated.agent_fault_after: as a kernel's bad access, for tests */
 				if (fault_after && atomic_fetch_add(&d->agent_copies, 1) >= fault_after)
 					dst = 0;
-				/* emulated.agent_aligned: a copy agent.cu makes byte by byte, for tests */
+				/* emulated.agent_aligned: a copy with ends agent.cu copies byte-wise, for tests */
 				if (aligned && (dst | src) & 15)
 					dst = 0;
 				/* emulated.agent_copy_us: a slow device, for tests */

@@ -955,6 +955,78 @@ static void copy_agent_overlaps_in_order(void **state)
 	assert_int_equal(gdx_pinned_free(dev, src), 0);
 }
 
+/*
+ * Every pair of source and destination offsets mod 16, either way, at lengths
+ * around the agent's 16-byte words and 4 KiB units: the bytes land exactly, the
+ * ones beside each destination stay as they were (the cuda agent cuts an
+ * unaligned copy into a byte-wise head and tail around 16-byte stores, each
+ * made of two aligned loads where the offsets differ).
+ */
+static void copy_agent_any_alignment(void **state)
+{
+	static const size_t lens[] = { 1, 15, 17, 100, 4095, 4113, 9000 };
+	enum { NLEN = sizeof(lens) / sizeof(lens[0]), SLOT = 9088, N = 16 * 16 * NLEN };
+	const size_t total = (size_t)N * SLOT;
+	struct gdx_copy_agent_opts o;
+	struct gdx_copy_agent *a;
+	unsigned char *pin, *dmem, *pat, *want, *got;
+	uint32_t seq = 0;
+
+	(void)state;
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	o.rings = 1;
+	o.workers = 1;
+	o.entries = 64;
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	assert_int_equal(gdx_pinned_alloc(dev, total, (void **)&pin), 0);
+	assert_int_equal(gdx_device_malloc(dev, total, (void **)&dmem), 0);
+	pat = malloc(total);
+	want = malloc(total);
+	got = malloc(total);
+	assert_true(pat && want && got);
+	for (int d = 0; d < 2; d++) {
+		/* h2d: pattern in pinned memory, device filled; d2h: the other way round */
+		unsigned char *src = d ? dmem : pin, *dst = d ? pin : dmem;
+
+		t_fill(pat, total, 7 + d);
+		memset(want, 0xa5, total);
+		if (d) {
+			assert_int_equal(gdx_memcpy(dev, dmem, pat, total), 0);
+			memset(pin, 0xa5, total);
+		} else {
+			memcpy(pin, pat, total);
+			assert_int_equal(gdx_memset(dev, dmem, 0xa5, total), 0);
+		}
+		for (unsigned i = 0; i < N; i++) {
+			size_t so = (size_t)i * SLOT + 32 + i % 16, doff = (size_t)i * SLOT + 32 +
+									 i / 16 % 16;
+			size_t len = lens[i / 256];
+			int rc;
+
+			while ((rc = gdx_copy_agent_post(a, 0, dst + doff, src + so, len, &seq)) ==
+			       -EAGAIN)
+				assert_int_equal(ag_wait(a, 0, seq - 32), 0);
+			assert_int_equal(rc, 0);
+			memcpy(want + doff, pat + so, len);
+		}
+		assert_int_equal(ag_wait(a, 0, seq), 0);
+		if (d)
+			memcpy(got, pin, total);
+		else
+			assert_int_equal(gdx_memcpy(dev, got, dmem, total), 0);
+		for (unsigned i = 0; i < N; i++)
+			if (memcmp(got + (size_t)i * SLOT, want + (size_t)i * SLOT, SLOT))
+				fail_msg("%s: source at %u mod 16, destination at %u, %zu bytes: wrong",
+					 d ? "d2h" : "h2d", i % 16, i / 16 % 16, lens[i / 256]);
+	}
+	assert_int_equal(gdx_copy_agent_stop(a), 0);
+	assert_int_equal(gdx_pinned_free(dev, pin), 0);
+	assert_int_equal(gdx_device_free(dev, dmem), 0);
+	free(pat);
+	free(want);
+	free(got);
+}
+
 /* Stopping with copies posted returns promptly; the ones done are whole. */
 static void copy_agent_stops_with_copies_posted(void **state)
 {
@@ -1027,7 +1099,7 @@ static void copy_agent_bad_args(void **state)
 	assert_int_equal(gdx_copy_agent_post(a, 2, d, src, 16, &seq), -EINVAL);
 	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, 0, &seq), -EINVAL);
 	/* a worker counts 4 KiB units in 32 bits: no length whose count would wrap */
-	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, (size_t)UINT32_MAX - 4094, &seq),
+	assert_int_equal(gdx_copy_agent_post(a, 0, d, src, (size_t)UINT32_MAX - 8190, &seq),
 			 -EINVAL);
 	assert_int_equal(gdx_copy_agent_post(a, 0, NULL, src, 16, &seq), -EINVAL);
 	assert_null(gdx_copy_agent_done_word(a, 2));
@@ -1194,6 +1266,7 @@ int main(void)
 		cmocka_unit_test(copy_agent_copies),
 		cmocka_unit_test(copy_agent_copies_to_host),
 		cmocka_unit_test(copy_agent_overlaps_in_order),
+		cmocka_unit_test(copy_agent_any_alignment),
 		cmocka_unit_test(copy_agent_stops_with_copies_posted),
 		cmocka_unit_test(copy_agent_bad_args),
 		cmocka_unit_test(copy_agent_error_is_reported),
