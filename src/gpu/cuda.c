@@ -731,7 +731,13 @@ static bool gatherable(struct cu_dev *d, void *dst, const void *src, size_t n,
 	if (!ds->ok || !inside(ds, dst, n))
 		return false;
 	*dev_src = (uint64_t)((int64_t)(uintptr_t)src + ss->dev_off);
-	return true;
+	/*
+	 * The kernel copies with 16-byte vectors only between aligned ends, byte
+	 * by byte otherwise: a larger unaligned piece (a tensor slice at an odd
+	 * offset) goes to the copy engine, which copies any alignment at its
+	 * rate.  Under 256 bytes it is one pass of the block's threads either way.
+	 */
+	return n < 256 || !(((uintptr_t)dst | *dev_src) & 15);
 }
 
 /*
