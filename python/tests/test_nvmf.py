@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import gdx
+from conftest import cuda_torch
 
 NQN = "nqn.2026-12.io.gdx:pytest"
 
@@ -139,3 +140,23 @@ def test_dhchap(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.mark.parametrize("dtype,start", [("uint8", 1), ("float16", 1), ("float32", 3)])
+def test_read_into_tensor_slice(target, dtype, start):
+    """A tensor's slice starts at an odd offset of its storage: the bytes land
+    exactly there (the copy agent cuts such copies around 16-byte words), the
+    elements beside it stay as they were."""
+    torch = cuda_torch()
+    dt = getattr(torch, dtype)
+    esz = torch.empty(0, dtype=dt).element_size()
+    n = (1 << 20) // esz
+    data = os.urandom(n * esz)
+    base = torch.zeros(start + n + 1, dtype=dt, device="cuda")
+    with gdx.nvmf.Host("127.0.0.1", target, NQN, device=gdx.driver().device) as h:
+        assert h.write_from(data, 0) == len(data)
+        assert h.read_into(base[start:start + n], 0) == len(data)
+        assert h.last_path == "bounce"
+    got = bytes(base.cpu().view(torch.uint8).numpy())
+    assert got[start * esz:start * esz + len(data)] == data
+    assert got[:start * esz] == bytes(start * esz) and got[-esz:] == bytes(esz)
