@@ -719,6 +719,25 @@ struct ag_producer {
 	int err;
 };
 
+/* An agent of rings and workers (0: the defaults), entries descriptors a ring. */
+static struct gdx_copy_agent *ag_start(unsigned rings, unsigned workers, unsigned entries,
+				       unsigned idle_us)
+{
+	struct gdx_copy_agent_opts o;
+	struct gdx_copy_agent *a = NULL;
+
+	gdx_copy_agent_opts_init(&o, sizeof(o));
+	if (rings)
+		o.rings = rings;
+	if (workers)
+		o.workers = workers;
+	o.entries = entries;
+	if (idle_us)
+		o.idle_us = idle_us;
+	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	return a;
+}
+
 /* Waits (bounded) until the ring's done word reaches seq; 0 or why not. */
 static int ag_wait(struct gdx_copy_agent *a, unsigned ring, uint32_t seq)
 {
@@ -790,19 +809,13 @@ static void *ag_produce(void *arg)
 static void copy_agent_copies(void **state)
 {
 	enum { RINGS = 7 };
-	struct gdx_copy_agent_opts o;
 	struct gdx_copy_agent *a;
 	struct ag_producer p[RINGS];
 	pthread_t th[RINGS];
 	unsigned char *dmem;
 
 	(void)state;
-	gdx_copy_agent_opts_init(&o, sizeof(o));
-	o.rings = RINGS;
-	o.workers = 3;
-	o.entries = 32;
-	o.idle_us = 1000;
-	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	a = ag_start(RINGS, 3, 32, 1000);
 	assert_int_equal(gdx_device_malloc(dev, (size_t)RINGS * AG_SRC, (void **)&dmem), 0);
 	assert_int_equal(gdx_memset(dev, dmem, 0, (size_t)RINGS * AG_SRC), 0);
 	for (unsigned i = 0; i < RINGS; i++) {
@@ -840,7 +853,6 @@ static void copy_agent_copies(void **state)
  */
 static void copy_agent_copies_to_host(void **state)
 {
-	struct gdx_copy_agent_opts o;
 	struct gdx_copy_agent *a;
 	struct ag_producer up;
 	pthread_t th;
@@ -851,12 +863,7 @@ static void copy_agent_copies_to_host(void **state)
 	int rc = 0;
 
 	(void)state;
-	gdx_copy_agent_opts_init(&o, sizeof(o));
-	o.rings = 2;
-	o.workers = 2;
-	o.entries = 32;
-	o.idle_us = 1000;
-	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	a = ag_start(2, 2, 32, 1000);
 	assert_int_equal(gdx_device_malloc(dev, 2 * AG_SRC, (void **)&dsrc), 0);
 	assert_int_equal(gdx_pinned_alloc(dev, AG_SRC, (void **)&pdst), 0);
 	up = (struct ag_producer){ .a = a, .ring = 0, .rounds = 4, .seed = 99,
@@ -914,7 +921,6 @@ static void copy_agent_copies_to_host(void **state)
 static void copy_agent_overlaps_in_order(void **state)
 {
 	enum { PIECES = 200, RANGE = 16384 };
-	struct gdx_copy_agent_opts o;
 	struct gdx_copy_agent *a;
 	unsigned char *src, *dmem, *want, *got;
 	uint64_t seed = 4242;
@@ -922,9 +928,7 @@ static void copy_agent_overlaps_in_order(void **state)
 	int rc;
 
 	(void)state;
-	gdx_copy_agent_opts_init(&o, sizeof(o));
-	o.entries = 64;
-	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	a = ag_start(0, 0, 64, 0);
 	assert_int_equal(gdx_pinned_alloc(dev, (size_t)PIECES * RANGE, (void **)&src), 0);
 	assert_int_equal(gdx_device_malloc(dev, RANGE, (void **)&dmem), 0);
 	assert_int_equal(gdx_memset(dev, dmem, 0, RANGE), 0);
@@ -967,17 +971,12 @@ static void copy_agent_any_alignment(void **state)
 	static const size_t lens[] = { 1, 15, 17, 100, 4095, 4113, 9000 };
 	enum { NLEN = sizeof(lens) / sizeof(lens[0]), SLOT = 9088, N = 16 * 16 * NLEN };
 	const size_t total = (size_t)N * SLOT;
-	struct gdx_copy_agent_opts o;
 	struct gdx_copy_agent *a;
 	unsigned char *pin, *dmem, *pat, *want, *got;
 	uint32_t seq = 0;
 
 	(void)state;
-	gdx_copy_agent_opts_init(&o, sizeof(o));
-	o.rings = 1;
-	o.workers = 1;
-	o.entries = 64;
-	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	a = ag_start(1, 1, 64, 0);
 	assert_int_equal(gdx_pinned_alloc(dev, total, (void **)&pin), 0);
 	assert_int_equal(gdx_device_malloc(dev, total, (void **)&dmem), 0);
 	pat = malloc(total);
@@ -1031,16 +1030,13 @@ static void copy_agent_any_alignment(void **state)
 static void copy_agent_stops_with_copies_posted(void **state)
 {
 	const size_t piece = 256 << 10;
-	struct gdx_copy_agent_opts o;
 	struct gdx_copy_agent *a;
 	unsigned char *src, *dmem, *got;
 	uint32_t seq = 0, done;
 	int rc;
 
 	(void)state;
-	gdx_copy_agent_opts_init(&o, sizeof(o));
-	o.entries = 64;
-	assert_int_equal(gdx_copy_agent_start(dev, &o, &a), 0);
+	a = ag_start(0, 0, 64, 0);
 	assert_int_equal(gdx_pinned_alloc(dev, 64 * piece, (void **)&src), 0);
 	assert_int_equal(gdx_device_malloc(dev, 64 * piece, (void **)&dmem), 0);
 	assert_int_equal(gdx_memset(dev, dmem, 0, 64 * piece), 0);
