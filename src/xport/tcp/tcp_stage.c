@@ -194,8 +194,9 @@ static void stage_start(struct tcp_ep *t, struct gdx_device *dev)
 	o.chunks = 8;
 	/*
 	 * Each piece starts at a RING_ALIGN boundary, whatever the sizes before
-	 * it: the cuda agent copies with 16-byte vectors only where both ends
-	 * are aligned, byte by byte elsewhere.
+	 * it: the cuda agent copies whole pieces with 16-byte words between
+	 * aligned ends, and cuts the others around them (slower where the two
+	 * ends differ mod 16).
 	 */
 	o.align = RING_ALIGN;
 	o.marks = RR_ENTRIES;
