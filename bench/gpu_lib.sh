@@ -41,6 +41,15 @@ gpu_gdx() {
 
 gdx() { $loader "$GDX" "$@"; }
 
+# gpu_ticks PID: "tid name cpu-ticks" per thread of PID, sorted by tid (for join)
+gpu_ticks() {
+	for t in /proc/"$1"/task/*; do
+		[ -r "$t/stat" ] || continue
+		echo "${t##*/} $(tr ' ' _ 2>/dev/null <"$t/comm") $(sed 's/^.*) //' "$t/stat" \
+			2>/dev/null | awk '{ print $12 + $13 }')"
+	done 2>/dev/null | awk 'NF == 3' | sort
+}
+
 # gpu_nvmf_target NQN NS LOG [LISTEN]: starts `gdx nvmf target` ($GDX under $loader)
 # on LISTEN (default: a free port of 127.0.0.1, set in $PORT) serving namespace NS
 # (4 KiB blocks) with GDX_BENCH_REACTORS reactors (default 8), its output in LOG;

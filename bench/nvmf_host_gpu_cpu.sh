@@ -26,15 +26,6 @@ NQN=nqn.2026-11.io.gdx:bench-cpu
 gpu_nvmf_target "$NQN" "${GDX_BENCH_NS:-ram:4G}" "$O/nvmf_host_gpu_cpu.target.log"
 echo "# $(uname -sr); $(nproc) CPUs; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
-# ticks PID: "tid name cpu-ticks" per thread, sorted by tid for join
-ticks() {
-	for t in /proc/"$1"/task/*; do
-		[ -r "$t/stat" ] || continue
-		echo "${t##*/} $(tr ' ' _ 2>/dev/null <"$t/comm") $(sed 's/^.*) //' "$t/stat" \
-			2>/dev/null | awk '{ print $12 + $13 }')"
-	done 2>/dev/null | awk 'NF == 3' | sort
-}
-
 # run TAG MEM QUEUES [env assignments...]
 run() {
 	tag=$1 mem=$2 q=$3
@@ -45,9 +36,9 @@ run() {
 		2>"$O/cpu.$tag.err" &
 	bp=$!
 	sleep 1.0
-	ticks $bp >"$O/cpu.t0"; ticks $tpid >"$O/cpu.u0"; s0=$(date +%s.%N)
+	gpu_ticks $bp >"$O/cpu.t0"; gpu_ticks $tpid >"$O/cpu.u0"; s0=$(date +%s.%N)
 	sleep 0.9
-	ticks $bp >"$O/cpu.t1"; ticks $tpid >"$O/cpu.u1"; s1=$(date +%s.%N)
+	gpu_ticks $bp >"$O/cpu.t1"; gpu_ticks $tpid >"$O/cpu.u1"; s1=$(date +%s.%N)
 	wait $bp
 	dt=$(awk "BEGIN { print $s1 - $s0 }")
 	iops=$(sed -n 's/.*"4k-randread".*"iops": \([0-9]*\).*/\1/p' "$O/cpu.$tag.log")
