@@ -4,8 +4,9 @@
 # Where the transport's host -> host bandwidth goes (issue 21: 64 KiB messages carry
 # 0.8 of one raw TCP stream): `gdx bench xport --op write` at each size, with the CPU
 # each thread of the process used inside its gdx bandwidth phase and inside the raw
-# TCP stream's that follows (the ceiling), then a second run under `perf record` for
-# the gdx phase's hottest symbols per thread.
+# TCP stream's that follows (the ceiling), where each busy thread of the gdx phase
+# waits (its system call, sampled every 10 ms: epoll_wait, sendmsg, futex...), then a
+# second run under `perf record` for the gdx phase's hottest symbols per thread.
 #
 #   bench/xport_cpu_gpu.sh [GDX]
 #
@@ -34,7 +35,15 @@ for size in ${GDX_XPORT_SIZES:-64k 256k}; do
 	# the gdx phase comes first, then the raw stream's, each SECS long
 	sleep 1
 	gpu_ticks $bp >"$O/a0"; a0=$(date +%s.%N)
-	sleep 2
+	: >"$O/w"
+	end=$(($(date +%s%N) + 1800000000))
+	while [ "$(date +%s%N)" -lt $end ]; do
+		for t in /proc/$bp/task/*; do
+			read -r sc _ <"$t/syscall" 2>/dev/null || continue
+			echo "$(cat "$t/comm")#${t##*/} $sc"
+		done >>"$O/w" 2>/dev/null
+		sleep 0.01
+	done
 	gpu_ticks $bp >"$O/a1"; a1=$(date +%s.%N)
 	sleep $((SECS - 3 + 1))
 	gpu_ticks $bp >"$O/b0"; b0=$(date +%s.%N)
@@ -44,6 +53,13 @@ for size in ${GDX_XPORT_SIZES:-64k 256k}; do
 	grep -E "^ +$size " "$O/x.out"
 	echo "  gdx phase:  $(cpu "$O/a0" "$O/a1" "$(awk "BEGIN { print $a1 - $a0 }")")"
 	echo "  raw stream: $(cpu "$O/b0" "$O/b1" "$(awk "BEGIN { print $b1 - $b0 }")")"
+	# per thread of the gdx phase: the share of samples in each state (syscall numbers
+	# of x86-64: 232 epoll_wait, 202 futex, 46 sendmsg, 44 sendto, 45 recvfrom, 47 recvmsg)
+	awk '{ n[$1]++; k[$1 " " $2]++ } END { for (x in k) { split(x, a, " ");
+		if (n[a[1]] >= 20 && k[x] * 100 / n[a[1]] >= 3) printf "%s %s %.0f%%\n", a[1], a[2], k[x] * 100 / n[a[1]] } }' \
+		"$O/w" | sort | awk '{ if ($1 != last) { printf "%s  %s:", (NR > 1 ? "\n" : ""), $1; last = $1 }
+		printf " %s %s", $2, $3 } END { print "" }' | sed 's/^/  waits /'
+
 	command -v perf >/dev/null || continue
 	$loader "$GDX" bench xport --addr tcp://127.0.0.1:0 --sizes "$size" --secs "$SECS" \
 		--op write --src host --dst host --no-ceiling >"$O/p.out" 2>&1 &
