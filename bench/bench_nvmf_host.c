@@ -48,6 +48,7 @@
 
 #include "bench_nvmf_host.h"
 #include "ceiling.h"
+#include "memspec.h"
 #include "sort.h"
 #include "tcp_rr.h"
 #include "common/config.h"
@@ -909,25 +910,19 @@ static void mem_close(struct memctx *m)
  */
 static int mem_kind(const char *name, size_t *off)
 {
-	const char *plus = strchr(name, '+');
-	size_t kl = plus ? (size_t)(plus - name) : strlen(name);
+	size_t kl;
 	char *end;
-	int kind = kl == 4 && !strncmp(name, "host", 4) ? 0 :
-		   kl == 6 && !strncmp(name, "pinned", 6) ? 1 : -1;
+	int kind = -1;
 
-	if (kl > 4 && !strncmp(name, "gpu:", 4)) {
-		unsigned long n = strtoul(name + 4, &end, 10);
-
-		kind = end == name + kl && n < 64 ? 2 : -1;
-	}
-	*off = 0;
-	if (plus) {
-		unsigned long v = strtoul(plus + 1, &end, 10);
-
-		if (end == plus + 1 || *end || v > 4095 || plus[1] == '-')
-			return -1;
-		*off = v;
-	}
+	if (bench_mem_offset(name, &kl, off))
+		return -1;
+	if (kl == 4 && !strncmp(name, "host", 4))
+		kind = 0;
+	else if (kl == 6 && !strncmp(name, "pinned", 6))
+		kind = 1;
+	else if (kl > 4 && !strncmp(name, "gpu:", 4) && name[4] >= '0' && name[4] <= '9' &&
+		 strtoul(name + 4, &end, 10) < 64 && end == name + kl)
+		kind = 2;
 	return kind;
 }
 

@@ -46,6 +46,7 @@
 #include "args.h"
 #include "bench_xport.h"
 #include "ceiling.h"
+#include "memspec.h"
 #include "sort.h"
 #include "tcp_rr.h"
 #include "common/config.h"
@@ -60,7 +61,8 @@ static const char *const op_names[] = { "write", "read", "send" };
 
 struct mem {
 	struct gdx_device *dev;	/* NULL: host */
-	char name[16];
+	size_t off;		/* buffers start this far into their allocation (+OFF) */
+	char name[24];
 };
 
 struct cfg {
@@ -114,18 +116,21 @@ static void *mem_alloc(struct mem *m, size_t n)
 	void *p = NULL;
 
 	if (m->dev) {
-		if (gdx_device_malloc(m->dev, n, &p))
+		if (gdx_device_malloc(m->dev, m->off + n, &p))
 			return NULL;
-		return p;
+		return (char *)p + m->off;
 	}
-	if (posix_memalign(&p, 4096, n))
+	if (posix_memalign(&p, 4096, m->off + n))
 		return NULL;
-	memset(p, 0x3c, n);
-	return p;
+	memset(p, 0x3c, m->off + n);
+	return (char *)p + m->off;
 }
 
 static void mem_free(struct mem *m, void *p)
 {
+	if (!p)
+		return;
+	p = (char *)p - m->off;
 	if (m->dev)
 		gdx_device_free(m->dev, p);
 	else
@@ -727,18 +732,27 @@ out:
 
 /* ---- driver ---------------------------------------------------------------------- */
 
-/* host or gpu:N; 2 for a bad value, 1 when the device does not open. */
+/* host or gpu:N, each with an optional +OFF; 2 for a bad value, 1 when the device does not open. */
 static int parse_mem(const char *prog, const char *opt, const char *s, struct mem *m,
 		     int (*open_gpu)(int, struct gdx_device **))
 {
+	char kind[16];
+	size_t kl;
 	int ord, ret;
 
+	if (bench_mem_offset(s, &kl, &m->off) || kl >= sizeof(kind)) {
+		fprintf(stderr, "%s: %s '%s': want host or gpu:N, with an optional +OFF of 0 to "
+			"%d\n", prog, opt, s, BENCH_MEM_OFF_MAX);
+		return 2;
+	}
 	snprintf(m->name, sizeof(m->name), "%s", s);
-	if (!strcmp(s, "host")) {
+	memcpy(kind, s, kl);
+	kind[kl] = 0;
+	if (!strcmp(kind, "host")) {
 		m->dev = NULL;
 		return 0;
 	}
-	if (arg_gpu(prog, opt, s, &ord))
+	if (arg_gpu(prog, opt, kind, &ord))
 		return 2;
 	ret = open_gpu(ord, &m->dev);
 	if (ret)
@@ -773,8 +787,9 @@ static void usage(FILE *f)
 		"usage: gdx bench xport [options]\n"
 		"  --addr URL        tcp://127.0.0.1:0 (default), rdma://IP:0, loop://bench\n"
 		"  --op OP           write (default), read or send\n"
-		"  --src MEM         client buffer: host (default) or gpu:N\n"
-		"  --dst MEM         server buffer: host (default) or gpu:N\n"
+		"  --src MEM         client buffer: host (default) or gpu:N; MEM+OFF starts it\n"
+		"                    OFF bytes (0-4095) into its allocation (gpu:0+2)\n"
+		"  --dst MEM         server buffer: host (default) or gpu:N, +OFF as --src\n"
 		"  --sizes LIST      message sizes, e.g. 4k,64k,1M,4M (default)\n"
 		"  --depth N         requests in flight for bandwidth (default 16)\n"
 		"  --secs S          seconds per measurement (default 1)\n"

@@ -59,6 +59,8 @@ expect 2 "gdx bench xport: --depth '0': want a whole number from 1 to 4096" \
 	"$gdx" bench xport --depth 0
 expect 2 "gdx bench xport: --secs 'fast': want seconds above 0, at most 3600" \
 	"$gdx" bench xport --secs fast
+expect 2 "gdx bench xport: --dst 'gpu:0+4096': want host or gpu:N, with an optional +OFF of 0 to 4095" \
+	"$gdx" bench xport --dst gpu:0+4096
 expect 2 "gdx bench file: --dev-offset '4096': want a whole number from 0 to 4095" \
 	"$gdx" bench file --file "$dir/src" --dev-offset 4096
 expect 2 "gdx bench file: --threads '0': want a whole number from 1 to 1024" \
@@ -110,4 +112,9 @@ awk '$1 ~ /^[0-9]+[kM]?$/ && $4 != "n/a" && $7 != "n/a" { inv = ($5 > 1 || $8 > 
 if grep -q INVALID "$dir/out"; then
 	grep -q "the run is invalid" "$dir/err" || fail "bench xport: no summary: $(cat "$dir/err")"
 fi
+# buffers at odd offsets of their allocations (a tensor's slice) run end to end
+"$gdx" bench xport --sizes 4k,64k --secs 0.02 --no-ceiling --src host+3 --dst gpu:0+2 >"$dir/out" \
+	2>"$dir/err" || fail "bench xport +OFF: $(cat "$dir/err")"
+grep -q "src=host+3 dst=gpu:0+2" "$dir/out" && [ "$(grep -cE '^ +(4k|64k) ' "$dir/out")" = 2 ] ||
+	fail "bench xport +OFF: $(cat "$dir/out" "$dir/err")"
 echo ok
