@@ -54,6 +54,17 @@ static int parse_size(const char *s, size_t *v)
 	return 0;
 }
 
+/* --offset P,D: two byte offsets, each below SLACK. */
+static int parse_offsets(const char *s, unsigned *p, unsigned *d)
+{
+	int end = -1;
+
+	if (sscanf(s, "%u,%u%n", p, d, &end) != 2 || end < 0 || s[end] || *p >= SLACK ||
+	    *d >= SLACK)
+		return -EINVAL;
+	return 0;
+}
+
 static int wait_done(struct gdx_copy_agent *a, unsigned ring, uint32_t seq)
 {
 	const uint32_t *w = gdx_copy_agent_done_word(a, ring);
@@ -250,7 +261,7 @@ int main(int argc, char **argv)
 		case 'm': total = strtoull(optarg, NULL, 10) << 20; break;
 		case 'l': lat = true; break;
 		case 'o':
-			if (sscanf(optarg, "%u,%u", &po, &dof) == 2 && po < SLACK && dof < SLACK)
+			if (!parse_offsets(optarg, &po, &dof))
 				break;
 			fprintf(stderr, "bench_agent: --offset P,D: bytes into the pinned and the "
 				"device slot, each 0 to %d\n", SLACK - 1);

@@ -722,6 +722,16 @@ static bool gatherable(struct cu_dev *d, void *dst, const void *src, size_t n,
 {
 	if (n > d->gather_max)
 		return false;
+	/*
+	 * The kernel copies with 16-byte vectors only between aligned ends, byte
+	 * by byte otherwise: a larger unaligned piece (a tensor slice at an odd
+	 * offset) goes to the copy engine, which copies any alignment at its
+	 * rate.  Under 256 bytes it is one pass of the block's threads either way.
+	 */
+	bool bytewise_ok = n < 256;
+
+	if (!bytewise_ok && ((uintptr_t)dst & 15))
+		return false;
 	if (!inside(ss, src, 1))
 		query_src(d, src, ss);
 	if (!ss->ok || !inside(ss, src, n))
@@ -731,13 +741,7 @@ static bool gatherable(struct cu_dev *d, void *dst, const void *src, size_t n,
 	if (!ds->ok || !inside(ds, dst, n))
 		return false;
 	*dev_src = (uint64_t)((int64_t)(uintptr_t)src + ss->dev_off);
-	/*
-	 * The kernel copies with 16-byte vectors only between aligned ends, byte
-	 * by byte otherwise: a larger unaligned piece (a tensor slice at an odd
-	 * offset) goes to the copy engine, which copies any alignment at its
-	 * rate.  Under 256 bytes it is one pass of the block's threads either way.
-	 */
-	return n < 256 || !(((uintptr_t)dst | *dev_src) & 15);
+	return bytewise_ok || !(*dev_src & 15);
 }
 
 /*

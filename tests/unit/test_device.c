@@ -961,10 +961,12 @@ static void copy_agent_overlaps_in_order(void **state)
 
 /*
  * Every pair of source and destination offsets mod 16, either way, at lengths
- * around the agent's 16-byte words and 4 KiB units: the bytes land exactly, the
- * ones beside each destination stay as they were (the cuda agent cuts an
- * unaligned copy into a byte-wise head and tail around 16-byte stores, each
- * made of two aligned loads where the offsets differ).
+ * around the agent's 16-byte words and 4 KiB units, sources at 64-byte
+ * boundaries (as the staging rings place them) and off them (a copy cut at
+ * the source's pages): the bytes land exactly, the ones beside each
+ * destination stay as they were (the cuda agent cuts an unaligned copy into a
+ * byte-wise head and tail around 16-byte stores, each made of two aligned
+ * loads where the offsets differ).
  */
 static void copy_agent_any_alignment(void **state)
 {
@@ -983,8 +985,10 @@ static void copy_agent_any_alignment(void **state)
 	want = malloc(total);
 	got = malloc(total);
 	assert_true(pat && want && got);
-	for (int d = 0; d < 2; d++) {
+	for (int pass = 0; pass < 4; pass++) {
 		/* h2d: pattern in pinned memory, device filled; d2h: the other way round */
+		int d = pass & 1;
+		size_t base = pass & 2 ? 32 : 0;	/* 0: a source at 64 bytes each 16th copy */
 		unsigned char *src = d ? dmem : pin, *dst = d ? pin : dmem;
 
 		t_fill(pat, total, 7 + d);
@@ -997,8 +1001,8 @@ static void copy_agent_any_alignment(void **state)
 			assert_int_equal(gdx_memset(dev, dmem, 0xa5, total), 0);
 		}
 		for (unsigned i = 0; i < N; i++) {
-			size_t so = (size_t)i * SLOT + 32 + i % 16, doff = (size_t)i * SLOT + 32 +
-									 i / 16 % 16;
+			size_t so = (size_t)i * SLOT + base + i % 16;
+			size_t doff = (size_t)i * SLOT + 32 + i / 16 % 16;
 			size_t len = lens[i / 256];
 			int rc;
 
@@ -1015,8 +1019,9 @@ static void copy_agent_any_alignment(void **state)
 			assert_int_equal(gdx_memcpy(dev, got, dmem, total), 0);
 		for (unsigned i = 0; i < N; i++)
 			if (memcmp(got + (size_t)i * SLOT, want + (size_t)i * SLOT, SLOT))
-				fail_msg("%s: source at %u mod 16, destination at %u, %zu bytes: wrong",
-					 d ? "d2h" : "h2d", i % 16, i / 16 % 16, lens[i / 256]);
+				fail_msg("%s: source at %zu mod 64, destination at %u mod 16, %zu "
+					 "bytes: wrong", d ? "d2h" : "h2d", base + i % 16, i / 16 % 16,
+					 lens[i / 256]);
 	}
 	assert_int_equal(gdx_copy_agent_stop(a), 0);
 	assert_int_equal(gdx_pinned_free(dev, pin), 0);
