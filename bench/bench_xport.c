@@ -47,6 +47,7 @@
 #include "bench_xport.h"
 #include "ceiling.h"
 #include "memspec.h"
+#include "sockwatch.h"
 #include "sort.h"
 #include "tcp_rr.h"
 #include "common/config.h"
@@ -83,6 +84,8 @@ struct cfg {
 	unsigned rx_depth;	/* receives the server keeps posted for sends (0: twice depth) */
 	uint64_t sr[5];		/* tcp: sr_count's, summed over a size's bandwidth runs */
 	const char *tls_key, *tls_identity;	/* tcp: TLS 1.3 PSK on both ends (NULL: none) */
+	bool sockets;		/* tcp: sample where the bandwidth runs' bytes wait */
+	struct sockwatch_tally sw;	/* and the samples, summed over a size's runs */
 };
 
 /*
@@ -305,9 +308,18 @@ static void conn_close(struct conn *k)
 	gdx_xport_cq_destroy(k->s.cq);
 }
 
+/* The port of the listener at tcp://HOST:PORT. */
+static unsigned listener_port(struct gdx_xport_listener *l)
+{
+	const char *colon = strrchr(gdx_xport_listener_addr(l), ':');
+
+	return colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
+}
+
 /* Bandwidth in bytes/s of `op` with `depth` in flight, or a negative code. */
 static double gdx_bw(struct cfg *c, size_t size, const char **path)
 {
+	struct sockwatch *sw = NULL;
 	struct gdx_xport_mr *mr = NULL;
 	struct gdx_xport_cqe e[32];
 	struct conn k;
@@ -340,6 +352,10 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 			return r;
 		*path = gdx_xport_path_name(gdx_xport_mr_path(mr, NULL));
 	}
+	if (c->sockets && (r = sockwatch_start(&sw, listener_port(k.s.l), &inflight, c->depth))) {
+		ret = r;
+		goto out;
+	}
 	t0 = last = gdx_now_ns();
 	deadline = t0 + (uint64_t)(c->secs * 1e9);
 	ret = 0;
@@ -362,7 +378,8 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 				goto out;
 			}
 			posted++;
-			inflight++;
+			/* atomic for the socket sampler (--sockets), the only other reader */
+			__atomic_store_n(&inflight, inflight + 1, __ATOMIC_RELAXED);
 		}
 		if (!inflight)
 			break;
@@ -385,12 +402,14 @@ static double gdx_bw(struct cfg *c, size_t size, const char **path)
 				ret = e[i].status;
 				goto out;
 			}
-			inflight--;
+			__atomic_store_n(&inflight, inflight - 1, __ATOMIC_RELAXED);
 			done += e[i].len;
 		}
 	}
 	ret = (double)done / ((double)(gdx_now_ns() - t0) / 1e9);
 out:
+	if (sw)
+		sockwatch_stop(sw, &c->sw);
 	sr_count(c->sr);
 	__atomic_store_n(&k.s.stop, 1, __ATOMIC_RELAXED);
 	if (mr)
@@ -806,7 +825,11 @@ static void usage(FILE *f)
 		"  --tls-key KEY     tcp: TLS 1.3 with this PSK (NVMeTLSkey-1:0H:...: or a file\n"
 		"                    holding it) on both ends, the records in kernel TLS; the\n"
 		"                    ceiling stays clear TCP\n"
-		"  --tls-identity ID tcp: the PSK identity (default gdx)\n");
+		"  --tls-identity ID tcp: the PSK identity (default gdx)\n"
+		"  --sockets         tcp: sample both ends' sockets during the bandwidth runs\n"
+		"                    and print where the bytes waited: unread at the server,\n"
+		"                    unsent, unread at the client (answers), or in neither\n"
+		"                    with the depth in flight (window full) or not (idle)\n");
 }
 
 #define MAX_RUNS 31
@@ -866,6 +889,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		{ "rx-depth", required_argument, NULL, 'R' },
 		{ "tls-key", required_argument, NULL, 'K' },
 		{ "tls-identity", required_argument, NULL, 'I' },
+		{ "sockets", no_argument, NULL, 'W' },
 		{ 0 } };
 	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0, .runs = 1,
 			 .max_unexpected = UINT64_MAX,
@@ -928,6 +952,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			break;
 		case 'K': c.tls_key = optarg; break;
 		case 'I': c.tls_identity = optarg; break;
+		case 'W': c.sockets = true; break;
 		case 'h': usage(stdout); return 0;
 		default: return arg_usage_error(prog);
 		}
@@ -935,6 +960,11 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 	if (optind != argc) {
 		fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
 		return arg_usage_error(prog);
+	}
+	if (c.sockets && strncmp(c.addr, "tcp://", 6)) {
+		fprintf(stderr, "%s: --sockets: needs a tcp:// address (it samples the two ends' "
+			"sockets)\n", prog);
+		return 2;
 	}
 	/* An address the transport cannot listen on fails here, once, not once per size. */
 	{
@@ -978,6 +1008,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		/* Each figure beside its ceiling, in turn, so load that comes and goes hits both. */
 		c.recvs = c.unexpected = 0;
 		memset(c.sr, 0, sizeof(c.sr));
+		memset(&c.sw, 0, sizeof(c.sw));
 		for (int r = 0; r < c.runs; r++) {
 			v[0][r] = gdx_bw(&c, n, &path);
 			v[1][r] = c.no_ceiling ? 0 : ceil_bw(&c, host, n);
@@ -1023,6 +1054,15 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			       "ring; the transmit thread copied %llu of them itself\n", sz,
 			       (unsigned long long)c.sr[1], (unsigned long long)c.sr[0],
 			       (unsigned long long)c.sr[2]);
+		if (c.sw.samples) {
+			const double pc = 100.0 / (double)c.sw.samples;
+
+			printf("    sockets at %s: server unread %.0f%%, unsent %.0f%%, client unread "
+			       "%.0f%%, window full %.0f%%, idle %.0f%% (%llu samples)\n", sz,
+			       pc * (double)c.sw.n[SW_SERVER_UNREAD], pc * (double)c.sw.n[SW_UNSENT],
+			       pc * (double)c.sw.n[SW_CLIENT_UNREAD], pc * (double)c.sw.n[SW_WINDOW_FULL],
+			       pc * (double)c.sw.n[SW_IDLE], (unsigned long long)c.sw.samples);
+		}
 		fflush(stdout);
 	}
 	printf("ratio: gdx / ceiling for bandwidth, ceiling / gdx for latency (1.00 = at the ceiling)\n");

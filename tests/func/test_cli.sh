@@ -61,6 +61,8 @@ expect 2 "gdx bench xport: --secs 'fast': want seconds above 0, at most 3600" \
 	"$gdx" bench xport --secs fast
 expect 2 "gdx bench xport: --dst 'gpu:0+4096': want host or gpu:N, with an optional +OFF of 0 to 4095" \
 	"$gdx" bench xport --dst gpu:0+4096
+expect 2 "gdx bench xport: --sockets: needs a tcp:// address (it samples the two ends' sockets)" \
+	"$gdx" bench xport --addr loop://bench --sockets
 expect 2 "gdx bench file: --dev-offset '4096': want a whole number from 0 to 4095" \
 	"$gdx" bench file --file "$dir/src" --dev-offset 4096
 expect 2 "gdx bench file: --threads '0': want a whole number from 1 to 1024" \
@@ -117,4 +119,11 @@ fi
 	2>"$dir/err" || fail "bench xport +OFF: $(cat "$dir/err")"
 grep -q "src=host+3 dst=gpu:0+2" "$dir/out" && [ "$(grep -cE '^ +(4k|64k) ' "$dir/out")" = 2 ] ||
 	fail "bench xport +OFF: $(cat "$dir/out" "$dir/err")"
+# where the bandwidth runs' bytes waited: one line a size, its five shares summing to 100
+"$gdx" bench xport --sizes 4k,64k --secs 0.05 --runs 2 --no-ceiling --sockets >"$dir/out" \
+	2>"$dir/err" || fail "bench xport --sockets: $(cat "$dir/err")"
+awk '/^    sockets at (4k|64k): / { n++; s = 0; k = 0; l = $0
+	while (match(l, /[0-9]+%/)) { s += substr(l, RSTART, RLENGTH - 1); k++; l = substr(l, RSTART + RLENGTH) }
+	if (k != 5 || s < 98 || s > 102 || $0 !~ /\([1-9][0-9]* samples\)$/) bad = 1 }
+	END { exit !(n == 2 && !bad) }' "$dir/out" || fail "bench xport --sockets: $(cat "$dir/out")"
 echo ok
