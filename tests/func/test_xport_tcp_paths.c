@@ -909,6 +909,60 @@ static void test_lent_socket_serves_peer(void **state)
 }
 
 /* An argument: run only the tests whose names match it (cmocka's filter, * a wildcard). */
+/*
+ * The kept ring starts over at its beginning once it is empty.  With a
+ * 64 KiB ring, a 20 KiB message kept and handed to its device receive leaves
+ * the ring empty 20 KiB in; a 50 KiB message kept next goes into the ring
+ * (kept_ring), not to host memory (kept_host) for want of room past the end
+ * of the last one.  Both land whole, flagged as having come first.
+ */
+static void test_kept_ring_starts_over(void **state)
+{
+	enum { RING = 64 << 10, FIRST = 4 << 10 };
+	static const size_t sz[2] = { 20 << 10, 50 << 10 };
+	static unsigned char msg[RING], got[RING], want[RING];
+	struct gdx_xport_cqe e;
+	struct gdx_device *dev;
+	struct raw_conn conn;
+	uint64_t ring0, host0;
+	void *drx;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_kept_ring", "64k"), 0);
+	dev = dev_conn_open(&conn, RING, &drx, NULL);
+	/* a device receive first: the copy agent starts, and the kept ring */
+	assert_int_equal(gdx_xport_post_recv(conn.ep, drx, RING, 1), 0);
+	t_fill(msg, FIRST, 70);
+	send_frame(conn.fd, TF_SEND, 1, FIRST, 0);
+	assert_int_equal(send(conn.fd, msg, FIRST, MSG_NOSIGNAL), FIRST);
+	e = next_cqe(conn.cq);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(recv_resp(conn.fd, 1).status, 0);
+	ring0 = tcp_counter("kept_ring");
+	host0 = tcp_counter("kept_host");
+	for (int i = 0; i < 2; i++) {
+		uint64_t id = 2 + (uint64_t)i;
+
+		t_fill(msg, sz[i], 71 + (unsigned)i);
+		send_frame(conn.fd, TF_SEND, id, sz[i], 0);
+		assert_int_equal(send(conn.fd, msg, sz[i], MSG_NOSIGNAL), (ssize_t)sz[i]);
+		/* answered: kept, no receive being posted */
+		assert_int_equal(recv_resp(conn.fd, id).status, 0);
+		assert_int_equal(gdx_xport_post_recv(conn.ep, drx, RING, 10 + id), 0);
+		e = next_cqe(conn.cq);
+		assert_int_equal(e.wr_id, 10 + id);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(e.len, sz[i]);
+		assert_true(e.flags & GDX_XPORT_CQE_UNEXPECTED);
+		assert_int_equal(gdx_memcpy(dev, got, drx, sz[i]), 0);
+		t_fill(want, sz[i], 71 + (unsigned)i);
+		assert_memory_equal(got, want, sz[i]);
+	}
+	assert_int_equal(tcp_counter("kept_ring") - ring0, 2);
+	assert_int_equal(tcp_counter("kept_host") - host0, 0);
+	dev_conn_close(&conn, dev, drx, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -923,6 +977,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_held_resp_rides_device),
 		cmocka_unit_test(test_lent_socket_serves_peer),
 		cmocka_unit_test(test_lent_over_device_answer),
+		cmocka_unit_test(test_kept_ring_starts_over),
 	};
 
 	if (argc > 1)

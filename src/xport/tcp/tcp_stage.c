@@ -468,12 +468,17 @@ struct gdx_stage *tcp_rx_sync_lane(struct tcp_ep *t, struct gdx_device *dev)
 /*
  * Room for a kept message of n bytes in the kept ring, whole (a message is
  * one copy), or NULL.  Each takes whole RING_ALIGN units, so the next starts
- * aligned (stage_start says why).  Receive thread.
+ * aligned (stage_start says why).  An empty ring starts over at its
+ * beginning: every message that fits the ring is kept in it then, not only
+ * one that fits past where the last one ended.  Receive thread.
  */
 unsigned char *tcp_kr_take(struct tcp_ep *t, size_t n, uint64_t *end)
 {
 	size_t span = GDX_ALIGN_UP(n, (size_t)RING_ALIGN), piece = span, skip, off;
 
+	/* empty: no copy reads the ring (the tail moves once a message's copy landed) */
+	if (t->kr.head == t->kr.tail && t->kr.head % t->kr.size)
+		t->kr.head = t->kr.tail = t->kr.head + t->kr.size - t->kr.head % t->kr.size;
 	off = gdx_byte_ring_place(&t->kr, &piece, RING_ALIGN, &skip);
 	if (piece != span || gdx_byte_ring_used(&t->kr) + skip + span > t->kr.size)
 		return NULL;
