@@ -29,6 +29,7 @@
 
 #include "common/config.h"
 #include "common/stats.h"
+#include "common/util.h"
 #include "tcp_frame.h"
 #include "test.h"
 #include "xport_raw.h"
@@ -963,6 +964,84 @@ static void test_kept_ring_starts_over(void **state)
 	dev_conn_close(&conn, dev, drx, NULL);
 }
 
+struct two_sends {
+	int fd;
+	const unsigned char *p1, *p2;	/* payloads: the first's receive is posted, the second's not */
+	size_t n1, n2;
+	uint64_t done_ns;		/* when the second's write returned */
+};
+
+static void *two_sends_main(void *arg)
+{
+	struct two_sends *ts = arg;
+
+	send_frame(ts->fd, TF_SEND, 1, ts->n1, 0);
+	assert_int_equal(send(ts->fd, ts->p1, ts->n1, MSG_NOSIGNAL), (ssize_t)ts->n1);
+	send_frame(ts->fd, TF_SEND, 2, ts->n2, 0);
+	assert_int_equal(send(ts->fd, ts->p2, ts->n2, MSG_NOSIGNAL), (ssize_t)ts->n2);
+	ts->done_ns = gdx_now_ns();
+	return NULL;
+}
+
+/*
+ * A message that finds no receive, kept within max_unexpected on an endpoint
+ * with a kept ring, waits for none of the device copies in flight.  The
+ * agent's copies take 500 ms: a 4 KiB message into a device receive, then
+ * 16 MiB (more than the socket buffers hold) with no receive posted.  The
+ * peer's write of the second returns before the first's receive completes:
+ * the receive thread read it while the copy was in flight.  Both land whole,
+ * in order, the second flagged as having come first.
+ */
+static void test_kept_without_waiting(void **state)
+{
+	enum { SZ = 4096, BIG = 16 << 20 };
+	unsigned char *big = malloc(BIG), *want = malloc(BIG), got[SZ], wsz[SZ];
+	struct two_sends ts = { .p1 = wsz, .p2 = want, .n1 = SZ, .n2 = BIG };
+	struct gdx_xport_cqe e;
+	struct gdx_device *dev;
+	struct raw_conn conn;
+	uint64_t cqe_ns;
+	pthread_t th;
+	void *drx;
+
+	(void)state;
+	t_fill(wsz, SZ, 80);
+	t_fill(want, BIG, 81);
+	/* read when the agent's workers start */
+	assert_int_equal(gdx_config_set("emulated.agent_copy_us", "500000"), 0);
+	dev = dev_conn_open(&conn, SZ, &drx, NULL);
+	/* a real device's copy lands in microseconds: the order below needs the slow one */
+	if (strcmp(gdx_device_kind(dev), "emulated")) {
+		dev_conn_close(&conn, dev, drx, NULL);
+		free(big);
+		free(want);
+		skip();
+	}
+	ts.fd = conn.fd;
+	assert_int_equal(gdx_xport_post_recv(conn.ep, drx, SZ, 1), 0);
+	pthread_create(&th, NULL, two_sends_main, &ts);
+	e = next_cqe(conn.cq);
+	cqe_ns = gdx_now_ns();
+	pthread_join(th, NULL);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_equal(e.status, 0);
+	assert_true(ts.done_ns < cqe_ns);
+	assert_int_equal(gdx_memcpy(dev, got, drx, SZ), 0);
+	assert_memory_equal(got, wsz, SZ);
+	assert_int_equal(gdx_xport_post_recv(conn.ep, big, BIG, 2), 0);
+	e = next_cqe(conn.cq);
+	assert_int_equal(e.wr_id, 2);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(e.len, BIG);
+	assert_true(e.flags & GDX_XPORT_CQE_UNEXPECTED);
+	assert_memory_equal(big, want, BIG);
+	assert_int_equal(recv_resp(conn.fd, 1).status, 0);
+	assert_int_equal(recv_resp(conn.fd, 2).status, 0);
+	dev_conn_close(&conn, dev, drx, NULL);
+	free(big);
+	free(want);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -978,6 +1057,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_lent_socket_serves_peer),
 		cmocka_unit_test(test_lent_over_device_answer),
 		cmocka_unit_test(test_kept_ring_starts_over),
+		cmocka_unit_test(test_kept_without_waiting),
 	};
 
 	if (argc > 1)

@@ -875,7 +875,7 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 {
 	struct deff e;
 	struct qent *r;
-	int ret, none, posted, kept_rx, matched = 0;
+	int ret, none, owed, posted, kept_rx, matched = 0;
 
 	pthread_mutex_lock(&t->lock);
 	none = !have_recv(t);
@@ -886,8 +886,17 @@ static int rx_send(struct tcp_ep *t, const struct hdr *h)
 	 */
 	if (none)
 		t->rx_stalled = 1;
+	/*
+	 * What is owed goes out first where this thread may wait for a
+	 * receive (beyond max_unexpected: their callers may need the
+	 * completions to post it), and where a poster completes the kept
+	 * message itself (no kept ring: not before the receives that came
+	 * first).  One the kept ring takes within max_unexpected waits for
+	 * nothing: this thread hands it over, behind what is deferred.
+	 */
+	owed = none && (!t->kept_rx || t->unexpected_bytes + h->len > t->max_unexpected);
 	pthread_mutex_unlock(&t->lock);
-	if (none && (ret = rx_owed_out(t)))
+	if (owed && (ret = rx_owed_out(t)))
 		return ret;
 	pthread_mutex_lock(&t->lock);
 	for (;;) {
