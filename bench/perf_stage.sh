@@ -11,12 +11,7 @@
 set -eu
 DIR=${1:?usage: bench/perf_stage.sh DIR}
 perf=$(command -v perf) || { echo "perf_stage: no perf here (apt-get install linux-perf)" >&2; exit 2; }
-# Debian's /usr/bin/perf is a script that picks perf_VERSION for the running kernel
 bin=$(readlink -f "$perf")
-if head -c 2 "$bin" | grep -q '#!'; then
-	bin=$(ls /usr/bin/perf_[0-9]* 2>/dev/null | sort -V | tail -1)
-	[ -n "$bin" ] || { echo "perf_stage: $perf is a script and no perf_VERSION is here" >&2; exit 2; }
-fi
 mkdir -p "$DIR/lib"
 cp "$bin" "$DIR/perf.bin"
 ldd "$bin" | awk '$3 ~ /^\// { print $3 }' |
