@@ -85,6 +85,7 @@ struct cfg {
 	uint64_t sr[5];		/* tcp: sr_count's, summed over a size's bandwidth runs */
 	const char *tls_key, *tls_identity;	/* tcp: TLS 1.3 PSK on both ends (NULL: none) */
 	bool sockets;		/* tcp: sample where the bandwidth runs' bytes wait */
+	bool window;		/* tcp: also raw TCP with the depth's messages answered */
 	struct sockwatch_tally sw;	/* and the samples, summed over a size's runs */
 };
 
@@ -536,6 +537,8 @@ static void *sink_main(void *arg)
 	char *buf = malloc(s->size);
 	ssize_t n;
 
+	/* named for profiles (perf --sort pid), beside the transport's gdx-tcp-rx */
+	pthread_setname_np(pthread_self(), "raw-sink");
 	while (buf && (n = recv(s->fd, buf, s->size, 0)) > 0)
 		s->got += (uint64_t)n;
 	free(buf);
@@ -601,6 +604,98 @@ static double raw_tcp_bw(struct cfg *c, size_t size)
 	close(p.a);
 	close(p.b);
 	free(cur);
+	free(iov);
+	free(buf);
+	return (double)s.got / ((double)(gdx_now_ns() - t0) / 1e9);
+}
+
+/*
+ * What a window costs by itself (--window): raw TCP with depth messages of size
+ * bytes in flight, each answered.  The answerer reads what has arrived, as the
+ * sink does, and after each read that finished messages writes one byte per
+ * message; the sender writes what the window has room for in one call, then
+ * reads answers, waiting for them only when the window is full.  Two threads,
+ * no hand-off between them.  It falls below the stream by what waiting for
+ * answers with the window full costs, which no transport of that depth avoids;
+ * what gdx loses beyond it is the transport's own.
+ */
+struct answerer {
+	int fd;
+	size_t size, bufsize;
+	uint64_t got;
+};
+
+static void *answerer_main(void *arg)
+{
+	struct answerer *s = arg;
+	char *buf = malloc(s->bufsize);
+	uint64_t part = 0;
+	ssize_t n;
+
+	pthread_setname_np(pthread_self(), "raw-answerer");
+	while (buf && (n = recv(s->fd, buf, s->bufsize, 0)) > 0) {
+		size_t done;
+
+		s->got += (uint64_t)n;
+		part += (uint64_t)n;
+		done = (size_t)(part / s->size);
+		part %= s->size;
+		/* done <= n: the answers fit the buffer just read */
+		memset(buf, 0, done);
+		if (done && send(s->fd, buf, done, MSG_NOSIGNAL) != (ssize_t)done)
+			break;
+	}
+	free(buf);
+	return NULL;
+}
+
+static double raw_tcp_window_bw(struct cfg *c, size_t size)
+{
+	struct sockpair p = { -1, -1 };
+	unsigned depth = c->depth, inflight = 0;
+	int cnt = (int)GDX_MIN(depth, (unsigned)IOV_MAX);
+	struct iovec *iov = calloc((size_t)cnt, sizeof(*iov));
+	char *buf = iov ? raw_tcp_open(&p, size, 2) : NULL, ans[4096];
+	struct answerer s;
+	pthread_t th;
+	uint64_t t0, deadline;
+
+	if (!buf) {
+		free(iov);
+		return -EIO;
+	}
+	s = (struct answerer){ .fd = p.b, .size = size,
+			       .bufsize = GDX_MAX(size, GDX_MIN(size * depth, SINK_MAX)) };
+	if (pthread_create(&th, NULL, answerer_main, &s)) {
+		close(p.a);
+		close(p.b);
+		free(iov);
+		free(buf);
+		return -ENOMEM;
+	}
+	t0 = gdx_now_ns();
+	deadline = t0 + (uint64_t)(c->secs * 1e9);
+	while (gdx_now_ns() < deadline) {
+		int k = (int)GDX_MIN(depth - inflight, (unsigned)cnt);
+		ssize_t n;
+
+		if (k) {
+			for (int i = 0; i < k; i++)
+				iov[i] = (struct iovec){ .iov_base = buf, .iov_len = size };
+			if (gdx_send_full(p.a, iov, k))
+				break;
+			inflight += (unsigned)k;
+		}
+		n = recv(p.a, ans, sizeof(ans), inflight == depth ? 0 : MSG_DONTWAIT);
+		if (n > 0)
+			inflight -= (unsigned)n;
+		else if (!n || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+			break;
+	}
+	shutdown(p.a, SHUT_WR);
+	pthread_join(th, NULL);
+	close(p.a);
+	close(p.b);
 	free(iov);
 	free(buf);
 	return (double)s.got / ((double)(gdx_now_ns() - t0) / 1e9);
@@ -829,7 +924,9 @@ static void usage(FILE *f)
 		"  --sockets         tcp: sample both ends' sockets during the bandwidth runs\n"
 		"                    and print where the bytes waited: unread at the server,\n"
 		"                    unsent, unread at the client (answers), or in neither\n"
-		"                    with the depth in flight (window full) or not (idle)\n");
+		"                    with the depth in flight (window full) or not (idle)\n"
+		"  --window          tcp: also measure raw TCP with the depth's messages in\n"
+		"                    flight, each answered: what the window costs by itself\n");
 }
 
 #define MAX_RUNS 31
@@ -889,7 +986,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		{ "rx-depth", required_argument, NULL, 'R' },
 		{ "tls-key", required_argument, NULL, 'K' },
 		{ "tls-identity", required_argument, NULL, 'I' },
-		{ "sockets", no_argument, NULL, 'W' },
+		{ "sockets", no_argument, NULL, 'W' }, { "window", no_argument, NULL, 'w' },
 		{ 0 } };
 	struct cfg c = { .addr = "tcp://127.0.0.1:0", .depth = 16, .secs = 1.0, .runs = 1,
 			 .max_unexpected = UINT64_MAX,
@@ -953,6 +1050,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 		case 'K': c.tls_key = optarg; break;
 		case 'I': c.tls_identity = optarg; break;
 		case 'W': c.sockets = true; break;
+		case 'w': c.window = true; break;
 		case 'h': usage(stdout); return 0;
 		default: return arg_usage_error(prog);
 		}
@@ -964,6 +1062,11 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 	if (c.sockets && strncmp(c.addr, "tcp://", 6)) {
 		fprintf(stderr, "%s: --sockets: needs a tcp:// address (it samples the two ends' "
 			"sockets)\n", prog);
+		return 2;
+	}
+	if (c.window && (strncmp(c.addr, "tcp://", 6) || c.no_ceiling)) {
+		fprintf(stderr, "%s: --window: needs a tcp:// address and its ceilings (it is "
+			"raw TCP on the same loopback)\n", prog);
 		return 2;
 	}
 	/* An address the transport cannot listen on fails here, once, not once per size. */
@@ -1002,7 +1105,7 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 	for (int i = 0; i < c.nsizes; i++) {
 		size_t n = c.sizes[i];
 		const char *path = "?";
-		double bw, lat, cbw = 0, clat = 0, v[4][MAX_RUNS];
+		double bw, lat, cbw = 0, clat = 0, wbw = 0, v[5][MAX_RUNS];
 		char sz[32];
 
 		/* Each figure beside its ceiling, in turn, so load that comes and goes hits both. */
@@ -1014,11 +1117,14 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			v[1][r] = c.no_ceiling ? 0 : ceil_bw(&c, host, n);
 			v[2][r] = gdx_lat(&c, n);
 			v[3][r] = c.no_ceiling ? 0 : ceil_lat(&c, host, n);
+			v[4][r] = c.window ? raw_tcp_window_bw(&c, n) : 0;
 		}
 		bw = median(v[0], c.runs);
 		cbw = median(v[1], c.runs);
 		lat = median(v[2], c.runs);
 		clat = median(v[3], c.runs);
+		if (c.window)
+			wbw = median(v[4], c.runs);
 		fmt_size(n, sz, sizeof(sz));
 		if (bw < 0 || lat < 0) {
 			printf("%8s  failed: %s\n", sz, gdx_strerror((int)(bw < 0 ? bw : lat)));
@@ -1054,6 +1160,15 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			       "ring; the transmit thread copied %llu of them itself\n", sz,
 			       (unsigned long long)c.sr[1], (unsigned long long)c.sr[0],
 			       (unsigned long long)c.sr[2]);
+		if (c.window) {
+			if (wbw > 0 && cbw > 0)
+				printf("    window at %s: raw TCP, %u answered messages in flight: "
+				       "%.3f GB/s, %.2f of the stream; gdx %.2f of it\n", sz, c.depth,
+				       wbw / 1e9, wbw / cbw, bw / wbw);
+			else
+				printf("    window at %s: raw TCP with answers failed: %s\n", sz,
+				       gdx_strerror(wbw < 0 ? (int)wbw : -EIO));
+		}
 		if (c.sw.samples) {
 			const double pc = 100.0 / (double)c.sw.samples;
 

@@ -63,6 +63,10 @@ expect 2 "gdx bench xport: --dst 'gpu:0+4096': want host or gpu:N, with an optio
 	"$gdx" bench xport --dst gpu:0+4096
 expect 2 "gdx bench xport: --sockets: needs a tcp:// address (it samples the two ends' sockets)" \
 	"$gdx" bench xport --addr loop://bench --sockets
+expect 2 "gdx bench xport: --window: needs a tcp:// address and its ceilings (it is raw TCP on the same loopback)" \
+	"$gdx" bench xport --addr loop://bench --window
+expect 2 "gdx bench xport: --window: needs a tcp:// address and its ceilings (it is raw TCP on the same loopback)" \
+	"$gdx" bench xport --window --no-ceiling
 expect 2 "gdx bench file: --dev-offset '4096': want a whole number from 0 to 4095" \
 	"$gdx" bench file --file "$dir/src" --dev-offset 4096
 expect 2 "gdx bench file: --threads '0': want a whole number from 1 to 1024" \
@@ -126,4 +130,9 @@ awk '/^    sockets at (4k|64k): / { n++; s = 0; k = 0; l = $0
 	while (match(l, /[0-9]+%/)) { s += substr(l, RSTART, RLENGTH - 1); k++; l = substr(l, RSTART + RLENGTH) }
 	if (k != 5 || s < 98 || s > 102 || $0 !~ /\([1-9][0-9]* samples\)$/) bad = 1 }
 	END { exit !(n == 2 && !bad) }' "$dir/out" || fail "bench xport --sockets: $(cat "$dir/out")"
+# the window's own cost: one line a size (an odd size too: answers count whole messages)
+"$gdx" bench xport --sizes 5000,64k --secs 0.05 --depth 3 --window >"$dir/out" 2>"$dir/err" ||
+	fail "bench xport --window: $(cat "$dir/err")"
+awk '/^    window at (5000|64k): raw TCP, 3 answered messages in flight: [0-9.]+ GB\/s, [0-9.]+ of the stream; gdx [0-9.]+ of it$/ { n++ }
+	END { exit n != 2 }' "$dir/out" || fail "bench xport --window: $(cat "$dir/out")"
 echo ok
