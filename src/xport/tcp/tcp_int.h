@@ -71,6 +71,12 @@ enum {
 #define ZC_MIN (64u << 10)
 #define RBUF_SIZE (64u << 10)
 #define RESP_BATCH 64
+/*
+ * Responses owed go out once the frames they answer carried this much: a
+ * stream of requests then gets its answers while it lasts, not all at its
+ * end (the requester's window would run dry meanwhile).
+ */
+#define RESP_BYTES (128u << 10)
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)	/* a stage buffer; the transmit lane's ring is two */
 #define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (stage_start) */
@@ -462,12 +468,14 @@ struct tcp_ep {
 	int rx_boundary;	/* no byte of the next frame read */
 	/*
 	 * Responses the receive thread owes, sent together when it next waits for
-	 * input (or before anything else it sends), so a burst of requests is
-	 * answered with one write instead of one each.  A CQ waiter holding
+	 * input (or before anything else it sends), or once they answer
+	 * RESP_BATCH frames or RESP_BYTES, so a burst of requests is answered
+	 * with one write every few instead of one each.  A CQ waiter holding
 	 * the socket owes its own here and sends them before it hands it back.
 	 */
 	struct hdr resp[RESP_BATCH];
 	unsigned nresp, nresp_msg;	/* nresp_msg: of them, to messages that completed a receive */
+	uint64_t resp_bytes;	/* payload of the sends and writes read since they last went */
 	unsigned char *kr_mem;	/* the kept ring (kept_rx) */
 	struct gdx_byte_ring kr;
 	int rx_err;		/* an answer could not be queued (fatal) */
@@ -594,6 +602,8 @@ static inline void tcp_rx_saw(struct tcp_ep *t, const struct hdr *h)
 {
 	if (h->type == F_SEND || h->type == F_WRITE || h->type == F_READ_RESP)
 		t->rx_big = h->len >= GDX_RX_BIG;
+	if (h->type == F_SEND || h->type == F_WRITE)
+		t->resp_bytes += h->len;
 }
 
 /* The one response owed answers a message that completed a receive (tcp_resp_hold). */

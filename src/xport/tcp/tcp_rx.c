@@ -296,16 +296,22 @@ static ssize_t rx_fill(struct tcp_ep *t, size_t need)
 	gdx_xport_complete_flush();
 	/* Requests posted while others were on the wire go before their answers are read. */
 	tcp_tx_kick(t);
-	if (t->nresp > 1) {
+	if (t->nresp > 1 || (t->nresp && !tcp_resp_lone(t))) {
 		/*
-		 * In a burst (more than one request since the last answer), responses
-		 * owed wait for the next frames if those are already here: the burst
-		 * is answered with one write.  A lone request is answered at once.
+		 * Responses owed wait for the next frames if those are already
+		 * here: a burst is answered with one write (tcp_resp_owe sends
+		 * them every RESP_BYTES meanwhile), not one a request.  Large
+		 * frames come here at each header (their payloads skip rbuf), so
+		 * that holds for one response owed too: at 64 KiB writes a
+		 * response a frame took a quarter of the receive thread's time.
+		 * A lone request is answered at once: the read finds nothing.
+		 * (A lone response to a message is held for the caller's post,
+		 * rx_park.)
 		 */
 		do
 			n = recv(t->fd, t->rbuf + t->rlen, tcp_rbuf_room(t, need), MSG_DONTWAIT);
 		while (n < 0 && errno == EINTR);
-		if (n < 0 && errno == EAGAIN) {
+		if (n < 0 && errno == EAGAIN && t->nresp > 1) {
 			/*
 			 * Not yet: give the CPU once to whoever is runnable here (the
 			 * poster, the peer's receive thread) and look again.  On a busy
@@ -675,6 +681,7 @@ static int resp_queue(struct tcp_ep *t, int hold)
 	struct txi *x;
 	unsigned n = t->nresp;
 
+	t->resp_bytes = 0;
 	if (!n)
 		return 0;
 	/* a burst's responses, and answers to writes, go at once */
@@ -727,7 +734,8 @@ int tcp_resp_owe(struct tcp_ep *t, uint8_t type, uint64_t id, int status, int ms
 {
 	t->nresp_msg += msg != 0;
 	t->resp[t->nresp++] = (struct hdr){ .type = type, .id = id, .status = status };
-	return t->nresp == RESP_BATCH ? tcp_resp_flush(t) : 0;
+	return t->nresp == RESP_BATCH || (t->resp_bytes >= RESP_BYTES && !tcp_resp_lone(t)) ?
+		       tcp_resp_flush(t) : 0;
 }
 
 /*
