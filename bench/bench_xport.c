@@ -559,6 +559,19 @@ static char *raw_tcp_open(struct sockpair *p, size_t size, int fill)
 }
 
 /*
+ * Ends a raw measurement begun at t0: the sender's end of the stream, then
+ * the receiving thread th, which counted *got bytes; their rate.
+ */
+static double raw_tcp_close(struct sockpair *p, pthread_t th, const uint64_t *got, uint64_t t0)
+{
+	shutdown(p->a, SHUT_WR);
+	pthread_join(th, NULL);
+	close(p->a);
+	close(p->b);
+	return (double)*got / ((double)(gdx_now_ns() - t0) / 1e9);
+}
+
+/*
  * The socket's speed for `depth` messages of size bytes in flight: each call
  * writes the whole window (depth messages, one iovec each) and the sink reads
  * what has arrived, as a sender free to batch its window and a receiver that
@@ -599,14 +612,10 @@ static double raw_tcp_bw(struct cfg *c, size_t size)
 		if (gdx_send_full(p.a, cur, cnt))
 			break;
 	}
-	shutdown(p.a, SHUT_WR);
-	pthread_join(th, NULL);
-	close(p.a);
-	close(p.b);
 	free(cur);
 	free(iov);
 	free(buf);
-	return (double)s.got / ((double)(gdx_now_ns() - t0) / 1e9);
+	return raw_tcp_close(&p, th, &s.got, t0);
 }
 
 /*
@@ -692,13 +701,9 @@ static double raw_tcp_window_bw(struct cfg *c, size_t size)
 		else if (!n || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
 			break;
 	}
-	shutdown(p.a, SHUT_WR);
-	pthread_join(th, NULL);
-	close(p.a);
-	close(p.b);
 	free(iov);
 	free(buf);
-	return (double)s.got / ((double)(gdx_now_ns() - t0) / 1e9);
+	return raw_tcp_close(&p, th, &s.got, t0);
 }
 
 /* ---- ceilings: perftest -------------------------------------------------------- */
