@@ -1165,14 +1165,17 @@ int gdx_bench_xport(int argc, char **argv, int (*open_gpu)(int, struct gdx_devic
 			       "ring; the transmit thread copied %llu of them itself\n", sz,
 			       (unsigned long long)c.sr[1], (unsigned long long)c.sr[0],
 			       (unsigned long long)c.sr[2]);
-		if (c.window) {
-			if (wbw > 0 && cbw > 0)
-				printf("    window at %s: raw TCP, %u answered messages in flight: "
-				       "%.3f GB/s, %.2f of the stream; gdx %.2f of it\n", sz, c.depth,
-				       wbw / 1e9, wbw / cbw, bw / wbw);
-			else
-				printf("    window at %s: raw TCP with answers failed: %s\n", sz,
-				       gdx_strerror(wbw < 0 ? (int)wbw : -EIO));
+		if (c.window && wbw > 0) {
+			printf("    window at %s: raw TCP, %u answered messages in flight: %.3f GB/s, ",
+			       sz, c.depth, wbw / 1e9);
+			/* with device memory the ceiling may be the copies' (the lower) */
+			if (cbw > 0)
+				printf("%.2f of the %s; ", wbw / cbw,
+				       c.src.dev || c.dst.dev ? "ceiling" : "stream");
+			printf("gdx %.2f of it\n", bw / wbw);
+		} else if (c.window) {
+			printf("    window at %s: raw TCP with answers failed: %s\n", sz,
+			       gdx_strerror(wbw < 0 ? (int)wbw : -EIO));
 		}
 		if (c.sw.samples) {
 			const double pc = 100.0 / (double)c.sw.samples;
