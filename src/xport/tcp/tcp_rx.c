@@ -302,11 +302,10 @@ static ssize_t rx_fill(struct tcp_ep *t, size_t need)
 		 * here: a burst is answered with one write (tcp_resp_owe sends
 		 * them every RESP_BYTES meanwhile), not one a request.  Large
 		 * frames come here at each header (their payloads skip rbuf), so
-		 * that holds for one response owed too: at 64 KiB writes a
-		 * response a frame took a quarter of the receive thread's time.
-		 * A lone request is answered at once: the read finds nothing.
-		 * (A lone response to a message is held for the caller's post,
-		 * rx_park.)
+		 * that holds for one response owed too, or a stream of them is
+		 * answered a write a frame.  A lone request is answered at once:
+		 * the read finds nothing.  (A lone response to a message is held
+		 * for the caller's post, rx_park.)
 		 */
 		do
 			n = recv(t->fd, t->rbuf + t->rlen, tcp_rbuf_room(t, need), MSG_DONTWAIT);
