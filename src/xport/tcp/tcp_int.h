@@ -121,8 +121,8 @@ struct tcp_dlane {
  */
 enum txi_path {
 	TXP_TRAIN,	/* host payload of at most DIRECT_MAX: goes in trains, from any sender */
-	TXP_HOST,	/* larger host payload: its poster sends what the socket takes
-			   (tx_direct), the transmit thread the rest */
+	TXP_HOST,	/* larger host payload: its poster sends what the socket takes,
+			   at a train's end (tx_host_rides), the transmit thread the rest */
 	TXP_RING,	/* device payload the agent copies into the stage ring (sr_queue) */
 	TXP_STREAM,	/* device payload copied by the transmit thread (tcp_tx_sync_lane) */
 };
@@ -279,7 +279,7 @@ enum {
 	C_COPIES_PEAK,		/* the most bytes of answers' copies held at once (snap_held) */
 	C_TX_DIRECT,		/* request frames a posting thread (or the receive thread's kick)
 				   wrote whole itself: no hand-off to the transmit thread */
-	C_TX_HANDED,		/* request frames the transmit thread wrote, or finished (tx_direct) */
+	C_TX_HANDED,		/* request frames the transmit thread wrote, or finished */
 	C_RX_WAITER,		/* messages and answers a CQ waiter read and completed itself */
 	C_RX_PART,		/* messages a CQ waiter began and the receive thread finished */
 	C_RX_TAKES,		/* times a CQ waiter took the socket from the receive thread */

@@ -2,8 +2,8 @@
 /*
  * tcp://host:port, the posting threads (tcp_int.h): a post queues its frame
  * and, when nobody is sending (t->sending), sends it itself: small ones in
- * trains, as do the CQ poll and the receive thread's answers, and large host
- * ones as far as the socket takes them (tx_direct).
+ * trains, as do the CQ poll and the receive thread's answers, and a large host
+ * one at a train's end, as far as the socket takes it (tx_host_rides).
  */
 
 #include <errno.h>
@@ -297,15 +297,32 @@ static struct txi *sr_direct(struct tcp_ep *t)
 }
 
 /*
+ * Whether frame x, a large host request, may end a train a posting thread
+ * sends (tx_gather): not while MSG_ZEROCOPY is on, which only the transmit
+ * thread's blocking sends use (a zero-copy send's bytes leave after the call
+ * returns anyway).  What the socket does not take of it stays at the head of
+ * the queue, x->off saying how much went, for the transmit thread
+ * (tcp_tx_host picks up there), so nothing overtakes it.
+ */
+static int tx_host_rides(const struct tcp_ep *t, const struct txi *x, int by_tx)
+{
+	return !by_tx && x->path == TXP_HOST && x->req &&
+	       !__atomic_load_n(&t->zerocopy, __ATOMIC_RELAXED);
+}
+
+/*
  * Gathers a train of small host frames from the head of the queue into iov,
  * for one sendmsg: the part of each not yet sent.  Stops at a frame that
- * needs the transmit thread (large, device memory) or waits for a fence;
- * but for the transmit thread (by_tx, which sends ring frames its own way),
- * a small ring frame whose copy landed goes too (sr_direct), with the held
- * responses ahead of it; without one, held responses that a device frame's
- * train will carry (tcp_held_lead) are the transmit thread's.  *region: a
- * read answer among them is still read out of its region.  Lock held;
- * returns the number of iovecs.
+ * needs the transmit thread (device memory, a large read answer) or waits for
+ * a fence.  A posting thread's train may end with a large host request
+ * (tx_host_rides): a send answered by a send then carries the held response
+ * ahead of it in the same write, not one write (and a wake-up of the peer)
+ * each.  But for the transmit thread (by_tx, which sends ring frames its own
+ * way), a small ring frame whose copy landed goes too (sr_direct), with the
+ * held responses ahead of it; without one, held responses that a device
+ * frame's train will carry (tcp_held_lead) are the transmit thread's.
+ * *region: a read answer among them is still read out of its region.  Lock
+ * held; returns the number of iovecs.
  */
 static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx)
 {
@@ -319,7 +336,8 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx
 		ring = NULL;
 	if (!by_tx && !ring && tcp_held_lead(t))
 		return 0;
-	for (struct txi *x = t->txq_head; x && (x->path == TXP_TRAIN || x == ring) &&
+	for (struct txi *x = t->txq_head;
+	     x && (x->path == TXP_TRAIN || x == ring || tx_host_rides(t, x, by_tx)) &&
 	     cnt + 2 <= TX_TRAIN_IOV && bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x);
 	     x = x->next) {
 		tcp_tx_going(t, x);
@@ -338,6 +356,8 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx
 			iov[cnt++] = (struct iovec){ (char *)x->pp + o, x->plen - o };
 		}
 		bytes += hl + x->plen - x->off;
+		if (x->path == TXP_HOST)
+			break;
 	}
 	return cnt;
 }
@@ -445,62 +465,11 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
 }
 
 /*
- * Sends the large host request at the head of the queue from the calling
- * thread, as far as the socket takes it without blocking: a post finds the
- * transmit side idle and writes the socket itself, as the small frames' trains
- * do.  What does not fit stays at the head, x->off saying how much went, for
- * the transmit thread (tcp_tx_host picks up there), so nothing overtakes it.
- * Not while zero-copy is on: the transmit thread's blocking sends use it, and
- * a zero-copy send's bytes leave after the call returns anyway.  Lock held,
- * dropped around the sends; 0 when it went whole.
- */
-static int tx_direct(struct tcp_ep *t, struct txi **done)
-{
-	struct txi *x = t->txq_head;
-	const void *p = x->pp;
-	size_t n = x->plen;
-	int ret;
-
-	if (x->path != TXP_HOST || !x->req || __atomic_load_n(&t->zerocopy, __ATOMIC_RELAXED) ||
-	    tcp_tx_blocked(t, x))
-		return 1;
-	t->txq_head = x->next;
-	if (!t->txq_head)
-		t->txq_tail = NULL;
-	t->qlen--;
-	tcp_tx_begin(t, x);
-	pthread_mutex_unlock(&t->lock);
-	/* Nothing of x->req past here: once the bytes are out, the peer may answer. */
-	ret = tcp_tx_host(t, x, p, n, 1);
-	pthread_mutex_lock(&t->lock);
-	t->sending = 0;
-	if (t->dead)
-		pthread_cond_broadcast(&t->tx_cond);	/* tcp_flush_all may wait for the queue */
-	if (ret == -EAGAIN && !t->dead) {
-		x->next = t->txq_head;
-		t->txq_head = x;
-		if (!t->txq_tail)
-			t->txq_tail = x;
-		t->qlen++;
-		return ret;
-	}
-	x->next = *done;
-	*done = x;
-	if (ret) {
-		tcp_kill_conn(t, ret);
-		return ret;
-	}
-	t->on_wire++;
-	gdx_counter_add(&t->ctr[C_TX_DIRECT], 1);
-	return 0;
-}
-
-/*
  * Unless another thread holds the socket (it sends what is queued before
  * letting go), sends the queue from the calling thread: trains of small
  * frames, one sendmsg each, a small device request whose stage copy landed
- * among them (sr_direct: waited for a moment), and large host requests
- * (tx_direct), without blocking.  Only a larger device-memory frame, one
+ * among them (sr_direct: waited for a moment), and a large host request
+ * at a train's end (tx_host_rides), without blocking.  Only a larger device-memory frame, one
  * whose copy is slow, a read answer over DIRECT_MAX, a fenced frame, or what
  * did not fit in the socket wakes the transmit thread: a post at an idle
  * transmit side costs no thread hand-off.  Called with the lock held;
@@ -511,11 +480,7 @@ static void tx_push_locked(struct tcp_ep *t)
 	struct txi *done = NULL;
 
 	while (!t->dead && !t->sending && t->txq_head) {
-		int ret = tcp_tx_train(t, &done, 0);
-
-		if (ret == 1)
-			ret = tx_direct(t, &done);
-		if (ret)
+		if (tcp_tx_train(t, &done, 0))
 			break;
 	}
 	if (!t->dead && !t->sending && t->txq_head)
