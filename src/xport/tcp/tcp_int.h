@@ -680,7 +680,7 @@ void tcp_deliver_unexpected(struct gdx_xport_req *req, struct qent *u);
 void tcp_kept_kick_locked(struct tcp_ep *t);
 void tcp_zc_reap(struct tcp_ep *t);
 int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t *sent);
-int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock);
+int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n);
 int tcp_tx_answer(struct tcp_ep *t, struct txi *x, size_t n);
 int tcp_tx_blocked(struct tcp_ep *t, struct txi *x);
 void tcp_tx_going(struct tcp_ep *t, struct txi *x);

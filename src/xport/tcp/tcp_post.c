@@ -141,19 +141,19 @@ int tcp_send_iov(struct tcp_ep *t, struct iovec *iov, int cnt, int flags, size_t
 }
 
 /*
- * Sends what is left of frame x whose payload is n bytes of host memory at p.
- * nonblock: -EAGAIN when the socket is full, with x->off saying how far it got.
- * Large payloads go zero-copy; the header never does (x is freed right after).
+ * Sends what is left of frame x whose payload is n bytes of host memory at p,
+ * waiting for room (the transmit thread).  Large payloads go zero-copy; the
+ * header never does (x is freed right after).
  */
-int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int nonblock)
+int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n)
 {
 	const size_t hl = sizeof(x->h), total = hl + n;
-	int zc = !nonblock && __atomic_load_n(&t->zerocopy, __ATOMIC_RELAXED) && n >= ZC_MIN;
+	int zc = __atomic_load_n(&t->zerocopy, __ATOMIC_RELAXED) && n >= ZC_MIN;
 	int used_zc = 0;
 
 	while (x->off < total) {
 		struct iovec iov[2];
-		int cnt = 0, flags = nonblock ? MSG_DONTWAIT : 0, ret;
+		int cnt = 0, flags = 0, ret;
 		size_t sent = 0;
 
 		if (x->off < hl) {
@@ -171,7 +171,7 @@ int tcp_tx_host(struct tcp_ep *t, struct txi *x, const void *p, size_t n, int no
 		}
 		ret = tcp_send_iov(t, iov, cnt, flags, &sent);
 		if (ret)
-			return ret == -EWOULDBLOCK ? -EAGAIN : ret;
+			return ret;
 		x->off += sent;
 	}
 	if (used_zc)
@@ -469,10 +469,10 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
  * letting go), sends the queue from the calling thread: trains of small
  * frames, one sendmsg each, a small device request whose stage copy landed
  * among them (sr_direct: waited for a moment), and a large host request
- * at a train's end (tx_host_rides), without blocking.  Only a larger device-memory frame, one
- * whose copy is slow, a read answer over DIRECT_MAX, a fenced frame, or what
- * did not fit in the socket wakes the transmit thread: a post at an idle
- * transmit side costs no thread hand-off.  Called with the lock held;
+ * at a train's end (tx_host_rides), without blocking.  Only a larger
+ * device-memory frame, one whose copy is slow, a read answer over
+ * DIRECT_MAX, a fenced frame, or what did not fit in the socket wakes the
+ * transmit thread: a post at an idle transmit side costs no thread hand-off.  Called with the lock held;
  * returns with it released.
  */
 static void tx_push_locked(struct tcp_ep *t)

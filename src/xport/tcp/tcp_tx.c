@@ -201,7 +201,7 @@ static int tx_device(struct tcp_ep *t, struct txi *x, const void *src, struct gd
 	size_t done = 0;
 	int i = 0, ret;
 
-	ret = tcp_tx_host(t, x, NULL, 0, 0);
+	ret = tcp_tx_host(t, x, NULL, 0);
 	if (ret)
 		return ret;
 	c[0] = (struct tx_chunk){ .src = s, .n = GDX_MIN((size_t)STAGE_SIZE, n) };
@@ -788,7 +788,7 @@ void *tcp_tx_main(void *arg)
 		else if (x->h.type == F_READ_RESP)
 			ret = tcp_tx_answer(t, x, n);
 		else
-			ret = tcp_tx_host(t, x, p, n, 0);
+			ret = tcp_tx_host(t, x, p, n);
 		if (ret && dev) {
 			x->next = NULL;
 			tx_let_go(t, dev, x);
