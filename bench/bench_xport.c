@@ -536,7 +536,7 @@ struct sink {
  * MiB at 1 MiB, depth 16) waits for the send buffer with most of it still
  * to copy, and the receiver idles meanwhile: such a stream ran at 0.6 of the
  * same messages written one a call, below the transport, whose writes are a
- * train of at most 256 KiB or one frame.
+ * train of at most 256 KiB, ended by at most one large frame.
  */
 #define RAW_WRITE_MAX ((size_t)1 << 20)
 

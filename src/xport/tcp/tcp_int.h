@@ -277,8 +277,8 @@ enum {
 	C_ANS_PEAK,		/* the most answers queued at once (ans_held) */
 	C_HELD_BACK,		/* times the receive thread stopped reading for them (rx_hold_back) */
 	C_COPIES_PEAK,		/* the most bytes of answers' copies held at once (snap_held) */
-	C_TX_DIRECT,		/* request frames a posting thread (or the receive thread's kick)
-				   wrote whole itself: no hand-off to the transmit thread */
+	C_TX_DIRECT,		/* request frames posting threads (or the receive thread's kick)
+				   wrote to the end: no hand-off to the transmit thread */
 	C_TX_HANDED,		/* request frames the transmit thread wrote, or finished */
 	C_RX_WAITER,		/* messages and answers a CQ waiter read and completed itself */
 	C_RX_PART,		/* messages a CQ waiter began and the receive thread finished */

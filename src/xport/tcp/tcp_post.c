@@ -472,8 +472,8 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
  * at a train's end (tx_host_rides), without blocking.  Only a larger
  * device-memory frame, one whose copy is slow, a read answer over
  * DIRECT_MAX, a fenced frame, or what did not fit in the socket wakes the
- * transmit thread: a post at an idle transmit side costs no thread hand-off.  Called with the lock held;
- * returns with it released.
+ * transmit thread: a post at an idle transmit side costs no thread hand-off.
+ * Called with the lock held; returns with it released.
  */
 static void tx_push_locked(struct tcp_ep *t)
 {
