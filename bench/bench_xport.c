@@ -596,8 +596,9 @@ static double raw_tcp_close(struct sockpair *p, pthread_t th, const uint64_t *go
 /*
  * The socket's speed for `depth` messages of size bytes in flight: each call
  * writes the whole window (depth messages, one iovec each; raw_batch) and the
- * sink drains the socket in reads of a window (sink_main), as a sender free to
- * batch its window and a receiver that knows the sizes would.  One write per
+ * sink drains the socket in reads of a write, at most 256 KiB but at least
+ * one message (sink_main), as a sender free to batch its window and a
+ * receiver that knows the sizes would.  One write per
  * message is no ceiling for small ones: the transport puts the frames it has
  * queued in one write.
  */
@@ -643,8 +644,9 @@ static double raw_tcp_bw(struct cfg *c, size_t size)
 
 /*
  * What a window costs by itself (--window): raw TCP with depth messages of size
- * bytes in flight, each answered.  The answerer reads what has arrived, as the
- * sink does, and after each read that finished messages writes one byte per
+ * bytes in flight, each answered.  The answerer reads what has arrived (it
+ * cannot wait for a buffer's worth, as the sink does: the sender waits for its
+ * answers), and after each read that finished messages writes one byte per
  * message; the sender writes what the window has room for (raw_batch), then
  * reads answers, waiting for them only when the window is full.  Two threads,
  * no hand-off between them.  It falls below the stream by what waiting for
