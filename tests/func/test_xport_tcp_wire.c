@@ -348,6 +348,150 @@ static void test_answer_before_sent(void **state)
 	raw_close(&conn);
 }
 
+/* Reads n bytes into p, each wait for more at most ms; returns the bytes read. */
+static size_t recv_within(int fd, void *p, size_t n, int ms)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&pf, 1, ms) <= 0)
+			break;
+		r = recv(fd, (char *)p + got, n - got, 0);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
+}
+
+/*
+ * The endpoint's socket in this process: the one whose peer is peer_fd's own
+ * address (the raw peer's end of the connection).
+ */
+static int ep_sock_of(int peer_fd)
+{
+	struct sockaddr_in me, peer, mine;
+	socklen_t l = sizeof(me);
+	int found = -1;
+
+	assert_int_equal(getsockname(peer_fd, (struct sockaddr *)&me, &l), 0);
+	l = sizeof(peer);
+	assert_int_equal(getpeername(peer_fd, (struct sockaddr *)&peer, &l), 0);
+	for (int fd = 3; fd < 1024; fd++) {
+		struct sockaddr_in its;
+
+		l = sizeof(its);
+		if (fd == peer_fd || getpeername(fd, (struct sockaddr *)&its, &l) ||
+		    its.sin_family != AF_INET || its.sin_port != me.sin_port ||
+		    its.sin_addr.s_addr != me.sin_addr.s_addr)
+			continue;
+		l = sizeof(mine);
+		assert_int_equal(getsockname(fd, (struct sockaddr *)&mine, &l), 0);
+		if (mine.sin_port != peer.sin_port || mine.sin_addr.s_addr != peer.sin_addr.s_addr)
+			continue;
+		assert_int_equal(found, -1);
+		found = fd;
+	}
+	assert_true(found >= 0);
+	return found;
+}
+
+/* Reads the endpoint's send of n bytes, which must be fill `seed`; returns its frame. */
+static struct frame recv_send_within(int fd, unsigned char *sink, unsigned char *want, size_t n,
+				     uint64_t seed)
+{
+	struct frame f;
+
+	assert_int_equal(recv_within(fd, &f, sizeof(f), 5000), sizeof(f));
+	assert_int_equal(f.type, TF_SEND);
+	assert_int_equal(f.len, n);
+	assert_int_equal(recv_within(fd, sink, n, 5000), n);
+	t_fill(want, n, seed);
+	assert_memory_equal(sink, want, n);
+	return f;
+}
+
+/*
+ * A fenced send the socket takes only part of (its buffers set small), in
+ * one train with a read posted behind it: the read counts as in flight once
+ * gathered, and the fence of the send, half-sent at the head of the queue,
+ * held the rest of it back for that read's answer, which could never come
+ * (the peer waits for the rest of the send): the connection hung for good.
+ * Now a fenced request already going is past its fence.  Two ways to that
+ * train, alternately:
+ *  - held: a 64 KiB send, a fenced one and the read, posted while a send is
+ *    on the wire unanswered, are held (tcp_post) and go together at a poll
+ *    of the CQ, twice what the socket takes;
+ *  - raced: a 768 KiB fenced send whose poster the socket cut short, and the
+ *    read posted at once: where a train takes large requests (tx_host_rides),
+ *    the read's post may find the socket free before the transmit thread
+ *    wakes and send both (some rounds; else the transmit thread takes the
+ *    send alone).
+ * Every byte arrives, in order, and every request completes.
+ */
+static void fence_round(struct raw_conn *conn, uint64_t id, int held)
+{
+	static unsigned char big[768u << 10], sink[768u << 10], want[768u << 10];
+	const size_t n = held ? 64u << 10 : sizeof(big);
+	unsigned char rd[16], z[sizeof(rd)] = { 0 };
+	struct frame lead = { 0 }, s = { 0 }, f, fr, a;
+	struct gdx_xport_cqe e;
+	uint64_t first = id;
+
+	if (held) {
+		/* on the wire unanswered: the posts after it are held */
+		assert_int_equal(gdx_xport_post_send(conn->ep, z, sizeof(z), id++, 0), 0);
+		assert_int_equal(recv_within(conn->fd, &lead, sizeof(lead), 5000), sizeof(lead));
+		assert_int_equal(recv_within(conn->fd, sink, sizeof(z), 5000), sizeof(z));
+		t_fill(big + n, n, id);
+		assert_int_equal(gdx_xport_post_send(conn->ep, big + n, n, id++, 0), 0);
+	}
+	t_fill(big, n, id);
+	assert_int_equal(gdx_xport_post_send(conn->ep, big, n, id++, GDX_XPORT_FENCE), 0);
+	assert_int_equal(gdx_xport_post_read(conn->ep, rd, sizeof(rd), 0x1000, 7, id++, 0), 0);
+	if (held) {
+		assert_int_equal(gdx_xport_cq_poll(conn->cq, &e, 1), 0);
+		s = recv_send_within(conn->fd, sink, want, n, first + 1);
+	}
+	f = recv_send_within(conn->fd, sink, want, n, id - 2);
+	assert_int_equal(recv_within(conn->fd, &fr, sizeof(fr), 5000), sizeof(fr));
+	assert_int_equal(fr.type, TF_READ);
+	if (held) {
+		send_frame(conn->fd, TF_RESP, lead.id, 0, 0);
+		send_frame(conn->fd, TF_RESP, s.id, 0, 0);
+	}
+	send_frame(conn->fd, TF_RESP, f.id, 0, 0);
+	a = (struct frame){ .type = TF_READ_RESP, .id = fr.id, .len = sizeof(rd) };
+	assert_int_equal(send(conn->fd, &a, sizeof(a), MSG_NOSIGNAL), sizeof(a));
+	assert_int_equal(send(conn->fd, z, sizeof(z), MSG_NOSIGNAL), sizeof(z));
+	for (uint64_t w = first; w < id; w++) {
+		while (gdx_xport_cq_poll(conn->cq, &e, 1) == 0)
+			assert_int_equal(gdx_xport_cq_wait(conn->cq, 10000), 1);
+		assert_int_equal(e.wr_id, w);
+		assert_int_equal(e.status, 0);
+	}
+}
+
+static void test_fence_cut_short_read_behind(void **state)
+{
+	struct raw_conn conn;
+	int small = 32 << 10;
+
+	(void)state;
+	assert_int_equal(gdx_config_set("xport.tcp_zerocopy", "0"), 0);
+	raw_open(&conn, NULL);
+	assert_int_equal(setsockopt(ep_sock_of(conn.fd), SOL_SOCKET, SO_SNDBUF, &small,
+				    sizeof(small)), 0);
+	assert_int_equal(setsockopt(conn.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	for (unsigned round = 0; round < 16; round++)
+		fence_round(&conn, 10 * round, round % 2 == 0);
+	raw_close(&conn);
+	assert_int_equal(gdx_config_set("xport.tcp_zerocopy", "1"), 0);
+}
+
 /*
  * A peer that sends a message no receive can take, beyond what is kept as
  * unexpected (the receive thread then stalls until a receive is posted), and
@@ -653,6 +797,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_recv_posted_mid_message),
 		cmocka_unit_test(test_too_large_cut_behind_device),
 		cmocka_unit_test(test_answer_before_sent),
+		cmocka_unit_test(test_fence_cut_short_read_behind),
 		cmocka_unit_test(test_peer_gone_while_stalled),
 		cmocka_unit_test(test_kept_then_cut),
 		cmocka_unit_test(test_tls_psk),

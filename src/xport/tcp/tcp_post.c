@@ -238,11 +238,14 @@ int tcp_tx_answer(struct tcp_ep *t, struct txi *x, size_t n)
 /*
  * Whether queued frame x may not be taken yet: a fenced request while reads
  * are in flight, or a read answer whose bytes the receive thread is copying
- * out of its region (ans_snap).  Lock held.
+ * out of its region (ans_snap).  A fenced request already going passed its
+ * fence: the reads in flight since are behind it (gathered in its train,
+ * which the socket cut short), and wait for the rest of it.  Lock held.
  */
 int tcp_tx_blocked(struct tcp_ep *t, struct txi *x)
 {
-	return x->snapping || (x->req && (x->req->flags & GDX_XPORT_FENCE) && t->reads_in_flight);
+	return x->snapping || (x->req && (x->req->flags & GDX_XPORT_FENCE) && t->reads_in_flight &&
+			       !txi_going(x));
 }
 
 /*
