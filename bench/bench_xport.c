@@ -535,8 +535,8 @@ struct sink {
  * bytes (one message at least).  A write of a window of large messages (16
  * MiB at 1 MiB, depth 16) waits for the send buffer with most of it still
  * to copy, and the receiver idles meanwhile: such a stream ran at 0.6 of the
- * same messages written one a call, below the transport, whose writes are a
- * train of at most 256 KiB, ended by at most one large frame.
+ * same messages written one a call, below the transport, whose writes are
+ * trains of about 1 MiB (a larger frame goes alone or after small ones).
  */
 #define RAW_WRITE_MAX ((size_t)1 << 20)
 

@@ -80,8 +80,16 @@ enum {
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)	/* a stage buffer; the transmit lane's ring is two */
 #define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (stage_start) */
-#define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of small frames */
-#define TX_TRAIN_BYTES (256u << 10)
+#define TX_TRAIN_IOV 64		/* iovecs in one sendmsg of a train */
+/*
+ * Bytes a train gathers: it stops once it has 1 MiB (the first large request
+ * joins whatever its size), as a raw sender's writes that carry a loopback
+ * stream's ceiling.  Trains of at most 256 KiB cost the 64 KiB
+ * stream a fifth of its bandwidth on the H200 (docs/measurements/xport.md,
+ * session 22): each write is a lock of the socket, a push and, for the
+ * peer, a wake-up and a read more.
+ */
+#define TX_TRAIN_BYTES (1u << 20)
 
 struct hdr {
 	uint8_t type;
@@ -122,7 +130,7 @@ struct tcp_dlane {
 enum txi_path {
 	TXP_TRAIN,	/* host payload of at most DIRECT_MAX: goes in trains, from any sender */
 	TXP_HOST,	/* larger host payload: its poster sends what the socket takes,
-			   at a train's end (tx_host_rides), the transmit thread the rest */
+			   in a train (tx_host_rides), the transmit thread the rest */
 	TXP_RING,	/* device payload the agent copies into the stage ring (sr_queue) */
 	TXP_STREAM,	/* device payload copied by the transmit thread (tcp_tx_sync_lane) */
 };

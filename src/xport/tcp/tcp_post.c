@@ -2,8 +2,8 @@
 /*
  * tcp://host:port, the posting threads (tcp_int.h): a post queues its frame
  * and, when nobody is sending (t->sending), sends it itself: small ones in
- * trains, as do the CQ poll and the receive thread's answers, and a large host
- * one at a train's end, as far as the socket takes it (tx_host_rides).
+ * trains, as do the CQ poll and the receive thread's answers, large host ones
+ * among them, as far as the socket takes it (tx_host_rides).
  */
 
 #include <errno.h>
@@ -300,12 +300,13 @@ static struct txi *sr_direct(struct tcp_ep *t)
 }
 
 /*
- * Whether frame x, a large host request, may end a train a posting thread
+ * Whether frame x, a large host request, may go in a train a posting thread
  * sends (tx_gather): not while MSG_ZEROCOPY is on, which only the transmit
  * thread's blocking sends use (a zero-copy send's bytes leave after the call
- * returns anyway).  What the socket does not take of it stays at the head of
- * the queue, x->off saying how much went, for the transmit thread
- * (tcp_tx_host picks up there), so nothing overtakes it.
+ * returns anyway).  What the socket does not take of a train stays queued,
+ * the frame it stopped in at the head with x->off saying how much of it
+ * went, for the transmit thread (tcp_tx_host picks up there), so nothing
+ * overtakes it.
  */
 static int tx_host_rides(const struct tcp_ep *t, const struct txi *x, int by_tx)
 {
@@ -314,16 +315,19 @@ static int tx_host_rides(const struct tcp_ep *t, const struct txi *x, int by_tx)
 }
 
 /*
- * Gathers a train of small host frames from the head of the queue into iov,
- * for one sendmsg: the part of each not yet sent.  Stops at a frame that
- * needs the transmit thread (device memory, a large read answer) or waits for
- * a fence.  A posting thread's train may end with a large host request
- * (tx_host_rides): a send answered by a send then carries the held response
- * ahead of it in the same write, not one write (and a wake-up of the peer)
- * each.  But for the transmit thread (by_tx, which sends ring frames its own
- * way), a small ring frame whose copy landed goes too (sr_direct), with the
- * held responses ahead of it; without one, held responses that a device
- * frame's train will carry (tcp_held_lead) are the transmit thread's.
+ * Gathers a train of host frames from the head of the queue into iov, for one
+ * sendmsg of up to TX_TRAIN_BYTES: the part of each not yet sent.  Stops at a
+ * frame that needs the transmit thread (device memory, a large read answer)
+ * or waits for a fence.  A posting thread's train takes large host requests
+ * too (tx_host_rides): a send answered by a send then carries the held
+ * response ahead of it in the same write, not one write (and a wake-up of
+ * the peer) each, and a stream of 256 KiB writes goes four a write, as a raw
+ * sender's (a second large one joins only where the train's payloads stay
+ * within TX_TRAIN_BYTES).  But for the transmit thread (by_tx, which sends
+ * ring frames its own way), a small ring frame whose copy landed goes too
+ * (sr_direct), with the held responses ahead of it; without one, held
+ * responses that a device frame's train will carry (tcp_held_lead) are the
+ * transmit thread's.
  * *region: a read answer among them is still read out of its region.  Lock
  * held; returns the number of iovecs.
  */
@@ -331,8 +335,8 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx
 {
 	const size_t hl = sizeof(struct hdr);
 	struct txi *ring = by_tx ? NULL : sr_direct(t);
-	size_t bytes = 0;
-	int cnt = 0, held = 0;
+	size_t bytes = 0, pay = 0;	/* gathered, of which payload */
+	int cnt = 0, held = 0, host = 0;
 
 	*region = 0;
 	if (ring && !gdx_stage_seen(t->tx_lane, ring->sr_end, ring->ticket))
@@ -343,6 +347,12 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx
 	     x && (x->path == TXP_TRAIN || x == ring || tx_host_rides(t, x, by_tx)) &&
 	     cnt + 2 <= TX_TRAIN_IOV && bytes < TX_TRAIN_BYTES && !tcp_tx_blocked(t, x);
 	     x = x->next) {
+		size_t o = x->off > hl ? x->off - hl : 0;
+
+		/* 1 MiB requests go one a write, as before, and the rest of one cut short alone */
+		if (x->path == TXP_HOST && host && pay + x->plen - o > TX_TRAIN_BYTES)
+			break;
+		host |= x->path == TXP_HOST;
 		tcp_tx_going(t, x);
 		*region |= x->ans;
 		if (x->hold) {
@@ -353,14 +363,10 @@ static int tx_gather(struct tcp_ep *t, struct iovec *iov, int *region, int by_tx
 		}
 		if (x->off < hl)
 			iov[cnt++] = (struct iovec){ (char *)&x->h + x->off, hl - x->off };
-		if (x->plen) {
-			size_t o = x->off > hl ? x->off - hl : 0;
-
+		if (x->plen)
 			iov[cnt++] = (struct iovec){ (char *)x->pp + o, x->plen - o };
-		}
 		bytes += hl + x->plen - x->off;
-		if (x->path == TXP_HOST)
-			break;
+		pay += x->plen - o;
 	}
 	return cnt;
 }
@@ -471,8 +477,8 @@ static void sr_queue(struct tcp_ep *t, struct txi *x)
  * Unless another thread holds the socket (it sends what is queued before
  * letting go), sends the queue from the calling thread: trains of small
  * frames, one sendmsg each, a small device request whose stage copy landed
- * among them (sr_direct: waited for a moment), and a large host request
- * at a train's end (tx_host_rides), without blocking.  Only a larger
+ * among them (sr_direct: waited for a moment), and large host requests
+ * (tx_host_rides), without blocking.  Only a larger
  * device-memory frame, one whose copy is slow, a read answer over
  * DIRECT_MAX, a fenced frame, or what did not fit in the socket wakes the
  * transmit thread: a post at an idle transmit side costs no thread hand-off.
