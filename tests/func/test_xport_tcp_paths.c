@@ -771,13 +771,16 @@ static void *send_later_main(void *arg)
  * poll returns), and with no poll either, from the receive thread
  * (xport.tcp_resp_hold_ms): else it never would.  The waiter takes the socket only
  * from a receive thread parked between frames, and the response rides only
- * if the post comes before that timeout (held 100 ms here: under TSan a post
+ * if the post comes before that timeout (hold_ms here: under TSan a post
  * takes longer than the default 1 ms), so each case gets a few tries.
  * hows: the cases run (1: the post only).  A send of over 64 KiB carries
  * the response too, in the write that begins it (the socket may not take
- * all of it in that one: tx_writes is not counted then).
+ * all of it in that one: tx_writes is not counted then).  The timeout also
+ * ends the lent socket: a 256 KiB send read and checked by the peer under
+ * TSan on a loaded machine takes over 100 ms, and the answer's wait then
+ * finds the socket back with the receive thread.
  */
-static void waiter_resp_rides(size_t sz, int hows)
+static void waiter_resp_rides(size_t sz, int hows, const char *hold_ms)
 {
 	unsigned char *rx = malloc(sz), *tx = malloc(sz), *want = malloc(sz);
 	struct raw_conn conn;
@@ -785,7 +788,7 @@ static void waiter_resp_rides(size_t sz, int hows)
 	assert_non_null(rx);
 	assert_non_null(tx);
 	assert_non_null(want);
-	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
+	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", hold_ms), 0);
 	raw_open(&conn, NULL);
 	for (int how = 0; how < hows; how++) {
 		int done = 0;
@@ -859,14 +862,14 @@ static void waiter_resp_rides(size_t sz, int hows)
 static void test_waiter_resp_rides(void **state)
 {
 	(void)state;
-	waiter_resp_rides(4096, 3);
+	waiter_resp_rides(4096, 3, "100");
 }
 
 /* Before, the held response went alone, a write ahead of the large send's. */
 static void test_waiter_resp_rides_big_send(void **state)
 {
 	(void)state;
-	waiter_resp_rides(256 << 10, 1);
+	waiter_resp_rides(256 << 10, 1, "1000");
 }
 
 /*
