@@ -600,9 +600,9 @@ static double raw_tcp_close(struct sockpair *p, pthread_t th, const uint64_t *go
  * The socket's speed for `depth` messages of size bytes in flight: each call
  * writes the whole window (depth messages, one iovec each; raw_batch) and the
  * sink drains the socket in reads of a write, at most 256 KiB (sink_main), as
- * a sender free to batch its window and a receiver that knows the sizes would.  One write per
- * message is no ceiling for small ones: the transport puts the frames it has
- * queued in one write.
+ * a sender free to batch its window and a receiver that knows the sizes would.
+ * One write per message is no ceiling for small ones: the transport puts the
+ * frames it has queued in one write.
  */
 static double raw_tcp_bw(struct cfg *c, size_t size)
 {

@@ -251,6 +251,58 @@ static void test_recv_posted_mid_message(void **state)
 }
 
 /*
+ * A 1 MiB send whose payload trickles in (pieces of 200 KiB, 10 ms apart):
+ * the receive thread reads it in waiting reads of at most 256 KiB
+ * (RX_WAIT_MAX), each where the last ended, and the receive gets every byte
+ * in place and the peer its answer.  Then one cut short by the peer's end
+ * after 600 KiB: its receive completes with GDX_EDISCONNECTED, no wait left.
+ */
+static void test_send_trickles_in(void **state)
+{
+	enum { SZ = 1 << 20, PIECE = 200 << 10 };
+	static unsigned char payload[SZ], rx[SZ];
+	struct gdx_xport_cqe e;
+	struct raw_conn conn;
+	struct frame f;
+
+	(void)state;
+	raw_open(&conn, NULL);
+	t_fill(payload, SZ, 11);
+	assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, 1), 0);
+	send_frame(conn.fd, 2 /* SEND */, 7, SZ, 0);
+	for (size_t o = 0; o < SZ; o += PIECE) {
+		size_t n = SZ - o < PIECE ? SZ - o : PIECE;
+
+		assert_int_equal(send(conn.fd, payload + o, n, MSG_NOSIGNAL), (ssize_t)n);
+		usleep(10000);
+	}
+	while (gdx_xport_cq_poll(conn.cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(e.wr_id, 1);
+	assert_int_equal(e.len, SZ);
+	assert_memory_equal(rx, payload, SZ);
+	assert_int_equal(recv(conn.fd, &f, sizeof(f), MSG_WAITALL), sizeof(f));
+	assert_int_equal(f.type, 5);
+	assert_int_equal(f.id, 7);
+	assert_int_equal(f.status, 0);
+
+	assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, 2), 0);
+	send_frame(conn.fd, 2, 8, SZ, 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(send(conn.fd, payload + (size_t)i * PIECE, PIECE, MSG_NOSIGNAL),
+				 PIECE);
+		usleep(10000);
+	}
+	shutdown(conn.fd, SHUT_WR);
+	while (gdx_xport_cq_poll(conn.cq, &e, 1) == 0)
+		assert_int_equal(gdx_xport_cq_wait(conn.cq, 10000), 1);
+	assert_int_equal(e.wr_id, 2);
+	assert_int_equal(e.status, GDX_EDISCONNECTED);
+	raw_close(&conn);
+}
+
+/*
  * A message too large for its receive, cut short by the connection's end
  * while tcp reads and drops its payload, behind messages into device memory
  * whose copies are slow (2 ms each on the emulated device): the too-small
@@ -795,6 +847,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_bad_hello),
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test(test_recv_posted_mid_message),
+		cmocka_unit_test(test_send_trickles_in),
 		cmocka_unit_test(test_too_large_cut_behind_device),
 		cmocka_unit_test(test_answer_before_sent),
 		cmocka_unit_test(test_fence_cut_short_read_behind),
