@@ -63,43 +63,22 @@ _Static_assert(GDX_ARRAY_SIZE(cnt_names) == NH_CNT_CQ_SLEPT + 1, "a name per cou
 
 /* ---- socket helpers ------------------------------------------------------- */
 
-static int recv_full(int fd, void *buf, size_t n)
-{
-	char *p = buf;
-
-	while (n) {
-		ssize_t r = recv(fd, p, n, MSG_WAITALL);
-
-		if (r == 0)
-			return -ECONNRESET;
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		}
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-/* Receives exactly the bytes the iovecs describe (modifies them). */
+/*
+ * Receives exactly the bytes the iovecs describe (modifies them); SO_RCVTIMEO's
+ * timeout (the connect's) is -ETIMEDOUT.
+ */
 static int recv_iov_full(int fd, struct iovec *iov, int n)
 {
-	while (n > 0) {
-		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t r = recvmsg(fd, &m, MSG_WAITALL);
+	int rc = gdx_recv_full(fd, iov, n);
 
-		if (r == 0)
-			return -ECONNRESET;
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		}
-		iov = gdx_iov_advance(iov, &n, (size_t)r);
-	}
-	return 0;
+	return rc == -EAGAIN ? -ETIMEDOUT : rc;
+}
+
+static int recv_full(int fd, void *buf, size_t n)
+{
+	struct iovec v = { buf, n };
+
+	return recv_iov_full(fd, &v, 1);
 }
 
 static int tcp_connect(const char *addr, const char *svc, unsigned timeout_ms, int *out)

@@ -77,13 +77,6 @@ enum {
  * end (the requester's window would run dry meanwhile).
  */
 #define RESP_BYTES (128u << 10)
-/*
- * The most a waiting read of a payload asks for at once.  Waiting for a whole
- * large payload in one read carries less: on the H200 a raw sink so ran at 0.8
- * of one waiting for 256 KiB at a time (1 MiB messages), and the transport's
- * 4 MiB writes went from 0.82 to 0.90 of the stream with this bound.
- */
-#define RX_WAIT_MAX (256u << 10)
 #define DIRECT_MAX (64u << 10)	/* largest frame payload a posting thread sends itself */
 #define STAGE_SIZE (1u << 20)	/* a stage buffer; the transmit lane's ring is two */
 #define RING_ALIGN 64u		/* pieces start at such boundaries in the pinned rings (stage_start) */

@@ -397,7 +397,7 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 		r = tcp_rx_idle(t, 0);
 		if (r)
 			return (int)r;
-		r = recv(t->fd, dst, GDX_MIN(n, RX_WAIT_MAX), MSG_WAITALL);
+		r = recv(t->fd, dst, GDX_MIN(n, GDX_RX_WAIT_MAX), MSG_WAITALL);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r == 0)
