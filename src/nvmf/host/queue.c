@@ -65,20 +65,22 @@ _Static_assert(GDX_ARRAY_SIZE(cnt_names) == NH_CNT_CQ_SLEPT + 1, "a name per cou
 
 /*
  * Receives exactly the bytes the iovecs describe (modifies them); SO_RCVTIMEO's
- * timeout (the connect's) is -ETIMEDOUT.
+ * timeout (the connect's, on reads of a few bytes) is -ETIMEDOUT.  A large
+ * payload is waited for whole, not a segment at a time (gdx_recv_full), but
+ * under kTLS.
  */
-static int recv_iov_full(int fd, struct iovec *iov, int n)
+static int recv_iov_full(struct nh_queue *q, struct iovec *iov, int n)
 {
-	int rc = gdx_recv_full(fd, iov, n);
+	int rc = gdx_recv_full(q->fd, iov, n, !q->ctrl->p.tls);
 
 	return rc == -EAGAIN ? -ETIMEDOUT : rc;
 }
 
-static int recv_full(int fd, void *buf, size_t n)
+static int recv_full(struct nh_queue *q, void *buf, size_t n)
 {
 	struct iovec v = { buf, n };
 
-	return recv_iov_full(fd, &v, 1);
+	return recv_iov_full(q, &v, 1);
 }
 
 static int tcp_connect(const char *addr, const char *svc, unsigned timeout_ms, int *out)
@@ -309,14 +311,14 @@ static int icreq(struct nh_queue *q, unsigned timeout_ms)
 	set_rcvtimeo(q->fd, timeout_ms);
 	rc = gdx_send_full(q->fd, &iov, 1);
 	if (!rc)
-		rc = recv_full(q->fd, &rsp, sizeof(rsp.ch));
+		rc = recv_full(q, &rsp, sizeof(rsp.ch));
 	if (!rc && !gdx_tcp_hdr_len(&rsp.ch, GDX_TCP_ROLE_HOST, GDX_TCP_PHASE_IC, &ic, &err)) {
 		GDX_ERR(SUB, "queue %u: expected ICResp, got %s: %s", q->qid,
 			gdx_tcp_pdu_type_str(rsp.ch.type), err.why);
 		return GDX_EPROTO;
 	}
 	if (!rc)
-		rc = recv_full(q->fd, rsp.raw + sizeof(rsp.ch), sizeof(rsp.icresp) - sizeof(rsp.ch));
+		rc = recv_full(q, rsp.raw + sizeof(rsp.ch), sizeof(rsp.icresp) - sizeof(rsp.ch));
 	set_rcvtimeo(q->fd, 0);
 	if (rc) {
 		GDX_ERR(SUB, "queue %u: ICReq/ICResp: %s", q->qid, gdx_strerror(rc));
@@ -794,7 +796,7 @@ static int skip_bytes(struct nh_queue *q, size_t n)
 
 	while (n) {
 		size_t k = GDX_MIN(n, sizeof(tmp));
-		int rc = recv_full(q->fd, tmp, k);
+		int rc = recv_full(q, tmp, k);
 
 		if (rc)
 			return rc;
@@ -827,7 +829,7 @@ static int recv_device(struct nh_queue *q, struct nh_req *r, char *dst, size_t n
 
 		if (rc)
 			return rc;
-		rc = recv_full(q->fd, sp.p, sp.n);
+		rc = recv_full(q, sp.p, sp.n);
 		if (rc)
 			return rc;
 		if (r->t_sub) {
@@ -901,13 +903,13 @@ static int handle_c2h_data(struct nh_queue *q, const union gdx_tcp_pdu *pdu,
 	if (r->mem == NH_MEM_DEVICE) {
 		rc = recv_device(q, r, (char *)r->buf + d->datao, d->datal, &crc);
 		if (!rc && info->has_ddgst)
-			rc = recv_full(q->fd, &dd, sizeof(dd));
+			rc = recv_full(q, &dd, sizeof(dd));
 	} else {
 		/* straight into the caller's buffer, digest in the same call */
 		struct iovec iov[2] = { { (char *)r->buf + d->datao, d->datal },
 					{ &dd, sizeof(dd) } };
 
-		rc = recv_iov_full(q->fd, iov, info->has_ddgst ? 2 : 1);
+		rc = recv_iov_full(q, iov, info->has_ddgst ? 2 : 1);
 		if (!rc && r->t_sub)
 			r->t_data = gdx_now_ns();
 		if (!rc && q->tp.ddgst)
@@ -1038,7 +1040,7 @@ static int hdr_ready(void *arg)
 
 		if (r > 0) {
 			rc = (size_t)r == h->n ? 0 :
-			     recv_full(h->q->fd, (char *)h->buf + r, h->n - (size_t)r);
+			     recv_full(h->q, (char *)h->buf + r, h->n - (size_t)r);
 			return rc ? rc : 1;
 		}
 		if (r == 0)
@@ -1065,7 +1067,7 @@ static int recv_hdr_idle(struct nh_queue *q, void *buf, size_t n)
 
 	if (rc)
 		return rc > 0 ? 0 : rc;
-	return recv_full(q->fd, buf, n);
+	return recv_full(q, buf, n);
 }
 
 static int rx_loop(struct nh_queue *q)
@@ -1087,7 +1089,7 @@ static int rx_loop(struct nh_queue *q)
 		struct gdx_stage *st = __atomic_load_n(&q->dev, __ATOMIC_ACQUIRE) ? q->rx_st : NULL;
 
 		rc = st && gdx_stage_busy(st) ? recv_hdr_idle(q, &pdu, hlen) :
-		     recv_full(q->fd, &pdu, hlen);
+		     recv_full(q, &pdu, hlen);
 		if (rc)
 			return rc;
 		/*

@@ -248,6 +248,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, bool tls, void **priv)
 	}
 	t->fe = fe;
 	t->fd = fd;
+	t->wake_whole = !tls;
 	t->max_unexpected = fe->opts.max_unexpected;
 	t->ans_max = (unsigned)gdx_cfg_int("xport.tcp_answers_max");
 	t->ans_ms = (int)gdx_cfg_int("xport.tcp_answers_timeout_ms");

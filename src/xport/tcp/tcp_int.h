@@ -318,6 +318,7 @@ struct tcp_ep {
 	/* Set before the threads start (ep_start), read-only after. */
 	struct gdx_xport_ep *fe;
 	int fd;
+	bool wake_whole;	/* no kTLS: a payload's rest is waited for whole (gdx_rx_wait_for) */
 	/*
 	 * MSG_ZEROCOPY for large requests: set before the threads start, cleared
 	 * once the kernel reports it copied (tcp_zc_reap); read atomically.

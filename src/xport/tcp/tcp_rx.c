@@ -397,6 +397,16 @@ static int rx_exact(struct tcp_ep *t, void *dst, size_t n)
 		r = tcp_rx_idle(t, 0);
 		if (r)
 			return (int)r;
+		if (t->wake_whole && n > GDX_RX_LOWAT_MIN) {
+			/* one wake-up for the rest, not one a segment; then read it as above */
+			r = gdx_rx_wait_for(t->fd, n, true, -1);
+			if (r < 0)
+				return (int)r;
+			/* the zero-copy notifications of this socket's sends raise POLLERR too */
+			if (r & POLLERR)
+				tcp_zc_reap(t);
+			continue;
+		}
 		r = recv(t->fd, dst, GDX_MIN(n, GDX_RX_WAIT_MAX), MSG_WAITALL);
 		if (r < 0 && errno == EINTR)
 			continue;

@@ -86,8 +86,8 @@ static size_t w_fill(struct tcp_ep *t, char *p, size_t n)
 		memcpy(p, t->rbuf + t->rpos, got);
 	t->rpos += got;
 	while (got < n) {
-		struct pollfd pf = { .fd = t->fd, .events = POLLIN };
 		ssize_t r = recv(t->fd, p + got, n - got, MSG_DONTWAIT);
+		int ev;
 
 		if (r > 0) {
 			got += (size_t)r;
@@ -96,12 +96,12 @@ static size_t w_fill(struct tcp_ep *t, char *p, size_t n)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int ready = poll(&pf, 1, W_PART_MS);
-
+			/* a large rest wakes the waiter once, not a segment at a time */
+			ev = gdx_rx_wait_for(t->fd, n - got, t->wake_whole, W_PART_MS);
 			/* the zero-copy notifications of this socket's sends raise POLLERR too */
-			if (ready > 0 && (pf.revents & POLLERR))
+			if (ev > 0 && (ev & POLLERR))
 				tcp_zc_reap(t);
-			if (ready > 0 && !(pf.revents & POLLHUP))
+			if (ev > 0 && !(ev & POLLHUP))
 				continue;
 		}
 		break;
