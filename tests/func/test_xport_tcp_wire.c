@@ -638,20 +638,12 @@ static void test_kept_then_cut(void **state)
 /* Whether this kernel has kTLS: the "tls" upper layer protocol on an established socket. */
 static int ktls_here(void)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(sin);
-	int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0), a, ok;
+	int fd[2], ok;
 
-	assert_int_equal(bind(l, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	assert_int_equal(listen(l, 1), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *)&sin, &sl), 0);
-	assert_int_equal(connect(c, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	a = accept(l, NULL, NULL);
-	ok = !setsockopt(c, SOL_TCP, TCP_ULP, "tls", sizeof("tls"));
-	close(a);
-	close(c);
-	close(l);
+	t_tcp_pair(fd);
+	ok = !setsockopt(fd[0], SOL_TCP, TCP_ULP, "tls", sizeof("tls"));
+	close(fd[0]);
+	close(fd[1]);
 	return ok;
 }
 

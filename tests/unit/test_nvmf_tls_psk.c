@@ -152,19 +152,7 @@ static int find(void *arg, const char *identity, struct gdx_tls_psk *out)
 
 static void tcp_pair(int fd[2])
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM, 0);
-
-	assert_true(l >= 0);
-	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(l, 1), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
-	fd[0] = socket(AF_INET, SOCK_STREAM, 0);
-	assert_int_equal(connect(fd[0], (struct sockaddr *)&a, sizeof(a)), 0);
-	fd[1] = accept(l, NULL, NULL);
-	assert_true(fd[1] >= 0);
-	close(l);
+	t_tcp_pair(fd);
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(fcntl(fd[i], F_SETFL, O_NONBLOCK), 0);
 }

@@ -9,13 +9,11 @@
  * it ends only once the bytes are queued, or at the peer's end, or its
  * timeout; the wake-up threshold is back at 1 after every call.
  */
-#include <arpa/inet.h>
 #include <linux/sockios.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -60,31 +58,31 @@ static void *feeder(void *arg)
 	return NULL;
 }
 
-/* sv[0] the sender's end, sv[1] the receiver's: a socketpair, or TCP loopback with tcp */
-static void pair(int sv[2], bool tcp)
+/*
+ * sv[0] the sender's end, sv[1] the receiver's: a socketpair, or TCP loopback
+ * with tcp; f fed into sv[0] by a thread of its own.
+ */
+static void feed_start(struct feed *f, int sv[2], bool tcp, pthread_t *th)
 {
 	int sz = 4 << 20;
 
-	if (!tcp) {
+	if (tcp)
+		t_tcp_pair(sv);
+	else
 		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	} else {
-		struct sockaddr_in a = { .sin_family = AF_INET,
-					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-		socklen_t al = sizeof(a);
-		int ls = socket(AF_INET, SOCK_STREAM, 0);
-
-		assert_true(ls >= 0);
-		assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
-		assert_int_equal(listen(ls, 1), 0);
-		assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &al), 0);
-		sv[0] = socket(AF_INET, SOCK_STREAM, 0);
-		assert_int_equal(connect(sv[0], (struct sockaddr *)&a, sizeof(a)), 0);
-		sv[1] = accept(ls, NULL, NULL);
-		assert_true(sv[1] >= 0);
-		close(ls);
-	}
 	/* room for the whole feed: the feeder never waits on the reader */
 	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	f->fd = sv[0];
+	if (f->len)
+		assert_int_equal(pthread_create(th, NULL, feeder, f), 0);
+}
+
+/* A pair with nothing fed. */
+static void pair(int sv[2], bool tcp)
+{
+	struct feed none = { .len = 0 };
+
+	feed_start(&none, sv, tcp, NULL);
 }
 
 /* The wake-up threshold the calls leave: always the default, 1. */
@@ -121,10 +119,8 @@ static void recv_layout_on(bool tcp, const size_t *lens, int n, size_t piece, un
 		total += lens[i];
 	}
 	memcpy(keep, iov, sizeof(iov[0]) * (size_t)n);
-	pair(sv, tcp);
-	f.fd = sv[0];
 	f.len = total;
-	assert_int_equal(pthread_create(&th, NULL, feeder, &f), 0);
+	feed_start(&f, sv, tcp, &th);
 	assert_int_equal(gdx_recv_full(sv[1], iov, n, tcp), 0);
 	pthread_join(th, NULL);
 	assert_lowat_default(sv[1]);
@@ -197,9 +193,7 @@ static void peer_ends_midway_on(bool tcp)
 	pthread_t th;
 	int sv[2];
 
-	pair(sv, tcp);
-	f.fd = sv[0];
-	assert_int_equal(pthread_create(&th, NULL, feeder, &f), 0);
+	feed_start(&f, sv, tcp, &th);
 	assert_int_equal(gdx_recv_full(sv[1], &v, 1, tcp), -ECONNRESET);
 	pthread_join(th, NULL);
 	assert_lowat_default(sv[1]);
@@ -233,9 +227,7 @@ static void test_wait_for_whole(void **state)
 	int sv[2], ev;
 
 	(void)state;
-	pair(sv, true);
-	f.fd = sv[0];
-	assert_int_equal(pthread_create(&th, NULL, feeder, &f), 0);
+	feed_start(&f, sv, true, &th);
 	ev = gdx_rx_wait_for(sv[1], f.len, true, 10000);
 	assert_true(ev > 0 && (ev & POLLIN));
 	assert_int_equal(queued(sv[1]), f.len);
@@ -244,10 +236,8 @@ static void test_wait_for_whole(void **state)
 	close(sv[0]);
 	close(sv[1]);
 
-	pair(sv, true);
-	f.fd = sv[0];
 	f.gap_us = 20000;
-	assert_int_equal(pthread_create(&th, NULL, feeder, &f), 0);
+	feed_start(&f, sv, true, &th);
 	assert_true(gdx_rx_wait_for(sv[1], f.len, false, 10000) & POLLIN);
 	assert_true(queued(sv[1]) < f.len);
 	assert_true(gdx_rx_wait_for(sv[1], 64 << 10, true, 10000) & POLLIN);
@@ -266,9 +256,7 @@ static void test_wait_for_end_and_timeout(void **state)
 	int sv[2], ev;
 
 	(void)state;
-	pair(sv, true);
-	f.fd = sv[0];
-	assert_int_equal(pthread_create(&th, NULL, feeder, &f), 0);
+	feed_start(&f, sv, true, &th);
 	ev = gdx_rx_wait_for(sv[1], 256 << 10, true, 10000);
 	pthread_join(th, NULL);
 	assert_true(ev > 0 && (ev & POLLIN));
