@@ -165,36 +165,74 @@ static cpu_set_t reactor0_cpus(void)
 	return set;
 }
 
-/* QD1 reads until reactor 0 runs on exactly `cpu` (or 5 s pass). */
-static bool follow_until(struct host *io, int cpu, unsigned depth)
+/* Whether reactor 0 of the running target runs on exactly `cpu`. */
+static bool reactor0_on(int cpu)
+{
+	cpu_set_t now = reactor0_cpus();
+
+	return CPU_COUNT(&now) == 1 && CPU_ISSET(cpu, &now);
+}
+
+/* depth 4 KiB reads at once, then their data and responses */
+static void read_round(struct host *io, unsigned depth)
 {
 	uint8_t buf[8 * 4096];
+
+	for (unsigned i = 0; i < depth; i++) {
+		struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_READ, .nsid = 1,
+					    .cdw10 = i * 8, .cdw12 = 7 };
+
+		sqe.cid = io->cid++;
+		sqe.dptr.type = GDX_NVME_SGL_TRANSPORT;
+		sqe.dptr.length = 4096;
+		send_cmd(io, &sqe, NULL, 0);
+	}
+	for (unsigned rsps = 0; rsps < depth;) {
+		union gdx_tcp_pdu pdu;
+
+		assert_true(recv_pdu(io, &pdu, buf, sizeof(buf)) >= 0);
+		if (pdu.ch.type == GDX_TCP_RSP) {
+			assert_int_equal(pdu.rsp.cqe.status >> 1, 0);
+			rsps++;
+		}
+	}
+}
+
+/* Rounds of depth reads until reactor 0 runs on exactly `cpu` (or 5 s pass). */
+static bool follow_until(struct host *io, int cpu, unsigned depth)
+{
 	uint64_t end = gdx_now_ns() + 5000000000ull;
 
 	while (gdx_now_ns() < end) {
-		cpu_set_t now = reactor0_cpus();
-
-		if (CPU_COUNT(&now) == 1 && CPU_ISSET(cpu, &now))
+		if (reactor0_on(cpu))
 			return true;
-		/* depth commands at once, then their data and responses */
-		for (unsigned i = 0; i < depth; i++) {
-			struct gdx_nvme_sqe sqe = { .opc = GDX_NVME_CMD_READ, .nsid = 1,
-						    .cdw10 = i * 8, .cdw12 = 7 };
+		read_round(io, depth);
+	}
+	return false;
+}
 
-			sqe.cid = io->cid++;
-			sqe.dptr.type = GDX_NVME_SGL_TRANSPORT;
-			sqe.dptr.length = 4096;
-			send_cmd(io, &sqe, NULL, 0);
-		}
-		for (unsigned rsps = 0; rsps < depth;) {
-			union gdx_tcp_pdu pdu;
+/* One read at a time for ms milliseconds: whether reactor 0 ran on `cpu` meanwhile. */
+static bool visits(struct host *io, int cpu, unsigned ms)
+{
+	uint64_t end = gdx_now_ns() + ms * 1000000ull;
+	bool seen = false;
 
-			assert_true(recv_pdu(io, &pdu, buf, sizeof(buf)) >= 0);
-			if (pdu.ch.type == GDX_TCP_RSP) {
-				assert_int_equal(pdu.rsp.cqe.status >> 1, 0);
-				rsps++;
-			}
-		}
+	while (gdx_now_ns() < end) {
+		seen = seen || reactor0_on(cpu);
+		read_round(io, 1);
+	}
+	return seen;
+}
+
+/* Whether reactor 0 goes to `cpu` within ms milliseconds, nothing sent meanwhile. */
+static bool idle_until(int cpu, unsigned ms)
+{
+	uint64_t end = gdx_now_ns() + ms * 1000000ull;
+
+	while (gdx_now_ns() < end) {
+		if (reactor0_on(cpu))
+			return true;
+		usleep(1000);
 	}
 	return false;
 }
@@ -202,8 +240,10 @@ static bool follow_until(struct host *io, int cpu, unsigned depth)
 /*
  * --cpus, --follow and polling: bad CPU lists are refused; a following
  * reactor moves to the CPU the host sends from while the host keeps one
- * command in flight, and back home when it keeps several.  Runs last: it
- * replaces the shared target with its own.
+ * command in flight, spends a period at home now and then (on the host's
+ * CPU it cannot see how deep the host's queue is), goes home when the host
+ * falls idle, and when it keeps several.  Runs last: it replaces the shared
+ * target with its own.
  */
 void test_placement(void **state)
 {
@@ -256,8 +296,15 @@ void test_placement(void **state)
 	assert_int_equal(set_nr_queues(&a, 1), 0);
 	io_up(&io, &a, false, false, 1);
 	assert_true(follow_until(&io, x, 1));
-	if (y >= 0)
+	if (y >= 0) {
+		/* a probe every PROBE_EVERY periods of PLACE_NS (200 ms), and back */
+		assert_true(visits(&io, y, 1000));
+		assert_true(follow_until(&io, x, 1));
+		/* an idle period, seen at the reactor's next wake-up (1 s at most) */
+		assert_true(idle_until(y, 3000));
+		assert_true(follow_until(&io, x, 1));
 		assert_true(follow_until(&io, y, 8));
+	}
 	assert_int_equal(sched_setaffinity(0, sizeof(mine), &mine), 0);
 	close(io.fd);
 	close(a.fd);

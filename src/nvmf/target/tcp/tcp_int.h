@@ -54,6 +54,7 @@
 #define PLACE_NS (20ull * 1000000)	/* how often a following reactor reconsiders its CPU */
 #define SHALLOW_DEPTH 2		/* commands in flight up to which a reactor follows */
 #define FOLLOW_AFTER 5		/* ...for this many placement periods in a row */
+#define PROBE_EVERY 10		/* a following reactor spends one period in this many at home */
 
 enum ev_kind { EV_LISTEN, EV_WAKE, EV_IOCTX, EV_CONN };
 
@@ -182,6 +183,7 @@ struct tcp_reactor {
 	int at;			/* following: the CPU the traffic comes from; -1: at home */
 	bool shares_home;	/* following: the traffic comes from the home CPU */
 	unsigned shallow;	/* placement periods in a row at SHALLOW_DEPTH or less */
+	unsigned followed;	/* placement periods on the CPU followed (PROBE_EVERY) */
 	cpu_set_t home;
 	pthread_t thread;
 	int epfd;

@@ -124,42 +124,25 @@ static void flush_dirty(struct tcp_reactor *r)
 
 /*
  * Follow mode.  While its busiest connection keeps at most SHALLOW_DEPTH
- * commands in flight (for FOLLOW_AFTER periods in a row), a reactor runs on the CPU that connection's packets
- * arrive on (where a host on this machine submits, or where the NIC's receive
- * queue is served): the round trip then needs no wake-up of another core,
- * which is also where nvmet-tcp runs a queue's work.  Deeper queues send it
- * home (--cpus, or the CPUs it may run on), so that target and host work
- * proceed in parallel.
+ * commands in flight (for FOLLOW_AFTER busy periods in a row), a reactor
+ * runs on the CPU that connection's packets arrive on (where a host on this
+ * machine submits, or where the NIC's receive queue is served): the round
+ * trip then needs no wake-up of another core, which is also where nvmet-tcp
+ * runs a queue's work.  Deeper queues send it home (--cpus, or the CPUs it
+ * may run on), so that target and host work proceed in parallel; so does an
+ * idle period, which ends the run.
+ *
+ * On its host's CPU a reactor may not see the host's depth at all: the two
+ * take turns, each command answered before the next is sent, so a host
+ * that queues 32 looks as shallow as one that keeps one, and the reactor
+ * would stay.  Every PROBE_EVERY periods it follows, it spends one at home,
+ * where host and target run side by side and a deep queue shows.
  */
-static void place(struct tcp_reactor *r)
+/* Moves reactor r onto CPU want, or home (-1); depth: what it saw, for the log. */
+static void go(struct tcp_reactor *r, int want, unsigned depth)
 {
-	struct tcp_conn *busiest = NULL;
-	unsigned depth = 0;
-	int want = -1, cpu = -1;
-	socklen_t sl = sizeof(cpu);
 	cpu_set_t set;
 
-	for (struct tcp_conn *c = r->conns; c; c = c->next) {
-		if (!c->dead && c->win_cmds && (!busiest || c->win_cmds > busiest->win_cmds))
-			busiest = c;
-		depth = GDX_MAX(depth, c->win_depth);
-		c->win_cmds = c->win_depth = 0;
-	}
-	if (!busiest)
-		return;		/* idle: no reason to move */
-	if (getsockopt(busiest->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &sl) || cpu < 0 ||
-	    cpu >= CPU_SETSIZE)
-		cpu = -1;
-	/* home is the host's CPU too (a one-CPU machine): spinning there starves it */
-	r->shares_home = cpu >= 0 && CPU_COUNT(&r->home) == 1 && CPU_ISSET(cpu, &r->home);
-	/*
-	 * A target faster than its host sees few commands in flight even when
-	 * the host queues many, now and then none: follow only after a run of
-	 * shallow periods, go home at the first deep one.
-	 */
-	r->shallow = depth > SHALLOW_DEPTH ? 0 : GDX_MIN(r->shallow + 1, (unsigned)FOLLOW_AFTER);
-	if (r->shallow >= FOLLOW_AFTER)
-		want = cpu;
 	if (want == r->at)
 		return;
 	if (want >= 0) {
@@ -175,6 +158,43 @@ static void place(struct tcp_reactor *r)
 	GDX_DBG("nvmf", "reactor %u: %s %d (depth %u)", r->id,
 		want >= 0 ? "follows to CPU" : "home from", want >= 0 ? want : r->at, depth);
 	r->at = want;
+	r->followed = 0;
+}
+
+static void place(struct tcp_reactor *r)
+{
+	struct tcp_conn *busiest = NULL;
+	unsigned depth = 0;
+	int want = -1, cpu = -1;
+	socklen_t sl = sizeof(cpu);
+
+	for (struct tcp_conn *c = r->conns; c; c = c->next) {
+		if (!c->dead && c->win_cmds && (!busiest || c->win_cmds > busiest->win_cmds))
+			busiest = c;
+		depth = GDX_MAX(depth, c->win_depth);
+		c->win_cmds = c->win_depth = 0;
+	}
+	if (!busiest) {
+		r->shallow = 0;
+		go(r, -1, 0);
+		return;
+	}
+	if (getsockopt(busiest->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &sl) || cpu < 0 ||
+	    cpu >= CPU_SETSIZE)
+		cpu = -1;
+	/* home is the host's CPU too (a one-CPU machine): spinning there starves it */
+	r->shares_home = cpu >= 0 && CPU_COUNT(&r->home) == 1 && CPU_ISSET(cpu, &r->home);
+	/*
+	 * A target faster than its host sees few commands in flight even when
+	 * the host queues many, now and then none: follow only after a run of
+	 * shallow periods, go home at the first deep one.
+	 */
+	r->shallow = depth > SHALLOW_DEPTH ? 0 : GDX_MIN(r->shallow + 1, (unsigned)FOLLOW_AFTER);
+	if (r->shallow >= FOLLOW_AFTER)
+		want = cpu;
+	if (want >= 0 && r->at >= 0 && ++r->followed >= PROBE_EVERY)
+		want = -1;	/* the probe: one period at home */
+	go(r, want, depth);
 }
 
 static void *reactor_main(void *arg)
