@@ -298,7 +298,7 @@ void test_placement(void **state)
 	assert_true(follow_until(&io, x, 1));
 	if (y >= 0) {
 		/* a probe every PROBE_EVERY periods of PLACE_NS (200 ms), and back */
-		assert_true(visits(&io, y, 1000));
+		assert_true(visits(&io, y, 2000));
 		assert_true(follow_until(&io, x, 1));
 		/* an idle period, seen at the reactor's next wake-up (1 s at most) */
 		assert_true(idle_until(y, 3000));
