@@ -15,13 +15,14 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 NQN=nqn.2026-11.io.gdx:cli
 
 # The target's numeric options refuse what is not a number in range (usage: 2).
-for bad in "--poll-us -1" "--poll-us x" "-r 5000" "--inline 12abc" "--stats-interval -5"; do
+for bad in "--poll-us -1" "--poll-us x" "-r 5000" "--inline 12abc" "--inline 2M" "--inline -1" \
+	   "--stats-interval -5"; do
 	# shellcheck disable=SC2086
 	timeout 10 "$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N null:1G $bad >/dev/null 2>&1
 	[ $? = 2 ] || fail "target $bad should be 2"
 done
 
-"$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N ram:16M,bs=4096 -v >"$tmp/target.log" 2>&1 &
+"$gdx" nvmf target -l 127.0.0.1:0 -n $NQN -N ram:16M,bs=4096 --inline 8k -v >"$tmp/target.log" 2>&1 &
 tpid=$!
 for i in $(seq 200); do grep -q 'target: ready' "$tmp/target.log" && break; sleep 0.05; done
 port=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$tmp/target.log" | head -1 | cut -d: -f2)
@@ -42,7 +43,8 @@ grep -q "\"subnqn\": \"$NQN\"" <<<"$out" || fail "discover --json lacks $NQN: $o
 run 0 discover -a 127.0.0.1 -s "$port"
 grep -q "subnqn:  $NQN" <<<"$out" || fail "discover text lacks $NQN: $out"
 run 0 id-ctrl "${A[@]}" --json
-python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["subnqn"] == sys.argv[2] and d["io_queues"] >= 1' \
+# --inline 8k: 8 KiB of in-capsule data and the 64-byte SQE, in 16-byte units
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["subnqn"] == sys.argv[2] and d["io_queues"] >= 1 and d["ioccsz"] == (8192 + 64) // 16' \
   "$out" $NQN || fail "id-ctrl --json: $out"
 run 0 id-ns "${A[@]}" --json
 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["block_size"] == 4096 and d["bytes"] == 16 << 20' \

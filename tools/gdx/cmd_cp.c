@@ -69,7 +69,7 @@ static void usage(FILE *f)
 		"  --size       bytes to write when SRC is gpu:N\n"
 		"  --piece      bytes per gdx_file call (default 256M)\n"
 		"  --backend    cufile, uring or posix (default: by priority)\n"
-		"  -q           no progress bar\n");
+		"  -q, --quiet  no progress bar\n");
 }
 
 /* Out of device memory: say how much there is, and what fits in it. */
@@ -147,6 +147,7 @@ int cmd_cp(int argc, char **argv)
 		{ "size", required_argument, NULL, 's' },
 		{ "piece", required_argument, NULL, 'p' },
 		{ "backend", required_argument, NULL, 'b' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -22,6 +23,7 @@
 
 #include "args.h"
 #include "cmd.h"
+#include "common/config.h"
 #include "common/util.h"
 #include "nvmf_host.h"
 
@@ -56,7 +58,7 @@ static void target_usage(FILE *f)
 		"                         allowed groups, preferred first (default null,\n"
 		"                         ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192)\n"
 		"  -r, --reactors N       reactor threads (default 1, at most 256)\n"
-		"      --inline BYTES     in-capsule data on I/O queues (default 16384)\n"
+		"      --inline BYTES     in-capsule data on I/O queues (default 16k)\n"
 		"      --poll-us US       poll instead of sleeping, adaptively, up to US\n"
 		"                         microseconds after each event (0: never)\n"
 		"      --pin              pin reactor i to CPU i (I/O queue i+1 is on reactor i)\n"
@@ -94,6 +96,20 @@ static bool parse_count(const char *opt, const char *s, unsigned long min, unsig
 	if (end == s || *end || errno || *s == '-' || n < min || n > max) {
 		fprintf(stderr, "gdx nvmf target: %s '%s' is not a number from %lu to %lu\n", opt, s,
 			min, max);
+		return false;
+	}
+	*v = (uint32_t)n;
+	return true;
+}
+
+/* A byte count in [0, max], as the other commands take sizes (16384, 16k). */
+static bool parse_bytes(const char *opt, const char *s, uint64_t max, uint32_t *v)
+{
+	uint64_t n;
+
+	if (gdx_parse_size(s, &n) || n > max) {
+		fprintf(stderr, "gdx nvmf target: %s '%s' is not a byte count from 0 to %" PRIu64
+			" (a number, optionally with k or M)\n", opt, s, max);
 		return false;
 	}
 	*v = (uint32_t)n;
@@ -421,7 +437,7 @@ static int cmd_target(int argc, char **argv)
 			o.reactors = n;
 			break;
 		case 'I':
-			if (!parse_count("--inline", optarg, 0, 1u << 20, &o.inline_data))
+			if (!parse_bytes("--inline", optarg, 1u << 20, &o.inline_data))
 				return 2;
 			break;
 		case 'P':
@@ -610,7 +626,7 @@ out:
 /* ---- dispatch ------------------------------------------------------------------ */
 
 static const struct gdx_cmd nvmf_cmds[] = {
-	{ "target", "serve namespaces over NVMe/TCP", cmd_target },
+	{ "target", "serve namespaces over NVMe/TCP and NVMe/RDMA", cmd_target },
 	{ "discover", "read a discovery controller's log", cmd_nvmf_discover },
 	{ "id-ctrl", "connect and print Identify Controller", cmd_nvmf_id_ctrl },
 	{ "id-ns", "connect and print Identify Namespace", cmd_nvmf_id_ns },

@@ -80,7 +80,7 @@ static const struct hopt hopts[] = {
 	  "the controller's secret: it must prove it holds it too" },
 	{ "hdr-digest", O_HDGST, NULL, C_ALL, "CRC32C header digests" },
 	{ "data-digest", O_DDGST, NULL, C_ALL, "CRC32C data digests" },
-	{ "tls", O_TLS, NULL, C_ALL, "TLS 1.3 with the PSK of --tls-key (kernel TLS)" },
+	{ "tls", O_TLS, NULL, C_ALL, "TLS 1.3 with the PSK of --tls-key (kTLS, else gdx's records)" },
 	{ "tls-key", O_TLS_KEY, "KEY", C_ALL, "NVMeTLSkey-1:01:...: (nvme gen-tls-key), or a file of it" },
 	{ "json", O_JSON, NULL, C_ALL, "machine-readable output" },
 	{ "quiet", O_QUIET, NULL, C_RW, "no progress line on a terminal" },
