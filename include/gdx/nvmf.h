@@ -135,7 +135,8 @@ GDX_API int gdx_nvmf_target_link(struct gdx_nvmf_target *t, uint16_t portid, con
  * or the path of a file holding one; NULL: none, only hosts with a key of
  * their own get in.  required: a host starting in clear is refused
  * (configfs addr_treq "required"); 0: it may ("not required").  The kernel
- * encrypts the records (kTLS); where it cannot, handshakes fail and say so.
+ * encrypts the records (kTLS); where it cannot, a relay thread per connection
+ * does (knob tls.record; with tls.record=kernel such handshakes fail and say so).
  */
 GDX_API int gdx_nvmf_target_port_tls(struct gdx_nvmf_target *t, uint16_t portid, const char *key,
 				     int required);

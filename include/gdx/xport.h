@@ -66,9 +66,10 @@ struct gdx_xport_opts {
 	struct gdx_xport_srq *srq;
 	/*
 	 * tcp: TLS 1.3 with a pre-shared key on the connection, before anything
-	 * else crosses it; the record layer is the kernel's (kTLS): where the
-	 * kernel has none, listen accepts nothing and connect fails with
-	 * -EOPNOTSUPP, never falling back to clear text.  tls_key is a key in
+	 * else crosses it; the record layer is the kernel's (kTLS), or where the
+	 * kernel has none a relay thread's (knob tls.record; with tls.record=kernel
+	 * listen accepts nothing and connect fails with -EOPNOTSUPP), never clear
+	 * text.  tls_key is a key in
 	 * the NVMe interchange format ("NVMeTLSkey-1:0H:<base64>:", as
 	 * `nvme gen-tls-key` writes it) or the path of a file holding one.  Both
 	 * sides derive the PSK from it and tls_identity (HKDF, the label

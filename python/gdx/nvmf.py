@@ -32,7 +32,7 @@ def _transport(transport):
 class Host:
     """A controller of subsystem nqn at addr:port.
 
-    transport: "tcp" or "rdma" (host and pinned memory only, for now).  device:
+    transport: "tcp" or "rdma".  device:
     the device whose memory transfers go to (see gdx.driver()); None for host
     memory only.
     hostnqn: None for /etc/nvme/hostnqn, else one made from the host ID.
