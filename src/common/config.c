@@ -159,6 +159,9 @@ static struct knob knobs[] = {
 	     "tcp transport: device memory is copied by a copy agent, from a pinned ring when "
 	     "received and into pinned stage buffers when sent, no driver call per message "
 	     "(0: a stream, synchronised per message or burst)"),
+	KNOB("xport.tcp_poll_read", K_BOOL, "1",
+	     "tcp transport: a caller whose poll finds its CQ empty reads the socket itself, as a "
+	     "sleeper does on waking, instead of waiting for the receive thread to hand over"),
 	KNOB("xport.tcp_rx_spin_us", K_INT, "0",
 	     "tcp transport: the receive thread polls the socket this long before it sleeps",
 	     .min = 0, .max = 10000),

@@ -112,8 +112,9 @@ struct gdx_xport_ops {
 	/*
 	 * Optional: a caller of gdx_xport_cq_wait is about to sleep in the CQ's
 	 * epoll set (sleeping 1), has woken (0), and returns after having slept
-	 * (-1), in that thread.  tcp lets the sleeper read the answers to its
-	 * requests and the peer's messages from the socket itself, so its
+	 * (-1), in that thread; or a caller of gdx_xport_cq_poll found the CQ
+	 * empty (2).  tcp lets the sleeper, and the poller, read the answers to
+	 * its requests and the peer's messages from the socket itself, so its
 	 * receive thread need not wake to hand them over.
 	 */
 	void (*wait)(void *priv, int sleeping);

@@ -241,13 +241,11 @@ size_t gdx_xport_cq_count(struct gdx_xport_cq *cq)
 	return cq_pending(cq);
 }
 
-GDX_API int gdx_xport_cq_poll(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe, unsigned n)
+/* Moves up to n completions into cqe. */
+static unsigned cq_take(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe, unsigned n)
 {
 	unsigned got = 0;
 
-	if (!cq || (!cqe && n))
-		return -EINVAL;
-	cq_progress(cq);
 	pthread_mutex_lock(&cq->lock);
 	while (got < n && cq->count) {
 		cqe[got++] = cq->ring[cq->head];
@@ -273,6 +271,22 @@ GDX_API int gdx_xport_cq_poll(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe
 			cq->armed = 1;
 	}
 	pthread_mutex_unlock(&cq->lock);
+	return got;
+}
+
+GDX_API int gdx_xport_cq_poll(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe, unsigned n)
+{
+	unsigned got;
+
+	if (!cq || (!cqe && n))
+		return -EINVAL;
+	cq_progress(cq);
+	got = cq_take(cq, cqe, n);
+	if (!got && n) {
+		/* Nothing yet: the backends read for the poller (tcp), as for a sleeper. */
+		cq_sleep(cq, 2);
+		got = cq_take(cq, cqe, n);
+	}
 	return (int)got;
 }
 

@@ -29,6 +29,7 @@
 
 #include "common/config.h"
 #include "common/stats.h"
+#include "common/util.h"
 #include "tcp_frame.h"
 #include "test.h"
 #include "xport_raw.h"
@@ -789,6 +790,8 @@ static void waiter_resp_rides(size_t sz, int hows, const char *hold_ms)
 	assert_non_null(tx);
 	assert_non_null(want);
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", hold_ms), 0);
+	/* the sleeper's lend, asserted to the take: polls that read (tcp_poll_read) off */
+	assert_int_equal(gdx_config_set("xport.tcp_poll_read", "0"), 0);
 	raw_open(&conn, NULL);
 	for (int how = 0; how < hows; how++) {
 		int done = 0;
@@ -854,6 +857,7 @@ static void waiter_resp_rides(size_t sz, int hows, const char *hold_ms)
 	}
 	raw_close(&conn);
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "1"), 0);
+	assert_int_equal(gdx_config_set("xport.tcp_poll_read", "1"), 0);
 	free(rx);
 	free(tx);
 	free(want);
@@ -950,6 +954,8 @@ static void test_lent_over_device_answer(void **state)
 	(void)state;
 	/* the post comes within the hold, also on a sanitizer's slow build */
 	assert_int_equal(gdx_config_set("xport.tcp_resp_hold_ms", "100"), 0);
+	/* the lend's moves, counted: polls that read (tcp_poll_read) off */
+	assert_int_equal(gdx_config_set("xport.tcp_poll_read", "0"), 0);
 	dev = dev_conn_open(&conn, SZ, &drx, &dtx);
 	for (unsigned i = 0; i < 10 && !done; i++) {
 		struct late_raw lr = { .fd = conn.fd, .p = msg, .n = sizeof(msg), .ms = 30 };
@@ -986,6 +992,7 @@ static void test_lent_over_device_answer(void **state)
 	}
 	assert_true(done);
 	dev_conn_close(&conn, dev, drx, dtx);
+	assert_int_equal(gdx_config_set("xport.tcp_poll_read", "1"), 0);
 }
 
 /*
@@ -1059,6 +1066,114 @@ static void test_lent_socket_serves_peer(void **state)
  * (kept_ring), not to host memory (kept_host) for want of room past the end
  * of the last one.  Both land whole, flagged as having come first.
  */
+/* Polls cq until a completion comes (10 s at most). */
+static struct gdx_xport_cqe spin_cqe(struct gdx_xport_cq *cq)
+{
+	uint64_t end = gdx_now_ns() + 10000000000ull;
+	struct gdx_xport_cqe e;
+	int n;
+
+	while (!(n = gdx_xport_cq_poll(cq, &e, 1)) && gdx_now_ns() < end)
+		continue;
+	assert_int_equal(n, 1);
+	return e;
+}
+
+/*
+ * A caller spinning on gdx_xport_cq_poll with a host receive posted reads the
+ * peer's send itself (xport.tcp_poll_read): the message completes without the
+ * receive thread's wake-up and hand-off (rx_waiter counts it), and the next
+ * empty poll sends the response held for it.  Once the polls stop, the lent
+ * socket goes back to the receive thread within xport.tcp_resp_hold_ms
+ * (rx_gives), which then serves the peer alone.  With the knob off the
+ * receive thread completes every message (rx_waiter stays).  A take needs a
+ * parked receive thread: a few tries each.
+ */
+static void test_poller_receives(void **state)
+{
+	/* whole segments: the raw peer's Nagle holds a short payload behind its header */
+	enum { SZ = 64 << 10, N = 5 };
+	unsigned char *rx = malloc(SZ), *want = malloc(SZ);
+
+	(void)state;
+	assert_non_null(rx);
+	assert_non_null(want);
+	for (int on = 1; on >= 0; on--) {
+		uint64_t base = tcp_counter("rx_waiter"), g0;
+		struct gdx_xport_cqe e;
+		struct raw_conn conn;
+		int counted = 0;
+
+		/* read by the endpoint when it starts */
+		assert_int_equal(gdx_config_set("xport.tcp_poll_read", on ? "1" : "0"), 0);
+		raw_open(&conn, NULL);
+		for (unsigned i = 0; i < N && !counted; i++) {
+			unsigned seed = 1500 + 10 * (unsigned)on + i;
+			struct late_send ls = { .fd = conn.fd, .id = seed, .n = SZ, .first = SZ,
+						.seed = seed, .ms = 20 };
+			uint64_t w0 = tcp_counter("rx_waiter");
+			pthread_t th;
+
+			memset(rx, 0, SZ);
+			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, seed), 0);
+			rx_let_park();
+			pthread_create(&th, NULL, late_send_main, &ls);
+			e = spin_cqe(conn.cq);
+			pthread_join(th, NULL);
+			assert_int_equal(e.wr_id, seed);
+			assert_int_equal(e.status, 0);
+			assert_int_equal(e.len, SZ);
+			t_fill(want, SZ, seed);
+			assert_memory_equal(rx, want, SZ);
+			/* nothing posted: the next poll sends the held response */
+			assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 0);
+			assert_int_equal(recv_resp(conn.fd, seed).status, 0);
+			counted = tcp_counter("rx_waiter") - w0 == 1;
+		}
+		if (!on) {
+			assert_int_equal(tcp_counter("rx_waiter"), base);
+			raw_close(&conn);
+			continue;
+		}
+		assert_true(counted);
+		/*
+		 * A receive posted and one empty poll, which lends the socket; then
+		 * the polls stop: the receive thread takes it back and reads alone.
+		 */
+		{
+			struct late_send ls = { .fd = conn.fd, .id = 1600, .n = SZ, .first = SZ,
+						.seed = 1600 };
+			uint64_t w0 = tcp_counter("rx_waiter");
+			pthread_t th;
+
+			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, 1600), 0);
+			g0 = tcp_counter("rx_gives");
+			for (int tries = 0; tries < 100 && tcp_counter("rx_gives") == g0; tries++) {
+				uint64_t t0 = tcp_counter("rx_takes");
+
+				rx_let_park();
+				assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 0);
+				if (tcp_counter("rx_takes") == t0)
+					continue;	/* not taken: the thread was not parked */
+				for (int ms = 0; ms < 2000 && tcp_counter("rx_gives") == g0; ms++)
+					usleep(1000);
+			}
+			assert_true(tcp_counter("rx_gives") > g0);
+			pthread_create(&th, NULL, late_send_main, &ls);
+			pthread_join(th, NULL);
+			/* the receive thread's response to it comes without any poll or wait */
+			assert_int_equal(recv_resp(conn.fd, 1600).status, 0);
+			e = spin_cqe(conn.cq);
+			assert_int_equal(e.wr_id, 1600);
+			assert_int_equal(tcp_counter("rx_waiter"), w0);
+		}
+		raw_close(&conn);
+	}
+	assert_int_equal(gdx_config_set("xport.tcp_poll_read", "1"), 0);
+	free(rx);
+	free(want);
+}
+
 static void test_kept_ring_starts_over(void **state)
 {
 	enum { RING = 64 << 10, FIRST = 4 << 10 };
@@ -1198,6 +1313,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_held_resp_rides_device),
 		cmocka_unit_test(test_lent_socket_serves_peer),
 		cmocka_unit_test(test_lent_over_device_answer),
+		cmocka_unit_test(test_poller_receives),
 		cmocka_unit_test(test_kept_ring_starts_over),
 		cmocka_unit_test(test_kept_without_waiting),
 	};

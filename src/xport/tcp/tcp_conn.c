@@ -262,6 +262,7 @@ static int ep_start(struct gdx_xport_ep *fe, int fd, bool tls, void **priv)
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	t->rx_spin_ns = (uint64_t)gdx_cfg_int("xport.tcp_rx_spin_us") * 1000;
+	t->poll_read = gdx_cfg_bool("xport.tcp_poll_read");
 	t->resp_hold_ms = (int)gdx_cfg_int("xport.tcp_resp_hold_ms");
 	/*
 	 * kTLS encrypts into its own buffers, the record relay reads a socketpair:

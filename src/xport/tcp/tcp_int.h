@@ -325,6 +325,7 @@ struct tcp_ep {
 	 */
 	int zerocopy;
 	uint64_t rx_spin_ns;	/* xport.tcp_rx_spin_us: the receive thread polls this long before it parks */
+	bool poll_read;		/* xport.tcp_poll_read: an empty poll reads the socket (tcp_wait) */
 	/*
 	 * xport.tcp_resp_hold_ms: at most this long a held response waits for
 	 * the caller's next post to carry it (tcp_resp_hold), if the caller
