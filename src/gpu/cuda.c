@@ -559,6 +559,29 @@ static int cuda_memcpy(void *priv, void *dst, const void *src, size_t n, void *s
 /* Up to BATCH copies per driver call (the driver reads the arrays during the call). */
 #define BATCH 64
 
+static bool ranges_meet(CUdeviceptr a, size_t an, CUdeviceptr b, size_t bn)
+{
+	return a < b + bn && b < a + an;
+}
+
+/*
+ * Whether copying n bytes from s to d depends on one of the k copies of a
+ * run (writes where one of them reads or writes, or reads where one writes).
+ * The copies of one cuMemcpyBatchAsync run in no particular order ("dependent
+ * copies within a batch" are undefined behaviour), so such a copy starts the
+ * next batch: the later of two overlapping pieces must land last, as one copy
+ * after another would.
+ */
+static bool depends_on_run(const CUdeviceptr *dv, const CUdeviceptr *sv, const size_t *sz,
+			   size_t k, CUdeviceptr d, CUdeviceptr s, size_t n)
+{
+	for (size_t i = 0; i < k; i++)
+		if (ranges_meet(d, n, dv[i], sz[i]) || ranges_meet(d, n, sv[i], sz[i]) ||
+		    ranges_meet(s, n, dv[i], sz[i]))
+			return true;
+	return false;
+}
+
 /* The copy engine: cuMemcpyBatchAsync where the driver has it, else one copy each. */
 static int copy_engine(struct cu_dev *d, void *const *dsts, const void *const *srcs,
 		       const size_t *sizes, size_t n, void *stream)
@@ -575,12 +598,16 @@ static int copy_engine(struct cu_dev *d, void *const *dsts, const void *const *s
 		return ret;
 	}
 	for (size_t at = 0; !ret && at < n;) {
-		size_t k = GDX_MIN(n - at, (size_t)BATCH);
+		size_t k = 0;
 
-		for (size_t i = 0; i < k; i++) {
-			dv[i] = DPTR(dsts[at + i]);
-			sv[i] = DPTR(srcs[at + i]);
-			sz[i] = sizes[at + i];
+		/* a run of independent copies (the first always is) */
+		while (at + k < n && k < BATCH &&
+		       !depends_on_run(dv, sv, sz, k, DPTR(dsts[at + k]), DPTR(srcs[at + k]),
+				       sizes[at + k])) {
+			dv[k] = DPTR(dsts[at + k]);
+			sv[k] = DPTR(srcs[at + k]);
+			sz[k] = sizes[at + k];
+			k++;
 		}
 		fail = SIZE_MAX;
 		ret = CU(d, cuMemcpyBatchAsync(dv, sv, sz, k, &attr, &attr_idx, 1, &fail,

@@ -522,6 +522,7 @@ static void gathered_copies(void **state)
 	unsigned char *src[3], *mirror, *back;
 	void **dsts, **srcs;
 	size_t *sizes;
+	int kinds[N];
 	struct gdx_stream *s;
 	char *d;
 
@@ -577,12 +578,32 @@ static void gathered_copies(void **state)
 			dsts[i] = d + doff;
 			srcs[i] = src[kind] + soff;
 			sizes[i] = len;
+			kinds[i] = kind;
 			memcpy(mirror + doff, src[kind] + soff, len);
 		}
 		assert_int_equal(gdx_memcpy_batch_async(dev, dsts, (const void *const *)srcs, sizes,
 							N, s), 0);
 		assert_int_equal(gdx_memcpy_async(dev, back, d, DST, s), 0);
 		assert_int_equal(gdx_stream_synchronize(s), 0);
+		if (memcmp(back, mirror, DST)) {
+			size_t o = 0;
+
+			while (back[o] == mirror[o])
+				o++;
+			/* the pieces that land on the first wrong byte, in batch order */
+			print_message("gathered_copies: round %d, first wrong byte at %zu\n", round, o);
+			for (unsigned i = 0; i < N; i++) {
+				size_t doff = (size_t)((char *)dsts[i] - d);
+
+				if (doff <= o && o < doff + sizes[i])
+					print_message("  piece %u: %s, %zu bytes, dst %zu (mod 16: %zu), "
+						      "src mod 16: %zu\n", i,
+						      kinds[i] == 0 ? "pinned" :
+						      kinds[i] == 1 ? "registered" : "pageable",
+						      sizes[i], doff, doff % 16,
+						      (size_t)((uintptr_t)srcs[i] % 16));
+			}
+		}
 		assert_memory_equal(back, mirror, DST);
 	}
 	assert_int_equal(gdx_stream_destroy(s), 0);
