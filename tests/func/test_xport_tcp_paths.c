@@ -114,6 +114,19 @@ static struct gdx_xport_cqe next_cqe(struct gdx_xport_cq *cq)
 	return e;
 }
 
+/* Polls cq until a completion comes (10 s at most). */
+static struct gdx_xport_cqe spin_cqe(struct gdx_xport_cq *cq)
+{
+	uint64_t end = gdx_now_ns() + 10000000000ull;
+	struct gdx_xport_cqe e;
+	int n;
+
+	while (!(n = gdx_xport_cq_poll(cq, &e, 1)) && gdx_now_ns() < end)
+		continue;
+	assert_int_equal(n, 1);
+	return e;
+}
+
 /* Answers request frame f on c's raw peer and waits for its completion. */
 static void answer(const struct raw_conn *c, const struct frame *f, uint64_t wr_id)
 {
@@ -263,6 +276,32 @@ static void *late_send_main(void *arg)
 }
 
 /*
+ * Posts a host receive of ls->n bytes into rx (id wr_id), lets the receive
+ * thread park, and has the raw peer send ls's message; returns once take
+ * (next_cqe: sleeping, spin_cqe: polling) gave the receive's completion,
+ * checked, with the bytes (want: room for the expected ones).
+ */
+static void late_message(const struct raw_conn *conn, struct late_send *ls, unsigned char *rx,
+			 unsigned char *want, uint64_t wr_id,
+			 struct gdx_xport_cqe (*take)(struct gdx_xport_cq *))
+{
+	struct gdx_xport_cqe e;
+	pthread_t th;
+
+	memset(rx, 0, ls->n);
+	assert_int_equal(gdx_xport_post_recv(conn->ep, rx, ls->n, wr_id), 0);
+	rx_let_park();
+	pthread_create(&th, NULL, late_send_main, ls);
+	e = take(conn->cq);
+	pthread_join(th, NULL);
+	assert_int_equal(e.wr_id, wr_id);
+	assert_int_equal(e.status, 0);
+	assert_int_equal(e.len, ls->n);
+	t_fill(want, ls->n, ls->seed);
+	assert_memory_equal(rx, want, ls->n);
+}
+
+/*
  * A caller asleep in gdx_xport_cq_wait with a host receive posted reads the
  * peer's send itself: the message completes without the receive thread
  * (counted rx_waiter).  One whose payload stops half-way for longer than the
@@ -273,7 +312,6 @@ static void *late_send_main(void *arg)
 static void test_waiter_receives(void **state)
 {
 	enum { N = 5, SZ = 64 << 10 };
-	struct gdx_xport_cqe e;
 	unsigned char *rx = malloc(SZ), *want = malloc(SZ);
 	struct raw_conn conn;
 
@@ -288,19 +326,8 @@ static void test_waiter_receives(void **state)
 			struct late_send ls = { .fd = conn.fd, .id = seed + 1, .n = SZ,
 						.first = part ? SZ / 2 : SZ, .seed = seed,
 						.ms = 30 };
-			pthread_t th;
 
-			memset(rx, 0, SZ);
-			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, seed), 0);
-			rx_let_park();
-			pthread_create(&th, NULL, late_send_main, &ls);
-			e = next_cqe(conn.cq);
-			pthread_join(th, NULL);
-			assert_int_equal(e.wr_id, seed);
-			assert_int_equal(e.status, 0);
-			assert_int_equal(e.len, SZ);
-			t_fill(want, SZ, seed);
-			assert_memory_equal(rx, want, SZ);
+			late_message(&conn, &ls, rx, want, seed, next_cqe);
 			assert_int_equal(recv_resp(conn.fd, seed + 1).status, 0);
 		}
 		assert_true(tcp_counter(ctr) > base);
@@ -1066,19 +1093,6 @@ static void test_lent_socket_serves_peer(void **state)
  * (kept_ring), not to host memory (kept_host) for want of room past the end
  * of the last one.  Both land whole, flagged as having come first.
  */
-/* Polls cq until a completion comes (10 s at most). */
-static struct gdx_xport_cqe spin_cqe(struct gdx_xport_cq *cq)
-{
-	uint64_t end = gdx_now_ns() + 10000000000ull;
-	struct gdx_xport_cqe e;
-	int n;
-
-	while (!(n = gdx_xport_cq_poll(cq, &e, 1)) && gdx_now_ns() < end)
-		continue;
-	assert_int_equal(n, 1);
-	return e;
-}
-
 /*
  * A caller spinning on gdx_xport_cq_poll with a host receive posted reads the
  * peer's send itself (xport.tcp_poll_read): the message completes without the
@@ -1112,19 +1126,8 @@ static void test_poller_receives(void **state)
 			struct late_send ls = { .fd = conn.fd, .id = seed, .n = SZ, .first = SZ,
 						.seed = seed, .ms = 20 };
 			uint64_t w0 = tcp_counter("rx_waiter");
-			pthread_t th;
 
-			memset(rx, 0, SZ);
-			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, seed), 0);
-			rx_let_park();
-			pthread_create(&th, NULL, late_send_main, &ls);
-			e = spin_cqe(conn.cq);
-			pthread_join(th, NULL);
-			assert_int_equal(e.wr_id, seed);
-			assert_int_equal(e.status, 0);
-			assert_int_equal(e.len, SZ);
-			t_fill(want, SZ, seed);
-			assert_memory_equal(rx, want, SZ);
+			late_message(&conn, &ls, rx, want, seed, spin_cqe);
 			/* nothing posted: the next poll sends the held response */
 			assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 0);
 			assert_int_equal(recv_resp(conn.fd, seed).status, 0);
