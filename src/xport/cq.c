@@ -7,6 +7,7 @@
  * and the signal state, cq->eps_lock the list of endpoints.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -226,6 +227,27 @@ static void cq_sleep(struct gdx_xport_cq *cq, int sleeping)
 	pthread_mutex_unlock(&cq->eps_lock);
 }
 
+/*
+ * A poll found nothing: the backends read for the poller (tcp), as for a
+ * sleeper that woke.  Not on a CQ of more than POLL_READ_EPS endpoints: a
+ * spinning caller would make a read of each per poll, where their receive
+ * threads read in parallel.  Whether it asked them.
+ */
+#define POLL_READ_EPS 4
+
+static bool cq_poll_read(struct gdx_xport_cq *cq)
+{
+	bool few;
+
+	pthread_mutex_lock(&cq->eps_lock);
+	few = cq->neps <= POLL_READ_EPS;
+	for (struct gdx_xport_ep *ep = cq->eps; few && ep; ep = ep->cq_next)
+		if (ep->ops->wait)
+			ep->ops->wait(ep->priv, 2);
+	pthread_mutex_unlock(&cq->eps_lock);
+	return few;
+}
+
 static size_t cq_pending(struct gdx_xport_cq *cq)
 {
 	size_t n;
@@ -282,11 +304,8 @@ GDX_API int gdx_xport_cq_poll(struct gdx_xport_cq *cq, struct gdx_xport_cqe *cqe
 		return -EINVAL;
 	cq_progress(cq);
 	got = cq_take(cq, cqe, n);
-	if (!got && n) {
-		/* Nothing yet: the backends read for the poller (tcp), as for a sleeper. */
-		cq_sleep(cq, 2);
+	if (!got && n && cq_poll_read(cq))
 		got = cq_take(cq, cqe, n);
-	}
 	return (int)got;
 }
 

@@ -1177,6 +1177,49 @@ static void test_poller_receives(void **state)
 	free(want);
 }
 
+/*
+ * On a CQ of more endpoints than a poll reads for (POLL_READ_EPS in cq.c,
+ * 4), a spinning caller leaves the reading to the receive threads: a read of
+ * each endpoint per poll would cost more than their hand-offs.
+ */
+static void test_poller_many_endpoints(void **state)
+{
+	enum { SZ = 64 << 10, EPS = 5 };
+	unsigned char *rx = malloc(SZ), *want = malloc(SZ);
+	struct gdx_xport_ep *eps[EPS];
+	int fds[EPS];
+	struct raw_conn conn;
+	uint64_t base = tcp_counter("rx_waiter");
+
+	(void)state;
+	assert_non_null(rx);
+	assert_non_null(want);
+	assert_int_equal(gdx_xport_listen("tcp://127.0.0.1:0", NULL, &conn.l), 0);
+	assert_int_equal(gdx_xport_cq_create(&conn.cq), 0);
+	for (int i = 0; i < EPS; i++)
+		eps[i] = accept_raw(conn.l, conn.cq, &fds[i]);
+	conn.ep = eps[0];
+	conn.fd = fds[0];
+	for (unsigned i = 0; i < 3; i++) {
+		struct late_send ls = { .fd = conn.fd, .id = 1700 + i, .n = SZ, .first = SZ,
+					.seed = 1700 + i, .ms = 20 };
+		struct gdx_xport_cqe e;
+
+		late_message(&conn, &ls, rx, want, 1700 + i, spin_cqe);
+		assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 0);
+		assert_int_equal(recv_resp(conn.fd, 1700 + i).status, 0);
+	}
+	assert_int_equal(tcp_counter("rx_waiter"), base);
+	for (int i = 0; i < EPS; i++) {
+		close(fds[i]);
+		gdx_xport_ep_destroy(eps[i]);
+	}
+	gdx_xport_listener_close(conn.l);
+	assert_int_equal(gdx_xport_cq_destroy(conn.cq), 0);
+	free(rx);
+	free(want);
+}
+
 static void test_kept_ring_starts_over(void **state)
 {
 	enum { RING = 64 << 10, FIRST = 4 << 10 };
@@ -1317,6 +1360,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_lent_socket_serves_peer),
 		cmocka_unit_test(test_lent_over_device_answer),
 		cmocka_unit_test(test_poller_receives),
+		cmocka_unit_test(test_poller_many_endpoints),
 		cmocka_unit_test(test_kept_ring_starts_over),
 		cmocka_unit_test(test_kept_without_waiting),
 	};
