@@ -158,7 +158,9 @@ static void go(struct tcp_reactor *r, int want, unsigned depth)
 	GDX_DBG("nvmf", "reactor %u: %s %d (depth %u)", r->id,
 		want >= 0 ? "follows to CPU" : "home from", want >= 0 ? want : r->at, depth);
 	r->at = want;
-	r->followed = 0;
+	/* counted across the host's CPU changes: a reactor hopping between them probes too */
+	if (want < 0)
+		r->followed = 0;
 }
 
 static void place(struct tcp_reactor *r)
