@@ -774,7 +774,8 @@ static bool gatherable(struct cu_dev *d, void *dst, const void *src, size_t n,
 /*
  * The blocks of one launch run in no order: a piece whose destination
  * overlaps one already in the launch goes into the next, so that the later
- * copy still lands last.
+ * copy still lands last.  Sources need no such check: the kernel reads only
+ * pinned host memory and writes only device memory, which never alias.
  */
 static bool overlaps_run(const struct gather_args *a, const void *dst, size_t n)
 {
