@@ -1177,6 +1177,103 @@ static void test_poller_receives(void **state)
 	free(want);
 }
 
+/* spin_cqe, and the longest of its polls in *max_ns. */
+static struct gdx_xport_cqe spin_cqe_timed(struct gdx_xport_cq *cq, uint64_t *max_ns)
+{
+	uint64_t end = gdx_now_ns() + 10000000000ull, t0, t1;
+	struct gdx_xport_cqe e;
+	int n;
+
+	*max_ns = 0;
+	do {
+		t0 = gdx_now_ns();
+		n = gdx_xport_cq_poll(cq, &e, 1);
+		t1 = gdx_now_ns();
+		*max_ns = GDX_MAX(*max_ns, t1 - t0);
+	} while (!n && t1 < end);
+	assert_int_equal(n, 1);
+	return e;
+}
+
+/*
+ * A poll does not block: a payload that stops half-way for 50 ms is begun by
+ * a poll and finished by the receive thread (rx_part), no poll taking more
+ * than a few milliseconds (W_PART_MS, 2 ms, in all); and a receive of device
+ * memory is left to the receive thread (rx_dev), whose copies a poll would
+ * otherwise wait for (rx_waiter_dev stays).  A few tries each: a take needs a
+ * parked receive thread.
+ */
+static void test_poller_bounded(void **state)
+{
+	enum { SZ = 64 << 10 };
+	unsigned char *rx = malloc(SZ), *want = malloc(SZ);
+	struct gdx_device *dev;
+	struct raw_conn conn;
+	void *drx;
+	int done = 0;
+
+	(void)state;
+	assert_non_null(rx);
+	assert_non_null(want);
+	raw_open(&conn, NULL);
+	for (unsigned i = 0; i < 5 && !done; i++) {
+		struct late_send ls = { .fd = conn.fd, .id = 1800 + i, .n = SZ, .first = SZ / 2,
+					.seed = 1800 + i, .ms = 50 };
+		uint64_t p0 = tcp_counter("rx_part"), slowest;
+		struct gdx_xport_cqe e;
+		pthread_t th;
+
+		memset(rx, 0, SZ);
+		assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, 1800 + i), 0);
+		rx_let_park();
+		pthread_create(&th, NULL, late_send_main, &ls);
+		e = spin_cqe_timed(conn.cq, &slowest);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, 1800 + i);
+		assert_int_equal(e.status, 0);
+		t_fill(want, SZ, 1800 + i);
+		assert_memory_equal(rx, want, SZ);
+		/* well under the stall, with room for a loaded machine */
+		assert_true(slowest < 25000000);
+		assert_int_equal(recv_resp(conn.fd, 1800 + i).status, 0);
+		done = tcp_counter("rx_part") > p0;
+	}
+	assert_true(done);
+	raw_close(&conn);
+
+	done = 0;
+	dev = dev_conn_open(&conn, SZ, &drx, NULL);
+	/* the payload goes at once, not when the header is acked */
+	assert_int_equal(setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int)),
+			 0);
+	for (unsigned i = 0; i < 5 && !done; i++) {
+		struct late_send ls = { .fd = conn.fd, .id = 1900 + i, .n = 4096, .first = 4096,
+					.seed = 1900 + i, .ms = 20 };
+		uint64_t w0 = tcp_counter("rx_waiter_dev"), d0 = tcp_counter("rx_dev");
+		struct gdx_xport_cqe e;
+		pthread_t th;
+
+		assert_int_equal(gdx_xport_post_recv(conn.ep, drx, 4096, 1900 + i), 0);
+		rx_let_park();
+		pthread_create(&th, NULL, late_send_main, &ls);
+		e = spin_cqe(conn.cq);
+		pthread_join(th, NULL);
+		assert_int_equal(e.wr_id, 1900 + i);
+		assert_int_equal(e.status, 0);
+		assert_int_equal(gdx_memcpy(dev, rx, drx, 4096), 0);
+		t_fill(want, 4096, 1900 + i);
+		assert_memory_equal(rx, want, 4096);
+		assert_int_equal(tcp_counter("rx_waiter_dev"), w0);
+		assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 0);
+		assert_int_equal(recv_resp(conn.fd, 1900 + i).status, 0);
+		done = tcp_counter("rx_dev") > d0;
+	}
+	assert_true(done);
+	dev_conn_close(&conn, dev, drx, NULL);
+	free(rx);
+	free(want);
+}
+
 /*
  * On a CQ of more endpoints than a poll reads for (POLL_READ_EPS in cq.c,
  * 4), a spinning caller leaves the reading to the receive threads: a read of
@@ -1361,6 +1458,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_lent_over_device_answer),
 		cmocka_unit_test(test_poller_receives),
 		cmocka_unit_test(test_poller_many_endpoints),
+		cmocka_unit_test(test_poller_bounded),
 		cmocka_unit_test(test_kept_ring_starts_over),
 		cmocka_unit_test(test_kept_without_waiting),
 	};

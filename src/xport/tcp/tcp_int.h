@@ -383,6 +383,7 @@ struct tcp_ep {
 	unsigned long resp_holds;
 	int rx_untimed;
 	int w_reader;		/* a CQ waiter, w_tid, holds the socket */
+	uint64_t w_until;	/* the holder is a poll: its reads end by then (tcp_wait) */
 	/*
 	 * The CQ waiter holding the socket posted copies to the receive lane
 	 * (w_dev): the lane is its, producer and effects, until it has run

@@ -1275,6 +1275,8 @@ void *tcp_rx_main(void *arg)
 		if (!ret)
 			ret = t->rx_err;
 	}
+	/* a socket lent to polls goes nowhere now: its end must not keep the CQ readable */
+	tcp_lend_end(t, 0);
 	pthread_mutex_lock(&t->lock);
 	tcp_kill_conn(t, ret == -ECONNRESET || ret == -EPIPE ? 0 : ret);
 	kept_rx = t->kept_rx;

@@ -96,8 +96,17 @@ static size_t w_fill(struct tcp_ep *t, char *p, size_t n)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int ms = W_PART_MS;
+
+			if (t->w_until) {
+				uint64_t now = gdx_now_ns();
+
+				if (now >= t->w_until)
+					break;
+				ms = (int)((t->w_until - now + 999999) / 1000000);
+			}
 			/* a large rest wakes the waiter once, not a segment at a time */
-			ev = gdx_rx_wait_for(t->fd, n - got, t->wake_whole, W_PART_MS);
+			ev = gdx_rx_wait_for(t->fd, n - got, t->wake_whole, ms);
 			/* the zero-copy notifications of this socket's sends raise POLLERR too */
 			if (ev > 0 && (ev & POLLERR))
 				tcp_zc_reap(t);
@@ -224,7 +233,9 @@ static int w_send(struct tcp_ep *t, const struct hdr *h)
 	r = t->recv_head;
 	b = r ? &r->req->buf : NULL;
 	dev = b && b->kind != GDX_MEM_HOST && b->kind != GDX_MEM_PINNED && b->dev;
+	/* a poll leaves device receives to the receive thread: their copies are waited for */
 	if (t->dead || !t->rx_parked || t->fe->opts.srq || !r || t->unexp_head ||
+	    (dev && t->w_until) ||
 	    (dev && (__atomic_load_n(&t->stage_dev, __ATOMIC_ACQUIRE) != b->dev ||
 		     !tcp_rx_agent(t->rx_lane))) || h->len > b->len ||
 	    atomic_load_explicit(&t->ans_held, memory_order_relaxed) + t->nresp + 1 >= t->ans_max) {
@@ -358,6 +369,15 @@ static void w_move(struct tcp_ep *t, int from, int to)
 		GDX_DBG(SUBSYS, "epoll_ctl: %s", strerror(errno));
 }
 
+/* This thread takes the socket from the parked receive thread.  Lock held. */
+static void w_grab(struct tcp_ep *t)
+{
+	t->w_reader = 1;
+	t->w_tid = pthread_self();
+	w_move(t, t->rx_epfd, t->w_epfd);
+	gdx_counter_add(&t->ctr[C_RX_TAKES], 1);
+}
+
 /*
  * The sleeper takes the socket, unless that did not pay lately.  It pays when
  * the answers wake only the sleeper; when the receive thread had to read the
@@ -383,10 +403,7 @@ static void w_take(struct tcp_ep *t)
 	t->w_took = 1;
 	t->w_mark = r;
 	t->w_done_mark = t->w_done;
-	t->w_reader = 1;
-	t->w_tid = pthread_self();
-	w_move(t, t->rx_epfd, t->w_epfd);
-	gdx_counter_add(&t->ctr[C_RX_TAKES], 1);
+	w_grab(t);
 }
 
 /*
@@ -525,9 +542,10 @@ void tcp_wait(void *priv, int sleeping)
 		__atomic_store_n(&t->w_lent, 0, __ATOMIC_RELAXED);
 	}
 	if (poll && !t->w_reader) {
+		/* without the sleepers' back-off, which counts their chances, not polls */
 		if (!t->dead && t->rx_parked && t->rpos == t->rlen && !t->w_part.r &&
 		    t->on_wire <= 1 && w_worth(t))
-			w_take(t);
+			w_grab(t);
 		if (!t->w_reader)
 			goto out;
 	} else if (poll && t->w_reader && pthread_equal(t->w_tid, pthread_self())) {
@@ -563,6 +581,8 @@ void tcp_wait(void *priv, int sleeping)
 		goto out;
 	}
 	dead = t->dead;
+	/* a poll waits for a payload's rest W_PART_MS in all, not per pause */
+	t->w_until = poll ? gdx_now_ns() + W_PART_MS * 1000000ull : 0;
 	pthread_mutex_unlock(&t->lock);
 	/* rbuf and the socket are this thread's until it hands them back. */
 	if (!dead)
