@@ -241,10 +241,9 @@ static bool cq_poll_read(struct gdx_xport_cq *cq)
 
 	pthread_mutex_lock(&cq->eps_lock);
 	few = cq->neps <= POLL_READ_EPS;
-	for (struct gdx_xport_ep *ep = cq->eps; few && ep; ep = ep->cq_next)
-		if (ep->ops->wait)
-			ep->ops->wait(ep->priv, 2);
 	pthread_mutex_unlock(&cq->eps_lock);
+	if (few)
+		cq_sleep(cq, 2);
 	return few;
 }
 

@@ -422,6 +422,16 @@ static int w_worth(struct tcp_ep *t)
 }
 
 /*
+ * Whether the socket may be taken from the receive thread: it is parked
+ * between frames with nothing buffered or begun, and something is due.
+ * Lock held.
+ */
+static int w_can_take(struct tcp_ep *t)
+{
+	return !t->dead && t->rx_parked && t->rpos == t->rlen && !t->w_part.r && w_worth(t);
+}
+
+/*
  * The waiter is done with the receive lane (w_lane), its effects run or
  * left to the receive thread with the socket: that thread may use the lane
  * again, for kept messages a post asked it to hand over meanwhile too, and
@@ -520,9 +530,11 @@ static int w_lend(struct tcp_ep *t)
  * poll reads again without a move.  Only with at most one request on the
  * wire: with more, the receive thread reads their answers while the caller
  * posts, in parallel (a poller reading them itself carried a quarter less
- * at 16 KiB, depth 16).  Nobody watches a lent socket's input
- * but the polls: the receive thread's park is timed meanwhile and takes it
- * back when it ends (tcp_lend_end), so input is read within
+ * at 16 KiB, depth 16).  A poll does not block: it waits for a payload's
+ * rest W_PART_MS in all (w_until) and leaves device receives, whose copies
+ * it would wait for, to the receive thread.  Nobody watches a lent socket's
+ * input but the polls: the receive thread's park is timed meanwhile and
+ * takes it back when it ends (tcp_lend_end), so input is read within
  * xport.tcp_resp_hold_ms of the last poll.
  */
 void tcp_wait(void *priv, int sleeping)
@@ -543,8 +555,7 @@ void tcp_wait(void *priv, int sleeping)
 	}
 	if (poll && !t->w_reader) {
 		/* without the sleepers' back-off, which counts their chances, not polls */
-		if (!t->dead && t->rx_parked && t->rpos == t->rlen && !t->w_part.r &&
-		    t->on_wire <= 1 && w_worth(t))
+		if (t->on_wire <= 1 && w_can_take(t))
 			w_grab(t);
 		if (!t->w_reader)
 			goto out;
@@ -575,8 +586,7 @@ void tcp_wait(void *priv, int sleeping)
 		if (sleeping)
 			goto out;
 	} else {
-		if (sleeping == 1 && !t->w_reader && !t->dead && t->rx_parked &&
-		    t->rpos == t->rlen && !t->w_part.r && w_worth(t))
+		if (sleeping == 1 && !t->w_reader && w_can_take(t))
 			w_take(t);
 		goto out;
 	}
