@@ -122,22 +122,6 @@ static void flush_dirty(struct tcp_reactor *r)
 	}
 }
 
-/*
- * Follow mode.  While its busiest connection keeps at most SHALLOW_DEPTH
- * commands in flight (for FOLLOW_AFTER busy periods in a row), a reactor
- * runs on the CPU that connection's packets arrive on (where a host on this
- * machine submits, or where the NIC's receive queue is served): the round
- * trip then needs no wake-up of another core, which is also where nvmet-tcp
- * runs a queue's work.  Deeper queues send it home (--cpus, or the CPUs it
- * may run on), so that target and host work proceed in parallel; so does an
- * idle period, which ends the run.
- *
- * On its host's CPU a reactor may not see the host's depth at all: the two
- * take turns, each command answered before the next is sent, so a host
- * that queues 32 looks as shallow as one that keeps one, and the reactor
- * would stay.  Every PROBE_EVERY periods it follows, it spends one at home,
- * where host and target run side by side and a deep queue shows.
- */
 /* Moves reactor r onto CPU want, or home (-1); depth: what it saw, for the log. */
 static void go(struct tcp_reactor *r, int want, unsigned depth)
 {
@@ -163,6 +147,22 @@ static void go(struct tcp_reactor *r, int want, unsigned depth)
 		r->followed = 0;
 }
 
+/*
+ * Follow mode.  While its busiest connection keeps at most SHALLOW_DEPTH
+ * commands in flight (for FOLLOW_AFTER busy periods in a row), a reactor
+ * runs on the CPU that connection's packets arrive on (where a host on this
+ * machine submits, or where the NIC's receive queue is served): the round
+ * trip then needs no wake-up of another core, which is also where nvmet-tcp
+ * runs a queue's work.  Deeper queues send it home (--cpus, or the CPUs it
+ * may run on), so that target and host work proceed in parallel; so does an
+ * idle period, which ends the run.
+ *
+ * On its host's CPU a reactor may not see the host's depth at all: the two
+ * take turns, each command answered before the next is sent, so a host
+ * that queues 32 looks as shallow as one that keeps one, and the reactor
+ * would stay.  Every PROBE_EVERY periods it follows, it spends one at home,
+ * where host and target run side by side and a deep queue shows.
+ */
 static void place(struct tcp_reactor *r)
 {
 	struct tcp_conn *busiest = NULL;
