@@ -114,15 +114,23 @@ static struct gdx_xport_cqe next_cqe(struct gdx_xport_cq *cq)
 	return e;
 }
 
+/* The longest single poll of the last spin_cqe. */
+static uint64_t spin_slowest_ns;
+
 /* Polls cq until a completion comes (10 s at most). */
 static struct gdx_xport_cqe spin_cqe(struct gdx_xport_cq *cq)
 {
-	uint64_t end = gdx_now_ns() + 10000000000ull;
+	uint64_t end = gdx_now_ns() + 10000000000ull, t0, t1;
 	struct gdx_xport_cqe e;
 	int n;
 
-	while (!(n = gdx_xport_cq_poll(cq, &e, 1)) && gdx_now_ns() < end)
-		continue;
+	spin_slowest_ns = 0;
+	do {
+		t0 = gdx_now_ns();
+		n = gdx_xport_cq_poll(cq, &e, 1);
+		t1 = gdx_now_ns();
+		spin_slowest_ns = GDX_MAX(spin_slowest_ns, t1 - t0);
+	} while (!n && t1 < end);
 	assert_int_equal(n, 1);
 	return e;
 }
@@ -1094,6 +1102,42 @@ static void test_lent_socket_serves_peer(void **state)
  * of the last one.  Both land whole, flagged as having come first.
  */
 /*
+ * With a receive posted, an empty poll lends conn's socket; then the polls
+ * stop: the receive thread takes it back (rx_gives) and alone receives the
+ * next send, and answers it without any poll or wait (rx_waiter stays).
+ */
+static void polls_stop(const struct raw_conn *conn, unsigned char *rx, unsigned char *want,
+		       size_t sz)
+{
+	struct late_send ls = { .fd = conn->fd, .id = 1600, .n = sz, .first = sz, .seed = 1600 };
+	uint64_t w0 = tcp_counter("rx_waiter"), g0 = tcp_counter("rx_gives");
+	struct gdx_xport_cqe e;
+	pthread_t th;
+
+	memset(rx, 0, sz);
+	assert_int_equal(gdx_xport_post_recv(conn->ep, rx, sz, 1600), 0);
+	for (int tries = 0; tries < 100 && tcp_counter("rx_gives") == g0; tries++) {
+		uint64_t t0 = tcp_counter("rx_takes");
+
+		rx_let_park();
+		assert_int_equal(gdx_xport_cq_poll(conn->cq, &e, 1), 0);
+		if (tcp_counter("rx_takes") == t0)
+			continue;	/* not taken: the thread was not parked */
+		for (int ms = 0; ms < 2000 && tcp_counter("rx_gives") == g0; ms++)
+			usleep(1000);
+	}
+	assert_true(tcp_counter("rx_gives") > g0);
+	pthread_create(&th, NULL, late_send_main, &ls);
+	pthread_join(th, NULL);
+	assert_int_equal(recv_resp(conn->fd, 1600).status, 0);
+	e = spin_cqe(conn->cq);
+	assert_int_equal(e.wr_id, 1600);
+	t_fill(want, sz, 1600);
+	assert_memory_equal(rx, want, sz);
+	assert_int_equal(tcp_counter("rx_waiter"), w0);
+}
+
+/*
  * A caller spinning on gdx_xport_cq_poll with a host receive posted reads the
  * peer's send itself (xport.tcp_poll_read): the message completes without the
  * receive thread's wake-up and hand-off (rx_waiter counts it), and the next
@@ -1113,7 +1157,7 @@ static void test_poller_receives(void **state)
 	assert_non_null(rx);
 	assert_non_null(want);
 	for (int on = 1; on >= 0; on--) {
-		uint64_t base = tcp_counter("rx_waiter"), g0;
+		uint64_t base = tcp_counter("rx_waiter");
 		struct gdx_xport_cqe e;
 		struct raw_conn conn;
 		int counted = 0;
@@ -1133,66 +1177,17 @@ static void test_poller_receives(void **state)
 			assert_int_equal(recv_resp(conn.fd, seed).status, 0);
 			counted = tcp_counter("rx_waiter") - w0 == 1;
 		}
-		if (!on) {
+		if (on) {
+			assert_true(counted);
+			polls_stop(&conn, rx, want, SZ);
+		} else {
 			assert_int_equal(tcp_counter("rx_waiter"), base);
-			raw_close(&conn);
-			continue;
-		}
-		assert_true(counted);
-		/*
-		 * A receive posted and one empty poll, which lends the socket; then
-		 * the polls stop: the receive thread takes it back and reads alone.
-		 */
-		{
-			struct late_send ls = { .fd = conn.fd, .id = 1600, .n = SZ, .first = SZ,
-						.seed = 1600 };
-			uint64_t w0 = tcp_counter("rx_waiter");
-			pthread_t th;
-
-			assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, 1600), 0);
-			g0 = tcp_counter("rx_gives");
-			for (int tries = 0; tries < 100 && tcp_counter("rx_gives") == g0; tries++) {
-				uint64_t t0 = tcp_counter("rx_takes");
-
-				rx_let_park();
-				assert_int_equal(gdx_xport_cq_poll(conn.cq, &e, 1), 0);
-				if (tcp_counter("rx_takes") == t0)
-					continue;	/* not taken: the thread was not parked */
-				for (int ms = 0; ms < 2000 && tcp_counter("rx_gives") == g0; ms++)
-					usleep(1000);
-			}
-			assert_true(tcp_counter("rx_gives") > g0);
-			pthread_create(&th, NULL, late_send_main, &ls);
-			pthread_join(th, NULL);
-			/* the receive thread's response to it comes without any poll or wait */
-			assert_int_equal(recv_resp(conn.fd, 1600).status, 0);
-			e = spin_cqe(conn.cq);
-			assert_int_equal(e.wr_id, 1600);
-			assert_int_equal(tcp_counter("rx_waiter"), w0);
 		}
 		raw_close(&conn);
 	}
 	assert_int_equal(gdx_config_set("xport.tcp_poll_read", "1"), 0);
 	free(rx);
 	free(want);
-}
-
-/* spin_cqe, and the longest of its polls in *max_ns. */
-static struct gdx_xport_cqe spin_cqe_timed(struct gdx_xport_cq *cq, uint64_t *max_ns)
-{
-	uint64_t end = gdx_now_ns() + 10000000000ull, t0, t1;
-	struct gdx_xport_cqe e;
-	int n;
-
-	*max_ns = 0;
-	do {
-		t0 = gdx_now_ns();
-		n = gdx_xport_cq_poll(cq, &e, 1);
-		t1 = gdx_now_ns();
-		*max_ns = GDX_MAX(*max_ns, t1 - t0);
-	} while (!n && t1 < end);
-	assert_int_equal(n, 1);
-	return e;
 }
 
 /*
@@ -1219,22 +1214,11 @@ static void test_poller_bounded(void **state)
 	for (unsigned i = 0; i < 5 && !done; i++) {
 		struct late_send ls = { .fd = conn.fd, .id = 1800 + i, .n = SZ, .first = SZ / 2,
 					.seed = 1800 + i, .ms = 50 };
-		uint64_t p0 = tcp_counter("rx_part"), slowest;
-		struct gdx_xport_cqe e;
-		pthread_t th;
+		uint64_t p0 = tcp_counter("rx_part");
 
-		memset(rx, 0, SZ);
-		assert_int_equal(gdx_xport_post_recv(conn.ep, rx, SZ, 1800 + i), 0);
-		rx_let_park();
-		pthread_create(&th, NULL, late_send_main, &ls);
-		e = spin_cqe_timed(conn.cq, &slowest);
-		pthread_join(th, NULL);
-		assert_int_equal(e.wr_id, 1800 + i);
-		assert_int_equal(e.status, 0);
-		t_fill(want, SZ, 1800 + i);
-		assert_memory_equal(rx, want, SZ);
+		late_message(&conn, &ls, rx, want, 1800 + i, spin_cqe);
 		/* well under the stall, with room for a loaded machine */
-		assert_true(slowest < 25000000);
+		assert_true(spin_slowest_ns < 25000000);
 		assert_int_equal(recv_resp(conn.fd, 1800 + i).status, 0);
 		done = tcp_counter("rx_part") > p0;
 	}
